@@ -1,0 +1,266 @@
+// cypress.cuh — the small Hopper (sm_90a) runtime that cypressc's CUDA lowering calls.
+//
+// Free functions in namespace `cypress`; every constant is known to the compiler, so the
+// only templates are those that carry such constants (wgmma N, element type, wait depth).
+// Instruction atoms come from CuTe / CUTLASS (nvidia-cutlass package, headers only);
+// inline PTX appears only where those headers have nothing, and says so.
+//
+// Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I<cutlass>/include
+// No -lcuda: the driver's cuTensorMapEncodeTiled is fetched through the runtime
+// (cudaGetDriverEntryPointByVersion), so linking libcudart alone is enough.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <cuda.h>          // CUtensorMap and its enums (types only)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#include <cute/arch/cluster_sm90.hpp>   // cute::elect_one_sync
+#include <cute/arch/copy_sm90_desc.hpp> // TMA::CacheHintSm90, prefetch_tma_descriptor
+#include <cute/arch/copy_sm90_tma.hpp>  // SM90_TMA_LOAD_2D/3D, SM90_TMA_STORE_2D/3D
+#include <cute/arch/mma_sm90_desc.hpp>  // GmmaDescriptor
+#include <cute/arch/mma_sm90_gmma.hpp>  // SM90::GMMA::MMA_64xNx16_*, warpgroup_arrive/commit/wait
+#if defined(CYP_GMMA_ALL_N)
+#include <cute/arch/mma_sm90_gmma_ext.hpp>  // the other N (24, 40, ..., 248): big, so opt-in
+#endif
+#include <cutlass/arch/barrier.h>       // ClusterBarrier, ClusterTransactionBarrier, NamedBarrier
+#include <cutlass/arch/reg_reconfig.h>  // warpgroup_reg_alloc / dealloc (setmaxnreg)
+
+namespace cypress {
+
+using Major = cute::SM90::GMMA::Major;  // K (contiguous along K) or MN (contiguous along M/N)
+using bar_t = uint64_t;                 // an mbarrier lives in one 8-byte word of shared memory
+
+// ------------------------------------------------------------------------------------------
+// Thread roles
+// ------------------------------------------------------------------------------------------
+
+// Index of this thread's warpgroup (4 consecutive warps): selects producer / consumer role.
+__device__ __forceinline__ int warpgroup_idx() { return threadIdx.x / 128; }
+// Warp index inside the warpgroup, made warp-uniform so branches on it stay uniform.
+__device__ __forceinline__ int warp_in_warpgroup() { return __shfl_sync(0xffffffff, (threadIdx.x / 32) % 4, 0); }
+// One lane of the calling (converged) warp returns true: the thread that issues TMA / arrives.
+__device__ __forceinline__ bool elect_one() { return cute::elect_one_sync() != 0; }
+
+// Producer warpgroup gives registers back so consumers can hold big accumulators.
+template <uint32_t R> __device__ __forceinline__ void regs_dealloc() { cutlass::arch::warpgroup_reg_dealloc<R>(); }
+// Consumer warpgroup raises its register cap (needs __launch_bounds__(T, 1) on the kernel).
+template <uint32_t R> __device__ __forceinline__ void regs_alloc() { cutlass::arch::warpgroup_reg_alloc<R>(); }
+
+// Named barrier among `nthreads` threads (ids 0..7; CUTLASS reserves the hardware ids below).
+__device__ __forceinline__ void named_sync(uint32_t id, uint32_t nthreads) { cutlass::arch::NamedBarrier::sync(nthreads, id); }
+// Arrive at a named barrier without waiting (the producer side of a named-barrier handoff).
+__device__ __forceinline__ void named_arrive(uint32_t id, uint32_t nthreads) { cutlass::arch::NamedBarrier::arrive(nthreads, id); }
+
+// Orders this thread's generic-proxy shared writes before later async-proxy (TMA/wgmma) reads.
+__device__ __forceinline__ void fence_proxy_async() { cutlass::arch::fence_view_async_shared(); }
+// Makes mbarrier.init visible to the async proxy (TMA completes on it) before the block syncs.
+__device__ __forceinline__ void fence_barrier_init() { cutlass::arch::fence_barrier_init(); }
+
+// Shared-window address of a generic pointer to shared memory (what descriptors and PTX use).
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return cute::cast_smem_ptr_to_uint(p); }
+
+// ------------------------------------------------------------------------------------------
+// mbarrier (phase-parity protocol: a fresh barrier is in phase 0; wait(bar, 1) returns at once)
+// ------------------------------------------------------------------------------------------
+
+// Initialise with the number of arrivals that complete one phase (one thread calls this).
+__device__ __forceinline__ void init(bar_t* bar, uint32_t count) { cutlass::arch::ClusterBarrier::init(bar, count); }
+// Plain arrival (consumer releasing a stage).
+__device__ __forceinline__ void arrive(bar_t* bar) { cutlass::arch::ClusterBarrier::arrive(bar); }
+// Arrival that also announces `bytes` of TMA traffic the phase must wait for (producer).
+__device__ __forceinline__ void arrive_expect_tx(bar_t* bar, uint32_t bytes) {
+  cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, bytes);
+}
+// Spin until the phase with parity `phase` has completed.
+__device__ __forceinline__ void wait(bar_t* bar, uint32_t phase) { cutlass::arch::ClusterBarrier::wait(bar, phase); }
+
+// ------------------------------------------------------------------------------------------
+// TMA (bulk tensor copies). Host: build a CUtensorMap. Device: issue copies on an mbarrier.
+// ------------------------------------------------------------------------------------------
+
+// Fetch cuTensorMapEncodeTiled from the driver once, through the runtime (no -lcuda needed).
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  if (!fn) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }
+  return fn;
+}
+
+// Row-major [batch][outer][inner] 16-bit tensor (batch = 1 for 2D), box {box_inner, box_outer, 1},
+// 128-byte swizzle (box_inner * 2 must be <= 128), out-of-bounds elements read as zero.
+inline cudaError_t make_tma_map(CUtensorMap* map, const void* gptr, bool bf16, uint64_t inner, uint64_t outer,
+                                uint64_t batch, uint32_t box_inner, uint32_t box_outer) {
+  auto encode = tensor_map_encoder();
+  if (!encode || box_inner * 2 > 128 || (reinterpret_cast<uintptr_t>(gptr) & 15) || (inner * 2) % 16)
+    return cudaErrorInvalidValue;
+  const cuuint32_t rank = batch > 1 ? 3 : 2;
+  cuuint64_t dims[3] = {inner, outer, batch};
+  cuuint64_t strides[2] = {inner * 2, inner * outer * 2};  // bytes, for dims 1..rank-1
+  cuuint32_t box[3] = {box_inner, box_outer, 1};
+  cuuint32_t elem_strides[3] = {1, 1, 1};
+  CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, rank,
+                      const_cast<void*>(gptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE /* = zeros */);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+constexpr uint64_t kEvictNormal = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);  // default L2 policy
+
+// Pull the tensor map into the descriptor cache early (one thread, before the first copy).
+__device__ __forceinline__ void tma_prefetch(const CUtensorMap* map) { cute::prefetch_tma_descriptor(map); }
+// Box at element coords (c0 = inner, c1 = outer) -> dst; completes `bytes` on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, bar_t* bar, int c0, int c1) {
+  cute::SM90_TMA_LOAD_2D::copy(map, bar, kEvictNormal, dst, c0, c1);
+}
+// Same, for a batched tensor: c2 = batch index.
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, bar_t* bar, int c0, int c1, int c2) {
+  cute::SM90_TMA_LOAD_3D::copy(map, bar, kEvictNormal, dst, c0, c1, c2);
+}
+// Shared box -> global at (c0, c1); out-of-bounds parts are clipped by the hardware.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int c0, int c1) {
+  cute::SM90_TMA_STORE_2D::copy(map, src, c0, c1);
+}
+// Batched store.
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
+  cute::SM90_TMA_STORE_3D::copy(map, src, c0, c1, c2);
+}
+// Close the group of stores issued so far by this thread.
+__device__ __forceinline__ void tma_store_commit() { cute::tma_store_arrive(); }
+// Wait until at most N store groups still read their shared source (then it may be reused).
+template <int N> __device__ __forceinline__ void tma_store_wait() { cute::tma_store_wait<N>(); }
+
+// ------------------------------------------------------------------------------------------
+// wgmma: shared-memory descriptors, fences, and the m64nNk16 f32-accumulate call
+// ------------------------------------------------------------------------------------------
+// Layouts (both are what a TMA box with 128-byte swizzle writes; tile base 1024-byte aligned):
+//  * K-major tile  (rows of 64 16-bit elements along K, 128 B each, e.g. A: BM x 64):
+//      SBO = 1024 B (next group of 8 rows), LBO unused (1). k16 step: +32 B on the start address.
+//  * MN-major tile (rows of 64 elements along N, one row per k, e.g. B read from row-major K x N):
+//      stored as chunks of 64 columns, each chunk `chunk_bytes` apart (= rows_k * 128 B):
+//      LBO = chunk_bytes (next 64 columns of N), SBO = 1024 B (next 8 k-rows).
+//      k16 step: +16 rows * 128 B = +2048 B. The instruction gets tnspB = Major::MN.
+
+// Descriptor for a 128B-swizzled K-major tile starting at `tile` (1024-byte aligned).
+__device__ __forceinline__ uint64_t desc_k_sw128(const void* tile) {
+  cute::GmmaDescriptor d;
+  d.bitfield.start_address_ = uint16_t(smem_u32(tile) >> 4);
+  d.bitfield.leading_byte_offset_ = 1;
+  d.bitfield.stride_byte_offset_ = 1024 >> 4;
+  d.bitfield.base_offset_ = 0;
+  d.bitfield.layout_type_ = uint8_t(cute::GMMA::LayoutType::B128);
+  return d.desc_;
+}
+// Descriptor for a 128B-swizzled MN-major tile made of 64-column chunks `chunk_bytes` apart.
+__device__ __forceinline__ uint64_t desc_mn_sw128(const void* tile, uint32_t chunk_bytes) {
+  cute::GmmaDescriptor d;
+  d.bitfield.start_address_ = uint16_t(smem_u32(tile) >> 4);
+  d.bitfield.leading_byte_offset_ = uint16_t(chunk_bytes >> 4);
+  d.bitfield.stride_byte_offset_ = 1024 >> 4;
+  d.bitfield.base_offset_ = 0;
+  d.bitfield.layout_type_ = uint8_t(cute::GMMA::LayoutType::B128);
+  return d.desc_;
+}
+// Advance a descriptor's start address by `bytes` (multiple of 16): k-slices inside a tile.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+// wgmma.fence: register/shared operands written before this point are visible to wgmma.
+__device__ __forceinline__ void wgmma_fence() { cute::warpgroup_arrive(); }
+// Close the current group of wgmmas (one commit per pipeline stage).
+__device__ __forceinline__ void commit() { cute::warpgroup_commit_batch(); }
+// Wait until at most N committed wgmma groups are still in flight.
+template <int N> __device__ __forceinline__ void wait() { cute::warpgroup_wait<N>(); }
+// Compiler-only fence: keeps accumulator reads/writes on their side of async wgmma ops.
+template <int R> __device__ __forceinline__ void fence_acc(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) cute::warpgroup_fence_operand(d[i]);
+}
+
+// The CuTe atom for (N, element type, major of A, major of B). One line per N below;
+// the compiler may emit any N = 8..256 step 8 (define CYP_GMMA_ALL_N for the uncommon ones).
+template <int N, class T, Major MA, Major MB> struct gmma_atom;
+#define CYP_GMMA_N(N)                                                                              \
+  template <Major MA, Major MB> struct gmma_atom<N, __half, MA, MB> {                              \
+    using SS = cute::SM90::GMMA::MMA_64x##N##x16_F32F16F16_SS<MA, MB>;                             \
+    using RS = cute::SM90::GMMA::MMA_64x##N##x16_F32F16F16_RS<MA, MB>;                             \
+  };                                                                                               \
+  template <Major MA, Major MB> struct gmma_atom<N, __nv_bfloat16, MA, MB> {                       \
+    using SS = cute::SM90::GMMA::MMA_64x##N##x16_F32BF16BF16_SS<MA, MB>;                           \
+    using RS = cute::SM90::GMMA::MMA_64x##N##x16_F32BF16BF16_RS<MA, MB>;                           \
+  };
+CYP_GMMA_N(8) CYP_GMMA_N(16) CYP_GMMA_N(32) CYP_GMMA_N(64)
+CYP_GMMA_N(96) CYP_GMMA_N(128) CYP_GMMA_N(192) CYP_GMMA_N(256)
+#if defined(CYP_GMMA_ALL_N)
+CYP_GMMA_N(24) CYP_GMMA_N(40) CYP_GMMA_N(48) CYP_GMMA_N(56) CYP_GMMA_N(72) CYP_GMMA_N(80)
+CYP_GMMA_N(88) CYP_GMMA_N(104) CYP_GMMA_N(112) CYP_GMMA_N(120) CYP_GMMA_N(136) CYP_GMMA_N(144)
+CYP_GMMA_N(152) CYP_GMMA_N(160) CYP_GMMA_N(168) CYP_GMMA_N(176) CYP_GMMA_N(184) CYP_GMMA_N(200)
+CYP_GMMA_N(208) CYP_GMMA_N(216) CYP_GMMA_N(224) CYP_GMMA_N(232) CYP_GMMA_N(240) CYP_GMMA_N(248)
+#endif
+#undef CYP_GMMA_N
+
+namespace detail {
+template <class Op, int R, size_t... I>
+__device__ __forceinline__ void ss(uint64_t da, uint64_t db, float (&d)[R], std::index_sequence<I...>) {
+  Op::fma(da, db, d[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+template <class Op, int R, size_t... I>
+__device__ __forceinline__ void rs(const uint32_t (&a)[4], uint64_t db, float (&d)[R], std::index_sequence<I...>) {
+  Op::fma(a[0], a[1], a[2], a[3], db, d[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+}  // namespace detail
+
+// d(64 x N, f32, wgmma C layout) += A(64x16, smem desc) * B(16xN, smem desc). Warpgroup-wide.
+template <int N, class T, Major MA = Major::K, Major MB = Major::MN>
+__device__ __forceinline__ void wgmma(uint64_t desc_a, uint64_t desc_b, float (&d)[N / 2]) {
+  detail::ss<typename gmma_atom<N, T, MA, MB>::SS>(desc_a, desc_b, d, std::make_index_sequence<N / 2>{});
+}
+// Same with A from registers (4 x b32 = 8 elements of a 64x16 A fragment per thread).
+template <int N, class T, Major MB = Major::MN>
+__device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t desc_b, float (&d)[N / 2]) {
+  detail::rs<typename gmma_atom<N, T, Major::K, MB>::RS>(a, desc_b, d, std::make_index_sequence<N / 2>{});
+}
+
+// ------------------------------------------------------------------------------------------
+// Epilogue helpers
+// ------------------------------------------------------------------------------------------
+
+// Two f32 -> one packed pair of 16-bit values (T = __half or __nv_bfloat16), round to nearest.
+template <class T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// Where accumulator pair j (= d[2j], d[2j+1]) of an m64nN wgmma lives in the 64 x N tile:
+// row = 16*warp + lane/4 + 8*(j%2), col = 8*(j/2) + 2*(lane%4). Returns {row, col}.
+__device__ __forceinline__ int2 acc_coord(int j) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  return make_int2(16 * warp + lane / 4 + 8 * (j % 2), 8 * (j / 2) + 2 * (lane % 4));
+}
+
+// Byte offset of element (row, col) in a 128B-swizzled box of 64 columns (16-bit elements),
+// i.e. where a TMA store with CU_TENSOR_MAP_SWIZZLE_128B expects it. col must be even.
+__device__ __forceinline__ uint32_t sw128_offset(int row, int col) {
+  return row * 128 + ((((col >> 3) ^ row) & 7) << 4) + ((col & 7) << 1);
+}
+
+// Round a shared pointer up to `align` bytes (swizzled TMA/wgmma tiles need 1024).
+__device__ __forceinline__ uint8_t* align_smem(uint8_t* p, uint32_t align) {
+  uint32_t a = smem_u32(p);
+  return p + ((align - (a % align)) % align);
+}
+
+}  // namespace cypress

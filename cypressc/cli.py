@@ -1,0 +1,148 @@
+"""The ``cypressc`` command line (click + rich).
+
+Exit codes: 0 success, 1 a user error (located diagnostics on stderr), 2 bad usage
+(click), 70 an internal compiler error (re-run with ``--debug`` for the traceback).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from cypressc.diagnostics import CypressError, CypressErrors, render
+
+EXIT_USER, EXIT_INTERNAL = 1, 70
+
+
+def _stderr(text: str) -> None:
+    click.echo(text, err=True)
+
+
+class _Ctx:
+    def __init__(self, debug: bool) -> None:
+        self.debug = debug
+
+
+def _guard(fn):
+    """Run a command body: render user errors, wrap anything else as an internal error."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        debug = click.get_current_context().find_object(_Ctx).debug
+        try:
+            return fn(*args, **kwargs)
+        except CypressErrors as e:
+            _stderr(str(e))
+            n = len(e.errors)
+            _stderr(f"{n} error{'s' if n != 1 else ''}")
+            sys.exit(EXIT_USER)
+        except CypressError as e:
+            _stderr(render(e))
+            _stderr("1 error")
+            sys.exit(EXIT_USER)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001 - the one place internal errors are caught
+            inputs = " ".join(str(a) for a in kwargs.values() if isinstance(a, (str, Path)))
+            _stderr(f"internal compiler error while processing {inputs}: {type(e).__name__}: {e}")
+            if debug:
+                _stderr(traceback.format_exc())
+            else:
+                _stderr("this is a bug in cypressc; re-run with --debug for the traceback and report it")
+            sys.exit(EXIT_INTERNAL)
+
+    return wrapper
+
+
+def _front_end(program: str, mapping: str):
+    """Parse + check the program, load + validate the mapping, instantiate the task tree."""
+    from cypressc.lang.checker import check_program
+    from cypressc.lang.parser import parse_file
+    from cypressc.mapping.loader import load_mapping
+    from cypressc.mapping.tasktree import instantiate
+
+    errors: list[CypressError] = []
+    prog = lm = None
+    try:
+        prog = check_program(parse_file(program))
+    except CypressErrors as e:
+        errors += e.errors
+    try:
+        lm = load_mapping(mapping)
+    except CypressErrors as e:
+        errors += e.errors
+    if errors:
+        raise CypressErrors(errors)
+    tree = instantiate(prog, lm)
+    for w in tree.warnings:
+        _stderr(render(w))
+    return tree
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show Python tracebacks for internal errors.")
+@click.version_option(package_name="cypressc")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """cypressc: compile Cypress task programs to Hopper CUDA.
+
+    A PROGRAM (.cyp) describes a tensor computation as tasks with sequential semantics;
+    a MAPPING (.yaml) binds each task to a processor level (HOST, BLOCK, WARPGROUP,
+    WARP, THREAD) and each tensor to a memory (GLOBAL, SHARED, REGISTER, NONE).
+
+    \b
+    Typical use:
+      cypressc check   programs/gemm.cyp -m mappings/gemm/h100.yaml
+      cypressc explain programs/gemm.cyp -m mappings/gemm/h100.yaml
+    """
+    ctx.obj = _Ctx(debug)
+
+
+_program_arg = click.argument("program", type=click.Path(dir_okay=False))
+_mapping_opt = click.option("-m", "--mapping", required=True, type=click.Path(dir_okay=False),
+                            help="The YAML mapping for PROGRAM (e.g. mappings/gemm/h100.yaml).")
+
+
+@main.command()
+@_program_arg
+@_mapping_opt
+@_guard
+def check(program: str, mapping: str) -> None:
+    """Parse and check PROGRAM, validate MAPPING against it, and instantiate the task tree.
+
+    Prints one summary line and exits 0 when both are well formed; otherwise prints
+    every error as file:line:col with the offending line and exits 1.
+    """
+    tree = _front_end(program, mapping)
+    nodes = list(tree.root.walk())
+    tasks = {n.variant.task for n in nodes}
+    click.echo(f"ok: {program} with {mapping}: {len(tree.program.variants)} variants of "
+               f"{len(tree.program.tasks())} tasks, {len(nodes)} instantiated task(s) over "
+               f"{len(tasks)} task(s) on {tree.machine.name}")
+
+
+def explain_options(f):
+    return f
+
+
+@main.command()
+@_program_arg
+@_mapping_opt
+@click.option("--tree/--no-tree", default=True, show_default=True, help="Print the task tree.")
+@_guard
+def explain(program: str, mapping: str, tree: bool) -> None:
+    """Show how PROGRAM is compiled under MAPPING: the instantiated task tree
+    (instance, variant, processor, memory of each argument, tunables)."""
+    from cypressc.mapping.render import print_task_tree
+
+    t = _front_end(program, mapping)
+    if tree:
+        print_task_tree(t)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

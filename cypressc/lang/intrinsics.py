@@ -1,0 +1,183 @@
+"""The intrinsics registry: leaf functions and instruction atoms (Cypress paper §3.2, §3.4).
+
+A **leaf function** is what a ``Leaf`` variant body may call.  Each entry gives its
+C++ entry point in ``cypress.cuh``, one :class:`OperandRule` per argument (kind,
+which arguments it writes, allowed memories and dtypes), the processor level it runs
+at, and its NumPy semantics for the interpreter.
+
+An **atom** names one Tensor Core instruction shape: ``WGMMA_64xNx16`` (N = 8…256 in
+steps of 8; f16/bf16 in, f32 accumulate).  ``partition_by_mma`` uses its operand
+layouts (paper Fig. 4) to split a tile among warps and threads.
+
+Semantics are pure: ``semantics(*operands) -> {arg_index: new_value}`` where tensor
+operands are :class:`Operand` (the value and its coordinates inside the mma-partitioned
+tile it came from) and scalar operands are Python numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["Operand", "OperandRule", "LeafFn", "MmaAtom", "LEAF_FUNCTIONS", "atom", "is_atom_name",
+           "NUMPY_DTYPES"]
+
+NUMPY_DTYPES = {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "i32": np.int32}
+"""NumPy storage per dtype.  bf16 has no NumPy type: it is stored in f32 and rounded to
+bf16's 8-bit mantissa whenever a value is stored (:func:`round_to`)."""
+
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round ``x`` to ``dtype`` and return it in that dtype's NumPy storage type."""
+    if dtype == "bf16":
+        f = np.asarray(x, dtype=np.float32).copy()
+        bits = f.view(np.uint32)
+        bits += np.uint32(0x7FFF) + ((bits >> 16) & 1)  # round to nearest even
+        bits &= np.uint32(0xFFFF0000)
+        return f
+    return np.asarray(x).astype(NUMPY_DTYPES[dtype])
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    """A tensor handed to a leaf: ``value`` and, per dimension, its coordinates in the
+    tile that ``partition_by_mma`` split (identity ranges when it was never split)."""
+
+    value: np.ndarray
+    coords: tuple[np.ndarray, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OperandRule:
+    """One argument of a leaf function.
+
+    ``kind`` is ``tensor``, ``scalar`` or ``atom``; ``writes`` says the leaf writes it
+    (its variant must hold the write privilege); ``mems``/``dtypes`` restrict placement
+    (empty = any); ``rank`` 0 means any rank.
+    """
+
+    name: str
+    kind: str = "tensor"
+    writes: bool = False
+    reads: bool = True
+    mems: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+    rank: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeafFn:
+    """A leaf function: C++ ``cpp`` entry point, operand rules, processor level, semantics.
+
+    ``collective`` names the processor level whose threads execute the instruction
+    together (``WARPGROUP`` for ``wgmma``), or ``None`` for per-thread SIMT code.
+    """
+
+    name: str
+    cpp: str
+    operands: tuple[OperandRule, ...]
+    proc: str
+    semantics: Callable[..., dict[int, np.ndarray]] = field(repr=False)
+    collective: str | None = None
+    doc: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MmaAtom:
+    """A wgmma instruction shape ``m x n x k`` (Hopper ``wgmma.mma_async.m64nNk16``)."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+
+    @property
+    def threads(self) -> int:
+        return 128
+
+
+_ATOM_RE = re.compile(r"^WGMMA_64x(\d+)x16$")
+
+
+def is_atom_name(name: str) -> bool:
+    """True for ``WGMMA_64xNx16`` with N a multiple of 8 in 8…256."""
+    m = _ATOM_RE.match(name)
+    return bool(m) and 8 <= int(m.group(1)) <= 256 and int(m.group(1)) % 8 == 0
+
+
+def atom(name: str) -> MmaAtom:
+    """Look up an atom by name; raises ``KeyError`` for an unknown one."""
+    if not is_atom_name(name):
+        raise KeyError(name)
+    return MmaAtom(name, 64, int(_ATOM_RE.match(name).group(1)), 16)  # type: ignore[union-attr]
+
+
+# ----------------------------------------------------------------------------- semantics
+def _mma(atom_name: str, c: Operand, a: Operand, b: Operand) -> dict[int, np.ndarray]:
+    # C's coordinates locate this fragment inside the warpgroup tile that A's rows and
+    # B's columns span, so the per-thread update is the matching block of A @ B.
+    prod = a.value.astype(np.float64) @ b.value.astype(np.float64)
+    rows, cols = c.coords
+    return {1: (c.value.astype(np.float64) + prod[np.ix_(rows, cols)]).astype(np.float32)}
+
+
+def _fill(c: Operand, v: float) -> dict[int, np.ndarray]:
+    return {0: np.full_like(c.value, v)}
+
+
+def _copy(src: Operand, dst: Operand) -> dict[int, np.ndarray]:
+    return {1: src.value.reshape(dst.value.shape)}
+
+
+def _add(c: Operand, x: Operand) -> dict[int, np.ndarray]:
+    return {0: (c.value.astype(np.float64) + x.value.astype(np.float64)).astype(c.value.dtype)}
+
+
+def _row_sum(y: Operand, a: Operand) -> dict[int, np.ndarray]:
+    s = a.value.astype(np.float64).sum(axis=-1).reshape(y.value.shape)
+    return {0: (y.value.astype(np.float64) + s).astype(y.value.dtype)}
+
+
+_FLOAT = ("f16", "bf16", "f32")
+_MMA_IN = ("f16", "bf16")
+
+LEAF_FUNCTIONS: dict[str, LeafFn] = {
+    f.name: f
+    for f in (
+        LeafFn(
+            "warpgroup_mma", "cypress::warpgroup_mma",
+            (OperandRule("atom", kind="atom"),
+             OperandRule("C", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
+             OperandRule("A", mems=("SHARED", "REGISTER"), dtypes=_MMA_IN, rank=2),
+             OperandRule("B", mems=("SHARED",), dtypes=_MMA_IN, rank=2)),
+            "THREAD", _mma, collective="WARPGROUP",
+            doc="C += A @ B on the Tensor Core (wgmma.mma_async); C is this thread's fragment "
+                "of the f32 accumulator, A and B the warpgroup's shared tiles.",
+        ),
+        LeafFn(
+            "fill", "cypress::fill",
+            (OperandRule("C", writes=True, reads=False, dtypes=_FLOAT + ("i32",)),
+             OperandRule("value", kind="scalar")),
+            "THREAD", _fill, doc="C[...] = value.",
+        ),
+        LeafFn(
+            "copy", "cypress::copy",
+            (OperandRule("src"), OperandRule("dst", writes=True, reads=False)),
+            "THREAD", _copy, doc="dst[...] = src[...], converting dtype (f32 -> f16 rounds to nearest).",
+        ),
+        LeafFn(
+            "add", "cypress::add",
+            (OperandRule("C", writes=True, dtypes=_FLOAT), OperandRule("X", dtypes=_FLOAT)),
+            "THREAD", _add, doc="C[...] += X[...] elementwise (same shape).",
+        ),
+        LeafFn(
+            "row_sum", "cypress::row_sum",
+            (OperandRule("y", writes=True, dtypes=("f32",), rank=1),
+             OperandRule("A", dtypes=_FLOAT, rank=2)),
+            "THREAD", _row_sum, doc="y[i] += sum_k A[i, k] on the CUDA cores (SIMT).",
+        ),
+    )
+}

@@ -1,0 +1,356 @@
+"""Parse ``.cyp`` source into the syntax tree (Cypress paper §3.2, Fig. 5a).
+
+The source is parsed with the standard library :mod:`ast` and never executed.  Every
+Python construct outside the subset documented in ``docs/language.md`` is rejected
+with a located :class:`~cypressc.diagnostics.CypressError` (codes ``E001``–``E019``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from cypressc.diagnostics import CypressError, CypressErrors, Loc
+from cypressc.lang import syntax as S
+
+__all__ = ["parse_file", "parse_source"]
+
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%"}
+_SCALAR_FNS = ("cdiv", "min", "max")
+
+
+class _Parser:
+    def __init__(self, path: str, source: str) -> None:
+        self.path = path
+        self.lines = source.splitlines()
+        self.errors: list[CypressError] = []
+
+    # -- locations ---------------------------------------------------------------------
+    def loc(self, node: ast.AST) -> Loc:
+        line = getattr(node, "lineno", 0)
+        col = getattr(node, "col_offset", 0) + 1
+        end_line = getattr(node, "end_lineno", line)
+        end_col = (getattr(node, "end_col_offset", 0) or 0) + 1 if end_line == line else 0
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        return Loc(self.path, line, col, end_col, text)
+
+    def err(self, code: str, msg: str, node: ast.AST, hint: str | None = None) -> CypressError:
+        return CypressError(code, msg, self.loc(node), hint=hint)
+
+    # -- module ------------------------------------------------------------------------
+    def module(self, mod: ast.Module) -> S.Program:
+        includes: list[str] = []
+        variants: list[S.Variant] = []
+        for i, stmt in enumerate(mod.body):
+            try:
+                if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
+                        and isinstance(stmt.value.value, str) and i == 0:
+                    continue  # module docstring
+                if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                    continue  # `from cypress import *` keeps editors happy; it means nothing here
+                if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+                        and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "include":
+                    includes.append(self.include(stmt.value))
+                    continue
+                if isinstance(stmt, ast.FunctionDef):
+                    variants.append(self.variant(stmt))
+                    continue
+                raise self.err(
+                    "E002", f"unsupported top-level statement ({type(stmt).__name__})", stmt,
+                    "a .cyp file holds @task-decorated defs and include(\"header.cuh\") lines",
+                )
+            except CypressError as e:
+                self.errors.append(e)
+        return S.Program(self.path, tuple(includes), tuple(variants), Loc(self.path, 1, 1))
+
+    def include(self, call: ast.Call) -> str:
+        if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Constant) \
+                or not isinstance(call.args[0].value, str):
+            raise self.err("E003", "include() takes one string: the header's file name", call)
+        return call.args[0].value
+
+    # -- variants ----------------------------------------------------------------------
+    def variant(self, fn: ast.FunctionDef) -> S.Variant:
+        if len(fn.decorator_list) != 1:
+            raise self.err(
+                "E003", f"function '{fn.name}' needs exactly one @task(...) decorator", fn,
+                'write @task("name", Inner|Leaf, reads=[...], writes=[...])',
+            )
+        task, kind, reads, writes = self.decorator(fn.decorator_list[0])
+        a = fn.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs or a.kw_defaults:
+            raise self.err("E004", "task parameters are plain positional names with types", fn)
+        params: list[S.Param] = []
+        seen: set[str] = set()
+        for arg in a.args:
+            if arg.arg in seen:
+                raise self.err("E004", f"duplicate parameter '{arg.arg}'", arg)
+            seen.add(arg.arg)
+            if arg.annotation is None:
+                raise self.err(
+                    "E004", f"parameter '{arg.arg}' has no type", arg,
+                    "annotate it: `X: tensor[2, f16]` or `n: int`",
+                )
+            params.append(S.Param(arg.arg, self.type_(arg.annotation), self.loc(arg)))
+        body = self.block(fn.body, allow_docstring=True)
+        return S.Variant(fn.name, task, kind, reads, writes, tuple(params), body, self.loc(fn))
+
+    def decorator(self, dec: ast.expr) -> tuple[str, str, tuple[str, ...], tuple[str, ...]]:
+        usage = 'write @task("name", Inner|Leaf, reads=[...], writes=[...])'
+        if not (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Name) and dec.func.id == "task"):
+            raise self.err("E003", "the decorator must be @task(...)", dec, usage)
+        if len(dec.args) != 2:
+            raise self.err("E003", "@task takes a task name and Inner or Leaf", dec, usage)
+        name, kind = dec.args
+        if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and name.value.isidentifier()):
+            raise self.err("E003", "the task name must be a string that is an identifier", name, usage)
+        if not (isinstance(kind, ast.Name) and kind.id in ("Inner", "Leaf")):
+            raise self.err("E003", "the variant kind must be Inner or Leaf", kind, usage)
+        privs: dict[str, tuple[str, ...]] = {"reads": (), "writes": ()}
+        for kw in dec.keywords:
+            if kw.arg not in privs:
+                raise self.err("E003", f"unknown @task keyword '{kw.arg}'", kw.value, usage)
+            if not isinstance(kw.value, (ast.List, ast.Tuple)) or not all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in kw.value.elts
+            ):
+                raise self.err("E003", f"{kw.arg}= takes a list of parameter names as strings", kw.value)
+            privs[kw.arg] = tuple(e.value for e in kw.value.elts)
+        return name.value, kind.id.lower(), privs["reads"], privs["writes"]
+
+    def type_(self, ann: ast.expr) -> S.Type:
+        if isinstance(ann, ast.Name) and ann.id == "int":
+            return S.ScalarType()
+        hint = "tensor types are written tensor[rank, dtype] with dtype one of " + ", ".join(S.DTYPES)
+        if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "tensor"):
+            raise self.err("E005", "unsupported type annotation", ann, hint)
+        sl = ann.slice
+        if not (isinstance(sl, ast.Tuple) and len(sl.elts) == 2):
+            raise self.err("E005", "tensor[...] takes a rank and a dtype", ann, hint)
+        rank, dt = sl.elts
+        if not (isinstance(rank, ast.Constant) and type(rank.value) is int and 1 <= rank.value <= 4):
+            raise self.err("E005", "the tensor rank must be an integer from 1 to 4", rank, hint)
+        if not (isinstance(dt, ast.Name) and dt.id in S.DTYPES):
+            raise self.err("E005", "unknown dtype", dt, hint)
+        return S.TensorType(rank.value, dt.id)
+
+    # -- statements --------------------------------------------------------------------
+    def block(self, body: list[ast.stmt], allow_docstring: bool = False) -> tuple[S.Stmt, ...]:
+        out: list[S.Stmt] = []
+        for i, st in enumerate(body):
+            if allow_docstring and i == 0 and isinstance(st, ast.Expr) \
+                    and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str):
+                continue
+            try:
+                out.extend(self.stmt(st))
+            except CypressError as e:
+                self.errors.append(e)
+        return tuple(out)
+
+    def stmt(self, st: ast.stmt) -> list[S.Stmt]:
+        loc = self.loc(st)
+        if isinstance(st, ast.Pass):
+            return []
+        if isinstance(st, ast.Assign):
+            if len(st.targets) != 1:
+                raise self.err("E006", "chained assignment is not supported", st)
+            return self.assign(st.targets[0], st.value, st)
+        if isinstance(st, ast.AnnAssign):
+            return [self.make_tensor(st)]
+        if isinstance(st, ast.For):
+            return [self.loop(st)]
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
+            call = st.value
+            if not isinstance(call.func, ast.Name):
+                raise self.err("E007", "only plain function names can be called", call.func)
+            if call.keywords:
+                raise self.err("E007", "keyword arguments are not supported here", call.keywords[0].value)
+            if call.func.id == "launch":
+                if not call.args or not (isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)):
+                    raise self.err("E007", "launch() takes the task name as a string first", call,
+                                   'write launch("task", arg0, arg1, ...)')
+                return [S.Launch(call.args[0].value, tuple(self.expr(a) for a in call.args[1:]), loc)]
+            return [S.LeafCall(call.func.id, tuple(self.expr(a) for a in call.args), loc)]
+        names = {ast.If: "if statements", ast.While: "while loops", ast.Return: "return",
+                 ast.AugAssign: "augmented assignment", ast.With: "with blocks"}
+        what = names.get(type(st), type(st).__name__)
+        raise self.err("E002", f"{what} are not part of the Cypress language", st,
+                       "task bodies hold tunables, index arithmetic, partitions, make_tensor, "
+                       "launch(), prange/srange loops and (in leaves) leaf-function calls")
+
+    def assign(self, target: ast.expr, value: ast.expr, st: ast.stmt) -> list[S.Stmt]:
+        if isinstance(target, ast.Tuple):
+            if not isinstance(value, ast.Tuple) or len(value.elts) != len(target.elts):
+                raise self.err("E006", "tuple assignment needs a tuple of the same length on the right", st)
+            out: list[S.Stmt] = []
+            for t, v in zip(target.elts, value.elts):
+                out += self.assign(t, v, v)
+            return out
+        if not isinstance(target, ast.Name):
+            raise self.err("E006", "only plain names can be assigned", target)
+        name, loc = target.id, self.loc(st if not isinstance(st, ast.expr) else value)
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            fn = value.func.id
+            if fn == "tunable":
+                if len(value.args) != 1 or not isinstance(value.args[0], ast.Name) \
+                        or value.args[0].id not in S.TUNABLE_KINDS:
+                    raise self.err("E008", "tunable() takes int, processor or atom", value)
+                return [S.Tunable(name, value.args[0].id, loc)]
+            if fn.startswith("partition_by_"):
+                return [self.partition(name, value, loc)]
+            if fn == "make_tensor":
+                raise self.err("E009", "make_tensor needs a type annotation", value,
+                               f"write `{name}: tensor[2, f32] = make_tensor(M, N)`")
+        return [S.Let(name, self.expr(value), loc)]
+
+    def partition(self, name: str, call: ast.Call, loc: Loc) -> S.PartitionDecl:
+        fn = call.func.id  # type: ignore[union-attr]
+        kind = fn[len("partition_by_"):]
+        if call.keywords:
+            raise self.err("E010", "partition operators take positional arguments", call)
+        if not call.args or not isinstance(call.args[0], ast.Name):
+            raise self.err("E010", f"{fn} takes a tensor name first", call)
+        tensor = call.args[0].id
+        rest = call.args[1:]
+        if kind == "blocks":
+            if len(rest) != 1 or not isinstance(rest[0], ast.Tuple):
+                raise self.err("E010", "partition_by_blocks(T, (b0, b1, ...)) takes a tuple of block sizes",
+                               call)
+            args = tuple(self.expr(e) for e in rest[0].elts)
+        elif kind == "mma":
+            if len(rest) != 3:
+                raise self.err("E010", 'partition_by_mma(T, ATOM, PROC, "A"|"B"|"C") takes 4 arguments', call)
+            args = (self.expr(rest[0]), self.expr(rest[1]), self.expr(rest[2]))
+            op = args[2]
+            if not (isinstance(op, S.Str) and op.value in ("A", "B", "C")):
+                raise self.err("E010", 'the operand of partition_by_mma must be "A", "B" or "C"', rest[2])
+        elif kind == "slices":
+            if len(rest) != 1 or not (isinstance(rest[0], ast.Constant) and type(rest[0].value) is int):
+                raise self.err("E010", "partition_by_slices(T, dim) takes an integer dimension", call)
+            args = (S.Const(rest[0].value, self.loc(rest[0])),)
+        else:
+            raise self.err("E010", f"unknown partition operator '{fn}'", call.func,
+                           "use partition_by_blocks, partition_by_mma or partition_by_slices")
+        return S.PartitionDecl(name, tensor, kind, args, loc)
+
+    def make_tensor(self, st: ast.AnnAssign) -> S.MakeTensor:
+        if not isinstance(st.target, ast.Name) or st.value is None:
+            raise self.err("E009", "annotated assignment is only for `T: tensor[r, dt] = make_tensor(...)`", st)
+        ty = self.type_(st.annotation)
+        v = st.value
+        if not (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "make_tensor"):
+            raise self.err("E009", "an annotated local must be initialised with make_tensor(d0, d1, ...)", v)
+        if not isinstance(ty, S.TensorType):
+            raise self.err("E009", "make_tensor creates tensors; annotate with tensor[rank, dtype]", st.annotation)
+        return S.MakeTensor(st.target.id, ty, tuple(self.expr(a) for a in v.args), self.loc(st))
+
+    def loop(self, st: ast.For) -> S.Loop:
+        if st.orelse:
+            raise self.err("E011", "for/else is not supported", st)
+        it = st.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id in ("prange", "srange")):
+            raise self.err("E011", "loops iterate over prange(...) or srange(...)", it,
+                           "prange for parallel groups of tasks, srange for sequential ones")
+        kind = it.func.id
+        if it.keywords or not it.args:
+            raise self.err("E011", f"{kind}() takes one or more extents", it)
+        tgt = st.target
+        elts = tgt.elts if isinstance(tgt, ast.Tuple) else [tgt]
+        if not all(isinstance(e, ast.Name) for e in elts):
+            raise self.err("E011", "loop variables must be plain names", tgt)
+        vars_ = tuple(e.id for e in elts)  # type: ignore[attr-defined]
+        if len(vars_) != len(it.args):
+            raise self.err("E011", f"{len(vars_)} loop variable(s) but {len(it.args)} extent(s)", st)
+        if kind == "srange" and len(vars_) != 1:
+            raise self.err("E011", "srange() is one-dimensional", it)
+        body = self.block(st.body)
+        return S.Loop(kind, vars_, tuple(self.expr(a) for a in it.args), body, self.loc(st))
+
+    # -- expressions -------------------------------------------------------------------
+    def expr(self, e: ast.expr) -> S.Expr:
+        loc = self.loc(e)
+        if isinstance(e, ast.Name):
+            return S.Name(e.id, loc)
+        if isinstance(e, ast.Constant):
+            if isinstance(e.value, bool) or not isinstance(e.value, (int, float, str)):
+                raise self.err("E012", f"unsupported constant {e.value!r}", e)
+            if isinstance(e.value, str):
+                return S.Str(e.value, loc)
+            return S.Const(e.value, loc)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) and isinstance(e.operand, ast.Constant) \
+                and isinstance(e.operand.value, (int, float)) and not isinstance(e.operand.value, bool):
+            return S.Const(-e.operand.value, loc)
+        if isinstance(e, ast.BinOp):
+            op = _BINOPS.get(type(e.op))
+            if op is None:
+                raise self.err("E012", "unsupported operator", e, "index arithmetic uses + - * / // %")
+            return S.BinOp(op, self.expr(e.left), self.expr(e.right), loc)
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name):
+            if e.keywords:
+                raise self.err("E012", "keyword arguments are not supported", e)
+            if not e.args and e.func.id not in _SCALAR_FNS:
+                return S.Atom(e.func.id, loc)
+            if e.func.id in _SCALAR_FNS:
+                return S.Call(e.func.id, tuple(self.expr(a) for a in e.args), loc)
+            raise self.err("E012", f"'{e.func.id}(...)' cannot be used as a value", e,
+                           "values are scalars, tensors, partition pieces P[i, j] and atoms ATOM()")
+        if isinstance(e, ast.Subscript):
+            v = e.value
+            idx = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
+            if isinstance(v, ast.Attribute) and v.attr == "shape" and isinstance(v.value, ast.Name):
+                if len(idx) != 1 or not (isinstance(idx[0], ast.Constant) and type(idx[0].value) is int):
+                    raise self.err("E012", "T.shape[d] takes a constant dimension", e)
+                return S.Shape(v.value.id, idx[0].value, loc)
+            if isinstance(v, ast.Name):
+                if any(isinstance(i, ast.Slice) for i in idx):
+                    raise self.err("E012", "slices are not supported; partition the tensor instead", e)
+                return S.Piece(v.id, tuple(self.expr(i) for i in idx), loc)
+            raise self.err("E012", "only partitions can be indexed", e)
+        raise self.err("E012", f"unsupported expression ({type(e).__name__})", e)
+
+
+def parse_source(source: str, path: str = "<string>") -> S.Program:
+    """Parse ``.cyp`` text into a :class:`~cypressc.lang.syntax.Program`.
+
+    Raises :class:`CypressErrors` with every syntax-level error found (E001 for Python
+    syntax errors, E002–E012 for constructs outside the subset).
+    """
+    if "\x00" in source:
+        raise CypressErrors([CypressError("E001", "the file is binary, not .cyp source", Loc(path, 1, 1))])
+    if not source.strip():
+        raise CypressErrors([CypressError("E001", "the program is empty", Loc(path, 1, 1),
+                                          hint="a .cyp file holds @task-decorated defs")])
+    try:
+        mod = ast.parse(source, filename=path)
+    except SyntaxError as e:
+        lines = source.splitlines()
+        line = e.lineno or 1
+        text = lines[line - 1] if 0 < line <= len(lines) else ""
+        raise CypressErrors([CypressError("E001", f"syntax error: {e.msg}", Loc(path, line, e.offset or 1, 0, text))]) from None
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise CypressErrors([CypressError("E001", f"cannot parse: {e}", Loc(path, 1, 1))]) from None
+    p = _Parser(path, source)
+    try:
+        prog = p.module(mod)
+    except RecursionError:
+        raise CypressErrors([CypressError("E001", "the program nests too deeply", Loc(path, 1, 1))]) from None
+    if p.errors:
+        raise CypressErrors(p.errors)
+    if not prog.variants:
+        raise CypressErrors([CypressError("E001", "the program defines no @task variants", Loc(path, 1, 1))])
+    return prog
+
+
+def parse_file(path: str | Path) -> S.Program:
+    """Read and parse a ``.cyp`` file; unreadable or non-UTF-8 files are E001 errors."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise CypressErrors([CypressError("E000", f"no such file: {path}", Loc(str(path)))]) from None
+    except OSError as e:
+        raise CypressErrors([CypressError("E000", f"cannot read {path}: {e.strerror}", Loc(str(path)))]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CypressErrors([CypressError("E001", "the file is not UTF-8 text", Loc(str(path), 1, 1))]) from None
+    return parse_source(text, str(path))

@@ -1,0 +1,275 @@
+"""Syntax tree of the ``.cyp`` language (Cypress paper §3.2, Fig. 3).
+
+Grammar (ASDL-like; every node ends with ``loc``)::
+
+    Program    = (path, includes: str*, variants: Variant*)
+    Variant    = (name, task, kind: inner|leaf, reads: str*, writes: str*,
+                  params: Param*, body: Stmt*)
+    Param      = (name, type: TensorType | ScalarType)
+    TensorType = (rank: int, dtype: f16|bf16|f32|i32)
+    ScalarType = ()                                     -- an ``int``
+    Stmt       = Tunable(name, kind: int|processor|atom)
+               | Let(name, value: Expr)                 -- scalar index arithmetic
+               | PartitionDecl(name, tensor, kind: blocks|mma|slices, args: Expr*)
+               | MakeTensor(name, type: TensorType, dims: Expr*)
+               | Launch(task, args: Expr*)
+               | Loop(kind: prange|srange, vars: str*, extents: Expr*, body: Stmt*)
+               | LeafCall(fn, args: Expr*)
+    Expr       = Name(id) | Const(value) | Str(value) | Atom(name)
+               | BinOp(op, lhs, rhs) | Call(fn: cdiv|min|max, args)
+               | Shape(tensor, dim) | Piece(partition, indices: Expr*)
+
+Nodes are frozen dataclasses; edit with :func:`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from cypressc.diagnostics import Loc
+
+DTYPES = ("f16", "bf16", "f32", "i32")
+PROCESSORS = ("HOST", "BLOCK", "WARPGROUP", "WARP", "THREAD")
+TUNABLE_KINDS = ("int", "processor", "atom")
+
+_L = field(default=Loc("<none>"), compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    """A tensor parameter or local type: ``tensor[rank, dtype]``."""
+
+    rank: int
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"tensor[{self.rank}, {self.dtype}]"
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarType:
+    """A scalar ``int`` parameter."""
+
+    def __str__(self) -> str:
+        return "int"
+
+
+Type = Union[TensorType, ScalarType]
+
+
+# ----------------------------------------------------------------------------- expressions
+@dataclass(frozen=True, slots=True)
+class Name:
+    id: str
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class Const:
+    value: int | float
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class Str:
+    value: str
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class Atom:
+    """An instruction atom written as a call with no arguments, e.g. ``WGMMA_64x256x16()``."""
+
+    name: str
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class BinOp:
+    op: str  # one of + - * / // %
+    lhs: "Expr"
+    rhs: "Expr"
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    fn: str  # cdiv | min | max
+    args: tuple["Expr", ...]
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """``T.shape[d]``: the run-time extent of dimension ``dim`` of tensor ``tensor``."""
+
+    tensor: str
+    dim: int
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """``P[i, j]``: the sub-tensor of partition ``partition`` at the given indices."""
+
+    partition: str
+    indices: tuple["Expr", ...]
+    loc: Loc = _L
+
+
+Expr = Union[Name, Const, Str, Atom, BinOp, Call, Shape, Piece]
+
+
+# ----------------------------------------------------------------------------- statements
+@dataclass(frozen=True, slots=True)
+class Tunable:
+    """``X = tunable(kind)``: a compile-time value bound by the mapping."""
+
+    name: str
+    kind: str
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class Let:
+    """``x = <scalar expr>``: scalar index arithmetic."""
+
+    name: str
+    value: Expr
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDecl:
+    """``P = partition_by_blocks(T, (b0, ...))`` / ``partition_by_mma(T, ATOM, PROC, "A")``
+    / ``partition_by_slices(T, dim)``.
+
+    ``args`` holds, for ``blocks``: the block extents; for ``mma``: (atom, proc, Str operand);
+    for ``slices``: (Const dim,).
+    """
+
+    name: str
+    tensor: str
+    kind: str
+    args: tuple[Expr, ...]
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class MakeTensor:
+    """``T: tensor[r, dt] = make_tensor(d0, ...)``: a task-local tensor."""
+
+    name: str
+    type: TensorType
+    dims: tuple[Expr, ...]
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """``launch("task", args...)``: one child task."""
+
+    task: str
+    args: tuple[Expr, ...]
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """``for i, j in prange(e0, e1):`` (parallel) or ``for k in srange(e):`` (sequential)."""
+
+    kind: str
+    vars: tuple[str, ...]
+    extents: tuple[Expr, ...]
+    body: tuple["Stmt", ...]
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class LeafCall:
+    """``fn(args...)`` in a leaf variant: a call to a leaf function of the intrinsics registry."""
+
+    fn: str
+    args: tuple[Expr, ...]
+    loc: Loc = _L
+
+
+Stmt = Union[Tunable, Let, PartitionDecl, MakeTensor, Launch, Loop, LeafCall]
+
+
+# ----------------------------------------------------------------------------- declarations
+@dataclass(frozen=True, slots=True)
+class Param:
+    name: str
+    type: Type
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One ``@task(...)``-decorated ``def``: a variant of task ``task``."""
+
+    name: str
+    task: str
+    kind: str  # "inner" | "leaf"
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    params: tuple[Param, ...]
+    body: tuple[Stmt, ...]
+    loc: Loc = _L
+
+    @property
+    def tensor_params(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if isinstance(p.type, TensorType))
+
+    def tunables(self) -> dict[str, Tunable]:
+        """The tunables this variant declares, by name (declared at top level of the body)."""
+        return {s.name: s for s in self.body if isinstance(s, Tunable)}
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    path: str
+    includes: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    loc: Loc = _L
+
+    def variant(self, name: str) -> Variant | None:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        return None
+
+    def tasks(self) -> dict[str, list[Variant]]:
+        """Variants grouped by task name, in source order."""
+        out: dict[str, list[Variant]] = {}
+        for v in self.variants:
+            out.setdefault(v.task, []).append(v)
+        return out
+
+
+def walk(stmts: tuple[Stmt, ...]):
+    """Yield every statement in ``stmts``, descending into loop bodies (pre-order)."""
+    for s in stmts:
+        yield s
+        if isinstance(s, Loop):
+            yield from walk(s.body)
+
+
+def expr_names(e: Expr) -> set[str]:
+    """Names an expression reads (tensor names of ``Shape``/``Piece`` included)."""
+    if isinstance(e, Name):
+        return {e.id}
+    if isinstance(e, BinOp):
+        return expr_names(e.lhs) | expr_names(e.rhs)
+    if isinstance(e, Call):
+        return set().union(*(expr_names(a) for a in e.args)) if e.args else set()
+    if isinstance(e, Shape):
+        return {e.tensor}
+    if isinstance(e, Piece):
+        out = {e.partition}
+        for i in e.indices:
+            out |= expr_names(i)
+        return out
+    return set()

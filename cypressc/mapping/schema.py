@@ -1,0 +1,82 @@
+"""The mapping specification's schema (Cypress paper §3.3, Fig. 3 and Fig. 5b; DESIGN §2).
+
+A mapping is a list of task-mapping **instances**.  Each binds one variant to a
+processor level, a memory per tensor parameter, values for the variant's tunables,
+and the instances its launches dispatch to.  Block-level instances also carry the
+performance knobs of §4.2.4–§4.2.5 (warp specialization, pipeline depth, shared
+memory bound, register split).  Unknown keys are errors (``extra="forbid"``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["Instance", "MappingSpec", "Proc", "Mem", "parse_bytes"]
+
+Proc = Literal["HOST", "BLOCK", "WARPGROUP", "WARP", "THREAD"]
+Mem = Literal["GLOBAL", "SHARED", "REGISTER", "NONE"]
+
+_BYTES = re.compile(r"^\s*(\d+)\s*(B|KiB|KB|K)?\s*$")
+
+
+def parse_bytes(v: int | str) -> int:
+    """``200KiB`` / ``204800`` / ``196K`` -> bytes.  Raises ``ValueError`` otherwise."""
+    if isinstance(v, bool):
+        raise ValueError("expected a byte count such as 200KiB")
+    if isinstance(v, int):
+        return v
+    m = _BYTES.match(str(v))
+    if not m:
+        raise ValueError(f"'{v}' is not a byte count; write e.g. 200KiB or 204800")
+    n, unit = int(m.group(1)), m.group(2) or "B"
+    return n * (1024 if unit in ("KiB", "K") else 1000 if unit == "KB" else 1)
+
+
+class Instance(BaseModel):
+    """One task-mapping instance (paper Fig. 3 ``TaskMapping``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instance: str = Field(description="the instance's name, referenced by `calls` and `entrypoint`")
+    variant: str = Field(description="the task variant (a def name in the program) it runs")
+    proc: Proc = Field(description="the processor level it runs on")
+    mems: list[Mem] = Field(description="one memory per tensor parameter, in order")
+    tunables: dict[str, int | str] = Field(default_factory=dict,
+                                           description="values for the variant's tunables")
+    calls: list[str] = Field(default_factory=list,
+                             description="instances that the variant's launches dispatch to")
+    warpspecialize: bool | None = Field(default=None, description="BLOCK: producer/consumer roles")
+    pipeline: int | None = Field(default=None, ge=1, le=8,
+                                 description="BLOCK: stage depth D of pipelined loops")
+    mma_in_flight: int | None = Field(default=None, ge=0, le=4,
+                                      description="BLOCK: wgmma groups left in flight (Tawa's P)")
+    smem_limit: int | None = Field(default=None, description="BLOCK: shared-memory bound in bytes")
+    producer_registers: int | None = Field(default=None, ge=24, le=256)
+    consumer_registers: int | None = Field(default=None, ge=24, le=256)
+    raster: int | None = Field(default=None, ge=1, le=64,
+                               description="BLOCK: grid rasterization group height (L2 reuse)")
+
+    @field_validator("smem_limit", mode="before")
+    @classmethod
+    def _bytes(cls, v: object) -> object:
+        return None if v is None else parse_bytes(v)  # type: ignore[arg-type]
+
+    @field_validator("producer_registers", "consumer_registers")
+    @classmethod
+    def _regs(cls, v: int | None) -> int | None:
+        if v is not None and v % 8:
+            raise ValueError("setmaxnreg takes a multiple of 8")
+        return v
+
+
+class MappingSpec(BaseModel):
+    """A whole mapping file: the machine, the entrypoint instance and the instances."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    machine: str = Field(description="machine model name, e.g. h100")
+    entrypoint: str = Field(description="the root instance (runs on HOST)")
+    instances: list[Instance] = Field(min_length=1)

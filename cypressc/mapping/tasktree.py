@@ -1,0 +1,220 @@
+"""Task-tree instantiation and mapping/program cross-validation (paper §3.3; DESIGN §3).
+
+Starting from the mapping's entrypoint, every ``launch`` of every instantiated variant
+is resolved through the instance's ``calls`` to exactly one instance, whose variant
+implements the launched task.  The result is the static tree of
+(instance, variant, proc, mems, tunables) that every compiler pass walks.
+
+Errors (all located in the YAML file, codes M010–M023) cover unknown machines and
+variants, ``mems`` count and visibility, tunable binding and kinds, launch
+resolution, processor nesting and recursion.  Unreachable instances are warnings
+(W001).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cypressc.diagnostics import CypressError, CypressErrors, Warning_
+from cypressc.lang import syntax as S
+from cypressc.lang.intrinsics import LEAF_FUNCTIONS, is_atom_name
+from cypressc.mapping.loader import LoadedMapping
+from cypressc.mapping.machine import Machine, load_machine, machine_names
+from cypressc.mapping.schema import Instance
+
+__all__ = ["TaskNode", "TaskTree", "instantiate"]
+
+BLOCK_KNOBS = ("warpspecialize", "pipeline", "mma_in_flight", "smem_limit", "producer_registers",
+               "consumer_registers", "raster")
+
+
+@dataclass(eq=False)
+class TaskNode:
+    """One instantiated task: the instance, its variant, processor, a memory per tensor
+    parameter (by parameter name), bound tunables, and a child per launch statement."""
+
+    instance: Instance
+    variant: S.Variant
+    proc: str
+    mems: dict[str, str]
+    tunables: dict[str, int | str]
+    children: list[tuple[S.Launch, "TaskNode"]] = field(default_factory=list)
+
+    def child(self, launch: S.Launch) -> "TaskNode":
+        """The node a launch statement of this variant dispatches to (by identity)."""
+        for stmt, node in self.children:
+            if stmt is launch:
+                return node
+        raise KeyError(f"launch of '{launch.task}' was not instantiated")
+
+    def walk(self):
+        """This node and every descendant, pre-order."""
+        yield self
+        for _, c in self.children:
+            yield from c.walk()
+
+
+@dataclass
+class TaskTree:
+    """The instantiated tree, the machine, and any warnings found on the way."""
+
+    root: TaskNode
+    machine: Machine
+    program: S.Program
+    mapping: LoadedMapping
+    warnings: list[Warning_]
+
+    def block_node(self) -> TaskNode | None:
+        """The outermost BLOCK-level instance (the kernel's body), if any."""
+        for n in self.root.walk():
+            if n.proc == "BLOCK":
+                return n
+        return None
+
+
+class _Instantiator:
+    def __init__(self, prog: S.Program, lm: LoadedMapping) -> None:
+        self.prog, self.lm, self.spec = prog, lm, lm.spec
+        self.errors: list[CypressError] = []
+        self.by_name: dict[str, tuple[int, Instance]] = {}
+        self.reached: set[str] = set()
+
+    def err(self, code: str, msg: str, inst: str | None, *key: str | int, hint: str | None = None) -> None:
+        loc = self.lm.instance_loc(inst, *key) if inst else self.lm.loc(*key)
+        self.errors.append(CypressError(code, msg, loc, hint=hint))
+
+    def run(self) -> tuple[TaskNode | None, Machine | None]:
+        try:
+            machine = load_machine(self.spec.machine)
+        except KeyError:
+            self.err("M010", f"unknown machine '{self.spec.machine}'", None, "machine",
+                     hint=f"machines: {', '.join(machine_names())}")
+            return None, None
+        self.machine = machine
+        for i, inst in enumerate(self.spec.instances):
+            if inst.instance in self.by_name:
+                self.err("M012", f"instance '{inst.instance}' is defined twice", None, "instances", i, "instance")
+            else:
+                self.by_name[inst.instance] = (i, inst)
+        for inst in self.spec.instances:
+            self.check_instance(inst)
+        if self.spec.entrypoint not in self.by_name:
+            self.err("M011", f"entrypoint '{self.spec.entrypoint}' is not an instance", None, "entrypoint",
+                     hint=f"instances: {', '.join(self.by_name)}")
+            return None, machine
+        root_inst = self.by_name[self.spec.entrypoint][1]
+        if root_inst.proc != machine.processors[0].name:
+            self.err("M011", f"the entrypoint must run on {machine.processors[0].name}, "
+                     f"'{root_inst.instance}' runs on {root_inst.proc}", root_inst.instance, "proc")
+        if self.errors:
+            return None, machine
+        root = self.node(root_inst, stack=())
+        return root, machine
+
+    def check_instance(self, inst: Instance) -> None:
+        name = inst.instance
+        v = self.prog.variant(inst.variant)
+        if v is None:
+            self.err("M013", f"no variant '{inst.variant}' in {self.prog.path}", name, "variant",
+                     hint="variants: " + ", ".join(x.name for x in self.prog.variants))
+            return
+        m = self.machine
+        tparams = v.tensor_params
+        if len(inst.mems) != len(tparams):
+            self.err("M014", f"'{v.name}' has {len(tparams)} tensor parameter(s) "
+                     f"({', '.join(p.name for p in tparams)}), mems lists {len(inst.mems)}", name, "mems")
+        for j, (mem, p) in enumerate(zip(inst.mems, tparams)):
+            if not m.visible(inst.proc, mem):
+                self.err("M015", f"{mem} is not visible from {inst.proc} (parameter '{p.name}')", name,
+                         "mems", j, hint=f"{inst.proc} can name: {', '.join(m.level(inst.proc).memories)}, NONE")
+        declared = v.tunables()
+        for t, decl in declared.items():
+            if t not in inst.tunables:
+                self.err("M016", f"tunable '{t}' of '{v.name}' ({decl.kind}) is not bound", name,
+                         "tunables" if inst.tunables else "variant",
+                         hint=f"add `{t}: …` under tunables of instance '{name}'")
+                continue
+            val = inst.tunables[t]
+            if decl.kind == "int" and (not isinstance(val, int) or isinstance(val, bool) or val <= 0):
+                self.err("M016", f"tunable '{t}' is an int; got {val!r}", name, "tunables", t,
+                         hint="int tunables take positive integers")
+            elif decl.kind == "processor":
+                if val not in m.processor_names:
+                    self.err("M016", f"tunable '{t}' is a processor; got {val!r}", name, "tunables", t,
+                             hint=f"processors: {', '.join(m.processor_names)}")
+                elif not m.level(str(val)).depth > m.level(inst.proc).depth:
+                    self.err("M016", f"processor tunable '{t}' = {val} must be below {inst.proc}",
+                             name, "tunables", t)
+            elif decl.kind == "atom" and not (isinstance(val, str) and is_atom_name(val)):
+                self.err("M016", f"tunable '{t}' is an instruction atom; got {val!r}", name, "tunables", t,
+                         hint="atoms: WGMMA_64xNx16 with N a multiple of 8 from 8 to 256")
+        for t in inst.tunables:
+            if t not in declared:
+                self.err("M016", f"'{v.name}' declares no tunable '{t}'", name, "tunables", t,
+                         hint=f"declared: {', '.join(declared) or '(none)'}")
+        if inst.proc != "BLOCK":
+            for knob in BLOCK_KNOBS:
+                if getattr(inst, knob) is not None:
+                    self.err("M022", f"'{knob}' applies to BLOCK instances; '{name}' runs on {inst.proc}",
+                             name, knob)
+        if v.kind == "leaf":
+            for s in S.walk(v.body):
+                if isinstance(s, S.LeafCall) and s.fn in LEAF_FUNCTIONS \
+                        and LEAF_FUNCTIONS[s.fn].proc != inst.proc:
+                    self.err("M021", f"leaf '{v.name}' calls {s.fn}(), which runs on "
+                             f"{LEAF_FUNCTIONS[s.fn].proc}; the instance maps it to {inst.proc}",
+                             name, "proc")
+        for j, c in enumerate(inst.calls):
+            if c not in self.by_name:
+                self.err("M018", f"calls names unknown instance '{c}'", name, "calls", j)
+
+    def node(self, inst: Instance, stack: tuple[str, ...]) -> TaskNode:
+        self.reached.add(inst.instance)
+        v = self.prog.variant(inst.variant)
+        assert v is not None
+        mems = {p.name: mem for p, mem in zip(v.tensor_params, inst.mems)}
+        node = TaskNode(inst, v, inst.proc, mems, dict(inst.tunables))
+        tasks = self.prog.tasks()
+        for s in S.walk(v.body):
+            if not isinstance(s, S.Launch):
+                continue
+            cands = [c for c in inst.calls if c in self.by_name
+                     and (cv := self.prog.variant(self.by_name[c][1].variant)) is not None and cv.task == s.task]
+            if len(cands) != 1:
+                impl = [x.name for x in tasks.get(s.task, [])]
+                what = "no instance" if not cands else f"{len(cands)} instances ({', '.join(cands)})"
+                self.err("M017", f"launch of '{s.task}' in '{v.name}' resolves to {what} in calls of "
+                         f"'{inst.instance}'", inst.instance, "calls",
+                         hint=f"list exactly one instance whose variant is one of: {', '.join(impl)}")
+                continue
+            child = self.by_name[cands[0]][1]
+            if not self.machine.deeper_or_equal(child.proc, inst.proc):
+                self.err("M019", f"'{child.instance}' runs on {child.proc}, above its caller "
+                         f"'{inst.instance}' on {inst.proc}", child.instance, "proc",
+                         hint="a launched task runs on the same processor level or a deeper one")
+                continue
+            if child.instance in stack + (inst.instance,):
+                self.err("M020", f"instance '{child.instance}' launches itself through "
+                         f"{' -> '.join(stack + (inst.instance, child.instance))}", inst.instance, "calls",
+                         hint="recursion must bottom out: map each level to its own instance")
+                continue
+            node.children.append((s, self.node(child, stack + (inst.instance,))))
+        return node
+
+
+def instantiate(prog: S.Program, lm: LoadedMapping) -> TaskTree:
+    """Validate ``lm`` against ``prog`` and build the task tree.
+
+    Raises :class:`CypressErrors` (codes M010–M023) when the mapping does not fit the
+    program; returns a :class:`TaskTree` whose ``warnings`` list unreachable instances.
+    """
+    ins = _Instantiator(prog, lm)
+    root, machine = ins.run()
+    if ins.errors or root is None or machine is None:
+        raise CypressErrors(ins.errors)
+    warnings = [
+        Warning_("W001", f"instance '{inst.instance}' is never reached from '{lm.spec.entrypoint}'",
+                 lm.instance_loc(inst.instance, "instance"), hint="remove it or add it to some calls:")
+        for inst in lm.spec.instances if inst.instance not in ins.reached
+    ]
+    return TaskTree(root, machine, prog, lm, warnings)
