@@ -1,0 +1,48 @@
+"""Shared test fixtures: the ``golden`` file fixture (``--update-golden`` rewrites them)."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite tests/golden/* from the current output (then read the diff!)")
+
+
+class Golden:
+    """Compare text against ``tests/golden/<rel>``; a mismatch fails with a unified diff."""
+
+    def __init__(self, update: bool) -> None:
+        self.update = update
+
+    def check(self, rel: str, actual: str) -> None:
+        path = GOLDEN / rel
+        if self.update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists() or path.read_text() != actual:
+                path.write_text(actual)
+            return
+        if not path.exists():
+            pytest.fail(f"missing golden file {path.relative_to(ROOT)}; run `make golden` and read it")
+        expected = path.read_text()
+        if expected != actual:
+            diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
+                                                f"golden/{rel}", "actual"))
+            pytest.fail(f"output differs from golden/{rel}:\n{diff}")
+
+
+@pytest.fixture
+def golden(request) -> Golden:
+    return Golden(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture
+def root() -> Path:
+    return ROOT
