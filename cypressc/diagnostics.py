@@ -102,9 +102,11 @@ def _excerpt(loc: Loc, marker: str = "^") -> list[str]:
             text = lines[loc.line - 1] if loc.line - 1 < len(lines) else ""
         except OSError:
             text = ""
-    if not text:
-        return []
-    text = text.rstrip("\n").expandtabs(4)
+    if not text or "\x00" in text:
+        return []  # nothing to show, or a line of binary data
+    # control characters (escape sequences, stray bytes) would garble the terminal
+    text = "".join(c if c.isprintable() or c == "\t" else "\ufffd" for c in text.rstrip("\r\n"))
+    text = text.expandtabs(4)
     gutter = f"{loc.line:>5} | "
     start = max(loc.col - 1, 0)
     end = loc.end_col - 1 if loc.end_col > loc.col else len(text.rstrip())

@@ -321,11 +321,11 @@ class _Checker:
                 pass
             else:
                 if writes_it and root not in caller_writes:
-                    self.error("E027", f"'{s.task}' writes '{param.name}', but '{v.name}' holds no "
+                    self.error("E027", f"'{s.task}' writes its parameter '{param.name}', but '{v.name}' holds no "
                                f"write privilege on '{root}'", arg.loc,
                                f"add \"{root}\" to writes= of '{v.name}' or pass a tensor it may write")
                 elif reads_it and root not in caller_reads | caller_writes:
-                    self.error("E027", f"'{s.task}' reads '{param.name}', but '{v.name}' holds no "
+                    self.error("E027", f"'{s.task}' reads its parameter '{param.name}', but '{v.name}' holds no "
                                f"privilege on '{root}'", arg.loc,
                                f"add \"{root}\" to reads= of '{v.name}'")
             if writes_it:

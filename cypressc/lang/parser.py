@@ -8,6 +8,7 @@ with a located :class:`~cypressc.diagnostics.CypressError` (codes ``E001``–``E
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 from cypressc.diagnostics import CypressError, CypressErrors, Loc
@@ -17,6 +18,17 @@ __all__ = ["parse_file", "parse_source"]
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%"}
 _SCALAR_FNS = ("cdiv", "min", "max")
+_STMT_NAMES = {
+    "If": "if statements", "While": "while loops", "Return": "return statements",
+    "AugAssign": "augmented assignments (x += y)", "With": "with blocks",
+    "AsyncWith": "with blocks", "AsyncFor": "async for loops", "Expr": "bare expressions",
+    "Import": "imports inside a task", "ImportFrom": "imports inside a task",
+    "FunctionDef": "nested functions", "AsyncFunctionDef": "nested functions",
+    "ClassDef": "classes", "Try": "try blocks", "TryStar": "try blocks", "Raise": "raise statements",
+    "Assert": "asserts", "Delete": "del statements", "Global": "global declarations",
+    "Nonlocal": "nonlocal declarations", "Break": "break statements",
+    "Continue": "continue statements", "Match": "match statements",
+}
 
 
 class _Parser:
@@ -170,12 +182,12 @@ class _Parser:
                                    'write launch("task", arg0, arg1, ...)')
                 return [S.Launch(call.args[0].value, tuple(self.expr(a) for a in call.args[1:]), loc)]
             return [S.LeafCall(call.func.id, tuple(self.expr(a) for a in call.args), loc)]
-        names = {ast.If: "if statements", ast.While: "while loops", ast.Return: "return",
-                 ast.AugAssign: "augmented assignment", ast.With: "with blocks"}
-        what = names.get(type(st), type(st).__name__)
-        raise self.err("E002", f"{what} are not part of the Cypress language", st,
-                       "task bodies hold tunables, index arithmetic, partitions, make_tensor, "
-                       "launch(), prange/srange loops and (in leaves) leaf-function calls")
+        what = _STMT_NAMES.get(type(st).__name__, f"{type(st).__name__} statements")
+        hint = ("task bodies hold tunables, index arithmetic, partitions, make_tensor, "
+                "launch(), prange/srange loops and (in leaves) leaf-function calls")
+        if isinstance(st, ast.AugAssign):
+            hint = "write `x = x + 1` for index arithmetic; in a leaf, call add(C, X) to accumulate tensors"
+        raise self.err("E002", f"{what} are not part of the Cypress language", st, hint)
 
     def assign(self, target: ast.expr, value: ast.expr, st: ast.stmt) -> list[S.Stmt]:
         if isinstance(target, ast.Tuple):
@@ -320,7 +332,10 @@ def parse_source(source: str, path: str = "<string>") -> S.Program:
         raise CypressErrors([CypressError("E001", "the program is empty", Loc(path, 1, 1),
                                           hint="a .cyp file holds @task-decorated defs")])
     try:
-        mod = ast.parse(source, filename=path)
+        with warnings.catch_warnings():
+            # e.g. "invalid escape sequence" in a docstring: Python's business, not a .cyp error
+            warnings.simplefilter("ignore")
+            mod = ast.parse(source, filename=path)
     except SyntaxError as e:
         lines = source.splitlines()
         line = e.lineno or 1
@@ -349,8 +364,14 @@ def parse_file(path: str | Path) -> S.Program:
         raise CypressErrors([CypressError("E000", f"no such file: {path}", Loc(str(path)))]) from None
     except OSError as e:
         raise CypressErrors([CypressError("E000", f"cannot read {path}: {e.strerror}", Loc(str(path)))]) from None
+    if b"\x00" in data:
+        raise CypressErrors([CypressError("E001", "the file is binary, not .cyp source", Loc(str(path), 1, 1))])
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise CypressErrors([CypressError("E001", "the file is not UTF-8 text", Loc(str(path), 1, 1))]) from None
+    except UnicodeDecodeError as e:
+        # point at the first byte that is not UTF-8
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise CypressErrors([CypressError("E001", "the file is not UTF-8 text", Loc(str(path), line, col, col + 1),
+                                          hint="save the program as UTF-8")]) from None
     return parse_source(text, str(path))

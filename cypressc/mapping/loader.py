@@ -44,37 +44,102 @@ class LoadedMapping:
         return Loc(self.path, 1, 1)
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_MAX_NODES = 200_000  # aliases can expand exponentially ("billion laughs"); a mapping is small
+
+
 def _convert(node: yaml.Node, path: Path_, lines: list[str], file: str,
-             locs: dict[Path_, Loc], key_locs: dict[Path_, Loc]) -> object:
+             locs: dict[Path_, Loc], key_locs: dict[Path_, Loc],
+             _active: set[int] | None = None, _count: list[int] | None = None) -> object:
+    """Turn a composed YAML node into Python data, recording the location of every node.
+
+    Merge keys (``<<: *defaults``) are honoured: merged keys come first and the mapping's
+    own keys override them.  Recursive aliases, alias bombs and scalars that do not
+    convert under their tag (``!!int abc``) are located M000 errors.
+    """
+    active = set() if _active is None else _active
+    count = [0] if _count is None else _count
+
     def mk(mark: yaml.Mark, end: yaml.Mark | None = None) -> Loc:
         line = mark.line + 1
         end_col = end.column + 1 if end is not None and end.line == mark.line else 0
         return Loc(file, line, mark.column + 1, end_col, lines[mark.line] if mark.line < len(lines) else "")
 
+    def sub(n: yaml.Node, p: Path_) -> object:
+        return _convert(n, p, lines, file, locs, key_locs, active, count)
+
+    count[0] += 1
+    if count[0] > _MAX_NODES:
+        raise CypressError("M000", "the mapping expands to too many YAML nodes (alias bomb?)",
+                           mk(node.start_mark, node.end_mark))
+    if id(node) in active:
+        raise CypressError("M000", "recursive YAML alias: a node contains itself",
+                           mk(node.start_mark, node.end_mark))
     locs[path] = mk(node.start_mark, node.end_mark)
     if isinstance(node, yaml.MappingNode):
+        active.add(id(node))
         out: dict = {}
+        own: set = set()
         for k, v in node.value:
+            if k.tag == _MERGE_TAG:
+                merged = sub(v, path)
+                parts = merged if isinstance(merged, list) else [merged]
+                if not all(isinstance(m, dict) for m in parts):
+                    raise CypressError("M000", "'<<' merges a mapping or a list of mappings",
+                                       mk(v.start_mark, v.end_mark))
+                for m in parts:
+                    for mk_, mv in m.items():
+                        if mk_ not in own and mk_ not in out:
+                            out[mk_] = mv
+                locs[path] = mk(node.start_mark, node.end_mark)
+                continue
             key = k.value if isinstance(k, yaml.ScalarNode) else str(k)
-            if key in out:
+            if key in own:
                 raise CypressError("M001", f"duplicate key '{key}'", mk(k.start_mark, k.end_mark))
-            out[key] = _convert(v, path + (key,), lines, file, locs, key_locs)
+            own.add(key)
+            out[key] = sub(v, path + (key,))
             key_locs[path + (key,)] = mk(k.start_mark, v.end_mark)
+        active.discard(id(node))
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(v, path + (i,), lines, file, locs, key_locs) for i, v in enumerate(node.value)]
-    return yaml.constructor.SafeConstructor().construct_object(node)  # type: ignore[arg-type]
+        active.add(id(node))
+        items = [sub(v, path + (i,)) for i, v in enumerate(node.value)]
+        active.discard(id(node))
+        return items
+    try:
+        return yaml.constructor.SafeConstructor().construct_object(node)  # type: ignore[arg-type]
+    except Exception as e:  # noqa: BLE001 - any failure to build a scalar is a bad scalar
+        tag = node.tag.removeprefix("tag:yaml.org,2002:")
+        msg = f"unsupported YAML tag '{node.tag}'" if isinstance(e, yaml.YAMLError) \
+            else f"{node.value!r} is not a valid !!{tag}"
+        raise CypressError("M000", msg, mk(node.start_mark, node.end_mark),
+                           hint="mappings use plain YAML scalars; drop the explicit tag") from None
+
+
+def _field_name(loc: tuple) -> str:
+    """``("instances", 2, "mems", 1)`` -> ``mems[1]``: the last key plus trailing indices."""
+    parts = list(loc)
+    idx: list[str] = []
+    while parts and isinstance(parts[-1], int):
+        idx.insert(0, f"[{parts.pop()}]")
+    return (str(parts[-1]) if parts else "mapping") + "".join(idx)
 
 
 def _pydantic_message(err: dict) -> str:
-    t, loc, msg = err["type"], err["loc"], err["msg"]
-    field = str(loc[-1]) if loc else "mapping"
+    t, loc, msg = err["type"], tuple(err["loc"]), err["msg"]
+    field = _field_name(loc)
     if t == "extra_forbidden":
         return f"unknown key '{field}'"
     if t == "missing":
         return f"missing key '{field}'"
     if t == "literal_error":
         return f"'{field}': {msg.replace('Input should be', 'expected')} (got {err.get('input')!r})"
+    msg = msg.removeprefix("Value error, ").replace("Input should be", "should be")
+    got = err.get("input")
+    if isinstance(got, (str, int, float, bool)) and t != "value_error":
+        msg += f" (got {got!r})"
+    elif isinstance(got, (dict, list)) and t != "value_error":
+        msg += f" (got a {'mapping' if isinstance(got, dict) else 'list'})"
     return f"'{field}': {msg}"
 
 
@@ -86,12 +151,18 @@ def load_mapping_source(text: str, path: str = "<string>") -> LoadedMapping:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as e:
+        def at(mark: yaml.Mark | None) -> Loc:
+            line = mark.line + 1 if mark else 1
+            col = mark.column + 1 if mark else 1
+            return Loc(path, line, col, col + 1, lines[line - 1] if 0 < line <= len(lines) else "")
+
         mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else 1
-        col = mark.column + 1 if mark else 1
+        notes: tuple[tuple[str, Loc], ...] = ()
+        if e.context and e.context_mark is not None and e.problem_mark is not None \
+                and (e.context_mark.line, e.context_mark.column) != (e.problem_mark.line, e.problem_mark.column):
+            notes = ((f"{e.context}, which starts here", at(e.context_mark)),)
         raise CypressErrors([CypressError(
-            "M000", f"YAML syntax error: {e.problem or e}", Loc(path, line, col, 0,
-                                                                 lines[line - 1] if 0 < line <= len(lines) else ""),
+            "M000", f"YAML syntax error: {e.problem or e}", at(mark), notes=notes,
             hint="mappings are YAML: `key: value`, lists as `- item`, indentation with spaces")]) from None
     except yaml.YAMLError as e:
         raise CypressErrors([CypressError("M000", f"YAML error: {e}", Loc(path, 1, 1))]) from None
@@ -144,8 +215,14 @@ def load_mapping(path: str | Path) -> LoadedMapping:
         raise CypressErrors([CypressError("M000", f"no such file: {path}", Loc(str(path)))]) from None
     except OSError as e:
         raise CypressErrors([CypressError("M000", f"cannot read {path}: {e.strerror}", Loc(str(path)))]) from None
+    if b"\x00" in data:
+        raise CypressErrors([CypressError("M000", "the mapping is binary, not YAML", Loc(str(path), 1, 1))])
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise CypressErrors([CypressError("M000", "the mapping is not UTF-8 text", Loc(str(path), 1, 1))]) from None
+    except UnicodeDecodeError as e:
+        # point at the first byte that is not UTF-8
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise CypressErrors([CypressError("M000", "the mapping is not UTF-8 text", Loc(str(path), line, col, col + 1),
+                                          hint="save the mapping as UTF-8")]) from None
     return load_mapping_source(text, str(path))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.tree import Tree
 
 from cypressc.mapping.tasktree import TaskNode, TaskTree
@@ -17,14 +18,16 @@ def _label(n: TaskNode, color: bool) -> str:
     knobs = [f"{k}={getattr(n.instance, k)}" for k in
              ("warpspecialize", "pipeline", "mma_in_flight", "smem_limit", "raster")
              if getattr(n.instance, k) is not None]
+    # Labels are rich markup in both modes (Tree renders them), so user text and the
+    # knob list "[...]" are escaped: unescaped, "[pipeline=4, ...]" would vanish as a tag.
     if color:
-        s = f"[bold]{inst}[/] [dim]variant[/] {var} [cyan]{proc}[/] ({args})"
+        s = f"[bold]{escape(inst)}[/] [dim]variant[/] {escape(var)} [cyan]{proc}[/] ({escape(args)})"
     else:
-        s = f"{inst}: variant {var} on {proc} ({args})"
+        s = escape(f"{inst}: variant {var} on {proc} ({args})")
     if tun:
-        s += f" {{{tun}}}"
+        s += escape(f" {{{tun}}}")
     if knobs:
-        s += " [" + ", ".join(knobs) + "]" if not color else " \\[" + ", ".join(knobs) + "]"
+        s += escape(" [" + ", ".join(knobs) + "]")
     return s
 
 

@@ -7,7 +7,7 @@ implements the launched task.  The result is the static tree of
 
 Errors (all located in the YAML file, codes M010–M023) cover unknown machines and
 variants, ``mems`` count and visibility, tunable binding and kinds, launch
-resolution, processor nesting and recursion.  Unreachable instances are warnings
+resolution, processor nesting, recursion and NONE tensors of leaves (M023).  Unreachable instances are warnings
 (W001).
 """
 
@@ -158,6 +158,12 @@ class _Instantiator:
                     self.err("M022", f"'{knob}' applies to BLOCK instances; '{name}' runs on {inst.proc}",
                              name, knob)
         if v.kind == "leaf":
+            for j, (mem, p) in enumerate(zip(inst.mems, tparams)):
+                if mem == "NONE":
+                    self.err("M023", f"leaf '{v.name}' touches '{p.name}', so it cannot be NONE here",
+                             name, "mems", j,
+                             hint="NONE means never materialized at this level; a leaf reads or "
+                                  f"writes its tensors, so map '{p.name}' to a memory {inst.proc} can name")
             for s in S.walk(v.body):
                 if isinstance(s, S.LeafCall) and s.fn in LEAF_FUNCTIONS \
                         and LEAF_FUNCTIONS[s.fn].proc != inst.proc:
@@ -214,7 +220,7 @@ def instantiate(prog: S.Program, lm: LoadedMapping) -> TaskTree:
         raise CypressErrors(ins.errors)
     warnings = [
         Warning_("W001", f"instance '{inst.instance}' is never reached from '{lm.spec.entrypoint}'",
-                 lm.instance_loc(inst.instance, "instance"), hint="remove it or add it to some calls:")
+                 lm.instance_loc(inst.instance, "instance"), hint="remove it, or list it in the calls of the instance that launches it")
         for inst in lm.spec.instances if inst.instance not in ins.reached
     ]
     return TaskTree(root, machine, prog, lm, warnings)

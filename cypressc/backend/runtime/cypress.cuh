@@ -157,7 +157,7 @@ __device__ __forceinline__ uint64_t desc_k_sw128(const void* tile) {
   d.bitfield.leading_byte_offset_ = 1;
   d.bitfield.stride_byte_offset_ = 1024 >> 4;
   d.bitfield.base_offset_ = 0;
-  d.bitfield.layout_type_ = uint8_t(cute::GMMA::LayoutType::B128);
+  d.bitfield.layout_type_ = uint8_t(cute::SM90::GMMA::LayoutType::B128);
   return d.desc_;
 }
 // Descriptor for a 128B-swizzled MN-major tile made of 64-column chunks `chunk_bytes` apart.
@@ -167,7 +167,7 @@ __device__ __forceinline__ uint64_t desc_mn_sw128(const void* tile, uint32_t chu
   d.bitfield.leading_byte_offset_ = uint16_t(chunk_bytes >> 4);
   d.bitfield.stride_byte_offset_ = 1024 >> 4;
   d.bitfield.base_offset_ = 0;
-  d.bitfield.layout_type_ = uint8_t(cute::GMMA::LayoutType::B128);
+  d.bitfield.layout_type_ = uint8_t(cute::SM90::GMMA::LayoutType::B128);
   return d.desc_;
 }
 // Advance a descriptor's start address by `bytes` (multiple of 16): k-slices inside a tile.

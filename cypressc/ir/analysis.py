@@ -1,0 +1,136 @@
+"""Whole-module helpers the passes share: symbol tables, canonical views, event
+forwarding with index composition, and dead-op removal."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cypressc.ir import nodes as N
+from cypressc.ir.subst import map_views, rename_events, walk_ops
+
+__all__ = ["Symbols", "canon", "dim_procs", "forward_refs", "replace_event", "remove_ops",
+           "substitute_view", "module_ops", "ref_for"]
+
+
+class Symbols:
+    """Allocations and partitions of a module by name (module parameters included)."""
+
+    def __init__(self, m: N.Module) -> None:
+        self.allocs: dict[str, N.Alloc] = {a.name: a for a in m.params}
+        self.parts: dict[str, N.Partition] = {}
+        self.events: dict[str, N.Op] = {}
+        for op in walk_ops(m.body):
+            if isinstance(op, N.Alloc):
+                self.allocs[op.name] = op
+            elif isinstance(op, N.Partition):
+                self.parts[op.name] = op
+            if isinstance(op, N.AsyncOp):
+                self.events[op.ev] = op
+
+    def root(self, v: N.View) -> str:
+        return N.view_root(v, self.parts)
+
+    def mem(self, v: N.View) -> str:
+        return self.allocs[self.root(v)].mem
+
+    def shape(self, v: N.View) -> tuple[N.IExpr, ...]:
+        if isinstance(v, N.TRef):
+            return self.allocs[v.name].shape
+        return self.parts[v.partition].piece_shape
+
+
+def canon(v: N.View, sym: Symbols) -> tuple:
+    """A structural key of a view: its root and the chain of (kind, params, index)."""
+    chain = []
+    while isinstance(v, N.Piece):
+        p = sym.parts[v.partition]
+        chain.append((p.kind, p.params, v.idx))
+        v = p.base
+    return (v.name, tuple(reversed(chain)))
+
+
+def dim_procs(dims: tuple[N.Dim, ...]) -> list[N.IProc]:
+    """The processor-index expression of each dimension (BLOCK dims numbered in order)."""
+    out, g = [], 0
+    for d in dims:
+        if d.proc == "BLOCK":
+            out.append(N.IProc("BLOCK", g))
+            g += 1
+        else:
+            out.append(N.IProc(d.proc, 0))
+    return out
+
+
+def ref_for(ev: str, ev_dims: tuple[N.Dim, ...], user_dims: tuple[N.Dim, ...]) -> N.EvRef:
+    """A reference to ``ev`` from an op replicated over ``user_dims``: point-wise along the
+    leading dimensions both share, broadcast along the rest."""
+    idx: list[N.IExpr | None] = []
+    same = True
+    for i, (d, p) in enumerate(zip(ev_dims, dim_procs(ev_dims))):
+        same = same and i < len(user_dims) and user_dims[i] == d
+        idx.append(p if same else None)
+    return N.EvRef(ev, tuple(idx))
+
+
+def forward_refs(user: N.EvRef, removed: N.Op) -> list[N.EvRef]:
+    """The refs a use of ``removed``'s event becomes when ``removed`` is deleted:
+    its preconditions, re-indexed through the use (paper Fig. 10, ``b[e2/e1]``)."""
+    sub: dict[N.IProc, N.IExpr | None] = {}
+    for p, i in zip(dim_procs(removed.dims), user.idx):
+        sub[p] = i
+    out: list[N.EvRef] = []
+    for r in removed.pre:  # type: ignore[union-attr]
+        idx = tuple(None if x is None else sub.get(x, x) if isinstance(x, N.IProc) else x for x in r.idx)
+        nr = N.EvRef(r.name, idx)
+        if nr not in out:
+            out.append(nr)
+    return out
+
+
+def _dedup(refs) -> tuple[N.EvRef, ...]:
+    out: list[N.EvRef] = []
+    for r in refs:
+        if r not in out:
+            out.append(r)
+    return tuple(out)
+
+
+def replace_event(m: N.Module, ev: str, fn) -> N.Module:
+    """Replace every use ``ev[idx]`` by ``fn(ref) -> list[EvRef]``."""
+
+    def refs(rs):
+        out = []
+        for r in rs:
+            out += fn(r) if r.name == ev else [r]
+        return _dedup(out)
+
+    return replace(m, body=N.Block(tuple(rename_events(o, refs) for o in m.body.ops), refs(m.body.yields)))
+
+
+def remove_ops(m: N.Module, pred) -> N.Module:
+    """Delete every op (at any depth) for which ``pred(op)`` holds."""
+
+    def blk(b: N.Block) -> N.Block:
+        ops = []
+        for o in b.ops:
+            if pred(o):
+                continue
+            if isinstance(o, (N.For, N.PFor)):
+                o = replace(o, body=blk(o.body))
+            ops.append(o)
+        return N.Block(tuple(ops), b.yields)
+
+    return replace(m, body=blk(m.body))
+
+
+def substitute_view(m: N.Module, name: str, new: N.View) -> N.Module:
+    """Replace the whole tensor ``%name`` by the view ``new`` everywhere."""
+
+    def fn(v: N.View) -> N.View:
+        return new if isinstance(v, N.TRef) and v.name == name else v
+
+    return replace(m, body=N.Block(tuple(map_views(o, fn) for o in m.body.ops), m.body.yields))
+
+
+def module_ops(m: N.Module) -> list[N.Op]:
+    return list(walk_ops(m.body))

@@ -1,0 +1,268 @@
+"""The event IR (Cypress paper §4.1, Fig. 7).
+
+Grammar (every op is a frozen dataclass; blocks are tuples of ops)::
+
+    IExpr   = IConst(value) | IVar(name) | IProc(proc, dim) | IBin(op, a, b)
+    View    = TRef(name)                         -- a whole tensor
+            | Piece(partition, idx: IExpr*)      -- one piece of a partition
+    EvRef   = (name, idx: (IExpr | None)*)       -- None is the broadcast ``:``
+    Dim     = (extent: IExpr, proc)              -- one dimension of an event array
+    Op      = Alloc(name, shape: IExpr*, dtype, mem, layout: View?)
+            | Let(name, value: IExpr)
+            | Partition(name, base: View, kind, params, piece_shape: IExpr*)
+            | Copy(ev, src: View, dst: View, pre: EvRef*)
+            | Call(ev, fn, args: (View | IExpr | AtomArg)*, pre: EvRef*)
+            | For(ev, var, lo, hi, pre: EvRef*, body: Block)
+            | PFor(ev, var, lo, hi, proc, pre: EvRef*, body: Block)
+    Block   = (ops: Op*, yields: EvRef*)
+    Module  = (name, params: Alloc*, scalars: str*, body: Block)
+
+Every op also has ``dims: Dim*``: the processor dimensions it is replicated over.
+The dependence analysis leaves ``dims`` empty; vectorization (§4.2.2) flattens the
+implicit ``pfor`` loops (BLOCK, WARPGROUP, WARP, THREAD) and records their extents
+there, so the event type of an async op is exactly ``[(n, PROC), …]`` of its dims.
+
+Sequential ``for`` semantics follow the paper: iteration k+1 starts once iteration
+k's yields have completed; ops inside a body with no precondition wait only for
+their iteration to start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+__all__ = [
+    "IConst", "IVar", "IProc", "IBin", "IExpr", "TRef", "Piece", "View", "AtomArg", "EvRef",
+    "Dim", "Alloc", "Let", "Partition", "Copy", "Call", "For", "PFor", "Block", "Module", "Op",
+    "AsyncOp", "ev_type_str", "view_root", "iconst", "ibin",
+]
+
+
+# ----------------------------------------------------------------------------- scalars
+@dataclass(frozen=True, slots=True)
+class IConst:
+    value: int | float
+
+
+@dataclass(frozen=True, slots=True)
+class IVar:
+    """An SSA scalar: a ``Let``, a loop variable, or a scalar module parameter (M, N, K)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class IProc:
+    """The index of the executing processor at level ``proc`` inside its parent
+    (``dim`` selects the grid dimension for BLOCK)."""
+
+    proc: str
+    dim: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IBin:
+    op: str  # + - * / // % cdiv min max
+    a: "IExpr"
+    b: "IExpr"
+
+
+IExpr = Union[IConst, IVar, IProc, IBin]
+
+
+def iconst(v: int) -> IConst:
+    return IConst(v)
+
+
+def ibin(op: str, a: IExpr, b: IExpr) -> IExpr:
+    """Build ``a op b``, folding constants (so static tile shapes stay numbers)."""
+    if isinstance(a, IConst) and isinstance(b, IConst):
+        x, y = a.value, b.value
+        if op == "+":
+            return IConst(x + y)
+        if op == "-":
+            return IConst(x - y)
+        if op == "*":
+            return IConst(x * y)
+        if op in ("/", "//") and y != 0 and isinstance(x, int) and isinstance(y, int) and x % y == 0:
+            return IConst(x // y)
+        if op == "//" and y != 0:
+            return IConst(x // y)
+        if op == "%" and y != 0:
+            return IConst(x % y)
+        if op == "cdiv" and y != 0:
+            return IConst(-(-x // y))
+        if op == "min":
+            return IConst(min(x, y))
+        if op == "max":
+            return IConst(max(x, y))
+    if op in ("+", "-") and isinstance(b, IConst) and b.value == 0:
+        return a
+    if op == "+" and isinstance(a, IConst) and a.value == 0:
+        return b
+    if op == "*" and isinstance(b, IConst) and b.value == 1:
+        return a
+    if op == "*" and isinstance(a, IConst) and a.value == 1:
+        return b
+    if op == "+" and isinstance(b, IConst) and b.value == 0:
+        return a
+    if op in ("/", "//") and isinstance(b, IConst) and b.value == 1:
+        return a
+    return IBin(op, a, b)
+
+
+# ----------------------------------------------------------------------------- views & events
+@dataclass(frozen=True, slots=True)
+class TRef:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    partition: str
+    idx: tuple[IExpr, ...]
+
+
+View = Union[TRef, Piece]
+
+
+@dataclass(frozen=True, slots=True)
+class AtomArg:
+    """An instruction atom operand of a ``call`` (e.g. ``WGMMA_64x256x16``)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class EvRef:
+    """A use of event ``name``; ``idx`` has one entry per array dimension, ``None`` = ``:``."""
+
+    name: str
+    idx: tuple[IExpr | None, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Dim:
+    extent: IExpr
+    proc: str
+
+
+def ev_type_str(dims: tuple[Dim, ...], show) -> str:
+    if not dims:
+        return "()"
+    return "[" + ", ".join(f"({show(d.extent)}, {d.proc})" for d in dims) + "]"
+
+
+# ----------------------------------------------------------------------------- ops
+@dataclass(frozen=True, slots=True)
+class Alloc:
+    """``%name = tensor [shape] dtype @MEM``; ``layout`` is the view whose element
+    arrangement the tensor copies (a register fragment of an mma partition)."""
+
+    name: str
+    shape: tuple[IExpr, ...]
+    dtype: str
+    mem: str
+    layout: View | None = None
+    dims: tuple[Dim, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Let:
+    name: str
+    value: IExpr
+    dims: tuple[Dim, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """``%P = partition_by_<kind> %base (params)``; ``piece_shape`` is one piece's extent.
+
+    params: blocks -> block extents (IExpr); slices -> (dim,);
+    mma -> (atom name, processor, operand).
+    """
+
+    name: str
+    base: View
+    kind: str
+    params: tuple
+    piece_shape: tuple[IExpr, ...]
+    dims: tuple[Dim, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    ev: str
+    src: View
+    dst: View
+    pre: tuple[EvRef, ...] = ()
+    dims: tuple[Dim, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A leaf-function invocation; ``task`` names the leaf variant it came from."""
+
+    ev: str
+    fn: str
+    args: tuple
+    pre: tuple[EvRef, ...] = ()
+    dims: tuple[Dim, ...] = ()
+    task: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    ops: tuple["Op", ...]
+    yields: tuple[EvRef, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class For:
+    ev: str
+    var: str
+    lo: IExpr
+    hi: IExpr
+    pre: tuple[EvRef, ...]
+    body: Block
+    dims: tuple[Dim, ...] = ()
+    pipeline: int = 0  # stage depth requested by the mapping (0: not pipelined)
+
+
+@dataclass(frozen=True, slots=True)
+class PFor:
+    ev: str
+    var: str
+    lo: IExpr
+    hi: IExpr
+    proc: str
+    pre: tuple[EvRef, ...]
+    body: Block
+    dims: tuple[Dim, ...] = ()
+
+
+Op = Union[Alloc, Let, Partition, Copy, Call, For, PFor]
+AsyncOp = (Copy, Call, For, PFor)
+
+
+@dataclass(frozen=True, slots=True)
+class Module:
+    """A lowered program: ``params`` are the entrypoint's tensors (GLOBAL), ``scalars`` the
+    run-time sizes they introduce (``M``, ``N``, ``K``…), ``body`` the HOST-level block.
+
+    ``attrs`` carries block-level mapping knobs (``warpspecialize``, ``pipeline``, …) and
+    is filled by later passes (shared-memory plan, roles)."""
+
+    name: str
+    params: tuple[Alloc, ...]
+    scalars: tuple[str, ...]
+    body: Block
+    attrs: dict = field(default_factory=dict, compare=False)
+
+
+def view_root(view: View, parts: dict[str, Partition]) -> str:
+    """The allocation a view ultimately refers to."""
+    while isinstance(view, Piece):
+        view = parts[view.partition].base
+    return view.name

@@ -1,0 +1,119 @@
+"""Print the event IR in the paper's notation (Figs. 7–10).
+
+Events are renumbered ``%e1, %e2, …`` in print order so that dumps are stable and
+diffable across unrelated changes; tensors, partitions and scalars keep the names the
+dependence analysis gave them (source names, uniquified ``x``, ``x_1``, …).
+"""
+
+from __future__ import annotations
+
+from cypressc.ir import nodes as N
+
+__all__ = ["print_module", "fmt_expr", "fmt_view", "PROC_ID"]
+
+PROC_ID = {"BLOCK": "block_id", "WARPGROUP": "warpgroup_id", "WARP": "warp_id", "THREAD": "lane_id"}
+
+
+def fmt_expr(e: N.IExpr) -> str:
+    if isinstance(e, N.IConst):
+        return str(e.value)
+    if isinstance(e, N.IVar):
+        return f"%{e.name}"
+    if isinstance(e, N.IProc):
+        base = PROC_ID.get(e.proc, e.proc.lower() + "_id")
+        return f"{base}.{'xyz'[e.dim]}" if e.proc == "BLOCK" else f"{base}()"
+    if isinstance(e, N.IBin):
+        if e.op in ("cdiv", "min", "max"):
+            return f"{e.op}({fmt_expr(e.a)}, {fmt_expr(e.b)})"
+        return f"({fmt_expr(e.a)} {e.op} {fmt_expr(e.b)})"
+    raise TypeError(e)
+
+
+def fmt_view(v: N.View) -> str:
+    if isinstance(v, N.TRef):
+        return f"%{v.name}"
+    return f"%{v.partition}[{', '.join(fmt_expr(i) for i in v.idx)}]"
+
+
+def _param(p) -> str:
+    if isinstance(p, tuple):
+        return "(" + ", ".join(_param(x) for x in p) + ")"
+    if isinstance(p, str):
+        return p
+    return fmt_expr(p)
+
+
+class _Printer:
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.lines: list[str] = []
+
+    def ev(self, name: str) -> str:
+        if name not in self.names:
+            self.names[name] = f"e{len(self.names) + 1}"
+        return "%" + self.names[name]
+
+    def ref(self, r: N.EvRef) -> str:
+        s = self.ev(r.name)
+        if r.idx:
+            s += "[" + ", ".join(":" if i is None else fmt_expr(i) for i in r.idx) + "]"
+        return s
+
+    def pre(self, pre) -> str:
+        return "{" + ", ".join(self.ref(r) for r in pre) + "}"
+
+    def ty(self, dims) -> str:
+        return N.ev_type_str(dims, fmt_expr)
+
+    def block(self, b: N.Block, ind: int) -> None:
+        # name events defined in this block first, so uses inside loops number stably
+        for op in b.ops:
+            self.op(op, ind)
+        if b.yields:
+            self.lines.append("  " * ind + "yield " + ", ".join(self.ref(r) for r in b.yields))
+
+    def op(self, op: N.Op, ind: int) -> None:
+        pad = "  " * ind
+        rep = f"  # per {self.ty(op.dims)}" if op.dims and not isinstance(op, N.AsyncOp) else ""
+        if isinstance(op, N.Alloc):
+            lay = f" layout {fmt_view(op.layout)}" if op.layout is not None else ""
+            shape = ", ".join(fmt_expr(s) for s in op.shape)
+            self.lines.append(f"{pad}%{op.name} = tensor [{shape}] {op.dtype} @{op.mem}{lay}{rep}")
+        elif isinstance(op, N.Let):
+            self.lines.append(f"{pad}%{op.name} = {fmt_expr(op.value)}{rep}")
+        elif isinstance(op, N.Partition):
+            self.lines.append(f"{pad}%{op.name} = partition_by_{op.kind} {fmt_view(op.base)} "
+                              f"{_param(tuple(op.params))}{rep}")
+        elif isinstance(op, N.Copy):
+            self.lines.append(f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = copy {fmt_view(op.src)} -> "
+                              f"{fmt_view(op.dst)} {self.pre(op.pre)}")
+        elif isinstance(op, N.Call):
+            args = ", ".join(
+                fmt_view(a) if isinstance(a, (N.TRef, N.Piece)) else a.name if isinstance(a, N.AtomArg)
+                else fmt_expr(a) for a in op.args)
+            self.lines.append(f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = call {op.fn}({args}) "
+                              f"{self.pre(op.pre)}")
+        elif isinstance(op, N.For):
+            pipe = f" pipeline({op.pipeline})" if op.pipeline else ""
+            self.lines.append(f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = for %{op.var} in "
+                              f"[{fmt_expr(op.lo)}, {fmt_expr(op.hi)}){pipe} {self.pre(op.pre)} do")
+            self.block(op.body, ind + 1)
+        elif isinstance(op, N.PFor):
+            inner = self.ty(op.dims + (N.Dim(N.ibin("-", op.hi, op.lo), op.proc),))
+            self.lines.append(f"{pad}{self.ev(op.ev)}: {inner} = pfor %{op.var} in "
+                              f"[{fmt_expr(op.lo)}, {fmt_expr(op.hi)}) {op.proc} {self.pre(op.pre)} do")
+            self.block(op.body, ind + 1)
+        else:  # pragma: no cover
+            raise TypeError(op)
+
+
+def print_module(m: N.Module) -> str:
+    """The module as text: a header with parameters and sizes, then the body."""
+    p = _Printer()
+    params = ", ".join(f"%{a.name}: [{', '.join(fmt_expr(s) for s in a.shape)}] {a.dtype} @{a.mem}"
+                       for a in m.params)
+    sizes = ", ".join(f"%{s}" for s in m.scalars)
+    p.lines.append(f"module @{m.name}({params}) sizes({sizes}) {{")
+    p.block(m.body, 1)
+    p.lines.append("}")
+    return "\n".join(p.lines) + "\n"

@@ -1,0 +1,83 @@
+"""Piece shapes and coordinates of the partition operators (paper §3.2, Fig. 4).
+
+``partition_by_mma`` follows the wgmma accumulator layout (PTX ISA "wgmma .m64nNk16
+register fragment D"): a warpgroup tile of ``64·r`` rows is split among the 4 warps by
+16-row groups (warp ``w`` owns rows ``64q + 16w + x``), and a warp's rows among its 32
+lanes: lane ``t`` owns rows ``16q + t//4 + 8h`` and columns ``8c + 2(t%4) + u``
+(h, u ∈ {0, 1}).  Operands A and B are read by the warpgroup as a whole, so their
+"pieces" at WARP and THREAD are the whole tile (replicated).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cypressc.diagnostics import CypressError, Loc
+from cypressc.ir.nodes import IConst, IExpr, ibin
+from cypressc.lang.intrinsics import atom as lookup_atom
+
+__all__ = ["blocks_piece_shape", "mma_piece_shape", "mma_coords", "static"]
+
+
+def static(e: IExpr) -> int | None:
+    return e.value if isinstance(e, IConst) and isinstance(e.value, int) else None
+
+
+def blocks_piece_shape(block: tuple[IExpr, ...]) -> tuple[IExpr, ...]:
+    return tuple(block)
+
+
+def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand: str,
+                    loc: Loc) -> tuple[IExpr, ...]:
+    """Shape of one piece of ``partition_by_mma``; raises a located E040 when the tile does
+    not fit the atom (rows not a multiple of 64/16, columns not a multiple of 8, …)."""
+    atom = lookup_atom(atom_name)
+    s = [static(x) for x in shape]
+    if None in s or len(s) != 2:
+        raise CypressError("E040", f"partition_by_mma needs a static rank-2 tile; got "
+                           f"{len(shape)} dims with run-time extents", loc,
+                           hint="partition by blocks with tunable sizes first, then by mma")
+    rows, cols = s
+    if operand != "C":
+        if operand == "A" and cols % atom.k:
+            raise CypressError("E040", f"the A tile's K extent {cols} is not a multiple of {atom.k}", loc)
+        if operand == "B" and rows % atom.k:
+            raise CypressError("E040", f"the B tile's K extent {rows} is not a multiple of {atom.k}", loc)
+        return tuple(shape)
+    if cols % 8 or cols % atom.n and atom.n % cols:
+        raise CypressError("E040", f"the accumulator tile has {cols} columns; {atom.name} needs a "
+                           f"multiple of {atom.n}", loc, hint="pick an atom whose N divides the tile's N")
+    if proc == "WARP":
+        if rows % atom.m:
+            raise CypressError("E040", f"a warpgroup's accumulator tile has {rows} rows; "
+                               f"{atom.name} needs a multiple of {atom.m}", loc,
+                               hint="make the block tile's rows per warpgroup a multiple of 64")
+        return (IConst(rows // 4), IConst(cols))
+    if proc == "THREAD":
+        if rows % 16:
+            raise CypressError("E040", f"a warp's accumulator tile has {rows} rows; it must be a "
+                               f"multiple of 16", loc)
+        return (IConst(rows // 8), IConst(cols // 4))
+    raise CypressError("E040", f"partition_by_mma splits among WARP or THREAD, not {proc}", loc)
+
+
+def mma_coords(shape: tuple[int, int], proc: str, operand: str, index: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column coordinates (inside the partitioned tile) of piece ``index``."""
+    rows, cols = shape
+    if operand != "C":
+        return np.arange(rows), np.arange(cols)
+    if proc == "WARP":
+        r = np.array([64 * q + 16 * index + x for q in range(rows // 64) for x in range(16)])
+        return r, np.arange(cols)
+    t = index
+    r = np.array([16 * q + t // 4 + 8 * h for q in range(rows // 16) for h in (0, 1)])
+    c = np.array([8 * j + 2 * (t % 4) + u for j in range(cols // 8) for u in (0, 1)])
+    return r, c
+
+
+def shape_str(shape) -> str:  # pragma: no cover - debugging aid
+    return "x".join(str(static(s)) for s in shape)
+
+
+def cdiv(a: IExpr, b: IExpr) -> IExpr:
+    return ibin("cdiv", a, b)

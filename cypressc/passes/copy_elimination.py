@@ -1,0 +1,464 @@
+"""Pass 3, ``copy-elimination`` (Cypress paper §4.2.3, Fig. 10).
+
+Rewrite patterns that remove the copies the copy-in/copy-out discipline introduced,
+applied to a fixpoint in this order (synchronization-removing patterns first):
+
+1. **alias** (self copy, Fig. 10d): a fresh tensor in the same memory as the view it
+   was copied from (or mapped to NONE) *is* that view: substitute it, and the copies
+   become ``copy(t, t)``, removed with their events forwarded to their preconditions
+   (``b[e2/e1]``) — a collapsed ``e[:]`` survives, as it must;
+2. **spill hoisting** (Fig. 10b): a copy-in at the top of a ``for`` body and the
+   matching copy-out at its bottom move to the preamble and postamble;
+3. **spill elimination** (Fig. 10a): a copy-out into a piece followed by a copy-in of
+   the same piece (same partition) is removed *with* the synchronization between
+   them: users wait point-wise on the writer instead of on the collapsed event;
+4. **duplicate elimination** (Fig. 10c): a second copy of the same view into the same
+   memory reuses the first;
+5. dead copies into NONE tensors and unused pure ops are deleted.
+
+A tensor mapped to NONE that is still read or written by a copy or a leaf afterwards
+cannot be left unmaterialized: that is a located error (E044).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cypressc.diagnostics import CypressError, Loc
+from cypressc.ir import nodes as N
+from cypressc.ir.analysis import (Symbols, canon, forward_refs, ref_for, remove_ops, replace_event,
+                                  substitute_view)
+from cypressc.ir.subst import map_views, walk_ops
+from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+
+__all__ = ["copy_elimination"]
+
+
+# ----------------------------------------------------------------------------- queries
+def _views(op: N.Op) -> list[tuple[N.View, bool, bool]]:
+    """(view, reads, writes) for each tensor an op touches directly."""
+    if isinstance(op, N.Copy):
+        return [(op.src, True, False), (op.dst, False, True)]
+    if isinstance(op, N.Call):
+        rules = LEAF_FUNCTIONS[op.fn].operands
+        return [(a, r.reads, r.writes) for a, r in zip(op.args, rules) if isinstance(a, (N.TRef, N.Piece))]
+    return []
+
+
+class _Index:
+    def __init__(self, m: N.Module) -> None:
+        self.m = m
+        self.sym = Symbols(m)
+        self.order: list[N.Op] = list(walk_ops(m.body))
+        self.pos = {id(o): i for i, o in enumerate(self.order)}
+        self.loops: dict[int, list[N.For]] = {}  # op id -> enclosing For loops
+        self.parent: dict[int, N.Block] = {}
+        self._loops(m.body, [])
+        self.by_root: dict[str, list[tuple[N.Op, bool, bool]]] = {}
+        for o in self.order:
+            for v, r, w in _views(o):
+                self.by_root.setdefault(self.sym.root(v), []).append((o, r, w))
+
+    def _loops(self, b: N.Block, stack: list[N.For]) -> None:
+        for o in b.ops:
+            self.loops[id(o)] = list(stack)
+            self.parent[id(o)] = b
+            if isinstance(o, N.For):
+                self._loops(o.body, stack + [o])
+            elif isinstance(o, N.PFor):
+                self._loops(o.body, stack)
+
+    def accessors(self, root: str):
+        return iter(self.by_root.get(root, ()))
+
+    def written_between(self, root: str, lo: int, hi: int) -> bool:
+        return any(w and lo < self.pos[id(o)] < hi for o, _, w in self.by_root.get(root, ()))
+
+    def writes_of(self, root: str) -> list[N.Op]:
+        return [o for o, _, w in self.accessors(root) if w]
+
+    def alloc_of(self, name: str) -> N.Alloc | None:
+        a = self.sym.allocs.get(name)
+        return a if a is not None and a not in self.m.params else None
+
+    def defined_before(self, ev: str, op: N.Op) -> bool:
+        d = self.sym.events.get(ev)
+        return d is not None and self.pos[id(d)] < self.pos[id(op)]
+
+
+def _same_shape(a, b) -> bool:
+    return tuple(a) == tuple(b)
+
+
+def _drop(m: N.Module, op: N.Op, fwd_op: N.Op | None = None) -> N.Module:
+    """Delete ``op``; uses of its event are forwarded to ``fwd_op``'s preconditions."""
+    src = fwd_op or op
+    if isinstance(op, N.AsyncOp):
+        m = remove_ops(m, lambda o: isinstance(o, N.AsyncOp) and o.ev == op.ev)
+        return replace_event(m, op.ev, lambda r: forward_refs(r, src))
+    return remove_ops(m, lambda o: o is op)
+
+
+def _add_pre(m: N.Module, targets: set[int], extra: tuple[N.EvRef, ...]) -> N.Module:
+    def fix(b: N.Block) -> N.Block:
+        ops = []
+        for o in b.ops:
+            if id(o) in targets:
+                o = replace(o, pre=tuple(dict.fromkeys(o.pre + extra)))
+            if isinstance(o, (N.For, N.PFor)):
+                o = replace(o, body=fix(o.body))
+            ops.append(o)
+        return N.Block(tuple(ops), b.yields)
+
+    return replace(m, body=fix(m.body))
+
+
+# ----------------------------------------------------------------------------- patterns
+def _try_alias(m: N.Module) -> N.Module | None:
+    ix = _Index(m)
+    for a in ix.order:
+        if not isinstance(a, N.Alloc) or ix.alloc_of(a.name) is None:
+            continue
+        t = a.name
+        acc = list(ix.accessors(t))
+        ins = [o for o, _, _ in acc if isinstance(o, N.Copy) and o.dst == N.TRef(t)]
+        outs = [o for o, _, _ in acc if isinstance(o, N.Copy) and o.src == N.TRef(t)
+                and ix.sym.root(o.dst) != t]
+        if len(ins) > 1 or len(outs) > 1 or not (ins or outs):
+            continue
+        cin, cout = (ins or [None])[0], (outs or [None])[0]
+        x = cin.src if cin else cout.dst  # type: ignore[union-attr]
+        if cin and cout and canon(cin.src, ix.sym) != canon(cout.dst, ix.sym):
+            continue
+        if isinstance(x, N.TRef) and x.name == t:
+            continue
+        xa = ix.sym.allocs[ix.sym.root(x)]
+        if xa not in ix.m.params and ix.pos[id(xa)] > ix.pos[id(a)]:
+            continue  # only a callee's fresh tensor stands for its caller's view
+        xmem = ix.sym.mem(x)
+        if not (a.mem == xmem or a.mem == "NONE"):
+            continue
+        if not _same_shape(ix.sym.shape(x), a.shape):
+            continue
+        if (cin and cin.dims != a.dims) or (cout and cout.dims != a.dims):
+            continue
+        others = [o for o, _, w in acc if w and o is not cin]
+        if cout is None and others:
+            continue  # written but never copied back: it is a scratch tensor, not an alias
+        if cout is None and not _readonly_after(ix, ix.sym.root(x), cin):
+            continue
+        return _alias(m, ix, a, cin, cout, x)
+    return None
+
+
+def _find(m: N.Module, ev: str) -> N.Op:
+    for o in walk_ops(m.body):
+        if isinstance(o, N.AsyncOp) and o.ev == ev:
+            return o
+    raise KeyError(ev)
+
+
+def _readonly_after(ix: _Index, root: str, cin: N.Copy) -> bool:
+    """No write to ``root`` can follow ``cin``: none later in program order, and none in
+    a later iteration of a loop around ``cin`` that ``root`` outlives."""
+    p = ix.pos[id(cin)]
+    alloc = ix.sym.allocs[root]
+    alloc_loops = [] if alloc in ix.m.params else ix.loops.get(id(alloc), [])
+    loops = [lp for lp in ix.loops[id(cin)] if lp not in alloc_loops]
+    for w in ix.writes_of(root):
+        if ix.pos[id(w)] > p:
+            return False
+        if any(lp in ix.loops[id(w)] for lp in loops):
+            return False
+    return True
+
+
+def _alias(m: N.Module, ix: _Index, a: N.Alloc, cin: N.Copy | None, cout: N.Copy | None,
+           x: N.View) -> N.Module:
+    t = a.name
+    extra: tuple[N.EvRef, ...] = ()
+    if cout is not None:
+        extra = tuple(r for r in cout.pre if ix.defined_before(r.name, a))
+    if cin is not None:
+        fwd = replace(cin, pre=tuple(dict.fromkeys(cin.pre + extra)))
+        m = _drop(m, cin, fwd)
+    elif extra:
+        targets = {id(o) for o, _, _ in ix.accessors(t) if o is not cout}
+        m = _add_pre(m, targets, extra)
+    if cout is not None:
+        m = _drop(m, _find(m, cout.ev))
+    m = remove_ops(m, lambda o: isinstance(o, N.Alloc) and o.name == t)
+    return substitute_view(m, t, x)
+
+
+def _try_hoist(m: N.Module) -> N.Module | None:
+    ix = _Index(m)
+    for lp in ix.order:
+        if not isinstance(lp, N.For):
+            continue
+        body_evs = {o.ev for o in walk_ops(lp.body) if isinstance(o, N.AsyncOp)}
+        body_allocs = {o.name for o in walk_ops(lp.body) if isinstance(o, (N.Alloc, N.Partition, N.Let))}
+        for cin in lp.body.ops:
+            if not (isinstance(cin, N.Copy) and isinstance(cin.dst, N.TRef)):
+                continue
+            t = cin.dst.name
+            if t not in {o.name for o in lp.body.ops if isinstance(o, N.Alloc)}:
+                continue
+            couts = [o for o in lp.body.ops if isinstance(o, N.Copy) and o.src == cin.dst
+                     and canon(o.dst, ix.sym) == canon(cin.src, ix.sym)]
+            if len(couts) != 1 or any(r.name in body_evs for r in cin.pre):
+                continue
+            cout = couts[0]
+            root = ix.sym.root(cin.src)
+            if _depends_on(cin.src, ix, lp.var, body_allocs - _pure_chain(cin.src, ix)):
+                continue
+            users = [o for o, _, _ in ix.accessors(root) if o is not cin and o is not cout
+                     and lp in ix.loops[id(o)]]
+            if users:
+                continue
+            return _hoist(m, ix, lp, cin, cout)
+    return None
+
+
+def _pure_chain(v: N.View, ix: _Index) -> set[str]:
+    out: set[str] = set()
+    while isinstance(v, N.Piece):
+        out.add(v.partition)
+        v = ix.sym.parts[v.partition].base
+    return out
+
+
+def _depends_on(v: N.View, ix: _Index, var: str, inner: set[str]) -> bool:
+    """Whether a view varies with the loop variable or names a tensor made in the loop."""
+    from cypressc.ir.printer import fmt_view
+
+    while isinstance(v, N.Piece):
+        if f"%{var}" in fmt_view(v).replace("[", " ").replace(",", " ").replace("]", " ").split():
+            return True
+        p = ix.sym.parts[v.partition]
+        if any(isinstance(q, N.IVar) and q.name == var for q in p.params):
+            return True
+        v = p.base
+    return v.name in inner
+
+
+def _hoist(m: N.Module, ix: _Index, lp: N.For, cin: N.Copy, cout: N.Copy) -> N.Module:
+    t = cin.dst.name  # type: ignore[union-attr]
+    chain = _pure_chain(cin.src, ix)
+    moved_names = chain | {t}
+    pre_ops = [o for o in walk_ops(lp.body) if isinstance(o, (N.Partition, N.Alloc))
+               and getattr(o, "name", None) in moved_names]
+    hoisted_in = replace(cin, pre=tuple(dict.fromkeys(cin.pre + lp.pre)))
+    new_cout = replace(cout, pre=(ref_for(lp.ev, lp.dims, cout.dims),))
+
+    def strip(b: N.Block) -> N.Block:
+        ops = []
+        for o in b.ops:
+            if o is cin or o is cout or o in pre_ops:
+                continue
+            if isinstance(o, (N.For, N.PFor)):
+                o = replace(o, body=strip(o.body))
+            ops.append(o)
+        ys: list[N.EvRef] = []
+        for y in b.yields:
+            ys += forward_refs(y, cout) if y.name == cout.ev else [y]
+        return N.Block(tuple(ops), tuple(dict.fromkeys(ys)))
+
+    new_loop = replace(lp, pre=tuple(dict.fromkeys(lp.pre + (ref_for(cin.ev, cin.dims, lp.dims),))),
+                       body=strip(lp.body))
+    # within the body, uses of the hoisted copy-in now wait only for the iteration start
+    new_loop = replace(new_loop, body=_forward_in_block(new_loop.body, cin.ev, cin))
+
+    def place(b: N.Block) -> N.Block:
+        ops = []
+        for o in b.ops:
+            if o is lp:
+                ops += pre_ops + [hoisted_in, new_loop, new_cout]
+                continue
+            if isinstance(o, (N.For, N.PFor)):
+                o = replace(o, body=place(o.body))
+            ops.append(o)
+        return N.Block(tuple(ops), b.yields)
+
+    m = replace(m, body=place(m.body))
+    # later users of the loop's event now also wait for the postamble copy-out
+    return _also_wait(m, lp.ev, new_cout)
+
+
+def _forward_in_block(b: N.Block, ev: str, removed: N.Op) -> N.Block:
+    tmp = N.Module("tmp", (), (), b)
+    tmp = replace_event(tmp, ev, lambda r: [x for x in forward_refs(r, removed)
+                                            if x.name != ev])
+    return tmp.body
+
+
+def _also_wait(m: N.Module, loop_ev: str, cout: N.Copy) -> N.Module:
+    def fix_refs(refs, dims):
+        if any(r.name == loop_ev for r in refs):
+            return tuple(dict.fromkeys(refs + (ref_for(cout.ev, cout.dims, dims),)))
+        return refs
+
+    def fix(b: N.Block, dims) -> N.Block:
+        ops = []
+        for o in b.ops:
+            if o is cout:
+                ops.append(o)
+                continue
+            if isinstance(o, (N.Copy, N.Call)):
+                o = replace(o, pre=fix_refs(o.pre, o.dims))
+            elif isinstance(o, (N.For, N.PFor)):
+                o = replace(o, pre=fix_refs(o.pre, o.dims), body=fix(o.body, o.dims))
+            ops.append(o)
+        return N.Block(tuple(ops), fix_refs(b.yields, dims))
+
+    return replace(m, body=fix(m.body, ()))
+
+
+def _try_spill(m: N.Module) -> N.Module | None:
+    ix = _Index(m)
+    copies = [o for o in ix.order if isinstance(o, N.Copy)]
+    for cout in copies:
+        if not isinstance(cout.src, N.TRef) or ix.sym.mem(cout.dst) != "NONE":
+            continue
+        r = cout.src.name
+        rmem = ix.sym.allocs[r].mem
+        key = canon(cout.dst, ix.sym)
+        root = ix.sym.root(cout.dst)
+        p0 = ix.pos[id(cout)]
+        for cin in copies:
+            if ix.pos[id(cin)] <= p0 or not isinstance(cin.dst, N.TRef):
+                continue
+            if canon(cin.src, ix.sym) != key:
+                continue
+            r2 = cin.dst.name
+            if ix.alloc_of(r2) is None or ix.sym.allocs[r2].mem != rmem or cin.dims != cout.dims \
+                    or not _same_shape(ix.sym.allocs[r2].shape, ix.sym.allocs[r].shape) \
+                    or ix.parent[id(cin)] is not ix.parent[id(cout)]:
+                continue
+            if ix.written_between(root, p0, ix.pos[id(cin)]) or ix.written_between(r, p0, ix.pos[id(cin)]):
+                continue
+            return _spill(m, ix, cout, cin)
+    return None
+
+
+def _spill(m: N.Module, ix: _Index, cout: N.Copy, cin: N.Copy) -> N.Module:
+    r, r2 = cout.src.name, cin.dst.name  # type: ignore[union-attr]
+    point = N.EvRef(cout.ev, tuple(ref_for(cout.ev, cout.dims, cout.dims).idx))
+
+    def fwd(u: N.EvRef) -> list[N.EvRef]:
+        out: list[N.EvRef] = []
+        for x in forward_refs(u, cin):
+            # the same partition on both sides: wait point-wise on the writer of R
+            out += forward_refs(point, cout) if x.name == cout.ev else [x]
+        return out
+
+    m = remove_ops(m, lambda o: o is cin or (isinstance(o, N.Alloc) and o.name == r2))
+    m = replace_event(m, cin.ev, fwd)
+    return substitute_view(m, r2, N.TRef(r))
+
+
+def _try_duplicate(m: N.Module) -> N.Module | None:
+    ix = _Index(m)
+    copies = [o for o in ix.order if isinstance(o, N.Copy) and isinstance(o.dst, N.TRef)]
+    for i, c1 in enumerate(copies):
+        t1 = c1.dst.name  # type: ignore[union-attr]
+        if ix.alloc_of(t1) is None or len(ix.writes_of(t1)) != 1:
+            continue
+        for c2 in copies[i + 1:]:
+            t2 = c2.dst.name  # type: ignore[union-attr]
+            if t2 == t1 or ix.alloc_of(t2) is None or len(ix.writes_of(t2)) != 1:
+                continue
+            a1, a2 = ix.sym.allocs[t1], ix.sym.allocs[t2]
+            if canon(c1.src, ix.sym) != canon(c2.src, ix.sym) or a1.mem != a2.mem \
+                    or not _same_shape(a1.shape, a2.shape) or a1.dtype != a2.dtype \
+                    or c1.dims != c2.dims or ix.parent[id(c1)] is not ix.parent[id(c2)]:
+                continue
+            if ix.written_between(ix.sym.root(c1.src), ix.pos[id(c1)], ix.pos[id(c2)]):
+                continue
+            m = remove_ops(m, lambda o: o is c2 or (isinstance(o, N.Alloc) and o.name == t2))
+            m = replace_event(m, c2.ev, lambda u, e=c1.ev: [N.EvRef(e, u.idx)])
+            return substitute_view(m, t2, N.TRef(t1))
+    return None
+
+
+def _try_self(m: N.Module) -> N.Module | None:
+    """Self copy elimination (Fig. 10d): ``copy(t, t)`` goes, its event forwarded."""
+    ix = _Index(m)
+    for o in ix.order:
+        if isinstance(o, N.Copy) and canon(o.src, ix.sym) == canon(o.dst, ix.sym):
+            return _drop(m, o)
+    return None
+
+
+def _try_dead(m: N.Module) -> N.Module | None:
+    ix = _Index(m)
+    for o in ix.order:
+        if isinstance(o, N.Copy) and canon(o.src, ix.sym) == canon(o.dst, ix.sym):
+            return _drop(m, o)
+        if isinstance(o, N.Copy) and ix.sym.mem(o.dst) == "NONE":
+            root = ix.sym.root(o.dst)
+            readers = [u for u, r, _ in ix.accessors(root) if r and u is not o]
+            if not readers:
+                return _drop(m, o)
+    # unused pure ops
+    used: set[str] = set()
+    for o in ix.order:
+        for v in _all_views(o):
+            while isinstance(v, N.Piece):
+                used.add(v.partition)
+                v = ix.sym.parts[v.partition].base
+            used.add(v.name)
+    dead = [o for o in ix.order if isinstance(o, (N.Alloc, N.Partition)) and o.name not in used]
+    if dead:
+        ids = {id(o) for o in dead}
+        return remove_ops(m, lambda o: id(o) in ids)
+    return None
+
+
+def _all_views(o: N.Op) -> list[N.View]:
+    out: list[N.View] = []
+
+    def grab(v):
+        out.append(v)
+        return v
+
+    if isinstance(o, (N.For, N.PFor)):
+        return out
+    map_views(o, grab)
+    return out
+
+
+def _check_none(m: N.Module, ctx) -> None:
+    ix = _Index(m)
+    for o in ix.order:
+        for v, _, _ in _views(o):
+            root = ix.sym.root(v)
+            if ix.sym.allocs[root].mem == "NONE":
+                loc = Loc(getattr(ctx, "mapping_path", "<mapping>"))
+                raise CypressError(
+                    "E044", f"tensor %{root} is mapped to NONE but must be materialized: an "
+                    f"operation still copies {'from' if v is getattr(o, 'src', None) else 'into'} it "
+                    "after copy elimination", loc,
+                    hint="map the tensor's instance to a memory, or make the tasks that share it "
+                    "partition it the same way (same atoms, tiles and processors)")
+
+
+PATTERNS = (_try_self, _try_alias, _try_hoist, _try_spill, _try_duplicate, _try_dead)
+
+
+def copy_elimination(m: N.Module, ctx=None) -> N.Module:
+    """Remove copy-in/copy-out copies and the synchronization they imply (paper §4.2.3).
+
+    Raises :class:`CypressError` E044 when a tensor mapped to NONE would have to be
+    materialized.
+    """
+    for _ in range(10000):
+        for pat in PATTERNS:
+            nm = pat(m)
+            if nm is not None:
+                m = nm
+                break
+        else:
+            break
+    _check_none(m, ctx)
+    return m

@@ -1,0 +1,197 @@
+"""GEMM + reduction: C = A @ B and y[i] = sum_k A[i, k] in one kernel (the Cypress paper's
+§5.2 GEMM+Reduction).
+
+A: M x K, B: K x N, C: M x N, all row-major f16; y: M, f32.  C accumulates in f32.
+
+The reduction runs on the CUDA cores (SIMT) over the A tiles that the Tensor Core reads
+anyway, so it overlaps the asynchronous wgmma chain: each thread block keeps an f32
+accumulator Cacc for C and an f32 vector yacc for y (in registers), clears both, and in
+its K loop launches "mma" (Cacc += A_k @ B_k) and "rowsum" (yacc += row sums of A_k);
+then copies Cacc to C and yacc to y.  "rowsum" splits the A tile's rows over the WGS
+warpgroups and then one row per thread (partition_by_blocks by (1,) and (1, W)); "clear_vec"
+and "copy_vec" distribute yacc the same way.
+
+The grid is one block per U-row panel of C, and the block walks the panel's V-wide
+column tiles with an srange.  A 2-D (row, column) grid is not expressible: every column
+block of a row would write the same piece of y, and prange writes must be provably
+disjoint (E030).  Each column tile recomputes the panel's row sums (the same SIMT work
+a 2-D grid would do redundantly) and stores them; the last store wins with equal values.
+"""
+
+
+@task("gemm_reduction", Inner, reads=["A", "B"], writes=["C", "y"])
+def gemm_reduction_host(C: tensor[2, f16], y: tensor[1, f32], A: tensor[2, f16], B: tensor[2, f16]):
+    U = tunable(int)
+    M, N, K = C.shape[0], C.shape[1], A.shape[1]
+    Cp = partition_by_blocks(C, (U, N))
+    yp = partition_by_blocks(y, (U,))
+    Ap = partition_by_blocks(A, (U, K))
+    for i in prange(cdiv(M, U)):
+        launch("gemm_reduction", Cp[i, 0], yp[i], Ap[i, 0], B)
+
+
+@task("gemm_reduction", Inner, reads=["A", "B"], writes=["C", "y"])
+def gemm_reduction_block(C: tensor[2, f16], y: tensor[1, f32], A: tensor[2, f16], B: tensor[2, f16]):
+    V, W = tunable(int), tunable(int)
+    M, N, K = C.shape[0], C.shape[1], A.shape[1]
+    Cp = partition_by_blocks(C, (M, V))
+    Ap = partition_by_blocks(A, (M, W))
+    Bp = partition_by_blocks(B, (W, V))
+    Cacc: tensor[2, f32] = make_tensor(M, V)
+    yacc: tensor[1, f32] = make_tensor(M)
+    for j in srange(cdiv(N, V)):
+        launch("clear", Cacc)
+        launch("clear_vec", yacc)
+        for k in srange(cdiv(K, W)):
+            launch("mma", Cacc, Ap[0, k], Bp[k, j])
+            launch("rowsum", yacc, Ap[0, k])
+        launch("copy", Cacc, Cp[0, j])
+        launch("copy_vec", yacc, y)
+
+
+# ---- C += A @ B on the Tensor Core: block -> warpgroups -> warps -> threads
+@task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
+def mma_tile(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+    WGS = tunable(int)
+    M, N, K = C.shape[0], C.shape[1], A.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    Ap = partition_by_blocks(A, (M / WGS, K))
+    for i in prange(WGS):
+        launch("mma", Cp[i, 0], Ap[i, 0], B)
+
+
+@task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
+def mma_inner(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    Ap = partition_by_mma(A, MMA, PROC, "A")
+    Bp = partition_by_mma(B, MMA, PROC, "B")
+    for i in prange(PIECES):
+        launch("mma", Cp[i], Ap[i], Bp[i])
+
+
+@task("mma", Leaf, reads=["A", "B", "C"], writes=["C"])
+def mma_thread(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+    MMA = tunable(atom)
+    warpgroup_mma(MMA, C, A, B)
+
+
+# ---- C = 0 for the f32 accumulator
+@task("clear", Inner, writes=["C"])
+def clear_tile(C: tensor[2, f32]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    for i in prange(WGS):
+        launch("clear", Cp[i, 0])
+
+
+@task("clear", Inner, writes=["C"])
+def clear_inner(C: tensor[2, f32]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("clear", Cp[i])
+
+
+@task("clear", Leaf, writes=["C"])
+def clear_thread(C: tensor[2, f32]):
+    fill(C, 0)
+
+
+# ---- D = C converted to f16: the epilogue
+@task("copy", Inner, reads=["C"], writes=["D"])
+def copy_tile(C: tensor[2, f32], D: tensor[2, f16]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    Dp = partition_by_blocks(D, (M / WGS, N))
+    for i in prange(WGS):
+        launch("copy", Cp[i, 0], Dp[i, 0])
+
+
+@task("copy", Inner, reads=["C"], writes=["D"])
+def copy_inner(C: tensor[2, f32], D: tensor[2, f16]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    Dp = partition_by_mma(D, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("copy", Cp[i], Dp[i])
+
+
+@task("copy", Leaf, reads=["C"], writes=["D"])
+def copy_thread(C: tensor[2, f32], D: tensor[2, f16]):
+    copy(C, D)
+
+
+# ---- y += row sums of A on the CUDA cores: block -> warpgroups -> one row per thread
+@task("rowsum", Inner, reads=["y", "A"], writes=["y"])
+def rowsum_tile(y: tensor[1, f32], A: tensor[2, f16]):
+    WGS = tunable(int)
+    M, K = A.shape[0], A.shape[1]
+    yp = partition_by_blocks(y, (M / WGS,))
+    Ap = partition_by_blocks(A, (M / WGS, K))
+    for i in prange(WGS):
+        launch("rowsum", yp[i], Ap[i, 0])
+
+
+@task("rowsum", Inner, reads=["y", "A"], writes=["y"])
+def rowsum_rows(y: tensor[1, f32], A: tensor[2, f16]):
+    M, K = A.shape[0], A.shape[1]
+    yp = partition_by_blocks(y, (1,))
+    Ap = partition_by_blocks(A, (1, K))
+    for r in prange(M):
+        launch("rowsum", yp[r], Ap[r, 0])
+
+
+@task("rowsum", Leaf, reads=["y", "A"], writes=["y"])
+def rowsum_thread(y: tensor[1, f32], A: tensor[2, f16]):
+    row_sum(y, A)
+
+
+# ---- y = 0 for the f32 row-sum accumulator (distributed like "rowsum")
+@task("clear_vec", Inner, writes=["y"])
+def clear_vec_tile(y: tensor[1, f32]):
+    WGS = tunable(int)
+    M = y.shape[0]
+    yp = partition_by_blocks(y, (M / WGS,))
+    for i in prange(WGS):
+        launch("clear_vec", yp[i])
+
+
+@task("clear_vec", Inner, writes=["y"])
+def clear_vec_rows(y: tensor[1, f32]):
+    M = y.shape[0]
+    yp = partition_by_blocks(y, (1,))
+    for r in prange(M):
+        launch("clear_vec", yp[r])
+
+
+@task("clear_vec", Leaf, writes=["y"])
+def clear_vec_thread(y: tensor[1, f32]):
+    fill(y, 0)
+
+
+# ---- z = y: store the row sums (distributed like "rowsum")
+@task("copy_vec", Inner, reads=["y"], writes=["z"])
+def copy_vec_tile(y: tensor[1, f32], z: tensor[1, f32]):
+    WGS = tunable(int)
+    M = y.shape[0]
+    yp = partition_by_blocks(y, (M / WGS,))
+    zp = partition_by_blocks(z, (M / WGS,))
+    for i in prange(WGS):
+        launch("copy_vec", yp[i], zp[i])
+
+
+@task("copy_vec", Inner, reads=["y"], writes=["z"])
+def copy_vec_rows(y: tensor[1, f32], z: tensor[1, f32]):
+    M = y.shape[0]
+    yp = partition_by_blocks(y, (1,))
+    zp = partition_by_blocks(z, (1,))
+    for r in prange(M):
+        launch("copy_vec", yp[r], zp[r])
+
+
+@task("copy_vec", Leaf, reads=["y"], writes=["z"])
+def copy_vec_thread(y: tensor[1, f32], z: tensor[1, f32]):
+    copy(y, z)

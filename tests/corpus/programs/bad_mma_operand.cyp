@@ -1,0 +1,11 @@
+# corpus: partition_by_mma's operand is "A", "B" or "C"
+@task("clear", Inner, writes=["C"])
+def clear_inner(C: tensor[2, f32]):
+    Cp = partition_by_mma(C, WGMMA_64x256x16(), THREAD, "D")
+    for i in prange(128):
+        launch("clear", Cp[i])
+
+
+@task("clear", Leaf, writes=["C"])
+def clear_thread(C: tensor[2, f32]):
+    fill(C, 0)
