@@ -47,7 +47,8 @@ def _guard(fn):
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
         except Exception as e:  # noqa: BLE001 - the one place internal errors are caught
-            inputs = " ".join(str(a) for a in kwargs.values() if isinstance(a, (str, Path)))
+            order = sorted(kwargs, key=lambda k: (k != "program", k != "mapping"))  # program first
+            inputs = " ".join(str(kwargs[k]) for k in order if isinstance(kwargs[k], (str, Path)))
             _stderr(f"internal compiler error while processing {inputs}: {type(e).__name__}: {e}")
             if debug:
                 _stderr(traceback.format_exc())

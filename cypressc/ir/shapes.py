@@ -10,6 +10,8 @@ lanes: lane ``t`` owns rows ``16q + t//4 + 8h`` and columns ``8c + 2(t%4) + u``
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from cypressc.diagnostics import CypressError, Loc
@@ -61,6 +63,7 @@ def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand
     raise CypressError("E040", f"partition_by_mma splits among WARP or THREAD, not {proc}", loc)
 
 
+@lru_cache(maxsize=4096)
 def mma_coords(shape: tuple[int, int], proc: str, operand: str, index: int) -> tuple[np.ndarray, np.ndarray]:
     """Row and column coordinates (inside the partitioned tile) of piece ``index``."""
     rows, cols = shape

@@ -2,7 +2,7 @@
 
 The source is parsed with the standard library :mod:`ast` and never executed.  Every
 Python construct outside the subset documented in ``docs/language.md`` is rejected
-with a located :class:`~cypressc.diagnostics.CypressError` (codes ``E001``–``E019``).
+with a located :class:`~cypressc.diagnostics.CypressError` (codes ``E000``–``E012``).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class _Parser:
         privs: dict[str, tuple[str, ...]] = {"reads": (), "writes": ()}
         for kw in dec.keywords:
             if kw.arg not in privs:
-                raise self.err("E003", f"unknown @task keyword '{kw.arg}'", kw.value, usage)
+                raise self.err("E003", f"unknown @task keyword '{kw.arg}'", kw, usage)
             if not isinstance(kw.value, (ast.List, ast.Tuple)) or not all(
                 isinstance(e, ast.Constant) and isinstance(e.value, str) for e in kw.value.elts
             ):
@@ -142,7 +142,7 @@ class _Parser:
         if not (isinstance(rank, ast.Constant) and type(rank.value) is int and 1 <= rank.value <= 4):
             raise self.err("E005", "the tensor rank must be an integer from 1 to 4", rank, hint)
         if not (isinstance(dt, ast.Name) and dt.id in S.DTYPES):
-            raise self.err("E005", "unknown dtype", dt, hint)
+            raise self.err("E005", f"unknown dtype '{ast.unparse(dt)}'", dt, hint)
         return S.TensorType(rank.value, dt.id)
 
     # -- statements --------------------------------------------------------------------

@@ -45,7 +45,7 @@ class LoadedMapping:
 
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
-_MAX_NODES = 200_000  # aliases can expand exponentially ("billion laughs"); a mapping is small
+_MAX_NODES = 50_000  # aliases can expand exponentially ("billion laughs"); a mapping is small
 
 
 def _convert(node: yaml.Node, path: Path_, lines: list[str], file: str,

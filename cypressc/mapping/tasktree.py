@@ -79,9 +79,10 @@ class _Instantiator:
         self.by_name: dict[str, tuple[int, Instance]] = {}
         self.reached: set[str] = set()
 
-    def err(self, code: str, msg: str, inst: str | None, *key: str | int, hint: str | None = None) -> None:
+    def err(self, code: str, msg: str, inst: str | None, *key: str | int, hint: str | None = None,
+            notes: tuple = ()) -> None:
         loc = self.lm.instance_loc(inst, *key) if inst else self.lm.loc(*key)
-        self.errors.append(CypressError(code, msg, loc, hint=hint))
+        self.errors.append(CypressError(code, msg, loc, hint=hint, notes=notes))
 
     def run(self) -> tuple[TaskNode | None, Machine | None]:
         try:
@@ -93,7 +94,9 @@ class _Instantiator:
         self.machine = machine
         for i, inst in enumerate(self.spec.instances):
             if inst.instance in self.by_name:
-                self.err("M012", f"instance '{inst.instance}' is defined twice", None, "instances", i, "instance")
+                first = self.lm.loc("instances", self.by_name[inst.instance][0], "instance")
+                self.err("M012", f"instance '{inst.instance}' is defined twice", None, "instances", i, "instance",
+                         notes=(("first defined here", first),))
             else:
                 self.by_name[inst.instance] = (i, inst)
         for inst in self.spec.instances:
@@ -131,7 +134,7 @@ class _Instantiator:
         for t, decl in declared.items():
             if t not in inst.tunables:
                 self.err("M016", f"tunable '{t}' of '{v.name}' ({decl.kind}) is not bound", name,
-                         "tunables" if inst.tunables else "variant",
+                         "tunables",  # the key, or the instance when it has none
                          hint=f"add `{t}: …` under tunables of instance '{name}'")
                 continue
             val = inst.tunables[t]

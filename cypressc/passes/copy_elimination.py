@@ -343,13 +343,13 @@ def _try_spill(m: N.Module) -> N.Module | None:
 
 def _spill(m: N.Module, ix: _Index, cout: N.Copy, cin: N.Copy) -> N.Module:
     r, r2 = cout.src.name, cin.dst.name  # type: ignore[union-attr]
-    point = N.EvRef(cout.ev, tuple(ref_for(cout.ev, cout.dims, cout.dims).idx))
 
     def fwd(u: N.EvRef) -> list[N.EvRef]:
         out: list[N.EvRef] = []
         for x in forward_refs(u, cin):
-            # the same partition on both sides: wait point-wise on the writer of R
-            out += forward_refs(point, cout) if x.name == cout.ev else [x]
+            # the same partition on both sides: a user waits on the writer of R with the
+            # granularity it waited on the reader — the collapsed e[:] between them goes
+            out += forward_refs(N.EvRef(cout.ev, u.idx), cout) if x.name == cout.ev else [x]
         return out
 
     m = remove_ops(m, lambda o: o is cin or (isinstance(o, N.Alloc) and o.name == r2))

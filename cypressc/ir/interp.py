@@ -1,0 +1,342 @@
+"""A NumPy interpreter for the event IR at any stage (DESIGN §5, "The interpreter").
+
+:func:`run` executes a module on NumPy arrays.  Every asynchronous op instance (one per
+element of its ``dims``, per loop iteration) becomes a task that may run once all of
+its precondition events have completed; tasks run in program order
+(``seed=None``) or in a seeded random order that respects *only* the events.  A
+missing dependence therefore shows up as a wrong, or varying, result — the CPU-side
+check that no pass ever changes what a program computes.
+
+Semantics mirror the hardware where it matters: tensors start poisoned (NaN), a
+piece of a partition that reaches past its tensor reads zeros and drops writes there
+(TMA's out-of-bounds fill and clip), and leaves run their registered NumPy semantics
+(:mod:`cypressc.lang.intrinsics`).  Sequential ``for`` iterations start when the
+previous iteration's yields have completed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cypressc.ir import nodes as N
+from cypressc.ir.analysis import dim_procs
+from cypressc.ir.shapes import mma_coords
+from cypressc.lang.intrinsics import LEAF_FUNCTIONS, NUMPY_DTYPES, Operand, round_to
+
+__all__ = ["run", "InterpreterError"]
+
+
+class InterpreterError(RuntimeError):
+    """The IR deadlocked or is malformed (an event is waited on that nothing produces)."""
+
+
+_UIDS = itertools.count()
+
+
+@dataclass(eq=False)
+class _Scope:
+    parent: "_Scope | None"
+    defs: dict[str, N.Op] = field(default_factory=dict)  # allocs, lets, partitions, async ops
+    vars: dict[str, object] = field(default_factory=dict)  # loop variables
+    storage: dict[tuple, np.ndarray] = field(default_factory=dict)
+    uid: int = field(default_factory=lambda: next(_UIDS))
+
+    def find(self, name: str) -> "_Scope":
+        s: _Scope | None = self
+        while s is not None:
+            if name in s.defs or name in s.vars:
+                return s
+            s = s.parent
+        raise InterpreterError(f"%{name} is not defined")
+
+
+@dataclass
+class _View:
+    arr: np.ndarray
+    ix: list[np.ndarray]  # per storage dim; -1 = out of bounds
+    keep: list[bool]  # logical dims (False: dropped by partition_by_slices)
+    coords: list[np.ndarray]  # per logical dim, inside the tile partition_by_mma split
+    dtype: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(i) for i, k in zip(self.ix, self.keep) if k)
+
+    def read(self) -> np.ndarray:
+        grids = np.ix_(*self.ix)
+        mask = np.ones([len(i) for i in self.ix], dtype=bool)
+        for d, g in enumerate(grids):
+            mask &= g >= 0
+        safe = tuple(np.where(g >= 0, g, 0) for g in grids)
+        out = np.where(mask, self.arr[safe], 0).astype(self.arr.dtype)
+        return out.reshape(self.shape)
+
+    def write(self, value: np.ndarray) -> None:
+        full = [len(i) for i in self.ix]
+        value = round_to(np.asarray(value).reshape(full), self.dtype)
+        grids = np.ix_(*self.ix)
+        mask = np.ones(full, dtype=bool)
+        for g in grids:
+            mask &= g >= 0
+        idx = tuple(np.broadcast_to(g, full)[mask] for g in grids)
+        self.arr[idx] = value[mask]
+
+
+@dataclass(eq=False)
+class _Task:
+    op: object
+    scope: _Scope
+    env: dict  # IProc -> int
+    kind: str = "op"  # op | yield
+    block: N.Block | None = None
+    on_done: object = None
+    seq: int = 0
+    missing: int = 0
+
+
+class _Interp:
+    def __init__(self, m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], seed) -> None:
+        self.m = m
+        self.rng = random.Random(seed) if seed is not None else None
+        self.views: dict[tuple, _View] = {}
+        self.pending = 0
+        self.ready_list: list[_Task] = []
+        self.waiting: dict[tuple, list[_Task]] = {}
+        self.done: set[tuple] = set()
+        self.seq = itertools.count()
+        self.root = _Scope(None)
+        self.root.vars.update(sizes)
+        for p in m.params:
+            self.root.defs[p.name] = p
+            self.root.storage[(p.name, ())] = arrays[p.name]
+
+    # -- values ----------------------------------------------------------------------
+    def expr(self, e: N.IExpr, scope: _Scope, env: dict):
+        if isinstance(e, N.IConst):
+            return e.value
+        if isinstance(e, N.IProc):
+            if e not in env:
+                raise InterpreterError(f"processor index {e} is not bound here")
+            return env[e]
+        if isinstance(e, N.IVar):
+            s = scope.find(e.name)
+            if e.name in s.vars:
+                return s.vars[e.name]
+            op = s.defs[e.name]
+            assert isinstance(op, N.Let)
+            return self.expr(op.value, s, env)
+        a, b = self.expr(e.a, scope, env), self.expr(e.b, scope, env)
+        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
+                "/": lambda: a // b if isinstance(a, int) and isinstance(b, int) else a / b,
+                "//": lambda: a // b, "%": lambda: a % b, "cdiv": lambda: -(-a // b),
+                "min": lambda: min(a, b), "max": lambda: max(a, b)}[e.op]()
+
+    def view(self, v: N.View, scope: _Scope, env: dict) -> _View:
+        # views are pure functions of (scope, processor indices): memoize the chain walk
+        key = (scope.uid, v, tuple(env.items()))
+        hit = self.views.get(key)
+        if hit is None:
+            hit = self.views[key] = self._view(v, scope, env)
+        return hit
+
+    def _view(self, v: N.View, scope: _Scope, env: dict) -> _View:
+        if isinstance(v, N.TRef):
+            s = scope.find(v.name)
+            alloc = s.defs[v.name]
+            assert isinstance(alloc, N.Alloc)
+            key = (v.name, tuple(env[p] for p in dim_procs(alloc.dims)))
+            arr = s.storage.get(key)
+            if arr is None:
+                shape = tuple(int(self.expr(x, s, env)) for x in alloc.shape)
+                dt = NUMPY_DTYPES[alloc.dtype]
+                arr = np.full(shape, np.nan, dtype=dt) if np.issubdtype(dt, np.floating) else np.zeros(shape, dt)
+                s.storage[key] = arr
+            ix = [np.arange(n) for n in arr.shape]
+            coords = [np.arange(n) for n in arr.shape]
+            view = _View(arr, ix, [True] * arr.ndim, coords, alloc.dtype)
+            if alloc.layout is not None:
+                view.coords = self.view(alloc.layout, s, env).coords
+            return view
+        s = scope.find(v.partition)
+        part = s.defs[v.partition]
+        assert isinstance(part, N.Partition)
+        base = self.view(part.base, s, env)
+        idx = [int(self.expr(i, scope, env)) for i in v.idx]
+        logical = [d for d, k in enumerate(base.keep) if k]
+        ix, keep, coords = list(base.ix), list(base.keep), list(base.coords)
+        if part.kind == "blocks":
+            blocks = [int(self.expr(b, s, env)) for b in part.params]
+            for j, (d, b, i) in enumerate(zip(logical, blocks, idx)):
+                pos = np.arange(i * b, (i + 1) * b)
+                src = base.ix[d]
+                valid = pos < len(src)
+                ix[d] = np.full(b, -1)
+                ix[d][valid] = src[pos[valid]]
+                coords[j] = np.arange(b)
+        elif part.kind == "slices":
+            dim = int(part.params[0].value)
+            d = logical[dim]
+            ix[d] = base.ix[d][idx[0]:idx[0] + 1]
+            keep[d] = False
+            coords = [c for j, c in enumerate(base.coords) if j != dim]
+        else:
+            atom_name, proc, operand = part.params
+            shape = tuple(int(self.expr(x, s, env)) for x in self._shape_of(part.base, s))
+            r, c = mma_coords(shape, proc, operand, idx[0])
+            d0, d1 = logical
+            ix[d0], ix[d1] = base.ix[d0][r], base.ix[d1][c]
+            coords = [base.coords[0][r], base.coords[1][c]]
+        return _View(base.arr, ix, keep, coords, base.dtype)
+
+    def _shape_of(self, v: N.View, scope: _Scope):
+        if isinstance(v, N.TRef):
+            return scope.find(v.name).defs[v.name].shape  # type: ignore[union-attr]
+        s = scope.find(v.partition)
+        return s.defs[v.partition].piece_shape  # type: ignore[union-attr]
+
+    # -- events ----------------------------------------------------------------------
+    def required(self, refs, scope: _Scope, env: dict) -> set[tuple]:
+        """The event instances (scope, event, index) a list of references waits for."""
+        out: set[tuple] = set()
+        for r in refs:
+            s = scope.find(r.name)
+            op = s.defs[r.name]
+            dims = self._ev_dims(op)
+            ranges = []
+            for d, i in zip(dims, r.idx):
+                if i is None:
+                    ranges.append(range(int(self.expr(d.extent, s, env))))
+                else:
+                    ranges.append((int(self.expr(i, scope, env)),))
+            if not r.idx:
+                ranges = [range(int(self.expr(d.extent, s, env))) for d in dims]
+            for t in itertools.product(*ranges):
+                out.add((s.uid, r.name, t))
+        return out
+
+    @staticmethod
+    def _ev_dims(op) -> tuple[N.Dim, ...]:
+        if isinstance(op, N.PFor):
+            return op.dims + (N.Dim(N.ibin("-", op.hi, op.lo), op.proc),)
+        return op.dims
+
+    def complete(self, op, scope: _Scope, env: dict, extra: tuple = ()) -> None:
+        key = (scope.uid, op.ev, tuple(env[p] for p in dim_procs(op.dims)) + extra)
+        if key in self.done:
+            return
+        self.done.add(key)
+        for t in self.waiting.pop(key, ()):
+            t.missing -= 1
+            if t.missing == 0:
+                self.ready_list.append(t)
+
+    # -- scheduling ------------------------------------------------------------------
+    def spawn_block(self, b: N.Block, scope: _Scope, env: dict, on_done) -> None:
+        for op in b.ops:
+            scope.defs[getattr(op, "name", None) or op.ev] = op  # type: ignore[union-attr]
+        for op in b.ops:
+            if isinstance(op, N.AsyncOp):
+                free = [(p, d) for p, d in zip(dim_procs(op.dims), op.dims) if p not in env]
+                extents = [range(int(self.expr(d.extent, scope, env))) for _, d in free]
+                for t in itertools.product(*extents):
+                    e = dict(env)
+                    e.update({p: i for (p, _), i in zip(free, t)})
+                    self.add(_Task(op, scope, e, seq=next(self.seq)))
+        self.add(_Task(b, scope, dict(env), kind="yield", block=b, on_done=on_done, seq=next(self.seq)))
+
+    def add(self, t: _Task) -> None:
+        pre = t.block.yields if t.kind == "yield" else t.op.pre  # type: ignore[union-attr]
+        missing = [k for k in self.required(pre, t.scope, t.env) if k not in self.done]
+        t.missing = len(missing)
+        self.pending += 1
+        for k in missing:
+            self.waiting.setdefault(k, []).append(t)
+        if not missing:
+            self.ready_list.append(t)
+
+    def step(self) -> bool:
+        if not self.ready_list:
+            return False
+        if self.rng is not None:
+            k = self.rng.randrange(len(self.ready_list))
+        else:
+            k = min(range(len(self.ready_list)), key=lambda i: self.ready_list[i].seq)
+        t = self.ready_list.pop(k)
+        self.pending -= 1
+        self.execute(t)
+        return True
+
+    def execute(self, t: _Task) -> None:
+        op, scope, env = t.op, t.scope, t.env
+        if t.kind == "yield":
+            if t.on_done is not None:
+                t.on_done()
+            return
+        if isinstance(op, N.Copy):
+            src = self.view(op.src, scope, env)
+            dst = self.view(op.dst, scope, env)
+            dst.write(src.read().reshape(dst.shape) if src.read().size == int(np.prod(dst.shape))
+                      else self._shape_error(op, src, dst))
+            self.complete(op, scope, env)
+        elif isinstance(op, N.Call):
+            self.call(op, scope, env)
+            self.complete(op, scope, env)
+        elif isinstance(op, N.For):
+            lo, hi = int(self.expr(op.lo, scope, env)), int(self.expr(op.hi, scope, env))
+            self.iterate(op, scope, env, lo, hi)
+        elif isinstance(op, N.PFor):
+            lo, hi = int(self.expr(op.lo, scope, env)), int(self.expr(op.hi, scope, env))
+            for i in range(lo, hi):
+                it = _Scope(scope)
+                it.vars[op.var] = i
+                self.spawn_block(op.body, it, env,
+                                 lambda i=i: self.complete(op, scope, env, (i - lo,)))
+
+    def iterate(self, op: N.For, scope: _Scope, env: dict, k: int, hi: int) -> None:
+        if k >= hi:
+            self.complete(op, scope, env)
+            return
+        it = _Scope(scope)
+        it.vars[op.var] = k
+        self.spawn_block(op.body, it, env, lambda: self.iterate(op, scope, env, k + 1, hi))
+
+    def call(self, op: N.Call, scope: _Scope, env: dict) -> None:
+        fn = LEAF_FUNCTIONS[op.fn]
+        args: list[object] = []
+        views: dict[int, _View] = {}
+        for i, a in enumerate(op.args):
+            if isinstance(a, (N.TRef, N.Piece)):
+                v = self.view(a, scope, env)
+                views[i] = v
+                args.append(Operand(v.read(), tuple(v.coords)))
+            elif isinstance(a, N.AtomArg):
+                args.append(a.name)
+            else:
+                args.append(self.expr(a, scope, env))
+        for i, val in fn.semantics(*args).items():
+            views[i].write(val)
+
+    def _shape_error(self, op, src, dst):
+        raise InterpreterError(f"copy {op.ev}: source shape {src.shape} does not fit {dst.shape}")
+
+    def run(self) -> None:
+        finished = []
+        self.spawn_block(self.m.body, self.root, {}, lambda: finished.append(True))
+        while self.pending:
+            if not self.step():
+                names = sorted({k[1] for k in self.waiting})[:8]
+                raise InterpreterError(f"deadlock: {self.pending} task(s) wait forever on {names}")
+
+
+def run(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], seed: int | None = None) -> None:
+    """Execute ``m`` in place on ``arrays`` (one per module parameter, by name).
+
+    ``sizes`` binds the module's size scalars (``C_d0`` …); ``seed=None`` runs in program
+    order, an integer in a random order that respects only the events.  Raises
+    :class:`InterpreterError` on a deadlock or a malformed module.
+    """
+    _Interp(m, sizes, arrays, seed).run()

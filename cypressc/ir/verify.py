@@ -1,0 +1,82 @@
+"""The IR verifier, run after every pass (DESIGN §4): names defined before use, event
+references indexed with one entry per array dimension, every view's tensor and
+partition in scope, leaf calls with the registered arity."""
+
+from __future__ import annotations
+
+from cypressc.ir import nodes as N
+from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+
+__all__ = ["verify", "VerifyError"]
+
+
+class VerifyError(AssertionError):
+    """The IR is malformed: a compiler bug, never a user error."""
+
+
+def _ev_rank(op) -> int:
+    return len(op.dims) + (1 if isinstance(op, N.PFor) else 0)
+
+
+def verify(m: N.Module) -> None:
+    """Raise :class:`VerifyError` if ``m`` is malformed."""
+    scope: list[dict[str, object]] = [{a.name: a for a in m.params}]
+    names = set(m.scalars)
+
+    def lookup(name: str):
+        for s in reversed(scope):
+            if name in s:
+                return s[name]
+        return None
+
+    def check_view(v: N.View, where: str) -> None:
+        if isinstance(v, N.TRef):
+            if not isinstance(lookup(v.name), N.Alloc):
+                raise VerifyError(f"{where}: tensor %{v.name} is not defined here")
+        else:
+            p = lookup(v.partition)
+            if not isinstance(p, N.Partition):
+                raise VerifyError(f"{where}: partition %{v.partition} is not defined here")
+
+    def check_refs(refs, where: str) -> None:
+        for r in refs:
+            op = lookup(r.name)
+            if op is None or not isinstance(op, N.AsyncOp):
+                raise VerifyError(f"{where}: event %{r.name} is not defined before its use")
+            if r.idx and len(r.idx) != _ev_rank(op):
+                raise VerifyError(f"{where}: event %{r.name} has {_ev_rank(op)} dimension(s), "
+                                  f"indexed with {len(r.idx)}")
+
+    def block(b: N.Block) -> None:
+        scope.append({})
+        for op in b.ops:
+            where = getattr(op, "ev", None) or getattr(op, "name", "?")
+            if isinstance(op, N.Alloc) and op.layout is not None:
+                check_view(op.layout, where)
+            if isinstance(op, N.Partition):
+                check_view(op.base, where)
+            if isinstance(op, N.Copy):
+                check_view(op.src, where)
+                check_view(op.dst, where)
+                check_refs(op.pre, where)
+            if isinstance(op, N.Call):
+                if op.fn not in LEAF_FUNCTIONS or len(op.args) != len(LEAF_FUNCTIONS[op.fn].operands):
+                    raise VerifyError(f"{where}: bad leaf call {op.fn}")
+                for a in op.args:
+                    if isinstance(a, (N.TRef, N.Piece)):
+                        check_view(a, where)
+                check_refs(op.pre, where)
+            if isinstance(op, (N.For, N.PFor)):
+                check_refs(op.pre, where)
+                scope.append({op.var: op})
+                names.add(op.var)
+                block(op.body)
+                scope.pop()
+            name = getattr(op, "name", None) or getattr(op, "ev")
+            if name in scope[-1]:
+                raise VerifyError(f"%{name} is defined twice")
+            scope[-1][name] = op
+        check_refs(b.yields, "yield")
+        scope.pop()
+
+    block(m.body)

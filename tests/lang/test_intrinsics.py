@@ -1,0 +1,112 @@
+"""The intrinsics registry: atom names, leaf-function operand rules, NumPy semantics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cypressc.lang.intrinsics import (LEAF_FUNCTIONS, NUMPY_DTYPES, MmaAtom, Operand, atom, is_atom_name,
+                                      round_to)
+
+
+def whole(a: np.ndarray) -> Operand:
+    """An operand that was never mma-partitioned: identity coordinates."""
+    return Operand(a, tuple(np.arange(n) for n in a.shape))
+
+
+@pytest.mark.parametrize("n", range(8, 257, 8))
+def test_every_wgmma_n_is_an_atom(n):
+    name = f"WGMMA_64x{n}x16"
+    assert is_atom_name(name)
+    a = atom(name)
+    assert a == MmaAtom(name, 64, n, 16) and a.threads == 128
+
+
+@pytest.mark.parametrize("name", ["WGMMA_64x0x16", "WGMMA_64x12x16", "WGMMA_64x264x16", "WGMMA_64x256x32",
+                                  "WGMMA_128x256x16", "wgmma_64x256x16", "WGMMA_64x256x16 ", "HMMA_16x8x16", ""])
+def test_non_atoms(name):
+    assert not is_atom_name(name)
+    with pytest.raises(KeyError):
+        atom(name)
+
+
+def test_registry_entries():
+    assert set(LEAF_FUNCTIONS) == {"warpgroup_mma", "fill", "copy", "add", "row_sum"}
+    for name, fn in LEAF_FUNCTIONS.items():
+        assert fn.name == name and fn.cpp == f"cypress::{name}" and fn.proc == "THREAD" and fn.doc
+        assert callable(fn.semantics)
+    mma = LEAF_FUNCTIONS["warpgroup_mma"]
+    assert mma.collective == "WARPGROUP"
+    assert [(r.name, r.kind, r.writes) for r in mma.operands] == [
+        ("atom", "atom", False), ("C", "tensor", True), ("A", "tensor", False), ("B", "tensor", False)]
+    assert mma.operands[1].mems == ("REGISTER",) and mma.operands[1].dtypes == ("f32",)
+    assert mma.operands[3].mems == ("SHARED",)
+    assert all(LEAF_FUNCTIONS[f].collective is None for f in ("fill", "copy", "add", "row_sum"))
+    fill = LEAF_FUNCTIONS["fill"]
+    assert fill.operands[0].writes and not fill.operands[0].reads and fill.operands[1].kind == "scalar"
+    assert LEAF_FUNCTIONS["row_sum"].operands[0].rank == 1 and LEAF_FUNCTIONS["row_sum"].operands[1].rank == 2
+
+
+def test_fill():
+    c = np.ones((4, 8), np.float32)
+    out = LEAF_FUNCTIONS["fill"].semantics(whole(c), 0)
+    assert set(out) == {0} and out[0].dtype == np.float32 and not out[0].any()
+    assert c.all(), "semantics are pure: the input is untouched"
+
+
+def test_copy_reshapes_into_the_destination():
+    src = np.arange(8, dtype=np.float32)
+    dst = np.zeros((2, 4), np.float16)
+    out = LEAF_FUNCTIONS["copy"].semantics(whole(src), whole(dst))
+    assert set(out) == {1} and out[1].shape == (2, 4)
+    np.testing.assert_array_equal(out[1], src.reshape(2, 4))
+
+
+def test_add():
+    c = np.full((2, 3), 1.5, np.float32)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = LEAF_FUNCTIONS["add"].semantics(whole(c), whole(x))
+    assert set(out) == {0} and out[0].dtype == np.float32
+    np.testing.assert_array_equal(out[0], c + x)
+
+
+def test_row_sum_accumulates():
+    y = np.array([10, 20], np.float32)
+    a = np.arange(8, dtype=np.float16).reshape(2, 4)
+    out = LEAF_FUNCTIONS["row_sum"].semantics(whole(y), whole(a))
+    np.testing.assert_array_equal(out[0], [10 + 0 + 1 + 2 + 3, 20 + 4 + 5 + 6 + 7])
+    assert out[0].dtype == np.float32
+
+
+def test_warpgroup_mma_whole_tile():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 16)).astype(np.float16)
+    b = rng.standard_normal((16, 32)).astype(np.float16)
+    c = rng.standard_normal((64, 32)).astype(np.float32)
+    out = LEAF_FUNCTIONS["warpgroup_mma"].semantics("WGMMA_64x32x16", whole(c), whole(a), whole(b))
+    assert set(out) == {1}
+    ref = c.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(out[1], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_warpgroup_mma_fragment_uses_c_coordinates():
+    """A thread's C fragment holds scattered elements; its coordinates select the product."""
+    a = np.arange(4 * 2, dtype=np.float16).reshape(4, 2)
+    b = np.arange(2 * 6, dtype=np.float16).reshape(2, 6)
+    rows, cols = np.array([1, 3]), np.array([0, 5])
+    frag = Operand(np.zeros((2, 2), np.float32), (rows, cols))
+    out = LEAF_FUNCTIONS["warpgroup_mma"].semantics("WGMMA_64x8x16", frag, whole(a), whole(b))
+    full = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(out[1], full[np.ix_(rows, cols)])
+
+
+def test_numpy_dtypes_and_rounding():
+    assert NUMPY_DTYPES == {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "i32": np.int32}
+    assert round_to(np.array([1.0005]), "f16").dtype == np.float16
+    # bf16 keeps 8 mantissa bits: 1 + 2**-8 is a tie and rounds to even (1.0); 1 + 3*2**-8 rounds up
+    x = np.array([1.0, 1 + 2**-8, 1 + 3 * 2**-8, -2.5, 3.0e38], np.float32)
+    r = round_to(x, "bf16")
+    assert r.dtype == np.float32
+    np.testing.assert_array_equal(r[:4], [1.0, 1.0, 1 + 2**-6, -2.5])
+    assert (r.view(np.uint32) & 0xFFFF == 0).all()
+    assert round_to(np.array([1.7]), "i32")[0] == 1

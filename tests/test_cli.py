@@ -1,0 +1,141 @@
+"""The ``cypressc`` command line: check / explain on the bundled programs, help texts,
+exit codes (0 ok, 1 user error, 2 usage, 70 internal error)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cypressc.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = {"gemm": (11, 4, 14, 4), "batched_gemm": (12, 5, 15, 5), "dual_gemm": (14, 5, 26, 5),
+            "gemm_reduction": (20, 7, 23, 7)}
+
+
+def cli(*args: str, chdir: bool = True):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(autouse=True)
+def _in_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_check_ok(name):
+    prog, mapping = f"programs/{name}.cyp", f"mappings/{name}/h100.yaml"
+    r = cli("check", prog, "-m", mapping)
+    assert r.exit_code == 0, r.stderr
+    variants, tasks, nodes, used = PROGRAMS[name]
+    assert r.stdout == (f"ok: {prog} with {mapping}: {variants} variants of {tasks} tasks, {nodes} instantiated "
+                        f"task(s) over {used} task(s) on h100\n")
+    assert r.stderr == ""
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_explain_prints_the_task_tree(name):
+    r = cli("explain", f"programs/{name}.cyp", "-m", f"mappings/{name}/h100.yaml")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"task tree (h100, entrypoint {name}_host):"
+    assert lines[1].startswith(f"{name}_host: variant {name}_host on HOST (")
+    assert len(lines) == 1 + PROGRAMS[name][2]
+    block = next(line for line in lines if " on BLOCK " in line)
+    assert block.endswith("[warpspecialize=True, pipeline=4, smem_limit=232448]")
+    assert any(line.rstrip().endswith("(C@REGISTER, A@SHARED, B@SHARED) {MMA=WGMMA_64x256x16}")
+               or "WGMMA_64x128x16" in line for line in lines)
+    assert "└── " in r.stdout and "│" in r.stdout
+
+
+def test_explain_gemm_exact():
+    r = cli("explain", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml")
+    assert r.stdout.splitlines()[2:4] == [
+        "└── gemm_block: variant gemm_block on BLOCK (C@GLOBAL, A@GLOBAL, B@GLOBAL) {W=64} "
+        "[warpspecialize=True, pipeline=4, smem_limit=232448]",
+        "    ├── clear_block: variant clear_tile on BLOCK (C@NONE) {WGS=2}",
+    ]
+
+
+def test_explain_no_tree():
+    r = cli("explain", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml", "--no-tree")
+    assert r.exit_code == 0 and r.stdout == ""
+
+
+def test_explain_reports_errors_like_check():
+    r = cli("explain", "tests/corpus/programs/unknown_task.cyp", "-m", "mappings/gemm/h100.yaml")
+    assert r.exit_code == 1
+    assert r.stderr.startswith("tests/corpus/programs/unknown_task.cyp:4:5: error[E021]: ")
+
+
+def test_program_and_mapping_errors_are_reported_together():
+    r = cli("check", "tests/corpus/programs/unknown_atom.cyp", "-m", "tests/corpus/mappings/unknown_key.yaml")
+    assert r.exit_code == 1
+    assert "error[E036]" in r.stderr and "error[M002]" in r.stderr and r.stderr.endswith("2 errors\n")
+
+
+def test_warnings_do_not_fail():
+    r = cli("check", "programs/gemm.cyp", "-m", "tests/corpus/mappings/unreachable_instance.yaml")
+    assert r.exit_code == 0 and "warning[W001]" in r.stderr and r.stdout.startswith("ok: ")
+
+
+def test_help_texts():
+    r = cli("--help")
+    assert r.exit_code == 0
+    assert "compile Cypress task programs to Hopper CUDA" in r.stdout
+    assert "cypressc check   programs/gemm.cyp -m mappings/gemm/h100.yaml" in r.stdout
+    for cmd in ("check", "explain"):
+        assert cmd in r.stdout
+    r = cli("check", "--help")
+    assert r.exit_code == 0 and "Parse and check PROGRAM" in r.stdout and "-m, --mapping" in r.stdout
+    r = cli("explain", "-h")
+    assert r.exit_code == 0 and "instantiated task tree" in r.stdout and "--no-tree" in r.stdout
+
+
+def test_version():
+    r = cli("--version")
+    assert r.exit_code == 0 and "0.1.0" in r.stdout
+
+
+@pytest.mark.parametrize("args", [["check", "programs/gemm.cyp"], ["check"], ["frobnicate"],
+                                  ["check", "programs", "-m", "mappings/gemm/h100.yaml"]])
+def test_usage_errors_exit_2(args):
+    r = cli(*args)
+    assert r.exit_code == 2 and "Usage:" in r.stderr
+
+
+def _boom(*_a, **_k):
+    raise RuntimeError("boom")
+
+
+def test_internal_error_exits_70(monkeypatch):
+    monkeypatch.setattr("cypressc.mapping.tasktree.instantiate", _boom)
+    r = cli("check", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml")
+    assert r.exit_code == 70
+    assert r.stderr.startswith("internal compiler error while processing programs/gemm.cyp "
+                               "mappings/gemm/h100.yaml: RuntimeError: boom")
+    assert "re-run with --debug" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_internal_error_debug_shows_traceback(monkeypatch):
+    monkeypatch.setattr("cypressc.mapping.tasktree.instantiate", _boom)
+    r = cli("--debug", "explain", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml")
+    assert r.exit_code == 70 and "Traceback (most recent call last)" in r.stderr and "RuntimeError: boom" in r.stderr
+
+
+@pytest.mark.parametrize("prog,mapping,rc,prefix", [
+    ("programs/gemm.cyp", "mappings/gemm/h100.yaml", 0, ""),
+    ("tests/corpus/programs/prange_not_disjoint.cyp", "mappings/gemm/h100.yaml", 1,
+     "tests/corpus/programs/prange_not_disjoint.cyp:8:26: error[E030]: writes to 'yp' are not provably disjoint"),
+    ("programs/gemm.cyp", "tests/corpus/mappings/register_at_block.yaml", 1,
+     "tests/corpus/mappings/register_at_block.yaml:27:12: error[M015]: REGISTER is not visible from BLOCK"),
+])
+def test_real_subprocess(prog, mapping, rc, prefix):
+    r = subprocess.run([sys.executable, "-m", "cypressc.cli", "check", prog, "-m", mapping],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == rc, r.stderr
+    assert r.stderr.startswith(prefix) and "Traceback" not in r.stderr
