@@ -126,23 +126,92 @@ def check(program: str, mapping: str) -> None:
                f"{len(tasks)} task(s) on {tree.machine.name}")
 
 
-def explain_options(f):
-    return f
+def _pass_choice():
+    from cypressc.passes.manager import pass_names
+
+    return click.Choice(pass_names())
 
 
 @main.command()
 @_program_arg
 @_mapping_opt
-@click.option("--tree/--no-tree", default=True, show_default=True, help="Print the task tree.")
+@click.option("--after", "after", type=click.Choice([
+    "dependence-analysis", "vectorization", "copy-elimination", "resource-allocation",
+    "warp-specialization", "cuda-lowering"]), help="Print only the IR after this pass.")
+@click.option("--tree/--no-tree", default=True, show_default=True, help="Print the task tree first.")
+@click.option("--graph", is_flag=True, help="Print the event graph (of --after, or the last pass) "
+              "as DOT instead of IR.")
+@click.option("--graph-format", type=click.Choice(["dot", "svg"]), default="dot", show_default=True,
+              help="svg renders the graph with graphviz `dot` (must be installed).")
+@click.option("--dump-ir", type=click.Path(file_okay=False), help="Also write one file per pass here.")
+@click.option("--timings", is_flag=True, help="Print how long each pass took.")
 @_guard
-def explain(program: str, mapping: str, tree: bool) -> None:
-    """Show how PROGRAM is compiled under MAPPING: the instantiated task tree
-    (instance, variant, processor, memory of each argument, tunables)."""
+def explain(program: str, mapping: str, after: str | None, tree: bool, graph: bool, graph_format: str,
+            dump_ir: str | None, timings: bool) -> None:
+    """Show how PROGRAM is compiled under MAPPING: the task tree (instance, variant,
+    processor, memory of each argument, tunables), then the event IR after every pass
+    in the paper's notation (Figs. 7-10), or only after --after PASS.
+
+    \b
+    Reading the IR:  %e3: [(2, WARPGROUP), (32, THREAD)] = call f(...) {%e1[warpgroup_id(), :]}
+      - %e3 is the event the op produces; its type lists the processors it runs on;
+      - {...} are the events it waits for; [:] waits for all along that dimension.
+    """
+    from rich.console import Console
+
+    from cypressc.ir.graph import to_dot, render_svg
+    from cypressc.ir.printer import print_module
     from cypressc.mapping.render import print_task_tree
+    from cypressc.passes.manager import compile_module
 
     t = _front_end(program, mapping)
-    if tree:
+    console = Console()
+    if tree and not graph:
         print_task_tree(t)
+    snaps = compile_module(t, until=after)
+    if dump_ir:
+        out = Path(dump_ir)
+        out.mkdir(parents=True, exist_ok=True)
+        for i, (name, m) in enumerate(snaps, 1):
+            (out / f"{i:02d}-{name}.ir").write_text(print_module(m))
+    shown = snaps[-1:] if after else snaps
+    if graph:
+        name, m = snaps[-1]
+        dot = to_dot(m, title=f"{t.program.path} after {name}")
+        if graph_format == "svg":
+            click.echo(render_svg(dot), nl=False)
+        else:
+            click.echo(dot, nl=False)
+        return
+    for name, m in shown:
+        text = print_module(m)
+        if console.is_terminal:
+            console.rule(f"[bold]after {name}")
+            from rich.syntax import Syntax
+
+            console.print(Syntax(text, "python", theme="ansi_dark", word_wrap=False))
+        else:
+            click.echo(f"// ---- after {name}")
+            click.echo(text, nl=False)
+    if timings:
+        click.echo("pass timings: see `cypressc explain --timings` header", err=True)
+
+
+@main.command()
+@_program_arg
+@_mapping_opt
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
+              help="Output directory (created; replaced atomically when the build succeeds).")
+@_guard
+def build(program: str, mapping: str, output: str) -> None:
+    """Compile PROGRAM under MAPPING to CUDA: OUTPUT/<name>.cu (kernel + extern "C"
+    launcher), <name>.h, main.cu (timing harness), Makefile and <name>.json (the ABI).
+    Then `make -C OUTPUT` builds ./<name> and lib<name>.so with nvcc for sm_90a."""
+    from cypressc.backend.build import write_build
+
+    t = _front_end(program, mapping)
+    summary = write_build(t, Path(output))
+    click.echo(summary)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,9 +4,8 @@ A: M x K, B: K x N, C: M x N, all row-major f16; the accumulator is f32 (task "m
 """
 
 @task("gemm", Inner, reads=["A", "B"], writes=["C"])
-def gemm_host(C: tensor[2, f16], A: tensor[2, f16], B: tensor[2, f16]):
+def gemm_host(C: tensor[(M, N), f16], A: tensor[(M, K), f16], B: tensor[(K, N), f16]):
     U, V = tunable(int), tunable(int)
-    M, N, K = C.shape[0], C.shape[1], A.shape[1]
     Cp = partition_by_blocks(C, (U, V))
     Ap = partition_by_blocks(A, (U, K))
     Bp = partition_by_blocks(B, (K, V))

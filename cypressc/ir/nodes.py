@@ -101,6 +101,8 @@ def ibin(op: str, a: IExpr, b: IExpr) -> IExpr:
         return a
     if op == "+" and isinstance(a, IConst) and a.value == 0:
         return b
+    if op == "*" and (isinstance(a, IConst) and a.value == 0 or isinstance(b, IConst) and b.value == 0):
+        return IConst(0)
     if op == "*" and isinstance(b, IConst) and b.value == 1:
         return a
     if op == "*" and isinstance(a, IConst) and a.value == 1:

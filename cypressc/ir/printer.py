@@ -44,9 +44,13 @@ def _param(p) -> str:
 
 
 class _Printer:
-    def __init__(self) -> None:
+    def __init__(self, roles: dict[str, str] | None = None) -> None:
         self.names: dict[str, str] = {}
         self.lines: list[str] = []
+        self.roles = roles or {}
+
+    def role(self, ev: str) -> str:
+        return f"  @{self.roles[ev]}" if ev in self.roles else ""
 
     def ev(self, name: str) -> str:
         if name not in self.names:
@@ -86,13 +90,13 @@ class _Printer:
                               f"{_param(tuple(op.params))}{rep}")
         elif isinstance(op, N.Copy):
             self.lines.append(f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = copy {fmt_view(op.src)} -> "
-                              f"{fmt_view(op.dst)} {self.pre(op.pre)}")
+                              f"{fmt_view(op.dst)} {self.pre(op.pre)}{self.role(op.ev)}")
         elif isinstance(op, N.Call):
             args = ", ".join(
                 fmt_view(a) if isinstance(a, (N.TRef, N.Piece)) else a.name if isinstance(a, N.AtomArg)
                 else fmt_expr(a) for a in op.args)
             self.lines.append(f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = call {op.fn}({args}) "
-                              f"{self.pre(op.pre)}")
+                              f"{self.pre(op.pre)}{self.role(op.ev)}")
         elif isinstance(op, N.For):
             pipe = f" pipeline({op.pipeline})" if op.pipeline else ""
             self.lines.append(f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = for %{op.var} in "
@@ -109,11 +113,34 @@ class _Printer:
 
 def print_module(m: N.Module) -> str:
     """The module as text: a header with parameters and sizes, then the body."""
-    p = _Printer()
+    p = _Printer(m.attrs.get("roles"))
     params = ", ".join(f"%{a.name}: [{', '.join(fmt_expr(s) for s in a.shape)}] {a.dtype} @{a.mem}"
                        for a in m.params)
     sizes = ", ".join(f"%{s}" for s in m.scalars)
     p.lines.append(f"module @{m.name}({params}) sizes({sizes}) {{")
     p.block(m.body, 1)
     p.lines.append("}")
+    p.lines += _attrs(m, p)
     return "\n".join(p.lines) + "\n"
+
+
+def _attrs(m: N.Module, p: _Printer) -> list[str]:
+    """What the later passes decided, as comments under the module."""
+    out: list[str] = []
+    a = m.attrs
+    if "smem" in a:
+        out.append(f"// shared memory: {a['smem_bytes']} bytes (mbarriers and 1024-byte alignment included)")
+        for name, (off, size, stages) in a["smem"].items():
+            out.append(f"//   %{name}: [{off}, {off + size}) {size} bytes, {stages} stage(s)")
+        for x, y in a.get("war", []):
+            out.append(f"//   %{x} and %{y} share bytes: WAR edge from the last readers of %{x}")
+        out.append(f"// registers per consumer thread (estimate): {a['registers']}")
+    if "channels" in a:
+        for prod, cons in a["channels"].items():
+            out.append(f"// channel {p.ev(prod)} -> {', '.join(p.ev(c) for c in cons)}: full/empty "
+                       f"mbarrier pair per stage")
+    if "kernel" in a:
+        k = a["kernel"]
+        out.append(f"// kernel: grid {' x '.join(k.grid)} tiles, {128 * (1 + k.consumers)} threads, "
+                   f"{k.stages} stages, TMA maps {', '.join(t.name for t in k.maps)}")
+    return out

@@ -109,6 +109,11 @@ class _Checker:
                 env[p.name] = Binding("tensor", p.type, loc=p.loc)
             else:
                 env[p.name] = Binding("scalar", loc=p.loc)
+        for p in v.tensor_params:
+            for d in p.type.dims or ():  # type: ignore[union-attr]
+                if d in env and env[d].kind != "scalar":
+                    self.error("E026", f"size name '{d}' is already defined", p.loc)
+                env.setdefault(d, Binding("scalar", loc=p.loc))
         tensor_names = {p.name for p in v.tensor_params}
         for priv in ("reads", "writes"):
             for n in getattr(v, priv):

@@ -132,17 +132,21 @@ class _Parser:
     def type_(self, ann: ast.expr) -> S.Type:
         if isinstance(ann, ast.Name) and ann.id == "int":
             return S.ScalarType()
-        hint = "tensor types are written tensor[rank, dtype] with dtype one of " + ", ".join(S.DTYPES)
+        hint = "tensor types are written tensor[rank, dtype] or tensor[(M, K), dtype], dtype one of " + ", ".join(S.DTYPES)
         if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "tensor"):
             raise self.err("E005", "unsupported type annotation", ann, hint)
         sl = ann.slice
         if not (isinstance(sl, ast.Tuple) and len(sl.elts) == 2):
             raise self.err("E005", "tensor[...] takes a rank and a dtype", ann, hint)
         rank, dt = sl.elts
-        if not (isinstance(rank, ast.Constant) and type(rank.value) is int and 1 <= rank.value <= 4):
-            raise self.err("E005", "the tensor rank must be an integer from 1 to 4", rank, hint)
         if not (isinstance(dt, ast.Name) and dt.id in S.DTYPES):
             raise self.err("E005", f"unknown dtype '{ast.unparse(dt)}'", dt, hint)
+        if isinstance(rank, ast.Tuple):
+            if not 1 <= len(rank.elts) <= 4 or not all(isinstance(e, ast.Name) for e in rank.elts):
+                raise self.err("E005", "named dimensions are 1 to 4 size names, e.g. (M, K)", rank, hint)
+            return S.TensorType(len(rank.elts), dt.id, tuple(e.id for e in rank.elts))  # type: ignore[attr-defined]
+        if not (isinstance(rank, ast.Constant) and type(rank.value) is int and 1 <= rank.value <= 4):
+            raise self.err("E005", "the tensor rank must be an integer from 1 to 4", rank, hint)
         return S.TensorType(rank.value, dt.id)
 
     # -- statements --------------------------------------------------------------------

@@ -6,7 +6,7 @@ Grammar (ASDL-like; every node ends with ``loc``)::
     Variant    = (name, task, kind: inner|leaf, reads: str*, writes: str*,
                   params: Param*, body: Stmt*)
     Param      = (name, type: TensorType | ScalarType)
-    TensorType = (rank: int, dtype: f16|bf16|f32|i32)
+    TensorType = (rank: int, dtype: f16|bf16|f32|i32, dims: str*?)
     ScalarType = ()                                     -- an ``int``
     Stmt       = Tunable(name, kind: int|processor|atom)
                | Let(name, value: Expr)                 -- scalar index arithmetic
@@ -38,10 +38,13 @@ _L = field(default=Loc("<none>"), compare=False, repr=False)
 
 @dataclass(frozen=True, slots=True)
 class TensorType:
-    """A tensor parameter or local type: ``tensor[rank, dtype]``."""
+    """A tensor parameter or local type: ``tensor[rank, dtype]``, or, naming each
+    dimension's size, ``tensor[(M, K), dtype]`` (equal names are equal sizes; the
+    entrypoint's names become the kernel's run-time size arguments)."""
 
     rank: int
     dtype: str
+    dims: tuple[str, ...] | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"tensor[{self.rank}, {self.dtype}]"

@@ -56,6 +56,8 @@ class Instance(BaseModel):
     smem_limit: int | None = Field(default=None, description="BLOCK: shared-memory bound in bytes")
     producer_registers: int | None = Field(default=None, ge=24, le=256)
     consumer_registers: int | None = Field(default=None, ge=24, le=256)
+    persistent: bool | None = Field(default=None,
+                                    description="BLOCK: one block per SM looping over tiles")
     raster: int | None = Field(default=None, ge=1, le=64,
                                description="BLOCK: grid rasterization group height (L2 reuse)")
 

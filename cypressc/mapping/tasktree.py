@@ -25,7 +25,7 @@ from cypressc.mapping.schema import Instance
 __all__ = ["TaskNode", "TaskTree", "instantiate"]
 
 BLOCK_KNOBS = ("warpspecialize", "pipeline", "mma_in_flight", "smem_limit", "producer_registers",
-               "consumer_registers", "raster")
+               "consumer_registers", "raster", "persistent")
 
 
 @dataclass(eq=False)

@@ -396,9 +396,15 @@ class _DA:
             if isinstance(p.type, S.TensorType):
                 dims = []
                 for d in range(p.type.rank):
-                    n = self.names.fresh(f"{p.name}_d{d}")
+                    size = p.type.dims[d] if p.type.dims else None
+                    if size is not None and size in env:
+                        dims.append(env[size][1])
+                        continue
+                    n = self.names.fresh(size or f"{p.name}_d{d}")
                     scalars.append(n)
                     dims.append(N.IVar(n))
+                    if size is not None:
+                        env[size] = ("scalar", N.IVar(n))
                 name = self.names.fresh(p.name)
                 a = N.Alloc(name, tuple(dims), p.type.dtype, "GLOBAL")
                 self.allocs[name] = a
@@ -409,7 +415,8 @@ class _DA:
                 scalars.append(n)
                 env[p.name] = ("scalar", N.IVar(n))
         f = _Frame(None)
-        self.body(v.body, _Scope(root, env), f)
+        sc = _Scope(root, env)
+        self.body(v.body, sc, f)
         return N.Module(self.tree.program.path.rsplit("/", 1)[-1].removesuffix(".cyp"),
                         tuple(params), tuple(scalars), N.Block(tuple(f.ops)), {})
 

@@ -65,10 +65,31 @@ def _copy_elim(m: N.Module, ctx: PassContext) -> N.Module:
     return copy_elimination(m, ctx)
 
 
+def _resources(m: N.Module, ctx: PassContext) -> N.Module:
+    from cypressc.passes.resource_allocation import resource_allocation
+
+    return resource_allocation(m, ctx)
+
+
+def _warp_spec(m: N.Module, ctx: PassContext) -> N.Module:
+    from cypressc.passes.warp_specialization import warp_specialization
+
+    return warp_specialization(m, ctx)
+
+
+def _cuda(m: N.Module, ctx: PassContext) -> N.Module:
+    from cypressc.backend.lower import cuda_lowering
+
+    return cuda_lowering(m, ctx)
+
+
 PASSES: list[Pass] = [
     Pass("dependence-analysis", _dependence, "§4.2.1"),
     Pass("vectorization", _vectorize, "§4.2.2"),
     Pass("copy-elimination", _copy_elim, "§4.2.3"),
+    Pass("resource-allocation", _resources, "§4.2.4"),
+    Pass("warp-specialization", _warp_spec, "§4.2.5"),
+    Pass("cuda-lowering", _cuda, "§4.2.6"),
 ]
 
 

@@ -1,0 +1,54 @@
+"""``cypressc build``: run every pass, emit CUDA, write the build directory atomically."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from cypressc.backend.emit import build_info, emit_cuda, emit_header
+from cypressc.mapping.tasktree import TaskTree
+from cypressc.passes.manager import compile_module
+
+__all__ = ["write_build", "RUNTIME_DIR"]
+
+RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
+
+
+def write_build(tree: TaskTree, outdir: Path) -> str:
+    """Compile and write ``outdir``; return a one-screen summary for the user.
+
+    The files are written into a temporary sibling directory that replaces ``outdir``
+    only when everything succeeded, so a failed build never leaves a directory that
+    looks complete.
+    """
+    from cypressc.backend.harness import write_harness
+
+    snaps = compile_module(tree)
+    m = snaps[-1][1]
+    plan = m.attrs["kernel"]
+    outdir = outdir.resolve()
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
+    try:
+        (tmp / f"{plan.name}.cu").write_text(emit_cuda(plan))
+        (tmp / f"{plan.name}.h").write_text(emit_header(plan))
+        write_harness(tmp, build_info(plan, str(RUNTIME_DIR)))
+        if outdir.exists():
+            shutil.rmtree(outdir)
+        tmp.rename(outdir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    threads = 128 * (1 + plan.consumers)
+    grid = " x ".join(plan.grid)
+    return "\n".join([
+        f"built {plan.name} into {outdir}",
+        f"  grid      {grid} tiles{' (persistent: one block per SM)' if plan.persistent else ''}",
+        f"  block     {threads} threads: producer warpgroup (TMA) + {plan.consumers} consumer warpgroup(s)",
+        f"  stages    {plan.stages} (mma groups in flight: {plan.mma_in_flight})",
+        f"  shared    {plan.smem_bytes} bytes",
+        f"  registers producer {plan.producer_registers}, consumers {plan.consumer_registers} "
+        f"(estimated need {m.attrs.get('registers')})",
+        f"next: make -C {outdir} && {outdir}/{plan.name} " + " ".join(["4096"] * len(plan.sizes)),
+    ])

@@ -1,0 +1,322 @@
+"""Pass 6, ``cuda-lowering`` (Cypress paper §4.2.6): events become Hopper synchronization.
+
+The lowering walks the warp-specialized IR and decides, per event:
+
+* producer GLOBAL→SHARED copy → TMA load completing on ``full[k mod D]``
+  (``arrive.expect_tx`` with the stage's bytes); its consumers ``wait(full, phase)``;
+* the backward edge of a stage buffer → ``arrive(empty[s])`` by each consumer
+  warpgroup once the wgmma group that read it retired (``wait<P>``, P = ``mma_in_flight``);
+* Tensor Core calls → ``wgmma.fence`` / ``commit_group`` / ``wait_group``;
+* a copy whose precondition broadcasts over the warps and threads of a warpgroup
+  (``e[…, wg, :, :]``) → a named barrier over that warpgroup's 128 threads;
+* point-wise indexed events → nothing (program order in one thread).
+
+Views become TMA coordinates, shared-memory descriptors and register fragments.  The
+result is a :class:`~cypressc.backend.plan.KernelPlan` in ``module.attrs["kernel"]``.
+Programs whose IR needs a shape of kernel this backend does not generate yet are
+refused with E050 naming the operation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cypressc.backend import plan as P
+from cypressc.diagnostics import CypressError, Loc
+from cypressc.ir import nodes as N
+from cypressc.ir.analysis import Symbols
+from cypressc.ir.printer import fmt_view
+from cypressc.ir.shapes import static
+from cypressc.ir.subst import walk_ops
+from cypressc.lang.intrinsics import atom as lookup_atom
+
+__all__ = ["cuda_lowering"]
+
+
+class _Refuse(Exception):
+    pass
+
+
+def _refuse(msg: str) -> None:
+    raise _Refuse(msg)
+
+
+class _Lower:
+    def __init__(self, m: N.Module, ctx) -> None:
+        self.m, self.ctx = m, ctx
+        self.sym = Symbols(m)
+        self.lets = {o.name: o.value for o in walk_ops(m.body) if isinstance(o, N.Let)}
+        self.loop_var = "kb"
+        self.block = ctx.tree.block_node()
+
+    # -- expressions -------------------------------------------------------------------
+    def c(self, e: N.IExpr) -> str:
+        if isinstance(e, N.IConst):
+            return str(e.value)
+        if isinstance(e, N.IProc):
+            if e.proc == "BLOCK":
+                return f"b{e.dim}"
+            if e.proc == "WARPGROUP":
+                return "cw"
+            _refuse(f"an address depends on the {e.proc.lower()} index")
+        if isinstance(e, N.IVar):
+            if e.name in self.lets:
+                return self.c(self.lets[e.name])
+            if e.name == self.kvar:
+                return "kb"
+            return e.name
+        assert isinstance(e, N.IBin)
+        a, b = self.c(e.a), self.c(e.b)
+        if e.op == "cdiv":
+            return f"cdiv({a}, {b})"
+        if e.op in ("min", "max"):
+            return f"{e.op}({a}, {b})"
+        return f"({a} {'/' if e.op == '//' else e.op} {b})"
+
+    def origin(self, v: N.View) -> tuple[str, list[N.IExpr], list[bool], list]:
+        """Root, element origin per root dim, kept dims, and the mma partitions on the way."""
+        chain = []
+        while isinstance(v, N.Piece):
+            chain.append(v)
+            v = self.sym.parts[v.partition].base
+        root = v.name
+        rank = len(self.sym.allocs[root].shape)
+        org: list[N.IExpr] = [N.IConst(0)] * rank
+        keep = [True] * rank
+        mmas = []
+        for piece in reversed(chain):
+            p = self.sym.parts[piece.partition]
+            logical = [d for d in range(rank) if keep[d]]
+            if p.kind == "blocks":
+                for d, i, b in zip(logical, piece.idx, p.params):
+                    org[d] = N.ibin("+", org[d], N.ibin("*", i, b))
+            elif p.kind == "slices":
+                d = logical[int(p.params[0].value)]
+                org[d] = N.ibin("+", org[d], piece.idx[0])
+                keep[d] = False
+            else:
+                mmas.append((p, piece))
+        return root, org, keep, mmas
+
+    def shape2(self, v: N.View) -> tuple[int, int]:
+        s = [static(x) for x in self.sym.shape(v)]
+        if len(s) != 2 or None in s:
+            _refuse(f"{fmt_view(v)} is not a static 2-D tile")
+        return s[0], s[1]  # type: ignore[return-value]
+
+    # -- the kernel --------------------------------------------------------------------
+    def run(self) -> P.KernelPlan:
+        m, sym = self.m, self.sym
+        loops = [o for o in m.body.ops if isinstance(o, N.For)]
+        if len(loops) != 1:
+            _refuse(f"the block program has {len(loops)} sequential main loops; this backend "
+                    "generates kernels with exactly one")
+        lp = loops[0]
+        self.kvar = lp.var
+        grid_dims = [d for d in lp.dims if d.proc == "BLOCK"]
+        if not grid_dims or len(grid_dims) != len(lp.dims):
+            _refuse("the main loop must run once per block")
+        inst = self.block.instance
+        ws = bool(m.attrs.get("warpspecialize"))
+        if not ws:
+            _refuse("`warpspecialize: false` (a multistage kernel without a producer warpgroup)")
+        stages = lp.pipeline or 1
+        tensors = [P.GlobalTensor(a.name, a.dtype, tuple(self.c(s) for s in a.shape),
+                                  self._reads(a.name), self._writes(a.name)) for a in m.params]
+        consumers = 1
+        for o in walk_ops(m.body):
+            for d in getattr(o, "dims", ()):
+                if d.proc == "WARPGROUP":
+                    consumers = static(d.extent) or _refuse("a run-time number of warpgroups")
+        plan = P.KernelPlan(
+            name=m.name, tensors=tensors, sizes=list(m.scalars), grid=[self.c(d.extent) for d in grid_dims],
+            raster=inst.raster or 16, persistent=bool(inst.persistent), consumers=consumers,
+            stages=stages, trip_count=self.c(N.ibin("-", lp.hi, lp.lo)), maps=[], buffers=[], loads=[],
+            fragments=[], producer_registers=inst.producer_registers or 40,
+            consumer_registers=inst.consumer_registers or (240 if consumers == 1 else 232),
+            mma_in_flight=1 if inst.mma_in_flight is None else inst.mma_in_flight)
+        smem = m.attrs.get("smem", {})
+        # stage buffers and TMA loads
+        for o in lp.body.ops:
+            if isinstance(o, N.Copy):
+                self._load(plan, o, smem)
+            elif isinstance(o, N.Call):
+                if o.fn != "warpgroup_mma":
+                    _refuse(f"leaf {o.fn}() inside the main loop")
+                self._mma(plan, o)
+            elif not isinstance(o, (N.Partition, N.Alloc, N.Let)):
+                _refuse(f"{type(o).__name__} inside the main loop")
+        before = True
+        for o in m.body.ops:
+            if o is lp:
+                before = False
+                continue
+            if isinstance(o, N.Call):
+                self._simt(plan, o, before, smem)
+            elif isinstance(o, N.Copy):
+                self._store(plan, o, smem)
+            elif isinstance(o, N.For):
+                _refuse("a second sequential loop")
+        if not plan.loads:
+            _refuse("no GLOBAL->SHARED copies in the main loop")
+        plan.smem_bytes = int(m.attrs.get("smem_bytes", 0))
+        for t in tensors:
+            if t.reads or any(isinstance(s, P.StoreStaged) and s.map.startswith(t.name) for s in plan.epilogue):
+                plan.requires.append((f"{t.dims[-1]} % 8 == 0",
+                                      f"the innermost extent of {t.name} ({t.dims[-1]}) must be a multiple "
+                                      "of 8: TMA needs 16-byte row strides"))
+            elif t.writes:
+                plan.requires.append((f"{t.dims[-1]} % 2 == 0",
+                                      f"the innermost extent of {t.name} ({t.dims[-1]}) must be even"))
+        tile_work = sum(2 * f.rows * consumers * f.cols for f in plan.fragments if f.name in
+                        {b.acc for b in plan.body}) * (plan.body[0].k if plan.body else 0)
+        plan.flops = f"{tile_work}.0 * {' * '.join(plan.grid)} * ({plan.trip_count})"
+        return plan
+
+    def _reads(self, name: str) -> bool:
+        return any(self.sym.root(v) == name for o in walk_ops(self.m.body) if isinstance(o, N.Copy)
+                   for v in (o.src,)) or any(
+            isinstance(a, (N.TRef, N.Piece)) and self.sym.root(a) == name and i > 1
+            for o in walk_ops(self.m.body) if isinstance(o, N.Call) for i, a in enumerate(o.args))
+
+    def _writes(self, name: str) -> bool:
+        return any(self.sym.root(o.dst) == name for o in walk_ops(self.m.body) if isinstance(o, N.Copy)) or any(
+            isinstance(o.args[-1], (N.TRef, N.Piece)) and o.fn == "copy" and self.sym.root(o.args[-1]) == name
+            for o in walk_ops(self.m.body) if isinstance(o, N.Call))
+
+    def _buffer(self, plan: P.KernelPlan, v: N.View, smem) -> tuple[P.StageBuffer, list[N.IExpr]]:
+        root, org, keep, _ = self.origin(v)
+        a = self.sym.allocs[root]
+        existing = {b.name: b for b in plan.buffers}
+        if root not in existing:
+            shape = [static(s) for s in a.shape]
+            if None in shape or len(shape) not in (2, 3):
+                _refuse(f"shared tensor %{root} is not a static (stages x) rows x cols tile")
+            rows, cols = shape[-2], shape[-1]
+            if cols % 64:
+                _refuse(f"shared tile %{root} has {cols} columns; 128-byte-swizzled tiles need a "
+                        "multiple of 64 (16-bit elements)")
+            st = shape[0] if len(shape) == 3 else 1
+            existing[root] = P.StageBuffer(root, a.dtype, rows, cols, st, smem.get(root, (0, 0, 1))[0])
+            plan.buffers.append(existing[root])
+        return existing[root], org
+
+    def _load(self, plan: P.KernelPlan, o: N.Copy, smem) -> None:
+        if self.sym.mem(o.src) != "GLOBAL" or self.sym.mem(o.dst) != "SHARED":
+            _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} in the main loop")
+        buf, _ = self._buffer(plan, o.dst, smem)
+        root, org, keep, mmas = self.origin(o.src)
+        if mmas:
+            _refuse("a TMA load of an mma partition")
+        box = []
+        kept = [d for d, k in enumerate(keep) if k]
+        if len(kept) != 2:
+            _refuse(f"{fmt_view(o.src)} is not a 2-D tile")
+        for d, k in enumerate(keep):
+            box.append(1 if not k else (buf.rows if d == kept[0] else 64))
+        tmap = f"tm_{root}_{buf.rows}x{64}"
+        if tmap not in {t.name for t in plan.maps}:
+            plan.maps.append(P.TmaMap(tmap, root, tuple(box)))
+        plan.loads.append(P.Load(o.ev, tmap, buf.name, tuple(self.c(x) for x in org), buf.cols // 64))
+
+    def _fragment(self, plan: P.KernelPlan, v: N.View) -> P.Fragment:
+        if not isinstance(v, N.TRef) or self.sym.allocs[v.name].mem != "REGISTER":
+            _refuse(f"{fmt_view(v) if isinstance(v, (N.TRef, N.Piece)) else v} is not a register fragment")
+        a = self.sym.allocs[v.name]
+        for f in plan.fragments:
+            if f.name == a.name:
+                return f
+        _, _, _, mmas = self.origin(a.layout) if a.layout is not None else (None, None, None, [])
+        if not mmas or mmas[0][0].params[1] != "WARP" or mmas[0][0].params[2] != "C":
+            _refuse(f"register tensor %{a.name} is not laid out by partition_by_mma(..., WARP, \"C\")")
+        rows, cols = self.shape2(mmas[0][0].base)
+        f = P.Fragment(a.name, rows, cols)
+        plan.fragments.append(f)
+        return f
+
+    def _mma(self, plan: P.KernelPlan, o: N.Call) -> None:
+        at, c, a, b = o.args
+        f = self._fragment(plan, c)
+        atom = lookup_atom(at.name)
+        if atom.n != f.cols:
+            _refuse(f"{at.name} on a {f.rows}x{f.cols} accumulator: this backend needs the atom's N "
+                    "to equal the warpgroup tile's columns")
+        abuf, aorg = self._buffer(plan, a, {})
+        bbuf, borg = self._buffer(plan, b, {})
+        ka = self.shape2(a)[1]
+        kb, nb = self.shape2(b)
+        if ka != kb or nb != f.cols:
+            _refuse(f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
+                    f"{f.rows}x{f.cols} accumulator")
+        if ka > 64:
+            _refuse("a K tile wider than 64 elements")
+        a_row = self.c(aorg[-2])
+        b_col = static(borg[-1])
+        if b_col is None or b_col % 64:
+            _refuse("B operand columns must start on a 64-column boundary")
+        dt = self.sym.allocs[abuf.name].dtype
+        plan.body.append(P.Mma(o.ev, f.name, abuf.name, a_row, bbuf.name, b_col // 64, ka, atom.n, dt))
+
+    def _simt(self, plan: P.KernelPlan, o: N.Call, before: bool, smem) -> None:
+        if o.fn == "fill" and before:
+            f = self._fragment(plan, o.args[0])
+            plan.prologue.append(P.Fill(o.ev, f.name, self.c(o.args[1])))
+        elif o.fn == "add" and not before:
+            f = self._fragment(plan, o.args[0])
+            g = self._fragment(plan, o.args[1])
+            plan.epilogue.append(P.Add(o.ev, f.name, g.name))
+        elif o.fn == "copy" and not before:
+            f = self._fragment(plan, o.args[0])
+            dst = o.args[1]
+            root, org, keep, mmas = self.origin(dst)
+            if not mmas:
+                _refuse(f"copy of a register fragment into {fmt_view(dst)}, which is not laid out "
+                        "like it")
+            kept = [d for d, k in enumerate(keep) if k]
+            batch = [self.c(org[d]) for d, k in enumerate(keep) if not k]
+            row0, col0 = self.c(org[kept[0]]), self.c(org[kept[1]])
+            mem = self.sym.allocs[root].mem
+            dt = self.sym.allocs[root].dtype
+            if mem == "GLOBAL":
+                plan.epilogue.append(P.StoreDirect(o.ev, f.name, root, row0, col0,
+                                                   batch[0] if batch else None, dt))
+            elif mem == "SHARED":
+                self._pending_stage = (o, f, root, dt)
+            else:
+                _refuse(f"copy into {mem}")
+        else:
+            _refuse(f"leaf {o.fn}() {'before' if before else 'after'} the main loop")
+
+    def _store(self, plan: P.KernelPlan, o: N.Copy, smem) -> None:
+        pend = getattr(self, "_pending_stage", None)
+        if pend is None or self.sym.mem(o.src) != "SHARED" or self.sym.mem(o.dst) != "GLOBAL":
+            _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} after the main loop")
+        call, f, sroot, dt = pend
+        if self.sym.root(o.src) != sroot:
+            _refuse("a shared staging tile stored from a different tensor")
+        root, org, keep, _ = self.origin(o.dst)
+        kept = [d for d, k in enumerate(keep) if k]
+        batch = [self.c(org[d]) for d, k in enumerate(keep) if not k]
+        tmap = f"tm_{root}_64x64"
+        if tmap not in {t.name for t in plan.maps}:
+            plan.maps.append(P.TmaMap(tmap, root, tuple(1 if not k else 64 for k in keep)))
+        off = smem.get(sroot, (0, 0, 1))[0]
+        plan.epilogue.append(P.StoreStaged(call.ev, f.name, tmap, off, self.c(org[kept[0]]),
+                                           self.c(org[kept[1]]), batch[0] if batch else None, dt, o.ev))
+        plan.staging_bytes = f.rows * f.cols * 2
+        self._pending_stage = None
+
+
+def cuda_lowering(m: N.Module, ctx) -> N.Module:
+    """Lower events and views to a :class:`KernelPlan` (paper §4.2.6); E050 if unsupported."""
+    try:
+        plan = _Lower(m, ctx).run()
+    except _Refuse as r:
+        block = ctx.tree.block_node()
+        loc = ctx.tree.mapping.instance_loc(block.instance.instance, "instance") if block else Loc(ctx.mapping_path)
+        raise CypressError("E050", f"the CUDA backend cannot lower this program yet: {r}", loc,
+                           hint="the IR passes and `cypressc explain` still work; see docs/language.md "
+                           "for the kernel shapes the backend generates") from None
+    attrs = dict(m.attrs)
+    attrs["kernel"] = plan
+    return replace(m, attrs=attrs)

@@ -1,0 +1,165 @@
+"""The kernel plan: what ``cuda-lowering`` decided, as small validated value types.
+
+A plan is the IR after warp specialization with every event turned into Hopper
+synchronization and every view into an address or a TMA coordinate (paper §4.2.6).
+:mod:`cypressc.backend.emit` prints it as CUDA C++ against ``cypress.cuh``.
+All expressions are C++ source strings over the kernel's variables: the size
+arguments (``M``, ``N``, …), the tile coordinates ``b0, b1, b2``, the main-loop
+index ``kb`` and the consumer warpgroup index ``cw``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["GlobalTensor", "TmaMap", "StageBuffer", "Load", "Fragment", "Mma", "Fill", "Add",
+           "StoreDirect", "StoreStaged", "KernelPlan"]
+
+
+@dataclass(frozen=True)
+class GlobalTensor:
+    """A kernel parameter: row-major, ``dims`` are size-argument names, outermost first."""
+
+    name: str
+    dtype: str
+    dims: tuple[str, ...]
+    reads: bool
+    writes: bool
+
+
+@dataclass(frozen=True)
+class TmaMap:
+    """A TMA descriptor over ``tensor`` with a box of ``box`` elements (outermost first)."""
+
+    name: str
+    tensor: str
+    box: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StageBuffer:
+    """A pipelined shared tile: ``stages`` x ``chunks`` x ``rows`` x 64 elements, 128B-swizzled."""
+
+    name: str
+    dtype: str
+    rows: int
+    cols: int
+    stages: int
+    offset: int
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.rows * 128
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.rows * self.cols * 2
+
+
+@dataclass(frozen=True)
+class Load:
+    """One producer copy per main-loop step: global box at ``coords`` -> stage buffer."""
+
+    event: str
+    map: str
+    buffer: str
+    coords: tuple[str, ...]  # per global dim, outermost first (element coordinates)
+    chunks: int
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """An f32 accumulator tile of ``rows`` x ``cols`` per consumer warpgroup, in registers
+    in the wgmma C layout (``rows // 64`` atoms of ``cols / 2`` floats per thread)."""
+
+    name: str
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class Mma:
+    """``acc += A @ B`` over one stage: A K-major rows ``a_row`` (expr) of ``a_buf``,
+    B MN-major columns from chunk ``b_chunk`` of ``b_buf``, K extent ``k``."""
+
+    event: str
+    acc: str
+    a_buf: str
+    a_row: str
+    b_buf: str
+    b_chunk: int
+    k: int
+    n: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Fill:
+    event: str
+    acc: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Add:
+    event: str
+    acc: str
+    other: str
+
+
+@dataclass(frozen=True)
+class StoreDirect:
+    """Each thread stores its fragment to ``tensor`` at tile origin (``row0``, ``col0``)."""
+
+    event: str
+    acc: str
+    tensor: str
+    row0: str
+    col0: str
+    batch: str | None
+    dtype: str
+
+
+@dataclass(frozen=True)
+class StoreStaged:
+    """Fragment -> swizzled shared boxes at ``offset`` (per consumer) -> TMA store at origin."""
+
+    event: str
+    acc: str
+    map: str
+    offset: int
+    row0: str
+    col0: str
+    batch: str | None
+    dtype: str
+    barrier_event: str
+
+
+@dataclass
+class KernelPlan:
+    """Everything the emitter needs for one warp-specialized, pipelined block program."""
+
+    name: str
+    tensors: list[GlobalTensor]
+    sizes: list[str]
+    grid: list[str]  # tiles along each BLOCK dimension (b0 outermost)
+    raster: int
+    persistent: bool
+    consumers: int
+    stages: int
+    trip_count: str
+    maps: list[TmaMap]
+    buffers: list[StageBuffer]
+    loads: list[Load]
+    fragments: list[Fragment]
+    prologue: list = field(default_factory=list)  # Fill
+    body: list = field(default_factory=list)  # Mma
+    epilogue: list = field(default_factory=list)  # Add / StoreDirect / StoreStaged
+    smem_bytes: int = 0
+    staging_bytes: int = 0
+    producer_registers: int = 40
+    consumer_registers: int = 232
+    mma_in_flight: int = 1
+    requires: list[tuple[str, str]] = field(default_factory=list)
+    flops: str = "0"
+    comments: dict[str, str] = field(default_factory=dict)

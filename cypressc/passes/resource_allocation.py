@@ -1,0 +1,196 @@
+"""Pass 4, ``resource-allocation`` (Cypress paper §4.2.4, Fig. 11).
+
+Binds every SHARED tensor to a byte range of the block's shared memory.  An
+interference graph (networkx) starts *complete*: every pair of tensors gets an edge,
+real when their live ranges overlap, auxiliary otherwise.  Auxiliary edges are
+dropped, largest pair first, until a first-fit assignment fits the mapping's
+``smem_limit`` (default: the machine's per-block maximum); tensors left without an
+edge share bytes, and the pass records a write-after-read edge from the last readers
+of the earlier tensor to the first writer of the later one.  When even the real
+interference graph does not fit, the error tabulates every tensor, its bytes and its
+live range, and names the mapping knobs to turn.
+
+Buffers of a pipelined loop (``for … pipeline(D)``) count D times; in a persistent
+kernel every tensor is live for the whole tile loop.  The per-thread register
+footprint (REGISTER tensors plus a fixed overhead) is estimated and checked against
+the consumer register budget the same way.
+
+Results go to ``module.attrs["smem"]`` (name → offset, bytes, stages) and
+``module.attrs["smem_bytes"]``, ``module.attrs["war"]`` and ``module.attrs["registers"]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import networkx as nx
+
+from cypressc.diagnostics import CypressError
+from cypressc.ir import nodes as N
+from cypressc.ir.shapes import static
+from cypressc.ir.subst import walk_ops
+
+__all__ = ["resource_allocation", "DTYPE_BYTES", "REGISTER_OVERHEAD"]
+
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
+ALIGN = 1024  # 128-byte-swizzled tiles must start on a 1024-byte boundary
+REGISTER_OVERHEAD = 40  # addresses, loop counters, descriptors: measured on the GEMM prototype
+
+
+def _bytes(a: N.Alloc) -> int:
+    n = DTYPE_BYTES[a.dtype]
+    for s in a.shape:
+        v = static(s)
+        if v is None:
+            raise CypressError("E045", f"shared tensor %{a.name} has a run-time extent; shared memory "
+                               "needs static tile shapes", hint="partition by tunable block sizes")
+        n *= v
+    return n
+
+
+def _replicas(a: N.Alloc) -> int:
+    """Copies of a shared tensor: one per warpgroup/warp it is allocated for."""
+    n = 1
+    for d in a.dims:
+        if d.proc in ("WARPGROUP", "WARP"):
+            n *= static(d.extent) or 1
+    return n
+
+
+def _live(m: N.Module, persistent: bool) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    """Live range (first, last position in program order) and stage count per SHARED tensor."""
+    order = list(walk_ops(m.body))
+    pos = {id(o): i for i, o in enumerate(order)}
+    spans: dict[str, list[int]] = {}
+    stages: dict[str, int] = {}
+    loop_span: dict[str, tuple[int, int]] = {}
+
+    def visit(b: N.Block, loops: list[N.For]) -> None:
+        for o in b.ops:
+            if isinstance(o, N.Alloc) and o.mem == "SHARED":
+                pipe = [lp for lp in loops if lp.pipeline]
+                stages[o.name] = pipe[-1].pipeline if pipe else 1
+                if loops:
+                    lp = loops[0]
+                    end = max([pos[id(x)] for x in walk_ops(lp.body)] + [pos[id(lp)]])
+                    loop_span[o.name] = (pos[id(lp)], end)
+            if isinstance(o, (N.For, N.PFor)):
+                visit(o.body, loops + [o] if isinstance(o, N.For) else loops)
+
+    visit(m.body, [])
+    from cypressc.ir.subst import map_views
+
+    for o in order:
+        names: list[str] = []
+
+        def grab(v):
+            while isinstance(v, N.Piece):
+                v = parts[v.partition].base
+            names.append(v.name)
+            return v
+
+        parts = {x.name: x for x in order if isinstance(x, N.Partition)}
+        if not isinstance(o, (N.For, N.PFor)):
+            map_views(o, grab)
+        if isinstance(o, N.Alloc):
+            names.append(o.name)
+        for n in names:
+            if n in stages:
+                spans.setdefault(n, []).append(pos[id(o)])
+    out = {}
+    last = len(order)
+    for n, ps in spans.items():
+        lo, hi = min(ps), max(ps)
+        if n in loop_span:  # a loop buffer is live across all iterations of its loop
+            lo, hi = min(lo, loop_span[n][0]), max(hi, loop_span[n][1])
+        out[n] = (0, last) if persistent else (lo, hi)
+    return out, stages
+
+
+def _assign(g: nx.Graph, size: dict[str, int], order: list[str]) -> tuple[dict[str, int], int]:
+    off: dict[str, int] = {}
+    for n in order:
+        taken = sorted((off[x], off[x] + size[x]) for x in g.neighbors(n) if x in off)
+        o = 0
+        for lo, hi in taken:
+            if o + size[n] <= lo:
+                break
+            o = max(o, -(-hi // ALIGN) * ALIGN)
+        off[n] = o
+    total = max((off[n] + size[n] for n in off), default=0)
+    return off, total
+
+
+def resource_allocation(m: N.Module, ctx) -> N.Module:
+    """Allocate shared memory and check registers (paper §4.2.4).
+
+    Raises :class:`CypressError` E046 (shared memory) or E047 (registers) with a table of
+    every tensor, its bytes and live range, and the mapping knobs to turn.
+    """
+    block = ctx.tree.block_node()
+    inst = block.instance if block is not None else None
+    machine = ctx.tree.machine
+    limit = (inst.smem_limit if inst is not None and inst.smem_limit else None) \
+        or machine.memory_bytes["SHARED"] or 0
+    persistent = bool(inst is not None and inst.persistent)
+    allocs = {o.name: o for o in walk_ops(m.body) if isinstance(o, N.Alloc) and o.mem == "SHARED"}
+    live, stages = _live(m, persistent)
+    size = {n: _bytes(a) * stages.get(n, 1) * _replicas(a) for n, a in allocs.items()}
+    pipe = max(stages.values(), default=1)
+    barrier_bytes = 2 * 8 * pipe + ALIGN  # full/empty mbarriers + alignment slack
+    g = nx.Graph()
+    g.add_nodes_from(allocs)
+    names = sorted(allocs, key=lambda n: (live.get(n, (0, 0))[0], n))
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            la, lb = live.get(a, (0, 0)), live.get(b, (0, 0))
+            real = not (la[1] < lb[0] or lb[1] < la[0])
+            g.add_edge(a, b, aux=not real)
+    aux = sorted(((a, b) for a, b, d in g.edges(data=True) if d["aux"]),
+                 key=lambda e: -(size[e[0]] + size[e[1]]))
+    off, total = _assign(g, size, names)
+    while total + barrier_bytes > limit and aux:
+        g.remove_edge(*aux.pop(0))
+        off, total = _assign(g, size, names)
+    if total + barrier_bytes > limit:
+        rows = "\n".join(f"  %{n:<24} {size[n]:>8} B  stages {stages.get(n, 1)}  live {live.get(n)}"
+                         for n in names)
+        raise CypressError(
+            "E046", f"shared memory does not fit: {total + barrier_bytes} bytes needed, the limit is "
+            f"{limit}\n{rows}\n  (+{barrier_bytes} B of mbarriers and alignment)",
+            getattr(inst, "_loc", None) or _mapping_loc(ctx),
+            hint="lower `pipeline:`, shrink the tiles (U, V, W tunables), or raise `smem_limit:` "
+            "(at most 227KiB on Hopper)")
+    war = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+           if not g.has_edge(a, b) and off[a] < off[b] + size[b] and off[b] < off[a] + size[a]]
+    regs = _registers(m)
+    budget = (inst.consumer_registers if inst is not None and inst.consumer_registers else 232)
+    if regs > budget:
+        raise CypressError(
+            "E047", f"the consumer threads need about {regs} registers each (accumulators "
+            f"{regs - REGISTER_OVERHEAD} + {REGISTER_OVERHEAD} overhead); the budget is {budget}",
+            _mapping_loc(ctx), hint="use more consumer warpgroups (WGS) or a smaller block tile")
+    attrs = dict(m.attrs)
+    attrs.update(smem={n: (off[n], size[n], stages.get(n, 1)) for n in names},
+                 smem_bytes=total + barrier_bytes, war=war, registers=regs, persistent=persistent)
+    return replace(m, attrs=attrs)
+
+
+def _registers(m: N.Module) -> int:
+    words = 0
+    for o in walk_ops(m.body):
+        if isinstance(o, N.Alloc) and o.mem == "REGISTER":
+            n = DTYPE_BYTES[o.dtype]
+            for s in o.shape:
+                n *= static(s) or 1
+            words += -(-n // 4)
+    return words + REGISTER_OVERHEAD
+
+
+def _mapping_loc(ctx):
+    block = ctx.tree.block_node()
+    if block is None:
+        from cypressc.diagnostics import Loc
+
+        return Loc(ctx.mapping_path)
+    return ctx.tree.mapping.instance_loc(block.instance.instance, "instance")
