@@ -14,8 +14,7 @@ The batch, row and column loops are all parallel, so the kernel's grid is L x M/
 
 # ---- the batch: one 2-D GEMM per slice
 @task("batched_gemm", Inner, reads=["A", "B"], writes=["C"])
-def batched_gemm_host(C: tensor[3, f16], A: tensor[3, f16], B: tensor[3, f16]):
-    L = C.shape[0]
+def batched_gemm_host(C: tensor[(L, M, N), f16], A: tensor[(L, M, K), f16], B: tensor[(L, K, N), f16]):
     Cs = partition_by_slices(C, 0)
     As = partition_by_slices(A, 0)
     Bs = partition_by_slices(B, 0)

@@ -12,9 +12,9 @@ copies the sum out as f16.  The mma / clear / copy trees are those of programs/g
 
 
 @task("dual_gemm", Inner, reads=["A", "B1", "B2"], writes=["D"])
-def dual_gemm_host(D: tensor[2, f16], A: tensor[2, f16], B1: tensor[2, f16], B2: tensor[2, f16]):
+def dual_gemm_host(D: tensor[(M, N), f16], A: tensor[(M, K), f16], B1: tensor[(K, N), f16],
+                   B2: tensor[(K, N), f16]):
     U, V = tunable(int), tunable(int)
-    M, N, K = D.shape[0], D.shape[1], A.shape[1]
     Dp = partition_by_blocks(D, (U, V))
     Ap = partition_by_blocks(A, (U, K))
     B1p = partition_by_blocks(B1, (K, V))

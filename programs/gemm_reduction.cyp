@@ -1,52 +1,54 @@
-"""GEMM + reduction: C = A @ B and y[i] = sum_k A[i, k] in one kernel (the Cypress paper's
-§5.2 GEMM+Reduction).
+"""GEMM + reduction: C = A @ B and y[i] = sum_k A[i, k], fused (the Cypress paper's §5.2
+GEMM+Reduction).
 
 A: M x K, B: K x N, C: M x N, all row-major f16; y: M, f32.  C accumulates in f32.
 
-The reduction runs on the CUDA cores (SIMT) over the A tiles that the Tensor Core reads
-anyway, so it overlaps the asynchronous wgmma chain: each thread block keeps an f32
-accumulator Cacc for C and an f32 vector yacc for y (in registers), clears both, and in
-its K loop launches "mma" (Cacc += A_k @ B_k) and "rowsum" (yacc += row sums of A_k);
-then copies Cacc to C and yacc to y.  "rowsum" splits the A tile's rows over the WGS
-warpgroups and then one row per thread (partition_by_blocks by (1,) and (1, W)); "clear_vec"
-and "copy_vec" distribute yacc the same way.
+The reduction runs on the CUDA cores (SIMT) over the A tiles the Tensor Core reads
+anyway, so it overlaps the asynchronous wgmma chain.  Each thread block owns a U x V
+tile of C and keeps an f32 accumulator Cacc (U x V) and an f32 vector yacc (U), both
+in registers: it clears both, and in its K loop launches "mma" (Cacc += A_k @ B_k) and
+"rowsum" (yacc += row sums of A_k, read from the same shared-memory tile); then it
+copies Cacc to its tile of C and yacc to its piece of y.  "rowsum" splits the A tile's
+rows over the WGS warpgroups and then one row per thread (partition_by_blocks by (1,)
+and (1, K)); "clear_vec" and "copy_vec" distribute yacc the same way.
 
-The grid is one block per U-row panel of C, and the block walks the panel's V-wide
-column tiles with an srange.  A 2-D (row, column) grid is not expressible: every column
-block of a row would write the same piece of y, and prange writes must be provably
-disjoint (E030).  Each column tile recomputes the panel's row sums (the same SIMT work
-a 2-D grid would do redundantly) and stores them; the last store wins with equal values.
+The column tiles are an srange on the HOST around a prange over row tiles, not one 2-D
+prange as in programs/gemm.cyp: every column tile j of a row i writes the same piece
+y[i], so a 2-D prange's writes are not disjoint (E030), and the language has no way to
+say "only column 0 writes y" or "these writes are equal".  Each column tile recomputes
+the row sums of its A panel (the same SIMT work a fused 2-D grid does) and stores the
+same values.
 """
 
 
 @task("gemm_reduction", Inner, reads=["A", "B"], writes=["C", "y"])
-def gemm_reduction_host(C: tensor[2, f16], y: tensor[1, f32], A: tensor[2, f16], B: tensor[2, f16]):
-    U = tunable(int)
-    M, N, K = C.shape[0], C.shape[1], A.shape[1]
-    Cp = partition_by_blocks(C, (U, N))
+def gemm_reduction_host(C: tensor[(M, N), f16], y: tensor[(M,), f32], A: tensor[(M, K), f16],
+                        B: tensor[(K, N), f16]):
+    U, V = tunable(int), tunable(int)
+    Cp = partition_by_blocks(C, (U, V))
     yp = partition_by_blocks(y, (U,))
     Ap = partition_by_blocks(A, (U, K))
-    for i in prange(cdiv(M, U)):
-        launch("gemm_reduction", Cp[i, 0], yp[i], Ap[i, 0], B)
+    Bp = partition_by_blocks(B, (K, V))
+    for j in srange(cdiv(N, V)):
+        for i in prange(cdiv(M, U)):
+            launch("gemm_reduction", Cp[i, j], yp[i], Ap[i, 0], Bp[0, j])
 
 
 @task("gemm_reduction", Inner, reads=["A", "B"], writes=["C", "y"])
 def gemm_reduction_block(C: tensor[2, f16], y: tensor[1, f32], A: tensor[2, f16], B: tensor[2, f16]):
-    V, W = tunable(int), tunable(int)
+    W = tunable(int)
     M, N, K = C.shape[0], C.shape[1], A.shape[1]
-    Cp = partition_by_blocks(C, (M, V))
     Ap = partition_by_blocks(A, (M, W))
-    Bp = partition_by_blocks(B, (W, V))
-    Cacc: tensor[2, f32] = make_tensor(M, V)
+    Bp = partition_by_blocks(B, (W, N))
+    Cacc: tensor[2, f32] = make_tensor(M, N)
     yacc: tensor[1, f32] = make_tensor(M)
-    for j in srange(cdiv(N, V)):
-        launch("clear", Cacc)
-        launch("clear_vec", yacc)
-        for k in srange(cdiv(K, W)):
-            launch("mma", Cacc, Ap[0, k], Bp[k, j])
-            launch("rowsum", yacc, Ap[0, k])
-        launch("copy", Cacc, Cp[0, j])
-        launch("copy_vec", yacc, y)
+    launch("clear", Cacc)
+    launch("clear_vec", yacc)
+    for k in srange(cdiv(K, W)):
+        launch("mma", Cacc, Ap[0, k], Bp[k, 0])
+        launch("rowsum", yacc, Ap[0, k])
+    launch("copy", Cacc, C)
+    launch("copy_vec", yacc, y)
 
 
 # ---- C += A @ B on the Tensor Core: block -> warpgroups -> warps -> threads

@@ -27,7 +27,7 @@ from cypressc.ir.analysis import dim_procs
 from cypressc.ir.shapes import mma_coords
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS, NUMPY_DTYPES, Operand, round_to
 
-__all__ = ["run", "InterpreterError"]
+__all__ = ["run", "evaluate", "InterpreterError"]
 
 
 class InterpreterError(RuntimeError):
@@ -330,6 +330,12 @@ class _Interp:
             if not self.step():
                 names = sorted({k[1] for k in self.waiting})[:8]
                 raise InterpreterError(f"deadlock: {self.pending} task(s) wait forever on {names}")
+
+
+def evaluate(e: N.IExpr, sizes: dict[str, int]):
+    """Evaluate a scalar expression over the size arguments (no processors, no loops)."""
+    dummy = _Interp(N.Module("eval", (), (), N.Block(())), sizes, {}, None)
+    return dummy.expr(e, dummy.root, {})
 
 
 def run(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], seed: int | None = None) -> None:

@@ -180,7 +180,7 @@ ERRORS = [
     ("decorator_arity", '@task("c")\ndef c(C: tensor[2, f32]):\n    pass\n', "E003", 1, 2, "a task name and"),
     ("task_name", '@task(3, Leaf)\ndef c(C: tensor[2, f32]):\n    pass\n', "E003", 1, 7, "identifier"),
     ("kind", '@task("c", Outer)\ndef c(C: tensor[2, f32]):\n    pass\n', "E003", 1, 12, "Inner or Leaf"),
-    ("keyword", '@task("c", Leaf, mode=["C"])\ndef c(C: tensor[2, f32]):\n    pass\n', "E003", 1, 23,
+    ("keyword", '@task("c", Leaf, mode=["C"])\ndef c(C: tensor[2, f32]):\n    pass\n', "E003", 1, 18,
      "unknown @task keyword 'mode'"),
     ("priv_list", '@task("c", Leaf, reads="C")\ndef c(C: tensor[2, f32]):\n    pass\n', "E003", 1, 24,
      "list of parameter names"),
