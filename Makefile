@@ -15,3 +15,14 @@ golden: install
 demo: install
 	cypressc check programs/gemm.cyp -m mappings/gemm/h100.yaml
 	cypressc explain programs/gemm.cyp -m mappings/gemm/h100.yaml
+
+# GPU-only (not run by CI): correctness of built kernels, then GEMM speed vs cuBLAS and Triton.
+# Need nvcc, PyTorch with CUDA, Triton and the nvidia-cutlass headers; no `install` (a device
+# machine may have no package registry).  bench/gpu_all.sh runs both in one device call.
+GPU_TEST_ARGS ?= --programs gemm --mappings h100 --proto f16
+BENCH_ARGS ?= --mapping h100 --proto
+gpu-test:
+	PYTHONUNBUFFERED=1 $(PY) bench/gpu_check.py $(GPU_TEST_ARGS)
+
+bench:
+	PYTHONUNBUFFERED=1 $(PY) bench/gemm.py $(BENCH_ARGS)

@@ -168,7 +168,8 @@ def explain(program: str, mapping: str, after: str | None, tree: bool, graph: bo
     console = Console()
     if tree and not graph:
         print_task_tree(t)
-    snaps = compile_module(t, until=after)
+    times: list[tuple[str, float]] = []
+    snaps = compile_module(t, until=after, hook=lambda name, m, dt: times.append((name, dt)))
     if dump_ir:
         out = Path(dump_ir)
         out.mkdir(parents=True, exist_ok=True)
@@ -194,7 +195,8 @@ def explain(program: str, mapping: str, after: str | None, tree: bool, graph: bo
             click.echo(f"// ---- after {name}")
             click.echo(text, nl=False)
     if timings:
-        click.echo("pass timings: see `cypressc explain --timings` header", err=True)
+        for name, dt in times:
+            click.echo(f"{name:<22} {dt * 1000:9.1f} ms", err=True)
 
 
 @main.command()

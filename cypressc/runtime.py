@@ -127,8 +127,9 @@ def cuda_error_name(code: int) -> str:
             continue
         fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_int]
         name = fn(code)
-        if name:
+        if name and name.startswith(b"cuda"):
             return name.decode()
+        break
     return f"cudaError {code}"
 
 
@@ -512,18 +513,21 @@ def validate(info: KernelInfo, descs: Sequence[TensorDesc], given: Mapping[str, 
              *, check_requires: bool = True, align: int = 16) -> dict[str, int]:
     """Check the described tensors against ``info`` and return the inferred sizes.
 
-    Checks, in order: the number of tensors; per tensor its dtype, that it is on a CUDA
-    device (all on the same one), contiguous (row-major) and ``align``-byte aligned (TMA needs
-    16); then the shapes (:func:`infer_sizes`); then, if ``check_requires``, the kernel's
-    ``requires`` conditions.  Raises :class:`KernelError`."""
+    Checks, in order: the number of tensors; every dtype; the shapes (ranks, fixed dims,
+    agreement of shared sizes: :func:`infer_sizes`); that every tensor is on one CUDA
+    device; contiguous (row-major) and ``align``-byte aligned data (TMA needs 16); then, if
+    ``check_requires``, the kernel's ``requires`` conditions.  Raises :class:`KernelError`
+    naming the first offending argument."""
     if len(descs) != len(info.params):
         raise KernelError(f"{info.name}: expected {len(info.params)} tensors "
                           f"({', '.join(p.name for p in info.params)}), got {len(descs)}")
-    device = None
     for i, (p, t) in enumerate(zip(info.params, descs)):
         if t.dtype != p.dtype:
             want = DTYPES[p.dtype].torch
             raise KernelError(f"{_arg(info, i)}: expected dtype {want} ({p.dtype}), got {t.dtype_str}")
+    sizes = infer_sizes(info, [t.shape for t in descs], given)
+    device = None
+    for i, t in enumerate(descs):
         if t.device[0] != "cuda":
             raise KernelError(f"{_arg(info, i)}: is on {t.device[0]}; the kernel needs CUDA tensors "
                               "(move it with .cuda())")
@@ -533,12 +537,12 @@ def validate(info: KernelInfo, descs: Sequence[TensorDesc], given: Mapping[str, 
             raise KernelError(f"{_arg(info, i)}: is on cuda:{t.device[1]} but argument {device[1]} "
                               f"({info.params[device[1]].name!r}) is on cuda:{device[0][1]}; all "
                               "tensors must be on one device")
+    for i, t in enumerate(descs):
         if not t.contiguous:
             raise KernelError(f"{_arg(info, i)}: is not contiguous (row-major); pass .contiguous()")
         if t.numel and align and t.ptr % align:
             raise KernelError(f"{_arg(info, i)}: data pointer 0x{t.ptr:x} is not {align}-byte "
                               "aligned (TMA needs it; a sliced view can cause this: pass a copy)")
-    sizes = infer_sizes(info, [t.shape for t in descs], given)
     if check_requires:
         failed = info.failed_requires(sizes)
         if failed:

@@ -40,12 +40,14 @@ def write_build(tree: TaskTree, outdir: Path) -> str:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    threads = 128 * (1 + plan.consumers)
+    threads = 128 * (plan.consumers + (1 if plan.warpspecialize else 0))
+    roles = ("producer warpgroup (TMA) + " if plan.warpspecialize else "thread 0 issues TMA; ") + \
+        f"{plan.consumers} consumer warpgroup(s)"
     grid = " x ".join(plan.grid)
     return "\n".join([
         f"built {plan.name} into {outdir}",
         f"  grid      {grid} tiles{' (persistent: one block per SM)' if plan.persistent else ''}",
-        f"  block     {threads} threads: producer warpgroup (TMA) + {plan.consumers} consumer warpgroup(s)",
+        f"  block     {threads} threads: {roles}",
         f"  stages    {plan.stages} (mma groups in flight: {plan.mma_in_flight})",
         f"  shared    {plan.smem_bytes} bytes",
         f"  registers producer {plan.producer_registers}, consumers {plan.consumer_registers} "

@@ -9,6 +9,8 @@ events each statement realizes, so the code reads next to ``cypressc explain``.
 
 from __future__ import annotations
 
+import re
+
 from cypressc.backend import plan as P
 
 __all__ = ["emit_cuda", "emit_header", "launcher_signature", "build_info"]
@@ -74,7 +76,9 @@ def emit_cuda(p: P.KernelPlan) -> str:
     w()
     w("namespace {")
     w("__host__ __device__ constexpr long long cdiv(long long a, long long b) { return (a + b - 1) / b; }")
-    w(f"constexpr int STAGES = {p.stages}, CONSUMERS = {p.consumers}, THREADS = 128 * (1 + CONSUMERS);")
+    producers = 1 if p.warpspecialize else 0
+    w(f"constexpr int STAGES = {p.stages}, CONSUMERS = {p.consumers}, "
+      f"THREADS = 128 * ({producers} + CONSUMERS);")
     w(f"constexpr int RASTER = {p.raster};  // tile rows walked together for L2 reuse")
     for b in p.buffers:
         w(f"constexpr int {b.name}_STAGE = {b.stage_bytes}, {b.name}_CHUNK = {b.chunk_bytes};  "
@@ -130,43 +134,39 @@ def emit_cuda(p: P.KernelPlan) -> str:
     step = "gridDim.x" if p.persistent else "num_tiles"
     bdecl = ", ".join(f"b{i}" for i in range(nd))
     w("const int wg = cypress::warpgroup_idx();")
-    w.open("if (wg == 0)")
-    w("// ---- producer warpgroup: " + ", ".join(f"{ld.event}" for ld in p.loads) + " (GLOBAL->SHARED, TMA)")
-    w(f"cypress::regs_dealloc<{p.producer_registers}>();")
-    w.open("if (cypress::warp_in_warpgroup() == 0 && cypress::elect_one())")
-    for m in p.maps:
-        if any(ld.map == m.name for ld in p.loads):
-            w(f"cypress::tma_prefetch(&{m.name});")
-    w("int s = 0, phase = 0;")
-    w.open(f"for (int t = {first}; t < num_tiles; t += {step})")
-    w(f"int {bdecl};")
-    w(f"tile_coords(t, {bdecl});")
-    w.open("for (int kb = 0; kb < num_k; ++kb)")
-    w("cypress::wait(&empty[s], phase ^ 1);  // backward edge: consumers of step kb - STAGES are done")
-    w("cypress::arrive_expect_tx(&full[s], STAGE_TX);")
-    for ld in p.loads:
-        m = next(x for x in p.maps if x.name == ld.map)
-        b = next(x for x in p.buffers if x.name == ld.buffer)
-        rank = len(m.box)
-        w(f"// {ld.event}: copy -> %{ld.buffer}[kb % STAGES]")
-        w.open(f"for (int j = 0; j < {ld.chunks}; ++j)")
-        coords = list(ld.coords)
-        inner = f"{coords[-1]} + 64 * j"
-        dst = f"s_{b.name} + s * {b.name}_STAGE + j * {b.name}_CHUNK"
-        if rank == 2:
-            w(f"cypress::tma_load_2d({dst}, &{m.name}, &full[s], {inner}, {coords[0]});")
-        else:
-            w(f"cypress::tma_load_3d({dst}, &{m.name}, &full[s], {inner}, {coords[1]}, {coords[0]});")
+    if p.warpspecialize:
+        w.open("if (wg == 0)")
+        w("// ---- producer warpgroup: " + ", ".join(f"{ld.event}" for ld in p.loads) + " (GLOBAL->SHARED, TMA)")
+        w(f"cypress::regs_dealloc<{p.producer_registers}>();")
+        w.open("if (cypress::warp_in_warpgroup() == 0 && cypress::elect_one())")
+        _prefetch(w, p)
+        w("int s = 0, phase = 0;")
+        w.open(f"for (int t = {first}; t < num_tiles; t += {step})")
+        w(f"int {bdecl};")
+        w(f"tile_coords(t, {bdecl});")
+        w.open("for (int kb = 0; kb < num_k; ++kb)")
+        _issue_loads(w, p, "kb", "s", "phase")
+        w("if (++s == STAGES) { s = 0; phase ^= 1; }")
         w.close()
-    w("if (++s == STAGES) { s = 0; phase ^= 1; }")
-    w.close()
-    w.close()
-    w.close()
-    w.close("} else {")
-    w.ind += 1
+        w.close()
+        w.close()
+        w.close("} else {")
+        w.ind += 1
+        w(f"cypress::regs_alloc<{p.consumer_registers}>();")
+        w("const int cw = wg - 1;")
+    else:
+        w("{")
+        w.ind += 1
+        w("// no producer warpgroup (warpspecialize: false): thread 0 issues each stage's TMA")
+        w("// loads STAGES - 1 steps ahead of the wgmmas, on the same full/empty mbarriers")
+        w("const int cw = wg;")
+        w("const bool issuer = threadIdx.x == 0;")
+        w("int ls = 0, lphase = 0;  // the issuer's stage and parity")
+        w("if (issuer) {")
+        w.ind += 1
+        _prefetch(w, p)
+        w.close()
     w("// ---- consumer warpgroups: wgmma on the stages, accumulators in registers")
-    w(f"cypress::regs_alloc<{p.consumer_registers}>();")
-    w("const int cw = wg - 1;")
     w("const bool leader = threadIdx.x % 128 == 0;")
     for f in p.fragments:
         w(f"float {f.name}[{f.rows // 64}][{f.cols // 2}];  // %{f.name}: {f.rows}x{f.cols} f32 per warpgroup")
@@ -182,6 +182,13 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w("#pragma unroll")
         w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {f.name}[a][i] = {op.value};")
     accs = sorted({m.acc for m in p.body})
+    if not p.warpspecialize:
+        w.open("if (issuer)")
+        w.open("for (int kb = 0; kb < min(num_k, STAGES - 1); ++kb)")
+        _issue_loads(w, p, "kb", "ls", "lphase")
+        w("if (++ls == STAGES) { ls = 0; lphase ^= 1; }")
+        w.close()
+        w.close()
     w("int prev_s = 0;")
     w.open("for (int kb = 0; kb < num_k; ++kb)")
     w("cypress::wait(&full[s], phase);  // channel: " + ", ".join(ld.event for ld in p.loads))
@@ -201,7 +208,7 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w("#pragma unroll")
         w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
         w(f"const uint64_t da = cypress::desc_k_sw128(s_{a_buf.name} + s * {a_buf.name}_STAGE + "
-          f"(({mm.a_row}) + a * 64) * 128 + kk * 32);")
+          f"(kk / 4) * {a_buf.name}_CHUNK + (({mm.a_row}) + a * 64) * 128 + (kk % 4) * 32);")
         w(f"cypress::wgmma<{mm.n}, {CTYPE[mm.dtype]}>(da, db, {f.name}[a]);")
         w.close()
         w.close()
@@ -214,6 +221,12 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w("if (kb > 0 && leader) cypress::arrive(&empty[prev_s]);  // the previous stage is consumed")
     else:
         w("if (leader) cypress::arrive(&empty[s]);  // this stage is consumed")
+    if not p.warpspecialize:
+        w.open("if (issuer && kb + STAGES - 1 < num_k)")
+        w("const int kn = kb + STAGES - 1;")
+        _issue_loads(w, p, "kn", "ls", "lphase")
+        w("if (++ls == STAGES) { ls = 0; lphase ^= 1; }")
+        w.close()
     w("prev_s = s;")
     w("if (++s == STAGES) { s = 0; phase ^= 1; }")
     w.close()
@@ -242,6 +255,31 @@ def emit_cuda(p: P.KernelPlan) -> str:
     w()
     _launcher(w, p)
     return "\n".join(w.lines) + "\n"
+
+
+def _prefetch(w: _W, p: P.KernelPlan) -> None:
+    for m in p.maps:
+        if any(ld.map == m.name for ld in p.loads):
+            w(f"cypress::tma_prefetch(&{m.name});")
+
+
+def _issue_loads(w: _W, p: P.KernelPlan, kb: str, s: str, phase: str) -> None:
+    """One stage's TMA loads for main-loop step ``kb`` into stage ``s``."""
+    w(f"cypress::wait(&empty[{s}], {phase} ^ 1);  // backward edge: step {kb} - STAGES is consumed")
+    w(f"cypress::arrive_expect_tx(&full[{s}], STAGE_TX);")
+    for ld in p.loads:
+        m = next(x for x in p.maps if x.name == ld.map)
+        b = next(x for x in p.buffers if x.name == ld.buffer)
+        coords = [re.sub(r"\bkb\b", kb, c) for c in ld.coords]
+        w(f"// {ld.event}: copy -> %{ld.buffer}[{kb} % STAGES]")
+        w.open(f"for (int j = 0; j < {ld.chunks}; ++j)")
+        inner = f"{coords[-1]} + 64 * j"
+        dst = f"s_{b.name} + {s} * {b.name}_STAGE + j * {b.name}_CHUNK"
+        if len(m.box) == 2:
+            w(f"cypress::tma_load_2d({dst}, &{m.name}, &full[{s}], {inner}, {coords[0]});")
+        else:
+            w(f"cypress::tma_load_3d({dst}, &{m.name}, &full[{s}], {inner}, {coords[1]}, {coords[0]});")
+        w.close()
 
 
 def _store_direct(w: _W, p: P.KernelPlan, op: P.StoreDirect) -> None:

@@ -42,13 +42,19 @@ def write_harness(outdir: Path, info: Mapping[str, Any]) -> None:
     """Write ``outdir/main.cu``, ``outdir/Makefile`` and ``outdir/<name>.json``.
 
     ``info`` is validated first (``ValueError`` naming the bad field); ``outdir`` is created
-    if needed.  ``<name>.cu`` and ``<name>.h`` are the emitter's and are not touched."""
+    if needed; a file whose content would not change is not rewritten (make stays a no-op).  ``<name>.cu`` and ``<name>.h`` are the emitter's and are not touched."""
     ki = KernelInfo.from_dict(info)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    (outdir / "main.cu").write_text(render_main(ki))
-    (outdir / "Makefile").write_text(render_makefile(ki))
-    (outdir / f"{ki.name}.json").write_text(json.dumps(dict(info), indent=2) + "\n")
+    _write_if_changed(outdir / "main.cu", render_main(ki))
+    _write_if_changed(outdir / "Makefile", render_makefile(ki))
+    _write_if_changed(outdir / f"{ki.name}.json", json.dumps(dict(info), indent=2) + "\n")
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Leave an identical file alone, so that `make` after a rebuild with no change is a no-op."""
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,6 +283,15 @@ def render_main(ki: KernelInfo) -> str:
     w("    if (a == \"--iters\") { if (!val(&iters) || iters < 0) return 2; }")
     w("    else if (a == \"--warmup\") { if (!val(&warmup) || warmup < 0) return 2; }")
     w("    else if (a == \"--seed\") { if (!val(&seed)) return 2; }")
+    w("    else if (a == \"--npy-selftest\") {  // writes sample .npy files from host data, no GPU needed")
+    w("      if (i + 1 >= argc) return 2;")
+    w("      const std::string d = argv[++i];")
+    w("      const uint16_t h[6] = {0x3c00, 0xc000, 0x0000, 0x7bff, 0x3800, 0xbc00};  // f16 1 -2 0 65504 .5 -1")
+    w("      const float f[5] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-3f};")
+    w("      const int32_t k[4] = {-8, 7, 0, 123456};")
+    w("      return cyp_write_npy(d + \"/f2.npy\", \"<f2\", {2, 3}, h, sizeof h) && cyp_write_npy(d + \"/f4.npy\", \"<f4\", {5}, f, sizeof f)"
+      " && cyp_write_npy(d + \"/i4.npy\", \"<i4\", {1, 2, 2}, k, sizeof k) && cyp_write_npy(d + \"/empty.npy\", \"<u2\", {0, 4}, h, 0) ? 0 : 1;")
+    w("    }")
     w("    else if (a == \"--dump\") { if (i + 1 >= argc) { fprintf(stderr, \"%s: --dump needs a directory\\n\", argv[0]); return 2; } dump = argv[++i]; }")
     w("    else if (a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {"
       " fprintf(stderr, \"%s: unknown option %s\\n\", argv[0], a.c_str()); fprintf(stderr, usage, argv[0]); fprintf(stderr, \"\\n\"); return 2; }")

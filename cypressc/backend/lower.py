@@ -118,8 +118,6 @@ class _Lower:
             _refuse("the main loop must run once per block")
         inst = self.block.instance
         ws = bool(m.attrs.get("warpspecialize"))
-        if not ws:
-            _refuse("`warpspecialize: false` (a multistage kernel without a producer warpgroup)")
         stages = lp.pipeline or 1
         tensors = [P.GlobalTensor(a.name, a.dtype, tuple(self.c(s) for s in a.shape),
                                   self._reads(a.name), self._writes(a.name)) for a in m.params]
@@ -134,7 +132,8 @@ class _Lower:
             stages=stages, trip_count=self.c(N.ibin("-", lp.hi, lp.lo)), maps=[], buffers=[], loads=[],
             fragments=[], producer_registers=inst.producer_registers or 40,
             consumer_registers=inst.consumer_registers or (240 if consumers == 1 else 232),
-            mma_in_flight=1 if inst.mma_in_flight is None else inst.mma_in_flight)
+            mma_in_flight=1 if inst.mma_in_flight is None else inst.mma_in_flight,
+            warpspecialize=ws)
         smem = m.attrs.get("smem", {})
         # stage buffers and TMA loads
         for o in lp.body.ops:
@@ -248,8 +247,6 @@ class _Lower:
         if ka != kb or nb != f.cols:
             _refuse(f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
                     f"{f.rows}x{f.cols} accumulator")
-        if ka > 64:
-            _refuse("a K tile wider than 64 elements")
         a_row = self.c(aorg[-2])
         b_col = static(borg[-1])
         if b_col is None or b_col % 64:

@@ -160,6 +160,7 @@ class KernelPlan:
     producer_registers: int = 40
     consumer_registers: int = 232
     mma_in_flight: int = 1
+    warpspecialize: bool = True  # False: no producer warpgroup; thread 0 issues loads ahead
     requires: list[tuple[str, str]] = field(default_factory=list)
     flops: str = "0"
     comments: dict[str, str] = field(default_factory=dict)

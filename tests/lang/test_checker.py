@@ -75,6 +75,8 @@ CASES = [
     ("E026_twice", inner("x = 1\nx = 2"), "E026", 4, "'x' is already defined"),
     ("E026_loopvar_shadow", inner("i = 1\nfor i in srange(4):\n    pass"), "E026", 4, "'i' is already defined"),
     ("E026_shape", inner("x = D.shape[0]"), "E026", 3, "'D' is not defined"),
+    ("E026_size_name", inner("pass", params="C: tensor[(C, N), f32]"), "E026", 2,
+     "size name 'C' is already defined"),
     ("E026_partition_tensor", inner("P = partition_by_blocks(D, (1, 1))"), "E026", 3, "'D' is not defined"),
     ("E026_launch_arg", inner('launch("clear", D)') + CLEAR_LEAF, "E026", 3, "'D' is not defined"),
     ("E026_proc", inner('P = partition_by_mma(C, WGMMA_64x64x16(), LANE, "C")'), "E026", 3,
@@ -117,8 +119,9 @@ CASES = [
     ("E032_arity", CLEAR_LEAF.replace("fill(C, 0)", "fill(C)"), "E032", 4, "fill() takes 2 argument(s), 1 given"),
     ("E032_dtype", MMA_LEAF.replace("A: tensor[2, f16]", "A: tensor[2, f32]"), "E032", 4,
      "'A' of warpgroup_mma() must be f16 or bf16, got f32"),
-    ("E032_rank", '@task("r", Leaf, reads=["y", "A"], writes=["y"])\ndef r(y: tensor[2, f32], A: tensor[2, f16]):\n'
-                  "    row_sum(y, A)\n", "E032", 3, "'y' of row_sum() must have rank 1, got 2"),
+    ("E032_rank", ('@task("r", Leaf, reads=["y", "A"], writes=["y"])\n'
+                   'def r(y: tensor[2, f32], A: tensor[2, f16]):\n    row_sum(y, A)\n'),
+     "E032", 3, "'y' of row_sum() must have rank 1, got 2"),
     ("E032_not_tensor", CLEAR_LEAF.replace("fill(C, 0)", "n = 3\n    fill(n, 0)"), "E032", 5,
      "argument 'C' of fill() must be a tensor"),
     ("E033_write", CLEAR_LEAF.replace('writes=["C"]', 'reads=["C"]'), "E033", 4,
@@ -201,6 +204,8 @@ OK = [
     ("atom_tunable", MMA_LEAF.replace("    warpgroup_mma(WGMMA_64x256x16(), C, A, B)",
                                       "    MMA = tunable(atom)\n    warpgroup_mma(MMA, C, A, B)")),
     ("writes_imply_reads", ADD_LEAF.replace('reads=["C", "X"], writes=["C"]', 'reads=["X"], writes=["C"]')),
+    ("named_sizes", inner('P = partition_by_blocks(C, (M / 2, N))\nfor i in prange(2):\n'
+                          '    launch("clear", P[i, 0])', params="C: tensor[(M, N), f32]") + CLEAR_LEAF),
     ("scalar_params", '@task("s", Inner, writes=["C"])\ndef s(C: tensor[2, f32], n: int):\n'
                       '    P = partition_by_blocks(C, (n, max(n, 1)))\n    launch("clear", P[0, 0])\n' + CLEAR_LEAF),
 ]

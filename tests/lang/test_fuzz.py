@@ -28,7 +28,8 @@ MAPPING = {n: (ROOT / "mappings" / n / "h100.yaml").read_text() for n in NAMES}
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 PROGRAM_VOCAB = sorted(set(_TOKEN.findall("".join(PROGRAM.values())))) + [
     "if", "while", "lambda", "return", "yield", "await", "**", "...", "None", "True", "1.5", "-1", "0",
-    "tensor[9, f64]", "launch", "prange", "srange", "tunable(atom)", "partition_by_slices", "include",
+    "tensor[9, f64]", "tensor[(M, K), f16]", "(M,)", "launch", "prange", "srange", "tunable(atom)",
+    "partition_by_slices", "include",
     "WGMMA_64x8x16()", "WGMMA_64x0x16()", "make_tensor()", "[:]", "import", "class", "@", ";"]
 MAPPING_VOCAB = sorted(set(_TOKEN.findall("".join(MAPPING.values())))) + [
     "-1", "0", "1.5", "1e9", "true", "null", "~", "[]", "{}", "&a", "*a", "!!int", "!!str", "!!binary",

@@ -5,8 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cypressc.lang.intrinsics import (LEAF_FUNCTIONS, NUMPY_DTYPES, MmaAtom, Operand, atom, is_atom_name,
-                                      round_to)
+from cypressc.lang.intrinsics import (
+    LEAF_FUNCTIONS,
+    NUMPY_DTYPES,
+    MmaAtom,
+    Operand,
+    atom,
+    is_atom_name,
+    round_to,
+)
 
 
 def whole(a: np.ndarray) -> Operand:

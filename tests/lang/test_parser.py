@@ -280,3 +280,16 @@ def test_dedent_helper_sources_parse():
     ''')
     (v,) = parse_source(src).variants
     assert v.body[0] == S.PartitionDecl("yp", "y", "blocks", (S.Const(1),))
+
+
+def test_named_sizes():
+    (v,) = parse_source('@task("g", Inner, reads=["A"], writes=["C"])\n'
+                        "def g(C: tensor[(M, N), f16], A: tensor[(M, K), f16], y: tensor[(M,), f32]):\n"
+                        "    pass\n").variants
+    c, a, y = (p.type for p in v.params)
+    assert (c.rank, c.dtype, c.dims) == (2, "f16", ("M", "N"))
+    assert a.dims == ("M", "K") and y.dims == ("M",) and y.rank == 1
+    assert c == S.TensorType(2, "f16")  # named sizes do not change the type
+    with pytest.raises(CypressErrors) as ei:
+        parse_source('@task("g", Leaf)\ndef g(C: tensor[(M, 4), f16]):\n    pass\n')
+    assert ei.value.errors[0].code == "E005" and "size names" in ei.value.errors[0].message

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from cypressc.mapping.schema import Instance, MappingSpec, parse_bytes
 
-BASE = dict(instance="i", variant="v", proc="BLOCK", mems=["GLOBAL"])
+BASE = {"instance": "i", "variant": "v", "proc": "BLOCK", "mems": ["GLOBAL"]}
 
 
 @pytest.mark.parametrize("text,n", [(204800, 204800), ("200KiB", 204800), ("196K", 196 * 1024),

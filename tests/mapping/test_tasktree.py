@@ -82,7 +82,7 @@ def test_dual_gemm_launches_mma_twice():
     t = tree_of("dual_gemm")
     kids = [c.instance.instance for _, c in t.block_node().children]
     assert kids == ["clear_block", "clear_block", "mma_block", "mma_block", "add_block", "copy_block"]
-    add_thread = [n for n in t.root.walk() if n.instance.instance == "add_thread"][0]
+    add_thread = next(n for n in t.root.walk() if n.instance.instance == "add_thread")
     assert add_thread.mems == {"C": "REGISTER", "X": "REGISTER"}
     assert all(n.tunables.get("MMA", "WGMMA_64x128x16") == "WGMMA_64x128x16" for n in t.root.walk())
 

@@ -1,0 +1,823 @@
+#!/usr/bin/env python3
+"""Correctness of cypressc-built kernels on a GPU: build, make, check, sanitize (one call).
+
+    PYTHONUNBUFFERED=1 python3 bench/gpu_check.py [--programs gemm,dual_gemm] [--mappings h100,...]
+        [--proto f16,bf16] [--build DIR ...] [--no-sanitizer] [--timeout S] [--jobs N]
+
+Targets: every (program, mapping) pair, built with ``cypressc build programs/P.cyp -m
+mappings/P/M.yaml -o build/gpu_check/P-M`` (a mapping may also be a path to a .yaml); with
+``--proto``, bench/proto's hand-written GEMM wrapped in the same layout (<name>.cu launcher
+with the cypressc ABI + the generated harness), as a reference point and to test this
+script before the emitter exists; with ``--build DIR``, an already-built directory.
+
+For each target: ``make`` (ptxas -v: registers, spills; SASS counts); then, in a child
+process with a timeout (a hang or a broken context costs one target, not the run), through
+``cypressc.runtime`` on fresh ``torch.randn`` data in the program's dtype: several sizes
+(tile multiples, ragged edges, tiny, K = 0), outputs poisoned with NaN first, compared with
+a float32 PyTorch reference (TF32 off; ``||out - ref|| / ||ref|| < 1e-2``, no NaN, a second
+launch bitwise equal); shapes the kernel's ``requires`` refuse must raise ``KernelError`` in
+Python and make the launcher return cudaErrorInvalidValue with the outputs untouched; the
+loader's argument checks on real CUDA tensors.  Then the harness binary ``./<name>`` (its
+JSON line, a refused shape, ``--dump`` checked against the reference) and compute-sanitizer
+memcheck / racecheck / synccheck on it at small sizes.  A summary table is printed last and
+everything is written to ``$OUT/gpu_check.json`` (and ``$OUT/gpu_check.log``) when OUT is set.
+Exit status 0 only if every target passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from cypressc.runtime import DTYPES, KernelInfo  # noqa: E402
+
+OUT = os.environ.get("OUT")
+TOL = 1e-2
+_LOG: list[str] = []
+
+
+def say(*parts: Any) -> None:
+    line = " ".join(str(p) for p in parts)
+    _LOG.append(line)
+    print(line, flush=True)
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# The program table: reference (float32, from the inputs by parameter name) and sizes by
+# size name.  Shapes that a kernel's `requires` refuse are expected to be refused; the rest
+# must compute the reference.
+# --------------------------------------------------------------------------------------------
+
+
+def _mm(a, b):
+    return a.float() @ b.float()
+
+
+@dataclass
+class Program:
+    ref: Callable[[dict], dict]       # {param: tensor} -> {written param: float32 reference}
+    check: list[dict]                 # sizes checked through cypressc.runtime
+    small: list[dict]                 # sizes for compute-sanitizer and the --dump check
+    run: dict                         # one larger size for the harness binary
+    note: str = ""
+
+
+GEMM_CHECK = [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192), dict(M=1000, N=1000, K=1000),
+              dict(M=129, N=264, K=72), dict(M=300, N=520, K=1000), dict(M=1, N=8, K=8),
+              dict(M=2056, N=8, K=4104), dict(M=777, N=1304, K=64), dict(M=3000, N=4104, K=4040),
+              dict(M=64, N=64, K=0), dict(M=129, N=257, K=72), dict(M=128, N=256, K=60)]
+GEMM_SMALL = [dict(M=256, N=256, K=256), dict(M=129, N=264, K=72)]
+
+PROGRAMS: dict[str, Program] = {
+    "gemm": Program(
+        ref=lambda t: {"C": _mm(t["A"], t["B"])},
+        check=GEMM_CHECK, small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
+    "batched_gemm": Program(
+        ref=lambda t: {"C": _mm(t["A"], t["B"])},   # matmul broadcasts over the batch
+        check=[dict(L=4, M=1024, N=1024, K=1024), dict(L=3, M=129, N=264, K=72), dict(L=16, M=256, N=512, K=128),
+               dict(L=1, M=1000, N=1000, K=1000), dict(L=2, M=1, N=8, K=8), dict(L=5, M=777, N=1304, K=64),
+               dict(L=2, M=129, N=257, K=72), dict(L=2, M=128, N=256, K=60)],
+        small=[dict(L=2, M=256, N=256, K=256), dict(L=3, M=129, N=264, K=72)], run=dict(L=8, M=2048, N=2048, K=2048)),
+    "dual_gemm": Program(
+        ref=lambda t: {"D": _mm(t["A"], t["B1"]) + _mm(t["A"], t["B2"])},
+        check=[dict(M=4096, N=4096, K=4096), dict(M=1000, N=1000, K=1000), dict(M=129, N=264, K=72),
+               dict(M=300, N=520, K=1000), dict(M=1, N=8, K=8), dict(M=777, N=1304, K=64),
+               dict(M=129, N=257, K=72), dict(M=128, N=256, K=60)],
+        small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
+    "gemm_reduction": Program(
+        ref=lambda t: {"C": _mm(t["A"], t["B"]), "y": t["A"].float().sum(dim=1)},
+        check=[dict(M=4096, N=4096, K=4096), dict(M=1000, N=1000, K=1000), dict(M=129, N=264, K=72),
+               dict(M=300, N=520, K=1000), dict(M=1, N=8, K=8), dict(M=777, N=1304, K=64),
+               dict(M=3000, N=4104, K=4040), dict(M=129, N=257, K=72), dict(M=128, N=256, K=60)],
+        small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
+}
+
+
+def generic_sizes(info: KernelInfo) -> tuple[list[dict], list[dict], dict]:
+    """Sizes for a program the table does not know (or whose size names differ)."""
+    ragged, odd = [136, 264, 72, 200, 520], [129, 77, 257, 33, 65]
+    mk = lambda vals: {s: vals[i % len(vals)] for i, s in enumerate(info.sizes)}  # noqa: E731
+    check = [mk([512]), mk([1024]), mk(ragged), mk([8]), mk(odd)]
+    return check, [mk([256]), mk(ragged)], mk([2048])
+
+
+def program_for(name: str, info: KernelInfo) -> tuple[Program | None, list[dict], list[dict], dict, str]:
+    prog = PROGRAMS.get(name) or PROGRAMS.get(info.name)
+    if prog and set(prog.check[0]) == set(info.sizes):
+        return prog, prog.check, prog.small, prog.run, ""
+    check, small, run = generic_sizes(info)
+    why = (f"size names {list(info.sizes)} differ from the table's {sorted(prog.check[0])}: generic sizes"
+           if prog else "no table entry: generic sizes, no reference (NaN/refusal checks only)")
+    return prog, check, small, run, why
+
+
+def sizes_str(s: dict) -> str:
+    return "x".join(str(v) for v in s.values())
+
+
+# --------------------------------------------------------------------------------------------
+# Targets and building
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    label: str
+    program: str
+    outdir: Path
+    mapping: str | None = None        # cypressc build from a mapping
+    proto_dtype: str | None = None    # bench/proto wrapped by hand
+    prebuilt: bool = False
+    result: dict = field(default_factory=dict)
+
+
+PROTO_ADAPTER = """// gemm.cu — bench/proto/gemm_target.cu behind the cypressc launcher ABI (written by
+// bench/gpu_check.py: params C, A, B; int64_t sizes), so the generated harness and
+// cypressc.runtime can be tested on the hand-written kernel.
+{define}#define gemm_launch cyp_proto_gemm_launch
+#define gemm_config cyp_proto_gemm_config
+#include "proto_gemm_target.cu"
+#undef gemm_launch
+#undef gemm_config
+#include "gemm.h"
+
+extern "C" int gemm_launch(void* C, const void* A, const void* B, int64_t M, int64_t N, int64_t K,
+                           cudaStream_t stream) {{
+  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return cudaErrorInvalidValue;
+  return cyp_proto_gemm_launch(A, B, C, int(M), int(N), int(K), stream);
+}}
+"""
+
+PROTO_HEADER = """// gemm.h — the cypressc launcher ABI of bench/proto's GEMM (see gemm.cu).
+#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+extern "C" int gemm_launch(void* C, const void* A, const void* B, int64_t M, int64_t N, int64_t K,
+                           cudaStream_t stream);
+"""
+
+
+def proto_info(dtype: str) -> dict:
+    return {
+        "name": "gemm",
+        "params": [{"name": "C", "dtype": dtype, "dims": ["M", "N"], "reads": False, "writes": True},
+                   {"name": "A", "dtype": dtype, "dims": ["M", "K"], "reads": True, "writes": False},
+                   {"name": "B", "dtype": dtype, "dims": ["K", "N"], "reads": True, "writes": False}],
+        "sizes": ["M", "N", "K"],
+        "flops": "2.0 * M * N * K",
+        "requires": [["N % 8 == 0", "N must be a multiple of 8 (TMA: 16-byte row strides)"],
+                     ["K % 8 == 0", "K must be a multiple of 8 (TMA: 16-byte row strides)"]],
+        "runtime_include": str(ROOT / "cypressc" / "backend" / "runtime"),
+        "cuda_arch": "90a",
+    }
+
+
+def build_proto(outdir: Path, dtype: str = "f16") -> None:
+    """Lay bench/proto's GEMM out like a `cypressc build` output directory."""
+    from cypressc.backend.harness import write_harness
+
+    if dtype not in ("f16", "bf16"):
+        raise ValueError(f"proto dtype must be f16 or bf16, not {dtype}")
+    outdir.mkdir(parents=True, exist_ok=True)
+    files = {"proto_gemm_target.cu": (ROOT / "bench" / "proto" / "gemm_target.cu").read_text(),
+             "gemm.cu": PROTO_ADAPTER.format(define="#define CYP_BF16\n" if dtype == "bf16" else ""),
+             "gemm.h": PROTO_HEADER}
+    for name, text in files.items():          # unchanged files keep their mtime: make is a no-op
+        f = outdir / name
+        if not f.exists() or f.read_text() != text:
+            f.write_text(text)
+    write_harness(outdir, proto_info(dtype))
+
+
+def resolve_mapping(program: str, mapping: str) -> Path | None:
+    p = Path(mapping)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    cand = ROOT / "mappings" / program / f"{mapping}.yaml"
+    return cand if cand.exists() else None
+
+
+def run(cmd: list[str], cwd: Path | None = None, timeout: float = 900) -> tuple[int, str, float]:
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=child_env())
+        return p.returncode, p.stdout + p.stderr, time.time() - t0
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return 124, out + f"\n[timeout after {timeout}s]", time.time() - t0
+    except OSError as e:
+        return 127, f"{cmd[0]}: {e}", time.time() - t0
+
+
+def cypressc_build(t: Target, mapping: Path) -> tuple[int, str, float]:
+    prog = ROOT / "programs" / f"{t.program}.cyp"
+    return run([sys.executable, "-m", "cypressc.cli", "build", str(prog), "-m", str(mapping), "-o", str(t.outdir)],
+               cwd=ROOT, timeout=300)
+
+
+_PTX_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PTX_PROPS = re.compile(r"Function properties for (\S+)")
+_PTX_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTX_REGS = re.compile(r"Used (\d+) registers")
+
+
+def ptxas_summary(log: str) -> dict[str, dict]:
+    """Per kernel entry (harness helpers excluded): registers, stack, spills."""
+    out: dict[str, dict] = {}
+    cur = None
+    for line in log.splitlines():
+        if m := _PTX_ENTRY.search(line):
+            cur = m.group(1)
+        elif m := _PTX_PROPS.search(line):
+            cur = m.group(1)
+        elif cur and (m := _PTX_SPILL.search(line)):
+            out.setdefault(cur, {}).update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
+        elif cur and (m := _PTX_REGS.search(line)):
+            out.setdefault(cur, {})["regs"] = int(m.group(1))
+    return {k: v for k, v in out.items() if "cyp_fill_random" not in k and "cyp_count_nan" not in k}
+
+
+def sass_summary(so: Path) -> str:
+    rc, s, _ = run(["cuobjdump", "-sass", str(so)], timeout=120)
+    if rc:
+        return f"cuobjdump rc={rc}"
+    count = lambda op: sum(1 for line in s.splitlines() if op in line)  # noqa: E731
+    return " ".join(f"{op}={count(op)}" for op in ("HGMMA", "LDL", "STL", "UTMALDG", "UTMASTG", "SYNCS"))
+
+
+def build_target(t: Target) -> dict:
+    r: dict[str, Any] = {"label": t.label, "outdir": str(t.outdir)}
+    if t.proto_dtype:
+        try:
+            build_proto(t.outdir, t.proto_dtype)
+            r["build"] = {"rc": 0, "how": f"bench/proto wrapped ({t.proto_dtype})"}
+        except Exception as e:  # noqa: BLE001
+            r["build"] = {"rc": 1, "log": f"{type(e).__name__}: {e}"}
+    elif t.mapping:
+        mp = resolve_mapping(t.program, t.mapping)
+        if mp is None:
+            r["build"] = {"rc": 1, "log": f"no mapping {t.mapping!r} (tried {t.mapping} and "
+                                          f"mappings/{t.program}/{t.mapping}.yaml)"}
+        else:
+            if t.outdir.exists():
+                shutil.rmtree(t.outdir)
+            rc, log, dt = cypressc_build(t, mp)
+            r["build"] = {"rc": rc, "secs": round(dt, 1), "log": log[-4000:],
+                          "cmd": f"cypressc build programs/{t.program}.cyp -m {mp.relative_to(ROOT) if mp.is_relative_to(ROOT) else mp} -o {t.outdir}"}
+            if rc == 0 and not list(t.outdir.glob("*.json")):
+                r["build"].update(rc=1, log=log[-3000:] + "\n[cypressc build wrote no <name>.json: was "
+                                  "cypressc.backend.harness.write_harness called?]")
+            if rc == 2 and "No such command" in log:
+                r["build"]["log"] += "\n[this cypressc has no `build` command yet; --proto tests the harness]"
+    else:
+        r["build"] = {"rc": 0, "how": "prebuilt"}
+    say(f"[build] {t.label}: rc={r['build']['rc']} {r['build'].get('how', '')} {r['build'].get('secs', '')}")
+    if r["build"]["rc"]:
+        say(r["build"].get("log", "")[-3000:])
+        return r
+    jsons = sorted(t.outdir.glob("*.json"))
+    try:
+        info = KernelInfo.load_json(jsons[0]) if len(jsons) == 1 else KernelInfo.load_json(t.outdir / "gemm.json")
+    except Exception as e:  # noqa: BLE001
+        r["build"] = {"rc": 1, "log": f"cannot read the kernel info in {t.outdir}: {e}"}
+        say(f"[build] {t.label}: {r['build']['log']}")
+        return r
+    r["name"] = info.name
+    r["dtypes"] = sorted({p.dtype for p in info.params})
+    # make: the library with ptxas -v and the harness binary, in parallel (separate logs)
+    with cf.ThreadPoolExecutor(2) as ex:
+        f_lib = ex.submit(run, ["make", "-C", str(t.outdir), f"lib{info.name}.so", "EXTRA_NVCCFLAGS=-Xptxas -v"],
+                          None, 900)
+        f_exe = ex.submit(run, ["make", "-C", str(t.outdir), info.name], None, 900)
+        (rc1, log1, dt1), (rc2, log2, dt2) = f_lib.result(), f_exe.result()
+    warns = sorted({line.strip() for line in (log1 + log2).splitlines()
+                    if "warning" in line.lower() and "ptxas info" not in line})
+    r["make"] = {"rc": rc1 or rc2, "secs": round(max(dt1, dt2), 1), "warnings": warns[:20],
+                 "ptxas": ptxas_summary(log1), "log": (log1 if rc1 else log2)[-4000:] if (rc1 or rc2) else ""}
+    if not r["make"]["rc"]:
+        r["make"]["sass"] = sass_summary(t.outdir / f"lib{info.name}.so")
+    ks = r["make"]["ptxas"]
+    desc = "; ".join(f"{v.get('regs', '?')} regs, spill {v.get('spill_st', '?')}/{v.get('spill_ld', '?')}, "
+                     f"stack {v.get('stack', '?')}" for v in ks.values()) or "no ptxas info"
+    say(f"[make]  {t.label}: rc={r['make']['rc']} {r['make']['secs']}s | {desc} | {r['make'].get('sass', '')}"
+        + (f" | {len(warns)} warning(s): {warns[0][:160]}" if warns else ""))
+    if r["make"]["rc"]:
+        say(r["make"]["log"][-3000:])
+    return r
+
+
+# --------------------------------------------------------------------------------------------
+# Child: correctness through cypressc.runtime on one built directory
+# --------------------------------------------------------------------------------------------
+
+
+def _poison(torch, p, shape, dt):
+    if DTYPES[p.dtype].floating:
+        return torch.full(shape, float("nan"), dtype=dt, device="cuda")
+    return torch.full(shape, -1234567, dtype=dt, device="cuda")
+
+
+def _untouched(torch, t) -> bool:
+    return bool(torch.isnan(t.float()).all()) if t.is_floating_point() else bool((t == -1234567).all())
+
+
+def _rel(torch, out, ref) -> float:
+    den = float(ref.double().norm())
+    if out.numel() == 0:
+        return 0.0
+    if den == 0.0:
+        return float((out.double() - ref.double()).abs().max())
+    return float((out.double() - ref.double()).norm()) / den
+
+
+def make_tensors(torch, info: KernelInfo, sizes: dict) -> dict:
+    ts = {}
+    for p in info.params:
+        dt = getattr(torch, DTYPES[p.dtype].torch)
+        shape = info.shape(p, sizes)
+        if p.reads:
+            ts[p.name] = (torch.randn(shape, dtype=dt, device="cuda") if DTYPES[p.dtype].floating
+                          else torch.randint(-8, 8, shape, dtype=dt, device="cuda"))
+        else:
+            ts[p.name] = _poison(torch, p, shape, dt)
+    return ts
+
+
+def check_size(torch, kern, prog: Program | None, sizes: dict) -> dict:
+    from cypressc.runtime import KernelError
+
+    info = kern.info
+    res: dict[str, Any] = {"sizes": sizes}
+    ts = make_tensors(torch, info, sizes)
+    before = {p.name: ts[p.name].clone() for p in info.params if p.reads and p.writes}
+    args = [ts[p.name] for p in info.params]
+    outs = [p for p in info.params if p.writes]
+    failed = info.failed_requires(sizes)
+    if failed:                                   # must be refused, outputs untouched
+        res["expect"] = "refuse"
+        try:
+            kern(*args)
+            res["python"] = "NOT RAISED"
+        except KernelError as e:
+            res["python"] = "raised"
+            res["python_msg"] = str(e)[:200]
+        torch.cuda.synchronize()
+        rc = kern.launch(*args, check_requires=False)
+        torch.cuda.synchronize()
+        res["rc"] = rc
+        res["untouched"] = all(_untouched(torch, ts[p.name]) if not p.reads else torch.equal(ts[p.name], before[p.name])
+                               for p in outs)
+        res["ok"] = res["python"] == "raised" and rc == 1 and res["untouched"]
+        return res
+    res["expect"] = "compute"
+    kern(*args)
+    torch.cuda.synchronize()
+    first = {p.name: ts[p.name].clone() for p in outs}
+    res["nan"] = {p.name: int(torch.isnan(ts[p.name].float()).sum()) for p in outs if DTYPES[p.dtype].floating}
+    if prog is not None:
+        inputs = {p.name: (before[p.name] if p.name in before else ts[p.name]) for p in info.params}
+        try:
+            refs = prog.ref(inputs)
+        except KeyError as e:
+            raise RuntimeError(f"the reference reads parameter {e} but the kernel's params are "
+                               f"{[p.name for p in info.params]}: update PROGRAMS in bench/gpu_check.py") from None
+        res["rel"] = {name: _rel(torch, first[name].float(), ref.float()) for name, ref in refs.items()}
+        del refs
+    # second launch on re-poisoned outputs: bitwise equal (a race shows as a difference)
+    for p in outs:
+        if p.name in before:
+            ts[p.name].copy_(before[p.name])
+        else:
+            ts[p.name].copy_(_poison(torch, p, ts[p.name].shape, ts[p.name].dtype))
+    kern(*args)
+    torch.cuda.synchronize()
+    res["det"] = all(torch.equal(first[p.name], ts[p.name]) for p in outs)
+    res["ok"] = (all(v == 0 for v in res["nan"].values()) and res["det"]
+                 and all(v < TOL for v in res.get("rel", {}).values()))
+    return res
+
+
+def api_checks(torch, kern, sizes: dict) -> list[dict]:
+    """The loader's argument checks on real CUDA tensors: each must raise KernelError."""
+    from cypressc.runtime import KernelError
+
+    info = kern.info
+    out = []
+
+    def expect(what: str, make_args: Callable[[dict], list]) -> None:
+        ts = make_tensors(torch, info, sizes)
+        snap = {p.name: ts[p.name].clone() for p in info.params if p.writes}
+        try:
+            kern(*make_args(ts))
+            r = {"case": what, "ok": False, "msg": "no KernelError"}
+        except KernelError as e:
+            torch.cuda.synchronize()
+            same = all(torch.equal(snap[n], ts[n]) or (torch.isnan(snap[n].float()).all() and torch.isnan(ts[n].float()).all())
+                       for n in snap)
+            r = {"case": what, "ok": same, "msg": str(e)[:160] + ("" if same else " [OUTPUT CHANGED]")}
+        except Exception as e:  # noqa: BLE001
+            r = {"case": what, "ok": False, "msg": f"{type(e).__name__}: {e}"[:200]}
+        out.append(r)
+
+    names = [p.name for p in info.params]
+    p0 = info.params[-1]                                          # an input, usually
+    other = {"f16": torch.float32, "bf16": torch.float16, "f32": torch.float16, "i32": torch.float32}[p0.dtype]
+    expect(f"dtype of {p0.name}", lambda ts: [ts[n] if n != p0.name else ts[n].to(other) for n in names])
+    expect(f"{p0.name} on cpu", lambda ts: [ts[n] if n != p0.name else ts[n].cpu() for n in names])
+    expect("missing tensor", lambda ts: [ts[n] for n in names[:-1]])
+    pr = next((p for p in info.params if len(p.dims) >= 2), None)
+    if pr is not None:
+        def noncontig(ts):
+            t = ts[pr.name]
+            return [ts[n] if n != pr.name else t.transpose(-1, -2).contiguous().transpose(-1, -2) for n in names]
+        expect(f"non-contiguous {pr.name}", noncontig)
+
+        def misaligned(ts):
+            t = ts[pr.name]
+            buf = torch.empty(t.numel() + 1, dtype=t.dtype, device="cuda")[1:].view(t.shape)
+            buf.copy_(t)
+            return [ts[n] if n != pr.name else buf for n in names]
+        expect(f"misaligned {pr.name}", misaligned)
+
+        def wrong_extent(ts):
+            t = ts[pr.name]
+            bigger = list(t.shape)
+            bigger[0] += 1
+            return [ts[n] if n != pr.name else torch.zeros(bigger, dtype=t.dtype, device="cuda") for n in names]
+        expect(f"inconsistent {pr.name}.shape[0]", wrong_extent)
+    return out
+
+
+def child(outdir: str, program: str, label: str) -> None:
+    import torch
+
+    from cypressc import runtime
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    kern = runtime.load(outdir)
+    prog, check, small, _, why = program_for(program, kern.info)
+    res: dict[str, Any] = {"label": label, "kernel": kern.name, "sizes_note": why, "checks": [], "api": []}
+    if why:
+        print(f"[{label}] note: {why}", flush=True)
+    broken = None                                # a sticky CUDA error ends the checks
+    for sizes in check:
+        t0 = time.time()
+        if broken:
+            r = {"sizes": sizes, "ok": False, "error": f"skipped: the CUDA context is broken ({broken})"}
+        else:
+            try:
+                r = check_size(torch, kern, prog, sizes)
+            except Exception as e:  # noqa: BLE001
+                r = {"sizes": sizes, "ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
+                try:
+                    torch.cuda.synchronize()
+                except Exception as e2:  # noqa: BLE001
+                    broken = f"{type(e2).__name__}: {e2}"[:200]
+        r["secs"] = round(time.time() - t0, 2)
+        res["checks"].append(r)
+        print(f"[{label}] {sizes_str(sizes):>18s}: {cell(r):<24s} ({r['secs']}s)"
+              + (f" {r['error']}" if "error" in r else ""), flush=True)
+        if not broken:
+            try:
+                torch.cuda.empty_cache()
+            except Exception as e:  # noqa: BLE001
+                broken = f"{type(e).__name__}: {e}"[:200]
+    if broken:
+        res["broken"] = broken
+        print("RESULT " + json.dumps(res), flush=True)
+        return
+    # bind(): the fast path gives the same result as the checked call
+    try:
+        ok_sizes = next(s for s in check if not kern.info.failed_requires(s))
+        ts = make_tensors(torch, kern.info, ok_sizes)
+        args = [ts[p.name] for p in kern.info.params]
+        kern(*args)
+        torch.cuda.synchronize()
+        first = {p.name: ts[p.name].clone() for p in kern.info.params if p.writes}
+        kern.bind(*args)()
+        torch.cuda.synchronize()
+        res["bind_ok"] = all(torch.equal(first[n], ts[n]) for n in first)
+    except Exception as e:  # noqa: BLE001
+        res["bind_ok"] = False
+        res["bind_error"] = f"{type(e).__name__}: {e}"[:300]
+    try:
+        res["api"] = api_checks(torch, kern, next(s for s in small + check if not kern.info.failed_requires(s)))
+    except Exception as e:  # noqa: BLE001
+        res["api"] = [{"case": "api checks", "ok": False, "msg": f"{type(e).__name__}: {e}"[:300]}]
+    for a in res["api"]:
+        print(f"[{label}] api: {a['case']:<28s} {'ok' if a['ok'] else 'FAIL'}  {a['msg'][:110]}", flush=True)
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+def cell(r: dict) -> str:
+    if "error" in r:
+        return "ERROR"
+    if r.get("expect") == "refuse":
+        return ("refused" if r["ok"] else "BAD-REFUSE") + f" py={r['python']} rc={r['rc']}" + (
+            "" if r["untouched"] else " WRITTEN")
+    rel = max(r.get("rel", {}).values(), default=float("nan"))
+    bad_nan = sum(r["nan"].values())
+    return (("ok " if r["ok"] else "BAD ") + (f"{rel:.1e}" if r.get("rel") else "no-ref")
+            + (f" nan={bad_nan}" if bad_nan else "") + ("" if r["det"] else " nondet"))
+
+
+def run_child(t: Target, timeout: float) -> dict | None:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(t.outdir), "--program", t.program,
+           "--label", t.label]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env())
+    timer = threading.Timer(timeout, p.kill)
+    timer.start()
+    result, tail = None, []
+    try:
+        for line in p.stdout:
+            line = line.rstrip("\n")
+            if line.startswith("RESULT "):
+                result = json.loads(line[7:])
+            else:
+                say(line)
+                tail = (tail + [line])[-40:]
+        p.wait()
+    finally:
+        timed_out = not timer.is_alive() and p.returncode not in (0, None) and result is None
+        timer.cancel()
+    if result is None:
+        why = f"TIMEOUT after {timeout}s (hang?)" if timed_out else f"child exited rc={p.returncode} without a result"
+        say(f"[{t.label}] {why}")
+        return {"error": why, "tail": tail}
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# The harness binary: JSON line, refusal, --dump against the reference; compute-sanitizer
+# --------------------------------------------------------------------------------------------
+
+
+def _load_npy(path: Path, dtype: str):
+    import numpy as np
+    import torch
+
+    a = np.load(path)
+    if dtype == "bf16":
+        a = (a.astype(np.uint32) << 16).view(np.float32)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def harness_checks(t: Target, info: KernelInfo, prog: Program | None, check: list[dict], small: list[dict],
+                   run_sizes: dict) -> dict:
+    exe = t.outdir / info.name
+    res: dict[str, Any] = {}
+    rc, log, dt = run([str(exe), *map(str, run_sizes.values()), "--iters", "20"], timeout=120)
+    line = _last_json(log)
+    res["run"] = {"sizes": run_sizes, "rc": rc, "json": line,
+                  "ok": rc == 0 and bool(line) and line.get("ms") is not None and not any((line.get("nan") or {}).values())}
+    if not res["run"]["ok"]:
+        res["run"]["log"] = log[-1500:]
+    say(f"[harness] {t.label}: ./{info.name} {sizes_str(run_sizes)} rc={rc} -> {json.dumps(line) if line else log[-300:]}")
+    bad = next((s for s in check if info.failed_requires(s)), None)
+    if bad:
+        rc, log, _ = run([str(exe), *map(str, bad.values()), "--iters", "1"], timeout=60)
+        line = _last_json(log)
+        res["refuse"] = {"sizes": bad, "rc": rc, "ok": rc == 1 and bool(line) and line.get("rc") == 1}
+        say(f"[harness] {t.label}: ./{info.name} {sizes_str(bad)} (refused shape) rc={rc} "
+            f"{'ok' if res['refuse']['ok'] else 'BAD'} | {log.strip().splitlines()[0][:160] if log.strip() else ''}")
+    sz = next((s for s in reversed(small) if not info.failed_requires(s)), None)
+    if sz is not None and prog is not None:
+        d = t.outdir / "dump"
+        shutil.rmtree(d, ignore_errors=True)
+        rc, log, _ = run([str(exe), *map(str, sz.values()), "--iters", "1", "--warmup", "0", "--dump", str(d)],
+                         timeout=60)
+        try:
+            ins = {}
+            for p in info.params:
+                f = d / (f"{p.name}.in.npy" if p.reads and p.writes else f"{p.name}.npy")
+                ins[p.name] = _load_npy(f, p.dtype)
+            refs = prog.ref(ins)
+            rels = {n: _rel(__import__("torch"), _load_npy(d / f"{n}.npy", info.param(n).dtype).float(), r.float())
+                    for n, r in refs.items()}
+            shapes_ok = all(tuple(_load_npy(d / f"{p.name}.npy", p.dtype).shape) == info.shape(p, sz) for p in info.params)
+            res["dump"] = {"sizes": sz, "rc": rc, "rel": rels, "ok": rc == 0 and shapes_ok and all(v < TOL for v in rels.values())}
+        except Exception as e:  # noqa: BLE001
+            res["dump"] = {"sizes": sz, "rc": rc, "ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
+        say(f"[harness] {t.label}: --dump {sizes_str(sz)} -> {res['dump']}")
+    return res
+
+
+def _last_json(log: str) -> dict | None:
+    for line in reversed(log.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def sanitize(t: Target, info: KernelInfo, small: list[dict]) -> list[dict]:
+    rows = []
+    if shutil.which("compute-sanitizer") is None:
+        return [{"tool": "compute-sanitizer", "ok": False, "summary": "not on PATH"}]
+    exe = t.outdir / info.name
+    for sz in [s for s in small if not info.failed_requires(s)]:
+        for tool in ("memcheck", "racecheck", "synccheck"):
+            cmd = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "99", str(exe),
+                   *map(str, sz.values()), "--warmup", "0", "--iters", "1"]
+            rc, log, dt = run(cmd, timeout=150)
+            lines = log.strip().splitlines()
+            summ = [x for x in lines if "ERROR SUMMARY" in x or "RACECHECK SUMMARY" in x]
+            summary = (summ[-1] if summ else (lines[-1] if lines else "")).replace("=========", "").strip()
+            rows.append({"tool": tool, "sizes": sz, "rc": rc, "ok": rc == 0, "summary": summary[:120],
+                         "secs": round(dt, 1)})
+            if rc:
+                rows[-1]["log"] = "\n".join(lines[-60:])
+            say(f"[sanitizer] {t.label} {tool:9s} {sizes_str(sz):>12s} rc={rc} {summary[:100]} ({dt:.1f}s)")
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------
+
+
+def environment() -> dict:
+    env: dict[str, Any] = {}
+    rc, s, _ = run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit",
+                    "--format=csv,noheader"], timeout=60)
+    env["gpu"] = s.strip() if rc == 0 else f"nvidia-smi rc={rc}"
+    rc, s, _ = run(["nvcc", "--version"], timeout=60)
+    env["nvcc"] = s.strip().splitlines()[-1] if rc == 0 and s.strip() else "nvcc missing"
+    rc, s, _ = run([sys.executable, "-c", "import torch; print(torch.__version__, torch.version.cuda, "
+                    "torch.cuda.is_available() and torch.cuda.get_device_name())"], timeout=120)
+    env["torch"] = s.strip()
+    return env
+
+
+def verdict(r: dict) -> tuple[bool, list[str]]:
+    why = []
+    if r.get("build", {}).get("rc"):
+        return False, ["build failed"]
+    if r.get("make", {}).get("rc"):
+        return False, ["make failed"]
+    ch = r.get("check") or {}
+    if "error" in ch:
+        why.append(ch["error"])
+    bad = [sizes_str(c["sizes"]) for c in ch.get("checks", []) if not c.get("ok")]
+    if bad:
+        why.append("wrong at " + ",".join(bad[:6]))
+    if [a["case"] for a in ch.get("api", []) if not a["ok"]]:
+        why.append("api checks")
+    if ch and not ch.get("bind_ok", True):
+        why.append("bind()")
+    h = r.get("harness", {})
+    for k in ("run", "refuse", "dump"):
+        if k in h and not h[k]["ok"]:
+            why.append(f"harness {k}")
+    for s in r.get("sanitizer", []):
+        if not s["ok"]:
+            why.append(f"{s['tool']} {sizes_str(s.get('sizes', {}))}")
+    for v in r.get("make", {}).get("ptxas", {}).values():
+        if v.get("spill_st") or v.get("spill_ld"):
+            why.append("spills")   # reported, counted as a failure: the emitter promises none
+            break
+    return not why, why
+
+
+def summary_table(targets: list[Target]) -> list[str]:
+    L = ["", "== gpu_check summary (rel = ||out-ref||/||ref|| vs float32 reference; pass < 1e-2)",
+         f"{'target':24s} {'build':>6s} {'regs/spill':>12s} {'checks':>8s} {'max rel':>8s} {'refused':>8s} "
+         f"{'api':>5s} {'harness':>8s} {'TFLOP/s':>8s} {'memchk':>6s} {'racechk':>7s} {'syncchk':>7s}  verdict"]
+    for t in targets:
+        r = t.result
+        ok, why = verdict(r)
+        b = "ok" if not r.get("build", {}).get("rc") and not r.get("make", {}).get("rc", 1) else "FAIL"
+        ks = list(r.get("make", {}).get("ptxas", {}).values())
+        regs = (f"{max(k.get('regs', 0) for k in ks)}/{max(k.get('spill_st', 0) + k.get('spill_ld', 0) for k in ks)}"
+                if ks else "-")
+        ch = r.get("check") or {}
+        comp = [c for c in ch.get("checks", []) if c.get("expect") == "compute" or "error" in c]
+        refs = [c for c in ch.get("checks", []) if c.get("expect") == "refuse"]
+        rels = [v for c in comp for v in c.get("rel", {}).values()]
+        api = ch.get("api", [])
+        h = r.get("harness", {})
+        hok = [v["ok"] for k, v in h.items() if isinstance(v, dict) and "ok" in v]
+        tfl = (h.get("run", {}).get("json") or {}).get("tflops")
+        san = {s["tool"]: s for s in r.get("sanitizer", [])}
+        sanc = lambda tool: ("-" if tool not in san else  # noqa: E731
+                             "ok" if all(s["ok"] for s in r["sanitizer"] if s["tool"] == tool) else "FAIL")
+        L.append(f"{t.label:24s} {b:>6s} {regs:>12s} "
+                 f"{(str(sum(c.get('ok', False) for c in comp)) + '/' + str(len(comp))) if comp else '-':>8s} "
+                 f"{(f'{max(rels):.1e}' if rels else '-'):>8s} "
+                 f"{(str(sum(c['ok'] for c in refs)) + '/' + str(len(refs))) if refs else '-':>8s} "
+                 f"{(str(sum(a['ok'] for a in api)) + '/' + str(len(api))) if api else '-':>5s} "
+                 f"{(str(sum(hok)) + '/' + str(len(hok))) if hok else '-':>8s} {(f'{tfl:.1f}' if tfl else '-'):>8s} "
+                 f"{sanc('memcheck'):>6s} {sanc('racecheck'):>7s} {sanc('synccheck'):>7s}  "
+                 + ("PASS" if ok else "FAIL: " + "; ".join(why)[:200]))
+    return L
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--programs", default="gemm", help="comma-separated programs/<name>.cyp (default gemm)")
+    ap.add_argument("--mappings", default="h100",
+                    help="comma-separated mapping names (mappings/<program>/<m>.yaml) or .yaml paths; '' for none")
+    ap.add_argument("--proto", default="", help="also check bench/proto's GEMM in the same layout: f16,bf16")
+    ap.add_argument("--build", action="append", default=[], metavar="DIR",
+                    help="an already-built directory (program taken from its <name>.json); repeatable")
+    ap.add_argument("--out", default=str(ROOT / "build" / "gpu_check"), help="where targets are built")
+    ap.add_argument("--no-sanitizer", action="store_true")
+    ap.add_argument("--timeout", type=float, default=240, help="seconds for one target's correctness child")
+    ap.add_argument("--jobs", type=int, default=4, help="targets built in parallel")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--program", help=argparse.SUPPRESS)
+    ap.add_argument("--label", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, a.program, a.label)
+        return 0
+
+    t_start = time.time()
+    out = Path(a.out)
+    targets: list[Target] = []
+    for prog in [p for p in a.programs.split(",") if p]:
+        for m in [m for m in a.mappings.split(",") if m]:
+            targets.append(Target(f"{prog}-{Path(m).stem}", prog, out / f"{prog}-{Path(m).stem}", mapping=m))
+    for dt in [d for d in a.proto.split(",") if d]:
+        targets.append(Target(f"proto-{dt}", "gemm", out / f"proto-{dt}", proto_dtype=dt))
+    for d in a.build:
+        dp = Path(d).resolve()
+        js = sorted(dp.glob("*.json"))
+        name = js[0].stem if js else "gemm"
+        targets.append(Target(f"{dp.name}", name, dp, prebuilt=True))
+    if not targets:
+        ap.error("nothing to check: give --programs/--mappings, --proto or --build")
+
+    env = environment()
+    say(f"[env] gpu: {env['gpu']} | {env['nvcc']} | torch {env['torch']}")
+    say(f"[env] targets: {', '.join(t.label for t in targets)}")
+
+    with cf.ThreadPoolExecutor(max(1, a.jobs)) as ex:
+        for t, r in zip(targets, ex.map(build_target, targets)):
+            t.result = r
+    say(f"[build] all done in {time.time() - t_start:.0f}s")
+
+    for t in targets:
+        r = t.result
+        if r.get("build", {}).get("rc") or r.get("make", {}).get("rc", 1):
+            continue
+        info = KernelInfo.load_json(t.outdir / f"{r['name']}.json")
+        prog, check, small, run_sizes, _ = program_for(t.program, info)
+        t0 = time.time()
+        r["check"] = run_child(t, a.timeout)
+        say(f"[{t.label}] correctness done in {time.time() - t0:.0f}s")
+        try:
+            r["harness"] = harness_checks(t, info, prog, check, small, run_sizes)
+        except Exception as e:  # noqa: BLE001
+            r["harness"] = {"run": {"ok": False, "error": f"{type(e).__name__}: {e}"}}
+            say(f"[harness] {t.label}: {r['harness']['run']['error']}")
+        if not a.no_sanitizer:
+            r["sanitizer"] = sanitize(t, info, small)
+        _write(env, targets, t_start)
+
+    lines = summary_table(targets)
+    for line in lines:
+        say(line)
+    say(f"[gpu_check] {time.time() - t_start:.0f}s")
+    _write(env, targets, t_start)
+    return 0 if all(verdict(t.result)[0] for t in targets) else 1
+
+
+def _write(env: dict, targets: list[Target], t_start: float) -> None:
+    if not OUT:
+        return
+    Path(OUT).mkdir(parents=True, exist_ok=True)
+    data = {"env": env, "secs": round(time.time() - t_start, 1),
+            "targets": {t.label: {**t.result, "verdict": verdict(t.result)} for t in targets}}
+    (Path(OUT) / "gpu_check.json").write_text(json.dumps(data, indent=1, default=str))
+    (Path(OUT) / "gpu_check.log").write_text("\n".join(_LOG) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,498 @@
+"""The host harness (cypressc/backend/harness.py) and the Python loader (cypressc/runtime.py).
+
+No GPU needed: the harness is compiled with nvcc against a hand-written stub launcher
+(skipped where nvcc is missing); the loader's checks run on described tensors (no torch)
+and on CPU torch tensors (skipped where torch is missing).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cypressc import runtime as rt
+from cypressc.backend.harness import render_main, render_makefile, write_harness
+
+GEMM_INFO = {
+    "name": "gemm",
+    "params": [
+        {"name": "C", "dtype": "f16", "dims": ["M", "N"], "reads": False, "writes": True},
+        {"name": "A", "dtype": "f16", "dims": ["M", "K"], "reads": True, "writes": False},
+        {"name": "B", "dtype": "f16", "dims": ["K", "N"], "reads": True, "writes": False},
+    ],
+    "sizes": ["M", "N", "K"],
+    "flops": "2.0 * M * N * K",
+    "requires": [["N % 8 == 0", "N must be a multiple of 8 (TMA row stride)"],
+                 ["K % 8 == 0", "K must be a multiple of 8 (TMA row stride)"]],
+    "runtime_include": str(Path(rt.__file__).resolve().parent / "backend" / "runtime"),
+    "cuda_arch": "90a",
+}
+
+# Every dtype, a 1-D and a 3-D tensor, a fixed dim, an in/out parameter, cdiv in flops.
+MIXED_INFO = {
+    "name": "mixed",
+    "params": [
+        {"name": "Y", "dtype": "f32", "dims": ["M"], "reads": False, "writes": True},
+        {"name": "Acc", "dtype": "f32", "dims": ["M", 128], "reads": True, "writes": True},
+        {"name": "X", "dtype": "bf16", "dims": ["L", "M", "K"], "reads": True, "writes": False},
+        {"name": "Idx", "dtype": "i32", "dims": ["K"], "reads": True, "writes": False},
+        {"name": "Z", "dtype": "bf16", "dims": ["L", "M"], "reads": False, "writes": True},
+    ],
+    "sizes": ["L", "M", "K"],
+    "flops": "65536.0 * cdiv(M, 128) * min(L, 4) * ((K + 63) / 64)",
+    "requires": [["K % 8 == 0 && L >= 1", "K must be a multiple of 8 and L positive"]],
+    "runtime_include": GEMM_INFO["runtime_include"],
+    "cuda_arch": "90a",
+}
+
+STUB_H = """#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+extern "C" int gemm_launch(void* C, const void* A, const void* B, int64_t M, int64_t N, int64_t K,
+                           cudaStream_t stream);
+"""
+
+STUB_CU = """// A stand-in for the emitter's gemm.cu: fills C with ones; enforces the info's requires.
+#include "gemm.h"
+#include <cuda_fp16.h>
+__global__ void gemm_stub_kernel(__half* C, int64_t n) {
+  for (int64_t i = blockIdx.x * 256ll + threadIdx.x; i < n; i += 256ll * gridDim.x) C[i] = __float2half(1.0f);
+}
+extern "C" int gemm_launch(void* C, const void* A, const void* B, int64_t M, int64_t N, int64_t K,
+                           cudaStream_t stream) {
+  if (M < 0 || N < 0 || K < 0 || N % 8 || K % 8) return cudaErrorInvalidValue;
+  if (M * N == 0) return cudaSuccess;
+  gemm_stub_kernel<<<64, 256, 0, stream>>>(static_cast<__half*>(C), M * N);
+  return cudaGetLastError();
+}
+"""
+
+MIXED_CU = """#include <cstdint>
+#include <cuda_runtime.h>
+extern "C" int mixed_launch(void* Y, void* Acc, const void* X, const void* Idx, void* Z,
+                            int64_t L, int64_t M, int64_t K, cudaStream_t stream) {
+  return (K % 8 || L < 1) ? cudaErrorInvalidValue : cudaSuccess;
+}
+"""
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+
+
+def _make(d: Path, *targets: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-C", str(d), "-j2", *targets], capture_output=True, text=True,
+                          timeout=600)
+
+
+# --------------------------------------------------------------------------------------------
+# write_harness: files and their contents
+# --------------------------------------------------------------------------------------------
+
+
+def test_write_harness_writes_three_files(tmp_path):
+    write_harness(tmp_path / "out", GEMM_INFO)
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["Makefile", "gemm.json", "main.cu"]
+    assert json.loads((out / "gemm.json").read_text()) == GEMM_INFO
+    assert (out / "gemm.json").read_text().startswith("{\n  ")  # pretty-printed
+    main = (out / "main.cu").read_text()
+    assert ('extern "C" int gemm_launch(void* C, const void* A, const void* B, int64_t M, '
+            'int64_t N, int64_t K, cudaStream_t stream);') in main
+    assert '#include "gemm.h"' in main
+    assert "cudaEventElapsedTime" in main and "--dump" in main
+
+
+def test_makefile_flags(tmp_path):
+    mk = render_makefile(rt.KernelInfo.from_dict(GEMM_INFO))
+    assert "-O3 -std=c++17 -gencode=arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH)" in mk
+    assert "CUDA_ARCH ?= 90a" in mk
+    assert "-Xcompiler -fPIC -shared -o $@ $(NAME).cu" in mk
+    assert "cutlass_library" in mk and "CUTLASS_INCLUDE" in mk
+    assert "-lcuda" not in mk
+    assert f"RUNTIME_INCLUDE ?= {GEMM_INFO['runtime_include']}" in mk
+    assert "\nclean:" in mk
+
+
+def test_main_has_every_dtype_and_inout():
+    main = render_main(rt.KernelInfo.from_dict(MIXED_INFO))
+    assert 'cyp_dump(dump, "Acc.in.npy", "<f4"' in main        # in/out also dumped before
+    assert '"Z.npy", "<u2"' in main and '"Idx.npy", "<i4"' in main
+    assert "cyp_random<int32_t>(d_Idx" in main and "cyp_random<__nv_bfloat16>(d_X" in main
+    assert "cyp_random<float>(d_Acc" in main                    # read and written: random
+    assert "cudaMemset(d_Y, 0xff" in main                       # written only: NaN
+    assert "cyp_nans<float>(d_Acc" in main and "cyp_nans<int32_t>" not in main
+    assert "const std::vector<int64_t> shape_Acc = {s.M, (int64_t)128};" in main
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(name="1gemm"), "not a C identifier"),
+    (lambda d: d["params"][0].update(dtype="f64"), "dtype 'f64'"),
+    (lambda d: d["params"][1].update(dims=["M", "Q"]), "dim 'Q'"),
+    (lambda d: d["params"][1].update(reads=False), "at least one true"),
+    (lambda d: d.update(flops="2.0 * M * N * P"), "uses P"),
+    (lambda d: d.update(requires=[["N % 8 == 0"]]), "[condition, message]"),
+    (lambda d: d.update(requires=[["(double)N > 0", "x"]], ), "malformed C expression"),
+    (lambda d: d.update(requires=[["N $ 8", "x"]], ), "cannot read C expression"),
+    (lambda d: d.update(sizes=["M", "N", "K", "M"]), "duplicate size"),
+    (lambda d: d.pop("params"), "missing 'params'"),
+])
+def test_info_validation(tmp_path, mutate, message):
+    info = json.loads(json.dumps(GEMM_INFO))
+    mutate(info)
+    with pytest.raises(ValueError) as e:
+        write_harness(tmp_path, info)
+    assert message in str(e.value)
+    assert not (tmp_path / "main.cu").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# C expressions, size inference and argument checks (pure Python)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("expr, value", [
+    ("N % 8 == 0", 0), ("K % 8 == 0", 1), ("(M + 127) / 128", 2), ("2.0 * M * N * K", 2.0 * 129 * 257 * 72),
+    ("65536.0 * ((M + 127) / 128)", 131072.0), ("cdiv(N, 256)", 2), ("min(M, 100) + max(K, 1)", 172),
+    ("-7 / 2", -3), ("-7 % 2", -1), ("!(K % 8) && N >= 8", 1), ("M > 1 ? 10 : 20", 10),
+    ("0x10 + 8LL + 1u", 25), ("true || false", 1), ("M / 2.0", 64.5), ("1 << 3 | 1", 9),
+])
+def test_c_expr(expr, value):
+    assert rt.eval_c_expr(expr, {"M": 129, "N": 257, "K": 72}) == value
+
+
+def test_c_expr_errors():
+    with pytest.raises(ValueError, match="only cdiv"):
+        rt.eval_c_expr("foo(M, 2)", {"M": 1})
+    with pytest.raises(ValueError, match="not a size"):
+        rt.eval_c_expr("M + Q", {"M": 1})
+    with pytest.raises(ValueError, match="malformed"):
+        rt.eval_c_expr("M +", {"M": 1})
+    assert rt.c_expr_names("cdiv(M, 128) * N + M") == ["M", "N", "M"]
+
+
+GEMM = rt.KernelInfo.from_dict(GEMM_INFO)
+MIXED = rt.KernelInfo.from_dict(MIXED_INFO)
+
+
+def test_infer_sizes():
+    assert rt.infer_sizes(GEMM, [(64, 32), (64, 16), (16, 32)]) == {"M": 64, "N": 32, "K": 16}
+    assert list(rt.infer_sizes(GEMM, [(1, 2), (1, 3), (3, 2)])) == ["M", "N", "K"]
+    assert rt.infer_sizes(MIXED, [(5,), (5, 128), (2, 5, 8), (8,), (2, 5)]) == {"L": 2, "M": 5, "K": 8}
+
+
+@pytest.mark.parametrize("shapes, given, message", [
+    ([(64, 32), (64, 16), (17, 32)], None,
+     "argument 2 ('B', f16[K, N]): dimension 0 (K) is 17, but K = 16 from A.shape[1]"),
+    ([(64, 32), (63, 16), (16, 32)], None, "argument 1 ('A', f16[M, K]): dimension 0 (M) is 63, but M = 64 from C.shape[0]"),
+    ([(64, 32), (64, 16, 1), (16, 32)], None, "expected a rank-2 tensor, got shape [64, 16, 1] (rank 3)"),
+    ([(64, 32), (64, 16)], None, "expected 3 tensors (C, A, B), got 2"),
+    ([(64, 32), (64, 16), (16, 32)], {"M": 65}, "M = 65 from the keyword argument"),
+    ([(64, 32), (64, 16), (16, 32)], {"Q": 1}, "unknown size 'Q'"),
+])
+def test_infer_sizes_errors(shapes, given, message):
+    with pytest.raises(rt.KernelError) as e:
+        rt.infer_sizes(GEMM, shapes, given)
+    assert message in str(e.value)
+    assert isinstance(e.value, ValueError)
+
+
+def test_infer_sizes_fixed_dim_and_missing():
+    with pytest.raises(rt.KernelError, match=r"argument 1 \('Acc', f32\[M, 128\]\): dimension 1 must be 128, got 64"):
+        rt.infer_sizes(MIXED, [(5,), (5, 64), (2, 5, 8), (8,), (2, 5)])
+    info = rt.KernelInfo.from_dict({**GEMM_INFO, "sizes": ["M", "N", "K", "S"]})
+    with pytest.raises(rt.KernelError, match=r"S appear in no tensor's shape; pass them as keyword arguments \(S=...\)"):
+        rt.infer_sizes(info, [(4, 8), (4, 8), (8, 8)])
+    assert rt.infer_sizes(info, [(4, 8), (4, 8), (8, 8)], {"S": 3})["S"] == 3
+
+
+def _desc(shape, dtype="f16", device=("cuda", 0), contiguous=True, ptr=1 << 20):
+    n = int(np.prod(shape))
+    return rt.TensorDesc(dtype, {"f16": "float16", None: "float64"}.get(dtype, dtype), tuple(shape),
+                         device, contiguous, ptr, n)
+
+
+def test_validate_ok_and_requires():
+    ds = [_desc((64, 32)), _desc((64, 16)), _desc((16, 32))]
+    assert rt.validate(GEMM, ds) == {"M": 64, "N": 32, "K": 16}
+    bad = [_desc((64, 30)), _desc((64, 16)), _desc((16, 30))]
+    with pytest.raises(rt.KernelError, match=r"does not support these sizes \(M=64, N=30, K=16\): N must be a multiple of 8"):
+        rt.validate(GEMM, bad)
+    assert rt.validate(GEMM, bad, check_requires=False)["N"] == 30
+    assert GEMM.failed_requires({"M": 1, "N": 30, "K": 4}) == [
+        "N must be a multiple of 8 (TMA row stride)", "K must be a multiple of 8 (TMA row stride)"]
+    assert GEMM.flops_at({"M": 2, "N": 3, "K": 4}) == 48.0
+
+
+@pytest.mark.parametrize("which, kwargs, message", [
+    (1, {"dtype": None}, "argument 1 ('A', f16[M, K]): expected dtype float16 (f16), got float64"),
+    (2, {"device": ("cpu", None)}, "argument 2 ('B', f16[K, N]): is on cpu"),
+    (2, {"device": ("cuda", 1)}, "is on cuda:1 but argument 0 ('C') is on cuda:0"),
+    (0, {"contiguous": False}, "argument 0 ('C', f16[M, N]): is not contiguous"),
+    (1, {"ptr": (1 << 20) + 2}, "data pointer 0x100002 is not 16-byte aligned"),
+])
+def test_validate_errors(which, kwargs, message):
+    shapes = [(64, 32), (64, 16), (16, 32)]
+    ds = [_desc(s, **(kwargs if i == which else {})) for i, s in enumerate(shapes)]
+    with pytest.raises(rt.KernelError) as e:
+        rt.validate(GEMM, ds)
+    assert message in str(e.value)
+
+
+def test_validate_empty_tensor_may_be_unaligned():
+    ds = [_desc((0, 32), ptr=0), _desc((0, 16), ptr=3), _desc((16, 32))]
+    assert rt.validate(GEMM, ds)["M"] == 0
+
+
+def test_cuda_error_names():
+    assert rt.cuda_error_name(1) == "cudaErrorInvalidValue"
+    assert rt.cuda_error_name(700) == "cudaErrorIllegalAddress"
+    assert rt.cuda_error_name(123456).startswith("cudaError")
+
+
+def test_load_missing_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="cypressc build"):
+        rt.load(tmp_path)
+    write_harness(tmp_path, GEMM_INFO)
+    with pytest.raises(FileNotFoundError, match=r"make -C"):
+        rt.load(tmp_path)
+
+
+def test_launch_error_message():
+    k = object.__new__(rt.Kernel)
+    k.info = GEMM
+    with pytest.raises(rt.LaunchError) as e:
+        k._raise(1, {"M": 8, "N": 30, "K": 8})
+    assert "gemm_launch(M=8, N=30, K=8) returned 1 (cudaErrorInvalidValue)" in str(e.value)
+    assert "N must be a multiple of 8" in str(e.value)
+    assert e.value.cuda_name == "cudaErrorInvalidValue" and e.value.code == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Compiling with nvcc against stub launchers
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built_gemm(tmp_path_factory):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on PATH")
+    d = tmp_path_factory.mktemp("gemm_build")
+    write_harness(d, GEMM_INFO)
+    (d / "gemm.h").write_text(STUB_H)
+    (d / "gemm.cu").write_text(STUB_CU)
+    p = _make(d)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "warning" not in (p.stdout + p.stderr).lower(), p.stdout + p.stderr
+    return d
+
+
+@needs_nvcc
+def test_make_builds_binary_and_library(built_gemm):
+    assert (built_gemm / "gemm").is_file() and (built_gemm / "libgemm.so").is_file()
+    p = subprocess.run(["nm", "-D", str(built_gemm / "libgemm.so")], capture_output=True, text=True)
+    assert p.returncode != 0 or " T gemm_launch" in p.stdout
+
+
+@needs_nvcc
+def test_binary_usage(built_gemm):
+    exe = str(built_gemm / "gemm")
+    for args in ([], ["8", "8"], ["8", "8", "x"], ["8", "8", "-1"], ["8", "8", "8", "--bogus"],
+                 ["8", "8", "8", "--iters"]):
+        p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert p.stdout == ""
+    p = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "usage:" in p.stdout and "M N K" in p.stdout
+
+
+@needs_nvcc
+def test_binary_npy_writer(built_gemm, tmp_path):
+    p = subprocess.run([str(built_gemm / "gemm"), "--npy-selftest", str(tmp_path)], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    f2 = np.load(tmp_path / "f2.npy")
+    assert f2.dtype == np.float16 and f2.shape == (2, 3)
+    assert f2.tolist() == [[1.0, -2.0, 0.0], [65504.0, 0.5, -1.0]]
+    assert np.load(tmp_path / "f4.npy").tolist() == pytest.approx([1.5, -2.0, 0.0, 3.25, 1e-3])
+    i4 = np.load(tmp_path / "i4.npy")
+    assert i4.dtype == np.int32 and i4.shape == (1, 2, 2) and i4.ravel().tolist() == [-8, 7, 0, 123456]
+    assert np.load(tmp_path / "empty.npy").shape == (0, 4)
+    for name in ("f2", "f4", "i4", "empty"):
+        assert (tmp_path / f"{name}.npy").stat().st_size % 64 == ({"f2": 12, "f4": 20, "i4": 16, "empty": 0}[name]) % 64
+
+
+@needs_nvcc
+def test_binary_runs_or_reports_cuda_error(built_gemm, tmp_path):
+    """Without a GPU: exit 1 and a JSON error line; with one: the stub fills C, a timing line."""
+    p = subprocess.run([str(built_gemm / "gemm"), "64", "64", "64", "--iters", "3", "--dump", str(tmp_path / "d")],
+                       capture_output=True, text=True, timeout=120)
+    line = json.loads(p.stdout.strip().splitlines()[-1])
+    assert line["name"] == "gemm" and line["sizes"] == {"M": 64, "N": 64, "K": 64}
+    if p.returncode == 1:
+        assert "error" in line and line["error"].startswith("cuda") and "error:" in p.stderr
+    else:
+        assert p.returncode == 0, p.stderr
+        assert line["ms"] > 0 and line["nan"] == {"C": 0} and line["iters"] == 3
+        assert (np.load(tmp_path / "d" / "C.npy") == 1).all()
+        a = np.load(tmp_path / "d" / "A.npy")
+        assert a.shape == (64, 64) and a.std() > 0.5 and (a != 0).mean() > 0.99
+        meta = json.loads((tmp_path / "d" / "meta.json").read_text())
+        assert meta["sizes"] == {"M": 64, "N": 64, "K": 64}
+        r = subprocess.run([str(built_gemm / "gemm"), "64", "60", "64"], capture_output=True, text=True)
+        assert r.returncode == 1 and "cudaErrorInvalidValue" in r.stdout
+        assert "N must be a multiple of 8" in r.stderr
+
+
+@needs_nvcc
+def test_mixed_dtypes_compile(tmp_path):
+    write_harness(tmp_path, MIXED_INFO)
+    (tmp_path / "mixed.cu").write_text(MIXED_CU)
+    p = _make(tmp_path, "mixed")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "warning" not in (p.stdout + p.stderr).lower(), p.stdout + p.stderr
+
+
+@needs_nvcc
+def test_header_signature_mismatch_is_a_compile_error(tmp_path):
+    write_harness(tmp_path, GEMM_INFO)
+    (tmp_path / "gemm.h").write_text(STUB_H.replace("void* C", "const void* C"))
+    p = subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-c", "main.cu",
+                        "-o", "main.o"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    assert "gemm_launch" in p.stdout + p.stderr
+
+
+def test_makefile_reports_missing_cutlass(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("make not on PATH")
+    write_harness(tmp_path, GEMM_INFO)
+    (tmp_path / "gemm.cu").write_text(STUB_CU)
+    p = subprocess.run(["make", "-C", str(tmp_path), "CUTLASS_INCLUDE=/nonexistent"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0 and "CUTLASS/CuTe headers not found" in p.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# With PyTorch (CPU tensors are enough to reach every check before the launch)
+# --------------------------------------------------------------------------------------------
+
+
+def test_describe_torch_tensors():
+    torch = pytest.importorskip("torch")
+    d = rt.describe(torch.zeros(4, 8, dtype=torch.bfloat16))
+    assert d.dtype == "bf16" and d.shape == (4, 8) and d.device == ("cpu", None) and d.contiguous
+    assert rt.describe(torch.zeros(4, 8, dtype=torch.float64)).dtype is None
+    assert not rt.describe(torch.zeros(4, 8).t()).contiguous
+    with pytest.raises(rt.KernelError, match="expected a torch.Tensor, got ndarray"):
+        rt.describe(np.zeros(3))
+
+
+@needs_nvcc
+def test_kernel_checks_before_launch(built_gemm):
+    torch = pytest.importorskip("torch")
+    k = rt.load(built_gemm)
+    assert k.name == "gemm" and "C: f16[M, N]" in repr(k)
+    C, A, B = (torch.empty(64, 32, dtype=torch.float16), torch.empty(64, 16, dtype=torch.float16),
+               torch.empty(16, 32, dtype=torch.float16))
+    with pytest.raises(rt.KernelError, match=r"argument 0 \('C', f16\[M, N\]\): is on cpu"):
+        k(C, A, B)
+    with pytest.raises(rt.KernelError, match="expected dtype float16 \\(f16\\), got float32"):
+        k(C, A.float(), B)
+    with pytest.raises(rt.KernelError, match="argument 2 \\('B', f16\\[K, N\\]\\): expected a torch.Tensor"):
+        k(C, A, [1, 2])
+    with pytest.raises(rt.KernelError, match="expected 3 tensors"):
+        k(C, A)
+    with pytest.raises(rt.KernelError, match=r"dimension 0 \(K\) is 17, but K = 16 from A.shape\[1\]"):
+        k(C, A, torch.empty(17, 32, dtype=torch.float16))
+
+
+# --------------------------------------------------------------------------------------------
+# The GPU scripts' pure parts (bench/gpu_check.py, bench/gemm.py)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bench_mods():
+    import importlib
+    import sys
+
+    bench = str(Path(__file__).resolve().parents[2] / "bench")
+    sys.path.insert(0, bench)
+    try:
+        yield importlib.import_module("gpu_check"), importlib.import_module("gemm")
+    finally:
+        sys.path.remove(bench)
+
+
+PTXAS_LOG = """ptxas info    : Compiling entry function '_Z11gemm_kernel14CUtensorMap_stS_S_P6__halfiii' for 'sm_90a'
+ptxas info    : Function properties for _Z11gemm_kernel14CUtensorMap_stS_S_P6__halfiii
+    0 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 168 registers, used 16 barriers
+ptxas info    : Compiling entry function '_ZN12_GLOBAL__N_115cyp_fill_randomI6__halfEEvPT_lm' for 'sm_90a'
+ptxas info    : Function properties for _ZN12_GLOBAL__N_115cyp_fill_randomI6__halfEEvPT_lm
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 20 registers
+"""
+
+
+def test_gpu_check_ptxas_and_verdict(bench_mods):
+    gc, _ = bench_mods
+    s = gc.ptxas_summary(PTXAS_LOG)
+    assert s == {"_Z11gemm_kernel14CUtensorMap_stS_S_P6__halfiii": {"stack": 0, "spill_st": 8, "spill_ld": 4,
+                                                                    "regs": 168}}
+    r = {"build": {"rc": 0}, "make": {"rc": 0, "ptxas": s},
+         "check": {"checks": [{"sizes": {"M": 1, "N": 8, "K": 8}, "expect": "compute", "ok": True, "rel": {"C": 1e-4},
+                               "nan": {"C": 0}, "det": True},
+                              {"sizes": {"M": 1, "N": 7, "K": 8}, "expect": "refuse", "ok": False, "python": "raised",
+                               "rc": 0, "untouched": False}],
+                   "api": [{"case": "x", "ok": True, "msg": ""}], "bind_ok": True},
+         "harness": {"run": {"ok": True, "json": {"tflops": 700.0}}},
+         "sanitizer": [{"tool": "memcheck", "sizes": {"M": 1}, "ok": True}]}
+    ok, why = gc.verdict(r)
+    assert not ok and why == ["wrong at 1x7x8", "spills"]
+    t = gc.Target("gemm-h100", "gemm", Path("/nonexistent"), result=r)
+    table = "\n".join(gc.summary_table([t]))
+    assert "gemm-h100" in table and "168/12" in table and "1/1" in table and "0/1" in table and "700.0" in table
+    assert "FAIL: wrong at 1x7x8; spills" in table
+
+
+def test_gpu_check_program_table(bench_mods):
+    gc, _ = bench_mods
+    info = rt.KernelInfo.from_dict(GEMM_INFO)
+    prog, check, small, run_sizes, why = gc.program_for("gemm", info)
+    assert prog is gc.PROGRAMS["gemm"] and not why and run_sizes == {"M": 4096, "N": 4096, "K": 4096}
+    assert any(info.failed_requires(s) for s in check) and any(not info.failed_requires(s) for s in check)
+    other = rt.KernelInfo.from_dict({**GEMM_INFO, "sizes": ["X", "Y", "Z"], "flops": "1.0", "requires": [],
+                                     "params": [{**p, "dims": [{"M": "X", "N": "Y", "K": "Z"}[d] for d in p["dims"]]}
+                                                for p in GEMM_INFO["params"]]})
+    prog, check, small, _, why = gc.program_for("gemm", other)
+    assert "generic sizes" in why and all(set(s) == {"X", "Y", "Z"} for s in check + small)
+    for name, p in gc.PROGRAMS.items():                 # every table entry is self-consistent
+        assert all(set(s) == set(p.check[0]) for s in p.check + p.small + [p.run]), name
+
+
+def test_gpu_check_build_proto_layout(bench_mods, tmp_path):
+    gc, _ = bench_mods
+    gc.build_proto(tmp_path, "bf16")
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["Makefile", "gemm.cu", "gemm.h", "gemm.json", "main.cu", "proto_gemm_target.cu"]
+    info = rt.KernelInfo.load_json(tmp_path / "gemm.json")
+    assert [p.dtype for p in info.params] == ["bf16"] * 3
+    assert "#define CYP_BF16" in (tmp_path / "gemm.cu").read_text()
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    gc.build_proto(tmp_path, "bf16")                   # unchanged files are not rewritten
+    assert before == {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+
+
+def test_bench_shapes(bench_mods):
+    _, gemm = bench_mods
+    assert gemm.parse_shapes("2048, 8192x8192x1024") == [(2048, 2048, 2048), (8192, 8192, 1024)]
+    assert len(gemm.parse_shapes(gemm.DEFAULT_SHAPES)) == 7
+    with pytest.raises(SystemExit):
+        gemm.parse_shapes("1x2")
+    assert gemm.fmt_peer({"tflops": 650.04, "ratio": 0.98765, "rel_vs_cublas": 0.0}) == "650.0 (0.988)"
+    assert gemm.fmt_peer({"error": "x"}) == "FAIL" and gemm.fmt_peer(None) == "-"
