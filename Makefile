@@ -14,7 +14,10 @@ golden: install
 
 demo: install
 	cypressc check programs/gemm.cyp -m mappings/gemm/h100.yaml
-	cypressc explain programs/gemm.cyp -m mappings/gemm/h100.yaml
+	cypressc explain programs/gemm.cyp -m mappings/gemm/h100.yaml --after copy-elimination
+	cypressc build programs/gemm.cyp -m mappings/gemm/h100.yaml -o build/gemm
+	$(MAKE) -C build/gemm
+	@echo "built build/gemm/gemm and build/gemm/libgemm.so; on a Hopper GPU: ./build/gemm/gemm 8192 8192 8192"
 
 # GPU-only (not run by CI): correctness of built kernels, then GEMM speed vs cuBLAS and Triton.
 # Need nvcc, PyTorch with CUDA, Triton and the nvidia-cutlass headers; no `install` (a device

@@ -113,7 +113,7 @@ def make_triton_matmul(configs=None):
         _, N = B.shape
         if M % 256 or N % 256:
             raise ValueError(f"the Triton peer needs M and N multiples of 256, got {M}x{N}")
-        grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)  # noqa: E731
+        grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)
         _mm[grid](A, B, C, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
                   C.stride(0), C.stride(1))
         return C
@@ -157,15 +157,14 @@ def build_mapping(mapping: str, outroot: Path) -> Path:
 
 
 def make(outdir: Path) -> None:
-    import subprocess
+    from gpu_check import make_target
 
     js = sorted(outdir.glob("*.json"))
     if not js:
         raise RuntimeError(f"{outdir} holds no <name>.json (not a cypressc build directory)")
-    p = subprocess.run(["make", "-C", str(outdir), "-j2", f"lib{js[0].stem}.so"], capture_output=True, text=True,
-                       timeout=900)
-    if p.returncode:
-        raise RuntimeError(f"make -C {outdir} failed:\n{(p.stdout + p.stderr)[-3000:]}")
+    rc, log, _ = make_target(outdir, js[0].stem, f"lib{js[0].stem}.so")
+    if rc:
+        raise RuntimeError(f"building lib{js[0].stem}.so in {outdir} failed:\n{log[-3000:]}")
 
 
 def load_peers(args) -> tuple[dict, dict]:
@@ -175,16 +174,18 @@ def load_peers(args) -> tuple[dict, dict]:
     peers, errors = {}, {}
     dirs: list[tuple[str, callable]] = []
     outroot = Path(args.out)
-    for m in [m for m in args.mapping.split(",") if m]:
-        dirs.append((f"cypressc:{Path(m).stem}", lambda m=m: build_mapping(m, outroot)))
+    from gpu_check import expand_mappings
+
+    for m in expand_mappings("gemm", args.mapping):
+        dirs.append((f"gemm-{Path(m).stem}", lambda m=m: build_mapping(m, outroot)))
     for d in args.build:
-        dirs.append((f"cypressc:{Path(d).resolve().name}", lambda d=d: Path(d).resolve()))
+        dirs.append((Path(d).resolve().name, lambda d=d: Path(d).resolve()))
     if args.proto:
         def proto():
             from gpu_check import build_proto
             build_proto(outroot / "proto-f16", "f16")
             return outroot / "proto-f16"
-        dirs.append(("proto", proto))
+        dirs.append(("proto-f16", proto))
     for label, get in dirs:
         t0 = time.time()
         try:
@@ -196,7 +197,7 @@ def load_peers(args) -> tuple[dict, dict]:
                 raise RuntimeError(f"not an f16 GEMM with params (C, A, B): {k!r}")
             peers[label] = k
             print(f"[peer] {label}: {d} ({time.time() - t0:.0f}s)", flush=True)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             errors[label] = f"{type(e).__name__}: {e}"
             print(f"[peer] {label}: FAILED: {errors[label][-1500:]}", flush=True)
     return peers, errors
@@ -224,24 +225,22 @@ def bench_shape(torch, M, N, K, peers: dict, args) -> dict:
     A = torch.randn(M, K, dtype=torch.float16, device="cuda")
     B = torch.randn(K, N, dtype=torch.float16, device="cuda")
     outs = {name: torch.empty(M, N, dtype=torch.float16, device="cuda") for name in peers}
-    fns = {}
-    for name, p in peers.items():
-        C = outs[name]
-        if name == "cuBLAS":
-            fns[name] = lambda C=C: torch.matmul(A, B, out=C)
-        elif name == "Triton":
-            fns[name] = lambda C=C, p=p: p(A, B, C)
-        else:
-            fns[name] = p.bind(C, A, B)
     res = {"M": M, "N": N, "K": K, "peers": {}}
     live = {}
-    for name, fn in fns.items():                      # warm-up (and autotune), then the check
+    for name, p in peers.items():                     # warm-up (and autotune), then the check
+        C = outs[name]
         try:
+            if name == "cuBLAS":
+                fn = lambda C=C: torch.matmul(A, B, out=C)  # noqa: E731
+            elif name == "Triton":
+                fn = lambda C=C, p=p: p(A, B, C)  # noqa: E731
+            else:
+                fn = p.bind(C, A, B)                  # checked once; no per-call checks
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
             live[name] = fn
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             res["peers"][name] = {"error": f"{type(e).__name__}: {e}"[:500]}
             print(f"  {name}: FAILED in warm-up: {res['peers'][name]['error']}", flush=True)
     ref = outs["cuBLAS"].float() if "cuBLAS" in live else None
@@ -265,9 +264,7 @@ def bench_shape(torch, M, N, K, peers: dict, args) -> dict:
             r["ratio"] = base / r["ms"]
     if "Triton" in live and hasattr(peers["Triton"], "best"):
         res["triton_config"] = peers["Triton"].best(M, N, K)
-    del A, B, outs
-    torch.cuda.empty_cache()
-    return res
+    return res                                        # A, B, outs freed with this frame
 
 
 def fmt_peer(r: dict | None, with_ratio: bool = True) -> str:
@@ -285,7 +282,8 @@ def fmt_peer(r: dict | None, with_ratio: bool = True) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mapping", default="h100", help="comma-separated mappings of programs/gemm.cyp to build ('' none)")
+    ap.add_argument("--mapping", default="h100",
+                    help="comma-separated mappings of programs/gemm.cyp to build: names, .yaml paths or 'all' ('' none)")
     ap.add_argument("--build", action="append", default=[], metavar="DIR", help="an already-built gemm dir; repeatable")
     ap.add_argument("--proto", action="store_true", help="add bench/proto's hand-written GEMM")
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="n or MxNxK, comma-separated")
@@ -311,7 +309,7 @@ def main() -> int:
             import triton
             peers["Triton"] = make_triton_matmul()
             print(f"[env] triton {triton.__version__}", flush=True)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             errors["Triton"] = f"{type(e).__name__}: {e}"
             print(f"[peer] Triton: unavailable: {errors['Triton']}", flush=True)
     cyp, cyp_err = load_peers(args)
@@ -325,7 +323,8 @@ def main() -> int:
         t1 = time.time()
         try:
             r = bench_shape(torch, M, N, K, peers, args)
-        except Exception as e:  # noqa: BLE001   (e.g. out of memory at the largest shape)
+            torch.cuda.empty_cache()
+        except Exception as e:
             r = {"M": M, "N": N, "K": K, "peers": {}, "error": f"{type(e).__name__}: {e}"[:500]}
             torch.cuda.empty_cache()
         results.append(r)

@@ -6,7 +6,8 @@
 # Installs the wheels carried in .whl/ (pydantic for `cypressc build`, nvidia-cutlass for the
 # CuTe headers) into /tmp/site when they are not importable.  The bench reuses the kernels that
 # gpu_check built (no second nvcc pass).  Logs and JSON go to $OUT (gpu_test.txt, bench.txt,
-# gpu_check.json, gpu_check.log, bench_gemm.json).  Override with GPU_TEST_ARGS / BENCH_ARGS.
+# gpu_check.json, gpu_check.log, bench_gemm.json).  Override with GPU_TEST_ARGS / BENCH_ARGS, e.g.
+#   GPU_TEST_ARGS="--programs gemm,batched_gemm,dual_gemm --mappings all --no-sanitizer" bash bench/gpu_all.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/cyp_out}
@@ -22,13 +23,16 @@ if ! python3 -c "import pydantic, cutlass_library" 2>/dev/null; then
 fi
 export PYTHONUNBUFFERED=1
 B=build/gpu_check
-GPU_TEST_ARGS=${GPU_TEST_ARGS:---programs gemm --mappings h100 --proto f16 --out $B}
-BENCH_ARGS=${BENCH_ARGS:---mapping= --build $B/gemm-h100 --build $B/proto-f16}
+GPU_TEST_ARGS=${GPU_TEST_ARGS:---programs gemm --mappings h100 --proto f16}
 
 t0=$(date +%s)
 # shellcheck disable=SC2086
-timeout 350 python3 bench/gpu_check.py $GPU_TEST_ARGS 2>&1 | tee "$OUT/gpu_test.txt"
+timeout 350 python3 bench/gpu_check.py --out $B $GPU_TEST_ARGS 2>&1 | tee "$OUT/gpu_test.txt"
 rc1=${PIPESTATUS[0]}
+if [ -z "${BENCH_ARGS:-}" ]; then   # time every f16 GEMM gpu_check built (no second nvcc pass)
+  BENCH_ARGS="--mapping="
+  for d in $B/gemm-* $B/proto-f16; do [ -f "$d/libgemm.so" ] && BENCH_ARGS="$BENCH_ARGS --build $d"; done
+fi
 # shellcheck disable=SC2086
 timeout $((570 - ($(date +%s) - t0))) python3 bench/gemm.py $BENCH_ARGS 2>&1 | tee "$OUT/bench.txt"
 rc2=${PIPESTATUS[0]}

@@ -44,10 +44,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from cypressc.runtime import DTYPES, KernelInfo  # noqa: E402
+from cypressc.runtime import DTYPES, KernelInfo
 
 OUT = os.environ.get("OUT")
 TOL = 1e-2
+DEVICE = "cuda"          # tests run the checking logic on "cpu" with a fake kernel
 _LOG: list[str] = []
 
 
@@ -118,7 +119,7 @@ PROGRAMS: dict[str, Program] = {
 def generic_sizes(info: KernelInfo) -> tuple[list[dict], list[dict], dict]:
     """Sizes for a program the table does not know (or whose size names differ)."""
     ragged, odd = [136, 264, 72, 200, 520], [129, 77, 257, 33, 65]
-    mk = lambda vals: {s: vals[i % len(vals)] for i, s in enumerate(info.sizes)}  # noqa: E731
+    mk = lambda vals: {s: vals[i % len(vals)] for i, s in enumerate(info.sizes)}
     check = [mk([512]), mk([1024]), mk(ragged), mk([8]), mk(odd)]
     return check, [mk([256]), mk(ragged)], mk([2048])
 
@@ -211,6 +212,17 @@ def build_proto(outdir: Path, dtype: str = "f16") -> None:
     write_harness(outdir, proto_info(dtype))
 
 
+def expand_mappings(program: str, spec: str) -> list[str]:
+    """Comma-separated mapping names or paths; ``all`` = every mappings/<program>/*.yaml."""
+    out: list[str] = []
+    for m in [m for m in spec.split(",") if m]:
+        if m == "all":
+            out += [p.stem for p in sorted((ROOT / "mappings" / program).glob("*.yaml"))]
+        elif m not in out:
+            out.append(m)
+    return out
+
+
 def resolve_mapping(program: str, mapping: str) -> Path | None:
     p = Path(mapping)
     if p.suffix in (".yaml", ".yml") and p.exists():
@@ -229,6 +241,40 @@ def run(cmd: list[str], cwd: Path | None = None, timeout: float = 900) -> tuple[
         return 124, out + f"\n[timeout after {timeout}s]", time.time() - t0
     except OSError as e:
         return 127, f"{cmd[0]}: {e}", time.time() - t0
+
+
+def cutlass_include() -> str:
+    """What the generated Makefile uses: $CUTLASS_INCLUDE, $CUTLASS_INC, or nvidia-cutlass's."""
+    import importlib.util
+
+    for v in (os.environ.get("CUTLASS_INCLUDE"), os.environ.get("CUTLASS_INC")):
+        if v:
+            return v
+    spec = importlib.util.find_spec("cutlass_library")
+    return os.path.join(spec.submodule_search_locations[0], "source", "include") if spec else ""
+
+
+def nvcc_command(outdir: Path, name: str, target: str, extra: str = "") -> list[str]:
+    """The generated Makefile's recipe for ``target`` (./<name> or lib<name>.so), for machines
+    without make.  tests/backend/test_harness.py checks it against ``make -n``."""
+    info = KernelInfo.load_json(outdir / f"{name}.json")
+    runtime = info.runtime_include
+    if not (Path(runtime) / "cypress.cuh").exists():
+        runtime = str(ROOT / "cypressc" / "backend" / "runtime")
+    arch = info.cuda_arch or "90a"
+    cmd = ["nvcc", "-O3", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}", *extra.split(),
+           f"-I{runtime}", f"-I{cutlass_include()}"]
+    if target == f"lib{name}.so":
+        return cmd + ["-Xcompiler", "-fPIC", "-shared", "-o", target, f"{name}.cu"]
+    return cmd + ["-o", target, "main.cu", f"{name}.cu"]
+
+
+def make_target(outdir: Path, name: str, target: str, extra: str = "", timeout: float = 900):
+    """``make -C outdir target`` (EXTRA_NVCCFLAGS=extra), or the same nvcc command without make."""
+    if shutil.which("make"):
+        cmd = ["make", "-C", str(outdir), target] + ([f"EXTRA_NVCCFLAGS={extra}"] if extra else [])
+        return run(cmd, None, timeout)
+    return run(nvcc_command(outdir, name, target, extra), outdir, timeout)
 
 
 def cypressc_build(t: Target, mapping: Path) -> tuple[int, str, float]:
@@ -263,7 +309,7 @@ def sass_summary(so: Path) -> str:
     rc, s, _ = run(["cuobjdump", "-sass", str(so)], timeout=120)
     if rc:
         return f"cuobjdump rc={rc}"
-    count = lambda op: sum(1 for line in s.splitlines() if op in line)  # noqa: E731
+    count = lambda op: sum(1 for line in s.splitlines() if op in line)
     return " ".join(f"{op}={count(op)}" for op in ("HGMMA", "LDL", "STL", "UTMALDG", "UTMASTG", "SYNCS"))
 
 
@@ -273,7 +319,7 @@ def build_target(t: Target) -> dict:
         try:
             build_proto(t.outdir, t.proto_dtype)
             r["build"] = {"rc": 0, "how": f"bench/proto wrapped ({t.proto_dtype})"}
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             r["build"] = {"rc": 1, "log": f"{type(e).__name__}: {e}"}
     elif t.mapping:
         mp = resolve_mapping(t.program, t.mapping)
@@ -300,7 +346,7 @@ def build_target(t: Target) -> dict:
     jsons = sorted(t.outdir.glob("*.json"))
     try:
         info = KernelInfo.load_json(jsons[0]) if len(jsons) == 1 else KernelInfo.load_json(t.outdir / "gemm.json")
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         r["build"] = {"rc": 1, "log": f"cannot read the kernel info in {t.outdir}: {e}"}
         say(f"[build] {t.label}: {r['build']['log']}")
         return r
@@ -308,9 +354,8 @@ def build_target(t: Target) -> dict:
     r["dtypes"] = sorted({p.dtype for p in info.params})
     # make: the library with ptxas -v and the harness binary, in parallel (separate logs)
     with cf.ThreadPoolExecutor(2) as ex:
-        f_lib = ex.submit(run, ["make", "-C", str(t.outdir), f"lib{info.name}.so", "EXTRA_NVCCFLAGS=-Xptxas -v"],
-                          None, 900)
-        f_exe = ex.submit(run, ["make", "-C", str(t.outdir), info.name], None, 900)
+        f_lib = ex.submit(make_target, t.outdir, info.name, f"lib{info.name}.so", "-Xptxas -v")
+        f_exe = ex.submit(make_target, t.outdir, info.name, info.name)
         (rc1, log1, dt1), (rc2, log2, dt2) = f_lib.result(), f_exe.result()
     warns = sorted({line.strip() for line in (log1 + log2).splitlines()
                     if "warning" in line.lower() and "ptxas info" not in line})
@@ -335,8 +380,8 @@ def build_target(t: Target) -> dict:
 
 def _poison(torch, p, shape, dt):
     if DTYPES[p.dtype].floating:
-        return torch.full(shape, float("nan"), dtype=dt, device="cuda")
-    return torch.full(shape, -1234567, dtype=dt, device="cuda")
+        return torch.full(shape, float("nan"), dtype=dt, device=DEVICE)
+    return torch.full(shape, -1234567, dtype=dt, device=DEVICE)
 
 
 def _untouched(torch, t) -> bool:
@@ -358,8 +403,8 @@ def make_tensors(torch, info: KernelInfo, sizes: dict) -> dict:
         dt = getattr(torch, DTYPES[p.dtype].torch)
         shape = info.shape(p, sizes)
         if p.reads:
-            ts[p.name] = (torch.randn(shape, dtype=dt, device="cuda") if DTYPES[p.dtype].floating
-                          else torch.randint(-8, 8, shape, dtype=dt, device="cuda"))
+            ts[p.name] = (torch.randn(shape, dtype=dt, device=DEVICE) if DTYPES[p.dtype].floating
+                          else torch.randint(-8, 8, shape, dtype=dt, device=DEVICE))
         else:
             ts[p.name] = _poison(torch, p, shape, dt)
     return ts
@@ -437,7 +482,7 @@ def api_checks(torch, kern, sizes: dict) -> list[dict]:
             same = all(torch.equal(snap[n], ts[n]) or (torch.isnan(snap[n].float()).all() and torch.isnan(ts[n].float()).all())
                        for n in snap)
             r = {"case": what, "ok": same, "msg": str(e)[:160] + ("" if same else " [OUTPUT CHANGED]")}
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             r = {"case": what, "ok": False, "msg": f"{type(e).__name__}: {e}"[:200]}
         out.append(r)
 
@@ -456,7 +501,7 @@ def api_checks(torch, kern, sizes: dict) -> list[dict]:
 
         def misaligned(ts):
             t = ts[pr.name]
-            buf = torch.empty(t.numel() + 1, dtype=t.dtype, device="cuda")[1:].view(t.shape)
+            buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=DEVICE)[1:].view(t.shape)
             buf.copy_(t)
             return [ts[n] if n != pr.name else buf for n in names]
         expect(f"misaligned {pr.name}", misaligned)
@@ -465,7 +510,7 @@ def api_checks(torch, kern, sizes: dict) -> list[dict]:
             t = ts[pr.name]
             bigger = list(t.shape)
             bigger[0] += 1
-            return [ts[n] if n != pr.name else torch.zeros(bigger, dtype=t.dtype, device="cuda") for n in names]
+            return [ts[n] if n != pr.name else torch.zeros(bigger, dtype=t.dtype, device=DEVICE) for n in names]
         expect(f"inconsistent {pr.name}.shape[0]", wrong_extent)
     return out
 
@@ -491,11 +536,11 @@ def child(outdir: str, program: str, label: str) -> None:
         else:
             try:
                 r = check_size(torch, kern, prog, sizes)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 r = {"sizes": sizes, "ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
                 try:
                     torch.cuda.synchronize()
-                except Exception as e2:  # noqa: BLE001
+                except Exception as e2:
                     broken = f"{type(e2).__name__}: {e2}"[:200]
         r["secs"] = round(time.time() - t0, 2)
         res["checks"].append(r)
@@ -504,7 +549,7 @@ def child(outdir: str, program: str, label: str) -> None:
         if not broken:
             try:
                 torch.cuda.empty_cache()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 broken = f"{type(e).__name__}: {e}"[:200]
     if broken:
         res["broken"] = broken
@@ -521,12 +566,12 @@ def child(outdir: str, program: str, label: str) -> None:
         kern.bind(*args)()
         torch.cuda.synchronize()
         res["bind_ok"] = all(torch.equal(first[n], ts[n]) for n in first)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         res["bind_ok"] = False
         res["bind_error"] = f"{type(e).__name__}: {e}"[:300]
     try:
         res["api"] = api_checks(torch, kern, next(s for s in small + check if not kern.info.failed_requires(s)))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         res["api"] = [{"case": "api checks", "ok": False, "msg": f"{type(e).__name__}: {e}"[:300]}]
     for a in res["api"]:
         print(f"[{label}] api: {a['case']:<28s} {'ok' if a['ok'] else 'FAIL'}  {a['msg'][:110]}", flush=True)
@@ -620,7 +665,7 @@ def harness_checks(t: Target, info: KernelInfo, prog: Program | None, check: lis
                     for n, r in refs.items()}
             shapes_ok = all(tuple(_load_npy(d / f"{p.name}.npy", p.dtype).shape) == info.shape(p, sz) for p in info.params)
             res["dump"] = {"sizes": sz, "rc": rc, "rel": rels, "ok": rc == 0 and shapes_ok and all(v < TOL for v in rels.values())}
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             res["dump"] = {"sizes": sz, "rc": rc, "ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
         say(f"[harness] {t.label}: --dump {sizes_str(sz)} -> {res['dump']}")
     return res
@@ -725,7 +770,7 @@ def summary_table(targets: list[Target]) -> list[str]:
         hok = [v["ok"] for k, v in h.items() if isinstance(v, dict) and "ok" in v]
         tfl = (h.get("run", {}).get("json") or {}).get("tflops")
         san = {s["tool"]: s for s in r.get("sanitizer", [])}
-        sanc = lambda tool: ("-" if tool not in san else  # noqa: E731
+        sanc = lambda tool: ("-" if tool not in san else
                              "ok" if all(s["ok"] for s in r["sanitizer"] if s["tool"] == tool) else "FAIL")
         L.append(f"{t.label:24s} {b:>6s} {regs:>12s} "
                  f"{(str(sum(c.get('ok', False) for c in comp)) + '/' + str(len(comp))) if comp else '-':>8s} "
@@ -742,7 +787,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--programs", default="gemm", help="comma-separated programs/<name>.cyp (default gemm)")
     ap.add_argument("--mappings", default="h100",
-                    help="comma-separated mapping names (mappings/<program>/<m>.yaml) or .yaml paths; '' for none")
+                    help="comma-separated mapping names (mappings/<program>/<m>.yaml), .yaml paths, or "
+                         "'all' (every mapping of the program); '' for none")
     ap.add_argument("--proto", default="", help="also check bench/proto's GEMM in the same layout: f16,bf16")
     ap.add_argument("--build", action="append", default=[], metavar="DIR",
                     help="an already-built directory (program taken from its <name>.json); repeatable")
@@ -762,7 +808,7 @@ def main() -> int:
     out = Path(a.out)
     targets: list[Target] = []
     for prog in [p for p in a.programs.split(",") if p]:
-        for m in [m for m in a.mappings.split(",") if m]:
+        for m in expand_mappings(prog, a.mappings):
             targets.append(Target(f"{prog}-{Path(m).stem}", prog, out / f"{prog}-{Path(m).stem}", mapping=m))
     for dt in [d for d in a.proto.split(",") if d]:
         targets.append(Target(f"proto-{dt}", "gemm", out / f"proto-{dt}", proto_dtype=dt))
@@ -794,7 +840,7 @@ def main() -> int:
         say(f"[{t.label}] correctness done in {time.time() - t0:.0f}s")
         try:
             r["harness"] = harness_checks(t, info, prog, check, small, run_sizes)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             r["harness"] = {"run": {"ok": False, "error": f"{type(e).__name__}: {e}"}}
             say(f"[harness] {t.label}: {r['harness']['run']['error']}")
         if not a.no_sanitizer:

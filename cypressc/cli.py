@@ -169,7 +169,19 @@ def explain(program: str, mapping: str, after: str | None, tree: bool, graph: bo
     if tree and not graph:
         print_task_tree(t)
     times: list[tuple[str, float]] = []
-    snaps = compile_module(t, until=after, hook=lambda name, m, dt: times.append((name, dt)))
+    refused = None
+    try:
+        snaps = compile_module(t, until=after, hook=lambda name, m, dt: times.append((name, dt)))
+    except CypressError as e:
+        from cypressc.backend.lower import REFUSAL_CODE
+
+        if e.code != REFUSAL_CODE or after == "cuda-lowering":
+            raise
+        # the backend refuses the program; every IR pass before it still explains it
+        refused = e
+        times.clear()
+        snaps = compile_module(t, until="warp-specialization",
+                               hook=lambda name, m, dt: times.append((name, dt)))
     if dump_ir:
         out = Path(dump_ir)
         out.mkdir(parents=True, exist_ok=True)
@@ -194,6 +206,8 @@ def explain(program: str, mapping: str, after: str | None, tree: bool, graph: bo
         else:
             click.echo(f"// ---- after {name}")
             click.echo(text, nl=False)
+    if refused is not None:
+        _stderr(render(refused, kind="warning"))
     if timings:
         for name, dt in times:
             click.echo(f"{name:<22} {dt * 1000:9.1f} ms", err=True)

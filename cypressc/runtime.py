@@ -647,7 +647,8 @@ class Kernel:
             failed = self.info.failed_requires(sizes)
             msg += ": the launcher refused its arguments" + (
                 f" ({'; '.join(failed)})" if failed else
-                " (16-byte aligned pointers and sizes within int32 are required too)")
+                " although every `requires` condition of the kernel info holds: the launcher "
+                "checks something the info does not list (sizes within int32? an empty tensor?)")
         raise LaunchError(msg, rc, cname, self.name, sizes)
 
     def launch(self, *tensors: Any, stream: Any = None, check_requires: bool = True,

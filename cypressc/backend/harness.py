@@ -345,11 +345,11 @@ def render_main(ki: KernelInfo) -> str:
     w(f"    fprintf(stderr, \"%s: error: {n}_launch(%s) returned %d: %s (%s)\\n\", argv[0], cyp_sizes_json.c_str(), int(rc),")
     w("            cudaGetErrorName(rc), cudaGetErrorString(rc));")
     w(f"    if (rc == cudaErrorInvalidValue) cyp_expr::explain({sargs});")
-    w(f"    printf(\"{{\\\"name\\\": \\\"%s\\\", \\\"sizes\\\": %s, \\\"error\\\": \\\"%s\\\", \\\"rc\\\": %d}}\\n\", CYP_NAME,"
+    w("    printf(\"{\\\"name\\\": \\\"%s\\\", \\\"sizes\\\": %s, \\\"error\\\": \\\"%s\\\", \\\"rc\\\": %d}\\n\", CYP_NAME,"
       " cyp_sizes_json.c_str(), cudaGetErrorName(rc), int(rc));")
     w("    return 1;")
     w("  }")
-    w(f"  CYP_CHECK(cudaStreamSynchronize(stream));")
+    w("  CYP_CHECK(cudaStreamSynchronize(stream));")
     w("  CYP_CHECK(cudaGetLastError());")
     w("")
     w("  // ---- NaN left in a floating output = an element the kernel did not write (or overflow)")

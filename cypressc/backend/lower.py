@@ -30,7 +30,9 @@ from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
 from cypressc.lang.intrinsics import atom as lookup_atom
 
-__all__ = ["cuda_lowering"]
+__all__ = ["cuda_lowering", "REFUSAL_CODE"]
+
+REFUSAL_CODE = "E050"  # a program whose IR needs a kernel shape this backend does not generate
 
 
 class _Refuse(Exception):
@@ -311,7 +313,7 @@ def cuda_lowering(m: N.Module, ctx) -> N.Module:
     except _Refuse as r:
         block = ctx.tree.block_node()
         loc = ctx.tree.mapping.instance_loc(block.instance.instance, "instance") if block else Loc(ctx.mapping_path)
-        raise CypressError("E050", f"the CUDA backend cannot lower this program yet: {r}", loc,
+        raise CypressError(REFUSAL_CODE, f"the CUDA backend cannot lower this program yet: {r}", loc,
                            hint="the IR passes and `cypressc explain` still work; see docs/language.md "
                            "for the kernel shapes the backend generates") from None
     attrs = dict(m.attrs)

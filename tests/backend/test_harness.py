@@ -475,6 +475,14 @@ def test_gpu_check_program_table(bench_mods):
         assert all(set(s) == set(p.check[0]) for s in p.check + p.small + [p.run]), name
 
 
+def test_gpu_check_expand_mappings(bench_mods):
+    gc, _ = bench_mods
+    every = gc.expand_mappings("gemm", "all")
+    assert "h100" in every and every == sorted(every)
+    assert gc.expand_mappings("gemm", "h100,h100,x.yaml,") == ["h100", "x.yaml"]
+    assert gc.expand_mappings("gemm", "") == []
+
+
 def test_gpu_check_build_proto_layout(bench_mods, tmp_path):
     gc, _ = bench_mods
     gc.build_proto(tmp_path, "bf16")
@@ -496,3 +504,69 @@ def test_bench_shapes(bench_mods):
         gemm.parse_shapes("1x2")
     assert gemm.fmt_peer({"tflops": 650.04, "ratio": 0.98765, "rel_vs_cublas": 0.0}) == "650.0 (0.988)"
     assert gemm.fmt_peer({"error": "x"}) == "FAIL" and gemm.fmt_peer(None) == "-"
+
+
+def test_gpu_check_nvcc_fallback_matches_makefile(bench_mods, tmp_path):
+    """Without make on a machine, gpu_check runs the Makefile's nvcc commands itself."""
+    if shutil.which("make") is None:
+        pytest.skip("make not on PATH")
+    gc, _ = bench_mods
+    write_harness(tmp_path, GEMM_INFO)
+    (tmp_path / "gemm.cu").write_text(STUB_CU)
+    for target in ("gemm", "libgemm.so"):
+        p = subprocess.run(["make", "-n", "-C", str(tmp_path), target, "EXTRA_NVCCFLAGS=-Xptxas -v"],
+                           capture_output=True, text=True, timeout=60)
+        line = next(x for x in p.stdout.splitlines() if x.startswith("nvcc"))
+        assert line.replace('"', "").split() == gc.nvcc_command(tmp_path, "gemm", target, "-Xptxas -v")
+
+
+class _FakeGemm:
+    """Stands in for a loaded kernel on CPU tensors: the loader's checks (CPU reported as
+    cuda:0), C = A @ B, and the launcher's refusal (rc 1, nothing written)."""
+
+    def __init__(self, wrong_at=None):
+        self.info, self.name, self.wrong_at = GEMM, "gemm", wrong_at
+
+    def _check(self, ts, requires=True):
+        descs = [rt.describe(t) for t in ts]
+        descs = [rt.TensorDesc(d.dtype, d.dtype_str, d.shape, ("cuda", 0), d.contiguous, d.ptr, d.numel)
+                 for d in descs]
+        return rt.validate(self.info, descs, check_requires=requires)
+
+    def launch(self, *ts, check_requires=True):
+        sizes = self._check(ts, check_requires)
+        if self.info.failed_requires(sizes):
+            return 1
+        C, A, B = ts
+        C.copy_((A.float() @ B.float()).to(C.dtype))
+        if sizes == self.wrong_at:
+            C[0, 0] += 100
+        return 0
+
+    def __call__(self, *ts):
+        assert self.launch(*ts) == 0
+
+    def bind(self, *ts):
+        return lambda: self(*ts)
+
+
+def test_gpu_check_logic_with_fake_kernel(bench_mods, monkeypatch):
+    torch = pytest.importorskip("torch")
+    gc, _ = bench_mods
+    monkeypatch.setattr(gc, "DEVICE", "cpu")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    prog = gc.PROGRAMS["gemm"]
+    ok = gc.check_size(torch, _FakeGemm(), prog, {"M": 129, "N": 264, "K": 72})
+    assert ok["ok"] and ok["expect"] == "compute" and ok["det"] and ok["nan"] == {"C": 0}
+    assert ok["rel"]["C"] < 1e-3
+    bad = gc.check_size(torch, _FakeGemm(wrong_at={"M": 64, "N": 64, "K": 64}), prog, {"M": 64, "N": 64, "K": 64})
+    assert not bad["ok"] and bad["rel"]["C"] > 1e-2
+    ref = gc.check_size(torch, _FakeGemm(), prog, {"M": 129, "N": 257, "K": 72})
+    assert ref["ok"] and ref["expect"] == "refuse" and ref["python"] == "raised" and ref["rc"] == 1
+    assert ref["untouched"]
+    assert gc.cell(ok).startswith("ok ") and gc.cell(ref).startswith("refused")
+    api = gc.api_checks(torch, _FakeGemm(), {"M": 64, "N": 64, "K": 64})
+    assert {a["case"]: a["ok"] for a in api} == {
+        "dtype of B": True, "B on cpu": False,          # the fake reports CPU tensors as cuda:0
+        "missing tensor": True, "non-contiguous C": True, "misaligned C": True,
+        "inconsistent C.shape[0]": True}

@@ -33,14 +33,14 @@ def gemm(tmp_path_factory):
     p = subprocess.run([sys.executable, "-m", "cypressc.cli", "build", str(ROOT / "programs" / "gemm.cyp"),
                         "-m", str(ROOT / "mappings" / "gemm" / "h100.yaml"), "-o", str(d)],
                        capture_output=True, text=True, cwd=ROOT)
-    if p.returncode or not (d / "gemm.json").exists():
-        sys.path.insert(0, str(ROOT / "bench"))
-        from gpu_check import build_proto
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_check import build_proto, make_target
 
+    if p.returncode or not (d / "gemm.json").exists():
         print(f"cypressc build failed (rc={p.returncode}); testing bench/proto instead:\n{p.stderr[-800:]}")
         build_proto(d, "f16")
-    m = subprocess.run(["make", "-C", str(d), "-j2", "libgemm.so"], capture_output=True, text=True)
-    assert m.returncode == 0, m.stdout[-2000:] + m.stderr[-2000:]
+    rc, log, _ = make_target(d, "gemm", "libgemm.so")
+    assert rc == 0, log[-4000:]
     return runtime.load(d)
 
 

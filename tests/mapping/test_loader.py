@@ -11,7 +11,7 @@ from cypressc.diagnostics import CypressErrors
 from cypressc.mapping.loader import load_mapping, load_mapping_source
 
 ROOT = Path(__file__).resolve().parents[2]
-MAPPINGS = sorted((ROOT / "mappings").glob("*/h100.yaml"))
+MAPPINGS = sorted((ROOT / "mappings").glob("*/*.yaml"))
 
 SMALL = """\
 machine: h100
@@ -35,7 +35,7 @@ def err(text: str):
     return ei.value.errors
 
 
-@pytest.mark.parametrize("path", MAPPINGS, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", MAPPINGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_bundled_mappings_load(path):
     lm = load_mapping(path)
     assert lm.spec.machine == "h100" and lm.path == str(path)

@@ -53,7 +53,7 @@ gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_consta
         int b0, b1;
         tile_coords(t, b0, b1);
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty[s], phase ^ 1);  // backward edge: consumers of step kb - STAGES are done
+          cypress::wait(&empty[s], phase ^ 1);  // backward edge: step kb - STAGES is consumed
           cypress::arrive_expect_tx(&full[s], STAGE_TX);
           // ev12: copy -> %A_mma_block[kb % STAGES]
           for (int j = 0; j < 1; ++j) {
@@ -68,9 +68,9 @@ gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_consta
       }
     }
   } else {
-    // ---- consumer warpgroups: wgmma on the stages, accumulators in registers
     cypress::regs_alloc<232>();
     const int cw = wg - 1;
+    // ---- consumer warpgroups: wgmma on the stages, accumulators in registers
     const bool leader = threadIdx.x % 128 == 0;
     float C_clear_thread[1][128];  // %C_clear_thread: 64x256 f32 per warpgroup
     int s = 0, phase = 0;
@@ -93,7 +93,7 @@ gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_consta
           const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + s * B_mma_block_STAGE + 0 * B_mma_block_CHUNK + kk * 16 * 128, B_mma_block_CHUNK);
           #pragma unroll
           for (int a = 0; a < 1; ++a) {
-            const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + s * A_mma_block_STAGE + (((cw * 64)) + a * 64) * 128 + kk * 32);
+            const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + s * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + (((cw * 64)) + a * 64) * 128 + (kk % 4) * 32);
             cypress::wgmma<256, __half>(da, db, C_clear_thread[a]);
           }
         }
