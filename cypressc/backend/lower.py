@@ -162,17 +162,32 @@ class _Lower:
             _refuse("no GLOBAL->SHARED copies in the main loop")
         plan.smem_bytes = int(m.attrs.get("smem_bytes", 0))
         for t in tensors:
-            if t.reads or any(isinstance(s, P.StoreStaged) and s.map.startswith(t.name) for s in plan.epilogue):
+            if t.reads or any(isinstance(s, P.StoreStaged) and s.map.startswith(f"tm_{t.name}_")
+                              for s in plan.epilogue):
                 plan.requires.append((f"{t.dims[-1]} % 8 == 0",
                                       f"the innermost extent of {t.name} ({t.dims[-1]}) must be a multiple "
                                       "of 8: TMA needs 16-byte row strides"))
             elif t.writes:
                 plan.requires.append((f"{t.dims[-1]} % 2 == 0",
                                       f"the innermost extent of {t.name} ({t.dims[-1]}) must be even"))
-        tile_work = sum(2 * f.rows * consumers * f.cols for f in plan.fragments if f.name in
-                        {b.acc for b in plan.body}) * (plan.body[0].k if plan.body else 0)
-        plan.flops = f"{tile_work}.0 * {' * '.join(plan.grid)} * ({plan.trip_count})"
+            out_dims = {d for o in tensors if o.writes for d in o.dims}
+            if t.reads:  # an empty output needs no launch; an empty reduction dim has no TMA map
+                for d in dict.fromkeys(x for x in t.dims if x not in out_dims):
+                    plan.requires.append((f"{d} > 0", f"{t.name} is read through TMA, which needs a "
+                                          f"non-empty tensor ({d} > 0)"))
+        plan.flops = self._flops(plan) or "0.0"
         return plan
+
+    def _flops(self, plan: P.KernelPlan) -> str:
+        """Useful multiply-adds: for each wgmma, 2 x (rows of A) x (columns of B) x K, over
+        the global tensors its operands are loaded from (batch dimensions multiply)."""
+        src = {ld.buffer: next(m.tensor for m in plan.maps if m.name == ld.map) for ld in plan.loads}
+        dims = {t.name: t.dims for t in plan.tensors}
+        terms = []
+        for mm in plan.body:
+            a, b = dims[src[mm.a_buf]], dims[src[mm.b_buf]]
+            terms.append(" * ".join(["2.0", *a[:-2], a[-2], b[-1], a[-1]]))
+        return " + ".join(terms)
 
     def _reads(self, name: str) -> bool:
         return any(self.sym.root(v) == name for o in walk_ops(self.m.body) if isinstance(o, N.Copy)

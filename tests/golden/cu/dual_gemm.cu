@@ -158,8 +158,11 @@ extern "C" int dual_gemm_launch(void* D, const void* A, const void* B1, const vo
   if (K < 0 || K > INT32_MAX) return cudaErrorInvalidValue;
   if (!(N % 2 == 0)) return cudaErrorInvalidValue;  // the innermost extent of D (N) must be even
   if (!(K % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of A (K) must be a multiple of 8: TMA needs 16-byte row strides
+  if (!(K > 0)) return cudaErrorInvalidValue;  // A is read through TMA, which needs a non-empty tensor (K > 0)
   if (!(N % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of B1 (N) must be a multiple of 8: TMA needs 16-byte row strides
+  if (!(K > 0)) return cudaErrorInvalidValue;  // B1 is read through TMA, which needs a non-empty tensor (K > 0)
   if (!(N % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of B2 (N) must be a multiple of 8: TMA needs 16-byte row strides
+  if (!(K > 0)) return cudaErrorInvalidValue;  // B2 is read through TMA, which needs a non-empty tensor (K > 0)
   if ((reinterpret_cast<uintptr_t>(D) | reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B1) | reinterpret_cast<uintptr_t>(B2)) & 15) return cudaErrorInvalidValue;  // TMA needs 16-byte aligned tensors
   if (M == 0 || N == 0) return cudaSuccess;  // nothing to write
   cudaError_t e;

@@ -139,9 +139,11 @@ extern "C" int gemm_launch(void* C, const void* A, const void* B, int64_t M, int
   if (M < 0 || M > INT32_MAX) return cudaErrorInvalidValue;
   if (N < 0 || N > INT32_MAX) return cudaErrorInvalidValue;
   if (K < 0 || K > INT32_MAX) return cudaErrorInvalidValue;
-  if (!(N % 2 == 0)) return cudaErrorInvalidValue;  // the innermost extent of C (N) must be even
+  if (!(N % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of C (N) must be a multiple of 8: TMA needs 16-byte row strides
   if (!(K % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of A (K) must be a multiple of 8: TMA needs 16-byte row strides
+  if (!(K > 0)) return cudaErrorInvalidValue;  // A is read through TMA, which needs a non-empty tensor (K > 0)
   if (!(N % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of B (N) must be a multiple of 8: TMA needs 16-byte row strides
+  if (!(K > 0)) return cudaErrorInvalidValue;  // B is read through TMA, which needs a non-empty tensor (K > 0)
   if ((reinterpret_cast<uintptr_t>(C) | reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B)) & 15) return cudaErrorInvalidValue;  // TMA needs 16-byte aligned tensors
   if (M == 0 || N == 0) return cudaSuccess;  // nothing to write
   cudaError_t e;
