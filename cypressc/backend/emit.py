@@ -356,7 +356,7 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
         bf16 = "true" if t.dtype == "bf16" else "false"
         w(f"CUtensorMap {m.name};")
         w(f"if ((e = cypress::make_tma_map(&{m.name}, {t.name}, {bf16}, {inner}, {outer}, {batch}, 64, "
-          f"{m.box[-2]})) != cudaSuccess) return e;")
+          f"{m.box[-2]}, {len(m.box)})) != cudaSuccess) return e;")
     w("static int configured_device = -1, sms = 0;")
     w("int dev;")
     w("if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;")

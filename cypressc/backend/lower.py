@@ -175,6 +175,7 @@ class _Lower:
                 for d in dict.fromkeys(x for x in t.dims if x not in out_dims):
                     plan.requires.append((f"{d} > 0", f"{t.name} is read through TMA, which needs a "
                                           f"non-empty tensor ({d} > 0)"))
+        plan.requires = list(dict.fromkeys(plan.requires))
         plan.flops = self._flops(plan) or "0.0"
         return plan
 

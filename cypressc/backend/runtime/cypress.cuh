@@ -95,19 +95,20 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// Row-major [batch][outer][inner] 16-bit tensor (batch = 1 for 2D), box {box_inner, box_outer, 1},
-// 128-byte swizzle (box_inner * 2 must be <= 128), out-of-bounds elements read as zero.
+// Row-major [batch][outer][inner] 16-bit tensor, box {box_inner, box_outer, 1}, 128-byte swizzle
+// (box_inner * 2 must be <= 128), out-of-bounds elements read as zero. `rank` is 2 or 3 and must
+// match the tma_load_2d/3d calls on the map (a 3-D map of batch 1 is still 3-D).
 inline cudaError_t make_tma_map(CUtensorMap* map, const void* gptr, bool bf16, uint64_t inner, uint64_t outer,
-                                uint64_t batch, uint32_t box_inner, uint32_t box_outer) {
+                                uint64_t batch, uint32_t box_inner, uint32_t box_outer, uint32_t rank = 0) {
   auto encode = tensor_map_encoder();
   if (!encode || box_inner * 2 > 128 || (reinterpret_cast<uintptr_t>(gptr) & 15) || (inner * 2) % 16)
     return cudaErrorInvalidValue;
-  const cuuint32_t rank = batch > 1 ? 3 : 2;
+  if (rank == 0) rank = batch > 1 ? 3 : 2;
   cuuint64_t dims[3] = {inner, outer, batch};
   cuuint64_t strides[2] = {inner * 2, inner * outer * 2};  // bytes, for dims 1..rank-1
   cuuint32_t box[3] = {box_inner, box_outer, 1};
   cuuint32_t elem_strides[3] = {1, 1, 1};
-  CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, rank,
+  CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, cuuint32_t(rank),
                       const_cast<void*>(gptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE /* = zeros */);

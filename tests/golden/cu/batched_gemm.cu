@@ -139,9 +139,9 @@ extern "C" int batched_gemm_launch(void* C, const void* A, const void* B, int64_
   if (L == 0 || M == 0 || N == 0) return cudaSuccess;  // nothing to write
   cudaError_t e;
   CUtensorMap tm_A_128x64;
-  if ((e = cypress::make_tma_map(&tm_A_128x64, A, false, K, M, L, 64, 128)) != cudaSuccess) return e;
+  if ((e = cypress::make_tma_map(&tm_A_128x64, A, false, K, M, L, 64, 128, 3)) != cudaSuccess) return e;
   CUtensorMap tm_B_64x64;
-  if ((e = cypress::make_tma_map(&tm_B_64x64, B, false, N, K, L, 64, 64)) != cudaSuccess) return e;
+  if ((e = cypress::make_tma_map(&tm_B_64x64, B, false, N, K, L, 64, 64, 3)) != cudaSuccess) return e;
   static int configured_device = -1, sms = 0;
   int dev;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;

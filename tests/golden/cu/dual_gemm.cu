@@ -167,11 +167,11 @@ extern "C" int dual_gemm_launch(void* D, const void* A, const void* B1, const vo
   if (M == 0 || N == 0) return cudaSuccess;  // nothing to write
   cudaError_t e;
   CUtensorMap tm_A_128x64;
-  if ((e = cypress::make_tma_map(&tm_A_128x64, A, false, K, M, 1, 64, 128)) != cudaSuccess) return e;
+  if ((e = cypress::make_tma_map(&tm_A_128x64, A, false, K, M, 1, 64, 128, 2)) != cudaSuccess) return e;
   CUtensorMap tm_B1_64x64;
-  if ((e = cypress::make_tma_map(&tm_B1_64x64, B1, false, N, K, 1, 64, 64)) != cudaSuccess) return e;
+  if ((e = cypress::make_tma_map(&tm_B1_64x64, B1, false, N, K, 1, 64, 64, 2)) != cudaSuccess) return e;
   CUtensorMap tm_B2_64x64;
-  if ((e = cypress::make_tma_map(&tm_B2_64x64, B2, false, N, K, 1, 64, 64)) != cudaSuccess) return e;
+  if ((e = cypress::make_tma_map(&tm_B2_64x64, B2, false, N, K, 1, 64, 64, 2)) != cudaSuccess) return e;
   static int configured_device = -1, sms = 0;
   int dev;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
