@@ -237,6 +237,9 @@ def emit_cuda(p: P.KernelPlan) -> str:
     if p.mma_in_flight:
         w("if (num_k > 0 && leader) cypress::arrive(&empty[prev_s]);")
     w("// ---- epilogue")
+    if p.war_barrier:
+        w("// WAR: the staging tile reuses stage-buffer bytes; every consumer's wgmmas must be done")
+        w("cypress::named_sync(0, 128 * CONSUMERS);")
     for op in p.epilogue:
         if isinstance(op, P.Add):
             f = next(x for x in p.fragments if x.name == op.acc)

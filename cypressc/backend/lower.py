@@ -161,6 +161,11 @@ class _Lower:
         if not plan.loads:
             _refuse("no GLOBAL->SHARED copies in the main loop")
         plan.smem_bytes = int(m.attrs.get("smem_bytes", 0))
+        # resource allocation let tensors with disjoint live ranges share bytes: the WAR
+        # edge from the last readers (every consumer's wgmmas) to the next writer
+        plan.war_barrier = bool(m.attrs.get("war"))
+        if plan.war_barrier and plan.persistent:
+            _refuse("shared tensors that share bytes in a persistent kernel")
         for t in tensors:
             if t.reads or any(isinstance(s, P.StoreStaged) and s.map.startswith(f"tm_{t.name}_")
                               for s in plan.epilogue):

@@ -161,6 +161,7 @@ class KernelPlan:
     consumer_registers: int = 232
     mma_in_flight: int = 1
     warpspecialize: bool = True  # False: no producer warpgroup; thread 0 issues loads ahead
+    war_barrier: bool = False  # shared bytes reused after the main loop: all consumers sync first
     requires: list[tuple[str, str]] = field(default_factory=list)
     flops: str = "0"
     comments: dict[str, str] = field(default_factory=dict)
