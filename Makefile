@@ -7,7 +7,7 @@ install:
 	$(PIP) install -q -e '.[test]'
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 golden: install
 	$(PY) -m pytest -q tests --update-golden

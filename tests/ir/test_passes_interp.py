@@ -28,9 +28,26 @@ def ref_gemm(a):
     return {"C": _f64(a["A"]) @ _f64(a["B"])}
 
 
-# program -> (small mapping, sizes, reference, outputs)
+def ref_batched(a):
+    return {"C": np.einsum("lmk,lkn->lmn", _f64(a["A"]), _f64(a["B"]))}
+
+
+def ref_dual(a):
+    return {"D": _f64(a["A"]) @ _f64(a["B1"]) + _f64(a["A"]) @ _f64(a["B2"])}
+
+
+def ref_reduction(a):
+    return {"C": _f64(a["A"]) @ _f64(a["B"]), "y": _f64(a["A"]).sum(axis=1)}
+
+
+# program -> (small mapping, sizes, reference, outputs); sizes leave partial tiles everywhere
 CASES = {
     "gemm": ("tests/mappings/gemm_small.yaml", dict(M=50, N=24, K=40), ref_gemm, ["C"]),
+    "batched_gemm": ("tests/mappings/batched_gemm_small.yaml", dict(L=2, M=40, N=24, K=24), ref_batched,
+                     ["C"]),
+    "dual_gemm": ("tests/mappings/dual_gemm_small.yaml", dict(M=50, N=24, K=40), ref_dual, ["D"]),
+    "gemm_reduction": ("tests/mappings/gemm_reduction_small.yaml", dict(M=50, N=40, K=40), ref_reduction,
+                       ["C", "y"]),
 }
 
 
