@@ -126,12 +126,6 @@ def check(program: str, mapping: str) -> None:
                f"{len(tasks)} task(s) on {tree.machine.name}")
 
 
-def _pass_choice():
-    from cypressc.passes.manager import pass_names
-
-    return click.Choice(pass_names())
-
-
 @main.command()
 @_program_arg
 @_mapping_opt
@@ -183,10 +177,9 @@ def explain(program: str, mapping: str, after: str | None, tree: bool, graph: bo
         snaps = compile_module(t, until="warp-specialization",
                                hook=lambda name, m, dt: times.append((name, dt)))
     if dump_ir:
-        out = Path(dump_ir)
-        out.mkdir(parents=True, exist_ok=True)
-        for i, (name, m) in enumerate(snaps, 1):
-            (out / f"{i:02d}-{name}.ir").write_text(print_module(m))
+        from cypressc.passes.manager import dump_snapshots
+
+        dump_snapshots(Path(dump_ir), snaps)
     shown = snaps[-1:] if after else snaps
     if graph:
         name, m = snaps[-1]

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from cypressc.backend.emit import build_info, emit_cuda, emit_header
+from cypressc.diagnostics import CypressError, Loc
 from cypressc.mapping.tasktree import TaskTree
 from cypressc.passes.manager import compile_module
 
@@ -28,8 +29,17 @@ def write_build(tree: TaskTree, outdir: Path) -> str:
     m = snaps[-1][1]
     plan = m.attrs["kernel"]
     outdir = outdir.resolve()
-    outdir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
+    if outdir.exists() and (not outdir.is_dir() or (any(outdir.iterdir())
+                                                    and not any(outdir.glob("*.json")))):
+        raise CypressError("E061", f"{outdir} exists and is not a cypressc build directory; "
+                           "refusing to replace it", Loc(str(outdir)),
+                           hint="pass -o a new directory, or one an earlier `cypressc build` wrote")
+    try:
+        outdir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
+    except OSError as e:
+        raise CypressError("E061", f"cannot write the build directory {outdir}: {e.strerror}",
+                           Loc(str(outdir))) from None
     try:
         (tmp / f"{plan.name}.cu").write_text(emit_cuda(plan))
         (tmp / f"{plan.name}.h").write_text(emit_header(plan))
@@ -37,6 +47,10 @@ def write_build(tree: TaskTree, outdir: Path) -> str:
         if outdir.exists():
             shutil.rmtree(outdir)
         tmp.rename(outdir)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CypressError("E061", f"cannot write the build directory {outdir}: {e.strerror}",
+                           Loc(str(outdir))) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -19,13 +19,14 @@ refused with E050 naming the operation.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from cypressc.backend import plan as P
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import Symbols
-from cypressc.ir.printer import fmt_view
+from cypressc.ir.printer import event_names, fmt_view
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
 from cypressc.lang.intrinsics import atom as lookup_atom
@@ -50,6 +51,11 @@ class _Lower:
         self.lets = {o.name: o.value for o in walk_ops(m.body) if isinstance(o, N.Let)}
         self.loop_var = "kb"
         self.block = ctx.tree.block_node()
+        self.names = event_names(m)
+
+    def en(self, ev: str) -> str:
+        """The event as `cypressc explain` prints it, for comments in the CUDA."""
+        return self.names.get(ev, ev)
 
     # -- expressions -------------------------------------------------------------------
     def c(self, e: N.IExpr) -> str:
@@ -127,7 +133,9 @@ class _Lower:
         for o in walk_ops(m.body):
             for d in getattr(o, "dims", ()):
                 if d.proc == "WARPGROUP":
-                    consumers = static(d.extent) or _refuse("a run-time number of warpgroups")
+                    consumers = static(d.extent)
+                    if consumers is None or consumers < 1:
+                        _refuse("a run-time or empty number of warpgroups")
         plan = P.KernelPlan(
             name=m.name, tensors=tensors, sizes=list(m.scalars), grid=[self.c(d.extent) for d in grid_dims],
             raster=inst.raster or 16, persistent=bool(inst.persistent), consumers=consumers,
@@ -136,6 +144,18 @@ class _Lower:
             consumer_registers=inst.consumer_registers or (240 if consumers == 1 else 232),
             mma_in_flight=1 if inst.mma_in_flight is None else inst.mma_in_flight,
             warpspecialize=ws)
+        if stages < 2:
+            _refuse("`pipeline:` below 2 (one stage cannot overlap copies with wgmma)")
+        if not 0 <= plan.mma_in_flight < stages:
+            _refuse(f"`mma_in_flight: {plan.mma_in_flight}` with {stages} stages: a stage stays "
+                    "read while its wgmma group is in flight, so it must be below `pipeline:`")
+        if not ws and plan.mma_in_flight > 1:
+            _refuse("`mma_in_flight` above 1 without warp specialization (thread 0 refills the stage "
+                    "of the previous step)")
+        regs = m.attrs.get("register_budget")
+        if regs is not None:
+            plan.producer_registers, plan.consumer_registers = regs
+        self._check_names(plan)
         smem = m.attrs.get("smem", {})
         # stage buffers and TMA loads
         for o in lp.body.ops:
@@ -144,6 +164,7 @@ class _Lower:
             elif isinstance(o, N.Call):
                 if o.fn != "warpgroup_mma":
                     _refuse(f"leaf {o.fn}() inside the main loop")
+                self._whole_warpgroups(o)
                 self._mma(plan, o)
             elif not isinstance(o, (N.Partition, N.Alloc, N.Let)):
                 _refuse(f"{type(o).__name__} inside the main loop")
@@ -158,6 +179,8 @@ class _Lower:
                 self._store(plan, o, smem)
             elif isinstance(o, N.For):
                 _refuse("a second sequential loop")
+        if getattr(self, "_pending_stage", None) is not None:
+            _refuse("a register fragment copied into shared memory that is never stored")
         if not plan.loads:
             _refuse("no GLOBAL->SHARED copies in the main loop")
         plan.smem_bytes = int(m.attrs.get("smem_bytes", 0))
@@ -183,6 +206,19 @@ class _Lower:
         plan.requires = list(dict.fromkeys(plan.requires))
         plan.flops = self._flops(plan) or "0.0"
         return plan
+
+    RESERVED = {"s", "t", "r", "c", "a", "b", "e", "i", "j", "kb", "kk", "kn", "cw", "wg", "ls", "dev",
+                "grid", "sms", "full", "empty", "smem", "smem_raw", "phase", "lphase", "prev_s", "leader",
+                "issuer", "num_k", "num_tiles", "tiles", "stage_c", "box", "rc", "da", "db", "per", "u",
+                "v", "group", "first", "rows", "stream", "cdiv", "min", "max", "STAGES", "CONSUMERS",
+                "THREADS", "RASTER", "STAGE_TX", "SMEM_BYTES"}
+
+    def _check_names(self, plan: P.KernelPlan) -> None:
+        """Size and tensor names become C++ identifiers next to the kernel's own locals."""
+        for name in [*plan.sizes, *(t.name for t in plan.tensors)]:
+            if name in self.RESERVED or re.fullmatch(r"b\d+|tiles\d*", name) \
+                    or name.startswith(("tm_", "s_")):
+                _refuse(f"the name '{name}' clashes with an identifier of the generated kernel; rename it")
 
     def _flops(self, plan: P.KernelPlan) -> str:
         """Useful multiply-adds: for each wgmma, 2 x (rows of A) x (columns of B) x K, over
@@ -234,12 +270,16 @@ class _Lower:
         kept = [d for d, k in enumerate(keep) if k]
         if len(kept) != 2:
             _refuse(f"{fmt_view(o.src)} is not a 2-D tile")
+        if kept != [len(keep) - 2, len(keep) - 1]:
+            _refuse(f"{fmt_view(o.src)}: a TMA tile must span the two innermost dimensions of %{root}")
+        if buf.rows > 256:
+            _refuse(f"a {buf.rows}-row shared tile: one TMA box spans at most 256 rows")
         for d, k in enumerate(keep):
             box.append(1 if not k else (buf.rows if d == kept[0] else 64))
         tmap = f"tm_{root}_{buf.rows}x{64}"
         if tmap not in {t.name for t in plan.maps}:
             plan.maps.append(P.TmaMap(tmap, root, tuple(box)))
-        plan.loads.append(P.Load(o.ev, tmap, buf.name, tuple(self.c(x) for x in org), buf.cols // 64))
+        plan.loads.append(P.Load(self.en(o.ev), tmap, buf.name, tuple(self.c(x) for x in org), buf.cols // 64))
 
     def _fragment(self, plan: P.KernelPlan, v: N.View) -> P.Fragment:
         if not isinstance(v, N.TRef) or self.sym.allocs[v.name].mem != "REGISTER":
@@ -265,26 +305,40 @@ class _Lower:
                     "to equal the warpgroup tile's columns")
         abuf, aorg = self._buffer(plan, a, {})
         bbuf, borg = self._buffer(plan, b, {})
-        ka = self.shape2(a)[1]
+        ma, ka = self.shape2(a)
         kb, nb = self.shape2(b)
-        if ka != kb or nb != f.cols:
+        if ka != kb or nb != f.cols or ma != f.rows:
             _refuse(f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
                     f"{f.rows}x{f.cols} accumulator")
+        if static(aorg[-1]) != 0 or static(borg[-2]) != 0:
+            _refuse("a wgmma operand that starts inside its stage tile along K (a K sub-tile)")
+        if ka % 16:
+            _refuse(f"a K tile of {ka}: wgmma consumes K in steps of 16")
         a_row = self.c(aorg[-2])
         b_col = static(borg[-1])
         if b_col is None or b_col % 64:
             _refuse("B operand columns must start on a 64-column boundary")
         dt = self.sym.allocs[abuf.name].dtype
-        plan.body.append(P.Mma(o.ev, f.name, abuf.name, a_row, bbuf.name, b_col // 64, ka, atom.n, dt))
+        plan.body.append(P.Mma(self.en(o.ev), f.name, abuf.name, a_row, bbuf.name, b_col // 64, ka, atom.n, dt))
+
+    @staticmethod
+    def _whole_warpgroups(o: N.Call) -> None:
+        """Thread-level code must run on every thread of each consumer warpgroup (the fragment
+        layouts and the wgmma instruction assume 4 warps of 32 threads)."""
+        inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in ("WARP", "THREAD")]
+        if inner != [("WARP", 4), ("THREAD", 32)]:
+            _refuse(f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; the backend "
+                    "needs all 4 warps x 32 threads")
 
     def _simt(self, plan: P.KernelPlan, o: N.Call, before: bool, smem) -> None:
+        self._whole_warpgroups(o)
         if o.fn == "fill" and before:
             f = self._fragment(plan, o.args[0])
-            plan.prologue.append(P.Fill(o.ev, f.name, self.c(o.args[1])))
+            plan.prologue.append(P.Fill(self.en(o.ev), f.name, self.c(o.args[1])))
         elif o.fn == "add" and not before:
             f = self._fragment(plan, o.args[0])
             g = self._fragment(plan, o.args[1])
-            plan.epilogue.append(P.Add(o.ev, f.name, g.name))
+            plan.epilogue.append(P.Add(self.en(o.ev), f.name, g.name))
         elif o.fn == "copy" and not before:
             f = self._fragment(plan, o.args[0])
             dst = o.args[1]
@@ -297,8 +351,12 @@ class _Lower:
             row0, col0 = self.c(org[kept[0]]), self.c(org[kept[1]])
             mem = self.sym.allocs[root].mem
             dt = self.sym.allocs[root].dtype
+            if dt not in ("f16", "bf16"):
+                _refuse(f"an epilogue storing {dt} (the backend stores 16-bit outputs)")
+            if kept != [len(keep) - 2, len(keep) - 1]:
+                _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
             if mem == "GLOBAL":
-                plan.epilogue.append(P.StoreDirect(o.ev, f.name, root, row0, col0,
+                plan.epilogue.append(P.StoreDirect(self.en(o.ev), f.name, root, row0, col0,
                                                    batch[0] if batch else None, dt))
             elif mem == "SHARED":
                 self._pending_stage = (o, f, root, dt)
@@ -316,13 +374,15 @@ class _Lower:
             _refuse("a shared staging tile stored from a different tensor")
         root, org, keep, _ = self.origin(o.dst)
         kept = [d for d, k in enumerate(keep) if k]
+        if kept != [len(keep) - 2, len(keep) - 1]:
+            _refuse(f"{fmt_view(o.dst)}: a stored tile must span the two innermost dimensions")
         batch = [self.c(org[d]) for d, k in enumerate(keep) if not k]
         tmap = f"tm_{root}_64x64"
         if tmap not in {t.name for t in plan.maps}:
             plan.maps.append(P.TmaMap(tmap, root, tuple(1 if not k else 64 for k in keep)))
         off = smem.get(sroot, (0, 0, 1))[0]
-        plan.epilogue.append(P.StoreStaged(call.ev, f.name, tmap, off, self.c(org[kept[0]]),
-                                           self.c(org[kept[1]]), batch[0] if batch else None, dt, o.ev))
+        plan.epilogue.append(P.StoreStaged(self.en(call.ev), f.name, tmap, off, self.c(org[kept[0]]),
+                                           self.c(org[kept[1]]), batch[0] if batch else None, dt, self.en(o.ev)))
         plan.staging_bytes = f.rows * f.cols * 2
         self._pending_stage = None
 

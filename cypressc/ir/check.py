@@ -1,8 +1,8 @@
 """Run a compiled module on random data in the interpreter and compare with NumPy.
 
 Used by the tests (every pass preserves the program's result under random
-schedules) and by ``cypressc`` developers.  A program's reference is looked up by the
-leaf functions it calls, never by its name: see :data:`REFERENCES`.
+schedules, against a NumPy reference the test supplies per program) and by
+``cypressc`` developers.
 """
 
 from __future__ import annotations

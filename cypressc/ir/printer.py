@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from cypressc.ir import nodes as N
 
-__all__ = ["print_module", "fmt_expr", "fmt_view", "PROC_ID"]
+__all__ = ["print_module", "event_names", "fmt_expr", "fmt_view", "PROC_ID"]
 
 PROC_ID = {"BLOCK": "block_id", "WARPGROUP": "warpgroup_id", "WARP": "warp_id", "THREAD": "lane_id"}
 
@@ -122,6 +122,13 @@ def print_module(m: N.Module) -> str:
     p.lines.append("}")
     p.lines += _attrs(m, p)
     return "\n".join(p.lines) + "\n"
+
+
+def event_names(m: N.Module) -> dict[str, str]:
+    """Internal event name -> the ``%eN`` name the printer shows (for comments elsewhere)."""
+    p = _Printer(m.attrs.get("roles"))
+    p.block(m.body, 1)
+    return {k: "%" + v for k, v in p.names.items()}
 
 
 def _attrs(m: N.Module, p: _Printer) -> list[str]:

@@ -53,7 +53,7 @@ class Instance(BaseModel):
                                  description="BLOCK: stage depth D of pipelined loops")
     mma_in_flight: int | None = Field(default=None, ge=0, le=4,
                                       description="BLOCK: wgmma groups left in flight (Tawa's P)")
-    smem_limit: int | None = Field(default=None, description="BLOCK: shared-memory bound in bytes")
+    smem_limit: int | None = Field(default=None, ge=1, description="BLOCK: shared-memory bound in bytes")
     producer_registers: int | None = Field(default=None, ge=24, le=256)
     consumer_registers: int | None = Field(default=None, ge=24, le=256)
     persistent: bool | None = Field(default=None,

@@ -228,15 +228,23 @@ def _pure_chain(v: N.View, ix: _Index) -> set[str]:
     return out
 
 
-def _depends_on(v: N.View, ix: _Index, var: str, inner: set[str]) -> bool:
-    """Whether a view varies with the loop variable or names a tensor made in the loop."""
-    from cypressc.ir.printer import fmt_view
+def _free_vars(e) -> set[str]:
+    if isinstance(e, N.IVar):
+        return {e.name}
+    if isinstance(e, N.IBin):
+        return _free_vars(e.a) | _free_vars(e.b)
+    return set()
 
+
+def _depends_on(v: N.View, ix: _Index, var: str, inner: set[str]) -> bool:
+    """Whether a view varies with the loop variable or names anything the loop body
+    defines (tensors, partitions, Lets — a Let may hide the loop variable)."""
     while isinstance(v, N.Piece):
-        if f"%{var}" in fmt_view(v).replace("[", " ").replace(",", " ").replace("]", " ").split():
-            return True
         p = ix.sym.parts[v.partition]
-        if any(isinstance(q, N.IVar) and q.name == var for q in p.params):
+        used: set[str] = set()
+        for e in list(v.idx) + [q for q in p.params if not isinstance(q, str)]:
+            used |= _free_vars(e)
+        if var in used or used & inner:
             return True
         v = p.base
     return v.name in inner

@@ -46,8 +46,9 @@ class Namer:
         return name
 
     def event(self) -> str:
+        # '#' cannot appear in a source name, so events never collide with tensors
         self.events += 1
-        return f"ev{self.events}"
+        return f"ev#{self.events}"
 
 
 @dataclass
@@ -265,6 +266,33 @@ class _DA:
                                hint="map every task launched in one prange to the same processor level")
         return procs.pop() if procs else sc.node.proc
 
+    def _check_processors(self, s: S.Loop, sc: _Scope, proc: str, extent: N.IExpr) -> None:
+        """A prange that hands work to the processors inside the current one (warps of a
+        warpgroup, threads of a warp) has at most one iteration per processor: vectorization
+        turns the loop variable into that processor's index (paper §4.2.2)."""
+        here = sc.node.proc
+        if proc in ("HOST", "BLOCK") or proc == here:
+            if proc == "BLOCK" and here == "BLOCK":
+                raise CypressError("E041", "a BLOCK task launches a parallel group of BLOCK tasks", s.loc,
+                                   hint="map the launched tasks to WARPGROUP (or a deeper level)")
+            return
+        if len(s.vars) > 1:
+            raise CypressError("E041", f"a {len(s.vars)}-dimensional prange over {proc}s: processors "
+                               "below BLOCK are numbered in one dimension", s.loc,
+                               hint="launch over one prange variable and partition in two steps")
+        m = self.tree.machine
+        inner, outer = m.level(proc).threads, m.level(here).threads
+        if here == "BLOCK" or not inner or not outer:
+            return
+        want = outer // inner
+        got = static(extent)
+        if got is None or got > want:
+            raise CypressError(
+                "E041", f"this prange launches {proc} tasks from a {here} task: it may have at most {want} "
+                f"iterations (one per {proc.lower()} in a {here.lower()}), it has "
+                f"{got if got is not None else 'a run-time number of'}", s.loc,
+                hint="set the tunable that sizes the prange (e.g. PIECES) to at most the processor count")
+
     def _one_loop(self, s: S.Loop, d: int, sc: _Scope, f: _Frame, sequential: bool) -> None:
         var = self.names.fresh(s.vars[d])
         sc.env[s.vars[d]] = ("scalar", N.IVar(var))
@@ -284,7 +312,9 @@ class _DA:
             op: N.Op = N.For(ev, var, N.IConst(0), hi, pre, block, pipeline=pipe)
             ref = N.EvRef(ev)
         else:
-            op = N.PFor(ev, var, N.IConst(0), hi, self._loop_proc(s, sc), pre, block)
+            proc = self._loop_proc(s, sc)
+            self._check_processors(s, sc, proc, hi)
+            op = N.PFor(ev, var, N.IConst(0), hi, proc, pre, block)
             ref = N.EvRef(ev, (None,))
         self.emit(f, op)
         for root, written in inner.touched.items():

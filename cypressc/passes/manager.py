@@ -97,6 +97,20 @@ def pass_names() -> list[str]:
     return [p.name for p in PASSES]
 
 
+def dump_snapshots(out, snaps: list[tuple[str, N.Module]]) -> None:
+    """Write ``NN-<pass>.ir`` per snapshot into directory ``out`` (``--dump-ir``); E061 when
+    the directory cannot be written."""
+    from cypressc.diagnostics import Loc
+    from cypressc.ir.printer import print_module
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for i, (name, m) in enumerate(snaps, 1):
+            (out / f"{i:02d}-{name}.ir").write_text(print_module(m))
+    except OSError as e:
+        raise CypressError("E061", f"cannot write --dump-ir {out}: {e.strerror}", Loc(str(out))) from None
+
+
 def compile_module(tree: TaskTree, *, until: str | None = None, verify: bool = True,
                    hook: Callable[[str, N.Module, float], None] | None = None) -> list[tuple[str, N.Module]]:
     """Run the passes in order (up to and including ``until``); return (name, snapshot) pairs.

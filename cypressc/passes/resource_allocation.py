@@ -130,8 +130,11 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
     block = ctx.tree.block_node()
     inst = block.instance if block is not None else None
     machine = ctx.tree.machine
-    limit = (inst.smem_limit if inst is not None and inst.smem_limit else None) \
-        or machine.memory_bytes["SHARED"] or 0
+    device_max = machine.memory_bytes["SHARED"] or 0
+    limit = inst.smem_limit if inst is not None and inst.smem_limit is not None else device_max
+    if limit > device_max:
+        raise CypressError("E046", f"smem_limit {limit} exceeds the {device_max} bytes a block can have "
+                           f"on {machine.name}", _mapping_loc(ctx), hint="lower `smem_limit:`")
     persistent = bool(inst is not None and inst.persistent)
     allocs = {o.name: o for o in walk_ops(m.body) if isinstance(o, N.Alloc) and o.mem == "SHARED"}
     live, stages = _live(m, persistent)
@@ -164,16 +167,40 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
     war = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
            if not g.has_edge(a, b) and off[a] < off[b] + size[b] and off[b] < off[a] + size[a]]
     regs = _registers(m)
-    budget = (inst.consumer_registers if inst is not None and inst.consumer_registers else 232)
-    if regs > budget:
+    producer, consumer = _register_split(m, inst, machine, ctx)
+    if regs > consumer:
         raise CypressError(
             "E047", f"the consumer threads need about {regs} registers each (accumulators "
-            f"{regs - REGISTER_OVERHEAD} + {REGISTER_OVERHEAD} overhead); the budget is {budget}",
+            f"{regs - REGISTER_OVERHEAD} + {REGISTER_OVERHEAD} overhead); the budget is {consumer}",
             _mapping_loc(ctx), hint="use more consumer warpgroups (WGS) or a smaller block tile")
     attrs = dict(m.attrs)
     attrs.update(smem={n: (off[n], size[n], stages.get(n, 1)) for n in names},
-                 smem_bytes=total + barrier_bytes, war=war, registers=regs, persistent=persistent)
+                 smem_bytes=total + barrier_bytes, war=war, registers=regs, persistent=persistent,
+                 register_budget=(producer, consumer))
     return replace(m, attrs=attrs)
+
+
+def _register_split(m: N.Module, inst, machine, ctx) -> tuple[int, int]:
+    """Registers per producer / consumer thread (``setmaxnreg``), checked against the
+    register file: 128 x (producer + WGS x consumer) <= registers per block."""
+    wgs = 1
+    for o in walk_ops(m.body):
+        for d in getattr(o, "dims", ()):
+            if d.proc == "WARPGROUP":
+                wgs = max(wgs, static(d.extent) or 1)
+    ws = bool(inst is not None and inst.warpspecialize)
+    file = machine.limits.get("registers_per_block", 65536)
+    producer = (inst.producer_registers if inst is not None and inst.producer_registers else 40) if ws else 0
+    per_thread = file // 128
+    default = min(240, ((per_thread - producer) // wgs) // 8 * 8)
+    consumer = inst.consumer_registers if inst is not None and inst.consumer_registers else default
+    if 128 * (producer + wgs * consumer) > file or (ws and producer > consumer):
+        raise CypressError(
+            "E047", f"registers: {wgs} consumer warpgroup(s) x {consumer} + a producer warpgroup x "
+            f"{producer} per thread need {128 * (producer + wgs * consumer)} of the {file} registers "
+            "of a block", _mapping_loc(ctx),
+            hint="lower consumer_registers / producer_registers, or use fewer warpgroups (WGS)")
+    return producer, consumer
 
 
 def _registers(m: N.Module) -> int:

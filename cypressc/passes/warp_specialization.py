@@ -15,7 +15,8 @@ kept in the IR (iteration k+1 still starts after iteration k); the overlap the
 channels allow is realized by the CUDA lowering.
 
 Results: ``module.attrs["roles"]`` (event → producer/consumer), ``["channels"]``
-(producer event → consumer events), ``["stages"]`` (buffer → D), ``["warpspecialize"]``.
+(producer event → consumer events: each is a full barrier forward and, on the stage
+buffers, an empty barrier backward), ``["stages"]`` (buffer → D), ``["warpspecialize"]``.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ def _stage_loop(m: N.Module, lp: N.For) -> tuple[N.Module, dict[str, int]]:
         return m, {}
     names = {b.name for b in bufs}
     staged = [replace(b, shape=(N.IConst(d),) + b.shape, layout=None) for b in bufs]
-    parts = [N.Partition(f"{b.name}_stage", N.TRef(b.name), "slices", (N.IConst(0),), b.shape, b.dims)
+    parts = [N.Partition(f"{b.name}#stage", N.TRef(b.name), "slices", (N.IConst(0),), b.shape, b.dims)
              for b in bufs]
     idx = N.ibin("%", N.IVar(lp.var), N.IConst(d))
 
     def fn(v: N.View) -> N.View:
         if isinstance(v, N.TRef) and v.name in names:
-            return N.Piece(f"{v.name}_stage", (idx,))
+            return N.Piece(f"{v.name}#stage", (idx,))
         return v
 
     body = N.Block(tuple(map_views(o, fn) for o in lp.body.ops if o not in bufs), lp.body.yields)

@@ -21,6 +21,7 @@ from cypressc.passes.manager import compile_module
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))
 RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
+LOWERED = {"gemm", "batched_gemm", "dual_gemm"}  # must keep lowering: a refusal is a regression
 
 
 def _plan(program: str):
@@ -29,7 +30,7 @@ def _plan(program: str):
     try:
         return compile_module(tree)[-1][1].attrs["kernel"]
     except CypressError as e:
-        assert e.code == "E050", e
+        assert e.code == "E050" and program not in LOWERED, e
         pytest.skip(f"{program}: backend refuses it ({e.message}) — tracked as an open issue")
 
 

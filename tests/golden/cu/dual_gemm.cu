@@ -45,7 +45,7 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
   __syncthreads();
   const int wg = cypress::warpgroup_idx();
   if (wg == 0) {
-    // ---- producer warpgroup: ev21, ev22, ev42 (GLOBAL->SHARED, TMA)
+    // ---- producer warpgroup: %e4, %e5, %e7 (GLOBAL->SHARED, TMA)
     cypress::regs_dealloc<40>();
     if (cypress::warp_in_warpgroup() == 0 && cypress::elect_one()) {
       cypress::tma_prefetch(&tm_A_128x64);
@@ -58,15 +58,15 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
         for (int kb = 0; kb < num_k; ++kb) {
           cypress::wait(&empty[s], phase ^ 1);  // backward edge: step kb - STAGES is consumed
           cypress::arrive_expect_tx(&full[s], STAGE_TX);
-          // ev21: copy -> %A_mma_block[kb % STAGES]
+          // %e4: copy -> %A_mma_block[kb % STAGES]
           for (int j = 0; j < 1; ++j) {
             cypress::tma_load_2d(s_A_mma_block + s * A_mma_block_STAGE + j * A_mma_block_CHUNK, &tm_A_128x64, &full[s], (kb * 64) + 64 * j, (b0 * 128));
           }
-          // ev22: copy -> %B_mma_block[kb % STAGES]
+          // %e5: copy -> %B_mma_block[kb % STAGES]
           for (int j = 0; j < 2; ++j) {
             cypress::tma_load_2d(s_B_mma_block + s * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B1_64x64, &full[s], (b1 * 128) + 64 * j, (kb * 64));
           }
-          // ev42: copy -> %B_mma_block_1[kb % STAGES]
+          // %e7: copy -> %B_mma_block_1[kb % STAGES]
           for (int j = 0; j < 2; ++j) {
             cypress::tma_load_2d(s_B_mma_block_1 + s * B_mma_block_1_STAGE + j * B_mma_block_1_CHUNK, &tm_B2_64x64, &full[s], (b1 * 128) + 64 * j, (kb * 64));
           }
@@ -81,27 +81,26 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
     const bool leader = threadIdx.x % 128 == 0;
     float C_clear_thread[1][64];  // %C_clear_thread: 64x128 f32 per warpgroup
     float C_clear_thread_1[1][64];  // %C_clear_thread_1: 64x128 f32 per warpgroup
-    int s = 0, phase = 0;
+    int s = 0, phase = 0, rel_s = 0;  // stage to wait on, its parity, next stage to release
     for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
       int b0, b1;
       tile_coords(t, b0, b1);
-      // ev4: fill
+      // %e1: fill
       #pragma unroll
       for (int a = 0; a < 1; ++a)
       #pragma unroll
         for (int i = 0; i < 64; ++i) C_clear_thread[a][i] = 0;
-      // ev12: fill
+      // %e2: fill
       #pragma unroll
       for (int a = 0; a < 1; ++a)
       #pragma unroll
         for (int i = 0; i < 64; ++i) C_clear_thread_1[a][i] = 0;
-      int prev_s = 0;
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full[s], phase);  // channel: ev21, ev22, ev42
+        cypress::wait(&full[s], phase);  // channel: %e4, %e5, %e7
         for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
         for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread_1[a]);
         cypress::wgmma_fence();
-        // ev32: warpgroup_mma, 4 k16 step(s)
+        // %e6: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + s * B_mma_block_STAGE + 0 * B_mma_block_CHUNK + kk * 16 * 128, B_mma_block_CHUNK);
@@ -111,7 +110,7 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
             cypress::wgmma<128, __half>(da, db, C_clear_thread[a]);
           }
         }
-        // ev52: warpgroup_mma, 4 k16 step(s)
+        // %e8: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block_1 + s * B_mma_block_1_STAGE + 0 * B_mma_block_1_CHUNK + kk * 16 * 128, B_mma_block_1_CHUNK);
@@ -125,19 +124,25 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
         for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
         for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread_1[a]);
         cypress::wait<1>();  // keep 1 wgmma group(s) in flight
-        if (kb > 0 && leader) cypress::arrive(&empty[prev_s]);  // the previous stage is consumed
-        prev_s = s;
+        // the group of step kb - 1 retired: its stage goes back to the producer
+        if (kb >= 1) {
+          if (leader) cypress::arrive(&empty[rel_s]);
+          if (++rel_s == STAGES) rel_s = 0;
+        }
         if (++s == STAGES) { s = 0; phase ^= 1; }
       }
       cypress::wait<0>();
       for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
       for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread_1[a]);
-      if (num_k > 0 && leader) cypress::arrive(&empty[prev_s]);
+      for (int kb = max(num_k - 1, 0); kb < num_k; ++kb) {  // drain: release the rest
+        if (leader) cypress::arrive(&empty[rel_s]);
+        if (++rel_s == STAGES) rel_s = 0;
+      }
       // ---- epilogue
-      // ev69: add
+      // %e9: add
       for (int a = 0; a < 1; ++a)
         for (int i = 0; i < 64; ++i) C_clear_thread[a][i] += C_clear_thread_1[a][i];
-      // ev81: copy %C_clear_thread -> D (f32 -> f16), each thread its fragment
+      // %e10: copy %C_clear_thread -> D (f32 -> f16), each thread its fragment
       #pragma unroll
       for (int a = 0; a < 1; ++a) {
         #pragma unroll

@@ -43,7 +43,7 @@ gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_consta
   __syncthreads();
   const int wg = cypress::warpgroup_idx();
   if (wg == 0) {
-    // ---- producer warpgroup: ev12, ev13 (GLOBAL->SHARED, TMA)
+    // ---- producer warpgroup: %e3, %e4 (GLOBAL->SHARED, TMA)
     cypress::regs_dealloc<40>();
     if (cypress::warp_in_warpgroup() == 0 && cypress::elect_one()) {
       cypress::tma_prefetch(&tm_A_128x64);
@@ -55,11 +55,11 @@ gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_consta
         for (int kb = 0; kb < num_k; ++kb) {
           cypress::wait(&empty[s], phase ^ 1);  // backward edge: step kb - STAGES is consumed
           cypress::arrive_expect_tx(&full[s], STAGE_TX);
-          // ev12: copy -> %A_mma_block[kb % STAGES]
+          // %e3: copy -> %A_mma_block[kb % STAGES]
           for (int j = 0; j < 1; ++j) {
             cypress::tma_load_2d(s_A_mma_block + s * A_mma_block_STAGE + j * A_mma_block_CHUNK, &tm_A_128x64, &full[s], (kb * 64) + 64 * j, (b0 * 128));
           }
-          // ev13: copy -> %B_mma_block[kb % STAGES]
+          // %e4: copy -> %B_mma_block[kb % STAGES]
           for (int j = 0; j < 4; ++j) {
             cypress::tma_load_2d(s_B_mma_block + s * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B_64x64, &full[s], (b1 * 256) + 64 * j, (kb * 64));
           }
@@ -73,21 +73,20 @@ gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_consta
     // ---- consumer warpgroups: wgmma on the stages, accumulators in registers
     const bool leader = threadIdx.x % 128 == 0;
     float C_clear_thread[1][128];  // %C_clear_thread: 64x256 f32 per warpgroup
-    int s = 0, phase = 0;
+    int s = 0, phase = 0, rel_s = 0;  // stage to wait on, its parity, next stage to release
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
       int b0, b1;
       tile_coords(t, b0, b1);
-      // ev3: fill
+      // %e1: fill
       #pragma unroll
       for (int a = 0; a < 1; ++a)
       #pragma unroll
         for (int i = 0; i < 128; ++i) C_clear_thread[a][i] = 0;
-      int prev_s = 0;
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full[s], phase);  // channel: ev12, ev13
+        cypress::wait(&full[s], phase);  // channel: %e3, %e4
         for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
         cypress::wgmma_fence();
-        // ev23: warpgroup_mma, 4 k16 step(s)
+        // %e5: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + s * B_mma_block_STAGE + 0 * B_mma_block_CHUNK + kk * 16 * 128, B_mma_block_CHUNK);
@@ -100,15 +99,21 @@ gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_consta
         cypress::commit();
         for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
         cypress::wait<1>();  // keep 1 wgmma group(s) in flight
-        if (kb > 0 && leader) cypress::arrive(&empty[prev_s]);  // the previous stage is consumed
-        prev_s = s;
+        // the group of step kb - 1 retired: its stage goes back to the producer
+        if (kb >= 1) {
+          if (leader) cypress::arrive(&empty[rel_s]);
+          if (++rel_s == STAGES) rel_s = 0;
+        }
         if (++s == STAGES) { s = 0; phase ^= 1; }
       }
       cypress::wait<0>();
       for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
-      if (num_k > 0 && leader) cypress::arrive(&empty[prev_s]);
+      for (int kb = max(num_k - 1, 0); kb < num_k; ++kb) {  // drain: release the rest
+        if (leader) cypress::arrive(&empty[rel_s]);
+        if (++rel_s == STAGES) rel_s = 0;
+      }
       // ---- epilogue
-      // ev36: copy %C_clear_thread -> shared staging (swizzled 64x64 boxes); ev41: warpgroup barrier, then TMA store
+      // %e6: copy %C_clear_thread -> shared staging (swizzled 64x64 boxes); %e7: warpgroup barrier, then TMA store
       uint8_t* stage_c = smem + 147456 + cw * 32768;
       if (leader) cypress::tma_store_wait<0>();  // the previous tile's store has read stage_c
       cypress::named_sync(1 + cw, 128);
