@@ -25,7 +25,7 @@ from dataclasses import replace
 from cypressc.backend import plan as P
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import Symbols
+from cypressc.ir.analysis import Symbols, views_of
 from cypressc.ir.printer import event_names, fmt_view
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
@@ -231,16 +231,17 @@ class _Lower:
             terms.append(" * ".join(["2.0", *a[:-2], a[-2], b[-1], a[-1]]))
         return " + ".join(terms)
 
+    def _access(self, name: str, writes: bool) -> bool:
+        """Whether any copy or leaf reads (or writes) global tensor ``name``, by the
+        leaf functions' operand rules."""
+        return any(self.sym.root(v) == name and (w if writes else r)
+                   for o in walk_ops(self.m.body) for v, r, w in views_of(o))
+
     def _reads(self, name: str) -> bool:
-        return any(self.sym.root(v) == name for o in walk_ops(self.m.body) if isinstance(o, N.Copy)
-                   for v in (o.src,)) or any(
-            isinstance(a, (N.TRef, N.Piece)) and self.sym.root(a) == name and i > 1
-            for o in walk_ops(self.m.body) if isinstance(o, N.Call) for i, a in enumerate(o.args))
+        return self._access(name, writes=False)
 
     def _writes(self, name: str) -> bool:
-        return any(self.sym.root(o.dst) == name for o in walk_ops(self.m.body) if isinstance(o, N.Copy)) or any(
-            isinstance(o.args[-1], (N.TRef, N.Piece)) and o.fn == "copy" and self.sym.root(o.args[-1]) == name
-            for o in walk_ops(self.m.body) if isinstance(o, N.Call))
+        return self._access(name, writes=True)
 
     def _buffer(self, plan: P.KernelPlan, v: N.View, smem) -> tuple[P.StageBuffer, list[N.IExpr]]:
         root, org, keep, _ = self.origin(v)
@@ -383,7 +384,6 @@ class _Lower:
         off = smem.get(sroot, (0, 0, 1))[0]
         plan.epilogue.append(P.StoreStaged(self.en(call.ev), f.name, tmap, off, self.c(org[kept[0]]),
                                            self.c(org[kept[1]]), batch[0] if batch else None, dt, self.en(o.ev)))
-        plan.staging_bytes = f.rows * f.cols * 2
         self._pending_stage = None
 
 

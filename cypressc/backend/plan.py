@@ -156,7 +156,6 @@ class KernelPlan:
     body: list = field(default_factory=list)  # Mma
     epilogue: list = field(default_factory=list)  # Add / StoreDirect / StoreStaged
     smem_bytes: int = 0
-    staging_bytes: int = 0
     producer_registers: int = 40
     consumer_registers: int = 232
     mma_in_flight: int = 1
@@ -164,4 +163,3 @@ class KernelPlan:
     war_barrier: bool = False  # shared bytes reused after the main loop: all consumers sync first
     requires: list[tuple[str, str]] = field(default_factory=list)
     flops: str = "0"
-    comments: dict[str, str] = field(default_factory=dict)

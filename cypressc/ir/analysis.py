@@ -8,7 +8,7 @@ from dataclasses import replace
 from cypressc.ir import nodes as N
 from cypressc.ir.subst import map_views, rename_events, walk_ops
 
-__all__ = ["Symbols", "canon", "dim_procs", "forward_refs", "replace_event", "remove_ops",
+__all__ = ["Symbols", "views_of", "canon", "dim_procs", "forward_refs", "replace_event", "remove_ops",
            "substitute_view", "module_ops", "ref_for"]
 
 
@@ -37,6 +37,19 @@ class Symbols:
         if isinstance(v, N.TRef):
             return self.allocs[v.name].shape
         return self.parts[v.partition].piece_shape
+
+
+def views_of(op: N.Op) -> list[tuple[N.View, bool, bool]]:
+    """(view, reads, writes) for each tensor a copy or leaf call touches directly (leaf
+    operands by the intrinsics registry's rules)."""
+    from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+
+    if isinstance(op, N.Copy):
+        return [(op.src, True, False), (op.dst, False, True)]
+    if isinstance(op, N.Call):
+        rules = LEAF_FUNCTIONS[op.fn].operands
+        return [(a, r.reads, r.writes) for a, r in zip(op.args, rules) if isinstance(a, (N.TRef, N.Piece))]
+    return []
 
 
 def canon(v: N.View, sym: Symbols) -> tuple:

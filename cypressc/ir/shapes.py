@@ -15,18 +15,14 @@ from functools import lru_cache
 import numpy as np
 
 from cypressc.diagnostics import CypressError, Loc
-from cypressc.ir.nodes import IConst, IExpr, ibin
+from cypressc.ir.nodes import IConst, IExpr
 from cypressc.lang.intrinsics import atom as lookup_atom
 
-__all__ = ["blocks_piece_shape", "mma_piece_shape", "mma_coords", "static"]
+__all__ = ["mma_piece_shape", "mma_coords", "static"]
 
 
 def static(e: IExpr) -> int | None:
     return e.value if isinstance(e, IConst) and isinstance(e.value, int) else None
-
-
-def blocks_piece_shape(block: tuple[IExpr, ...]) -> tuple[IExpr, ...]:
-    return tuple(block)
 
 
 def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand: str,
@@ -76,11 +72,3 @@ def mma_coords(shape: tuple[int, int], proc: str, operand: str, index: int) -> t
     r = np.array([16 * q + t // 4 + 8 * h for q in range(rows // 16) for h in (0, 1)])
     c = np.array([8 * j + 2 * (t % 4) + u for j in range(cols // 8) for u in (0, 1)])
     return r, c
-
-
-def shape_str(shape) -> str:  # pragma: no cover - debugging aid
-    return "x".join(str(static(s)) for s in shape)
-
-
-def cdiv(a: IExpr, b: IExpr) -> IExpr:
-    return ibin("cdiv", a, b)

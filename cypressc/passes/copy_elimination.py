@@ -27,24 +27,13 @@ from dataclasses import replace
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import (Symbols, canon, forward_refs, ref_for, remove_ops, replace_event,
-                                  substitute_view)
+                                  substitute_view, views_of)
 from cypressc.ir.subst import map_views, walk_ops
-from cypressc.lang.intrinsics import LEAF_FUNCTIONS
 
 __all__ = ["copy_elimination"]
 
 
 # ----------------------------------------------------------------------------- queries
-def _views(op: N.Op) -> list[tuple[N.View, bool, bool]]:
-    """(view, reads, writes) for each tensor an op touches directly."""
-    if isinstance(op, N.Copy):
-        return [(op.src, True, False), (op.dst, False, True)]
-    if isinstance(op, N.Call):
-        rules = LEAF_FUNCTIONS[op.fn].operands
-        return [(a, r.reads, r.writes) for a, r in zip(op.args, rules) if isinstance(a, (N.TRef, N.Piece))]
-    return []
-
-
 class _Index:
     def __init__(self, m: N.Module) -> None:
         self.m = m
@@ -56,7 +45,7 @@ class _Index:
         self._loops(m.body, [])
         self.by_root: dict[str, list[tuple[N.Op, bool, bool]]] = {}
         for o in self.order:
-            for v, r, w in _views(o):
+            for v, r, w in views_of(o):
                 self.by_root.setdefault(self.sym.root(v), []).append((o, r, w))
 
     def _loops(self, b: N.Block, stack: list[N.For]) -> None:
@@ -439,7 +428,7 @@ def _all_views(o: N.Op) -> list[N.View]:
 def _check_none(m: N.Module, ctx) -> None:
     ix = _Index(m)
     for o in ix.order:
-        for v, _, _ in _views(o):
+        for v, _, _ in views_of(o):
             root = ix.sym.root(v)
             if ix.sym.allocs[root].mem == "NONE":
                 loc = Loc(getattr(ctx, "mapping_path", "<mapping>"))

@@ -343,7 +343,7 @@ class _DA:
             alloc = N.Alloc(name, self.shape(v), p.type.dtype, mem, v if isinstance(v, N.Piece) else None)
             self.emit(f, alloc)
             # step 2: copy-in what the callee reads
-            reads = p.name in cv.reads or (p.name in cv.writes and self._callee_reads(child, p.name))
+            reads = p.name in cv.reads
             if reads:
                 ev = N.EvRef(self.names.event())
                 self.emit(f, N.Copy(ev.name, v, N.TRef(name), _dedup(f.read_deps(self.root(v)))))
@@ -366,9 +366,6 @@ class _DA:
             self.emit(f, N.Copy(ev.name, N.TRef(name), v, _dedup(deps)))
             f.did_read(name, ev)
             f.did_write(root, ev)
-
-    def _callee_reads(self, node: TaskNode, param: str) -> bool:
-        return param in node.variant.reads
 
     def leaf_call(self, s: S.LeafCall, sc: _Scope, f: _Frame) -> None:
         fn = LEAF_FUNCTIONS[s.fn]
