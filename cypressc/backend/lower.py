@@ -49,7 +49,6 @@ class _Lower:
         self.m, self.ctx = m, ctx
         self.sym = Symbols(m)
         self.lets = {o.name: o.value for o in walk_ops(m.body) if isinstance(o, N.Let)}
-        self.loop_var = "kb"
         self.block = ctx.tree.block_node()
         self.names = event_names(m)
 

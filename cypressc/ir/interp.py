@@ -279,8 +279,10 @@ class _Interp:
         if isinstance(op, N.Copy):
             src = self.view(op.src, scope, env)
             dst = self.view(op.dst, scope, env)
-            dst.write(src.read().reshape(dst.shape) if src.read().size == int(np.prod(dst.shape))
-                      else self._shape_error(op, src, dst))
+            value = src.read()
+            if value.size != int(np.prod(dst.shape)):
+                raise InterpreterError(f"copy {op.ev}: source shape {src.shape} does not fit {dst.shape}")
+            dst.write(value.reshape(dst.shape))
             self.complete(op, scope, env)
         elif isinstance(op, N.Call):
             self.call(op, scope, env)
@@ -319,9 +321,6 @@ class _Interp:
                 args.append(self.expr(a, scope, env))
         for i, val in fn.semantics(*args).items():
             views[i].write(val)
-
-    def _shape_error(self, op, src, dst):
-        raise InterpreterError(f"copy {op.ev}: source shape {src.shape} does not fit {dst.shape}")
 
     def run(self) -> None:
         finished = []

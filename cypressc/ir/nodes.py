@@ -107,8 +107,6 @@ def ibin(op: str, a: IExpr, b: IExpr) -> IExpr:
         return a
     if op == "*" and isinstance(a, IConst) and a.value == 1:
         return b
-    if op == "+" and isinstance(b, IConst) and b.value == 0:
-        return a
     if op in ("/", "//") and isinstance(b, IConst) and b.value == 1:
         return a
     return IBin(op, a, b)

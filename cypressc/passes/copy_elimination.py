@@ -390,8 +390,6 @@ def _try_self(m: N.Module) -> N.Module | None:
 def _try_dead(m: N.Module) -> N.Module | None:
     ix = _Index(m)
     for o in ix.order:
-        if isinstance(o, N.Copy) and canon(o.src, ix.sym) == canon(o.dst, ix.sym):
-            return _drop(m, o)
         if isinstance(o, N.Copy) and ix.sym.mem(o.dst) == "NONE":
             root = ix.sym.root(o.dst)
             readers = [u for u, r, _ in ix.accessors(root) if r and u is not o]
