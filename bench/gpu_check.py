@@ -2,7 +2,7 @@
 """Correctness of cypressc-built kernels on a GPU: build, make, check, sanitize (one call).
 
     PYTHONUNBUFFERED=1 python3 bench/gpu_check.py [--programs gemm,dual_gemm] [--mappings h100,...]
-        [--proto f16,bf16] [--build DIR ...] [--no-sanitizer] [--timeout S] [--jobs N]
+        [--dtypes f16,bf16] [--proto f16,bf16] [--build DIR ...] [--no-sanitizer] [--timeout S] [--jobs N]
 
 Targets: every (program, mapping) pair, built with ``cypressc build programs/P.cyp -m
 mappings/P/M.yaml -o build/gpu_check/P-M`` (a mapping may also be a path to a .yaml); with
@@ -150,6 +150,7 @@ class Target:
     outdir: Path
     mapping: str | None = None        # cypressc build from a mapping
     proto_dtype: str | None = None    # bench/proto wrapped by hand
+    dtype: str | None = None          # --dtype T=<dtype> for cypressc build (None: the default)
     prebuilt: bool = False
     result: dict = field(default_factory=dict)
 
@@ -279,8 +280,9 @@ def make_target(outdir: Path, name: str, target: str, extra: str = "", timeout: 
 
 def cypressc_build(t: Target, mapping: Path) -> tuple[int, str, float]:
     prog = ROOT / "programs" / f"{t.program}.cyp"
-    return run([sys.executable, "-m", "cypressc.cli", "build", str(prog), "-m", str(mapping), "-o", str(t.outdir)],
-               cwd=ROOT, timeout=300)
+    dt = ["--dtype", f"T={t.dtype}"] if t.dtype else []
+    return run([sys.executable, "-m", "cypressc.cli", "build", str(prog), "-m", str(mapping), *dt,
+                "-o", str(t.outdir)], cwd=ROOT, timeout=300)
 
 
 _PTX_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
@@ -789,6 +791,9 @@ def main() -> int:
     ap.add_argument("--mappings", default="h100",
                     help="comma-separated mapping names (mappings/<program>/<m>.yaml), .yaml paths, or "
                          "'all' (every mapping of the program); '' for none")
+    ap.add_argument("--dtypes", default="f16",
+                    help="comma-separated bindings of the programs' dtype parameter T (f16,bf16); "
+                         "f16 targets are named <program>-<mapping>, others get -<dtype> appended")
     ap.add_argument("--proto", default="", help="also check bench/proto's GEMM in the same layout: f16,bf16")
     ap.add_argument("--build", action="append", default=[], metavar="DIR",
                     help="an already-built directory (program taken from its <name>.json); repeatable")
@@ -809,7 +814,9 @@ def main() -> int:
     targets: list[Target] = []
     for prog in [p for p in a.programs.split(",") if p]:
         for m in expand_mappings(prog, a.mappings):
-            targets.append(Target(f"{prog}-{Path(m).stem}", prog, out / f"{prog}-{Path(m).stem}", mapping=m))
+            for dt in [d for d in a.dtypes.split(",") if d]:
+                label = f"{prog}-{Path(m).stem}" + ("" if dt == "f16" else f"-{dt}")
+                targets.append(Target(label, prog, out / label, mapping=m, dtype=dt))
     for dt in [d for d in a.proto.split(",") if d]:
         targets.append(Target(f"proto-{dt}", "gemm", out / f"proto-{dt}", proto_dtype=dt))
     for d in a.build:

@@ -59,8 +59,22 @@ def _guard(fn):
     return wrapper
 
 
-def _front_end(program: str, mapping: str):
-    """Parse + check the program, load + validate the mapping, instantiate the task tree."""
+def _parse_dtypes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    """``--dtype T=bf16`` (repeatable) -> ``{"T": "bf16"}``; malformed -> a usage error."""
+    out: dict[str, str] = {}
+    for v in values:
+        name, eq, dt = v.partition("=")
+        if not eq or not name.isidentifier() or not dt:
+            raise click.BadParameter(f"'{v}': write NAME=DTYPE, e.g. --dtype T=bf16", param=param)
+        if name in out and out[name] != dt:
+            raise click.BadParameter(f"'{name}' is bound twice ({out[name]} and {dt})", param=param)
+        out[name] = dt
+    return out
+
+
+def _front_end(program: str, mapping: str, dtypes: dict[str, str] | None = None):
+    """Parse + check the program (its dtype parameters bound by ``dtypes``), load +
+    validate the mapping, instantiate the task tree."""
     from cypressc.lang.checker import check_program
     from cypressc.lang.parser import parse_file
     from cypressc.mapping.loader import load_mapping
@@ -69,7 +83,7 @@ def _front_end(program: str, mapping: str):
     errors: list[CypressError] = []
     prog = lm = None
     try:
-        prog = check_program(parse_file(program))
+        prog = check_program(parse_file(program, dtypes))
     except CypressErrors as e:
         errors += e.errors
     try:
@@ -106,19 +120,23 @@ def main(ctx: click.Context, debug: bool) -> None:
 _program_arg = click.argument("program", type=click.Path(dir_okay=False))
 _mapping_opt = click.option("-m", "--mapping", required=True, type=click.Path(dir_okay=False),
                             help="The YAML mapping for PROGRAM (e.g. mappings/gemm/h100.yaml).")
+_dtype_opt = click.option("--dtype", "dtypes", multiple=True, metavar="NAME=DTYPE", callback=_parse_dtypes,
+                          help="Bind a dtype parameter the program declares with `NAME = dtype(...)`, "
+                          "e.g. --dtype T=bf16 (repeatable; unbound ones take their first dtype).")
 
 
 @main.command()
 @_program_arg
 @_mapping_opt
+@_dtype_opt
 @_guard
-def check(program: str, mapping: str) -> None:
+def check(program: str, mapping: str, dtypes: dict[str, str]) -> None:
     """Parse and check PROGRAM, validate MAPPING against it, and instantiate the task tree.
 
     Prints one summary line and exits 0 when both are well formed; otherwise prints
     every error as file:line:col with the offending line and exits 1.
     """
-    tree = _front_end(program, mapping)
+    tree = _front_end(program, mapping, dtypes)
     nodes = list(tree.root.walk())
     tasks = {n.variant.task for n in nodes}
     click.echo(f"ok: {program} with {mapping}: {len(tree.program.variants)} variants of "
@@ -129,6 +147,7 @@ def check(program: str, mapping: str) -> None:
 @main.command()
 @_program_arg
 @_mapping_opt
+@_dtype_opt
 @click.option("--after", "after", type=click.Choice([
     "dependence-analysis", "vectorization", "copy-elimination", "resource-allocation",
     "warp-specialization", "cuda-lowering"]), help="Print only the IR after this pass.")
@@ -140,7 +159,8 @@ def check(program: str, mapping: str) -> None:
 @click.option("--dump-ir", type=click.Path(file_okay=False), help="Also write one file per pass here.")
 @click.option("--timings", is_flag=True, help="Print how long each pass took.")
 @_guard
-def explain(program: str, mapping: str, after: str | None, tree: bool, graph: bool, graph_format: str,
+def explain(program: str, mapping: str, dtypes: dict[str, str], after: str | None, tree: bool,
+            graph: bool, graph_format: str,
             dump_ir: str | None, timings: bool) -> None:
     """Show how PROGRAM is compiled under MAPPING: the task tree (instance, variant,
     processor, memory of each argument, tunables), then the event IR after every pass
@@ -158,7 +178,7 @@ def explain(program: str, mapping: str, after: str | None, tree: bool, graph: bo
     from cypressc.mapping.render import print_task_tree
     from cypressc.passes.manager import compile_module
 
-    t = _front_end(program, mapping)
+    t = _front_end(program, mapping, dtypes)
     console = Console()
     if tree and not graph:
         print_task_tree(t)
@@ -209,16 +229,17 @@ def explain(program: str, mapping: str, after: str | None, tree: bool, graph: bo
 @main.command()
 @_program_arg
 @_mapping_opt
+@_dtype_opt
 @click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
               help="Output directory (created; replaced atomically when the build succeeds).")
 @_guard
-def build(program: str, mapping: str, output: str) -> None:
+def build(program: str, mapping: str, dtypes: dict[str, str], output: str) -> None:
     """Compile PROGRAM under MAPPING to CUDA: OUTPUT/<name>.cu (kernel + extern "C"
     launcher), <name>.h, main.cu (timing harness), Makefile and <name>.json (the ABI).
     Then `make -C OUTPUT` builds ./<name> and lib<name>.so with nvcc for sm_90a."""
     from cypressc.backend.build import write_build
 
-    t = _front_end(program, mapping)
+    t = _front_end(program, mapping, dtypes)
     summary = write_build(t, Path(output))
     click.echo(summary)
 

@@ -1,19 +1,20 @@
 """Dual GEMM: D = A @ B1 + A @ B2 in one kernel (the Cypress paper's §5.2 Dual-GEMM, the core
 of a gated linear unit).
 
-A: M x K, B1 and B2: K x N, D: M x N, all row-major f16; both products accumulate in f32.
+A: M x K, B1 and B2: K x N, D: M x N, all row-major T (f16 or bf16); both products accumulate in f32.
 
 Each thread block owns a U x V tile of D.  It keeps two f32 accumulators, clears both, and
 in one sequential K loop issues both Tensor Core products on the same A tile, so the loads
 of B1 and B2 and the two wgmma chains overlap.  Then it adds the second accumulator into the
 first on the CUDA cores (task "add", split down to threads exactly like "clear") and
-copies the sum out as f16.  The mma / clear / copy trees are those of programs/gemm.cyp.
+copies the sum out as T.  The mma / clear / copy trees are those of programs/gemm.cyp.
 """
 
+T = dtype(f16, bf16)  # the 16-bit element type of A, B and C: --dtype T=bf16
 
 @task("dual_gemm", Inner, reads=["A", "B1", "B2"], writes=["D"])
-def dual_gemm_host(D: tensor[(M, N), f16], A: tensor[(M, K), f16], B1: tensor[(K, N), f16],
-                   B2: tensor[(K, N), f16]):
+def dual_gemm_host(D: tensor[(M, N), T], A: tensor[(M, K), T], B1: tensor[(K, N), T],
+                   B2: tensor[(K, N), T]):
     U, V = tunable(int), tunable(int)
     Dp = partition_by_blocks(D, (U, V))
     Ap = partition_by_blocks(A, (U, K))
@@ -24,7 +25,7 @@ def dual_gemm_host(D: tensor[(M, N), f16], A: tensor[(M, K), f16], B1: tensor[(K
 
 
 @task("dual_gemm", Inner, reads=["A", "B1", "B2"], writes=["D"])
-def dual_gemm_block(D: tensor[2, f16], A: tensor[2, f16], B1: tensor[2, f16], B2: tensor[2, f16]):
+def dual_gemm_block(D: tensor[2, T], A: tensor[2, T], B1: tensor[2, T], B2: tensor[2, T]):
     W = tunable(int)
     M, N, K = D.shape[0], D.shape[1], A.shape[1]
     Ap = partition_by_blocks(A, (M, W))
@@ -43,7 +44,7 @@ def dual_gemm_block(D: tensor[2, f16], A: tensor[2, f16], B1: tensor[2, f16], B2
 
 # ---- C += A @ B on the Tensor Core: block -> warpgroups -> warps -> threads
 @task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_tile(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+def mma_tile(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     WGS = tunable(int)
     M, N, K = C.shape[0], C.shape[1], A.shape[1]
     Cp = partition_by_blocks(C, (M / WGS, N))
@@ -53,7 +54,7 @@ def mma_tile(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
 
 
 @task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_inner(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+def mma_inner(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
     Cp = partition_by_mma(C, MMA, PROC, "C")
     Ap = partition_by_mma(A, MMA, PROC, "A")
@@ -63,7 +64,7 @@ def mma_inner(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
 
 
 @task("mma", Leaf, reads=["A", "B", "C"], writes=["C"])
-def mma_thread(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+def mma_thread(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     MMA = tunable(atom)
     warpgroup_mma(MMA, C, A, B)
 
@@ -116,9 +117,9 @@ def add_thread(C: tensor[2, f32], X: tensor[2, f32]):
     add(C, X)
 
 
-# ---- D = C converted to f16: the epilogue
+# ---- D = C converted to T: the epilogue
 @task("copy", Inner, reads=["C"], writes=["D"])
-def copy_tile(C: tensor[2, f32], D: tensor[2, f16]):
+def copy_tile(C: tensor[2, f32], D: tensor[2, T]):
     WGS = tunable(int)
     M, N = C.shape[0], C.shape[1]
     Cp = partition_by_blocks(C, (M / WGS, N))
@@ -128,7 +129,7 @@ def copy_tile(C: tensor[2, f32], D: tensor[2, f16]):
 
 
 @task("copy", Inner, reads=["C"], writes=["D"])
-def copy_inner(C: tensor[2, f32], D: tensor[2, f16]):
+def copy_inner(C: tensor[2, f32], D: tensor[2, T]):
     PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
     Cp = partition_by_mma(C, MMA, PROC, "C")
     Dp = partition_by_mma(D, MMA, PROC, "C")
@@ -137,5 +138,5 @@ def copy_inner(C: tensor[2, f32], D: tensor[2, f16]):
 
 
 @task("copy", Leaf, reads=["C"], writes=["D"])
-def copy_thread(C: tensor[2, f32], D: tensor[2, f16]):
+def copy_thread(C: tensor[2, f32], D: tensor[2, T]):
     copy(C, D)

@@ -1,10 +1,12 @@
 """C = A @ B: the Cypress paper's Fig. 5 Hopper GEMM, with the clear and copy trees written out.
 
-A: M x K, B: K x N, C: M x N, all row-major f16; the accumulator is f32 (task "mma").
+A: M x K, B: K x N, C: M x N, all row-major T (f16 or bf16); the accumulator is f32 (task "mma").
 """
 
+T = dtype(f16, bf16)  # the 16-bit element type of A, B and C: --dtype T=bf16
+
 @task("gemm", Inner, reads=["A", "B"], writes=["C"])
-def gemm_host(C: tensor[(M, N), f16], A: tensor[(M, K), f16], B: tensor[(K, N), f16]):
+def gemm_host(C: tensor[(M, N), T], A: tensor[(M, K), T], B: tensor[(K, N), T]):
     U, V = tunable(int), tunable(int)
     Cp = partition_by_blocks(C, (U, V))
     Ap = partition_by_blocks(A, (U, K))
@@ -14,7 +16,7 @@ def gemm_host(C: tensor[(M, N), f16], A: tensor[(M, K), f16], B: tensor[(K, N), 
 
 
 @task("gemm", Inner, reads=["A", "B"], writes=["C"])
-def gemm_block(C: tensor[2, f16], A: tensor[2, f16], B: tensor[2, f16]):
+def gemm_block(C: tensor[2, T], A: tensor[2, T], B: tensor[2, T]):
     W = tunable(int)
     M, N, K = C.shape[0], C.shape[1], A.shape[1]
     Ap = partition_by_blocks(A, (M, W))
@@ -28,7 +30,7 @@ def gemm_block(C: tensor[2, f16], A: tensor[2, f16], B: tensor[2, f16]):
 
 # ---- C += A @ B on the Tensor Core: block -> warpgroups -> warps -> threads
 @task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_tile(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+def mma_tile(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     WGS = tunable(int)
     M, N, K = C.shape[0], C.shape[1], A.shape[1]
     Cp = partition_by_blocks(C, (M / WGS, N))
@@ -38,7 +40,7 @@ def mma_tile(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
 
 
 @task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_inner(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+def mma_inner(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
     Cp = partition_by_mma(C, MMA, PROC, "C")
     Ap = partition_by_mma(A, MMA, PROC, "A")
@@ -48,7 +50,7 @@ def mma_inner(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
 
 
 @task("mma", Leaf, reads=["A", "B", "C"], writes=["C"])
-def mma_thread(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+def mma_thread(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     MMA = tunable(atom)
     warpgroup_mma(MMA, C, A, B)
 
@@ -76,9 +78,9 @@ def clear_thread(C: tensor[2, f32]):
     fill(C, 0)
 
 
-# ---- D = C converted to f16: the epilogue
+# ---- D = C converted to T: the epilogue
 @task("copy", Inner, reads=["C"], writes=["D"])
-def copy_tile(C: tensor[2, f32], D: tensor[2, f16]):
+def copy_tile(C: tensor[2, f32], D: tensor[2, T]):
     WGS = tunable(int)
     M, N = C.shape[0], C.shape[1]
     Cp = partition_by_blocks(C, (M / WGS, N))
@@ -88,7 +90,7 @@ def copy_tile(C: tensor[2, f32], D: tensor[2, f16]):
 
 
 @task("copy", Inner, reads=["C"], writes=["D"])
-def copy_inner(C: tensor[2, f32], D: tensor[2, f16]):
+def copy_inner(C: tensor[2, f32], D: tensor[2, T]):
     PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
     Cp = partition_by_mma(C, MMA, PROC, "C")
     Dp = partition_by_mma(D, MMA, PROC, "C")
@@ -97,5 +99,5 @@ def copy_inner(C: tensor[2, f32], D: tensor[2, f16]):
 
 
 @task("copy", Leaf, reads=["C"], writes=["D"])
-def copy_thread(C: tensor[2, f32], D: tensor[2, f16]):
+def copy_thread(C: tensor[2, f32], D: tensor[2, T]):
     copy(C, D)

@@ -1,7 +1,7 @@
 """GEMM + reduction: C = A @ B and y[i] = sum_k A[i, k], fused (the Cypress paper's §5.2
 GEMM+Reduction).
 
-A: M x K, B: K x N, C: M x N, all row-major f16; y: M, f32.  C accumulates in f32.
+A: M x K, B: K x N, C: M x N, all row-major T (f16 or bf16); y: M, f32.  C accumulates in f32.
 
 The reduction runs on the CUDA cores (SIMT) over the A tiles the Tensor Core reads
 anyway, so it overlaps the asynchronous wgmma chain.  Each thread block owns a U x V
@@ -20,10 +20,11 @@ the row sums of its A panel (the same SIMT work a fused 2-D grid does) and store
 same values.
 """
 
+T = dtype(f16, bf16)  # the 16-bit element type of A, B and C: --dtype T=bf16
 
 @task("gemm_reduction", Inner, reads=["A", "B"], writes=["C", "y"])
-def gemm_reduction_host(C: tensor[(M, N), f16], y: tensor[(M,), f32], A: tensor[(M, K), f16],
-                        B: tensor[(K, N), f16]):
+def gemm_reduction_host(C: tensor[(M, N), T], y: tensor[(M,), f32], A: tensor[(M, K), T],
+                        B: tensor[(K, N), T]):
     U, V = tunable(int), tunable(int)
     Cp = partition_by_blocks(C, (U, V))
     yp = partition_by_blocks(y, (U,))
@@ -35,7 +36,7 @@ def gemm_reduction_host(C: tensor[(M, N), f16], y: tensor[(M,), f32], A: tensor[
 
 
 @task("gemm_reduction", Inner, reads=["A", "B"], writes=["C", "y"])
-def gemm_reduction_block(C: tensor[2, f16], y: tensor[1, f32], A: tensor[2, f16], B: tensor[2, f16]):
+def gemm_reduction_block(C: tensor[2, T], y: tensor[1, f32], A: tensor[2, T], B: tensor[2, T]):
     W = tunable(int)
     M, N, K = C.shape[0], C.shape[1], A.shape[1]
     Ap = partition_by_blocks(A, (M, W))
@@ -53,7 +54,7 @@ def gemm_reduction_block(C: tensor[2, f16], y: tensor[1, f32], A: tensor[2, f16]
 
 # ---- C += A @ B on the Tensor Core: block -> warpgroups -> warps -> threads
 @task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_tile(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+def mma_tile(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     WGS = tunable(int)
     M, N, K = C.shape[0], C.shape[1], A.shape[1]
     Cp = partition_by_blocks(C, (M / WGS, N))
@@ -63,7 +64,7 @@ def mma_tile(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
 
 
 @task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_inner(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+def mma_inner(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
     Cp = partition_by_mma(C, MMA, PROC, "C")
     Ap = partition_by_mma(A, MMA, PROC, "A")
@@ -73,7 +74,7 @@ def mma_inner(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
 
 
 @task("mma", Leaf, reads=["A", "B", "C"], writes=["C"])
-def mma_thread(C: tensor[2, f32], A: tensor[2, f16], B: tensor[2, f16]):
+def mma_thread(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     MMA = tunable(atom)
     warpgroup_mma(MMA, C, A, B)
 
@@ -101,9 +102,9 @@ def clear_thread(C: tensor[2, f32]):
     fill(C, 0)
 
 
-# ---- D = C converted to f16: the epilogue
+# ---- D = C converted to T: the epilogue
 @task("copy", Inner, reads=["C"], writes=["D"])
-def copy_tile(C: tensor[2, f32], D: tensor[2, f16]):
+def copy_tile(C: tensor[2, f32], D: tensor[2, T]):
     WGS = tunable(int)
     M, N = C.shape[0], C.shape[1]
     Cp = partition_by_blocks(C, (M / WGS, N))
@@ -113,7 +114,7 @@ def copy_tile(C: tensor[2, f32], D: tensor[2, f16]):
 
 
 @task("copy", Inner, reads=["C"], writes=["D"])
-def copy_inner(C: tensor[2, f32], D: tensor[2, f16]):
+def copy_inner(C: tensor[2, f32], D: tensor[2, T]):
     PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
     Cp = partition_by_mma(C, MMA, PROC, "C")
     Dp = partition_by_mma(D, MMA, PROC, "C")
@@ -122,13 +123,13 @@ def copy_inner(C: tensor[2, f32], D: tensor[2, f16]):
 
 
 @task("copy", Leaf, reads=["C"], writes=["D"])
-def copy_thread(C: tensor[2, f32], D: tensor[2, f16]):
+def copy_thread(C: tensor[2, f32], D: tensor[2, T]):
     copy(C, D)
 
 
 # ---- y += row sums of A on the CUDA cores: block -> warpgroups -> one row per thread
 @task("rowsum", Inner, reads=["y", "A"], writes=["y"])
-def rowsum_tile(y: tensor[1, f32], A: tensor[2, f16]):
+def rowsum_tile(y: tensor[1, f32], A: tensor[2, T]):
     WGS = tunable(int)
     M, K = A.shape[0], A.shape[1]
     yp = partition_by_blocks(y, (M / WGS,))
@@ -138,7 +139,7 @@ def rowsum_tile(y: tensor[1, f32], A: tensor[2, f16]):
 
 
 @task("rowsum", Inner, reads=["y", "A"], writes=["y"])
-def rowsum_rows(y: tensor[1, f32], A: tensor[2, f16]):
+def rowsum_rows(y: tensor[1, f32], A: tensor[2, T]):
     M, K = A.shape[0], A.shape[1]
     yp = partition_by_blocks(y, (1,))
     Ap = partition_by_blocks(A, (1, K))
@@ -147,7 +148,7 @@ def rowsum_rows(y: tensor[1, f32], A: tensor[2, f16]):
 
 
 @task("rowsum", Leaf, reads=["y", "A"], writes=["y"])
-def rowsum_thread(y: tensor[1, f32], A: tensor[2, f16]):
+def rowsum_thread(y: tensor[1, f32], A: tensor[2, T]):
     row_sum(y, A)
 
 

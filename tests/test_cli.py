@@ -156,3 +156,33 @@ def test_real_subprocess(prog, mapping, rc, prefix):
                        capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
     assert r.returncode == rc, r.stderr
     assert r.stderr.startswith(prefix) and "Traceback" not in r.stderr
+
+
+def test_dtype_binding_reaches_the_build(tmp_path):
+    """--dtype T=bf16 changes the element type of every T tensor and nothing else."""
+    import json
+
+    for dt in ("f16", "bf16"):
+        r = cli("build", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml", "--dtype", f"T={dt}",
+                "-o", str(tmp_path / dt))
+        assert r.exit_code == 0, r.stderr
+        params = json.loads((tmp_path / dt / "gemm.json").read_text())["params"]
+        assert [p["dtype"] for p in params] == [dt, dt, dt]
+    f16, bf16 = ((tmp_path / d / "gemm.cu").read_text() for d in ("f16", "bf16"))
+    assert "__nv_bfloat16" not in f16 and "cypress::wgmma<256, __nv_bfloat16>" in bf16
+
+
+@pytest.mark.parametrize("value, rc, frag", [
+    ("T=f32", 1, "error[E013]: --dtype T=f32: 'T' may only be f16 or bf16"),
+    ("U=bf16", 1, "error[E013]: --dtype binds 'U'"),
+    ("T", 2, "'T': write NAME=DTYPE"),
+    ("=bf16", 2, "write NAME=DTYPE"),
+])
+def test_dtype_binding_errors(value, rc, frag):
+    r = cli("check", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml", "--dtype", value)
+    assert r.exit_code == rc and frag in r.stderr, r.stderr
+
+
+def test_dtype_bound_twice_is_a_usage_error():
+    r = cli("check", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml", "--dtype", "T=f16", "--dtype", "T=bf16")
+    assert r.exit_code == 2 and "bound twice" in r.stderr

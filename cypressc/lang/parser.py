@@ -2,7 +2,11 @@
 
 The source is parsed with the standard library :mod:`ast` and never executed.  Every
 Python construct outside the subset documented in ``docs/language.md`` is rejected
-with a located :class:`~cypressc.diagnostics.CypressError` (codes ``E000``–``E012``).
+with a located :class:`~cypressc.diagnostics.CypressError` (codes ``E000``–``E013``).
+
+A program may be generic over element types: a top-level ``T = dtype(f16, bf16)``
+declares ``T``, types write ``tensor[(M, K), T]``, and the caller binds it
+(``parse_source(..., dtypes={"T": "bf16"})``; the first allowed dtype is the default).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import ast
 import warnings
 from pathlib import Path
+from typing import Mapping
 
 from cypressc.diagnostics import CypressError, CypressErrors, Loc
 from cypressc.lang import syntax as S
@@ -32,10 +37,12 @@ _STMT_NAMES = {
 
 
 class _Parser:
-    def __init__(self, path: str, source: str) -> None:
+    def __init__(self, path: str, source: str, dtypes: Mapping[str, str]) -> None:
         self.path = path
         self.lines = source.splitlines()
         self.errors: list[CypressError] = []
+        self.bindings = dict(dtypes)
+        self.dtype_params: dict[str, S.DtypeParam] = {}
 
     # -- locations ---------------------------------------------------------------------
     def loc(self, node: ast.AST) -> Loc:
@@ -67,13 +74,67 @@ class _Parser:
                 if isinstance(stmt, ast.FunctionDef):
                     variants.append(self.variant(stmt))
                     continue
+                if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) \
+                        and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "dtype":
+                    self.dtype_param(stmt)
+                    continue
                 raise self.err(
                     "E002", f"unsupported top-level statement ({type(stmt).__name__})", stmt,
-                    "a .cyp file holds @task-decorated defs and include(\"header.cuh\") lines",
+                    "a .cyp file holds @task-decorated defs, include(\"header.cuh\") lines and "
+                    "dtype parameters `T = dtype(f16, bf16)`",
                 )
             except CypressError as e:
                 self.errors.append(e)
-        return S.Program(self.path, tuple(includes), tuple(variants), Loc(self.path, 1, 1))
+        for name in self.bindings:
+            if name not in self.dtype_params:
+                declared = ", ".join(self.dtype_params) or "none"
+                self.errors.append(CypressError(
+                    "E013", f"--dtype binds '{name}', which this program does not declare (declared: {declared})",
+                    Loc(self.path, 1, 1), hint="declare it at top level: `T = dtype(f16, bf16)`"))
+        return S.Program(self.path, tuple(includes), tuple(variants), Loc(self.path, 1, 1),
+                         tuple(self.dtype_params.values()))
+
+    def dtype_param(self, st: ast.Assign) -> None:
+        """``T = dtype(f16, bf16)``: declare T, bound to ``self.bindings[T]`` or the first."""
+        call = st.value
+        assert isinstance(call, ast.Call)
+        usage = "write `T = dtype(f16, bf16)`: a name and the dtypes it may stand for, default first"
+        if len(st.targets) != 1 or not isinstance(st.targets[0], ast.Name):
+            raise self.err("E013", "a dtype parameter is one plain name", st, usage)
+        name = st.targets[0].id
+        if name in S.DTYPES or name in ("int", "tensor"):
+            raise self.err("E013", f"'{name}' is a built-in type name", st.targets[0], usage)
+        try:
+            self._dtype_param(name, st, call, usage)
+        except CypressError:
+            # the parse fails anyway; declaring the name keeps its uses from each
+            # reporting an unknown dtype
+            self.dtype_params.setdefault(name, S.DtypeParam(name, ("f16",), "f16", self.loc(st)))
+            raise
+
+    def _dtype_param(self, name: str, st: ast.Assign, call: ast.Call, usage: str) -> None:
+        if call.keywords or not call.args:
+            raise self.err("E013", "dtype() takes one or more dtype names", call, usage)
+        allowed: list[str] = []
+        for a in call.args:
+            if not (isinstance(a, ast.Name) and a.id in S.DTYPES):
+                raise self.err("E013", f"unknown dtype '{ast.unparse(a)}'", a,
+                               "dtypes are " + ", ".join(S.DTYPES))
+            if a.id in allowed:
+                raise self.err("E013", f"dtype '{a.id}' is listed twice", a, usage)
+            allowed.append(a.id)
+        if name in self.dtype_params:
+            raise self.err("E013", f"dtype parameter '{name}' is declared twice", st.targets[0],
+                           f"the first declaration is at line {self.dtype_params[name].loc.line}")
+        bound = self.bindings.get(name, allowed[0])
+        if bound not in allowed:
+            # reported, and the parameter still declared (with its default) so that its
+            # uses do not each report an unknown dtype
+            self.errors.append(self.err("E013", f"--dtype {name}={bound}: '{name}' may only be "
+                                        + " or ".join(allowed), st,
+                                        "pick one of the dtypes listed in its declaration"))
+            bound = allowed[0]
+        self.dtype_params[name] = S.DtypeParam(name, tuple(allowed), bound, self.loc(st))
 
     def include(self, call: ast.Call) -> str:
         if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Constant) \
@@ -139,8 +200,11 @@ class _Parser:
         if not (isinstance(sl, ast.Tuple) and len(sl.elts) == 2):
             raise self.err("E005", "tensor[...] takes a rank and a dtype", ann, hint)
         rank, dt = sl.elts
+        if isinstance(dt, ast.Name) and dt.id in self.dtype_params:
+            dt = ast.copy_location(ast.Name(self.dtype_params[dt.id].bound), dt)
         if not (isinstance(dt, ast.Name) and dt.id in S.DTYPES):
-            raise self.err("E005", f"unknown dtype '{ast.unparse(dt)}'", dt, hint)
+            raise self.err("E005", f"unknown dtype '{ast.unparse(dt)}'", dt,
+                           hint + "; a dtype parameter `T = dtype(...)` must be declared above its use")
         if isinstance(rank, ast.Tuple):
             if not 1 <= len(rank.elts) <= 4 or not all(isinstance(e, ast.Name) for e in rank.elts):
                 raise self.err("E005", "named dimensions are 1 to 4 size names, e.g. (M, K)", rank, hint)
@@ -324,11 +388,13 @@ class _Parser:
         raise self.err("E012", f"unsupported expression ({type(e).__name__})", e)
 
 
-def parse_source(source: str, path: str = "<string>") -> S.Program:
+def parse_source(source: str, path: str = "<string>", dtypes: Mapping[str, str] | None = None) -> S.Program:
     """Parse ``.cyp`` text into a :class:`~cypressc.lang.syntax.Program`.
 
-    Raises :class:`CypressErrors` with every syntax-level error found (E001 for Python
-    syntax errors, E002–E012 for constructs outside the subset).
+    ``dtypes`` binds the program's dtype parameters (``{"T": "bf16"}``); unbound ones
+    take their first allowed dtype.  Raises :class:`CypressErrors` with every
+    syntax-level error found (E001 for Python syntax errors, E002–E012 for constructs
+    outside the subset, E013 for dtype parameters and bindings).
     """
     if "\x00" in source:
         raise CypressErrors([CypressError("E001", "the file is binary, not .cyp source", Loc(path, 1, 1))])
@@ -347,7 +413,7 @@ def parse_source(source: str, path: str = "<string>") -> S.Program:
         raise CypressErrors([CypressError("E001", f"syntax error: {e.msg}", Loc(path, line, e.offset or 1, 0, text))]) from None
     except (ValueError, RecursionError, MemoryError) as e:
         raise CypressErrors([CypressError("E001", f"cannot parse: {e}", Loc(path, 1, 1))]) from None
-    p = _Parser(path, source)
+    p = _Parser(path, source, dtypes or {})
     try:
         prog = p.module(mod)
     except RecursionError:
@@ -359,8 +425,9 @@ def parse_source(source: str, path: str = "<string>") -> S.Program:
     return prog
 
 
-def parse_file(path: str | Path) -> S.Program:
-    """Read and parse a ``.cyp`` file; unreadable or non-UTF-8 files are E001 errors."""
+def parse_file(path: str | Path, dtypes: Mapping[str, str] | None = None) -> S.Program:
+    """Read and parse a ``.cyp`` file (``dtypes`` as in :func:`parse_source`); unreadable
+    files are E000 and non-UTF-8 files E001 errors."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -378,4 +445,4 @@ def parse_file(path: str | Path) -> S.Program:
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         raise CypressErrors([CypressError("E001", "the file is not UTF-8 text", Loc(str(path), line, col, col + 1),
                                           hint="save the program as UTF-8")]) from None
-    return parse_source(text, str(path))
+    return parse_source(text, str(path), dtypes)

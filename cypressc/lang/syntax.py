@@ -232,11 +232,27 @@ class Variant:
 
 
 @dataclass(frozen=True, slots=True)
+class DtypeParam:
+    """A top-level ``T = dtype(f16, bf16)``: an element type the program is generic over.
+
+    ``allowed`` lists the dtypes it may be bound to (the first is the default);
+    ``bound`` is the one this parse used (``cypressc … --dtype T=bf16``).  Types that
+    name ``T`` were resolved to ``bound`` by the parser, so nothing downstream sees ``T``.
+    """
+
+    name: str
+    allowed: tuple[str, ...]
+    bound: str
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
 class Program:
     path: str
     includes: tuple[str, ...]
     variants: tuple[Variant, ...]
     loc: Loc = _L
+    dtype_params: tuple[DtypeParam, ...] = ()
 
     def variant(self, name: str) -> Variant | None:
         for v in self.variants:

@@ -19,13 +19,16 @@ from cypressc.mapping.tasktree import instantiate
 from cypressc.passes.manager import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))
+PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp")) + ["gemm_bf16"]
 RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 LOWERED = {"gemm", "batched_gemm", "dual_gemm"}  # must keep lowering: a refusal is a regression
 
 
 def _plan(program: str):
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")),
+    """``gemm_bf16`` is programs/gemm.cyp with ``--dtype T=bf16``."""
+    dtypes = {"T": "bf16"} if program.endswith("_bf16") else {}
+    program = program.removesuffix("_bf16")
+    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp", dtypes)),
                        load_mapping(ROOT / "mappings" / program / "h100.yaml"))
     try:
         return compile_module(tree)[-1][1].attrs["kernel"]

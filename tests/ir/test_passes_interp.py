@@ -72,3 +72,20 @@ def test_every_pass_matches_numpy_under_random_schedules(program):
                 assert not np.isnan(got[o]).any(), f"{name} seed {seed}: {o} has unwritten elements"
                 err = np.linalg.norm(_f64(got[o]) - expected[o]) / np.linalg.norm(expected[o])
                 assert err < 1e-2, f"{name} seed {seed}: {o} relative error {err}"
+
+
+def test_bf16_binding_runs_in_bf16():
+    """``--dtype T=bf16``: the interpreter stores A, B and C in bf16 (8-bit mantissa), so the
+    result matches the f64 reference to bf16 precision but not to f16 precision."""
+    mapping, sizes, ref, outs = CASES["gemm"]
+    tree = instantiate(check_program(parse_file(ROOT / "programs/gemm.cyp", {"T": "bf16"})),
+                       load_mapping(ROOT / mapping))
+    m = compile_module(tree, until="warp-specialization")[-1][1]
+    assert {p.name: p.dtype for p in m.params} == {"C": "bf16", "A": "bf16", "B": "bf16"}
+    inputs = random_inputs(m, sizes, seed=3)
+    for x in inputs.values():  # inputs are bf16 values: the low 16 bits of each f32 are zero
+        assert not (x.astype(np.float32).view(np.uint32) & 0xFFFF).any()
+    got = run_module(m, sizes, inputs, outs, 5)["C"]
+    assert not (got.astype(np.float32).view(np.uint32) & 0xFFFF).any()
+    err = np.linalg.norm(_f64(got) - ref(inputs)["C"]) / np.linalg.norm(ref(inputs)["C"])
+    assert 1e-4 < err < 1e-2, err

@@ -293,3 +293,47 @@ def test_named_sizes():
     with pytest.raises(CypressErrors) as ei:
         parse_source('@task("g", Leaf)\ndef g(C: tensor[(M, 4), f16]):\n    pass\n')
     assert ei.value.errors[0].code == "E005" and "size names" in ei.value.errors[0].message
+
+
+GENERIC = '''\
+T = dtype(f16, bf16)
+
+@task("copy", Leaf, reads=["C"], writes=["D"])
+def copy_thread(C: tensor[2, f32], D: tensor[(M, N), T]):
+    copy(C, D)
+'''
+
+
+@pytest.mark.parametrize("bind, expect", [({}, "f16"), ({"T": "f16"}, "f16"), ({"T": "bf16"}, "bf16")])
+def test_dtype_parameter_is_resolved_by_the_binding(bind, expect):
+    prog = parse_source(GENERIC, "g.cyp", bind)
+    (p,) = prog.dtype_params
+    assert (p.name, p.allowed, p.bound, p.loc.line) == ("T", ("f16", "bf16"), expect, 1)
+    c, d = prog.variants[0].params
+    assert (c.type.dtype, d.type.dtype, d.type.dims) == ("f32", expect, ("M", "N"))
+
+
+@pytest.mark.parametrize("src, bind, line, col, frag", [
+    (GENERIC, {"T": "f32"}, 1, 1, "--dtype T=f32: 'T' may only be f16 or bf16"),
+    (GENERIC, {"U": "bf16"}, 1, 1, "--dtype binds 'U', which this program does not declare (declared: T)"),
+    (GENERIC.replace("dtype(f16, bf16)", "dtype(f16, f16)"), {}, 1, 16, "dtype 'f16' is listed twice"),
+    (GENERIC.replace("dtype(f16, bf16)", "dtype()"), {}, 1, 5, "dtype() takes one or more dtype names"),
+    (GENERIC.replace("T", "f32"), {}, 1, 1, "'f32' is a built-in type name"),
+    (GENERIC.replace("T = dtype", "T, U = dtype").replace("), T]", "), f16]"), {}, 1, 1, "a dtype parameter is one plain name"),
+    (GENERIC + "T = dtype(bf16)\n", {}, 6, 1, "dtype parameter 'T' is declared twice"),
+])
+def test_dtype_parameter_errors(src, bind, line, col, frag):
+    with pytest.raises(CypressErrors) as ei:
+        parse_source(src, "g.cyp", bind)
+    e = ei.value.errors[0]
+    assert (e.code, e.loc.line, e.loc.col) == ("E013", line, col)
+    assert frag in e.message
+    # a bad binding is reported once, not once more per use of T
+    assert len(ei.value.errors) == 1
+
+
+def test_dtype_parameter_must_be_declared_before_use():
+    src = GENERIC.split("\n", 1)[1] + "T = dtype(f16, bf16)\n"
+    with pytest.raises(CypressErrors) as ei:
+        parse_source(src, "g.cyp")
+    assert ei.value.errors[0].code == "E005" and "declared above its use" in ei.value.errors[0].hint
