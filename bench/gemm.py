@@ -140,17 +140,20 @@ def make_triton_matmul(configs=None):
 # --------------------------------------------------------------------------------------------
 
 
-def build_mapping(mapping: str, outroot: Path) -> Path:
+def build_mapping(mapping: str, outroot: Path, program: str = "gemm", dtype: str = "f16") -> Path:
+    """``cypressc build programs/<program>.cyp -m <mapping> --dtype T=<dtype>`` into
+    ``outroot/<program>-<mapping>[-<dtype>]`` (the names bench/gpu_check.py uses)."""
     import subprocess
 
     from gpu_check import child_env, resolve_mapping
 
-    mp = resolve_mapping("gemm", mapping)
+    mp = resolve_mapping(program, mapping)
     if mp is None:
-        raise RuntimeError(f"no mapping {mapping!r} (tried it as a path and mappings/gemm/{mapping}.yaml)")
-    out = outroot / f"gemm-{Path(mapping).stem}"
-    p = subprocess.run([sys.executable, "-m", "cypressc.cli", "build", str(ROOT / "programs" / "gemm.cyp"), "-m",
-                        str(mp), "-o", str(out)], capture_output=True, text=True, env=child_env(), timeout=300)
+        raise RuntimeError(f"no mapping {mapping!r} (tried it as a path and mappings/{program}/{mapping}.yaml)")
+    out = outroot / (f"{program}-{Path(mapping).stem}" + ("" if dtype == "f16" else f"-{dtype}"))
+    p = subprocess.run([sys.executable, "-m", "cypressc.cli", "build", str(ROOT / "programs" / f"{program}.cyp"),
+                        "-m", str(mp), "--dtype", f"T={dtype}", "-o", str(out)],
+                       capture_output=True, text=True, env=child_env(), timeout=300)
     if p.returncode:
         raise RuntimeError(f"cypressc build -m {mp} failed (rc={p.returncode}):\n{(p.stdout + p.stderr)[-2000:]}")
     return out

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call: gpu-test (bench/gpu_check.py) then bench (bench/gemm.py), both summaries last.
+# One device call: gpu-test (bench/gpu_check.py), bench (bench/gemm.py) and/or the GEMM-variant
+# bench (bench/variants.py), as STEPS says (default "check bench"); the summaries last.
 #
 #   run(command="bash bench/gpu_all.sh", carry=[".whl"], timeout_s=600)
 #
@@ -8,6 +9,7 @@
 # gpu_check built (no second nvcc pass).  Logs and JSON go to $OUT (gpu_test.txt, bench.txt,
 # gpu_check.json, gpu_check.log, bench_gemm.json).  Override with GPU_TEST_ARGS / BENCH_ARGS, e.g.
 #   GPU_TEST_ARGS="--programs gemm,batched_gemm,dual_gemm --mappings all --no-sanitizer" bash bench/gpu_all.sh
+#   STEPS="check variants" GPU_TEST_ARGS="--programs dual_gemm --dtypes f16,bf16" bash bench/gpu_all.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/cyp_out}
@@ -26,20 +28,36 @@ B=build/gpu_check
 GPU_TEST_ARGS=${GPU_TEST_ARGS:---programs gemm --mappings h100 --proto f16}
 
 t0=$(date +%s)
-# shellcheck disable=SC2086
-timeout 350 python3 bench/gpu_check.py --out $B $GPU_TEST_ARGS 2>&1 | tee "$OUT/gpu_test.txt"
-rc1=${PIPESTATUS[0]}
-if [ -z "${BENCH_ARGS:-}" ]; then   # time every f16 GEMM gpu_check built (no second nvcc pass)
-  BENCH_ARGS="--mapping="
-  for d in $B/gemm-* $B/proto-f16; do [ -f "$d/libgemm.so" ] && BENCH_ARGS="$BENCH_ARGS --build $d"; done
+STEPS=${STEPS:-check bench}   # any of: check (gpu_check.py), bench (gemm.py), variants (variants.py)
+rc1=0; rc2=0; rc3=0
+if [[ " $STEPS " == *" check "* ]]; then
+  # shellcheck disable=SC2086
+  timeout ${CHECK_TIMEOUT:-350} python3 bench/gpu_check.py --out $B $GPU_TEST_ARGS 2>&1 | tee "$OUT/gpu_test.txt"
+  rc1=${PIPESTATUS[0]}
 fi
-# shellcheck disable=SC2086
-timeout $((570 - ($(date +%s) - t0))) python3 bench/gemm.py $BENCH_ARGS 2>&1 | tee "$OUT/bench.txt"
-rc2=${PIPESTATUS[0]}
+if [[ " $STEPS " == *" bench "* ]]; then
+  if [ -z "${BENCH_ARGS:-}" ]; then   # time every f16 GEMM gpu_check built (no second nvcc pass)
+    BENCH_ARGS="--mapping="
+    for d in $B/gemm-* $B/proto-f16; do
+      case "$d" in *-bf16) continue;; esac
+      [ -f "$d/libgemm.so" ] && BENCH_ARGS="$BENCH_ARGS --build $d"
+    done
+  fi
+  # shellcheck disable=SC2086
+  timeout $((570 - ($(date +%s) - t0))) python3 bench/gemm.py $BENCH_ARGS 2>&1 | tee "$OUT/bench.txt"
+  rc2=${PIPESTATUS[0]}
+fi
+if [[ " $STEPS " == *" variants "* ]]; then
+  # shellcheck disable=SC2086
+  timeout $((575 - ($(date +%s) - t0))) python3 bench/variants.py --build-root $B ${VARIANTS_ARGS:-} 2>&1 \
+    | tee "$OUT/variants.txt"
+  rc3=${PIPESTATUS[0]}
+fi
 
 echo
 echo "==================== summaries ($(( $(date +%s) - t0 ))s)"
-sed -n '/== gpu_check summary/,$p' "$OUT/gpu_test.txt"
-sed -n '/^## GEMM/,$p' "$OUT/bench.txt"
-echo "gpu-test rc=$rc1 (124 = timed out)   bench rc=$rc2"
-[ "$rc1" = 0 ] && [ "$rc2" = 0 ]
+[ -f "$OUT/gpu_test.txt" ] && sed -n '/== gpu_check summary/,$p' "$OUT/gpu_test.txt"
+[ -f "$OUT/bench.txt" ] && sed -n '/^## GEMM/,$p' "$OUT/bench.txt"
+[ -f "$OUT/variants.txt" ] && sed -n '/^## GEMM variants/,$p' "$OUT/variants.txt"
+echo "gpu-test rc=$rc1   bench rc=$rc2   variants rc=$rc3 (124 = timed out)"
+[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ]

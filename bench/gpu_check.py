@@ -214,10 +214,15 @@ def build_proto(outdir: Path, dtype: str = "f16") -> None:
 
 
 def expand_mappings(program: str, spec: str) -> list[str]:
-    """Comma-separated mapping names or paths; ``all`` = every mappings/<program>/*.yaml."""
+    """Comma-separated mapping names or paths; ``all`` = every mappings/<program>/*.yaml;
+    ``<program>/<name>`` = mappings/<program>/<name>.yaml for that program only."""
     out: list[str] = []
     for m in [m for m in spec.split(",") if m]:
-        if m == "all":
+        if "/" in m and not m.endswith((".yaml", ".yml")):
+            prog, name = m.split("/", 1)
+            if prog == program and name not in out:
+                out.append(name)
+        elif m == "all":
             out += [p.stem for p in sorted((ROOT / "mappings" / program).glob("*.yaml"))]
         elif m not in out:
             out.append(m)

@@ -126,7 +126,10 @@ def emit_cuda(p: P.KernelPlan) -> str:
     w.open("if (threadIdx.x == 0)")
     w.open("for (int s = 0; s < STAGES; ++s)")
     w("cypress::init(&full[s], 1);")
-    w("cypress::init(&empty[s], CONSUMERS);")
+    if p.simt_body:
+        w("cypress::init(&empty[s], 4 * CONSUMERS);  // every consumer warp: SIMT code reads the stages too")
+    else:
+        w("cypress::init(&empty[s], CONSUMERS);")
     w.close()
     w("cypress::fence_barrier_init();")
     w.close()
@@ -168,14 +171,24 @@ def emit_cuda(p: P.KernelPlan) -> str:
         _prefetch(w, p)
         w.close()
     w("// ---- consumer warpgroups: wgmma on the stages, accumulators in registers")
-    w("const bool leader = threadIdx.x % 128 == 0;")
+    if not p.simt_body or any(isinstance(op, P.StoreStaged) for op in p.epilogue):
+        w("const bool leader = threadIdx.x % 128 == 0;")
+    if p.vectors or p.simt_body:
+        w("const int tw = threadIdx.x % 128;  // thread in its warpgroup")
     for f in p.fragments:
         w(f"float {f.name}[{f.rows // 64}][{f.cols // 2}];  // %{f.name}: {f.rows}x{f.cols} f32 per warpgroup")
+    for v in p.vectors:
+        w(f"float {v.name}[{v.n}];  // %{v.name}: {v.n} f32 per thread")
     w("int s = 0, phase = 0, rel_s = 0;  // stage to wait on, its parity, next stage to release")
     w.open(f"for (int t = {first}; t < num_tiles; t += {step})")
     w(f"int {bdecl};")
     w(f"tile_coords(t, {bdecl});")
     for op in p.prologue:
+        if isinstance(op, P.FillVector):
+            v = next(x for x in p.vectors if x.name == op.vec)
+            w(f"// {op.event}: fill")
+            w(f"for (int i = 0; i < {v.n}; ++i) {v.name}[i] = {op.value};")
+            continue
         f = next(x for x in p.fragments if x.name == op.acc)
         w(f"// {op.event}: fill")
         w("#pragma unroll")
@@ -213,13 +226,15 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w.close()
         w.close()
     w("cypress::commit();")
+    for op in p.simt_body:
+        _row_sum(w, p, op)
     for a in accs:
         f = next(x for x in p.fragments if x.name == a)
         w(f"for (int a = 0; a < {f.rows // 64}; ++a) cypress::fence_acc({a}[a]);")
     w(f"cypress::wait<{p.mma_in_flight}>();  // keep {p.mma_in_flight} wgmma group(s) in flight")
     w(f"// the group of step kb - {p.mma_in_flight} retired: its stage goes back to the producer")
     w.open(f"if (kb >= {p.mma_in_flight})")
-    w("if (leader) cypress::arrive(&empty[rel_s]);")
+    _release(w, p)
     w("if (++rel_s == STAGES) rel_s = 0;")
     w.close()
     if not p.warpspecialize:
@@ -235,10 +250,11 @@ def emit_cuda(p: P.KernelPlan) -> str:
         f = next(x for x in p.fragments if x.name == a)
         w(f"for (int a = 0; a < {f.rows // 64}; ++a) cypress::fence_acc({a}[a]);")
     if p.mma_in_flight:
-        w(f"for (int kb = max(num_k - {p.mma_in_flight}, 0); kb < num_k; ++kb) {{  // drain: release the rest")
-        w("  if (leader) cypress::arrive(&empty[rel_s]);")
-        w("  if (++rel_s == STAGES) rel_s = 0;")
-        w("}")
+        w("// drain: release the stages of the last groups")
+        w.open(f"for (int kb = max(num_k - {p.mma_in_flight}, 0); kb < num_k; ++kb)")
+        _release(w, p)
+        w("if (++rel_s == STAGES) rel_s = 0;")
+        w.close()
     w("// ---- epilogue")
     if p.war_barrier:
         w("// WAR: the staging tile reuses stage-buffer bytes; every consumer's wgmmas must be done")
@@ -253,6 +269,8 @@ def emit_cuda(p: P.KernelPlan) -> str:
             _store_direct(w, p, op)
         elif isinstance(op, P.StoreStaged):
             _store_staged(w, p, op)
+        elif isinstance(op, P.StoreVector):
+            _store_vector(w, p, op)
     w.close()
     if any(isinstance(op, P.StoreStaged) for op in p.epilogue):
         w("if (leader) cypress::tma_store_wait<0>();  // shared staging must outlive the TMA reads")
@@ -261,6 +279,38 @@ def emit_cuda(p: P.KernelPlan) -> str:
     w()
     _launcher(w, p)
     return "\n".join(w.lines) + "\n"
+
+
+def _release(w: _W, p: P.KernelPlan) -> None:
+    """Hand stage ``rel_s`` back to the producer (the backward edge of the stage buffer)."""
+    if p.simt_body:
+        # SIMT code read the stage on every warp: each warp's lanes are done, then one arrives
+        w("__syncwarp();")
+        w("if (threadIdx.x % 32 == 0) cypress::arrive(&empty[rel_s]);")
+    else:
+        w("if (leader) cypress::arrive(&empty[rel_s]);")
+
+
+def _row_sum(w: _W, p: P.KernelPlan, op: P.RowSum) -> None:
+    b = next(x for x in p.buffers if x.name == op.buf)
+    w(f"// {op.event}: row_sum of %{op.buf} rows (SIMT, while the wgmma group runs)")
+    w.open(f"if ({op.active})")
+    w("#pragma unroll")
+    w(f"for (int rr = 0; rr < {op.rows}; ++rr)")
+    w(f"  {op.vec}[rr] += cypress::sw128_row_sum<{CTYPE[op.dtype]}>(s_{b.name} + s * {b.name}_STAGE + "
+      f"{op.col0 // 64} * {b.name}_CHUNK, ({op.row}) + rr, {op.cols // 64}, {b.name}_CHUNK);")
+    w.close()
+
+
+def _store_vector(w: _W, p: P.KernelPlan, op: P.StoreVector) -> None:
+    t = next(x for x in p.tensors if x.name == op.tensor)
+    cond = op.active if op.when is None else f"({op.active}) && {op.when}"
+    why = "" if op.when is None else ", last host-loop iteration only (the earlier ones' writes are overwritten)"
+    w(f"// {op.event}: copy %{op.vec} -> {op.tensor} (f32){why}")
+    w.open(f"if ({cond})")
+    w(f"for (int i = 0; i < {op.n}; ++i)")
+    w(f"  if (({op.index}) + i < {t.dims[0]}) {op.tensor}[({op.index}) + i] = {op.vec}[i];")
+    w.close()
 
 
 def _prefetch(w: _W, p: P.KernelPlan) -> None:
@@ -294,6 +344,8 @@ def _store_direct(w: _W, p: P.KernelPlan, op: P.StoreDirect) -> None:
     rows, cols = t.dims[-2], t.dims[-1]
     base = op.tensor if op.batch is None else f"({op.tensor} + size_t({op.batch}) * {rows} * {cols})"
     w(f"// {op.event}: copy %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment")
+    if op.when is not None:
+        w.open(f"if ({op.when})  // last host-loop iteration only")
     w("#pragma unroll")
     w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
     w("#pragma unroll")
@@ -305,6 +357,8 @@ def _store_direct(w: _W, p: P.KernelPlan, op: P.StoreDirect) -> None:
       f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[a][2 * j], {op.acc}[a][2 * j + 1]);")
     w.close()
     w.close()
+    if op.when is not None:
+        w.close()
 
 
 def _store_staged(w: _W, p: P.KernelPlan, op: P.StoreStaged) -> None:

@@ -51,6 +51,12 @@ class _Lower:
         self.lets = {o.name: o.value for o in walk_ops(m.body) if isinstance(o, N.Let)}
         self.block = ctx.tree.block_node()
         self.names = event_names(m)
+        self.kvar: str | None = None
+        self.host_var: str | None = None  # a parallelized HOST loop (see _host_loop)
+        self.host_lo: N.IExpr = N.IConst(0)
+        self.host_dim = 0
+        self.last_only: dict[str, str] = {}  # tensor -> the condition its writes are kept under
+        self.thread_index: dict[str, str] = {}  # WARP/THREAD -> C expression, inside SIMT code
 
     def en(self, ev: str) -> str:
         """The event as `cypressc explain` prints it, for comments in the CUDA."""
@@ -65,12 +71,17 @@ class _Lower:
                 return f"b{e.dim}"
             if e.proc == "WARPGROUP":
                 return "cw"
+            if e.proc in self.thread_index:
+                return self.thread_index[e.proc]
             _refuse(f"an address depends on the {e.proc.lower()} index")
         if isinstance(e, N.IVar):
             if e.name in self.lets:
                 return self.c(self.lets[e.name])
             if e.name == self.kvar:
                 return "kb"
+            if e.name == self.host_var:
+                lo = static(self.host_lo)
+                return f"b{self.host_dim}" if lo == 0 else f"({self.c(self.host_lo)} + b{self.host_dim})"
             return e.name
         assert isinstance(e, N.IBin)
         a, b = self.c(e.a), self.c(e.b)
@@ -112,9 +123,88 @@ class _Lower:
         return s[0], s[1]  # type: ignore[return-value]
 
     # -- the kernel --------------------------------------------------------------------
+    def _mentions(self, e: N.IExpr, var: str) -> bool:
+        if isinstance(e, N.IVar):
+            return e.name == var or (e.name in self.lets and self._mentions(self.lets[e.name], var))
+        if isinstance(e, N.IBin):
+            return self._mentions(e.a, var) or self._mentions(e.b, var)
+        return False
+
+    def _chain(self, v: N.View) -> list[N.Piece]:
+        out = []
+        while isinstance(v, N.Piece):
+            out.append(v)
+            v = self.sym.parts[v.partition].base
+        return out
+
+    def _host_loop(self, hl: N.For) -> list[N.Op]:
+        """A sequential HOST loop around the block program becomes the last grid dimension.
+
+        Its iterations may run in parallel when (1) no iteration reads a global tensor that
+        an iteration writes, (2) every write whose view depends on the loop variable ``j``
+        goes to a piece ``P[.., j, ..]`` of a blocks partition (disjoint for distinct j),
+        and (3) loop bounds and shapes inside do not depend on ``j``.  A write whose view
+        does not depend on ``j`` goes to the same elements in every iteration and nothing
+        reads them, so sequentially only the last iteration's write survives: it is kept
+        under ``j == last`` (lastprivate) — the programs' result, not an approximation.
+        """
+        j = hl.var
+        params = {a.name for a in self.m.params}
+        reads: set[str] = set()
+        writes: dict[str, list[N.View]] = {}
+        for o in walk_ops(hl.body):
+            for e in [getattr(o, "lo", None), getattr(o, "hi", None),
+                      *(d.extent for d in getattr(o, "dims", ())),
+                      *(getattr(o, "shape", ()) or ()),
+                      *(x for x in (getattr(o, "params", ()) if isinstance(o, N.Partition) else ())
+                        if isinstance(x, (N.IConst, N.IVar, N.IBin, N.IProc)))]:
+                if e is not None and self._mentions(e, j):
+                    _refuse(f"a loop bound, shape or tile size inside the HOST loop over {j} depends on {j}")
+            for v, r, w in views_of(o):
+                root = self.sym.root(v)
+                if root not in params:
+                    continue
+                if r:
+                    reads.add(root)
+                if w:
+                    writes.setdefault(root, []).append(v)
+        both = sorted(reads & set(writes))
+        if both:
+            _refuse(f"iterations of the HOST loop over {j} read {', '.join(both)}, which iterations "
+                    "write: they cannot run as parallel blocks")
+        for root, views in writes.items():
+            dep = [any(self._mentions(i, j) for p in self._chain(v) for i in p.idx) for v in views]
+            if not any(dep):
+                self.last_only[root] = f"b{self.host_dim} == tiles{self.host_dim} - 1"
+                continue
+            for v, d in zip(views, dep):
+                ok = False
+                for piece in self._chain(v):
+                    part = self.sym.parts[piece.partition]
+                    for i in piece.idx:
+                        if isinstance(i, N.IVar) and i.name == j and part.kind == "blocks":
+                            ok = True
+                        elif self._mentions(i, j):
+                            _refuse(f"{fmt_view(v)} indexes with an expression of {j}; "
+                                    f"iterations of the HOST loop must write disjoint pieces P[.., {j}, ..]")
+                if not (d and ok):
+                    _refuse(f"%{root} is written both at pieces that depend on {j} and at pieces that "
+                            "do not")
+        self.host_var, self.host_lo = j, hl.lo
+        return list(hl.body.ops)
+
     def run(self) -> P.KernelPlan:
         m, sym = self.m, self.sym
-        loops = [o for o in m.body.ops if isinstance(o, N.For)]
+        body = list(m.body.ops)
+        host = [o for o in body if isinstance(o, N.For) and not o.dims]
+        if host:
+            if len(host) > 1 or any(isinstance(o, (N.Copy, N.Call, N.PFor)) for o in body):
+                _refuse("HOST code other than one sequential loop around the blocks")
+            inner = [o for o in host[0].body.ops if isinstance(o, N.For)]
+            self.host_dim = len([d for lp in inner for d in lp.dims if d.proc == "BLOCK"])
+            body = self._host_loop(host[0])
+        self.body_ops = body
+        loops = [o for o in body if isinstance(o, N.For)]
         if len(loops) != 1:
             _refuse(f"the block program has {len(loops)} sequential main loops; this backend "
                     "generates kernels with exactly one")
@@ -135,8 +225,11 @@ class _Lower:
                     consumers = static(d.extent)
                     if consumers is None or consumers < 1:
                         _refuse("a run-time or empty number of warpgroups")
+        grid = [self.c(d.extent) for d in grid_dims]
+        if self.host_var is not None:
+            grid.append(self.c(N.ibin("-", host[0].hi, host[0].lo)))
         plan = P.KernelPlan(
-            name=m.name, tensors=tensors, sizes=list(m.scalars), grid=[self.c(d.extent) for d in grid_dims],
+            name=m.name, tensors=tensors, sizes=list(m.scalars), grid=grid, host_loop=self.host_var,
             raster=inst.raster or 16, persistent=bool(inst.persistent), consumers=consumers,
             stages=stages, trip_count=self.c(N.ibin("-", lp.hi, lp.lo)), maps=[], buffers=[], loads=[],
             fragments=[], producer_registers=inst.producer_registers or 40,
@@ -161,6 +254,9 @@ class _Lower:
             if isinstance(o, N.Copy):
                 self._load(plan, o, smem)
             elif isinstance(o, N.Call):
+                if o.fn == "row_sum":
+                    self._row_sum(plan, o)
+                    continue
                 if o.fn != "warpgroup_mma":
                     _refuse(f"leaf {o.fn}() inside the main loop")
                 self._whole_warpgroups(o)
@@ -168,7 +264,7 @@ class _Lower:
             elif not isinstance(o, (N.Partition, N.Alloc, N.Let)):
                 _refuse(f"{type(o).__name__} inside the main loop")
         before = True
-        for o in m.body.ops:
+        for o in body:
             if o is lp:
                 before = False
                 continue
@@ -194,7 +290,7 @@ class _Lower:
                 plan.requires.append((f"{t.dims[-1]} % 8 == 0",
                                       f"the innermost extent of {t.name} ({t.dims[-1]}) must be a multiple "
                                       "of 8: TMA needs 16-byte row strides"))
-            elif t.writes:
+            elif t.writes and t.dtype in ("f16", "bf16"):
                 plan.requires.append((f"{t.dims[-1]} % 2 == 0",
                                       f"the innermost extent of {t.name} ({t.dims[-1]}) must be even"))
             out_dims = {d for o in tensors if o.writes for d in o.dims}
@@ -209,7 +305,7 @@ class _Lower:
     RESERVED = {"s", "t", "r", "c", "a", "b", "e", "i", "j", "kb", "kk", "kn", "cw", "wg", "ls", "dev",
                 "grid", "sms", "full", "empty", "smem", "smem_raw", "phase", "lphase", "prev_s", "leader",
                 "issuer", "num_k", "num_tiles", "tiles", "stage_c", "box", "rc", "da", "db", "per", "u",
-                "v", "group", "first", "rows", "stream", "cdiv", "min", "max", "STAGES", "CONSUMERS",
+                "v", "group", "first", "rows", "stream", "cdiv", "min", "max", "tw", "rr", "STAGES", "CONSUMERS",
                 "THREADS", "RASTER", "STAGE_TX", "SMEM_BYTES"}
 
     def _check_names(self, plan: P.KernelPlan) -> None:
@@ -331,6 +427,9 @@ class _Lower:
                     "needs all 4 warps x 32 threads")
 
     def _simt(self, plan: P.KernelPlan, o: N.Call, before: bool, smem) -> None:
+        if o.args and self._is_vector(o.args[0]):
+            self._simt_vector(plan, o, before)
+            return
         self._whole_warpgroups(o)
         if o.fn == "fill" and before:
             f = self._fragment(plan, o.args[0])
@@ -357,7 +456,7 @@ class _Lower:
                 _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
             if mem == "GLOBAL":
                 plan.epilogue.append(P.StoreDirect(self.en(o.ev), f.name, root, row0, col0,
-                                                   batch[0] if batch else None, dt))
+                                                   batch[0] if batch else None, dt, self.last_only.get(root)))
             elif mem == "SHARED":
                 self._pending_stage = (o, f, root, dt)
             else:
@@ -373,6 +472,8 @@ class _Lower:
         if self.sym.root(o.src) != sroot:
             _refuse("a shared staging tile stored from a different tensor")
         root, org, keep, _ = self.origin(o.dst)
+        if root in self.last_only:
+            _refuse(f"a last-iteration write of %{root} through a staged TMA store")
         kept = [d for d, k in enumerate(keep) if k]
         if kept != [len(keep) - 2, len(keep) - 1]:
             _refuse(f"{fmt_view(o.dst)}: a stored tile must span the two innermost dimensions")
@@ -384,6 +485,89 @@ class _Lower:
         plan.epilogue.append(P.StoreStaged(self.en(call.ev), f.name, tmap, off, self.c(org[kept[0]]),
                                            self.c(org[kept[1]]), batch[0] if batch else None, dt, self.en(o.ev)))
         self._pending_stage = None
+
+    # -- SIMT code on per-thread register vectors ------------------------------------------
+    def _is_vector(self, v) -> bool:
+        """A 1-D register tensor not laid out by an mma partition: per-thread SIMT state."""
+        if not isinstance(v, N.TRef) or v.name not in self.sym.allocs:
+            return False
+        a = self.sym.allocs[v.name]
+        if a.mem != "REGISTER" or len(a.shape) != 1:
+            return False
+        return not (a.layout is not None and self.origin(a.layout)[3])
+
+    def _vector(self, plan: P.KernelPlan, v: N.TRef) -> P.Vector:
+        a = self.sym.allocs[v.name]
+        n = static(a.shape[0])
+        if n is None or not 1 <= n <= 64 or a.dtype != "f32":
+            _refuse(f"register vector %{a.name} must be f32 with 1 to 64 static elements per thread")
+        for x in plan.vectors:
+            if x.name == a.name:
+                return x
+        x = P.Vector(a.name, n)
+        plan.vectors.append(x)
+        return x
+
+    def _threads(self, o: N.Call) -> str:
+        """Which threads of a consumer warpgroup run SIMT op ``o`` (a C condition), with
+        ``self.thread_index`` set to the C expressions of its WARP / THREAD indices."""
+        inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in ("WARP", "THREAD")]
+        if any(e is None for _, e in inner):
+            _refuse(f"{o.fn}() over a run-time number of warps or threads")
+        if [p for p, _ in inner] == ["THREAD"] and inner[0][1] <= 128:
+            self.thread_index = {"THREAD": "tw"}
+            return "true" if inner[0][1] == 128 else f"tw < {inner[0][1]}"
+        if [p for p, _ in inner] == ["WARP", "THREAD"] and inner[0][1] <= 4 and inner[1][1] <= 32:
+            self.thread_index = {"WARP": "(tw / 32)", "THREAD": "(tw % 32)"}
+            conds = [c for c, full in ((f"tw / 32 < {inner[0][1]}", inner[0][1] == 4),
+                                       (f"tw % 32 < {inner[1][1]}", inner[1][1] == 32)) if not full]
+            return " && ".join(conds) or "true"
+        _refuse(f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; SIMT code needs "
+                "up to 128 threads, or up to 4 warps of up to 32 threads")
+        return ""
+
+    def _row_sum(self, plan: P.KernelPlan, o: N.Call) -> None:
+        y, a = o.args
+        if not self._is_vector(y):
+            _refuse("row_sum() into something other than a per-thread register vector")
+        vec = self._vector(plan, y)
+        if self.sym.mem(a) != "SHARED":
+            _refuse("row_sum() of a tile that is not a pipelined shared-memory stage")
+        active = self._threads(o)
+        try:
+            buf, org = self._buffer(plan, a, {})
+            rows, cols = self.shape2(a)
+            col0 = static(org[-1])
+            if col0 is None or col0 % 64 or cols % 64:
+                _refuse("row_sum() over columns that are not whole 64-column chunks of the stage tile")
+            if rows != vec.n:
+                _refuse(f"row_sum() of {rows} row(s) per thread into {vec.n} element(s)")
+            plan.simt_body.append(P.RowSum(self.en(o.ev), vec.name, buf.name, self.c(org[-2]), rows,
+                                           col0, cols, self.sym.allocs[buf.name].dtype, active))
+        finally:
+            self.thread_index = {}
+
+    def _simt_vector(self, plan: P.KernelPlan, o: N.Call, before: bool) -> None:
+        active = self._threads(o)
+        try:
+            vec = self._vector(plan, o.args[0])
+            if o.fn == "fill" and before:
+                plan.prologue.append(P.FillVector(self.en(o.ev), vec.name, self.c(o.args[1])))
+            elif o.fn == "copy" and not before:
+                root, org, keep, mmas = self.origin(o.args[1])
+                t = next((t for t in plan.tensors if t.name == root), None)
+                if t is None or mmas or len(org) != 1 or t.dtype != "f32":
+                    _refuse(f"copy of register vector %{vec.name} into {fmt_view(o.args[1])}: the "
+                            "backend stores vectors to 1-D f32 global tensors")
+                n = static(self.sym.shape(o.args[1])[0])
+                if n != vec.n:
+                    _refuse(f"copy of {vec.n} element(s) into {n}")
+                plan.epilogue.append(P.StoreVector(self.en(o.ev), vec.name, root, self.c(org[0]), n,
+                                                   active, self.last_only.get(root)))
+            else:
+                _refuse(f"leaf {o.fn}() on a register vector {'before' if before else 'after'} the main loop")
+        finally:
+            self.thread_index = {}
 
 
 def cuda_lowering(m: N.Module, ctx) -> N.Module:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = ["GlobalTensor", "TmaMap", "StageBuffer", "Load", "Fragment", "Mma", "Fill", "Add",
-           "StoreDirect", "StoreStaged", "KernelPlan"]
+           "StoreDirect", "StoreStaged", "Vector", "FillVector", "RowSum", "StoreVector", "KernelPlan"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,7 @@ class StoreDirect:
     col0: str
     batch: str | None
     dtype: str
+    when: str | None = None  # only where this holds (a last-iteration write of a host loop)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,52 @@ class StoreStaged:
     batch: str | None
     dtype: str
     barrier_event: str
+
+
+@dataclass(frozen=True)
+class Vector:
+    """A per-thread f32 register array of ``n`` elements (SIMT state such as row sums)."""
+
+    name: str
+    n: int
+
+
+@dataclass(frozen=True)
+class FillVector:
+    event: str
+    vec: str
+    value: str
+
+
+@dataclass(frozen=True)
+class RowSum:
+    """``vec[r] += sum of row (row + r) of the current stage of ``buf``, columns [col0,
+    col0 + cols)`` for r < ``rows``, on the threads where ``active`` holds (SIMT; reads the
+    128B-swizzled stage tile the wgmmas read)."""
+
+    event: str
+    vec: str
+    buf: str
+    row: str
+    rows: int
+    col0: int
+    cols: int
+    dtype: str
+    active: str
+
+
+@dataclass(frozen=True)
+class StoreVector:
+    """``tensor[index + i] = vec[i]`` (f32, 1-D, bounds-checked) on the threads where
+    ``active`` holds, and only where ``when`` holds (``None``: always)."""
+
+    event: str
+    vec: str
+    tensor: str
+    index: str
+    n: int
+    active: str
+    when: str | None
 
 
 @dataclass
@@ -152,9 +199,11 @@ class KernelPlan:
     buffers: list[StageBuffer]
     loads: list[Load]
     fragments: list[Fragment]
-    prologue: list = field(default_factory=list)  # Fill
+    prologue: list = field(default_factory=list)  # Fill / FillVector
     body: list = field(default_factory=list)  # Mma
-    epilogue: list = field(default_factory=list)  # Add / StoreDirect / StoreStaged
+    epilogue: list = field(default_factory=list)  # Add / StoreDirect / StoreStaged / StoreVector
+    vectors: list[Vector] = field(default_factory=list)
+    simt_body: list = field(default_factory=list)  # RowSum: SIMT work on each stage, after the wgmmas issue
     smem_bytes: int = 0
     producer_registers: int = 40
     consumer_registers: int = 232
@@ -163,3 +212,4 @@ class KernelPlan:
     war_barrier: bool = False  # shared bytes reused after the main loop: all consumers sync first
     requires: list[tuple[str, str]] = field(default_factory=list)
     flops: str = "0"
+    host_loop: str | None = None  # a parallelized HOST loop: its variable, as the last grid dim

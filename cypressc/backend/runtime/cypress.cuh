@@ -258,6 +258,33 @@ __device__ __forceinline__ uint32_t sw128_offset(int row, int col) {
   return row * 128 + ((((col >> 3) ^ row) & 7) << 4) + ((col & 7) << 1);
 }
 
+// Two 16-bit values packed in a word, as f32.
+template <class T> __device__ __forceinline__ float2 to_float2(uint32_t w);
+template <> __device__ __forceinline__ float2 to_float2<__half>(uint32_t w) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&w));
+}
+template <> __device__ __forceinline__ float2 to_float2<__nv_bfloat16>(uint32_t w) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+}
+
+// Sum, in f32, of row `row` of a shared tile stored as `chunks` 64-column chunks of 16-bit
+// elements, 128B-swizzled as TMA wrote them, `chunk_bytes` apart.  One thread reads its row
+// with 16-byte loads; the XOR swizzle spreads the 8 rows of a 1024-byte atom over all banks.
+template <class T>
+__device__ __forceinline__ float sw128_row_sum(const uint8_t* tile, int row, int chunks, int chunk_bytes) {
+  float s0 = 0.f, s1 = 0.f;
+  for (int c = 0; c < chunks; ++c) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const uint4 v = *reinterpret_cast<const uint4*>(tile + c * chunk_bytes + sw128_offset(row, 8 * q));
+      const float2 a = to_float2<T>(v.x), b = to_float2<T>(v.y), e = to_float2<T>(v.z), d = to_float2<T>(v.w);
+      s0 += (a.x + a.y) + (b.x + b.y);
+      s1 += (e.x + e.y) + (d.x + d.y);
+    }
+  }
+  return s0 + s1;
+}
+
 // Round a shared pointer up to `align` bytes (swizzled TMA/wgmma tiles need 1024).
 __device__ __forceinline__ uint8_t* align_smem(uint8_t* p, uint32_t align) {
   uint32_t a = smem_u32(p);

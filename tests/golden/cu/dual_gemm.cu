@@ -134,7 +134,8 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
       cypress::wait<0>();
       for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
       for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread_1[a]);
-      for (int kb = max(num_k - 1, 0); kb < num_k; ++kb) {  // drain: release the rest
+      // drain: release the stages of the last groups
+      for (int kb = max(num_k - 1, 0); kb < num_k; ++kb) {
         if (leader) cypress::arrive(&empty[rel_s]);
         if (++rel_s == STAGES) rel_s = 0;
       }

@@ -1,0 +1,103 @@
+"""cuda-lowering decisions that the golden CUDA alone would not explain: the parallelized
+HOST loop of gemm_reduction (lastprivate y), the SIMT row sum on the stages, and the
+refusals that keep a HOST loop sequential when its iterations are not independent."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cypressc.backend import plan as P
+from cypressc.backend.lower import cuda_lowering
+from cypressc.diagnostics import CypressError
+from cypressc.ir import nodes as N
+from cypressc.lang.checker import check_program
+from cypressc.lang.parser import parse_file
+from cypressc.mapping.loader import load_mapping
+from cypressc.mapping.tasktree import instantiate
+from cypressc.passes.manager import PassContext, compile_module
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _compile(mapping: str):
+    tree = instantiate(check_program(parse_file(ROOT / "programs/gemm_reduction.cyp")),
+                       load_mapping(ROOT / "mappings/gemm_reduction" / mapping))
+    m = compile_module(tree, until="warp-specialization")[-1][1]
+    return m, PassContext(tree)
+
+
+@pytest.fixture(scope="module")
+def reduction():
+    return _compile("h100_direct.yaml")  # C stored straight from registers
+
+
+def _host_loop(m: N.Module) -> N.For:
+    (hl,) = [o for o in m.body.ops if isinstance(o, N.For)]
+    return hl
+
+
+def _with_host_body(m: N.Module, ops) -> N.Module:
+    hl = _host_loop(m)
+    new = replace(hl, body=replace(hl.body, ops=tuple(ops)))
+    return replace(m, body=replace(m.body, ops=tuple(new if o is hl else o for o in m.body.ops)))
+
+
+def test_host_loop_becomes_the_last_grid_dimension(reduction):
+    m, ctx = reduction
+    plan: P.KernelPlan = cuda_lowering(m, ctx).attrs["kernel"]
+    assert plan.host_loop == "j" and plan.grid == ["cdiv(M, 128)", "cdiv(N, 256)"]
+    (c,) = [e for e in plan.epilogue if isinstance(e, P.StoreDirect)]
+    (y,) = [e for e in plan.epilogue if isinstance(e, P.StoreVector)]
+    assert c.when is None and c.col0 == "(b1 * 256)"          # C[i, j]: disjoint per j
+    assert y.when == "b1 == tiles1 - 1" and y.active == "tw < 64"  # y[i]: the last j keeps it
+    assert y.index == "(((b0 * 128) + (cw * 64)) + tw)"
+    (rs,) = plan.simt_body
+    assert (rs.buf, rs.rows, rs.col0, rs.cols, rs.active) == ("A_mma_block", 1, 0, 64, "tw < 64")
+    assert rs.row == "((cw * 64) + tw)" and plan.vectors == [P.Vector(rs.vec, 1)]
+    assert [type(x) for x in plan.prologue] == [P.Fill, P.FillVector]
+
+
+def test_staged_c_store_with_the_host_loop():
+    """mappings/gemm_reduction/h100.yaml stages C in shared memory: C needs no guard (its
+    pieces are disjoint per j), y keeps the last-iteration guard."""
+    plan = cuda_lowering(*_compile("h100.yaml")).attrs["kernel"]
+    assert [type(e) for e in plan.epilogue] == [P.StoreStaged, P.StoreVector]
+    assert plan.epilogue[1].when == "b1 == tiles1 - 1" and plan.persistent
+
+
+def _refusal(m, ctx) -> str:
+    with pytest.raises(CypressError) as ei:
+        cuda_lowering(m, ctx)
+    assert ei.value.code == "E050"
+    return ei.value.message
+
+
+def test_an_iteration_reading_what_another_writes_stays_sequential(reduction):
+    m, ctx = reduction
+    hl = _host_loop(m)
+    reader = N.Copy("ev#read_y", N.TRef("y"), N.TRef("y"))  # y read inside the loop
+    msg = _refusal(_with_host_body(m, [reader, *hl.body.ops]), ctx)
+    assert "read y, which iterations write" in msg
+
+
+def test_a_loop_bound_that_depends_on_the_host_variable_is_refused(reduction):
+    m, ctx = reduction
+    hl = _host_loop(m)
+    ops = [replace(o, hi=N.ibin("+", o.hi, N.IVar("j"))) if isinstance(o, N.For) else o
+           for o in hl.body.ops]
+    assert "depends on j" in _refusal(_with_host_body(m, ops), ctx)
+
+
+def test_a_write_indexed_by_an_expression_of_j_is_refused(reduction):
+    m, ctx = reduction
+    hl = _host_loop(m)
+    ops = []
+    for o in hl.body.ops:
+        if isinstance(o, N.Partition) and isinstance(o.base, N.Piece) and N.IVar("j") in o.base.idx:
+            idx = tuple(N.ibin("+", i, N.IConst(1)) if i == N.IVar("j") else i for i in o.base.idx)
+            o = replace(o, base=replace(o.base, idx=idx))
+        ops.append(o)
+    assert "indexes with an expression of j" in _refusal(_with_host_body(m, ops), ctx)
