@@ -195,8 +195,7 @@ def peers_for(torch, program: str, t: dict, outs: dict, triton_peers: dict, kern
             torch.add(tmp1, tmp2, out=outs["2xcuBLAS+add"]["D"])
         p["2xcuBLAS+add"] = composed
         if "dual_gemm" in triton_peers:
-            o = outs["Triton"]
-            p["Triton"] = lambda: triton_peers["dual_gemm"](t["A"], t["B1"], t["B2"], o["D"])
+            p["Triton"] = lambda o=outs["Triton"]: triton_peers["dual_gemm"](t["A"], t["B1"], t["B2"], o["D"])
     elif program == "gemm_reduction":
         def composed():
             o = outs["cuBLAS+sum"]
@@ -204,11 +203,10 @@ def peers_for(torch, program: str, t: dict, outs: dict, triton_peers: dict, kern
             torch.sum(t["A"], dim=1, dtype=torch.float32, out=o["y"])
         p["cuBLAS+sum"] = composed
         if "gemm_reduction" in triton_peers:
-            o = outs["Triton"]
-            p["Triton"] = lambda: triton_peers["gemm_reduction"](t["A"], t["B"], o["C"], o["y"])
+            p["Triton"] = lambda o=outs["Triton"]: triton_peers["gemm_reduction"](t["A"], t["B"], o["C"], o["y"])
     else:
         p["cuBLAS"] = lambda: torch.matmul(t["A"], t["B"], out=outs["cuBLAS"]["C"])
-    if kern is not None:
+    if kern is not None:  # (each peer writes its own outputs: lambdas bind them as defaults)
         o = outs["cypressc"]
         p["cypressc"] = kern.bind(*[o[q.name] if q.writes else t[q.name] for q in kern.info.params])
     return p

@@ -226,8 +226,9 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w.close()
         w.close()
     w("cypress::commit();")
-    for op in p.simt_body:
-        _row_sum(w, p, op)
+    if not p.mma_in_flight:  # the stage is released below: read it first
+        for op in p.simt_body:
+            _row_sum(w, p, op)
     for a in accs:
         f = next(x for x in p.fragments if x.name == a)
         w(f"for (int a = 0; a < {f.rows // 64}; ++a) cypress::fence_acc({a}[a]);")
@@ -237,6 +238,11 @@ def emit_cuda(p: P.KernelPlan) -> str:
     _release(w, p)
     w("if (++rel_s == STAGES) rel_s = 0;")
     w.close()
+    if p.mma_in_flight:
+        # after the release of step kb - P, so the SIMT work never delays a refill; the wgmma
+        # group of step kb is still running, and this stage is released P steps later
+        for op in p.simt_body:
+            _row_sum(w, p, op)
     if not p.warpspecialize:
         w.open("if (issuer && kb + STAGES - 1 < num_k)")
         w("const int kn = kb + STAGES - 1;")

@@ -4,22 +4,22 @@
 
 namespace {
 __host__ __device__ constexpr long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
-constexpr int STAGES = 4, CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
+constexpr int STAGES = 3, CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int A_mma_block_STAGE = 16384, A_mma_block_CHUNK = 16384;  // 128x64 f16, 1 chunk(s) of 64 columns
 constexpr int B_mma_block_STAGE = 32768, B_mma_block_CHUNK = 8192;  // 64x256 f16, 4 chunk(s) of 64 columns
 constexpr int STAGE_TX = 49152;  // bytes the TMA lands per stage
-constexpr int SMEM_BYTES = 197696;
+constexpr int SMEM_BYTES = 214064;
 }  // namespace
 
 __global__ void __launch_bounds__(THREADS, 1)
-batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_constant__ CUtensorMap tm_B_64x64, __half* __restrict__ C, int L, int M, int N, int K) {
+batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_constant__ CUtensorMap tm_B_64x64, const __grid_constant__ CUtensorMap tm_C_64x64, __half* __restrict__ C, int L, int M, int N, int K) {
   // ---- prologue: shared memory and the full/empty mbarriers of each stage
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
   uint8_t* s_A_mma_block = smem + 0;  // %A_mma_block
-  uint8_t* s_B_mma_block = smem + 65536;  // %B_mma_block
-  cypress::bar_t* full = reinterpret_cast<cypress::bar_t*>(smem + 196608);  // stage landed
+  uint8_t* s_B_mma_block = smem + 49152;  // %B_mma_block
+  cypress::bar_t* full = reinterpret_cast<cypress::bar_t*>(smem + 212992);  // stage landed
   cypress::bar_t* empty = full + STAGES;  // stage released by every consumer warpgroup
   const int tiles0 = L;
   const int tiles1 = cdiv(M, 128);
@@ -51,7 +51,7 @@ batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gri
       cypress::tma_prefetch(&tm_A_128x64);
       cypress::tma_prefetch(&tm_B_64x64);
       int s = 0, phase = 0;
-      for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
+      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
         int b0, b1, b2;
         tile_coords(t, b0, b1, b2);
         for (int kb = 0; kb < num_k; ++kb) {
@@ -76,7 +76,7 @@ batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gri
     const bool leader = threadIdx.x % 128 == 0;
     float C_clear_thread[1][128];  // %C_clear_thread: 64x256 f32 per warpgroup
     int s = 0, phase = 0, rel_s = 0;  // stage to wait on, its parity, next stage to release
-    for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
+    for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
       int b0, b1, b2;
       tile_coords(t, b0, b1, b2);
       // %e1: fill
@@ -116,18 +116,30 @@ batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gri
         if (++rel_s == STAGES) rel_s = 0;
       }
       // ---- epilogue
-      // %e6: copy %C_clear_thread -> C (f32 -> f16), each thread its fragment
+      // %e6: copy %C_clear_thread -> shared staging (swizzled 64x64 boxes); %e7: warpgroup barrier, then TMA store
+      uint8_t* stage_c = smem + 147456 + cw * 32768;
+      if (leader) cypress::tma_store_wait<0>();  // the previous tile's store has read stage_c
+      cypress::named_sync(1 + cw, 128);
       #pragma unroll
       for (int a = 0; a < 1; ++a) {
         #pragma unroll
         for (int j = 0; j < 64; ++j) {
           const int2 rc = cypress::acc_coord(j);
-          const int r = (((b1 * 128) + (cw * 64))) + a * 64 + rc.x, c = ((b2 * 256)) + rc.y;
-          if (r < M && c < N)
-            *reinterpret_cast<uint32_t*>((C + size_t(b0) * M * N) + size_t(r) * N + c) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
+          uint8_t* box = stage_c + (a * 4 + rc.y / 64) * 8192;
+          *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
         }
       }
+      cypress::fence_proxy_async();  // generic-proxy writes -> TMA reads
+      cypress::named_sync(1 + cw, 128);
+      if (leader) {
+        for (int a = 0; a < 1; ++a)
+          for (int b = 0; b < 4; ++b) {
+          cypress::tma_store_3d(&tm_C_64x64, stage_c + (a * 4 + b) * 8192, ((b2 * 256)) + 64 * b, (((b1 * 128) + (cw * 64))) + 64 * a, b0);
+        }
+        cypress::tma_store_commit();
+      }
     }
+    if (leader) cypress::tma_store_wait<0>();  // shared staging must outlive the TMA reads
   }
 }
 
@@ -136,7 +148,7 @@ extern "C" int batched_gemm_launch(void* C, const void* A, const void* B, int64_
   if (M < 0 || M > INT32_MAX) return cudaErrorInvalidValue;
   if (N < 0 || N > INT32_MAX) return cudaErrorInvalidValue;
   if (K < 0 || K > INT32_MAX) return cudaErrorInvalidValue;
-  if (!(N % 2 == 0)) return cudaErrorInvalidValue;  // the innermost extent of C (N) must be even
+  if (!(N % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of C (N) must be a multiple of 8: TMA needs 16-byte row strides
   if (!(K % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of A (K) must be a multiple of 8: TMA needs 16-byte row strides
   if (!(K > 0)) return cudaErrorInvalidValue;  // A is read through TMA, which needs a non-empty tensor (K > 0)
   if (!(N % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of B (N) must be a multiple of 8: TMA needs 16-byte row strides
@@ -148,6 +160,8 @@ extern "C" int batched_gemm_launch(void* C, const void* A, const void* B, int64_
   if ((e = cypress::make_tma_map(&tm_A_128x64, A, false, K, M, L, 64, 128, 3)) != cudaSuccess) return e;
   CUtensorMap tm_B_64x64;
   if ((e = cypress::make_tma_map(&tm_B_64x64, B, false, N, K, L, 64, 64, 3)) != cudaSuccess) return e;
+  CUtensorMap tm_C_64x64;
+  if ((e = cypress::make_tma_map(&tm_C_64x64, C, false, N, M, L, 64, 64, 3)) != cudaSuccess) return e;
   static int configured_device = -1, sms = 0;
   int dev;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
@@ -157,7 +171,7 @@ extern "C" int batched_gemm_launch(void* C, const void* A, const void* B, int64_
     configured_device = dev;
   }
   const long long tiles = (L) * (cdiv(M, 128)) * (cdiv(N, 256));
-  const long long grid = tiles;
-  batched_gemm_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_A_128x64, tm_B_64x64, static_cast<__half*>(C), static_cast<int>(L), static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
+  const long long grid = tiles < sms ? tiles : sms;
+  batched_gemm_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_A_128x64, tm_B_64x64, tm_C_64x64, static_cast<__half*>(C), static_cast<int>(L), static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
   return cudaGetLastError();
 }

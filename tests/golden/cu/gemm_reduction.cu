@@ -101,12 +101,6 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
           }
         }
         cypress::commit();
-        // %e8: row_sum of %A_mma_block rows (SIMT, while the wgmma group runs)
-        if (tw < 64) {
-          #pragma unroll
-          for (int rr = 0; rr < 1; ++rr)
-            y_clear_vec_thread[rr] += cypress::sw128_row_sum<__half>(s_A_mma_block + s * A_mma_block_STAGE + 0 * A_mma_block_CHUNK, (((cw * 64) + tw)) + rr, 1, A_mma_block_CHUNK);
-        }
         for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
         cypress::wait<1>();  // keep 1 wgmma group(s) in flight
         // the group of step kb - 1 retired: its stage goes back to the producer
@@ -114,6 +108,12 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
           __syncwarp();
           if (threadIdx.x % 32 == 0) cypress::arrive(&empty[rel_s]);
           if (++rel_s == STAGES) rel_s = 0;
+        }
+        // %e8: row_sum of %A_mma_block rows (SIMT, while the wgmma group runs)
+        if (tw < 64) {
+          #pragma unroll
+          for (int rr = 0; rr < 1; ++rr)
+            y_clear_vec_thread[rr] += cypress::sw128_row_sum<__half>(s_A_mma_block + s * A_mma_block_STAGE + 0 * A_mma_block_CHUNK, (((cw * 64) + tw)) + rr, 1, A_mma_block_CHUNK);
         }
         if (++s == STAGES) { s = 0; phase ^= 1; }
       }
