@@ -21,7 +21,7 @@ demo: install
 
 # GPU-only (not run by CI): correctness of built kernels, then GEMM speed vs cuBLAS and Triton.
 # Need nvcc, PyTorch with CUDA, Triton and the nvidia-cutlass headers; no `install` (a device
-# machine may have no package registry).  bench/gpu_all.sh runs both in one device call.
+# machine may have no package registry).  bench/gpu_all.sh runs them in one device call.
 GPU_TEST_ARGS ?= --programs gemm --mappings h100 --proto f16
 BENCH_ARGS ?= --mapping h100 --proto
 gpu-test:
@@ -29,3 +29,4 @@ gpu-test:
 
 bench:
 	PYTHONUNBUFFERED=1 $(PY) bench/gemm.py $(BENCH_ARGS)
+	PYTHONUNBUFFERED=1 $(PY) bench/variants.py

@@ -18,7 +18,7 @@ Per program and dtype, every peer runs on the same fresh ``torch.randn`` inputs:
 The cypressc kernel is ``<build-root>/<program>-<mapping>[-<dtype>]`` when bench/gpu_check.py
 built it there, else it is built with ``cypressc build … --dtype T=<dtype>``.  Every peer's
 outputs are checked against a float32 PyTorch reference (``||out - ref|| / ||ref||``; flagged
-above 1e-2).  Timing is bench/gemm.py's: warm-up, then ``--rounds`` interleaved rounds of
+above 1e-3 for f16 and 5e-3 for bf16, several times what one rounding of the output gives).  Timing is bench/gemm.py's: warm-up, then ``--rounds`` interleaved rounds of
 ``--reps`` calls each between its own CUDA events behind a GPU sleep; the median per call.
 Reported: TFLOP/s of useful work (batched 2LMNK, dual 4MNK, reduction 2MNK + MK) and each
 peer's ratio to the first peer (the cuBLAS/PyTorch composition; > 1 is faster).  A markdown
@@ -80,8 +80,10 @@ def make_triton_peers():
 
     dual_cfgs = cfgs([(128, 128, 64, 3, 8), (128, 128, 64, 4, 8), (128, 256, 64, 3, 8), (64, 256, 64, 4, 8),
                       (128, 64, 64, 4, 4)])
-    red_cfgs = cfgs([(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 4),
-                     (128, 128, 128, 3, 8)])
+    # Triton 3.6 miscompiles this kernel (x feeding both tl.dot and tl.sum) at 128x256x64 w8
+    # (C rel. error 0.5), 128x128x128 w8 (0.03-0.07) and 128x128x64 w8 (5e-3-9e-3, at 1024^3);
+    # these configs gave C and y at f16 accuracy (2.1e-4) on H100 (bench/NOTES.md, 2026-11-22)
+    red_cfgs = cfgs([(256, 128, 64, 3, 8), (256, 128, 64, 4, 8), (128, 128, 64, 3, 4), (128, 64, 64, 4, 4)])
 
     @triton.jit
     def _tile(pid, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP: tl.constexpr):
@@ -267,13 +269,22 @@ def bench_one(torch, program: str, s: dict, dtype: str, kern, triton_peers: dict
     return res
 
 
-def cell(r: dict | None, baseline: bool) -> str:
+TOL = {"f16": 1e-3, "bf16": 5e-3}
+"""Flag a peer whose relative error exceeds this: f16 results of these kernels sit at
+2e-4 and bf16 at 2e-3 (one rounding of the output), so a miscompiled tile shows."""
+
+
+def bad(r: dict, dtype: str) -> bool:
+    return "error" in r or r["rel"] != r["rel"] or r["rel"] > TOL[dtype]
+
+
+def cell(r: dict | None, baseline: bool, dtype: str) -> str:
     if not r:
         return "-"
     if "error" in r:
         return "FAIL"
     s = f"{r['tflops']:.1f}" + ("" if baseline or r.get("ratio") is None else f" ({r['ratio']:.3f})")
-    if r["rel"] != r["rel"] or r["rel"] > 1e-2:
+    if bad(r, dtype):
         s += f" rel={r['rel']:.1e}!"
     return s
 
@@ -331,7 +342,7 @@ def main() -> int:
                 r["program"] = program
                 results.append(r)
                 torch.cuda.empty_cache()
-                line = " | ".join(f"{n} {cell(p, False)}" for n, p in r["peers"].items())
+                line = " | ".join(f"{n} {cell(p, False, dtype)}" for n, p in r["peers"].items())
                 print(f"[{program} {dtype} {'x'.join(map(str, s.values()))}] {line or r.get('error')} "
                       f"({time.time() - t1:.0f}s) {r.get('triton_config', '')}", flush=True)
                 if OUT:
@@ -347,11 +358,11 @@ def main() -> int:
         print("|---|---|" + "---:|" * len(names))
         for r in rows:
             print(f"| {r['dtype']} | {'x'.join(map(str, r['sizes'].values()))} | "
-                  + " | ".join(cell(r["peers"].get(n), i == 0) for i, n in enumerate(names)) + " |")
+                  + " | ".join(cell(r["peers"].get(n), i == 0, r["dtype"]) for i, n in enumerate(names)) + " |")
     for n, e in errors.items():
         print(f"\n{n}: not measured: {e.splitlines()[0][:300]}")
-    ok = not errors and all("error" not in r and all("error" not in p and p["rel"] <= 1e-2
-                                                     for p in r["peers"].values()) for r in results)
+    ok = not errors and all("error" not in r and not any(bad(p, r["dtype"]) for p in r["peers"].values())
+                            for r in results)
     return 0 if ok else 1
 
 

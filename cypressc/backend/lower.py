@@ -194,7 +194,7 @@ class _Lower:
         return list(hl.body.ops)
 
     def run(self) -> P.KernelPlan:
-        m, sym = self.m, self.sym
+        m = self.m
         body = list(m.body.ops)
         host = [o for o in body if isinstance(o, N.For) and not o.dims]
         if host:

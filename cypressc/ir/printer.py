@@ -155,6 +155,6 @@ def _attrs(m: N.Module, p: _Printer) -> list[str]:
             out.append(f"// kernel: HOST loop %{k.host_loop} runs as the last grid dimension"
                        + (f"; {', '.join('%' + t for t in kept)} kept from its last iteration" if kept else ""))
         if getattr(k, "simt_body", None):
-            out.append(f"// kernel: SIMT on each stage after the wgmmas issue: "
+            out.append("// kernel: SIMT on each stage after the wgmmas issue: "
                        + ", ".join(f"{op.event} row_sum" for op in k.simt_body))
     return out

@@ -570,3 +570,21 @@ def test_gpu_check_logic_with_fake_kernel(bench_mods, monkeypatch):
         "dtype of B": True, "B on cpu": False,          # the fake reports CPU tensors as cuda:0
         "missing tensor": True, "non-contiguous C": True, "misaligned C": True,
         "inconsistent C.shape[0]": True}
+
+
+def test_variants_bench_helpers(bench_mods):
+    """bench/variants.py: useful work per program, and a peer above its dtype's tolerance
+    (or NaN, or failed) is flagged in the table and fails the run."""
+    import importlib
+
+    v = importlib.import_module("variants")  # bench/ is on sys.path while bench_mods is alive
+    s = dict(L=2, M=3, N=5, K=7)
+    assert v.flops("batched_gemm", s) == 2 * 2 * 3 * 5 * 7
+    assert v.flops("dual_gemm", s) == 4 * 3 * 5 * 7
+    assert v.flops("gemm_reduction", s) == 2 * 3 * 5 * 7 + 3 * 7
+    ok = {"rel": 2e-4, "tflops": 700.0, "ratio": 1.1}
+    assert v.cell(ok, False, "f16") == "700.0 (1.100)" and v.cell(ok, True, "f16") == "700.0"
+    assert not v.bad({"rel": 2e-3}, "bf16") and v.bad({"rel": 2e-3}, "f16")
+    assert v.bad({"rel": float("nan")}, "f16") and v.bad({"error": "x"}, "f16")
+    assert v.cell({**ok, "rel": 5e-3}, False, "f16").endswith("rel=5.0e-03!")
+    assert v.cell({"error": "boom"}, False, "f16") == "FAIL" and v.cell(None, False, "f16") == "-"
