@@ -186,3 +186,13 @@ def test_dtype_binding_errors(value, rc, frag):
 def test_dtype_bound_twice_is_a_usage_error():
     r = cli("check", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml", "--dtype", "T=f16", "--dtype", "T=bf16")
     assert r.exit_code == 2 and "bound twice" in r.stderr
+
+
+@pytest.mark.parametrize("name, sizes", [("gemm", "4096 4096 4096"), ("batched_gemm", "8 4096 4096 4096"),
+                                         ("gemm_reduction", "4096 4096 4096")])
+def test_build_suggests_a_run_that_fits(name, sizes, tmp_path):
+    """The suggested harness run uses 4096 for tile dimensions and 8 for a batch size (4096
+    batches of 4096² would need hundreds of GB)."""
+    r = cli("build", f"programs/{name}.cyp", "-m", f"mappings/{name}/h100.yaml", "-o", str(tmp_path / "b"))
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.rstrip().endswith(f"/{name} {sizes}")

@@ -16,6 +16,13 @@ __all__ = ["write_build", "RUNTIME_DIR"]
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 
 
+
+def _example_sizes(plan) -> list[str]:
+    """Sizes for the suggested harness run: 4096 for tile dimensions, 8 for a size that
+    only ever appears as an outer (batch) dimension, so the tensors fit in memory."""
+    inner = {d for t in plan.tensors for d in t.dims[-2:]}
+    return ["4096" if s in inner else "8" for s in plan.sizes]
+
 def write_build(tree: TaskTree, outdir: Path) -> str:
     """Compile and write ``outdir``; return a one-screen summary for the user.
 
@@ -66,5 +73,5 @@ def write_build(tree: TaskTree, outdir: Path) -> str:
         f"  shared    {plan.smem_bytes} bytes",
         f"  registers producer {plan.producer_registers}, consumers {plan.consumer_registers} "
         f"(estimated need {m.attrs.get('registers')})",
-        f"next: make -C {outdir} && {outdir}/{plan.name} " + " ".join(["4096"] * len(plan.sizes)),
+        f"next: make -C {outdir} && {outdir}/{plan.name} " + " ".join(_example_sizes(plan)),
     ])
