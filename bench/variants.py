@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 from gemm import build_mapping, make, timed  # noqa: E402
+from gpu_check import PROGRAMS  # noqa: E402
 
 OUT = os.environ.get("OUT")
 
@@ -168,19 +169,15 @@ def make_triton_peers():
 
 
 def inputs(torch, program: str, s: dict, dt) -> tuple[dict, dict]:
-    """Fresh random inputs and the float32 reference of every output."""
+    """Fresh random inputs and the float32 reference of every output (bench/gpu_check.py's)."""
     r = lambda *shape: torch.randn(*shape, dtype=dt, device="cuda")  # noqa: E731
     if program == "batched_gemm":
         t = {"A": r(s["L"], s["M"], s["K"]), "B": r(s["L"], s["K"], s["N"])}
-        return t, {"C": t["A"].float() @ t["B"].float()}
-    if program == "dual_gemm":
+    elif program == "dual_gemm":
         t = {"A": r(s["M"], s["K"]), "B1": r(s["K"], s["N"]), "B2": r(s["K"], s["N"])}
-        return t, {"D": t["A"].float() @ t["B1"].float() + t["A"].float() @ t["B2"].float()}
-    t = {"A": r(s["M"], s["K"]), "B": r(s["K"], s["N"])}
-    ref = {"C": t["A"].float() @ t["B"].float()}
-    if program == "gemm_reduction":
-        ref["y"] = t["A"].float().sum(dim=1)
-    return t, ref
+    else:
+        t = {"A": r(s["M"], s["K"]), "B": r(s["K"], s["N"])}
+    return t, PROGRAMS[program].ref(t)
 
 
 def peers_for(torch, program: str, t: dict, outs: dict, triton_peers: dict, kern) -> dict:

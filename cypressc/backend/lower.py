@@ -25,7 +25,7 @@ from dataclasses import replace
 from cypressc.backend import plan as P
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import Symbols, views_of
+from cypressc.ir.analysis import Symbols, free_vars, views_of
 from cypressc.ir.printer import event_names, fmt_view
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
@@ -54,8 +54,8 @@ class _Lower:
         self.kvar: str | None = None
         self.host_var: str | None = None  # a parallelized HOST loop (see _host_loop)
         self.host_lo: N.IExpr = N.IConst(0)
-        self.host_dim = 0
-        self.last_only: dict[str, str] = {}  # tensor -> the condition its writes are kept under
+        self.host_dim = 0  # its grid dimension: after the main loop's BLOCK dims
+        self.last_only: set[str] = set()  # tensors whose writes only its last iteration keeps
         self.thread_index: dict[str, str] = {}  # WARP/THREAD -> C expression, inside SIMT code
 
     def en(self, ev: str) -> str:
@@ -93,11 +93,8 @@ class _Lower:
 
     def origin(self, v: N.View) -> tuple[str, list[N.IExpr], list[bool], list]:
         """Root, element origin per root dim, kept dims, and the mma partitions on the way."""
-        chain = []
-        while isinstance(v, N.Piece):
-            chain.append(v)
-            v = self.sym.parts[v.partition].base
-        root = v.name
+        chain = self.sym.chain(v)
+        root = self.sym.root(v)
         rank = len(self.sym.allocs[root].shape)
         org: list[N.IExpr] = [N.IConst(0)] * rank
         keep = [True] * rank
@@ -124,18 +121,12 @@ class _Lower:
 
     # -- the kernel --------------------------------------------------------------------
     def _mentions(self, e: N.IExpr, var: str) -> bool:
-        if isinstance(e, N.IVar):
-            return e.name == var or (e.name in self.lets and self._mentions(self.lets[e.name], var))
-        if isinstance(e, N.IBin):
-            return self._mentions(e.a, var) or self._mentions(e.b, var)
-        return False
+        """Whether ``e`` depends on ``var``, through Lets too."""
+        return any(n == var or (n in self.lets and self._mentions(self.lets[n], var)) for n in free_vars(e))
 
-    def _chain(self, v: N.View) -> list[N.Piece]:
-        out = []
-        while isinstance(v, N.Piece):
-            out.append(v)
-            v = self.sym.parts[v.partition].base
-        return out
+    def _when(self, root: str) -> str | None:
+        """The condition writes of ``root`` are kept under (a last-iteration write), or None."""
+        return f"b{self.host_dim} == tiles{self.host_dim} - 1" if root in self.last_only else None
 
     def _host_loop(self, hl: N.For) -> list[N.Op]:
         """A sequential HOST loop around the block program becomes the last grid dimension.
@@ -173,13 +164,13 @@ class _Lower:
             _refuse(f"iterations of the HOST loop over {j} read {', '.join(both)}, which iterations "
                     "write: they cannot run as parallel blocks")
         for root, views in writes.items():
-            dep = [any(self._mentions(i, j) for p in self._chain(v) for i in p.idx) for v in views]
+            dep = [any(self._mentions(i, j) for p in self.sym.chain(v) for i in p.idx) for v in views]
             if not any(dep):
-                self.last_only[root] = f"b{self.host_dim} == tiles{self.host_dim} - 1"
+                self.last_only.add(root)
                 continue
             for v, d in zip(views, dep):
                 ok = False
-                for piece in self._chain(v):
+                for piece in self.sym.chain(v):
                     part = self.sym.parts[piece.partition]
                     for i in piece.idx:
                         if isinstance(i, N.IVar) and i.name == j and part.kind == "blocks":
@@ -200,10 +191,7 @@ class _Lower:
         if host:
             if len(host) > 1 or any(isinstance(o, (N.Copy, N.Call, N.PFor)) for o in body):
                 _refuse("HOST code other than one sequential loop around the blocks")
-            inner = [o for o in host[0].body.ops if isinstance(o, N.For)]
-            self.host_dim = len([d for lp in inner for d in lp.dims if d.proc == "BLOCK"])
             body = self._host_loop(host[0])
-        self.body_ops = body
         loops = [o for o in body if isinstance(o, N.For)]
         if len(loops) != 1:
             _refuse(f"the block program has {len(loops)} sequential main loops; this backend "
@@ -213,6 +201,7 @@ class _Lower:
         grid_dims = [d for d in lp.dims if d.proc == "BLOCK"]
         if not grid_dims or len(grid_dims) != len(lp.dims):
             _refuse("the main loop must run once per block")
+        self.host_dim = len(grid_dims)
         inst = self.block.instance
         ws = bool(m.attrs.get("warpspecialize"))
         stages = lp.pipeline or 1
@@ -456,7 +445,7 @@ class _Lower:
                 _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
             if mem == "GLOBAL":
                 plan.epilogue.append(P.StoreDirect(self.en(o.ev), f.name, root, row0, col0,
-                                                   batch[0] if batch else None, dt, self.last_only.get(root)))
+                                                   batch[0] if batch else None, dt, self._when(root)))
             elif mem == "SHARED":
                 self._pending_stage = (o, f, root, dt)
             else:
@@ -563,7 +552,7 @@ class _Lower:
                 if n != vec.n:
                     _refuse(f"copy of {vec.n} element(s) into {n}")
                 plan.epilogue.append(P.StoreVector(self.en(o.ev), vec.name, root, self.c(org[0]), n,
-                                                   active, self.last_only.get(root)))
+                                                   active, self._when(root)))
             else:
                 _refuse(f"leaf {o.fn}() on a register vector {'before' if before else 'after'} the main loop")
         finally:

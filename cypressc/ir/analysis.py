@@ -9,7 +9,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir.subst import map_views, rename_events, walk_ops
 
 __all__ = ["Symbols", "views_of", "canon", "dim_procs", "forward_refs", "replace_event", "remove_ops",
-           "substitute_view", "module_ops", "ref_for"]
+           "substitute_view", "module_ops", "ref_for", "free_vars", "dedup_refs"]
 
 
 class Symbols:
@@ -30,6 +30,14 @@ class Symbols:
     def root(self, v: N.View) -> str:
         return N.view_root(v, self.parts)
 
+    def chain(self, v: N.View) -> list[N.Piece]:
+        """The pieces from ``v`` down to its root tensor (``v`` first; empty for a TRef)."""
+        out = []
+        while isinstance(v, N.Piece):
+            out.append(v)
+            v = self.parts[v.partition].base
+        return out
+
     def mem(self, v: N.View) -> str:
         return self.allocs[self.root(v)].mem
 
@@ -37,6 +45,15 @@ class Symbols:
         if isinstance(v, N.TRef):
             return self.allocs[v.name].shape
         return self.parts[v.partition].piece_shape
+
+
+def free_vars(e) -> set[str]:
+    """The scalar variable names an index expression uses (Lets are not expanded)."""
+    if isinstance(e, N.IVar):
+        return {e.name}
+    if isinstance(e, N.IBin):
+        return free_vars(e.a) | free_vars(e.b)
+    return set()
 
 
 def views_of(op: N.Op) -> list[tuple[N.View, bool, bool]]:
@@ -100,12 +117,9 @@ def forward_refs(user: N.EvRef, removed: N.Op) -> list[N.EvRef]:
     return out
 
 
-def _dedup(refs) -> tuple[N.EvRef, ...]:
-    out: list[N.EvRef] = []
-    for r in refs:
-        if r not in out:
-            out.append(r)
-    return tuple(out)
+def dedup_refs(refs) -> tuple[N.EvRef, ...]:
+    """The event references in first-seen order, each once."""
+    return tuple(dict.fromkeys(refs))
 
 
 def replace_event(m: N.Module, ev: str, fn) -> N.Module:
@@ -115,7 +129,7 @@ def replace_event(m: N.Module, ev: str, fn) -> N.Module:
         out = []
         for r in rs:
             out += fn(r) if r.name == ev else [r]
-        return _dedup(out)
+        return dedup_refs(out)
 
     return replace(m, body=N.Block(tuple(rename_events(o, refs) for o in m.body.ops), refs(m.body.yields)))
 

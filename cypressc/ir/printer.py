@@ -150,11 +150,11 @@ def _attrs(m: N.Module, p: _Printer) -> list[str]:
         k = a["kernel"]
         out.append(f"// kernel: grid {' x '.join(k.grid)} tiles, {128 * (1 + k.consumers)} threads, "
                    f"{k.stages} stages, TMA maps {', '.join(t.name for t in k.maps)}")
-        if getattr(k, "host_loop", None):
+        if k.host_loop:
             kept = sorted({op.tensor for op in k.epilogue if getattr(op, "when", None)})
             out.append(f"// kernel: HOST loop %{k.host_loop} runs as the last grid dimension"
                        + (f"; {', '.join('%' + t for t in kept)} kept from its last iteration" if kept else ""))
-        if getattr(k, "simt_body", None):
+        if k.simt_body:
             out.append("// kernel: SIMT on each stage after the wgmmas issue: "
                        + ", ".join(f"{op.event} row_sum" for op in k.simt_body))
     return out

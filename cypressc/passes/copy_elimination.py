@@ -26,8 +26,8 @@ from dataclasses import replace
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import (Symbols, canon, forward_refs, ref_for, remove_ops, replace_event,
-                                  substitute_view, views_of)
+from cypressc.ir.analysis import (Symbols, canon, forward_refs, free_vars, ref_for, remove_ops,
+                                  replace_event, substitute_view, views_of)
 from cypressc.ir.subst import map_views, walk_ops
 
 __all__ = ["copy_elimination"]
@@ -210,19 +210,7 @@ def _try_hoist(m: N.Module) -> N.Module | None:
 
 
 def _pure_chain(v: N.View, ix: _Index) -> set[str]:
-    out: set[str] = set()
-    while isinstance(v, N.Piece):
-        out.add(v.partition)
-        v = ix.sym.parts[v.partition].base
-    return out
-
-
-def _free_vars(e) -> set[str]:
-    if isinstance(e, N.IVar):
-        return {e.name}
-    if isinstance(e, N.IBin):
-        return _free_vars(e.a) | _free_vars(e.b)
-    return set()
+    return {p.partition for p in ix.sym.chain(v)}
 
 
 def _depends_on(v: N.View, ix: _Index, var: str, inner: set[str]) -> bool:
@@ -232,7 +220,7 @@ def _depends_on(v: N.View, ix: _Index, var: str, inner: set[str]) -> bool:
         p = ix.sym.parts[v.partition]
         used: set[str] = set()
         for e in list(v.idx) + [q for q in p.params if not isinstance(q, str)]:
-            used |= _free_vars(e)
+            used |= free_vars(e)
         if var in used or used & inner:
             return True
         v = p.base

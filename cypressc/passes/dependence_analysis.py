@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from cypressc.diagnostics import CypressError
 from cypressc.ir import nodes as N
+from cypressc.ir.analysis import dedup_refs
 from cypressc.ir.shapes import mma_piece_shape, static
 from cypressc.lang import syntax as S
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS
@@ -57,14 +58,6 @@ class TState:
 
     writes: list[N.EvRef] = field(default_factory=list)
     reads: list[N.EvRef] = field(default_factory=list)
-
-
-def _dedup(refs) -> tuple[N.EvRef, ...]:
-    out: list[N.EvRef] = []
-    for r in refs:
-        if r not in out:
-            out.append(r)
-    return tuple(out)
 
 
 class _Frame:
@@ -302,10 +295,10 @@ class _DA:
         else:
             self.body(s.body, sc, inner)
         ev = self.names.event()
-        yields = _dedup(r for root in inner.touched for r in
+        yields = dedup_refs(r for root in inner.touched for r in
                         inner.state[root].writes + inner.state[root].reads)
         block = N.Block(tuple(inner.ops), yields)
-        pre = _dedup(inner.needs)
+        pre = dedup_refs(inner.needs)
         hi = self.scalar(s.extents[d], sc)
         if sequential:
             pipe = sc.node.instance.pipeline or 0 if sc.node.proc == "BLOCK" else 0
@@ -346,7 +339,7 @@ class _DA:
             reads = p.name in cv.reads
             if reads:
                 ev = N.EvRef(self.names.event())
-                self.emit(f, N.Copy(ev.name, v, N.TRef(name), _dedup(f.read_deps(self.root(v)))))
+                self.emit(f, N.Copy(ev.name, v, N.TRef(name), dedup_refs(f.read_deps(self.root(v)))))
                 f.did_read(self.root(v), ev)
                 f.did_write(name, ev)
             else:
@@ -363,7 +356,7 @@ class _DA:
             root = self.root(v)
             deps = list(f.state[name].writes) + f.write_deps(root)
             ev = N.EvRef(self.names.event())
-            self.emit(f, N.Copy(ev.name, N.TRef(name), v, _dedup(deps)))
+            self.emit(f, N.Copy(ev.name, N.TRef(name), v, dedup_refs(deps)))
             f.did_read(name, ev)
             f.did_write(root, ev)
 
@@ -394,7 +387,7 @@ class _DA:
                 roots.append((root, rule.reads, rule.writes))
         self._check_leaf_mems(s, sc, fn, args)
         ev = N.EvRef(self.names.event())
-        self.emit(f, N.Call(ev.name, s.fn, tuple(args), _dedup(pre), task=sc.node.variant.name))
+        self.emit(f, N.Call(ev.name, s.fn, tuple(args), dedup_refs(pre), task=sc.node.variant.name))
         for root, r, w in roots:
             if w:
                 f.did_write(root, ev)
