@@ -131,17 +131,25 @@ _dtype_opt = click.option("--dtype", "dtypes", multiple=True, metavar="NAME=DTYP
 @_dtype_opt
 @_guard
 def check(program: str, mapping: str, dtypes: dict[str, str]) -> None:
-    """Parse and check PROGRAM, validate MAPPING against it, and instantiate the task tree.
+    """Check PROGRAM and MAPPING as `build` would, without writing anything.
 
-    Prints one summary line and exits 0 when both are well formed; otherwise prints
-    every error as file:line:col with the offending line and exits 1.
+    Parses and checks the program, validates the mapping against it, instantiates the
+    task tree, runs every compiler pass and the CUDA backend (emission, harness, ABI) in
+    memory.  Prints one summary line saying what was checked and exits 0 when `build`
+    would succeed; otherwise prints every error as file:line:col with the offending line
+    and exits 1.
     """
+    from cypressc.backend.build import render_build
+    from cypressc.passes.manager import pass_names
+
     tree = _front_end(program, mapping, dtypes)
+    r = render_build(tree)
     nodes = list(tree.root.walk())
     tasks = {n.variant.task for n in nodes}
     click.echo(f"ok: {program} with {mapping}: {len(tree.program.variants)} variants of "
                f"{len(tree.program.tasks())} tasks, {len(nodes)} instantiated task(s) over "
-               f"{len(tasks)} task(s) on {tree.machine.name}")
+               f"{len(tasks)} task(s) on {tree.machine.name}; {len(pass_names())} passes and the "
+               f"CUDA backend accept it ({len(r.files)} files of build/{r.plan.name}, none written)")
 
 
 @main.command()
@@ -230,17 +238,20 @@ def explain(program: str, mapping: str, dtypes: dict[str, str], after: str | Non
 @_program_arg
 @_mapping_opt
 @_dtype_opt
-@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
-              help="Output directory (created; replaced atomically when the build succeeds).")
+@click.option("-o", "--output", type=click.Path(), default=None,
+              help="Output directory [default: build/<name> in the working directory]. Created, or "
+              "replaced atomically when it is empty or an earlier `cypressc build` output that nobody "
+              "changed; anything else is refused (E062).")
 @_guard
-def build(program: str, mapping: str, dtypes: dict[str, str], output: str) -> None:
+def build(program: str, mapping: str, dtypes: dict[str, str], output: str | None) -> None:
     """Compile PROGRAM under MAPPING to CUDA: OUTPUT/<name>.cu (kernel + extern "C"
-    launcher), <name>.h, main.cu (timing harness), Makefile and <name>.json (the ABI).
+    launcher), <name>.h, main.cu (timing harness), Makefile and <name>.json (the ABI), plus
+    the stamp .cypressc-build.json that marks the directory as cypressc's.
     Then `make -C OUTPUT` builds ./<name> and lib<name>.so with nvcc for sm_90a."""
     from cypressc.backend.build import write_build
 
     t = _front_end(program, mapping, dtypes)
-    summary = write_build(t, Path(output))
+    summary = write_build(t, Path(output) if output is not None else None, dtypes)
     click.echo(summary)
 
 

@@ -1,20 +1,21 @@
-"""``cypressc build``: run every pass, emit CUDA, write the build directory atomically."""
+"""``cypressc build`` and ``check``: run every pass, emit CUDA, and (build) write the build
+directory atomically (paper §4.2.6 is the last pass; DESIGN §6 the directory's contents)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
+import hashlib
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from cypressc.backend.emit import build_info, emit_cuda, emit_header
-from cypressc.diagnostics import CypressError, Loc
+from cypressc.backend.outdir import replace_build_dir
 from cypressc.mapping.tasktree import TaskTree
 from cypressc.passes.manager import compile_module
 
-__all__ = ["write_build", "RUNTIME_DIR"]
+__all__ = ["write_build", "render_build", "RenderedBuild", "RUNTIME_DIR"]
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
-
 
 
 def _example_sizes(plan) -> list[str]:
@@ -23,44 +24,70 @@ def _example_sizes(plan) -> list[str]:
     inner = {d for t in plan.tensors for d in t.dims[-2:]}
     return ["4096" if s in inner else "8" for s in plan.sizes]
 
-def write_build(tree: TaskTree, outdir: Path) -> str:
-    """Compile and write ``outdir``; return a one-screen summary for the user.
 
-    The files are written into a temporary sibling directory that replaces ``outdir``
-    only when everything succeeded, so a failed build never leaves a directory that
-    looks complete.
+@dataclass(frozen=True)
+class RenderedBuild:
+    """A compiled program as text, before anything is written: ``files`` maps each file name of
+    the build directory (``NAME.cu``, ``NAME.h``, ``main.cu``, ``Makefile``, ``NAME.json``) to
+    its content; ``plan`` is the kernel plan and ``module`` the IR after the last pass."""
+
+    plan: object
+    module: object
+    files: dict[str, str]
+
+
+def render_build(tree: TaskTree) -> RenderedBuild:
+    """Run every pass and every backend step (emission, harness, ABI) in memory.
+
+    This is everything ``build`` does except writing files, so ``cypressc check`` refuses
+    exactly what ``build`` refuses.  Raises :class:`CypressError` (E040–E050) from the passes.
     """
-    from cypressc.backend.harness import write_harness
+    import json
+
+    from cypressc.backend.harness import render_main, render_makefile
+    from cypressc.runtime import KernelInfo
 
     snaps = compile_module(tree)
     m = snaps[-1][1]
     plan = m.attrs["kernel"]
-    outdir = outdir.resolve()
-    if outdir.exists() and (not outdir.is_dir() or (any(outdir.iterdir())
-                                                    and not any(outdir.glob("*.json")))):
-        raise CypressError("E061", f"{outdir} exists and is not a cypressc build directory; "
-                           "refusing to replace it", Loc(str(outdir)),
-                           hint="pass -o a new directory, or one an earlier `cypressc build` wrote")
-    try:
-        outdir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
-    except OSError as e:
-        raise CypressError("E061", f"cannot write the build directory {outdir}: {e.strerror}",
-                           Loc(str(outdir))) from None
-    try:
-        (tmp / f"{plan.name}.cu").write_text(emit_cuda(plan))
-        (tmp / f"{plan.name}.h").write_text(emit_header(plan))
-        write_harness(tmp, build_info(plan, str(RUNTIME_DIR)))
-        if outdir.exists():
-            shutil.rmtree(outdir)
-        tmp.rename(outdir)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise CypressError("E061", f"cannot write the build directory {outdir}: {e.strerror}",
-                           Loc(str(outdir))) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    info = build_info(plan, str(RUNTIME_DIR))
+    ki = KernelInfo.from_dict(info)
+    files = {f"{plan.name}.cu": emit_cuda(plan), f"{plan.name}.h": emit_header(plan),
+             "main.cu": render_main(ki), "Makefile": render_makefile(ki),
+             f"{plan.name}.json": json.dumps(dict(info), indent=2) + "\n"}
+    return RenderedBuild(plan, m, files)
+
+
+def _inputs_hash(tree: TaskTree, dtypes: dict[str, str] | None) -> str:
+    h = hashlib.sha256()
+    for f in (tree.program.path, tree.mapping.path):
+        try:
+            h.update(Path(f).read_bytes())
+        except OSError:
+            h.update(f.encode())
+        h.update(b"\0")
+    h.update(repr(sorted((dtypes or {}).items())).encode())
+    return h.hexdigest()
+
+
+def write_build(tree: TaskTree, outdir: Path | None, dtypes: dict[str, str] | None = None) -> str:
+    """Compile and write ``outdir`` (None: ``build/<kernel name>`` under the working
+    directory); return a one-screen summary for the user.
+
+    ``outdir`` is replaced only when it is new, empty, or an earlier build's output that
+    nobody changed (:mod:`cypressc.backend.outdir`, E062 otherwise), and only once every file
+    was written, so a failed build never leaves a directory that looks complete.
+    """
+    r = render_build(tree)
+    plan, m = r.plan, r.module
+    outdir = Path(os.path.abspath(outdir if outdir is not None else Path("build") / plan.name))
+
+    def write(tmp: Path) -> None:
+        for name, text in r.files.items():
+            (tmp / name).write_text(text)
+
+    replace_build_dir(outdir, write, program=str(tree.program.path), mapping=str(tree.mapping.path),
+                      inputs=_inputs_hash(tree, dtypes), products=(plan.name, f"lib{plan.name}.so"))
     threads = 128 * (plan.consumers + (1 if plan.warpspecialize else 0))
     roles = ("producer warpgroup (TMA) + " if plan.warpspecialize else "thread 0 issues TMA; ") + \
         f"{plan.consumers} consumer warpgroup(s)"
