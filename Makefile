@@ -3,8 +3,11 @@ PY ?= python3
 PIP ?= $(PY) -m pip
 
 .PHONY: install test golden demo gpu-test bench lint
+# torch==2.13.0 is a CPU build found locally (any other spec downloads GBs): the tests of the
+# PyTorch op (tests/tune/test_torch_op.py) need it; cypressc itself does not.
 install:
 	$(PIP) install -q -e '.[test]'
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadgroup

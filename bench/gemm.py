@@ -211,17 +211,7 @@ def load_peers(args) -> tuple[dict, dict]:
 # --------------------------------------------------------------------------------------------
 
 
-def timed(torch, fn, reps: int) -> list[float]:
-    """``reps`` calls of ``fn``, each between its own events, queued behind a GPU sleep."""
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    if hasattr(torch.cuda, "_sleep"):
-        torch.cuda._sleep(2_000_000)        # ~1 ms of GPU time while the host queues the calls
-    for e0, e1 in ev:
-        e0.record()
-        fn()
-        e1.record()
-    torch.cuda.synchronize()
-    return [e0.elapsed_time(e1) for e0, e1 in ev]
+from cypressc.tuner.timing import interleaved  # noqa: E402 - the timing method cypressc tune uses too
 
 
 def bench_shape(torch, M, N, K, peers: dict, args) -> dict:
@@ -252,10 +242,7 @@ def bench_shape(torch, M, N, K, peers: dict, args) -> dict:
         if ref is not None:
             rel[name] = float((outs[name].float() - ref).norm() / ref.norm().clamp_min(1e-30))
     del ref
-    samples = {name: [] for name in live}
-    for _ in range(args.rounds):                      # interleaved: drift hits every peer alike
-        for name, fn in live.items():
-            samples[name] += timed(torch, fn, args.reps)
+    samples = interleaved(torch, live, args.rounds, args.reps)   # drift hits every peer alike
     flops = 2.0 * M * N * K
     for name in live:
         ms = statistics.median(samples[name])

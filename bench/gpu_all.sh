@@ -10,6 +10,7 @@
 # gpu_check.json, gpu_check.log, bench_gemm.json).  Override with GPU_TEST_ARGS / BENCH_ARGS, e.g.
 #   GPU_TEST_ARGS="--programs gemm,batched_gemm,dual_gemm --mappings all --no-sanitizer" bash bench/gpu_all.sh
 #   STEPS="check variants" GPU_TEST_ARGS="--programs dual_gemm --dtypes f16,bf16" bash bench/gpu_all.sh
+#   STEPS=tune bash bench/gpu_all.sh      # bench/tune_gpu.py; TUNE_ARGS="--programs gemm --sizes 4096"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/cyp_out}
@@ -28,8 +29,8 @@ B=build/gpu_check
 GPU_TEST_ARGS=${GPU_TEST_ARGS:---programs gemm --mappings h100 --proto f16}
 
 t0=$(date +%s)
-STEPS=${STEPS:-check bench}   # any of: check (gpu_check.py), bench (gemm.py), variants (variants.py)
-rc1=0; rc2=0; rc3=0
+STEPS=${STEPS:-check bench}   # any of: check (gpu_check.py), bench (gemm.py), variants (variants.py), tune (tune_gpu.py)
+rc1=0; rc2=0; rc3=0; rc4=0
 if [[ " $STEPS " == *" check "* ]]; then
   # shellcheck disable=SC2086
   timeout ${CHECK_TIMEOUT:-350} python3 bench/gpu_check.py --out $B $GPU_TEST_ARGS 2>&1 | tee "$OUT/gpu_test.txt"
@@ -54,10 +55,18 @@ if [[ " $STEPS " == *" variants "* ]]; then
   rc3=${PIPESTATUS[0]}
 fi
 
+if [[ " $STEPS " == *" tune "* ]]; then   # cypressc tune from the plain mappings + the torch op checks
+  # shellcheck disable=SC2086
+  timeout $((590 - ($(date +%s) - t0))) python3 bench/tune_gpu.py --time-limit $((560 - ($(date +%s) - t0))) \
+    ${TUNE_ARGS:-} 2>&1 | tee "$OUT/tune.txt"
+  rc4=${PIPESTATUS[0]}
+fi
+
 echo
 echo "==================== summaries ($(( $(date +%s) - t0 ))s)"
 [ -f "$OUT/gpu_test.txt" ] && sed -n '/== gpu_check summary/,$p' "$OUT/gpu_test.txt"
 [ -f "$OUT/bench.txt" ] && sed -n '/^## GEMM/,$p' "$OUT/bench.txt"
 [ -f "$OUT/variants.txt" ] && sed -n '/^## GEMM variants/,$p' "$OUT/variants.txt"
-echo "gpu-test rc=$rc1   bench rc=$rc2   variants rc=$rc3 (124 = timed out)"
-[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ]
+[ -f "$OUT/tune.txt" ] && sed -n '/^## cypressc tune/,$p' "$OUT/tune.txt"
+echo "gpu-test rc=$rc1   bench rc=$rc2   variants rc=$rc3   tune rc=$rc4 (124 = timed out)"
+[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ]

@@ -249,30 +249,8 @@ def run(cmd: list[str], cwd: Path | None = None, timeout: float = 900) -> tuple[
         return 127, f"{cmd[0]}: {e}", time.time() - t0
 
 
-def cutlass_include() -> str:
-    """What the generated Makefile uses: $CUTLASS_INCLUDE, $CUTLASS_INC, or nvidia-cutlass's."""
-    import importlib.util
-
-    for v in (os.environ.get("CUTLASS_INCLUDE"), os.environ.get("CUTLASS_INC")):
-        if v:
-            return v
-    spec = importlib.util.find_spec("cutlass_library")
-    return os.path.join(spec.submodule_search_locations[0], "source", "include") if spec else ""
-
-
-def nvcc_command(outdir: Path, name: str, target: str, extra: str = "") -> list[str]:
-    """The generated Makefile's recipe for ``target`` (./<name> or lib<name>.so), for machines
-    without make.  tests/backend/test_harness.py checks it against ``make -n``."""
-    info = KernelInfo.load_json(outdir / f"{name}.json")
-    runtime = info.runtime_include
-    if not (Path(runtime) / "cypress.cuh").exists():
-        runtime = str(ROOT / "cypressc" / "backend" / "runtime")
-    arch = info.cuda_arch or "90a"
-    cmd = ["nvcc", "-O3", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}", *extra.split(),
-           f"-I{runtime}", f"-I{cutlass_include()}"]
-    if target == f"lib{name}.so":
-        return cmd + ["-Xcompiler", "-fPIC", "-shared", "-o", target, f"{name}.cu"]
-    return cmd + ["-o", target, "main.cu", f"{name}.cu"]
+# The Makefile's nvcc recipe (for machines without make) lives with the tuner's builds.
+from cypressc.tuner.build import nvcc_command  # noqa: E402
 
 
 def make_target(outdir: Path, name: str, target: str, extra: str = "", timeout: float = 900):

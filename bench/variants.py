@@ -40,8 +40,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from gemm import build_mapping, make, timed  # noqa: E402
+from gemm import build_mapping, make  # noqa: E402
 from gpu_check import PROGRAMS  # noqa: E402
+
+from cypressc.tuner.timing import interleaved  # noqa: E402
 
 OUT = os.environ.get("OUT")
 
@@ -248,10 +250,7 @@ def bench_one(torch, program: str, s: dict, dtype: str, kern, triton_peers: dict
         except Exception as e:
             res["peers"][name] = {"error": f"{type(e).__name__}: {e}"[:500]}
             print(f"  {name}: FAILED: {res['peers'][name]['error']}", flush=True)
-    samples = {n: [] for n in live}
-    for _ in range(args.rounds):
-        for n, fn in live.items():
-            samples[n] += timed(torch, fn, args.reps)
+    samples = interleaved(torch, live, args.rounds, args.reps)
     f = flops(program, s)
     for n in live:
         ms = statistics.median(samples[n])

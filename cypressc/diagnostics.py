@@ -16,6 +16,7 @@ escapes is an internal error (status 70).
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,12 +107,23 @@ def _excerpt(loc: Loc, marker: str = "^") -> list[str]:
         return []  # nothing to show, or a line of binary data
     # control characters (escape sequences, stray bytes) would garble the terminal
     text = "".join(c if c.isprintable() or c == "\t" else "\ufffd" for c in text.rstrip("\r\n"))
-    text = text.expandtabs(4)
     gutter = f"{loc.line:>5} | "
-    start = max(loc.col - 1, 0)
+    # columns count characters of the line as written; the excerpt shows it with tabs
+    # expanded, so the caret goes under the token's expanded, on-screen position
+    start = min(max(loc.col - 1, 0), len(text))
     end = loc.end_col - 1 if loc.end_col > loc.col else len(text.rstrip())
-    width = max(1, min(end, len(text)) - start)
-    return [gutter + text, " " * (len(gutter) - 2) + "| " + " " * start + marker * width]
+    end = max(start, min(end, len(text)))
+    left, span = _cells(text[:start].expandtabs(4)), _cells(text[:end].expandtabs(4))
+    return [gutter + text.expandtabs(4),
+            " " * (len(gutter) - 2) + "| " + " " * left + marker * max(1, span - left)]
+
+
+def _cells(s: str) -> int:
+    """Terminal cells ``s`` takes: 2 for wide (CJK, emoji) characters, 0 for combining marks."""
+    if s.isascii():
+        return len(s)
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+               for c in s)
 
 
 def render(diag: CypressError | Warning_, *, kind: str | None = None) -> str:

@@ -206,7 +206,7 @@ class _Lower:
         ws = bool(m.attrs.get("warpspecialize"))
         stages = lp.pipeline or 1
         tensors = [P.GlobalTensor(a.name, a.dtype, tuple(self.c(s) for s in a.shape),
-                                  self._reads(a.name), self._writes(a.name)) for a in m.params]
+                                  *self._privileges(a.name)) for a in m.params]
         consumers = 1
         for o in walk_ops(m.body):
             for d in getattr(o, "dims", ()):
@@ -320,6 +320,17 @@ class _Lower:
         leaf functions' operand rules."""
         return any(self.sym.root(v) == name and (w if writes else r)
                    for o in walk_ops(self.m.body) for v, r, w in views_of(o))
+
+    def _privileges(self, name: str) -> tuple[bool, bool]:
+        """(reads, writes) of a kernel parameter.  A parameter no operation touches (a program
+        whose entry task declares it but never passes it on) keeps its declared privilege: the
+        kernel takes it and leaves it alone."""
+        reads, writes = self._reads(name), self._writes(name)
+        if not (reads or writes):
+            root = self.ctx.tree.root.variant
+            writes = name in root.writes
+            reads = not writes or name in root.reads
+        return reads, writes
 
     def _reads(self, name: str) -> bool:
         return self._access(name, writes=False)

@@ -61,11 +61,26 @@ def to_dot(m: N.Module, title: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_svg(dot: str) -> str:
-    """Render DOT with graphviz ``dot``; a located error when graphviz is not installed."""
+def render_svg(dot: str, program: str) -> str:
+    """Render DOT with graphviz ``dot`` for ``explain --graph --graph-format svg``.
+
+    Raises E060, located at the ``program`` file whose graph it is (the problem is the
+    tool, not a line of the program), when ``dot`` is not on PATH, cannot be run, or fails.
+    """
+    where = Loc(program)
+    fallback = "or use `--graph-format dot` (the default) and render the DOT text elsewhere"
     exe = shutil.which("dot")
     if exe is None:
-        raise CypressError("E060", "--graph-format svg needs graphviz's `dot`, which is not installed",
-                           Loc("<graphviz>"), hint="install graphviz (e.g. apt-get install graphviz), "
-                           "or use --graph-format dot and render elsewhere")
-    return subprocess.run([exe, "-Tsvg"], input=dot, capture_output=True, text=True, check=True).stdout
+        raise CypressError("E060", "--graph-format svg needs graphviz's `dot` program, which is not on PATH",
+                           where, hint=f"install graphviz (e.g. `apt-get install graphviz`), {fallback}")
+    try:
+        r = subprocess.run([exe, "-Tsvg"], input=dot, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = "took over 120 s" if isinstance(e, subprocess.TimeoutExpired) else e.strerror or str(e)
+        raise CypressError("E060", f"graphviz's `dot` ({exe}) could not render the event graph: {why}",
+                           where, hint=fallback.removeprefix("or ")) from None
+    if r.returncode != 0:
+        detail = next((ln.strip() for ln in r.stderr.splitlines() if ln.strip()), "no message")
+        raise CypressError("E060", f"graphviz's `dot` ({exe}) failed with exit status {r.returncode}: {detail}",
+                           where, hint=fallback.removeprefix("or "))
+    return r.stdout

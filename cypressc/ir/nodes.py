@@ -42,7 +42,12 @@ __all__ = [
 # ----------------------------------------------------------------------------- scalars
 @dataclass(frozen=True, slots=True)
 class IConst:
+    """A compile-time number.  ``origin`` names the mapping values it was computed from
+    (:class:`cypressc.ir.origin.Origin`: a tunable of an instance), so an error about it
+    can point at the YAML that set it; it takes no part in equality or printing."""
+
     value: int | float
+    origin: tuple = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,33 +81,20 @@ def iconst(v: int) -> IConst:
 
 
 def ibin(op: str, a: IExpr, b: IExpr) -> IExpr:
-    """Build ``a op b``, folding constants (so static tile shapes stay numbers)."""
+    """Build ``a op b``, folding constants (so static tile shapes stay numbers); a folded
+    constant keeps the origins of both operands."""
     if isinstance(a, IConst) and isinstance(b, IConst):
-        x, y = a.value, b.value
-        if op == "+":
-            return IConst(x + y)
-        if op == "-":
-            return IConst(x - y)
-        if op == "*":
-            return IConst(x * y)
-        if op in ("/", "//") and y != 0 and isinstance(x, int) and isinstance(y, int) and x % y == 0:
-            return IConst(x // y)
-        if op == "//" and y != 0:
-            return IConst(x // y)
-        if op == "%" and y != 0:
-            return IConst(x % y)
-        if op == "cdiv" and y != 0:
-            return IConst(-(-x // y))
-        if op == "min":
-            return IConst(min(x, y))
-        if op == "max":
-            return IConst(max(x, y))
+        folded = _fold(op, a.value, b.value)
+        if folded is not None:
+            return IConst(folded, a.origin + tuple(o for o in b.origin if o not in a.origin))
     if op in ("+", "-") and isinstance(b, IConst) and b.value == 0:
         return a
     if op == "+" and isinstance(a, IConst) and a.value == 0:
         return b
-    if op == "*" and (isinstance(a, IConst) and a.value == 0 or isinstance(b, IConst) and b.value == 0):
-        return IConst(0)
+    if op == "*" and isinstance(a, IConst) and a.value == 0:
+        return IConst(0, a.origin)
+    if op == "*" and isinstance(b, IConst) and b.value == 0:
+        return IConst(0, b.origin)
     if op == "*" and isinstance(b, IConst) and b.value == 1:
         return a
     if op == "*" and isinstance(a, IConst) and a.value == 1:
@@ -110,6 +102,30 @@ def ibin(op: str, a: IExpr, b: IExpr) -> IExpr:
     if op in ("/", "//") and isinstance(b, IConst) and b.value == 1:
         return a
     return IBin(op, a, b)
+
+
+def _fold(op: str, x: int | float, y: int | float) -> int | float | None:
+    """``x op y`` when it is a number the IR keeps folded, else None (division by zero,
+    an inexact ``/``: those stay symbolic)."""
+    if op == "+":
+        return x + y
+    if op == "-":
+        return x - y
+    if op == "*":
+        return x * y
+    if op in ("/", "//") and y != 0 and isinstance(x, int) and isinstance(y, int) and x % y == 0:
+        return x // y
+    if op == "//" and y != 0:
+        return x // y
+    if op == "%" and y != 0:
+        return x % y
+    if op == "cdiv" and y != 0:
+        return -(-x // y)
+    if op == "min":
+        return min(x, y)
+    if op == "max":
+        return max(x, y)
+    return None
 
 
 # ----------------------------------------------------------------------------- views & events

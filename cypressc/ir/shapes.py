@@ -16,6 +16,7 @@ import numpy as np
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir.nodes import IConst, IExpr
+from cypressc.ir.origin import Origin, blame
 from cypressc.lang.intrinsics import atom as lookup_atom
 
 __all__ = ["mma_piece_shape", "mma_coords", "static"]
@@ -26,37 +27,45 @@ def static(e: IExpr) -> int | None:
 
 
 def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand: str,
-                    loc: Loc) -> tuple[IExpr, ...]:
+                    loc: Loc, *, atom_origin: tuple[Origin, ...] = (), proc_origin: tuple[Origin, ...] = (),
+                    breaks: str = "the tile is partitioned here") -> tuple[IExpr, ...]:
     """Shape of one piece of ``partition_by_mma``; raises a located E040 when the tile does
-    not fit the atom (rows not a multiple of 64/16, columns not a multiple of 8, …)."""
+    not fit the atom (rows not a multiple of 64/16, columns not a multiple of 8, …).
+
+    ``atom_origin``/``proc_origin`` are the mapping values that chose the atom and the
+    processor (empty for literals); with the origins the tile's extents carry, they decide
+    where the error is reported (:func:`cypressc.ir.origin.blame`; ``breaks`` is the note at
+    ``loc``).  The piece's extents keep the tile's origins, plus the processor's.
+    """
+    def fail(msg: str, *culprits: object, hint: str | None = None) -> CypressError:
+        return blame("E040", msg, loc, culprits, breaks=breaks, hint=hint)
+
     atom = lookup_atom(atom_name)
     s = [static(x) for x in shape]
     if None in s or len(s) != 2:
-        raise CypressError("E040", f"partition_by_mma needs a static rank-2 tile; got "
-                           f"{len(shape)} dims with run-time extents", loc,
-                           hint="partition by blocks with tunable sizes first, then by mma")
+        raise fail(f"partition_by_mma needs a static rank-2 tile; got {len(shape)} dims with run-time extents",
+                   hint="partition by blocks with tunable sizes first, then by mma")
     rows, cols = s
     if operand != "C":
         if operand == "A" and cols % atom.k:
-            raise CypressError("E040", f"the A tile's K extent {cols} is not a multiple of {atom.k}", loc)
+            raise fail(f"the A tile's K extent {cols} is not a multiple of {atom.k}", shape[1])
         if operand == "B" and rows % atom.k:
-            raise CypressError("E040", f"the B tile's K extent {rows} is not a multiple of {atom.k}", loc)
+            raise fail(f"the B tile's K extent {rows} is not a multiple of {atom.k}", shape[0])
         return tuple(shape)
     if cols % 8 or cols % atom.n and atom.n % cols:
-        raise CypressError("E040", f"the accumulator tile has {cols} columns; {atom.name} needs a "
-                           f"multiple of {atom.n}", loc, hint="pick an atom whose N divides the tile's N")
+        raise fail(f"the accumulator tile has {cols} columns; {atom.name} needs a multiple of {atom.n}",
+                   shape[1], atom_origin, hint="pick an atom whose N divides the tile's N")
+    r_origin, c_origin = shape[0].origin + proc_origin, shape[1].origin + proc_origin  # type: ignore[union-attr]
     if proc == "WARP":
         if rows % atom.m:
-            raise CypressError("E040", f"a warpgroup's accumulator tile has {rows} rows; "
-                               f"{atom.name} needs a multiple of {atom.m}", loc,
-                               hint="make the block tile's rows per warpgroup a multiple of 64")
-        return (IConst(rows // 4), IConst(cols))
+            raise fail(f"a warpgroup's accumulator tile has {rows} rows; {atom.name} needs a multiple of "
+                       f"{atom.m}", shape[0], hint="make the block tile's rows per warpgroup a multiple of 64")
+        return (IConst(rows // 4, r_origin), IConst(cols, shape[1].origin))  # type: ignore[union-attr]
     if proc == "THREAD":
         if rows % 16:
-            raise CypressError("E040", f"a warp's accumulator tile has {rows} rows; it must be a "
-                               f"multiple of 16", loc)
-        return (IConst(rows // 8), IConst(cols // 4))
-    raise CypressError("E040", f"partition_by_mma splits among WARP or THREAD, not {proc}", loc)
+            raise fail(f"a warp's accumulator tile has {rows} rows; it must be a multiple of 16", shape[0])
+        return (IConst(rows // 8, r_origin), IConst(cols // 4, c_origin))
+    raise fail(f"partition_by_mma splits among WARP or THREAD, not {proc}", proc_origin)
 
 
 @lru_cache(maxsize=4096)

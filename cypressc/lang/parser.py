@@ -18,10 +18,16 @@ from typing import Mapping
 
 from cypressc.diagnostics import CypressError, CypressErrors, Loc
 from cypressc.lang import syntax as S
+from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+from cypressc.lang.source import busiest_line, char_offset, decode_error_position, source_lines
 
 __all__ = ["parse_file", "parse_source"]
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%"}
+_UNARY_WORDS = {ast.Not: "'not'", ast.Invert: "'~'"}
+# Index expressions are a few levels deep; the checker and every pass recurse once per
+# level, so a machine-generated 1+1+...+1 must stop here, located, not deep inside a pass.
+MAX_EXPR_DEPTH = 100
 _SCALAR_FNS = ("cdiv", "min", "max")
 _STMT_NAMES = {
     "If": "if statements", "While": "while loops", "Return": "return statements",
@@ -37,20 +43,24 @@ _STMT_NAMES = {
 
 
 class _Parser:
-    def __init__(self, path: str, source: str, dtypes: Mapping[str, str]) -> None:
+    def __init__(self, path: str, source: str, dtypes: Mapping[str, str],
+                 include_dir: Path | None = None) -> None:
         self.path = path
-        self.lines = source.splitlines()
+        self.lines = source_lines(source)
         self.errors: list[CypressError] = []
         self.bindings = dict(dtypes)
         self.dtype_params: dict[str, S.DtypeParam] = {}
+        self.tensor_params: set[str] = set()  # of the variant being parsed
+        self.include_dir = include_dir
+        self.depth = 0  # of the expression being converted
 
     # -- locations ---------------------------------------------------------------------
     def loc(self, node: ast.AST) -> Loc:
         line = getattr(node, "lineno", 0)
-        col = getattr(node, "col_offset", 0) + 1
-        end_line = getattr(node, "end_lineno", line)
-        end_col = (getattr(node, "end_col_offset", 0) or 0) + 1 if end_line == line else 0
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        col = char_offset(text, getattr(node, "col_offset", 0)) + 1
+        end_line = getattr(node, "end_lineno", line)
+        end_col = char_offset(text, getattr(node, "end_col_offset", 0) or 0) + 1 if end_line == line else 0
         return Loc(self.path, line, col, end_col, text)
 
     def err(self, code: str, msg: str, node: ast.AST, hint: str | None = None) -> CypressError:
@@ -90,9 +100,22 @@ class _Parser:
                 declared = ", ".join(self.dtype_params) or "none"
                 self.errors.append(CypressError(
                     "E013", f"--dtype binds '{name}', which this program does not declare (declared: {declared})",
-                    Loc(self.path, 1, 1), hint="declare it at top level: `T = dtype(f16, bf16)`"))
+                    Loc(self.path, 1, 1), hint=self._unbound_dtype_hint(name),
+                    notes=tuple((f"'{d.name}' is declared here", d.loc) for d in self.dtype_params.values())))
         return S.Program(self.path, tuple(includes), tuple(variants), Loc(self.path, 1, 1),
                          tuple(self.dtype_params.values()))
+
+    def _unbound_dtype_hint(self, name: str) -> str:
+        """Name the dtype parameters this program does declare, with a ``--dtype`` that works."""
+        want = self.bindings[name]
+        if not self.dtype_params:
+            return (f"this program declares no dtype parameter: drop `--dtype {name}={want}`, or declare "
+                    f"one at top level, e.g. `{name} = dtype(f16, bf16)`")
+        params = list(self.dtype_params.values())
+        listed = ", ".join(f"{d.name} ({' or '.join(d.allowed)})" for d in params)
+        first = params[0]
+        dt = want if want in first.allowed else first.allowed[-1]
+        return f"this program's dtype parameters: {listed}; e.g. `--dtype {first.name}={dt}`"
 
     def dtype_param(self, st: ast.Assign) -> None:
         """``T = dtype(f16, bf16)``: declare T, bound to ``self.bindings[T]`` or the first."""
@@ -137,10 +160,21 @@ class _Parser:
         self.dtype_params[name] = S.DtypeParam(name, tuple(allowed), bound, self.loc(st))
 
     def include(self, call: ast.Call) -> str:
+        """``include("ops.cuh")``: the header must exist, relative to the program's folder."""
         if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Constant) \
                 or not isinstance(call.args[0].value, str):
             raise self.err("E003", "include() takes one string: the header's file name", call)
-        return call.args[0].value
+        name = call.args[0].value
+        if self.include_dir is not None:
+            header = self.include_dir / name
+            try:
+                found = header.is_file()
+            except (OSError, ValueError):  # a name too long, or not a path at all
+                found = False
+            if not found:
+                raise self.err("E003", f"include() names '{name}', which does not exist", call.args[0],
+                               f"headers are found relative to the program's folder; looked for {header}")
+        return name
 
     # -- variants ----------------------------------------------------------------------
     def variant(self, fn: ast.FunctionDef) -> S.Variant:
@@ -165,6 +199,7 @@ class _Parser:
                     "annotate it: `X: tensor[2, f16]` or `n: int`",
                 )
             params.append(S.Param(arg.arg, self.type_(arg.annotation), self.loc(arg)))
+        self.tensor_params = {p.name for p in params if isinstance(p.type, S.TensorType)}
         body = self.block(fn.body, allow_docstring=True)
         return S.Variant(fn.name, task, kind, reads, writes, tuple(params), body, self.loc(fn))
 
@@ -254,8 +289,27 @@ class _Parser:
         hint = ("task bodies hold tunables, index arithmetic, partitions, make_tensor, "
                 "launch(), prange/srange loops and (in leaves) leaf-function calls")
         if isinstance(st, ast.AugAssign):
-            hint = "write `x = x + 1` for index arithmetic; in a leaf, call add(C, X) to accumulate tensors"
+            hint = self._augassign_hint(st)
         raise self.err("E002", f"{what} are not part of the Cypress language", st, hint)
+
+    def _augassign_hint(self, st: ast.AugAssign) -> str:
+        """What works instead of ``x op= y``: a tensor changes only through a leaf function
+        (``add`` is the one for +=); a scalar name is bound once (E026), so the new value
+        needs a new name."""
+        t, rhs = ast.unparse(st.target), ast.unparse(st.value)
+        op = _BINOPS.get(type(st.op))
+        if not isinstance(st.target, ast.Name) or st.target.id in self.tensor_params:
+            tensor_rhs = isinstance(st.value, ast.Subscript) or \
+                isinstance(st.value, ast.Name) and st.value.id in self.tensor_params
+            if isinstance(st.op, ast.Add) and tensor_rhs:
+                return (f"tensors change only through leaf functions: in a Leaf variant, "
+                        f"`add({t}, {rhs})` adds {rhs} to {t}")
+            return ("tensors change only through the leaf functions of docs/language.md §5 ("
+                    + ", ".join(LEAF_FUNCTIONS) + ")")
+        if op is None:
+            return f"index arithmetic uses + - * / // %; bind the result to a new name, e.g. `{t}2 = ...`"
+        return (f"a name is bound once (`{t} = {t} {op} {rhs}` is E026), so give the new value a new "
+                f"name: `{t}2 = {t} {op} {rhs}`")
 
     def assign(self, target: ast.expr, value: ast.expr, st: ast.stmt) -> list[S.Stmt]:
         if isinstance(target, ast.Tuple):
@@ -347,6 +401,16 @@ class _Parser:
 
     # -- expressions -------------------------------------------------------------------
     def expr(self, e: ast.expr) -> S.Expr:
+        self.depth += 1
+        try:
+            if self.depth > MAX_EXPR_DEPTH:
+                raise self.err("E001", f"the expression nests more than {MAX_EXPR_DEPTH} levels deep", e,
+                               "split it into named steps: `a = ...` then `b = a + ...`")
+            return self._expr(e)
+        finally:
+            self.depth -= 1
+
+    def _expr(self, e: ast.expr) -> S.Expr:
         loc = self.loc(e)
         if isinstance(e, ast.Name):
             return S.Name(e.id, loc)
@@ -359,6 +423,14 @@ class _Parser:
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) and isinstance(e.operand, ast.Constant) \
                 and isinstance(e.operand.value, (int, float)) and not isinstance(e.operand.value, bool):
             return S.Const(-e.operand.value, loc)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            # -x is 0 - x: the syntax tree and the IR need no negation node of their own
+            return S.BinOp("-", S.Const(0, loc), self.expr(e.operand), loc)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.UAdd):
+            return self.expr(e.operand)
+        if isinstance(e, ast.UnaryOp):
+            raise self.err("E012", f"the operator {_UNARY_WORDS.get(type(e.op), 'of this expression')} "
+                           "is not supported in index expressions", e, "index arithmetic uses + - * / // %")
         if isinstance(e, ast.BinOp):
             op = _BINOPS.get(type(e.op))
             if op is None:
@@ -388,14 +460,19 @@ class _Parser:
         raise self.err("E012", f"unsupported expression ({type(e).__name__})", e)
 
 
-def parse_source(source: str, path: str = "<string>", dtypes: Mapping[str, str] | None = None) -> S.Program:
+def parse_source(source: str, path: str = "<string>", dtypes: Mapping[str, str] | None = None,
+                 include_dir: str | Path | None = None) -> S.Program:
     """Parse ``.cyp`` text into a :class:`~cypressc.lang.syntax.Program`.
 
     ``dtypes`` binds the program's dtype parameters (``{"T": "bf16"}``); unbound ones
-    take their first allowed dtype.  Raises :class:`CypressErrors` with every
-    syntax-level error found (E001 for Python syntax errors, E002–E012 for constructs
-    outside the subset, E013 for dtype parameters and bindings).
+    take their first allowed dtype.  With ``include_dir`` (the program's folder), each
+    ``include("h.cuh")`` must name an existing file relative to it (E003).  A leading
+    UTF-8 byte-order mark is ignored, as Python does.  Raises :class:`CypressErrors` with
+    every syntax-level error found (E001 for Python syntax errors and expressions nested
+    more than :data:`MAX_EXPR_DEPTH` deep, E002–E012 for constructs outside the subset,
+    E013 for dtype parameters and bindings).
     """
+    source = source.removeprefix("\ufeff")
     if "\x00" in source:
         raise CypressErrors([CypressError("E001", "the file is binary, not .cyp source", Loc(path, 1, 1))])
     if not source.strip():
@@ -407,16 +484,26 @@ def parse_source(source: str, path: str = "<string>", dtypes: Mapping[str, str] 
             warnings.simplefilter("ignore")
             mod = ast.parse(source, filename=path)
     except SyntaxError as e:
-        lines = source.splitlines()
+        lines = source_lines(source)
         line = e.lineno or 1
         text = lines[line - 1] if 0 < line <= len(lines) else ""
         raise CypressErrors([CypressError("E001", f"syntax error: {e.msg}", Loc(path, line, e.offset or 1, 0, text))]) from None
-    except (ValueError, RecursionError, MemoryError) as e:
+    except (RecursionError, MemoryError):
+        line = busiest_line(source)
+        lines = source_lines(source)
+        text = lines[line - 1] if 0 < line <= len(lines) else ""
+        raise CypressErrors([CypressError(
+            "E001", "an expression on this line nests too deeply for Python's parser",
+            Loc(path, line, len(text) - len(text.lstrip()) + 1, 0, text),
+            hint=f"expressions nest at most {MAX_EXPR_DEPTH} levels; split it into named steps")]) from None
+    except ValueError as e:
         raise CypressErrors([CypressError("E001", f"cannot parse: {e}", Loc(path, 1, 1))]) from None
-    p = _Parser(path, source, dtypes or {})
+    p = _Parser(path, source, dtypes or {}, Path(include_dir) if include_dir is not None else None)
     try:
         prog = p.module(mod)
     except RecursionError:
+        # statements nest at most 100 blocks (Python's limit) and expressions MAX_EXPR_DEPTH
+        # levels, so this is a last resort
         raise CypressErrors([CypressError("E001", "the program nests too deeply", Loc(path, 1, 1))]) from None
     if p.errors:
         raise CypressErrors(p.errors)
@@ -426,8 +513,9 @@ def parse_source(source: str, path: str = "<string>", dtypes: Mapping[str, str] 
 
 
 def parse_file(path: str | Path, dtypes: Mapping[str, str] | None = None) -> S.Program:
-    """Read and parse a ``.cyp`` file (``dtypes`` as in :func:`parse_source`); unreadable
-    files are E000 and non-UTF-8 files E001 errors."""
+    """Read and parse a ``.cyp`` file (``dtypes`` as in :func:`parse_source`; headers it
+    includes are looked up in its folder); unreadable files are E000 and non-UTF-8 files
+    E001 errors."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -441,8 +529,7 @@ def parse_file(path: str | Path, dtypes: Mapping[str, str] | None = None) -> S.P
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         # point at the first byte that is not UTF-8
-        line = data.count(b"\n", 0, e.start) + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        line, col = decode_error_position(data, e.start)
         raise CypressErrors([CypressError("E001", "the file is not UTF-8 text", Loc(str(path), line, col, col + 1),
                                           hint="save the program as UTF-8")]) from None
-    return parse_source(text, str(path), dtypes)
+    return parse_source(text, str(path), dtypes, include_dir=p.parent)

@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from cypressc.diagnostics import CypressError, CypressErrors, Loc
+from cypressc.lang.source import decode_error_position
 from cypressc.mapping.schema import MappingSpec
 
 __all__ = ["LoadedMapping", "load_mapping", "load_mapping_source"]
@@ -46,16 +47,44 @@ class LoadedMapping:
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _MAX_NODES = 50_000  # aliases can expand exponentially ("billion laughs"); a mapping is small
+# A real mapping nests 5 levels (instances / instance / tunables / value).  PyYAML's
+# composer and _convert recurse once per level, so a few hundred levels would exhaust
+# Python's stack: refuse deep nesting up front, at the collection that goes too deep.
+MAX_DEPTH = 64
+
+
+def _check_depth(text: str, lines: list[str], file: str) -> None:
+    """Raise a located M000 where ``text`` nests collections more than :data:`MAX_DEPTH` deep.
+
+    Walks PyYAML's event stream, which is produced iteratively (no recursion), so it
+    works on inputs the composer would overflow on; YAML syntax errors propagate as
+    :class:`yaml.MarkedYAMLError`.
+    """
+    depth = 0
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                m = ev.start_mark
+                raise CypressError("M000", f"the mapping nests lists/mappings more than {MAX_DEPTH} levels deep",
+                                   Loc(file, m.line + 1, m.column + 1, m.column + 2,
+                                       lines[m.line] if m.line < len(lines) else ""),
+                                   hint="a mapping is a few levels deep: instances, their keys, tunables")
+        elif isinstance(ev, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _convert(node: yaml.Node, path: Path_, lines: list[str], file: str,
              locs: dict[Path_, Loc], key_locs: dict[Path_, Loc],
-             _active: set[int] | None = None, _count: list[int] | None = None) -> object:
+             _active: set[int] | None = None, _count: list[int] | None = None,
+             _depth: int = 0) -> object:
     """Turn a composed YAML node into Python data, recording the location of every node.
 
     Merge keys (``<<: *defaults``) are honoured: merged keys come first and the mapping's
-    own keys override them.  Recursive aliases, alias bombs and scalars that do not
-    convert under their tag (``!!int abc``) are located M000 errors.
+    own keys override them.  Recursive aliases, alias bombs, nesting deeper than
+    :data:`MAX_DEPTH` through aliases, and scalars that do not convert under their tag
+    (``!!int abc``) are located M000 errors; a key that is a list or a mapping (YAML's
+    ``? [a, b]`` complex keys) is a located M002.
     """
     active = set() if _active is None else _active
     count = [0] if _count is None else _count
@@ -66,12 +95,17 @@ def _convert(node: yaml.Node, path: Path_, lines: list[str], file: str,
         return Loc(file, line, mark.column + 1, end_col, lines[mark.line] if mark.line < len(lines) else "")
 
     def sub(n: yaml.Node, p: Path_) -> object:
-        return _convert(n, p, lines, file, locs, key_locs, active, count)
+        return _convert(n, p, lines, file, locs, key_locs, active, count, _depth + 1)
 
     count[0] += 1
     if count[0] > _MAX_NODES:
         raise CypressError("M000", "the mapping expands to too many YAML nodes (alias bomb?)",
                            mk(node.start_mark, node.end_mark))
+    if _depth > MAX_DEPTH:
+        # only reachable through aliases: _check_depth bounds the written nesting
+        raise CypressError("M000", f"aliases nest the mapping more than {MAX_DEPTH} levels deep",
+                           mk(node.start_mark, node.end_mark),
+                           hint="an alias (*name) expands to its anchor's whole value")
     if id(node) in active:
         raise CypressError("M000", "recursive YAML alias: a node contains itself",
                            mk(node.start_mark, node.end_mark))
@@ -93,7 +127,13 @@ def _convert(node: yaml.Node, path: Path_, lines: list[str], file: str,
                             out[mk_] = mv
                 locs[path] = mk(node.start_mark, node.end_mark)
                 continue
-            key = k.value if isinstance(k, yaml.ScalarNode) else str(k)
+            if not isinstance(k, yaml.ScalarNode):
+                what = "a list" if isinstance(k, yaml.SequenceNode) else "a mapping"
+                raise CypressError("M002", f"a key must be a plain name, not {what}",
+                                   mk(k.start_mark, k.end_mark),
+                                   hint="`? [a, b]` and `{a: 1}: x` are YAML complex keys; "
+                                        "mapping keys are names such as `proc:`")
+            key = k.value
             if key in own:
                 raise CypressError("M001", f"duplicate key '{key}'", mk(k.start_mark, k.end_mark))
             own.add(key)
@@ -125,31 +165,81 @@ def _field_name(loc: tuple) -> str:
     return (str(parts[-1]) if parts else "mapping") + "".join(idx)
 
 
+# what a strict type error expected, in the words of docs/language.md §6
+_EXPECTED = {
+    "string_type": "a string", "str_type": "a string",
+    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
+    "float_type": "a number", "float_parsing": "a number",
+    "bool_type": "true or false", "bool_parsing": "true or false",
+    "list_type": "a list", "tuple_type": "a list", "set_type": "a list",
+    "dict_type": "a mapping (key: value)", "mapping_type": "a mapping (key: value)",
+    "model_type": "a mapping (key: value)", "model_attributes_type": "a mapping (key: value)",
+}
+_BOUNDS = {"greater_than_equal": ("ge", "at least"), "less_than_equal": ("le", "at most"),
+           "greater_than": ("gt", "above"), "less_than": ("lt", "below"),
+           "multiple_of": ("multiple_of", "a multiple of")}
+_ITEMS = {"instances": "instance", "calls": "instance"}
+
+
+def _got(v: object) -> str:
+    """A YAML value as the user wrote it, for ``(got …)``."""
+    if v is None:
+        return "an empty value"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return "a mapping"
+    if isinstance(v, list):
+        return "a list"
+    return repr(v)
+
+
 def _pydantic_message(err: dict) -> str:
-    t, loc, msg = err["type"], tuple(err["loc"]), err["msg"]
+    """One schema error in the project's words, chosen by pydantic's error *type*: the
+    library's own English (``List should have at least 1 item after validation``) never
+    reaches the user.  Messages of the schema's own validators (``value_error``) are ours."""
+    t, loc, ctx = err["type"], tuple(err["loc"]), err.get("ctx") or {}
     field = _field_name(loc)
+    got = _got(err.get("input"))
     if t == "extra_forbidden":
         return f"unknown key '{field}'"
     if t == "missing":
         return f"missing key '{field}'"
-    if t == "literal_error":
-        return f"'{field}': {msg.replace('Input should be', 'expected')} (got {err.get('input')!r})"
-    msg = msg.removeprefix("Value error, ").replace("Input should be", "should be")
-    got = err.get("input")
-    if isinstance(got, (str, int, float, bool)) and t != "value_error":
-        msg += f" (got {got!r})"
-    elif isinstance(got, (dict, list)) and t != "value_error":
-        msg += f" (got a {'mapping' if isinstance(got, dict) else 'list'})"
-    return f"'{field}': {msg}"
+    if t in ("value_error", "assertion_error"):
+        return f"'{field}': {str(ctx.get('error') or err['msg']).removeprefix('Value error, ')}"
+    if t == "literal_error" and "expected" in ctx:
+        return f"'{field}': expected {ctx['expected']} (got {got})"
+    if t in ("too_short", "too_long"):
+        n = ctx.get("min_length" if t == "too_short" else "max_length")
+        item = _ITEMS.get(field, "item")
+        count = "one" if n == 1 else str(n)
+        if t == "too_short":
+            need = f"at least {count} {item}{'' if n == 1 else 's'}"
+            return f"'{field}' is empty; it needs {need}" if not ctx.get("actual_length") \
+                else f"'{field}' needs {need} (got {ctx['actual_length']})"
+        return f"'{field}' takes at most {count} {item}{'' if n == 1 else 's'} (got {ctx.get('actual_length')})"
+    if t in _BOUNDS:
+        key, words = _BOUNDS[t]
+        return f"'{field}' must be {words} {ctx.get(key)} (got {got})"
+    if t in ("model_type", "model_attributes_type") and len(loc) >= 2 and loc[-2] == "instances":
+        return f"'{field}': an instance is a mapping of instance, variant, proc, mems, … (got {got})"
+    if t in _EXPECTED:
+        return f"'{field}': expected {_EXPECTED[t]} (got {got})"
+    return f"'{field}': this value is not allowed here (got {got})"
 
 
 def load_mapping_source(text: str, path: str = "<string>") -> LoadedMapping:
     """Parse and schema-validate mapping YAML text; raises :class:`CypressErrors`."""
+    # YAML allows a byte-order mark; dropped here, it is neither shown nor a column
+    text = text.removeprefix("\ufeff")
     if "\x00" in text:
         raise CypressErrors([CypressError("M000", "the mapping is binary, not YAML", Loc(path, 1, 1))])
     lines = text.splitlines()
     try:
+        _check_depth(text, lines, path)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except CypressError as e:
+        raise CypressErrors([e]) from None
     except yaml.MarkedYAMLError as e:
         def at(mark: yaml.Mark | None) -> Loc:
             line = mark.line + 1 if mark else 1
@@ -199,10 +289,20 @@ def load_mapping_source(text: str, path: str = "<string>") -> LoadedMapping:
 
 
 def _hint(err: dict) -> str | None:
-    if err["type"] == "extra_forbidden":
+    """What to write instead, where the error type says more than the message."""
+    t, loc, got = err["type"], tuple(err["loc"]), err.get("input")
+    if t == "extra_forbidden":
         from cypressc.mapping.schema import Instance
-        keys = Instance.model_fields if "instances" in err["loc"] else MappingSpec.model_fields
+        keys = Instance.model_fields if "instances" in loc else MappingSpec.model_fields
         return "allowed keys: " + ", ".join(keys)
+    if t == "too_short" and loc == ("instances",):
+        return "list at least the entrypoint: `- {instance: NAME, variant: DEF, proc: HOST, mems: [GLOBAL, …]}`"
+    if t in ("model_type", "model_attributes_type") and len(loc) >= 2 and loc[-2] == "instances":
+        return "write each instance as `- instance: NAME` with variant:, proc:, mems: … indented under it"
+    if isinstance(got, str) and t in ("int_type", "int_parsing") and got.strip().lstrip("+-").isdigit():
+        return f"write the number without quotes: `{_field_name(loc)}: {got.strip()}`"
+    if t in ("bool_type", "bool_parsing"):
+        return "write `true` or `false`"
     return None
 
 
@@ -221,8 +321,7 @@ def load_mapping(path: str | Path) -> LoadedMapping:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         # point at the first byte that is not UTF-8
-        line = data.count(b"\n", 0, e.start) + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        line, col = decode_error_position(data, e.start)
         raise CypressErrors([CypressError("M000", "the mapping is not UTF-8 text", Loc(str(path), line, col, col + 1),
                                           hint="save the mapping as UTF-8")]) from None
     return load_mapping_source(text, str(path))

@@ -4,15 +4,18 @@ A mapping is a list of task-mapping **instances**.  Each binds one variant to a
 processor level, a memory per tensor parameter, values for the variant's tunables,
 and the instances its launches dispatch to.  Block-level instances also carry the
 performance knobs of §4.2.4–§4.2.5 (warp specialization, pipeline depth, shared
-memory bound, register split).  Unknown keys are errors (``extra="forbid"``).
+memory bound, register split).  Unknown keys are errors (``extra="forbid"``), and
+types are strict (``strict=True``): ``pipeline: "3"`` is not 3 and ``warpspecialize: 1``
+is not true.  Tunable values are kept as written (an int, a bool or a string) for the
+task tree to check against each tunable's declared kind, so ``NWG: true`` is never 1.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator
 
 __all__ = ["Instance", "MappingSpec", "Proc", "Mem", "parse_bytes"]
 
@@ -35,17 +38,32 @@ def parse_bytes(v: int | str) -> int:
     return n * (1024 if unit in ("KiB", "K") else 1000 if unit == "KB" else 1)
 
 
+def _tunable_value(v: object) -> int | str:
+    """A tunable's value as written: an int (a bool stays a bool) or a name.
+
+    Kinds are checked by the task tree, which knows each tunable's declaration (M016);
+    anything else (null, a float, a list, a mapping) is refused here.
+    """
+    if isinstance(v, (int, str)):
+        return v
+    what = {type(None): "null", list: "a list", dict: "a mapping"}.get(type(v), repr(v))
+    raise ValueError(f"a tunable value is an integer or a name, not {what}")
+
+
+TunableValue = Annotated[int | str, PlainValidator(_tunable_value)]
+
+
 class Instance(BaseModel):
     """One task-mapping instance (paper Fig. 3 ``TaskMapping``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     instance: str = Field(description="the instance's name, referenced by `calls` and `entrypoint`")
     variant: str = Field(description="the task variant (a def name in the program) it runs")
     proc: Proc = Field(description="the processor level it runs on")
     mems: list[Mem] = Field(description="one memory per tensor parameter, in order")
-    tunables: dict[str, int | str] = Field(default_factory=dict,
-                                           description="values for the variant's tunables")
+    tunables: dict[str, TunableValue] = Field(default_factory=dict,
+                                              description="values for the variant's tunables")
     calls: list[str] = Field(default_factory=list,
                              description="instances that the variant's launches dispatch to")
     warpspecialize: bool | None = Field(default=None, description="BLOCK: producer/consumer roles")
@@ -74,11 +92,32 @@ class Instance(BaseModel):
         return v
 
 
+def _tune_values(v: object) -> list[bool | int | str]:
+    """A knob's candidates in the ``tune:`` section: one value (the knob is fixed) or a
+    non-empty list of scalars.  Whether each fits its knob is checked against the program
+    (:mod:`cypressc.tuner.space`, M024)."""
+    values = v if isinstance(v, list) else [v]
+    if not values:
+        raise ValueError("lists no values; write at least one, or drop the key")
+    for x in values:
+        if not isinstance(x, (bool, int, str)):
+            what = {type(None): "null", list: "a list", dict: "a mapping"}.get(type(x), repr(x))
+            raise ValueError(f"a candidate is an integer, a bool or a name, not {what}")
+    return values
+
+
+TuneValues = Annotated[list[bool | int | str], PlainValidator(_tune_values)]
+
+
 class MappingSpec(BaseModel):
     """A whole mapping file: the machine, the entrypoint instance and the instances."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     machine: str = Field(description="machine model name, e.g. h100")
     entrypoint: str = Field(description="the root instance (runs on HOST)")
     instances: list[Instance] = Field(min_length=1)
+    tune: dict[str, TuneValues] | None = Field(
+        default=None, description="`cypressc tune`: candidate values per knob (docs/tuning.md); "
+        "ignored by every other command")
+

@@ -8,7 +8,7 @@ implements the launched task.  The result is the static tree of
 Errors (all located in the YAML file, codes M010–M023) cover unknown machines and
 variants, ``mems`` count and visibility, tunable binding and kinds, launch
 resolution, processor nesting, recursion and NONE tensors of leaves (M023).  Unreachable instances are warnings
-(W001).
+(W001), and so are BLOCK knobs that no compiler pass will read (W002, :func:`unused_knobs`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from cypressc.mapping.loader import LoadedMapping
 from cypressc.mapping.machine import Machine, load_machine, machine_names
 from cypressc.mapping.schema import Instance
 
-__all__ = ["TaskNode", "TaskTree", "instantiate"]
+__all__ = ["TaskNode", "TaskTree", "instantiate", "unused_knobs"]
 
 BLOCK_KNOBS = ("warpspecialize", "pipeline", "mma_in_flight", "smem_limit", "producer_registers",
                "consumer_registers", "raster", "persistent")
@@ -139,17 +139,17 @@ class _Instantiator:
                 continue
             val = inst.tunables[t]
             if decl.kind == "int" and (not isinstance(val, int) or isinstance(val, bool) or val <= 0):
-                self.err("M016", f"tunable '{t}' is an int; got {val!r}", name, "tunables", t,
+                self.err("M016", f"tunable '{t}' is an int; got {_shown(val)}", name, "tunables", t,
                          hint="int tunables take positive integers")
             elif decl.kind == "processor":
                 if val not in m.processor_names:
-                    self.err("M016", f"tunable '{t}' is a processor; got {val!r}", name, "tunables", t,
+                    self.err("M016", f"tunable '{t}' is a processor; got {_shown(val)}", name, "tunables", t,
                              hint=f"processors: {', '.join(m.processor_names)}")
                 elif not m.level(str(val)).depth > m.level(inst.proc).depth:
                     self.err("M016", f"processor tunable '{t}' = {val} must be below {inst.proc}",
                              name, "tunables", t)
             elif decl.kind == "atom" and not (isinstance(val, str) and is_atom_name(val)):
-                self.err("M016", f"tunable '{t}' is an instruction atom; got {val!r}", name, "tunables", t,
+                self.err("M016", f"tunable '{t}' is an instruction atom; got {_shown(val)}", name, "tunables", t,
                          hint="atoms: WGMMA_64xNx16 with N a multiple of 8 from 8 to 256")
         for t in inst.tunables:
             if t not in declared:
@@ -211,11 +211,57 @@ class _Instantiator:
         return node
 
 
+def _shown(val: object) -> str:
+    """A tunable value as the YAML spelled it (``true``, not Python's ``True``)."""
+    return str(val).lower() if isinstance(val, bool) else repr(val)
+
+
+def unused_knobs(root: TaskNode, lm: LoadedMapping) -> list[Warning_]:
+    """W002 for each BLOCK knob set on a reached instance where no compiler pass reads it.
+
+    The passes read ``pipeline`` on the srange loops of the variant of the BLOCK
+    instance it is set on (dependence analysis marks those loops, warp specialization
+    stages them), so it has no effect on a variant without an srange.  Every other knob
+    configures the kernel's block — the outermost BLOCK instance of the tree, which
+    resource allocation, warp specialization and the CUDA lowering consult — so on any
+    other BLOCK instance (a copy- or clear-only block launched from the kernel's body,
+    say) it has no effect.
+    """
+    nodes = list(root.walk())
+    kernel = next((n.instance for n in nodes if n.proc == "BLOCK"), None)
+    out: list[Warning_] = []
+    seen: set[int] = set()
+    for n in nodes:
+        inst = n.instance
+        if n.proc != "BLOCK" or id(inst) in seen:
+            continue
+        seen.add(id(inst))
+        for knob in BLOCK_KNOBS:
+            if getattr(inst, knob) is None:
+                continue
+            loc = lm.instance_loc(inst.instance, knob)
+            if knob == "pipeline":
+                if not any(isinstance(s, S.Loop) and s.kind == "srange" for s in S.walk(n.variant.body)):
+                    out.append(Warning_(
+                        "W002", f"'pipeline' has no effect on '{inst.instance}': its variant "
+                        f"'{n.variant.name}' has no srange loop to pipeline", loc,
+                        hint="pipeline stages the srange loops of the variant it is set on; "
+                             "set it on the instance whose variant holds the main loop"))
+            elif inst is not kernel:
+                assert kernel is not None
+                out.append(Warning_(
+                    "W002", f"'{knob}' has no effect on '{inst.instance}': the BLOCK knobs configure "
+                    f"the kernel's block, which is '{kernel.instance}' (the outermost BLOCK instance)",
+                    loc, hint=f"set it on instance '{kernel.instance}', or remove it"))
+    return out
+
+
 def instantiate(prog: S.Program, lm: LoadedMapping) -> TaskTree:
     """Validate ``lm`` against ``prog`` and build the task tree.
 
     Raises :class:`CypressErrors` (codes M010–M023) when the mapping does not fit the
-    program; returns a :class:`TaskTree` whose ``warnings`` list unreachable instances.
+    program; returns a :class:`TaskTree` whose ``warnings`` list unreachable instances
+    (W001) and BLOCK knobs without effect (W002), in file order.
     """
     ins = _Instantiator(prog, lm)
     root, machine = ins.run()
@@ -226,4 +272,6 @@ def instantiate(prog: S.Program, lm: LoadedMapping) -> TaskTree:
                  lm.instance_loc(inst.instance, "instance"), hint="remove it, or list it in the calls of the instance that launches it")
         for inst in lm.spec.instances if inst.instance not in ins.reached
     ]
+    warnings += unused_knobs(root, lm)
+    warnings.sort(key=lambda w: (w.loc.line, w.loc.col))
     return TaskTree(root, machine, prog, lm, warnings)

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cypressc.diagnostics import CypressError
+from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import dedup_refs
-from cypressc.ir.shapes import mma_piece_shape, static
+from cypressc.ir.origin import Origin, PartitionSite, Sites, TensorSite
+from cypressc.ir.shapes import mma_piece_shape
 from cypressc.lang import syntax as S
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS
 from cypressc.mapping.tasktree import TaskNode, TaskTree
+from cypressc.passes.extents import check_block, check_division, check_extent, check_value
+from cypressc.passes.levels import check_processors, here, loop_proc
 
 __all__ = ["dependence_analysis", "Namer"]
 
@@ -128,8 +131,15 @@ class _Frame:
 
 @dataclass
 class _Scope:
+    """One task being lowered: its node, its names, and the mapping origin of each
+    processor or atom tunable (int tunables carry theirs in their IConst)."""
+
     node: TaskNode
     env: dict[str, tuple[str, object]]
+    origins: dict[str, Origin] = field(default_factory=dict)
+
+    def here(self, what: str) -> str:
+        return here(self.node, what)
 
 
 class _DA:
@@ -138,6 +148,8 @@ class _DA:
         self.names = Namer()
         self.allocs: dict[str, N.Alloc] = {}
         self.parts: dict[str, N.Partition] = {}
+        self.sites = Sites({}, {})
+        self.bound = 0  # tunables bound so far: orders origins by depth
 
     # -- helpers -----------------------------------------------------------------------
     def root(self, v: N.View) -> str:
@@ -159,22 +171,40 @@ class _DA:
         elif isinstance(op, N.Partition):
             self.parts[op.name] = op
 
+    def mapping_loc(self, instance: str, *key: str | int) -> Loc:
+        return self.tree.mapping.instance_loc(instance, *key)
+
     # -- expressions -------------------------------------------------------------------
-    def scalar(self, e: S.Expr, sc: _Scope) -> N.IExpr:
+    def scalar(self, e: S.Expr, sc: _Scope, index: bool = True) -> N.IExpr:
+        """Evaluate a scalar expression, folding what the tunables make static.  Index
+        arithmetic (everything but a leaf's scalar operands) must stay integral and
+        representable: E048 otherwise, where it is written."""
         if isinstance(e, S.Const):
-            return N.IConst(e.value)
-        if isinstance(e, S.Name):
+            v: N.IExpr = N.IConst(e.value)
+        elif isinstance(e, S.Name):
             kind, val = sc.env[e.id]
             assert kind == "scalar", (e.id, kind)
-            return val  # type: ignore[return-value]
-        if isinstance(e, S.BinOp):
-            return N.ibin(e.op, self.scalar(e.lhs, sc), self.scalar(e.rhs, sc))
-        if isinstance(e, S.Call):
-            return N.ibin(e.fn, self.scalar(e.args[0], sc), self.scalar(e.args[1], sc))
-        if isinstance(e, S.Shape):
+            v = val  # type: ignore[assignment]
+        elif isinstance(e, (S.BinOp, S.Call)):
+            op, (x, y) = (e.op, (e.lhs, e.rhs)) if isinstance(e, S.BinOp) else (e.fn, e.args)
+            a, b = self.scalar(x, sc, index), self.scalar(y, sc, index)
+            if index:
+                check_division(e, op, a, b)
+            v = N.ibin(op, a, b)
+        elif isinstance(e, S.Shape):
             _, view = sc.env[e.tensor]
             return self.shape(view)[e.dim]  # type: ignore[arg-type]
-        raise TypeError(e)
+        else:
+            raise TypeError(e)
+        if index:
+            check_value(e, v)
+        return v
+
+    def extent(self, e: S.Expr, sc: _Scope, what: str) -> N.IExpr:
+        """A loop range, block extent or make_tensor extent: E049 when it is a number <= 0."""
+        v = self.scalar(e, sc)
+        check_extent(e, v, what)
+        return v
 
     def view(self, e: S.Expr, sc: _Scope) -> N.View:
         if isinstance(e, S.Name):
@@ -197,13 +227,23 @@ class _DA:
             return str(sc.env[e.id][1])
         return e.id
 
+    @staticmethod
+    def origin(e: S.Expr, sc: _Scope) -> tuple[Origin, ...]:
+        """The mapping value behind an atom or processor argument (none for a literal)."""
+        o = sc.origins.get(e.id) if isinstance(e, S.Name) else None
+        return (o,) if o is not None else ()
+
     # -- statements --------------------------------------------------------------------
     def body(self, stmts: tuple[S.Stmt, ...], sc: _Scope, f: _Frame) -> None:
         for s in stmts:
             if isinstance(s, S.Tunable):
                 val = sc.node.tunables[s.name]
                 kind = {"int": "scalar", "processor": "proc", "atom": "atom"}[s.kind]
-                sc.env[s.name] = (kind, N.IConst(val) if kind == "scalar" else val)
+                self.bound += 1
+                inst = sc.node.instance.instance
+                o = Origin(s.name, val, inst, self.mapping_loc(inst, "tunables", s.name), self.bound)
+                sc.origins[s.name] = o
+                sc.env[s.name] = (kind, N.IConst(val, (o,)) if kind == "scalar" else val)
             elif isinstance(s, S.Let):
                 val = self.scalar(s.value, sc)
                 if not isinstance(val, (N.IConst, N.IVar)):
@@ -213,7 +253,9 @@ class _DA:
                 sc.env[s.name] = ("scalar", val)
             elif isinstance(s, S.MakeTensor):
                 name = self.names.fresh(s.name)
-                self.emit(f, N.Alloc(name, tuple(self.scalar(d, sc) for d in s.dims), s.type.dtype, "NONE"))
+                dims = tuple(self.extent(d, sc, "make_tensor extent") for d in s.dims)
+                self.emit(f, N.Alloc(name, dims, s.type.dtype, "NONE"))
+                self.sites.tensors[name] = TensorSite(sc.node.instance.instance, s.name, -1, "NONE", s.loc)
                 sc.env[s.name] = ("tensor", N.TRef(name))
             elif isinstance(s, S.PartitionDecl):
                 self.partition(s, sc, f)
@@ -229,7 +271,9 @@ class _DA:
         assert isinstance(base, (N.TRef, N.Piece))
         shape = self.shape(base)
         if s.kind == "blocks":
-            params = tuple(self.scalar(a, sc) for a in s.args)
+            params = tuple(self.extent(a, sc, "block extent") for a in s.args)
+            for d, (a, b, x) in enumerate(zip(s.args, params, shape)):
+                check_block(a, b, x, s.tensor, d)
             piece = params
         elif s.kind == "slices":
             d = s.args[0].value  # type: ignore[union-attr]
@@ -240,58 +284,25 @@ class _DA:
             proc = self.proc(s.args[1], sc)
             op = s.args[2].value  # type: ignore[union-attr]
             params = (atom_name, proc, op)
-            piece = mma_piece_shape(shape, atom_name, proc, op, s.loc)
+            piece = mma_piece_shape(shape, atom_name, proc, op, s.loc, atom_origin=self.origin(s.args[0], sc),
+                                    proc_origin=self.origin(s.args[1], sc),
+                                    breaks=sc.here(f"it breaks this partition of '{s.tensor}'"))
         name = self.names.fresh(s.name)
         self.emit(f, N.Partition(name, base, s.kind, params, piece))
+        self.sites.partitions[name] = PartitionSite(sc.node.instance.instance, s.tensor, s.loc, self.root(base))
         sc.env[s.name] = ("part", name)
 
     def loop(self, s: S.Loop, sc: _Scope, f: _Frame) -> None:
-        if s.kind == "srange":
-            self._one_loop(s, 0, sc, f, sequential=True)
-        else:
-            self._one_loop(s, 0, sc, f, sequential=False)
+        his = tuple(self.extent(e, sc, f"{s.kind} extent") for e in s.extents)
+        self._one_loop(s, 0, sc, f, his, sequential=s.kind == "srange")
 
-    def _loop_proc(self, s: S.Loop, sc: _Scope) -> str:
-        procs = {sc.node.child(st).proc for st in S.walk(s.body) if isinstance(st, S.Launch)}
-        if len(procs) > 1:
-            raise CypressError("E041", "a prange launches tasks mapped to different processor levels "
-                               f"({', '.join(sorted(procs))})", s.loc,
-                               hint="map every task launched in one prange to the same processor level")
-        return procs.pop() if procs else sc.node.proc
-
-    def _check_processors(self, s: S.Loop, sc: _Scope, proc: str, extent: N.IExpr) -> None:
-        """A prange that hands work to the processors inside the current one (warps of a
-        warpgroup, threads of a warp) has at most one iteration per processor: vectorization
-        turns the loop variable into that processor's index (paper §4.2.2)."""
-        here = sc.node.proc
-        if proc in ("HOST", "BLOCK") or proc == here:
-            if proc == "BLOCK" and here == "BLOCK":
-                raise CypressError("E041", "a BLOCK task launches a parallel group of BLOCK tasks", s.loc,
-                                   hint="map the launched tasks to WARPGROUP (or a deeper level)")
-            return
-        if len(s.vars) > 1:
-            raise CypressError("E041", f"a {len(s.vars)}-dimensional prange over {proc}s: processors "
-                               "below BLOCK are numbered in one dimension", s.loc,
-                               hint="launch over one prange variable and partition in two steps")
-        m = self.tree.machine
-        inner, outer = m.level(proc).threads, m.level(here).threads
-        if here == "BLOCK" or not inner or not outer:
-            return
-        want = outer // inner
-        got = static(extent)
-        if got is None or got > want:
-            raise CypressError(
-                "E041", f"this prange launches {proc} tasks from a {here} task: it may have at most {want} "
-                f"iterations (one per {proc.lower()} in a {here.lower()}), it has "
-                f"{got if got is not None else 'a run-time number of'}", s.loc,
-                hint="set the tunable that sizes the prange (e.g. PIECES) to at most the processor count")
-
-    def _one_loop(self, s: S.Loop, d: int, sc: _Scope, f: _Frame, sequential: bool) -> None:
+    def _one_loop(self, s: S.Loop, d: int, sc: _Scope, f: _Frame, his: tuple[N.IExpr, ...],
+                  sequential: bool) -> None:
         var = self.names.fresh(s.vars[d])
         sc.env[s.vars[d]] = ("scalar", N.IVar(var))
         inner = _Frame(f, sequential)
         if d + 1 < len(s.vars):
-            self._one_loop(s, d + 1, sc, inner, sequential)
+            self._one_loop(s, d + 1, sc, inner, his, sequential)
         else:
             self.body(s.body, sc, inner)
         ev = self.names.event()
@@ -299,14 +310,14 @@ class _DA:
                         inner.state[root].writes + inner.state[root].reads)
         block = N.Block(tuple(inner.ops), yields)
         pre = dedup_refs(inner.needs)
-        hi = self.scalar(s.extents[d], sc)
+        hi = his[d]
         if sequential:
             pipe = sc.node.instance.pipeline or 0 if sc.node.proc == "BLOCK" else 0
             op: N.Op = N.For(ev, var, N.IConst(0), hi, pre, block, pipeline=pipe)
             ref = N.EvRef(ev)
         else:
-            proc = self._loop_proc(s, sc)
-            self._check_processors(s, sc, proc, hi)
+            proc, kid = loop_proc(self.tree, s, sc.node)
+            check_processors(self.tree, s, sc.node, proc, kid, hi)
             op = N.PFor(ev, var, N.IConst(0), hi, proc, pre, block)
             ref = N.EvRef(ev, (None,))
         self.emit(f, op)
@@ -325,6 +336,7 @@ class _DA:
         args = list(s.args)
         env: dict[str, tuple[str, object]] = {}
         fresh: list[tuple[S.Param, N.View, str]] = []
+        tensor_index = {p.name: j for j, p in enumerate(cv.tensor_params)}
         for arg, p in zip(args, cv.params):
             if isinstance(p.type, S.ScalarType):
                 env[p.name] = ("scalar", self.scalar(arg, sc))
@@ -332,9 +344,13 @@ class _DA:
             v = self.view(arg, sc)
             mem = child.mems[p.name]
             # step 1: a fresh allocation in the memory the mapping names
-            name = self.names.fresh(f"{p.name}_{child.instance.instance}")
+            inst = child.instance.instance
+            name = self.names.fresh(f"{p.name}_{inst}")
             alloc = N.Alloc(name, self.shape(v), p.type.dtype, mem, v if isinstance(v, N.Piece) else None)
             self.emit(f, alloc)
+            j = tensor_index[p.name]
+            self.sites.tensors[name] = TensorSite(inst, p.name, j, mem, s.loc, self.mapping_loc(inst, "mems", j),
+                                                  s.task, self.root(v))
             # step 2: copy-in what the callee reads
             reads = p.name in cv.reads
             if reads:
@@ -362,11 +378,13 @@ class _DA:
 
     def leaf_call(self, s: S.LeafCall, sc: _Scope, f: _Frame) -> None:
         fn = LEAF_FUNCTIONS[s.fn]
-        for p, mem in sc.node.mems.items():
+        for j, (p, mem) in enumerate(sc.node.mems.items()):
             if mem == "NONE":
+                inst = sc.node.instance.instance
                 raise CypressError(
                     "E042", f"leaf '{sc.node.variant.name}' touches '{p}', which instance "
-                    f"'{sc.node.instance.instance}' maps to NONE", sc.node.variant.loc,
+                    f"'{inst}' maps to NONE", self.mapping_loc(inst, "mems", j),
+                    notes=((sc.here(f"{s.fn}() touches it"), s.loc),),
                     hint="a leaf computes on data: map its tensors to REGISTER, SHARED or GLOBAL")
         args: list[object] = []
         pre: list[N.EvRef] = []
@@ -375,7 +393,7 @@ class _DA:
             if rule.kind == "atom":
                 args.append(N.AtomArg(self.atom(a, sc)))
             elif rule.kind == "scalar":
-                args.append(self.scalar(a, sc))
+                args.append(self.scalar(a, sc, index=False))  # a value, not an index: 0.5 is fine
             else:
                 v = self.view(a, sc)
                 args.append(v)
@@ -400,9 +418,13 @@ class _DA:
                 continue
             mem = self.allocs[self.root(a)].mem
             if mem not in rule.mems:
+                site = self.sites.tensors.get(self.root(a))
+                inst = site.instance if site else sc.node.instance.instance
+                call = sc.here(f"{s.fn}() is called here")
                 raise CypressError(
                     "E043", f"{s.fn}() takes '{rule.name}' in {' or '.join(rule.mems)}, but instance "
-                    f"'{sc.node.instance.instance}' places it in {mem}", s.loc,
+                    f"'{inst}' places it in {mem}", site.mem_loc if site and site.mem_loc else s.loc,
+                    notes=((call, s.loc),) if site and site.mem_loc else (),
                     hint="change the instance's mems in the mapping")
 
     # -- module ------------------------------------------------------------------------
@@ -438,7 +460,7 @@ class _DA:
         sc = _Scope(root, env)
         self.body(v.body, sc, f)
         return N.Module(self.tree.program.path.rsplit("/", 1)[-1].removesuffix(".cyp"),
-                        tuple(params), tuple(scalars), N.Block(tuple(f.ops)), {})
+                        tuple(params), tuple(scalars), N.Block(tuple(f.ops)), {"sites": self.sites})
 
 
 def dependence_analysis(tree: TaskTree) -> N.Module:
@@ -446,6 +468,10 @@ def dependence_analysis(tree: TaskTree) -> N.Module:
 
     Raises :class:`CypressError` (E040–E043) when a tile does not fit its mma atom, a
     ``prange`` mixes processor levels, or a leaf is mapped to touch a NONE tensor or a
-    memory its leaf function cannot read.
+    memory its leaf function cannot read — located at the mapping value that caused it
+    when there is one (:mod:`cypressc.ir.origin`) — and E048/E049 when static index
+    arithmetic divides by zero, is inexact, non-integral, out of range, or gives a
+    non-positive extent (:mod:`cypressc.passes.extents`).  The module's
+    ``attrs["sites"]`` traces its allocations and partitions back to the program and mapping.
     """
     return _DA(tree).run()

@@ -8,7 +8,8 @@ dropped, largest pair first, until a first-fit assignment fits the mapping's
 edge share bytes, and the pass records a write-after-read edge from the last readers
 of the earlier tensor to the first writer of the later one.  When even the real
 interference graph does not fit, the error tabulates every tensor, its bytes and its
-live range, and names the mapping knobs to turn.
+live range, and names the knobs to turn: this program's own tile and warpgroup tunables
+(:mod:`cypressc.passes.hints`), and only mapping knobs that can still move.
 
 Buffers of a pipelined loop (``for … pipeline(D)``) count D times; in a persistent
 kernel every tensor is live for the whole tile loop.  The per-thread register
@@ -25,10 +26,12 @@ from dataclasses import replace
 
 import networkx as nx
 
-from cypressc.diagnostics import CypressError
+from cypressc.diagnostics import NO_LOC, CypressError
 from cypressc.ir import nodes as N
+from cypressc.ir.origin import Sites
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
+from cypressc.passes.hints import fmt_tunables, tunable_roles
 
 __all__ = ["resource_allocation", "DTYPE_BYTES", "REGISTER_OVERHEAD"]
 
@@ -37,13 +40,20 @@ ALIGN = 1024  # 128-byte-swizzled tiles must start on a 1024-byte boundary
 REGISTER_OVERHEAD = 40  # addresses, loop counters, descriptors: measured on the GEMM prototype
 
 
-def _bytes(a: N.Alloc) -> int:
+def _bytes(a: N.Alloc, sites: Sites | None = None) -> int:
+    """Bytes of one copy of shared tensor ``a``; E045 at the ``mems`` entry that put it in
+    SHARED (dependence analysis' ``sites``) when an extent is only known at run time."""
     n = DTYPE_BYTES[a.dtype]
     for s in a.shape:
         v = static(s)
         if v is None:
-            raise CypressError("E045", f"shared tensor %{a.name} has a run-time extent; shared memory "
-                               "needs static tile shapes", hint="partition by tunable block sizes")
+            t = sites.tensors.get(a.name) if sites is not None else None
+            what, loc, notes = f"shared tensor %{a.name}", NO_LOC, ()
+            if t is not None and t.mem_loc is not None:
+                what += f" ('{t.param}' of instance '{t.instance}')"
+                loc, notes = t.mem_loc, ((f"the launch of '{t.task}' passes it here", t.loc),)
+            raise CypressError("E045", f"{what} has a run-time extent; shared memory needs static tile "
+                               "shapes", loc, notes=notes, hint="partition by tunable block sizes")
         n *= v
     return n
 
@@ -134,11 +144,13 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
     limit = inst.smem_limit if inst is not None and inst.smem_limit is not None else device_max
     if limit > device_max:
         raise CypressError("E046", f"smem_limit {limit} exceeds the {device_max} bytes a block can have "
-                           f"on {machine.name}", _mapping_loc(ctx), hint="lower `smem_limit:`")
+                           f"on {machine.name}", _knob_loc(ctx, inst, "smem_limit"),
+                           hint=f"lower `smem_limit:` to at most {_kib(device_max)}, or leave it out "
+                           "(the default is the machine's maximum)")
     persistent = bool(inst is not None and inst.persistent)
     allocs = {o.name: o for o in walk_ops(m.body) if isinstance(o, N.Alloc) and o.mem == "SHARED"}
     live, stages = _live(m, persistent)
-    size = {n: _bytes(a) * stages.get(n, 1) * _replicas(a) for n, a in allocs.items()}
+    size = {n: _bytes(a, m.attrs.get("sites")) * stages.get(n, 1) * _replicas(a) for n, a in allocs.items()}
     pipe = max(stages.values(), default=1)
     barrier_bytes = 2 * 8 * pipe + ALIGN  # full/empty mbarriers + alignment slack
     g = nx.Graph()
@@ -161,9 +173,8 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
         raise CypressError(
             "E046", f"shared memory does not fit: {total + barrier_bytes} bytes needed, the limit is "
             f"{limit}\n{rows}\n  (+{barrier_bytes} B of mbarriers and alignment)",
-            getattr(inst, "_loc", None) or _mapping_loc(ctx),
-            hint="lower `pipeline:`, shrink the tiles (U, V, W tunables), or raise `smem_limit:` "
-            "(at most 227KiB on Hopper)")
+            _knob_loc(ctx, inst, "smem_limit") if limit < device_max else _mapping_loc(ctx),
+            hint=_smem_hint(m, ctx, pipe, limit, device_max))
     war = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
            if not g.has_edge(a, b) and off[a] < off[b] + size[b] and off[b] < off[a] + size[a]]
     regs = _registers(m)
@@ -172,7 +183,8 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
         raise CypressError(
             "E047", f"the consumer threads need about {regs} registers each (accumulators "
             f"{regs - REGISTER_OVERHEAD} + {REGISTER_OVERHEAD} overhead); the budget is {consumer}",
-            _mapping_loc(ctx), hint="use more consumer warpgroups (WGS) or a smaller block tile")
+            _knob_loc(ctx, inst, "consumer_registers"),
+            hint=_register_hint(ctx, regs, consumer, _max_consumer(m, inst, machine, producer)))
     attrs = dict(m.attrs)
     attrs.update(smem={n: (off[n], size[n], stages.get(n, 1)) for n in names},
                  smem_bytes=total + barrier_bytes, war=war, registers=regs, persistent=persistent,
@@ -180,27 +192,113 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
     return replace(m, attrs=attrs)
 
 
-def _register_split(m: N.Module, inst, machine, ctx) -> tuple[int, int]:
-    """Registers per producer / consumer thread (``setmaxnreg``), checked against the
-    register file: 128 x (producer + WGS x consumer) <= registers per block."""
+def _warpgroups(m: N.Module) -> int:
+    """Consumer warpgroups of the block: the largest static WARPGROUP extent (1 if none)."""
     wgs = 1
     for o in walk_ops(m.body):
         for d in getattr(o, "dims", ()):
             if d.proc == "WARPGROUP":
                 wgs = max(wgs, static(d.extent) or 1)
+    return wgs
+
+
+def _register_pool(wgs: int, ws: bool, file: int) -> tuple[int, int]:
+    """(registers per thread at launch, their sum over one thread of each warpgroup).
+
+    The kernel is compiled with ``__launch_bounds__(THREADS, 1)``, so ptxas gives every
+    thread ``file / THREADS`` registers rounded down to the allocation unit of 8 (at most
+    256), and the block is launched holding THREADS times that.  ``setmaxnreg`` only moves
+    registers between the block's warpgroups: a consumer's ``setmaxnreg.inc`` that the
+    producer's ``.dec`` cannot cover waits forever (5 warpgroups: 96 per thread, 61440 in
+    all, not the 65536 of the register file)."""
+    groups = wgs + (1 if ws else 0)
+    per_thread = min(256, file // (128 * groups) // 8 * 8)
+    return per_thread, groups * per_thread
+
+
+def _register_split(m: N.Module, inst, machine, ctx) -> tuple[int, int]:
+    """Registers per producer / consumer thread (``setmaxnreg``), checked against what the
+    block is launched with (:func:`_register_pool`): 128 x (producer + WGS x consumer) <=
+    THREADS x the per-thread launch registers."""
+    wgs = _warpgroups(m)
     ws = bool(inst is not None and inst.warpspecialize)
     file = machine.limits.get("registers_per_block", 65536)
     producer = (inst.producer_registers if inst is not None and inst.producer_registers else 40) if ws else 0
-    per_thread = file // 128
-    default = min(240, ((per_thread - producer) // wgs) // 8 * 8)
+    launch, pool = _register_pool(wgs, ws, file)
+    default = min(240, ((pool - producer) // wgs) // 8 * 8)
     consumer = inst.consumer_registers if inst is not None and inst.consumer_registers else default
-    if 128 * (producer + wgs * consumer) > file or (ws and producer > consumer):
+    if 128 * (producer + wgs * consumer) > 128 * pool:
+        knobs = [f"`{k}: {getattr(inst, k)}`" for k in ("consumer_registers", "producer_registers")
+                 if inst is not None and getattr(inst, k)]
+        wg = tunable_roles(ctx.tree).warpgroups
+        fewer = f"lower the warpgroup count {fmt_tunables(wg, 'and')}" if wg else "use fewer consumer warpgroups"
+        threads = 128 * (wgs + (1 if ws else 0))
         raise CypressError(
             "E047", f"registers: {wgs} consumer warpgroup(s) x {consumer} + a producer warpgroup x "
-            f"{producer} per thread need {128 * (producer + wgs * consumer)} of the {file} registers "
-            "of a block", _mapping_loc(ctx),
-            hint="lower consumer_registers / producer_registers, or use fewer warpgroups (WGS)")
+            f"{producer} per thread need {128 * (producer + wgs * consumer)} of the {128 * pool} registers "
+            f"a block of {threads} threads is launched with ({launch} per thread of the {file}; "
+            "setmaxnreg cannot take more)", _knob_loc(ctx, inst, "consumer_registers", "producer_registers"),
+            hint=_join([f"lower {' or '.join(knobs)}" if knobs else "", fewer]))
+    if ws and producer > consumer:
+        raise CypressError(
+            "E047", f"the producer warpgroup gets {producer} registers per thread, more than the "
+            f"consumers' {consumer}: it only issues TMA copies, and setmaxnreg gives what it frees "
+            "to the consumers", _knob_loc(ctx, inst, "producer_registers", "consumer_registers"),
+            hint="lower `producer_registers:` (default 40) or raise `consumer_registers:`")
     return producer, consumer
+
+
+def _max_consumer(m: N.Module, inst, machine, producer: int) -> int:
+    """The most registers per consumer thread that setmaxnreg (<= 256) and the registers the
+    block is launched with (:func:`_register_pool`) allow."""
+    ws = bool(inst is not None and inst.warpspecialize)
+    wgs = _warpgroups(m)
+    _, pool = _register_pool(wgs, ws, machine.limits.get("registers_per_block", 65536))
+    return min(256, ((pool - producer) // wgs) // 8 * 8)
+
+
+def _kib(n: int) -> str:
+    return f"{n // 1024}KiB" if n % 1024 == 0 else f"{n} bytes"
+
+
+def _join(opts: list[str]) -> str:
+    """``a, b, or c`` over the non-empty options."""
+    opts = [o for o in opts if o]
+    return opts[0] if len(opts) == 1 else ", ".join(opts[:-1]) + ", or " + opts[-1]
+
+
+def _smem_hint(m: N.Module, ctx, pipe: int, limit: int, device_max: int) -> str:
+    """E046's remedies, in this program's and this mapping's own terms: the pipeline depth
+    if the loop is pipelined, the tunables that size its shared tiles, ``persistent`` when
+    it is what keeps tensors from sharing bytes, ``smem_limit`` only if it can still grow."""
+    inst = ctx.tree.block_node().instance if ctx.tree.block_node() is not None else None
+    tiles = tunable_roles(ctx.tree).tiles("SHARED")
+    opts = [f"lower `pipeline: {pipe}`" if pipe > 1 else "",
+            f"shrink the tile tunables {fmt_tunables(tiles)}" if tiles
+            else "shrink the blocks the program partitions into shared memory"]
+    if inst is not None and inst.persistent:
+        live, _ = _live(m, False)
+        spans = sorted(live.values())
+        if any(a[1] < b[0] for a, b in zip(spans, spans[1:])):
+            opts.append("drop `persistent: true` (a persistent block keeps every shared tensor "
+                        "live, so none can share bytes)")
+    if limit < device_max:
+        opts.append(f"raise `smem_limit:` (at most {_kib(device_max)} on {ctx.tree.machine.name})")
+    return _join(opts)
+
+
+def _register_hint(ctx, regs: int, consumer: int, most: int) -> str:
+    """E047's remedies for accumulators that do not fit: more warpgroups (the program's own
+    warpgroup-count tunable), smaller register tiles, or a larger budget if setmaxnreg allows."""
+    roles = tunable_roles(ctx.tree)
+    wg, tiles = roles.warpgroups, roles.tiles("REGISTER")
+    opts = [f"raise the warpgroup count {fmt_tunables(wg, 'and')} so that each warpgroup holds "
+            "fewer rows" if wg else "split the tile over more consumer warpgroups (a prange "
+            "launching WARPGROUP instances)",
+            f"shrink the tile tunables {fmt_tunables(tiles)}" if tiles else ""]
+    if consumer < most and regs <= most:
+        opts.append(f"raise `consumer_registers:` to {-(-regs // 8) * 8} (at most {most})")
+    return _join(opts)
 
 
 def _registers(m: N.Module) -> int:
@@ -221,3 +319,11 @@ def _mapping_loc(ctx):
 
         return Loc(ctx.mapping_path)
     return ctx.tree.mapping.instance_loc(block.instance.instance, "instance")
+
+
+def _knob_loc(ctx, inst, *knobs: str):
+    """The value of the first of ``knobs`` the block instance sets, else the instance."""
+    for k in knobs:
+        if inst is not None and getattr(inst, k) is not None:
+            return ctx.tree.mapping.instance_loc(inst.instance, k)
+    return _mapping_loc(ctx)

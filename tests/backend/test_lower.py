@@ -101,3 +101,18 @@ def test_a_write_indexed_by_an_expression_of_j_is_refused(reduction):
             o = replace(o, base=replace(o.base, idx=idx))
         ops.append(o)
     assert "indexes with an expression of j" in _refusal(_with_host_body(m, ops), ctx)
+
+
+def test_a_parameter_nothing_touches_keeps_its_declared_privilege(tmp_path):
+    """dual_gemm without the B1 launch: the kernel takes B1 (read-only, as declared) and leaves
+    it alone, instead of writing a kernel ABI the runtime rejects (found by the fuzzer)."""
+    lines = (ROOT / "programs/dual_gemm.cyp").read_text().splitlines(keepends=True)
+    drop = [i for i, ln in enumerate(lines) if 'launch("mma", C1acc' in ln]
+    assert len(drop) == 1
+    del lines[drop[0]]
+    prog = tmp_path / "dual_gemm.cyp"
+    prog.write_text("".join(lines))
+    tree = instantiate(check_program(parse_file(prog)), load_mapping(ROOT / "mappings/dual_gemm/h100.yaml"))
+    plan = compile_module(tree)[-1][1].attrs["kernel"]
+    access = {t.name: (t.reads, t.writes) for t in plan.tensors}
+    assert access == {"D": (False, True), "A": (True, False), "B1": (True, False), "B2": (True, False)}

@@ -104,9 +104,9 @@ instances:
     (SMALL.replace("machine: h100", "machine: h100\ntarget: sm90"), "M002", 2, 1, "unknown key 'target'"),
     (SMALL.replace("    calls: [leaf]", "    calls: [leaf]\n    smem_limit: 1GB"), "M002", 9, 5, "not a byte count"),
     (SMALL.replace("    calls: [leaf]", "    calls: [leaf]\n    pipeline: 12"), "M002", 9, 5,
-     "'pipeline': should be less than or equal to 8 (got 12)"),
-    (SMALL.replace("    calls: [leaf]", "    calls: leaf"), "M002", 8, 5, "'calls': should be a valid list"),
-    ("machine: h100\nentrypoint: x\ninstances: []\n", "M002", 3, 1, "'instances'"),
+     "'pipeline' must be at most 8 (got 12)"),
+    (SMALL.replace("    calls: [leaf]", "    calls: leaf"), "M002", 8, 5, "'calls': expected a list (got 'leaf')"),
+    ("machine: h100\nentrypoint: x\ninstances: []\n", "M002", 3, 1, "'instances' is empty; it needs at least one instance"),
 ])
 def test_errors_are_located(text, code, line, col, frag):
     e = err(text)[0]
@@ -123,7 +123,7 @@ def test_unknown_key_hint_lists_allowed_keys():
     (e,) = err(SMALL.replace("    calls: [leaf]", "    calls: [leaf]\n    stages: 4"))
     assert e.hint.startswith("allowed keys: instance, variant, proc, mems")
     (e,) = err(SMALL.replace("machine: h100", "machine: h100\ntarget: x"))
-    assert e.hint == "allowed keys: machine, entrypoint, instances"
+    assert e.hint == "allowed keys: machine, entrypoint, instances, tune"
 
 
 def test_yaml_syntax_error_notes_where_the_construct_started():

@@ -1,0 +1,138 @@
+"""What ``cypressc tune`` shows and keeps: progress bars, the table of the top candidates,
+the best mapping as YAML with a header comment, and the tuning cache entry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cypressc.tuner.cache import JsonStore, cache_dir, compiler_fingerprint, digest
+from cypressc.tuner.search import Candidate, Result
+
+__all__ = ["Progress", "table", "best_yaml", "closing_note", "tuning_key", "store_result", "cached_result"]
+
+
+class Progress:
+    """rich progress bars (on stderr; silent when ``enabled`` is false), one per phase."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as RichProgress
+
+        self._p = RichProgress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
+                               TimeElapsedColumn(), console=Console(stderr=True), disable=not enabled)
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> Progress:
+        self._p.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._p.stop()
+
+    def start(self, phase: str, description: str, total: int, done: int = 0) -> None:
+        if phase in self._tasks:
+            self._p.update(self._tasks[phase], description=description, total=total, completed=done)
+        else:
+            self._tasks[phase] = self._p.add_task(description, total=total, completed=done)
+
+    def advance(self, phase: str) -> None:
+        if phase in self._tasks:
+            self._p.advance(self._tasks[phase])
+
+
+def _speed(c: Candidate) -> str:
+    if c.timing and c.timing.get("ok"):
+        return f"{c.timing['tflops']:.1f} TFLOP/s ({c.timing['ms']:.3f} ms)"
+    if c.timing:
+        return "FAILED: " + c.timing.get("error", "")[:60]
+    if c.error:
+        return "BUILD FAILED"
+    return "-"
+
+
+def table(res: Result, top: int = 10) -> str:
+    """A markdown table of the ``top`` candidates (and the baseline)."""
+    rows = res.ranked[:top]
+    base = res.baseline
+    if base is not None and base not in rows:
+        rows.append(base)
+    measure = "TFLOP/s (ms)" if not res.options.compile_only else "built"
+    lines = [f"| # | knobs | static score | {measure} | vs start |", "|---:|---|---:|---|---:|"]
+    for i, c in enumerate(rows, 1):
+        rel = ""
+        if c.tflops and base is not None and base.tflops:
+            rel = f"{c.tflops / base.tflops:.2f}x"
+        tag = " (start)" if c.baseline else ""
+        built = _speed(c) if not res.options.compile_only else ("cache" if c.hit else "compiled")
+        lines.append(f"| {i} | {res.space.describe(c.values)}{tag} | {c.score or 0:.3f} | {built} | {rel} |")
+    return "\n".join(lines)
+
+
+def closing_note(res: Result) -> str:
+    """Counts and seconds, one paragraph."""
+    n = res.counts()
+    by = ", ".join(f"{k} {v}" for k, v in sorted(n["pruned_by"].items())) or "none"
+    s = res.seconds
+    out = [f"{n['considered']} candidates: {n['pruned']} pruned by the compiler ({by}), "
+           f"{n['compiled']} compiled, {n['cache_hits']} from the kernel cache, "
+           f"{n['build_failed']} failed to build"
+           + ("" if res.options.compile_only else f", {n['timed']} timed, {n['failed_check']} failed the check"),
+           f"wall {s.get('total', 0):.1f} s: prune {s['prune']:.1f} s, compile {s['compile']:.1f} s, "
+           f"timing {s['timing']:.1f} s"]
+    if res.partial:
+        out.append("interrupted: the result covers the candidates measured so far")
+    return "\n".join(out)
+
+
+def best_yaml(res: Result, program: str, mapping: str) -> str | None:
+    """The best mapping's text under a header comment (device, sizes, speed, runner-up)."""
+    best = res.best
+    if best is None:
+        return None
+    sizes = " ".join(f"{k}={v}" for k, v in res.options.sizes.items())
+    dts = " ".join(f"{k}={v}" for k, v in res.options.dtypes.items()) or "defaults"
+    head = [f"# cypressc tune: the best of {len(res.candidates)} candidates for {program}, from {mapping}",
+            f"# device: {res.device}; sizes {sizes}; dtypes {dts}"]
+    if best.tflops:
+        head.append(f"# measured: {best.tflops:.1f} TFLOP/s ({best.timing['ms']:.4f} ms, median of "  # type: ignore[index]
+                    f"{res.options.rounds}x{res.options.reps} calls)")
+    else:
+        why = "--compile-only" if res.options.compile_only else "interrupted before any timing"
+        head.append(f"# not timed ({why}): ranked by the static model, score {best.score or 0:.3f}")
+    ru = res.runner_up
+    if ru is not None:
+        what = f"{ru.tflops:.1f} TFLOP/s" if ru.tflops else f"score {ru.score or 0:.3f}"
+        head.append(f"# runner-up: {res.space.describe(ru.values)} ({what})")
+    head.append(f"# knobs: {res.space.describe(best.values)}")
+    if res.partial:
+        head.append("# (interrupted: best of the candidates measured before Ctrl-C)")
+    return "\n".join(head) + "\n" + best.text
+
+
+def tuning_key(program_text: str, mapping_text: str, device: str, dtypes: dict, sizes: dict) -> str:
+    """The tuning cache key: program and mapping content, the compiler, device, dtypes, sizes."""
+    return digest("tune-v1", compiler_fingerprint(), program_text, mapping_text, device,
+                  dict(sorted(dtypes.items())), dict(sorted(sizes.items())))
+
+
+def _store() -> JsonStore:
+    return JsonStore(cache_dir() / "tune")
+
+
+def store_result(res: Result, program_text: str, mapping_text: str, yaml_text: str) -> str:
+    """Keep a complete timed result in the tuning cache; returns the key."""
+    best = res.best
+    key = tuning_key(program_text, mapping_text, res.device, res.options.dtypes, res.options.sizes)
+    if best is None or res.partial or res.options.compile_only:
+        return key
+    _store().put(key, {"device": res.device, "sizes": res.options.sizes, "dtypes": res.options.dtypes,
+                       "best": {"knobs": res.space.describe(best.values), "tflops": best.tflops,
+                                "ms": best.timing["ms"], "mapping": best.text},  # type: ignore[index]
+                       "yaml": yaml_text, "table": table(res), "note": closing_note(res)})
+    return key
+
+
+def cached_result(program_text: str, mapping_text: str, device: str, dtypes: dict, sizes: dict) -> dict | None:
+    """A stored result for exactly these inputs, or ``None``."""
+    return _store().get(tuning_key(program_text, mapping_text, device, dtypes, sizes))

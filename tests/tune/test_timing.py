@@ -1,0 +1,36 @@
+"""The tuner's GPU side as far as a CPU machine can take it: reference loading, and the
+parent/worker protocol reporting a worker that cannot start against every candidate."""
+
+from __future__ import annotations
+
+import pytest
+
+from cypressc.tuner.timing import load_reference, time_candidates
+
+
+def test_load_reference_from_a_file_and_a_module(tmp_path):
+    f = tmp_path / "ref.py"
+    f.write_text("def gemm(t):\n    return {'C': t['A'] * 2}\n")
+    assert load_reference(f"{f}:gemm")({"A": 21}) == {"C": 42}
+    assert load_reference("cypressc.runtime:eval_c_expr")("M * 2", {"M": 3}) == 6
+    for bad, msg in [(f"{f}:nope", "has no function nope"), (f"{tmp_path}/missing.py:f", "no file"),
+                     ("gemm", "write FILE.py:FUNCTION")]:
+        with pytest.raises(ValueError, match=msg):
+            load_reference(bad)
+
+
+def test_a_worker_without_a_gpu_fails_every_candidate_it_was_given():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    events = []
+    cands = [{"label": "a", "dir": "/nonexistent", "name": "gemm"}, {"label": "b", "dir": "/nonexistent"}]
+    res = time_candidates(cands, {"M": 64}, baseline="a", gpus=1, on_event=events.append)
+    assert set(res) == {"a", "b"}
+    assert all(not r["ok"] and "CUDA" in r["error"] for r in res.values()), res
+    assert [e["event"] for e in events] == ["fatal"]
+
+
+def test_timing_refuses_without_gpus():
+    with pytest.raises(RuntimeError, match="--compile-only"):
+        time_candidates([{"label": "a", "dir": "x"}], {"M": 1}, gpus=0)

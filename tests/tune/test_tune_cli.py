@@ -1,0 +1,95 @@
+"""``cypressc tune --compile-only`` on a small gemm space, through the real CLI and nvcc:
+pruning counts, parallel compiles, the kernel cache on a second run, the best mapping."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cypressc.cli import main
+from cypressc.mapping.loader import load_mapping
+
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = """tune:
+  U: [128, 256]
+  V: [128, 256]
+  W: 64
+  WGS: 2
+  MMA: WGMMA_64x128x16
+  copy_block.D: GLOBAL
+  pipeline: [4, 5]
+  warpspecialize: true
+  persistent: true
+  raster: 16
+  mma_in_flight: 1
+"""
+SIZES = ["--size", "M=4096", "--size", "N=4096", "--size", "K=4096"]
+
+pytestmark = [pytest.mark.nvcc, pytest.mark.xdist_group("tune"),
+              pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")]
+
+
+def tune(*args: str):
+    return CliRunner().invoke(main, ["tune", *args], catch_exceptions=False)
+
+
+def counts(out: str) -> dict[str, int]:
+    m = re.search(r"(\d+) candidates: (\d+) pruned by the compiler \((.*?)\), (\d+) compiled, (\d+) from the "
+                  r"kernel cache, (\d+) failed to build", out)
+    assert m, out
+    n = [int(m.group(i)) for i in (1, 2, 4, 5, 6)]
+    return {"considered": n[0], "pruned": n[1], "by": m.group(3), "compiled": n[2], "hits": n[3], "failed": n[4]}
+
+
+def test_compile_only_prunes_compiles_and_hits_the_cache(tmp_path, monkeypatch):
+    tune_cache = tmp_path / "cache"         # its own: other tests may have built the plain gemm
+    monkeypatch.setenv("CYPRESSC_CACHE_DIR", str(tune_cache))
+    mapping = tmp_path / "plain.yaml"
+    mapping.write_text((ROOT / "mappings/gemm/h100_plain.yaml").read_text() + SPACE)
+    best = tmp_path / "best.yaml"
+    args = [str(ROOT / "programs/gemm.cyp"), "-m", str(mapping), *SIZES, "--compile-only", "--budget", "1",
+            "-o", str(best), "--jobs", "2"]
+    r = tune(*args)
+    assert r.exit_code == 0, r.output + r.stderr
+    first = counts(r.stdout)
+    # 8 points + the starting mapping: 4 overflow shared memory (E046), 1 the backend refuses
+    assert first == {"considered": 9, "pruned": 5, "by": "E046 4, E050 1", "compiled": 2, "hits": 0, "failed": 0}
+    assert "| 1 |" in r.stdout and "(start)" in r.stdout
+    text = best.read_text()
+    assert text.startswith("# cypressc tune: the best of 9 candidates for")
+    assert "# not timed (--compile-only)" in text and "# runner-up:" in text
+    spec = load_mapping(best).spec          # the best mapping is a valid mapping
+    block = next(i for i in spec.instances if i.instance == "gemm_block")
+    assert block.warpspecialize is True and block.persistent is True
+    assert len(list((tune_cache / "kernels").glob("*/libgemm.so"))) == 2
+
+    again = tune(*args)                     # nothing is compiled or re-checked the second time
+    assert again.exit_code == 0, again.output
+    assert counts(again.stdout) == dict(first, compiled=0, hits=2)
+    assert "prune 0.0 s" in again.stdout
+    assert best.read_text() == text
+
+
+def test_sizes_must_bind_the_kernel(tune_cache):
+    r = CliRunner().invoke(main, ["tune", str(ROOT / "programs/gemm.cyp"), "-m",
+                                  str(ROOT / "mappings/gemm/h100_plain.yaml"), "--size", "M=64", "--size", "N=64",
+                                  "--compile-only"])
+    assert r.exit_code == 2 and "bind K with --size NAME=N" in r.stderr
+    r = CliRunner().invoke(main, ["tune", str(ROOT / "programs/gemm.cyp"), "-m",
+                                  str(ROOT / "mappings/gemm/h100_plain.yaml"), "--size", "M=x"])
+    assert r.exit_code == 2 and "write NAME=N" in r.stderr
+
+
+def test_timing_needs_a_gpu_or_compile_only(tune_cache):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    r = CliRunner().invoke(main, ["tune", str(ROOT / "programs/gemm.cyp"), "-m",
+                                  str(ROOT / "mappings/gemm/h100_plain.yaml"), *SIZES])
+    assert r.exit_code == 1 and "--compile-only" in r.stderr
