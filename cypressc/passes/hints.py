@@ -1,135 +1,64 @@
 """Which tunables of *this* program size what: the words of resource hints (E046, E047).
 
 A resource error is only actionable when its hint names knobs the program really has.
-:func:`tunable_roles` follows every tensor down the instantiated task tree (paper §3.3)
-and records which ``int`` tunables — each with the instance that binds it — its extent
-depends on: a ``partition_by_blocks`` size, a ``make_tensor`` extent, a ``let`` computed
-from them, or the shape of the tensor it was cut from.  A tensor that reaches an instance
-in SHARED (or REGISTER) memory makes its tunables *shared* (*register*) tile tunables.
-Tunables that count the warpgroups of a block (the extent of a ``prange`` whose launches
-run on WARPGROUP instances) are reported separately: raising them shrinks each
-warpgroup's tile rather than growing it.
+Every compile-time extent of the IR carries the mapping values it was computed from
+(:class:`~cypressc.ir.origin.Origin` on each :class:`~cypressc.ir.nodes.IConst`, paper
+§3.3's tunables bound by the mapping), so the tunables that size a SHARED (REGISTER)
+tensor are the ``int`` origins of its shape, and the tunables that count a block's
+warpgroups are the origins of the WARPGROUP dimensions' extents.  The latter are reported
+apart: raising them shrinks each warpgroup's tile rather than growing it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cypressc.lang import syntax as S
-from cypressc.mapping.tasktree import TaskNode, TaskTree
+from cypressc.ir import nodes as N
+from cypressc.ir.origin import origins_of
+from cypressc.ir.subst import walk_ops
 
 __all__ = ["TunableRoles", "tunable_roles", "fmt_tunables"]
 
-Origin = dict[tuple[str, str], None]  # ordered set of (tunable, instance)
+Tunables = dict[tuple[str, str], None]  # ordered set of (tunable, instance)
 
 
 @dataclass
 class TunableRoles:
     """``int`` tunables by role, each an ordered set of (tunable name, instance name)."""
 
-    shared: Origin = field(default_factory=dict)
-    register: Origin = field(default_factory=dict)
-    warpgroups: Origin = field(default_factory=dict)
+    shared: Tunables = field(default_factory=dict)
+    register: Tunables = field(default_factory=dict)
+    warpgroups: Tunables = field(default_factory=dict)
 
-    def tiles(self, mem: str) -> Origin:
+    def tiles(self, mem: str) -> Tunables:
         """Tunables that size tensors in ``mem`` (SHARED or REGISTER), warpgroup counts left out."""
         src = self.shared if mem == "SHARED" else self.register
         return {k: None for k in src if k not in self.warpgroups}
 
 
-def _union(*parts: Origin | None) -> Origin:
-    out: Origin = {}
-    for p in parts:
-        if p:
-            out.update(p)
-    return out
+def _ints(*exprs: object) -> Tunables:
+    """The int tunables among the origins of ``exprs``, in task-tree order (outermost first)."""
+    found = sorted((o for o in origins_of(*exprs) if isinstance(o.value, int) and not isinstance(o.value, bool)),
+                   key=lambda o: o.seq)
+    return {(o.key, o.instance): None for o in found}
 
 
-class _Env:
-    """Origins of one variant's names: a scalar's, and a tensor's (or partition's pieces')
-    per dimension."""
-
-    def __init__(self) -> None:
-        self.scalars: dict[str, Origin] = {}
-        self.tensors: dict[str, list[Origin]] = {}
-
-    def expr(self, e: S.Expr) -> Origin:
-        """The origin of a scalar expression."""
-        if isinstance(e, S.Name):
-            return dict(self.scalars.get(e.id) or {})
-        if isinstance(e, S.Shape):
-            dims = self.tensors.get(e.tensor) or []
-            return dict(dims[e.dim]) if 0 <= e.dim < len(dims) else {}
-        if isinstance(e, S.BinOp):
-            return _union(self.expr(e.lhs), self.expr(e.rhs))
-        if isinstance(e, S.Call):
-            return _union(*(self.expr(a) for a in e.args))
-        return {}
-
-    def tensor(self, e: S.Expr) -> list[Origin] | None:
-        """Per-dimension origins of a tensor argument (a name or a piece), None for a scalar."""
-        if isinstance(e, S.Piece):  # indices pick a piece; the partition fixes its shape
-            return self.tensors.get(e.partition)
-        if isinstance(e, S.Name) and e.id in self.tensors:
-            return self.tensors[e.id]
-        return None
-
-
-def tunable_roles(tree: TaskTree) -> TunableRoles:
-    """Walk ``tree`` from its root and classify the ``int`` tunables bound on its instances."""
+def tunable_roles(m: N.Module) -> TunableRoles:
+    """The int tunables of module ``m`` that size its shared and register tensors, and those
+    that set its number of warpgroups."""
     roles = TunableRoles()
-
-    def visit(node: TaskNode, inherited: dict[str, Origin | list[Origin]]) -> None:
-        v, inst = node.variant, node.instance.instance
-        env = _Env()
-        for p in v.params:
-            got = inherited.get(p.name)
-            if isinstance(p.type, S.TensorType):
-                dims = got if isinstance(got, list) else [{} for _ in range(p.type.rank)]
-                env.tensors[p.name] = dims
-                for name, o in zip(p.type.dims or (), dims):
-                    env.scalars[name] = _union(env.scalars.get(name), o)
-            else:
-                env.scalars[p.name] = dict(got) if isinstance(got, dict) else {}
-        for s in S.walk(v.body):
-            if isinstance(s, S.Tunable) and s.kind == "int":
-                env.scalars[s.name] = {(s.name, inst): None}
-            elif isinstance(s, S.Let):
-                env.scalars[s.name] = env.expr(s.value)
-            elif isinstance(s, S.MakeTensor):
-                env.tensors[s.name] = [env.expr(d) for d in s.dims]
-            elif isinstance(s, S.PartitionDecl):
-                base = env.tensors.get(s.tensor) or []
-                if s.kind == "blocks":  # a piece is one block: its extents are the sizes
-                    env.tensors[s.name] = [env.expr(a) for a in s.args]
-                elif s.kind == "slices" and s.args and isinstance(s.args[0], S.Const):
-                    env.tensors[s.name] = [o for d, o in enumerate(base) if d != s.args[0].value]
-                else:  # mma: each piece dimension is a fixed fraction of the tile's
-                    env.tensors[s.name] = list(base)
-        for p in v.tensor_params:
-            mem = node.mems.get(p.name)
-            if mem in ("SHARED", "REGISTER"):
-                (roles.shared if mem == "SHARED" else roles.register).update(
-                    _union(*env.tensors[p.name]))
-        targets = {id(stmt): child for stmt, child in node.children}
-        for s in S.walk(v.body):
-            if isinstance(s, S.Loop) and s.kind == "prange" and node.proc != "WARPGROUP" and any(
-                    isinstance(x, S.Launch) and id(x) in targets and targets[id(x)].proc == "WARPGROUP"
-                    for x in S.walk(s.body)):
-                for e in s.extents:
-                    roles.warpgroups.update(env.expr(e))
-        for stmt, child in node.children:
-            args: dict[str, Origin | list[Origin]] = {}
-            for p, a in zip(child.variant.params, stmt.args):
-                t = env.tensor(a) if isinstance(p.type, S.TensorType) else None
-                args[p.name] = list(t) if t is not None else env.expr(a)
-            visit(child, args)
-
-    visit(tree.root, {})
+    wg: list[N.IExpr] = []
+    for o in walk_ops(m.body):
+        if isinstance(o, N.Alloc) and o.mem == "SHARED":
+            roles.shared.update(_ints(o.shape))
+        elif isinstance(o, N.Alloc) and o.mem == "REGISTER":
+            roles.register.update(_ints(o.shape))
+        wg += [d.extent for d in getattr(o, "dims", ()) if d.proc == "WARPGROUP"]
+    roles.warpgroups.update(_ints(wg))
     return roles
 
 
-def fmt_tunables(ts: Origin, last: str = "or") -> str:
+def fmt_tunables(ts: Tunables, last: str = "or") -> str:
     """``{(U, host), (V, host), (W, block)}`` -> ``U, V (host) or W (block)``; instances that
     bind the same tunables are listed together: ``WGS (mma_block, clear_block)``."""
     by_inst: dict[str, list[str]] = {}

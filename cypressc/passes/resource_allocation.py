@@ -184,7 +184,7 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
             "E047", f"the consumer threads need about {regs} registers each (accumulators "
             f"{regs - REGISTER_OVERHEAD} + {REGISTER_OVERHEAD} overhead); the budget is {consumer}",
             _knob_loc(ctx, inst, "consumer_registers"),
-            hint=_register_hint(ctx, regs, consumer, _max_consumer(m, inst, machine, producer)))
+            hint=_register_hint(m, ctx, regs, consumer, _max_consumer(m, inst, machine, producer)))
     attrs = dict(m.attrs)
     attrs.update(smem={n: (off[n], size[n], stages.get(n, 1)) for n in names},
                  smem_bytes=total + barrier_bytes, war=war, registers=regs, persistent=persistent,
@@ -230,7 +230,7 @@ def _register_split(m: N.Module, inst, machine, ctx) -> tuple[int, int]:
     if 128 * (producer + wgs * consumer) > 128 * pool:
         knobs = [f"`{k}: {getattr(inst, k)}`" for k in ("consumer_registers", "producer_registers")
                  if inst is not None and getattr(inst, k)]
-        wg = tunable_roles(ctx.tree).warpgroups
+        wg = tunable_roles(m).warpgroups
         fewer = f"lower the warpgroup count {fmt_tunables(wg, 'and')}" if wg else "use fewer consumer warpgroups"
         threads = 128 * (wgs + (1 if ws else 0))
         raise CypressError(
@@ -272,7 +272,7 @@ def _smem_hint(m: N.Module, ctx, pipe: int, limit: int, device_max: int) -> str:
     if the loop is pipelined, the tunables that size its shared tiles, ``persistent`` when
     it is what keeps tensors from sharing bytes, ``smem_limit`` only if it can still grow."""
     inst = ctx.tree.block_node().instance if ctx.tree.block_node() is not None else None
-    tiles = tunable_roles(ctx.tree).tiles("SHARED")
+    tiles = tunable_roles(m).tiles("SHARED")
     opts = [f"lower `pipeline: {pipe}`" if pipe > 1 else "",
             f"shrink the tile tunables {fmt_tunables(tiles)}" if tiles
             else "shrink the blocks the program partitions into shared memory"]
@@ -287,10 +287,10 @@ def _smem_hint(m: N.Module, ctx, pipe: int, limit: int, device_max: int) -> str:
     return _join(opts)
 
 
-def _register_hint(ctx, regs: int, consumer: int, most: int) -> str:
+def _register_hint(m: N.Module, ctx, regs: int, consumer: int, most: int) -> str:
     """E047's remedies for accumulators that do not fit: more warpgroups (the program's own
     warpgroup-count tunable), smaller register tiles, or a larger budget if setmaxnreg allows."""
-    roles = tunable_roles(ctx.tree)
+    roles = tunable_roles(m)
     wg, tiles = roles.warpgroups, roles.tiles("REGISTER")
     opts = [f"raise the warpgroup count {fmt_tunables(wg, 'and')} so that each warpgroup holds "
             "fewer rows" if wg else "split the tile over more consumer warpgroups (a prange "
