@@ -180,3 +180,11 @@ def test_default_output_is_build_name_in_the_working_directory(tmp_path, monkeyp
     out = tmp_path / "build" / "gemm"
     assert r.stdout.splitlines()[0] == f"built gemm into {out}"
     assert {p.name for p in out.iterdir()} == BUILT
+
+
+def test_the_stamp_is_not_mistaken_for_the_kernel_abi(tmp_path):
+    """Tools find a build's kernel ABI as its only ``*.json`` (cypressc.runtime.load, the
+    tuner, the benches); the stamp must not be one (the first tune of dual_gemm read it)."""
+    out = tmp_path / "b"
+    assert build("-o", str(out)).exit_code == 0
+    assert [p.name for p in out.glob("*.json")] == ["gemm.json"]

@@ -33,7 +33,7 @@ from cypressc.diagnostics import CypressError, Loc
 
 __all__ = ["STAMP", "Stamp", "replace_build_dir", "check_output_dir", "read_stamp"]
 
-STAMP = ".cypressc-build.json"
+STAMP = ".cypressc-build"  # JSON, but no .json suffix: a build directory's *.json is its kernel ABI
 _TOOL = "cypressc"
 
 

@@ -8,7 +8,8 @@ from typing import Any
 from cypressc.tuner.cache import JsonStore, cache_dir, compiler_fingerprint, digest
 from cypressc.tuner.search import Candidate, Result
 
-__all__ = ["Progress", "table", "best_yaml", "closing_note", "tuning_key", "store_result", "cached_result"]
+__all__ = ["Progress", "table", "best_yaml", "closing_note", "failures", "failure_lines", "tuning_key",
+           "store_result", "cached_result"]
 
 
 class Progress:
@@ -39,6 +40,10 @@ class Progress:
     def advance(self, phase: str) -> None:
         if phase in self._tasks:
             self._p.advance(self._tasks[phase])
+
+    def event(self, ev: dict, cand: Candidate | None) -> None:
+        """A worker event (``checked``, ``round``, ``result``; see :mod:`cypressc.tuner.timing`)
+        about ``cand``: the bars show counts only, the failures are listed at the end."""
 
 
 def _speed(c: Candidate) -> str:
@@ -82,7 +87,32 @@ def closing_note(res: Result) -> str:
            f"timing {s['timing']:.1f} s"]
     if res.partial:
         out.append("interrupted: the result covers the candidates measured so far")
+    out += failure_lines(res)
     return "\n".join(out)
+
+
+def failures(res: Result) -> list[dict[str, Any]]:
+    """Every candidate that the compiler crashed on (``internal``), that nvcc failed to
+    build, or that failed on the GPU, as ``{"label", "knobs", "stage", "kind", "error", ...}``
+    (``stage``: prune, build, check; the GPU details of :func:`cypressc.tuner.verdicts.failure`
+    kept: ``rel``, ``nan``, ``wrong``, ``elements``, ``where``, ``cuda``, ...).  A refusal
+    by the compiler is pruning, not a failure."""
+    out = []
+    for c in res.candidates:
+        base = {"label": c.label, "knobs": res.space.describe(c.values), "start": c.baseline}
+        if c.verdict is not None and not c.verdict["ok"] and c.verdict["code"] == "internal":
+            out.append({**base, "stage": "prune", "kind": "internal", "error": c.verdict["message"]})
+        elif c.error and not c.dir:
+            out.append({**base, "stage": "build", "kind": "build", "error": c.error.splitlines()[0]})
+        elif c.timing and not c.timing.get("ok"):
+            out.append({**base, "stage": "check", **{k: v for k, v in c.timing.items() if k != "ok"}})
+    return out
+
+
+def failure_lines(res: Result) -> list[str]:
+    """One ``FAILED`` line per :func:`failures` entry: the knobs, the kind, why."""
+    return [f"FAILED ({f.get('kind')}) {f['knobs']}{' (start)' if f['start'] else ''} [{f['label']}]: "
+            f"{f.get('error', '')}" for f in failures(res)]
 
 
 def best_yaml(res: Result, program: str, mapping: str) -> str | None:

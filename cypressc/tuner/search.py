@@ -227,13 +227,15 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
         by_label = {c.label: c for c in cands}
 
         def on_event(ev: dict) -> None:   # results land as they come: Ctrl-C keeps them
-            c = by_label.get(ev.get("label", ""))
+            c = by_label.get(ev.get("label") or "")
             if ev.get("event") == "result" and c is not None:
                 c.timing = {k: v for k, v in ev.items() if k not in ("event", "label", "gpu")} | {"ok": True}
             elif ev.get("event") == "checked" and not ev["ok"] and c is not None:
-                c.timing = {"ok": False, "error": ev.get("error", "wrong result")}
+                c.timing = {k: v for k, v in ev.items() if k not in ("event", "label", "gpu", "fatal")}
             if progress and ev.get("event") in ("checked", "round"):
                 progress.advance("time")
+            if progress:
+                progress.event(ev, c)
 
         res = time_candidates([{"label": c.label, "dir": c.dir, "name": c.name} for c in cands], opts.sizes,
                               reference=opts.reference, baseline=base.label, rounds=opts.rounds,

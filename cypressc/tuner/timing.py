@@ -1,25 +1,37 @@
-"""Checking and timing candidate kernels on GPUs, one worker process per GPU.
+"""Checking and timing candidate kernels on GPUs: long-lived workers, failures classified.
 
-The parent (:func:`time_candidates`) splits the candidates over the visible GPUs and drives
-one worker per GPU (``python -m cypressc.tuner.timing``, ``CUDA_VISIBLE_DEVICES`` set to that
-GPU) over JSON lines.  A worker draws the inputs once (``torch.randn`` in each parameter's
-dtype), computes the reference outputs (a PyTorch function, or the baseline kernel when none
-is given), then for each candidate: loads it through :mod:`cypressc.runtime`, runs it on
-NaN-poisoned outputs and compares with the reference (``||out - ref|| / ||ref|| < 1e-2``, no
-NaN); only candidates that pass are timed.  Timing is the benches' method: interleaved
-rounds (each round times every candidate in turn, so drift hits all alike), ``reps`` calls
-per round each between its own CUDA events queued behind a short GPU sleep, the median over
-all calls.  A candidate that crashes or hangs its worker costs only itself: the parent
-restarts the worker on the rest.
+:func:`time_candidates` splits the candidates over the visible GPUs and drives one worker
+process per GPU (:mod:`cypressc.tuner.worker`, ``CUDA_VISIBLE_DEVICES`` set to that GPU)
+over JSON lines.  The workers are started once and kept for the life of this process
+(:func:`stop_workers` ends them), so a second tune round, a second size or a second program
+pays no new ``import torch`` and CUDA start.  A worker makes the inputs (``torch.randn`` on
+the GPU) and the reference once per (program, sizes); each candidate is loaded as a shared
+library in it, run once on NaN-poisoned outputs and compared with the reference
+(:func:`~cypressc.tuner.verdicts.compare`: ``||out - ref|| / ||ref|| < 1e-2``, no NaN, no
+element off by more than 5% of the reference's RMS); only candidates that pass are timed.
+Timing is the benches' method: interleaved rounds (each round times every candidate in turn,
+so drift hits all alike), ``reps`` calls per round each between its own CUDA events queued
+behind a short GPU sleep, the median over all calls.
+
+A candidate that fails is recorded with why (:mod:`cypressc.tuner.verdicts`):
+``refused`` (the runtime's argument checks and ``requires``, or the launcher's refusal
+code), ``launch_error`` (another ``cudaError_t`` from the launcher), ``crash`` (a CUDA error
+on completion, or the worker process died), ``timeout`` (no completion within the check
+deadline: the kernel hangs), ``wrong`` (the relative error, the NaN count and how many
+elements are wrong, and where), ``load_error``, ``setup`` (the inputs or the reference),
+``worker`` (no worker process could start).  A crash or hang costs only that candidate: the
+worker exits, and the next request starts a fresh one.
 """
 
 from __future__ import annotations
 
+import atexit
+import collections
 import importlib
 import importlib.util
 import json
 import os
-import statistics
+import queue
 import subprocess
 import sys
 import threading
@@ -28,10 +40,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["timed", "interleaved", "load_reference", "gpu_count", "time_candidates", "TOLERANCE"]
+from cypressc.tuner.verdicts import failure
 
-TOLERANCE = 1e-2
-_HANG_S = 120.0     # no word from a worker for this long: it is stuck on a candidate
+__all__ = ["timed", "interleaved", "load_reference", "gpu_count", "time_candidates", "stop_workers", "workers",
+           "CHECK_DEADLINE_S"]
+
+CHECK_DEADLINE_S = 5.0    # a check launch not finished by then hangs (the slowest sane candidate: ~0.1 s)
+_START_S = 240.0          # import torch + CUDA context on a fresh worker
+_SETUP_S = 120.0          # inputs + reference of a new (program, sizes), on top of the deadline
+
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,114 +118,154 @@ def gpu_count() -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def time_candidates(cands: Sequence[Mapping[str, str]], sizes: Mapping[str, int], *,
-                    reference: str | None = None, baseline: str | None = None, rounds: int = 5,
-                    reps: int = 10, gpus: int | None = None,
-                    on_event: Callable[[dict], None] | None = None) -> dict[str, dict]:
-    """Check and time ``cands`` (each ``{"label", "dir", "name"}``) at ``sizes``.
+class _Lost(Exception):
+    """The worker went away (or stopped answering) during a request."""
 
-    ``reference`` is a :func:`load_reference` spec; without one, outputs are compared with
-    the candidate labelled ``baseline`` (which must pass to define them).  Returns, per label,
-    ``{"ok": True, "ms", "tflops", "rel", "device"}`` or ``{"ok": False, "error"}``.  Each
-    worker event is passed to ``on_event`` (progress)."""
-    gpus = gpus if gpus is not None else gpu_count()
-    if gpus < 1:
-        raise RuntimeError("no CUDA GPU is visible; use --compile-only on a machine without one")
-    groups = [list(cands[i::gpus]) for i in range(gpus)]
-    if baseline and reference is None:   # every worker needs the baseline for its reference
-        base = [c for c in cands if c["label"] == baseline]
-        groups = [g if base[0] in g else base + g for g in groups]
-    results: dict[str, dict] = {}
-    lock = threading.Lock()
-
-    def drive(gpu: int, group: list[Mapping[str, str]]) -> None:
-        todo = list(group)
-        restarts = 0
-        while todo and restarts <= len(group):
-            got = _run_worker(gpu, todo, sizes, reference, baseline, rounds, reps, on_event)
-            with lock:
-                for label, r in got.items():
-                    if label not in results or not results[label].get("ok"):
-                        results[label] = r
-            todo = [c for c in todo if c["label"] not in got]
-            restarts += 1
-
-    threads = [threading.Thread(target=drive, args=(g, grp), daemon=True) for g, grp in enumerate(groups) if grp]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(0.2)      # joins in slices so Ctrl-C reaches the caller
-    return results
+    def __init__(self, why: dict[str, Any]) -> None:
+        super().__init__(why.get("error", "worker lost"))
+        self.why = why
 
 
-_PROCS: set[subprocess.Popen] = set()
+class _Worker:
+    """One worker process on one GPU, restarted on demand; requests are answered in order."""
 
+    def __init__(self, gpu: int) -> None:
+        self.gpu = gpu
+        self.proc: subprocess.Popen | None = None
+        self.lines: queue.Queue = queue.Queue()
+        self.stderr: collections.deque = collections.deque(maxlen=40)
+        self.device = ""
+        self.starts = 0
+        self.next_id = 0
+        self.lock = threading.Lock()
+        self.broken: dict[str, Any] | None = None    # why it cannot start: every request fails so
 
-def stop_workers() -> None:
-    """Kill the workers this process started (Ctrl-C)."""
-    for p in list(_PROCS):
-        p.kill()
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
+    def start(self, on_event: Callable[[dict], None] | None = None) -> None:
+        t0 = time.perf_counter()
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=_visible(self.gpu), PYTHONUNBUFFERED="1")
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.lines, self.stderr = queue.Queue(), collections.deque(maxlen=40)
+        p = subprocess.Popen([sys.executable, "-m", "cypressc.tuner.worker"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.proc, self.starts = p, self.starts + 1
+        threading.Thread(target=_pump, args=(p.stdout, self.lines), daemon=True).start()
+        threading.Thread(target=_pump, args=(p.stderr, self.stderr), daemon=True).start()
+        ev = self._read(_START_S, None)
+        if ev.get("event") != "ready":
+            self.kill()
+            self.broken = {"kind": "worker", "message": ev.get("error", "no reason given")}
+            raise _Lost(self.broken)
+        self.device = ev.get("device", "")
+        if on_event:
+            on_event({"event": "started", "gpu": self.gpu, "device": self.device, "starts": self.starts,
+                      "seconds": time.perf_counter() - t0})
 
-def _run_worker(gpu: int, cands: list, sizes, reference, baseline, rounds, reps, on_event) -> dict[str, dict]:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=_visible(gpu), PYTHONUNBUFFERED="1")
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    job = {"cands": list(cands), "sizes": dict(sizes), "reference": reference, "baseline": baseline,
-           "rounds": rounds, "reps": reps}
-    p = subprocess.Popen([sys.executable, "-m", "cypressc.tuner.timing"], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    _PROCS.add(p)
-    last = [time.monotonic()]
-    done = threading.Event()
+    def ensure(self, on_event: Callable[[dict], None] | None = None) -> None:
+        """A running process: started now if there is none (:class:`_Lost` if it cannot be);
+        a start is reported to ``on_event`` as ``{"event": "started", "seconds", ...}``."""
+        if self.broken is not None:
+            raise _Lost(self.broken)
+        if not self.alive():
+            self.start(on_event)
 
-    def watchdog() -> None:
-        while not done.wait(1.0):
-            if time.monotonic() - last[0] > _HANG_S:
-                p.kill()
-                return
+    def kill(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        self.proc = None
 
-    threading.Thread(target=watchdog, daemon=True).start()
-    out: dict[str, dict] = {}
-    current = None
-    try:
-        p.stdin.write(json.dumps(job) + "\n")  # type: ignore[union-attr]
-        p.stdin.close()  # type: ignore[union-attr]
-        for line in p.stdout:  # type: ignore[union-attr]
-            last[0] = time.monotonic()
+    def request(self, msg: dict, timeout: float, on_event: Callable[[dict], None] | None = None) -> dict:
+        """Send ``msg``; return the worker's reply.  Raises :class:`_Lost` (the worker is
+        killed) when it dies or gives no reply within ``timeout`` seconds."""
+        self.ensure(on_event)
+        self.next_id += 1
+        msg = dict(msg, id=self.next_id)
+        try:
+            self.proc.stdin.write(json.dumps(msg) + "\n")  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except OSError:
+            pass                       # it died: the read below says how
+        reply = self._read(timeout, on_event, msg["id"])
+        if reply.get("fatal"):         # it exits by itself; make sure before the next request
+            try:
+                self.proc.wait(30)  # type: ignore[union-attr]
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return reply
+
+    def _read(self, timeout: float, on_event, want_id: int | None = None) -> dict:
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                raise _Lost({"kind": "timeout", "message": f"no answer from the worker within {timeout:.0f} s"})
+            if line is None:           # stdout closed: the process died
+                code = self.proc.wait() if self.proc is not None else None
+                self.proc = None
+                time.sleep(0.05)       # let the stderr pump catch up
+                raise _Lost({"kind": "crash", "exit": code, "stderr": "".join(self.stderr)[-600:]})
             try:
                 ev = json.loads(line)
             except ValueError:
                 continue
-            ev["gpu"] = gpu
-            kind = ev.get("event")
-            if kind == "start":
-                current = ev["label"]
-            elif kind == "checked":
-                current = None
-                if not ev["ok"]:
-                    out[ev["label"]] = {"ok": False, "error": ev.get("error", "wrong result")}
-            elif kind == "result":
-                out[ev["label"]] = {k: ev[k] for k in ("ms", "tflops", "rel", "device", "min_ms", "max_ms", "n")}
-                out[ev["label"]]["ok"] = True
-            elif kind == "fatal":
-                for c in cands:
-                    out.setdefault(c["label"], {"ok": False, "error": ev["error"]})
+            if want_id is None or ev.get("id") == want_id:
+                return ev
             if on_event:
-                on_event(ev)
-        p.wait()
-    finally:
-        done.set()
-        _PROCS.discard(p)
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    if current is not None and current not in out:
-        err = (p.stderr.read() if p.stderr else "")[-600:].strip()  # type: ignore[union-attr]
-        out[current] = {"ok": False, "error": f"the worker died or hung (exit {p.returncode}) on this "
-                        f"candidate{': ' + err if err else ''}"}
-    return out
+                on_event(dict(ev, gpu=self.gpu))
+
+
+def _pump(stream, sink) -> None:
+    for line in stream:
+        sink.put(line) if isinstance(sink, queue.Queue) else sink.append(line)
+    if isinstance(sink, queue.Queue):
+        sink.put(None)
+
+
+_POOL: dict[int, _Worker] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def _worker(gpu: int) -> _Worker:
+    with _POOL_LOCK:
+        if gpu not in _POOL:
+            _POOL[gpu] = _Worker(gpu)
+        return _POOL[gpu]
+
+
+def workers() -> dict[int, dict[str, Any]]:
+    """The workers of this process by GPU: ``{"device", "starts", "alive"}`` (``starts`` above
+    1: restarted after a crash or a hang)."""
+    with _POOL_LOCK:
+        return {g: {"device": w.device, "starts": w.starts, "alive": w.alive()} for g, w in sorted(_POOL.items())}
+
+
+def stop_workers() -> None:
+    """End the workers this process started (at exit, on Ctrl-C, or to free the GPUs)."""
+    with _POOL_LOCK:
+        workers = list(_POOL.values())
+        _POOL.clear()
+    for w in workers:
+        if w.alive():
+            try:
+                w.proc.stdin.write('{"op": "quit"}\n')  # type: ignore[union-attr]
+                w.proc.stdin.flush()  # type: ignore[union-attr]
+                w.proc.wait(5)  # type: ignore[union-attr]
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        w.kill()
+
+
+atexit.register(stop_workers)
 
 
 def _visible(gpu: int) -> str:
@@ -220,100 +277,133 @@ def _visible(gpu: int) -> str:
     return str(gpu)
 
 
-# --------------------------------------------------------------------------------------------
-# The worker side
-# --------------------------------------------------------------------------------------------
+def time_candidates(cands: Sequence[Mapping[str, str]], sizes: Mapping[str, int], *,
+                    reference: str | None = None, baseline: str | None = None, rounds: int = 5,
+                    reps: int = 10, gpus: int | None = None, deadline_s: float = CHECK_DEADLINE_S,
+                    on_event: Callable[[dict], None] | None = None) -> dict[str, dict]:
+    """Check and time ``cands`` (each ``{"label", "dir", "name"}``) at ``sizes``.
+
+    ``reference`` is a :func:`load_reference` spec; without one, outputs are compared with
+    those of the candidate labelled ``baseline`` (checked first on every GPU; when it fails,
+    every candidate fails with ``no reference``).  Returns, per label, ``{"ok": True, "ms",
+    "tflops", "rel", "device", "min_ms", "max_ms", "n"}`` or a
+    :func:`~cypressc.tuner.verdicts.failure` record
+    (``{"ok": False, "kind", "error", ...}``).  Every ``checked``/``round``/``result`` event
+    goes to ``on_event`` (progress) as it happens.  Raises ``RuntimeError`` without a GPU."""
+    gpus = gpus if gpus is not None else gpu_count()
+    if gpus < 1:
+        raise RuntimeError("no CUDA GPU is visible; use --compile-only on a machine without one")
+    by_label = {c["label"]: c for c in cands}
+    setup: dict[str, Any] = {"sizes": {k: int(v) for k, v in sizes.items()}, "reference": reference}
+    if reference is None:
+        if baseline not in by_label:
+            raise ValueError("time_candidates: without a reference, the baseline must be one of the candidates")
+        base = by_label[baseline]
+        setup["baseline"] = {"dir": base["dir"], "name": base.get("name")}
+    groups = [list(cands[i::gpus]) for i in range(gpus)]
+    if reference is None:               # every GPU checks the baseline first: it defines the reference
+        groups = [g if by_label[baseline] in g else [by_label[baseline], *g] for g in groups]
+    results: dict[str, dict] = {}
+    lock = threading.Lock()
+
+    def emit(ev: dict) -> None:
+        if on_event:
+            with lock:
+                on_event(ev)
+
+    def drive(gpu: int, group: list[Mapping[str, str]]) -> None:
+        w = _worker(gpu)
+        with w.lock:
+            got = _drive(w, group, setup, baseline if reference is None else None, rounds, reps, deadline_s, emit)
+        with lock:
+            for label, r in got.items():
+                if label not in results or r.get("ok"):
+                    results[label] = r
+
+    threads = [threading.Thread(target=drive, args=(g, grp), daemon=True) for g, grp in enumerate(groups) if grp]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.2)      # joins in slices so Ctrl-C reaches the caller
+    return results
 
 
-def _say(**ev: Any) -> None:
-    print(json.dumps(ev), flush=True)
-
-
-def _rel(torch, out, ref) -> float:
-    if out.numel() == 0:
-        return 0.0
-    den = float(ref.double().norm())
-    diff = float((out.double() - ref.double()).norm())
-    return diff / den if den else diff
-
-
-def _worker(job: dict) -> None:
-    import torch
-
-    from cypressc import runtime
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    dev = torch.cuda.get_device_name()
-    _say(event="device", name=dev)
-    sizes = {k: int(v) for k, v in job["sizes"].items()}
-    kernels: dict[str, Any] = {}
-    inputs: dict[str, Any] | None = None
-    outs: dict[str, Any] = {}
-    ref: dict[str, Any] | None = None
-    ref_fn = load_reference(job["reference"]) if job.get("reference") else None
-    order = sorted(job["cands"], key=lambda c: c["label"] != job.get("baseline"))
-    passed = []
+def _drive(w: _Worker, group: list, setup: dict, baseline: str | None, rounds: int, reps: int,
+           deadline_s: float, emit: Callable[[dict], None]) -> dict[str, dict]:
+    """Check every candidate of ``group`` on ``w`` (the baseline first when it defines the
+    reference), then time the ones that passed."""
+    out: dict[str, dict] = {}
+    order = sorted(group, key=lambda c: c["label"] != baseline)
+    passed: dict[str, dict] = {}        # label -> its checked event (rel, est_ms) and worker start
     for c in order:
-        _say(event="start", label=c["label"])
-        try:
-            k = runtime.load(c["dir"], c.get("name"))
-            if inputs is None:
-                torch.manual_seed(0)
-                inputs = {}
-                for p in k.info.params:
-                    dt = getattr(torch, runtime.DTYPES[p.dtype].torch)
-                    shape = k.info.shape(p, sizes)
-                    if p.reads:
-                        inputs[p.name] = (torch.randn(shape, device="cuda").to(dt) if runtime.DTYPES[p.dtype].floating
-                                          else torch.randint(-8, 8, shape, dtype=dt, device="cuda"))
-                    if p.writes:
-                        outs[p.name] = torch.empty(shape, dtype=dt, device="cuda")
-                if ref_fn is not None:
-                    ref = {n: t.float() for n, t in ref_fn(dict(inputs)).items()}
-            args = []
-            for p in k.info.params:
-                if not p.writes:
-                    args.append(inputs[p.name])
-                    continue
-                if p.reads:       # in/out: every candidate starts from the same input
-                    outs[p.name].copy_(inputs[p.name])
-                else:
-                    outs[p.name].fill_(float("nan"))
-                args.append(outs[p.name])
-            k(*args)
-            torch.cuda.synchronize()
-            got = {n: t.float() for n, t in outs.items()}
-            if ref is None:            # the baseline defines the reference
-                if c["label"] != job.get("baseline"):
-                    raise RuntimeError("no reference: the baseline kernel failed")
-                ref = {n: t.clone() for n, t in got.items()}
-            bad = [n for n, t in got.items() if bool(torch.isnan(t).any())]
-            rel = max((_rel(torch, got[n], ref[n]) for n in ref if n in got), default=0.0)
-            if bad or rel >= TOLERANCE:
-                why = f"NaN left in {', '.join(bad)}" if bad else f"rel error {rel:.2e} >= {TOLERANCE}"
-                _say(event="checked", label=c["label"], ok=False, error=why, rel=rel)
-                continue
-            kernels[c["label"]] = k.bind(*args)
-            for _ in range(2):
-                kernels[c["label"]]()
-            torch.cuda.synchronize()
-            passed.append((c["label"], rel, k.flops(sizes)))
-            _say(event="checked", label=c["label"], ok=True, rel=rel)
-        except Exception as e:  # noqa: BLE001 - reported per candidate
-            _say(event="checked", label=c["label"], ok=False, error=f"{type(e).__name__}: {e}"[:500])
-    samples = interleaved(torch, kernels, job["rounds"], job["reps"],
-                          on_round=lambda r: _say(event="round", round=r + 1, of=job["rounds"]))
-    for label, rel, flops in passed:
-        ms = statistics.median(samples[label])
-        _say(event="result", label=label, ms=ms, tflops=flops / ms / 1e9 if ms else 0.0, rel=rel, device=dev,
-             min_ms=min(samples[label]), max_ms=max(samples[label]), n=len(samples[label]))
-    _say(event="done")
-
-
-if __name__ == "__main__":  # pragma: no cover - runs on a GPU machine
+        if w.broken is None and baseline is not None and baseline in out and not out[baseline].get("ok", True):
+            rec = failure("setup", None, label=c["label"], message="no reference: the baseline kernel failed")
+            out[c["label"]] = rec
+            emit(rec)
+            continue
+        ev = _check(w, c, setup, deadline_s, emit)
+        if ev["ok"]:
+            passed[c["label"]] = dict(ev, start=w.starts)
+        else:
+            out[c["label"]] = ev
+    if not passed:
+        return out
+    labels = list(passed)
     try:
-        _worker(json.loads(sys.stdin.readline()))
-    except Exception as e:  # noqa: BLE001 - the parent reports it against every candidate
-        _say(event="fatal", error=f"{type(e).__name__}: {e}"[:800])
-        sys.exit(1)
+        w.ensure(emit)                  # a fatal last check left no process: start one now
+    except _Lost as e:
+        for x in labels:
+            out[x] = failure(e.why.get("kind", "worker"), None, label=x,
+                             **{k: v for k, v in e.why.items() if k != "kind"})
+        return out
+    for x in list(labels):              # checked in a process that has exited since: check again
+        if passed[x]["start"] != w.starts:
+            ev = _check(w, next(c for c in group if c["label"] == x), setup, deadline_s, lambda e: None)
+            if not ev["ok"]:
+                out[x] = ev
+                labels.remove(x)
+    est = sum(float(passed[x].get("est_ms", 1.0)) for x in labels)
+    timeout = 60.0 + 3.0 * rounds * reps * est / 1e3 + rounds * len(labels) * 0.1
+    try:
+        r = w.request({"op": "time", "labels": labels, "rounds": rounds, "reps": reps}, timeout, emit)
+        timed, why = r.get("results", {}), r.get("message")
+    except _Lost:                       # one of them breaks when run back to back: time each alone
+        timed, why = {}, None
+        for x in labels:
+            ev = _check(w, next(c for c in group if c["label"] == x), setup, deadline_s, emit)
+            if not ev["ok"]:
+                out[x] = ev
+                continue
+            try:
+                r = w.request({"op": "time", "labels": [x], "rounds": rounds, "reps": reps}, timeout, emit)
+                timed.update(r.get("results", {}))
+            except _Lost as e:
+                out[x] = failure(e.why.get("kind", "crash"), None, label=x,
+                                 **{k: v for k, v in e.why.items() if k != "kind"}, phase="timing")
+                emit(out[x])
+    for x in labels:
+        if x in timed:
+            res = dict(timed[x], ok=True, rel=passed[x]["rel"], device=w.device)
+            out[x] = res
+            emit(dict(res, event="result", label=x, gpu=w.gpu))
+        elif x not in out or out[x].get("ok"):
+            out[x] = failure("error", None, label=x, message=f"not timed: {why or 'the worker lost the kernel'}",
+                             phase="timing")
+            emit(out[x])
+    return out
+
+
+def _check(w: _Worker, c: Mapping[str, str], setup: dict, deadline_s: float,
+           emit: Callable[[dict], None]) -> dict:
+    req = {"op": "check", "cand": {"label": c["label"], "dir": c["dir"], "name": c.get("name")},
+           "setup": setup, "deadline_s": deadline_s}
+    try:
+        ev = w.request(req, deadline_s + _SETUP_S, emit)
+    except _Lost as e:
+        ev = failure(e.why.get("kind", "crash"), None, label=c["label"],
+                     **{k: v for k, v in e.why.items() if k != "kind"})
+    ev = dict(ev, label=c["label"], gpu=w.gpu)
+    ev.pop("id", None)
+    emit(ev)
+    return ev

@@ -1,11 +1,13 @@
-"""The tuner's GPU side as far as a CPU machine can take it: reference loading, and the
-parent/worker protocol reporting a worker that cannot start against every candidate."""
+"""The tuner's GPU side as far as a CPU machine can take it: reference loading, the
+parent/worker protocol reporting a worker that cannot start against every candidate, the
+correctness comparison and the failure records (pure functions, on CPU tensors and the
+runtime's real exception types)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cypressc.tuner.timing import load_reference, time_candidates
+from cypressc.tuner.timing import load_reference, stop_workers, time_candidates, workers
 
 
 def test_load_reference_from_a_file_and_a_module(tmp_path):
@@ -19,16 +21,25 @@ def test_load_reference_from_a_file_and_a_module(tmp_path):
             load_reference(bad)
 
 
-def test_a_worker_without_a_gpu_fails_every_candidate_it_was_given():
+def test_a_worker_without_a_gpu_fails_every_candidate_once_started():
+    """The real worker process, on a machine without a GPU: it cannot start, every candidate
+    fails with that reason, and the pool does not try to start it again per candidate."""
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")
     events = []
     cands = [{"label": "a", "dir": "/nonexistent", "name": "gemm"}, {"label": "b", "dir": "/nonexistent"}]
-    res = time_candidates(cands, {"M": 64}, baseline="a", gpus=1, on_event=events.append)
+    try:
+        res = time_candidates(cands, {"M": 64}, baseline="a", gpus=1, on_event=events.append)
+        assert workers() == {0: {"device": "", "starts": 1, "alive": False}}
+    finally:
+        stop_workers()
+    assert workers() == {}
     assert set(res) == {"a", "b"}
-    assert all(not r["ok"] and "CUDA" in r["error"] for r in res.values()), res
-    assert [e["event"] for e in events] == ["fatal"]
+    for r in res.values():
+        assert not r["ok"] and r["kind"] == "worker", r
+        assert r["error"].startswith("the GPU worker cannot start: ") and "CUDA" in r["error"], r
+    assert [(e["event"], e["label"]) for e in events] == [("checked", "a"), ("checked", "b")]
 
 
 def test_timing_refuses_without_gpus():
