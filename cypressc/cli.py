@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from cypressc.diagnostics import CypressError, CypressErrors, render
+from cypressc.diagnostics import CypressError, CypressErrors, Loc, render
+from cypressc.passes.manager import pass_names  # light: the --after choices are the registry's
 
 EXIT_USER, EXIT_INTERNAL = 1, 70
 
@@ -156,9 +157,7 @@ def check(program: str, mapping: str, dtypes: dict[str, str]) -> None:
 @_program_arg
 @_mapping_opt
 @_dtype_opt
-@click.option("--after", "after", type=click.Choice([
-    "dependence-analysis", "vectorization", "copy-elimination", "resource-allocation",
-    "warp-specialization", "cuda-lowering"]), help="Print only the IR after this pass.")
+@click.option("--after", "after", type=click.Choice(pass_names()), help="Print only the IR after this pass.")
 @click.option("--tree/--no-tree", default=True, show_default=True, help="Print the task tree first.")
 @click.option("--graph", is_flag=True, help="Print the event graph (of --after, or the last pass) "
               "as DOT instead of IR.")
@@ -246,7 +245,7 @@ def explain(program: str, mapping: str, dtypes: dict[str, str], after: str | Non
 def build(program: str, mapping: str, dtypes: dict[str, str], output: str | None) -> None:
     """Compile PROGRAM under MAPPING to CUDA: OUTPUT/<name>.cu (kernel + extern "C"
     launcher), <name>.h, main.cu (timing harness), Makefile and <name>.json (the ABI), plus
-    the stamp .cypressc-build.json that marks the directory as cypressc's.
+    the stamp .cypressc-build that marks the directory as cypressc's.
     Then `make -C OUTPUT` builds ./<name> and lib<name>.so with nvcc for sm_90a."""
     from cypressc.backend.build import write_build
 
@@ -334,6 +333,7 @@ def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, in
             raise click.BadParameter(f"'{reference}': write FILE.py:FUNCTION (an existing file) or "
                                      "MODULE:FUNCTION", param_hint="--reference")
     _front_end(program, mapping, dtypes)  # located errors for the starting point first
+    _check_best_output(output)  # before minutes of tuning, not after
     prog_text, map_text = Path(program).read_text(), Path(mapping).read_text()
     if not compile_only and not force:
         from cypressc.tuner.search import _device_name
@@ -367,13 +367,36 @@ def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, in
         sys.exit(130)
 
 
+_TUNE_HEADER = "# cypressc tune: "
+
+
+def _check_best_output(output: str | None) -> None:
+    """E062 unless ``output`` is new or an earlier `cypressc tune` result (its first line is
+    the tune header): tune never overwrites a user's mapping."""
+    if output is None:
+        return
+    out = Path(output)
+    if out.is_symlink() or out.exists():
+        try:
+            ours = out.is_file() and not out.is_symlink() and out.read_text().startswith(_TUNE_HEADER)
+        except (OSError, UnicodeDecodeError):
+            ours = False
+        if not ours:
+            raise CypressError("E062", f"refusing to overwrite {output}: it was not written by `cypressc tune`",
+                               Loc(str(output)), hint="pass -o a new file (without -o the best mapping is "
+                               "printed)")
+
+
 def _write_best(text: str, output: str | None) -> None:
+    """Print the best mapping, or write it to ``output`` (checked by :func:`_check_best_output`)."""
     if output is None:
         click.echo("---- the best mapping (pass -o FILE to write it)")
         click.echo(text, nl=False)
         return
+    _check_best_output(output)
+    out = Path(output)
     try:
-        Path(output).write_text(text)
+        out.write_text(text)
     except OSError as e:
         raise click.ClickException(f"cannot write {output}: {e.strerror}") from None
     click.echo(f"wrote the best mapping to {output}")

@@ -93,3 +93,17 @@ def test_timing_needs_a_gpu_or_compile_only(tune_cache):
     r = CliRunner().invoke(main, ["tune", str(ROOT / "programs/gemm.cyp"), "-m",
                                   str(ROOT / "mappings/gemm/h100_plain.yaml"), *SIZES])
     assert r.exit_code == 1 and "--compile-only" in r.stderr
+
+
+def test_output_never_overwrites_a_users_mapping(tmp_path, tune_cache):
+    """`-o` may replace an earlier tune result, never a hand-written mapping (refused before tuning)."""
+    mine = tmp_path / "h100.yaml"
+    mine.write_text((ROOT / "mappings/gemm/h100.yaml").read_text())
+    before = mine.read_text()
+    r = tune(str(ROOT / "programs/gemm.cyp"), "-m", str(ROOT / "mappings/gemm/h100_plain.yaml"), *SIZES,
+             "--compile-only", "--budget", "1", "-o", str(mine))
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"{mine}: error[E062]: refusing to overwrite {mine}: it was not written by "
+                               "`cypressc tune`"), r.stderr
+    assert "candidates" not in r.stdout  # refused before any search
+    assert mine.read_text() == before
