@@ -153,6 +153,18 @@ def check(program: str, mapping: str, dtypes: dict[str, str]) -> None:
                f"CUDA backend accept it ({len(r.files)} files of build/{r.plan.name}, none written)")
 
 
+def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
+    """``explain --check-schedule``: one verdict line; exit status 1 on a finding."""
+    from cypressc.ir.schedule_check import check_schedules
+    from cypressc.passes.manager import compile_module
+
+    snaps = dict(compile_module(t, until="sync-insertion"))
+    v = check_schedules(snaps["sync-insertion"], snaps["warp-specialization"], seed=seed, schedules=schedules)
+    click.echo(v.line(program))
+    if v.finding is not None:
+        raise click.exceptions.Exit(1)
+
+
 @main.command()
 @_program_arg
 @_mapping_opt
@@ -165,10 +177,16 @@ def check(program: str, mapping: str, dtypes: dict[str, str]) -> None:
               help="svg renders the graph with graphviz `dot` (must be installed).")
 @click.option("--dump-ir", type=click.Path(file_okay=False), help="Also write one file per pass here.")
 @click.option("--timings", is_flag=True, help="Print how long each pass took.")
+@click.option("--check-schedule", is_flag=True, help="Run the synchronized IR (after sync-insertion) "
+              "in the concurrent interpreter under random schedules; print one verdict line.")
+@click.option("--seed", type=int, default=0, show_default=True, help="First schedule seed (--check-schedule).")
+@click.option("--schedules", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Number of random schedules (--check-schedule).")
 @_guard
 def explain(program: str, mapping: str, dtypes: dict[str, str], after: str | None, tree: bool,
             graph: bool, graph_format: str,
-            dump_ir: str | None, timings: bool) -> None:
+            dump_ir: str | None, timings: bool, check_schedule: bool = False, seed: int = 0,
+            schedules: int = 50) -> None:
     """Show how PROGRAM is compiled under MAPPING: the task tree (instance, variant,
     processor, memory of each argument, tunables), then the event IR after every pass
     in the paper's notation (Figs. 7-10), or only after --after PASS.
@@ -186,6 +204,9 @@ def explain(program: str, mapping: str, dtypes: dict[str, str], after: str | Non
     from cypressc.passes.manager import compile_module
 
     t = _front_end(program, mapping, dtypes)
+    if check_schedule:
+        _check_schedule(t, program, seed, schedules)
+        return
     console = Console()
     if tree and not graph:
         print_task_tree(t)
@@ -196,13 +217,13 @@ def explain(program: str, mapping: str, dtypes: dict[str, str], after: str | Non
     except CypressError as e:
         from cypressc.backend.lower import REFUSAL_CODE
 
-        if e.code != REFUSAL_CODE or after == "cuda-lowering":
+        done = [name for name, _ in times]
+        if e.code != REFUSAL_CODE or not done or (after is not None and after not in done):
             raise
-        # the backend refuses the program; every IR pass before it still explains it
+        # a backend pass refuses the program; every pass before it still explains it
         refused = e
         times.clear()
-        snaps = compile_module(t, until="warp-specialization",
-                               hook=lambda name, m, dt: times.append((name, dt)))
+        snaps = compile_module(t, until=done[-1], hook=lambda name, m, dt: times.append((name, dt)))
     if dump_ir:
         from cypressc.passes.manager import dump_snapshots
 
@@ -382,7 +403,9 @@ def _check_best_output(output: str | None) -> None:
         except (OSError, UnicodeDecodeError):
             ours = False
         if not ours:
-            raise CypressError("E062", f"refusing to overwrite {output}: it was not written by `cypressc tune`",
+            from cypressc.backend.outdir import REFUSED
+
+            raise CypressError(REFUSED, f"refusing to overwrite {output}: it was not written by `cypressc tune`",
                                Loc(str(output)), hint="pass -o a new file (without -o the best mapping is "
                                "printed)")
 

@@ -34,7 +34,7 @@ def test_check_ok(name):
     assert r.exit_code == 0, r.stderr
     variants, tasks, nodes, used = PROGRAMS[name]
     assert r.stdout == (f"ok: {prog} with {mapping}: {variants} variants of {tasks} tasks, {nodes} instantiated "
-                        f"task(s) over {used} task(s) on h100; 6 passes and the CUDA backend accept it "
+                        f"task(s) over {used} task(s) on h100; 7 passes and the CUDA backend accept it "
                         f"(5 files of build/{name}, none written)\n")
     assert r.stderr == ""
 
@@ -197,3 +197,17 @@ def test_build_suggests_a_run_that_fits(name, sizes, tmp_path):
     r = cli("build", f"programs/{name}.cyp", "-m", f"mappings/{name}/h100.yaml", "-o", str(tmp_path / "b"))
     assert r.exit_code == 0, r.stderr
     assert r.stdout.rstrip().endswith(f"/{name} {sizes}")
+
+
+def test_explain_shows_every_pass_before_the_one_that_refuses(tmp_path):
+    """A 32-column K tile: sync-insertion still runs (and is printed), cuda-lowering refuses
+    (a warning in explain, an error when it is asked for with --after)."""
+    m = tmp_path / "w32.yaml"
+    m.write_text((ROOT / "mappings/gemm/h100.yaml").read_text().replace("{W: 64}", "{W: 32}"))
+    r = cli("explain", "programs/gemm.cyp", "-m", str(m), "--no-tree")
+    assert r.exit_code == 0, r.stderr
+    shown = re.findall(r"^// ---- after (\S+)", r.stdout, re.MULTILINE)
+    assert shown[-1] == "sync-insertion" and "cuda-lowering" not in shown
+    assert "warning[E050]" in r.stderr and "32 columns" in r.stderr
+    r = cli("explain", "programs/gemm.cyp", "-m", str(m), "--no-tree", "--after", "cuda-lowering")
+    assert r.exit_code == 1 and "error[E050]" in r.stderr

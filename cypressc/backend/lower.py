@@ -29,6 +29,7 @@ from cypressc.ir.analysis import Symbols, free_vars, views_of
 from cypressc.ir.printer import event_names, fmt_view
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
+from cypressc.ir.sync import SYNC_OPS
 from cypressc.lang.intrinsics import atom as lookup_atom
 
 __all__ = ["cuda_lowering", "REFUSAL_CODE"]
@@ -250,7 +251,7 @@ class _Lower:
                     _refuse(f"leaf {o.fn}() inside the main loop")
                 self._whole_warpgroups(o)
                 self._mma(plan, o)
-            elif not isinstance(o, (N.Partition, N.Alloc, N.Let)):
+            elif not isinstance(o, (N.Partition, N.Alloc, N.Let, *SYNC_OPS)):
                 _refuse(f"{type(o).__name__} inside the main loop")
         before = True
         for o in body:

@@ -31,8 +31,9 @@ from typing import Callable
 
 from cypressc.diagnostics import CypressError, Loc
 
-__all__ = ["STAMP", "Stamp", "replace_build_dir", "check_output_dir", "read_stamp"]
+__all__ = ["REFUSED", "STAMP", "Stamp", "replace_build_dir", "check_output_dir", "read_stamp"]
 
+REFUSED = "E062"  # an output path cypressc will not replace (build -o, tune -o)
 STAMP = ".cypressc-build"  # JSON, but no .json suffix: a build directory's *.json is its kernel ABI
 _TOOL = "cypressc"
 
@@ -86,7 +87,7 @@ def read_stamp(d: Path) -> Stamp | None:
 
 
 def _refuse(outdir: Path, why: str, hint: str) -> CypressError:
-    return CypressError("E062", f"refusing to replace {outdir}: {why}", Loc(str(outdir)), hint=hint)
+    return CypressError(REFUSED, f"refusing to replace {outdir}: {why}", Loc(str(outdir)), hint=hint)
 
 
 _HINT = "pass -o a new directory (or an empty one, or one an earlier `cypressc build` wrote)"

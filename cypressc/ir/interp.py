@@ -25,6 +25,7 @@ import numpy as np
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import dim_procs
 from cypressc.ir.shapes import mma_coords
+from cypressc.ir.sync import SYNC_OPS
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS, NUMPY_DTYPES, Operand, round_to
 
 __all__ = ["run", "evaluate", "InterpreterError"]
@@ -236,6 +237,8 @@ class _Interp:
 
     # -- scheduling ------------------------------------------------------------------
     def spawn_block(self, b: N.Block, scope: _Scope, env: dict, on_done) -> None:
+        # sync ops realize events this interpreter tracks itself: they are no-ops here
+        b = N.Block(tuple(op for op in b.ops if not isinstance(op, SYNC_OPS)), b.yields)
         for op in b.ops:
             scope.defs[getattr(op, "name", None) or op.ev] = op  # type: ignore[union-attr]
         for op in b.ops:

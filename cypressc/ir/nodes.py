@@ -10,17 +10,22 @@ Grammar (every op is a frozen dataclass; blocks are tuples of ops)::
     Op      = Alloc(name, shape: IExpr*, dtype, mem, layout: View?)
             | Let(name, value: IExpr)
             | Partition(name, base: View, kind, params, piece_shape: IExpr*)
-            | Copy(ev, src: View, dst: View, pre: EvRef*)
+            | Copy(ev, src: View, dst: View, pre: EvRef*, bar: BarIdx?)
             | Call(ev, fn, args: (View | IExpr | AtomArg)*, pre: EvRef*)
             | For(ev, var, lo, hi, pre: EvRef*, body: Block)
             | PFor(ev, var, lo, hi, proc, pre: EvRef*, body: Block)
+            | SyncOp                             -- after sync-insertion (cypressc.ir.sync)
     Block   = (ops: Op*, yields: EvRef*)
-    Module  = (name, params: Alloc*, scalars: str*, body: Block)
+    Module  = (name, params: Alloc*, scalars: str*, body: Block, synchronized: bool)
 
 Every op also has ``dims: Dim*``: the processor dimensions it is replicated over.
 The dependence analysis leaves ``dims`` empty; vectorization (§4.2.2) flattens the
 implicit ``pfor`` loops (BLOCK, WARPGROUP, WARP, THREAD) and records their extents
 there, so the event type of an async op is exactly ``[(n, PROC), …]`` of its dims.
+
+``sync-insertion`` (§4.2.6) adds the synchronization ops of :mod:`cypressc.ir.sync`
+(mbarriers, waits, arrivals, wgmma groups, named barriers, fences) to the blocks, gives
+each TMA copy its completion barrier (``bar``) and sets ``Module.synchronized``.
 
 Sequential ``for`` semantics follow the paper: iteration k+1 starts once iteration
 k's yields have completed; ops inside a body with no precondition wait only for
@@ -30,7 +35,10 @@ their iteration to start.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from cypressc.ir.sync import BarIdx
 
 __all__ = [
     "IConst", "IVar", "IProc", "IBin", "IExpr", "TRef", "Piece", "View", "AtomArg", "EvRef",
@@ -209,11 +217,15 @@ class Partition:
 
 @dataclass(frozen=True, slots=True)
 class Copy:
+    """``%ev = copy src -> dst {pre}``; after sync-insertion a TMA load names the mbarrier
+    stage it completes on (``bar``, a :class:`cypressc.ir.sync.BarIdx`)."""
+
     ev: str
     src: View
     dst: View
     pre: tuple[EvRef, ...] = ()
     dims: tuple[Dim, ...] = ()
+    bar: BarIdx | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,13 +280,16 @@ class Module:
     run-time sizes they introduce (``M``, ``N``, ``K``…), ``body`` the HOST-level block.
 
     ``attrs`` carries block-level mapping knobs (``warpspecialize``, ``pipeline``, …) and
-    is filled by later passes (shared-memory plan, roles)."""
+    is filled by later passes (shared-memory plan, roles).  ``synchronized`` is set by
+    ``sync-insertion``: from then on every event edge must be realized by a sync op
+    (:mod:`cypressc.ir.sync_verify` checks it)."""
 
     name: str
     params: tuple[Alloc, ...]
     scalars: tuple[str, ...]
     body: Block
     attrs: dict = field(default_factory=dict, compare=False)
+    synchronized: bool = False
 
 
 def view_root(view: View, parts: dict[str, Partition]) -> str:

@@ -8,8 +8,11 @@ dependence analysis gave them (source names, uniquified ``x``, ``x_1``, …).
 from __future__ import annotations
 
 from cypressc.ir import nodes as N
+from cypressc.ir import sync as S
+from cypressc.ir.subst import walk_ops
+from cypressc.ir.sync import SYNC_OPS
 
-__all__ = ["print_module", "event_names", "fmt_expr", "fmt_view", "PROC_ID"]
+__all__ = ["print_module", "event_names", "fmt_expr", "fmt_view", "sync_line", "PROC_ID"]
 
 PROC_ID = {"BLOCK": "block_id", "WARPGROUP": "warpgroup_id", "WARP": "warp_id", "THREAD": "lane_id"}
 
@@ -44,10 +47,14 @@ def _param(p) -> str:
 
 
 class _Printer:
-    def __init__(self, roles: dict[str, str] | None = None) -> None:
+    def __init__(self, roles: dict[str, str] | None = None, body: N.Block | None = None) -> None:
         self.names: dict[str, str] = {}
         self.lines: list[str] = []
         self.roles = roles or {}
+        if body is not None:  # number events in definition order: sync ops name later events
+            for op in walk_ops(body):
+                if isinstance(op, N.AsyncOp):
+                    self.ev(op.ev)
 
     def role(self, ev: str) -> str:
         return f"  @{self.roles[ev]}" if ev in self.roles else ""
@@ -89,8 +96,9 @@ class _Printer:
             self.lines.append(f"{pad}%{op.name} = partition_by_{op.kind} {fmt_view(op.base)} "
                               f"{_param(tuple(op.params))}{rep}")
         elif isinstance(op, N.Copy):
+            bar = f" on %{op.bar.bar}[{fmt_expr(op.bar.stage)}]" if op.bar is not None else ""
             self.lines.append(f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = copy {fmt_view(op.src)} -> "
-                              f"{fmt_view(op.dst)} {self.pre(op.pre)}{self.role(op.ev)}")
+                              f"{fmt_view(op.dst)} {self.pre(op.pre)}{bar}{self.role(op.ev)}")
         elif isinstance(op, N.Call):
             args = ", ".join(
                 fmt_view(a) if isinstance(a, (N.TRef, N.Piece)) else a.name if isinstance(a, N.AtomArg)
@@ -107,13 +115,15 @@ class _Printer:
             self.lines.append(f"{pad}{self.ev(op.ev)}: {inner} = pfor %{op.var} in "
                               f"[{fmt_expr(op.lo)}, {fmt_expr(op.hi)}) {op.proc} {self.pre(op.pre)} do")
             self.block(op.body, ind + 1)
+        elif isinstance(op, SYNC_OPS):
+            self.lines.append(pad + sync_line(op, self.ev, self.ty))
         else:  # pragma: no cover
             raise TypeError(op)
 
 
 def print_module(m: N.Module) -> str:
     """The module as text: a header with parameters and sizes, then the body."""
-    p = _Printer(m.attrs.get("roles"))
+    p = _Printer(m.attrs.get("roles"), m.body)
     params = ", ".join(f"%{a.name}: [{', '.join(fmt_expr(s) for s in a.shape)}] {a.dtype} @{a.mem}"
                        for a in m.params)
     sizes = ", ".join(f"%{s}" for s in m.scalars)
@@ -126,8 +136,7 @@ def print_module(m: N.Module) -> str:
 
 def event_names(m: N.Module) -> dict[str, str]:
     """Internal event name -> the ``%eN`` name the printer shows (for comments elsewhere)."""
-    p = _Printer(m.attrs.get("roles"))
-    p.block(m.body, 1)
+    p = _Printer(m.attrs.get("roles"), m.body)
     return {k: "%" + v for k, v in p.names.items()}
 
 
@@ -158,3 +167,54 @@ def _attrs(m: N.Module, p: _Printer) -> list[str]:
             out.append("// kernel: SIMT on each stage after the wgmmas issue: "
                        + ", ".join(f"{op.event} row_sum" for op in k.simt_body))
     return out
+
+
+def _edges(edges, ev) -> str:
+    """``// from %e3 -> %e5 (raw %A), …``: the event edges a sync op realizes (the hazards of
+    one pair of events on one tensor printed together)."""
+    if not edges:
+        return ""
+    groups: dict[tuple, list[str]] = {}
+    for e in edges:
+        groups.setdefault((e.src, e.dst, e.via, e.distance, e.tensor), []).append(e.hazard)
+    srcs: dict[tuple, list[str]] = {}
+    for (src, dst, via, dist, tensor), hz in groups.items():
+        srcs.setdefault((dst, via, dist, tensor, "+".join(hz)), []).append(ev(src))
+    out = []
+    for (dst, via, dist, tensor, hz), names in srcs.items():
+        if via == "end":
+            out.append(f"{', '.join(names)} -> end (the TMA store reads %{tensor})")
+            continue
+        how = {"same": "", "entry": ", into the loop", "after": ", after the loop",
+               "carried": f", {dist} iteration(s) later"}[via]
+        out.append(f"{', '.join(names)} -> {ev(dst)} ({hz} %{tensor}{how})")
+    return "  // from " + "; ".join(out)
+
+
+def sync_line(op, ev, ty) -> str:
+    """One sync op in the paper's style (``ev`` names events, ``ty`` prints dims)."""
+    inner = tuple(d for d in getattr(op, "dims", ()) if d.proc != "BLOCK")  # once per block otherwise
+    per = f" per {ty(inner)}" if inner else ""
+    at = lambda bar, stage: f"%{bar}[{fmt_expr(stage)}]"  # noqa: E731
+    if isinstance(op, S.MBarrier):
+        return (f"%{op.name} = mbarrier[{op.stages}] {op.kind} arrivals({op.count}) arrive @{op.arrive_role} "
+                f"wait @{op.wait_role}  // channel of {', '.join(ev(e) for e in op.channel)}")
+    if isinstance(op, S.ArriveExpectTx):
+        return f"arrive_expect_tx {at(op.bar, op.stage)} {op.bytes} bytes{per}  @{op.role}{_edges(op.edges, ev)}"
+    if isinstance(op, S.Wait):
+        return (f"wait {at(op.bar, op.stage)} parity {fmt_expr(op.parity)}{per}  @{op.role}"
+                f"{_edges(op.edges, ev)}")
+    if isinstance(op, S.Arrive):
+        when = f" if {fmt_expr(op.when.a)} >= {fmt_expr(op.when.b)}" if op.when is not None else ""
+        return f"arrive {at(op.bar, op.stage)}{when}{per}  @{op.role}{_edges(op.edges, ev)}"
+    if isinstance(op, S.CommitGroup):
+        return f"commit_group {op.unit}{per}  @{op.role}  // closes the group of {', '.join(ev(e) for e in op.events)}"
+    if isinstance(op, S.WaitGroup):
+        return f"wait_group {op.unit} {op.pending}{per}  @{op.role}{_edges(op.edges, ev)}"
+    if isinstance(op, S.SyncWarp):
+        return f"syncwarp{per}  @{op.role}{_edges(op.edges, ev)}"
+    if isinstance(op, S.BarSync):
+        return f"bar_sync {fmt_expr(op.id)}, {op.threads}{per}  @{op.role}{_edges(op.edges, ev)}"
+    if isinstance(op, S.Fence):
+        return f"fence {op.kind}{per}  @{op.role}{_edges(op.edges, ev)}"
+    raise TypeError(op)

@@ -1,10 +1,12 @@
 """The IR verifier, run after every pass (DESIGN §4): names defined before use, event
 references indexed with one entry per array dimension, every view's tensor and
-partition in scope, leaf calls with the registered arity."""
+partition in scope, leaf calls with the registered arity; once ``sync-insertion`` has
+run (``Module.synchronized``), the synchronization checks of :mod:`cypressc.ir.sync_verify`."""
 
 from __future__ import annotations
 
 from cypressc.ir import nodes as N
+from cypressc.ir.sync import SYNC_OPS
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS
 
 __all__ = ["verify", "VerifyError"]
@@ -50,6 +52,8 @@ def verify(m: N.Module) -> None:
     def block(b: N.Block) -> None:
         scope.append({})
         for op in b.ops:
+            if isinstance(op, SYNC_OPS):  # checked by verify_sync below
+                continue
             where = getattr(op, "ev", None) or getattr(op, "name", "?")
             if isinstance(op, N.Alloc) and op.layout is not None:
                 check_view(op.layout, where)
@@ -80,3 +84,7 @@ def verify(m: N.Module) -> None:
         scope.pop()
 
     block(m.body)
+    if m.synchronized:
+        from cypressc.ir.sync_verify import verify_sync
+
+        verify_sync(m)

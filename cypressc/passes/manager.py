@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from cypressc.diagnostics import CypressError, CypressErrors
-from cypressc.ir import nodes as N
-from cypressc.mapping.tasktree import TaskTree
+
+if TYPE_CHECKING:  # the CLI reads pass_names() at start-up: keep this module light
+    from cypressc.ir import nodes as N
+    from cypressc.mapping.tasktree import TaskTree
 
 __all__ = ["Pass", "PassContext", "PassError", "PASSES", "pass_names", "compile_module"]
 
@@ -77,6 +79,12 @@ def _warp_spec(m: N.Module, ctx: PassContext) -> N.Module:
     return warp_specialization(m, ctx)
 
 
+def _sync(m: N.Module, ctx: PassContext) -> N.Module:
+    from cypressc.passes.sync_insertion import sync_insertion
+
+    return sync_insertion(m, ctx)
+
+
 def _cuda(m: N.Module, ctx: PassContext) -> N.Module:
     from cypressc.backend.lower import cuda_lowering
 
@@ -89,6 +97,7 @@ PASSES: list[Pass] = [
     Pass("copy-elimination", _copy_elim, "§4.2.3"),
     Pass("resource-allocation", _resources, "§4.2.4"),
     Pass("warp-specialization", _warp_spec, "§4.2.5"),
+    Pass("sync-insertion", _sync, "§4.2.6"),
     Pass("cuda-lowering", _cuda, "§4.2.6"),
 ]
 
@@ -118,6 +127,7 @@ def compile_module(tree: TaskTree, *, until: str | None = None, verify: bool = T
     User errors (:class:`CypressError`) propagate unchanged; anything else is wrapped
     in :class:`PassError`.
     """
+    from cypressc.ir import nodes as N
     from cypressc.ir.verify import verify as verify_module
 
     ctx = PassContext(tree)

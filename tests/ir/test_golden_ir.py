@@ -23,7 +23,7 @@ def snapshots(program: str):
                        load_mapping(ROOT / "mappings" / program / "h100.yaml"))
     out = []
     try:
-        for name, m in compile_module(tree, until="warp-specialization"):
+        for name, m in compile_module(tree, until="sync-insertion"):
             out.append((name, m))
         out += compile_module(tree)[-1:]
     except CypressError as e:  # a program the backend refuses (E050) keeps its IR goldens

@@ -1,0 +1,449 @@
+"""Which event edges of a warp-specialized module need synchronization, and of what kind
+(Cypress paper §4.2.6): the analysis ``sync-insertion`` acts on and the sync verifier
+checks against.
+
+A :class:`Dep` is one event edge between two *leaf* ops (copies and leaf calls) of a
+block program, with the data hazard it protects.  Edges are read off the IR only:
+
+* ``same``: ``c`` names ``p`` in its preconditions, both in the same loop iteration;
+* ``entry``: ``p`` completes before a loop that contains ``c`` starts;
+* ``after``: ``c`` waits for a loop, i.e. for the leaves its body yields (last iteration);
+* ``carried``: a loop's yields at iteration k precede every op of iteration k + d; ``d``
+  is the first distance at which the two ops touch the same data (a stage buffer of
+  depth D gives d = D: the write-after-read back edge of pipelining, §4.2.5).
+
+An edge protects a hazard when the two ops touch overlapping views of one tensor (or two
+tensors that resource allocation let share bytes, ``module.attrs["war"]``) and one of
+them writes.  Edges that touch no common data, and flow edges whose value an op in
+between overwrites, need nothing.  The *scope* of a hazard is the set of processor
+levels (WARPGROUP, WARP, THREAD) along which the two instances can differ: a broadcast
+``[:]`` in the edge's index, minus the levels the tensor is private to (a REGISTER
+fragment allocated per THREAD has no cross-thread hazards).
+
+:meth:`Program.needs` maps a dependence to what realizes it, by the kinds of its
+endpoints (a TMA copy, a Tensor Core call, thread code) — never by program shape.
+Edges across BLOCK instances (a HOST loop's iterations) are the grid's business, not a
+block's, and are not listed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from cypressc.ir import nodes as N
+from cypressc.ir import sync as S
+from cypressc.ir.analysis import Symbols, free_vars, views_of
+from cypressc.ir.shapes import static
+from cypressc.ir.subst import subst_expr
+from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+
+__all__ = ["LEVELS", "Leaf", "Dep", "Program", "evaluate", "implied", "instances", "DTYPE_BYTES"]
+
+LEVELS = ("WARPGROUP", "WARP", "THREAD")
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
+_SAMPLES = 12  # loop-variable values tried when deciding whether two indices can be equal
+
+
+def evaluate(e: N.IExpr, env: dict[str, int], lets: dict[str, N.IExpr] | None = None):
+    """The value of ``e`` with variables from ``env`` (Lets expanded); KeyError on an
+    unbound variable or processor index."""
+    if isinstance(e, N.IConst):
+        return e.value
+    if isinstance(e, N.IVar):
+        if e.name in env:
+            return env[e.name]
+        if lets and e.name in lets:
+            return evaluate(lets[e.name], env, lets)
+        raise KeyError(e.name)
+    if isinstance(e, N.IProc):
+        raise KeyError(f"{e.proc}.{e.dim}")
+    a, b = evaluate(e.a, env, lets), evaluate(e.b, env, lets)
+    ops = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "min": lambda: min(a, b),
+           "max": lambda: max(a, b), "//": lambda: a // b, "%": lambda: a % b,
+           "cdiv": lambda: -(-a // b), "/": lambda: a // b if a % b == 0 else a / b}
+    return ops[e.op]()
+
+
+@dataclass(frozen=True, eq=False)
+class Leaf:
+    """A copy or leaf call of the block program: ``loops`` are the block-level loops around
+    it (outermost first), ``hosts`` the HOST loops, ``seq`` its pre-order position."""
+
+    op: N.Copy | N.Call
+    block: N.Block
+    loops: tuple[N.For, ...]
+    hosts: tuple[N.For, ...]
+    seq: int
+    role: str
+    kind: str  # tma_load | tma_store | wgmma | thread
+
+
+@dataclass(frozen=True)
+class Dep:
+    """A hazard an event edge protects: ``src`` must complete before ``dst`` touches
+    ``other`` (``tensor`` is what ``src`` touches; they differ when the two share bytes)."""
+
+    src: str
+    dst: str
+    via: str  # same | entry | after | carried | end
+    loop: str  # the loop event of entry / after / carried ("" otherwise)
+    distance: int
+    hazard: str  # raw | war | waw | end
+    tensor: str
+    other: str
+    mem: str
+    scope: tuple[str, ...]
+
+    def edge(self) -> S.Edge:
+        return S.Edge(self.src, self.dst, self.hazard, self.tensor, self.via, self.distance)
+
+
+def _procs(e: N.IExpr) -> bool:
+    if isinstance(e, N.IProc):
+        return True
+    return isinstance(e, N.IBin) and (_procs(e.a) or _procs(e.b))
+
+
+class Program:
+    """The leaves, loops and dependences of a module (after warp specialization)."""
+
+    def __init__(self, m: N.Module, warp_threads: int = 32, warpgroup_warps: int = 4) -> None:
+        self.m = m
+        self.sym = Symbols(m)
+        self.roles: dict[str, str] = dict(m.attrs.get("roles", {}))
+        self.stages: dict[str, int] = dict(m.attrs.get("stages", {}))
+        self.alias = {frozenset(p) for p in m.attrs.get("war", [])}
+        self.warp_threads, self.warpgroup_warps = warp_threads, warpgroup_warps
+        self.lets: dict[str, N.IExpr] = {}
+        self.leaves: dict[str, Leaf] = {}
+        self.loops: dict[str, tuple[N.For | N.PFor, tuple[N.For, ...], int]] = {}
+        self.pfor = False
+        self._walk(m.body, (), (), itertools.count())
+
+    # -- structure ------------------------------------------------------------------------
+    def _walk(self, b: N.Block, loops, hosts, seq) -> None:
+        for op in b.ops:
+            n = next(seq)
+            if isinstance(op, N.Let):
+                self.lets[op.name] = op.value
+            elif isinstance(op, (N.Copy, N.Call)):
+                self.leaves[op.ev] = Leaf(op, b, loops, hosts, n, self.roles.get(op.ev, "consumer"),
+                                          self.kind(op))
+            elif isinstance(op, (N.For, N.PFor)):
+                self.pfor = self.pfor or isinstance(op, N.PFor)
+                block_level = any(d.proc == "BLOCK" for d in op.dims)
+                self.loops[op.ev] = (op, loops, n)
+                self._walk(op.body, loops + (op,) if block_level else loops,
+                           hosts if block_level else hosts + (op,), seq)
+
+    def kind(self, op) -> str:
+        """tma_load / tma_store (GLOBAL<->SHARED copies: asynchronous, TMA), wgmma (a leaf a
+        warpgroup issues collectively to the Tensor Core), or thread code."""
+        if isinstance(op, N.Copy):
+            src, dst = self.sym.mem(op.src), self.sym.mem(op.dst)
+            return {("GLOBAL", "SHARED"): "tma_load", ("SHARED", "GLOBAL"): "tma_store"}.get((src, dst), "thread")
+        return "wgmma" if LEAF_FUNCTIONS[op.fn].collective else "thread"
+
+    def role_dims(self, role: str) -> tuple[N.Dim, ...]:
+        """The processor dimensions of the role's most deeply replicated op: every thread of
+        the role runs its control flow (and its waits)."""
+        best: tuple[N.Dim, ...] = ()
+        for lf in self.leaves.values():
+            if lf.role == role and len(lf.op.dims) > len(best):
+                best = lf.op.dims
+        return best
+
+    def under(self, lp: N.For) -> list[Leaf]:
+        """The leaves inside loop ``lp`` (at any depth)."""
+        return [lf for lf in self.leaves.values() if lp in lf.loops]
+
+    def stage(self, lf: Leaf) -> tuple[N.IExpr, int]:
+        """The stage index and depth of the staged SHARED buffer a TMA copy writes
+        (``(0, 1)`` for an unstaged one)."""
+        for piece in self.sym.chain(lf.op.dst):
+            part = self.sym.parts[piece.partition]
+            root = self.sym.root(lf.op.dst)
+            if part.kind == "slices" and isinstance(part.base, N.TRef) and part.base.name in self.stages \
+                    and part.base.name == root and static(part.params[0]) == 0:
+                return piece.idx[0], self.stages[root]
+        return N.IConst(0), 1
+
+    def nbytes(self, v: N.View) -> int | None:
+        """Bytes of a view with a static shape, else None."""
+        shape = [static(s) for s in self.sym.shape(v)]
+        if None in shape:
+            return None
+        n = DTYPE_BYTES.get(self.sym.allocs[self.sym.root(v)].dtype)
+        for s in shape:
+            n = None if n is None else n * s
+        return n
+
+    # -- views ------------------------------------------------------------------------------
+    def _chain(self, v: N.View, shift: dict) -> list[tuple[str, tuple]]:
+        return [(p.partition, tuple(subst_expr(i, shift) for i in p.idx)) for p in reversed(self.sym.chain(v))]
+
+    def _differ(self, a: N.IExpr, b: N.IExpr) -> bool:
+        """Provably different for every value of the loop variables and sizes."""
+        if a == b or _procs(a) or _procs(b):
+            return False
+        names = sorted(free_vars(a) | free_vars(b))
+        for t in range(_SAMPLES):
+            env = {n: (t if i == 0 else 1009 + 97 * i + t) for i, n in enumerate(names)}
+            try:
+                if evaluate(a, env, self.lets) == evaluate(b, env, self.lets):
+                    return False
+            except (KeyError, ZeroDivisionError):
+                return False
+        return True
+
+    def overlap(self, va: N.View, vb: N.View, shift: dict) -> bool:
+        """Whether ``va`` and ``vb`` (the latter with loop variables shifted) may share
+        elements: same tensor (or tensors sharing bytes) and no blocks/slices index on the
+        common partition chain provably apart."""
+        ra, rb = self.sym.root(va), self.sym.root(vb)
+        if ra != rb:
+            return frozenset((ra, rb)) in self.alias
+        for (pa, ia), (pb, ib) in zip(self._chain(va, {}), self._chain(vb, shift)):
+            if pa != pb:
+                return True
+            kind = self.sym.parts[pa].kind
+            if kind in ("blocks", "slices") and any(self._differ(x, y) for x, y in zip(ia, ib)):
+                return False
+        return True
+
+    def covers(self, w: Leaf, wv: N.View, v: N.View) -> bool:
+        """Whether every instance of ``w`` together writes all of ``v`` (its pieces indexed by
+        its own processor indices cover their base)."""
+        cw, cv = self._chain(wv, {}), self._chain(v, {})
+        levels = {d.proc for d in w.op.dims}
+        while cw and all(isinstance(i, N.IProc) and i.proc in levels for i in cw[-1][1]):
+            cw.pop()
+        return self.sym.root(wv) == self.sym.root(v) and cv[:len(cw)] == cw
+
+    def _private(self, root: str) -> set[str]:
+        return {d.proc for d in self.sym.allocs[root].dims}
+
+    # -- dependences ------------------------------------------------------------------------
+    def _expand(self, ev: str, idx: tuple) -> list[tuple[str, tuple]]:
+        if ev in self.leaves:
+            return [(ev, idx)]
+        if ev not in self.loops:
+            return []
+        out = []
+        for y in self.loops[ev][0].body.yields:
+            out += self._expand(y.name, y.idx)
+        return out
+
+    @staticmethod
+    def _grid(r: N.EvRef, dims) -> bool:
+        """A reference that waits for other blocks (a broadcast over a BLOCK dimension)."""
+        return any(d.proc == "BLOCK" and (not r.idx or r.idx[i] is None) for i, d in enumerate(dims))
+
+    def _routes(self):
+        """(src leaf, dst leaf, via, loop, idx) for every event edge between two leaves."""
+        for c in self.leaves.values():
+            for r in c.op.pre:
+                if r.name in self.leaves:
+                    p = self.leaves[r.name]
+                    if self._grid(r, p.op.dims) or p.hosts != c.hosts:
+                        continue
+                    if p.loops == c.loops:
+                        yield p, c, "same", None, r.idx
+                    elif c.loops[:len(p.loops)] == p.loops:
+                        yield p, c, "entry", c.loops[len(p.loops)], r.idx
+                elif r.name in self.loops:
+                    lp = self.loops[r.name][0]
+                    if self._grid(r, lp.dims) or not any(d.proc == "BLOCK" for d in lp.dims):
+                        continue
+                    for ev, idx in self._expand(r.name, r.idx):
+                        if not self._grid(N.EvRef(ev, idx), self.leaves[ev].op.dims):
+                            yield self.leaves[ev], c, "after", lp, idx
+        for ev, (lp, _, _) in self.loops.items():
+            if not any(d.proc == "BLOCK" for d in lp.dims) or isinstance(lp, N.PFor):
+                continue
+            inside = self.under(lp)
+            for r in lp.pre:
+                for pev, idx in self._expand(r.name, r.idx):
+                    if pev in self.leaves and not self._grid(N.EvRef(pev, idx), self.leaves[pev].op.dims):
+                        for c in inside:
+                            yield self.leaves[pev], c, "entry", lp, idx
+            for y in lp.body.yields:
+                for pev, idx in self._expand(y.name, y.idx):
+                    if pev in self.leaves and not self._grid(N.EvRef(pev, idx), self.leaves[pev].op.dims):
+                        for c in inside:
+                            yield self.leaves[pev], c, "carried", lp, idx
+
+    def deps(self) -> list[Dep]:
+        """Every hazard an event edge of the block programs protects (deduplicated, in
+        program order of the consumer)."""
+        out: dict[tuple, Dep] = {}
+        for p, c, via, lp, idx in self._routes():
+            for d in self._hazards(p, c, via, lp, idx):
+                out.setdefault((d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d)
+        for lf in self.leaves.values():
+            if lf.kind == "tma_store":  # its shared source must outlive the TMA's reads
+                root = self.sym.root(lf.op.src)
+                out[(lf.op.ev, "", "end")] = Dep(lf.op.ev, "", "end", "", 0, "end", root, root, "SHARED", ())
+        return sorted(out.values(), key=lambda d: (self.leaves[d.dst].seq if d.dst else 1 << 30,
+                                                   self.leaves[d.src].seq))
+
+    def _hazards(self, p: Leaf, c: Leaf, via: str, lp, idx) -> list[Dep]:
+        out = []
+        period = max([self.stages.get(self.sym.root(v), 1) for o in (p, c) for v, _, _ in views_of(o.op)] + [1])
+        for vp, rp, wp in views_of(p.op):
+            for vc, rc, wc in views_of(c.op):
+                hz = [h for h, ok in (("raw", wp and rc), ("war", rp and wc), ("waw", wp and wc)) if ok]
+                if not hz:
+                    continue
+                dist = 0
+                if via == "carried":
+                    dist = next((d for d in range(1, period + 1)
+                                 if self.overlap(vp, vc, {lp.var: N.ibin("+", N.IVar(lp.var), N.IConst(d))})), 0)
+                    if not dist:
+                        continue
+                elif not self.overlap(vp, vc, {}):
+                    continue
+                for h in hz:
+                    if h == "raw" and self._killed(p, c, vc, via, lp):
+                        continue
+                    rp_, rc_ = self.sym.root(vp), self.sym.root(vc)
+                    scope = self._scope(p, c, idx, rp_, rc_)
+                    mem = self.sym.allocs[rc_].mem
+                    out.append(Dep(p.op.ev, c.op.ev, via, lp.ev if lp is not None else "", dist, h, rp_, rc_,
+                                   mem, scope))
+        return out
+
+    def _killed(self, p: Leaf, c: Leaf, vc: N.View, via: str, lp) -> bool:
+        """A flow edge whose value an op between ``p`` and ``c`` overwrites entirely: ``c``
+        reads the newer value (the older edge is ordered through that writer)."""
+        if via == "entry":
+            return False
+        for w in self.leaves.values():
+            if w.hosts != c.hosts:
+                continue
+            if via == "carried":
+                between = lp in w.loops and w.seq < c.seq
+            elif via == "after":
+                between = self.loops[lp.ev][2] < w.seq < c.seq and lp not in w.loops
+            else:
+                between = p.seq < w.seq < c.seq and w.loops == c.loops
+            if between and any(wr and self.covers(w, v, vc) for v, _, wr in views_of(w.op)):
+                return True
+        return False
+
+    def _scope(self, p: Leaf, c: Leaf, idx: tuple, rp: str, rc: str) -> tuple[str, ...]:
+        levels = set()
+        cl = {d.proc for d in c.op.dims}
+        for i, d in enumerate(p.op.dims):
+            if d.proc == "BLOCK":
+                continue
+            r = idx[i] if i < len(idx) else None
+            if not (isinstance(r, N.IProc) and r.proc == d.proc and d.proc in cl):
+                levels.add(d.proc)
+        levels |= cl - {d.proc for d in p.op.dims} - {"BLOCK"}
+        levels -= self._private(rp) & self._private(rc)
+        return tuple(lv for lv in LEVELS if lv in levels)
+
+    # -- what realizes a dependence ------------------------------------------------------------
+    def extents(self, *leaves: Leaf) -> dict[str, int | None]:
+        ext: dict[str, int | None] = {}
+        for lf in leaves:
+            for d in lf.op.dims:
+                ext.setdefault(d.proc, static(d.extent))
+        return ext
+
+    def needs(self, d: Dep) -> tuple[str, ...]:
+        """What realizes ``d``: ``full`` / ``empty`` mbarrier, ``chain`` (wgmmas on one
+        accumulator retire in order: nothing), ``wait_group``, ``fence_wgmma``, ``proxy``
+        (fence.proxy.async), ``syncwarp`` / ``bar_sync`` (a broadcast over threads / warps),
+        ``bulk`` (a TMA store's group), ``none`` (program order in one thread), or
+        ``implied``: only through other synchronized edges."""
+        p = self.leaves[d.src]
+        if d.hazard == "end":
+            return ("bulk",)
+        c = self.leaves[d.dst]
+        if p.kind == "tma_load":
+            return ("full",) if d.hazard == "raw" and c.kind != "tma_load" else ("implied",)
+        if c.kind == "tma_load":
+            return ("empty",) if d.hazard == "war" and d.via == "carried" else ("implied",)
+        if p.role != c.role or p.kind == "tma_store":
+            return ("implied",)
+        out: list[str] = []
+        if p.kind == "wgmma":
+            if c.kind == "wgmma" and d.tensor == d.other == self._acc(p) == self._acc(c):
+                return ("chain",)
+            out.append("wait_group")
+        elif c.kind == "wgmma" and d.mem == "REGISTER":
+            out.append("fence_wgmma")
+        if d.mem != "REGISTER" and d.hazard in ("raw", "waw") and p.kind == "thread" \
+                and c.kind in ("tma_store", "wgmma"):
+            out.append("proxy")
+        if d.scope:
+            out.append(self.barrier(d))
+        return tuple(out) or ("none",)
+
+    def _acc(self, lf: Leaf) -> str | None:
+        a = lf.op.args[1] if isinstance(lf.op, N.Call) and len(lf.op.args) > 1 else None
+        return self.sym.root(a) if isinstance(a, (N.TRef, N.Piece)) else None
+
+    def barrier(self, d: Dep) -> str:
+        """``syncwarp`` when the hazard spans only the threads of one warp, else ``bar_sync``."""
+        ext = self.extents(self.leaves[d.src], self.leaves[d.dst])
+        if d.scope == ("THREAD",) and ("WARP" in ext or (ext.get("THREAD") or 1 << 30) <= self.warp_threads):
+            return "syncwarp"
+        return "bar_sync"
+
+    def warps(self, d: Dep) -> int | None:
+        """Warps a named barrier for ``d`` spans (None: a run-time extent)."""
+        ext = self.extents(self.leaves[d.src], self.leaves[d.dst])
+        if any(ext.get(lv, 1) is None for lv in LEVELS):
+            return None
+        per_wg = ext.get("WARP") or (-(-ext["THREAD"] // self.warp_threads) if "THREAD" in ext
+                                     else self.warpgroup_warps)
+        if "WARPGROUP" in d.scope:
+            return ext.get("WARPGROUP", 1) * per_wg
+        return per_wg if ("WARP" in d.scope or "WARP" not in ext) else 1
+
+
+def implied(dep: Dep, covered: list[Dep]) -> bool:
+    """Whether ``dep`` follows from a path of covered dependences through one or two ops
+    (each completes before the next starts): same-iteration steps compose with any step,
+    carried distances add up."""
+    def step(a: Dep, b: Dep) -> tuple | None:
+        kinds = (a.via, b.via)
+        if a.via == "same":
+            return (b.via, b.loop, b.distance)
+        if b.via == "same":
+            return (a.via, a.loop, a.distance)
+        if kinds == ("carried", "carried") and a.loop == b.loop:
+            return ("carried", a.loop, a.distance + b.distance)
+        return None
+
+    goal = (dep.via, dep.loop, dep.distance)
+    by_src: dict[str, list[Dep]] = {}
+    for c in covered:
+        if c.hazard != "end":
+            by_src.setdefault(c.src, []).append(c)
+    for a in by_src.get(dep.src, []):
+        for b in by_src.get(a.dst, []):
+            if b.dst == dep.dst and step(a, b) == goal:
+                return True
+            for c in by_src.get(b.dst, []):
+                ab = step(a, b)
+                if c.dst == dep.dst and ab is not None and step(Dep("", "", *ab, "", "", "", "", ()), c) == goal:
+                    return True
+    return False
+
+
+def instances(dims: tuple[N.Dim, ...]) -> int | None:
+    """How many instances of an op run per block (the product of its processor extents
+    below BLOCK); None when one of them is a run-time value."""
+    n = 1
+    for d in dims:
+        if d.proc != "BLOCK":
+            e = static(d.extent)
+            if e is None:
+                return None
+            n *= e
+    return n

@@ -1,0 +1,155 @@
+"""Driver of the concurrent interpreter (:mod:`cypressc.ir.concurrent`): small sizes,
+random inputs, the sequential reference and K random schedules per block, one verdict.
+
+Used by ``cypressc explain --check-schedule`` and by tests/ir/test_concurrent.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, fields, is_dataclass
+
+import numpy as np
+
+from cypressc.ir import concurrent as C
+from cypressc.ir import interp as I
+from cypressc.ir import nodes as N
+from cypressc.ir.analysis import Symbols, dim_procs
+from cypressc.ir.check import random_inputs
+from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+
+__all__ = ["small_sizes", "written_params", "grid_blocks", "Verdict", "check_schedules"]
+
+
+def _exprs(x):
+    if isinstance(x, N.IBin):
+        yield x
+        yield from _exprs(x.a)
+        yield from _exprs(x.b)
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            yield from _exprs(y)
+    elif is_dataclass(x) and not isinstance(x, type):
+        for f in fields(x):
+            yield from _exprs(getattr(x, f.name))
+
+
+def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
+    """The smallest sizes that give one block and ``wraps`` trips around every pipelined
+    loop: a scalar ``%S`` tiled as ``cdiv(%S, t)`` gets its largest tile ``t``; one that
+    bounds a ``pipeline(D)`` loop ``cdiv(%S, t)`` gets ``wraps * D * t`` (so each stage
+    buffer is refilled ``wraps`` times and every parity is used both ways), one that
+    bounds another sequential loop two trips."""
+    tile = {s: 1 for s in m.scalars}
+    for e in _exprs(m.body):
+        if e.op == "cdiv" and isinstance(e.a, N.IVar) and isinstance(e.b, N.IConst) and e.a.name in tile:
+            tile[e.a.name] = max(tile[e.a.name], int(e.b.value))
+    out = dict(tile)
+    stack = list(m.body.ops)
+    while stack:
+        op = stack.pop()
+        if isinstance(op, (N.For, N.PFor)):
+            stack += list(op.body.ops)
+            h = op.hi
+            if isinstance(h, N.IBin) and h.op == "cdiv" and isinstance(h.a, N.IVar) and h.a.name in out:
+                # a sequential loop runs twice (barrier phases carry over); a pipeline wraps
+                trips = wraps * op.pipeline if getattr(op, "pipeline", 0) else 2
+                out[h.a.name] = max(out[h.a.name], trips * int(h.b.value))
+    return out
+
+
+def written_params(m: N.Module) -> list[str]:
+    """The module parameters some copy or leaf call writes (the outputs)."""
+    sym = Symbols(m)
+    params = {p.name for p in m.params}
+    out: set[str] = set()
+    stack = list(m.body.ops)
+    while stack:
+        op = stack.pop()
+        if isinstance(op, (N.For, N.PFor)):
+            stack += list(op.body.ops)
+        elif isinstance(op, N.Copy):
+            out.add(sym.root(op.dst))
+        elif isinstance(op, N.Call):
+            rules = LEAF_FUNCTIONS[op.fn].operands
+            for i, a in enumerate(op.args):
+                if isinstance(a, (N.TRef, N.Piece)) and i < len(rules) and rules[i].writes:
+                    out.add(sym.root(a))
+    return sorted(out & params)
+
+
+def grid_blocks(m: N.Module, sizes: dict[str, int]) -> list[dict]:
+    """Every block index of ``m`` at ``sizes``, as processor environments (``IProc`` → int)."""
+    vi = I._Interp(m, sizes, {p.name: None for p in m.params}, None)
+    ext: dict = {}
+    for op in C.block_ops(m.body):
+        for p, d in zip(dim_procs(getattr(op, "dims", ())), getattr(op, "dims", ())):
+            if p.proc == "BLOCK":
+                ext[p] = int(vi.expr(d.extent, vi.root, {}))
+    keys = sorted(ext, key=lambda p: p.dim)
+    return [dict(zip(keys, c)) for c in itertools.product(*[range(ext[k]) for k in keys])]
+
+
+@dataclass
+class Verdict:
+    """The outcome of :func:`check_schedules`: ``finding`` is None when every schedule was
+    clean; ``seed`` the schedule that found it; ``schedules`` how many ran."""
+
+    finding: C.Finding | None
+    seed: int | None
+    schedules: int
+    sizes: dict
+
+    def line(self, name: str) -> str:
+        if self.finding is None:
+            return f"{name}: clean ({self.schedules} schedule(s), sizes {self.sizes})"
+        return f"{name}: {self.finding} (schedule seed {self.seed}, sizes {self.sizes})"
+
+
+def _compare(got, want, outs) -> str | None:
+    for o in outs:
+        a, b = got[o].astype(np.float64), want[o].astype(np.float64)
+        if (np.isnan(a) != np.isnan(b)).any():
+            n = int((np.isnan(a) != np.isnan(b)).sum())
+            return f"%{o} has {n} element(s) unwritten, or written where the reference is not"
+        ok = ~np.isnan(b)
+        if ok.any():
+            err = np.linalg.norm(a[ok] - b[ok]) / max(np.linalg.norm(b[ok]), 1e-30)
+            if err > 1e-3:
+                return f"%{o} differs from the sequential reference (relative error {err:.3g})"
+    return None
+
+
+def check_schedules(m_sync: N.Module, m_ref: N.Module, *, sizes: dict[str, int] | None = None,
+                    seed: int = 0, schedules: int = 50, value_every: int = 10,
+                    max_blocks: int = 2) -> Verdict:
+    """Run ``schedules`` random schedules (seeds ``seed``, ``seed + 1`` …) of the
+    synchronized module ``m_sync`` on up to ``max_blocks`` blocks; every ``value_every``-th
+    schedule (and the first; none when ``value_every`` is 0) also evaluates values and
+    compares the outputs with the sequential interpreter on ``m_ref`` (the
+    pre-synchronization IR) on the same random inputs.  Stops at the first deadlock,
+    race or mismatch."""
+    sizes = sizes or small_sizes(m_sync)
+    inputs = random_inputs(m_ref, sizes, seed=seed)
+    outs = written_params(m_ref)
+    want = {k: v.copy() for k, v in inputs.items()}
+    for o in outs:
+        want[o][...] = np.nan
+    if value_every > 0:
+        I.run(m_ref, sizes, want, None)
+    blocks = grid_blocks(m_sync, sizes)[:max_blocks]
+    for n in range(schedules):
+        s = seed + n
+        values = value_every > 0 and n % value_every == 0
+        got = {k: v.copy() for k, v in inputs.items()}
+        for o in outs:
+            got[o][...] = np.nan
+        for b in blocks:
+            f = C.run_block(m_sync, sizes, got, b, s, values=values)
+            if f is not None:
+                return Verdict(f, s, n + 1, sizes)
+        if values and len(blocks) == len(grid_blocks(m_sync, sizes)):
+            msg = _compare(got, want, outs)
+            if msg is not None:
+                return Verdict(C.Finding("mismatch", "end", msg), s, n + 1, sizes)
+    return Verdict(None, None, schedules, sizes)

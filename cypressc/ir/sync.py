@@ -1,0 +1,223 @@
+"""Synchronization ops of the event IR (Cypress paper §4.2.6: "lowering events in the IR
+onto hardware-specific synchronization primitives").
+
+``sync-insertion`` (:mod:`cypressc.passes.sync_insertion`) places these ops in the blocks
+of the warp-specialized IR, next to the copies and calls whose event edges they realize.
+They are small frozen value types, like the rest of the IR (:mod:`cypressc.ir.nodes`)::
+
+    Edge    = (src: event, dst: event | "", hazard, tensor, via, distance)
+    Guard   = (a: IExpr) >= (b: IExpr)
+    BarIdx  = (bar, stage: IExpr)                      -- one stage of an mbarrier array
+    SyncOp  = MBarrier(name, kind, stages, count, arrive_role, wait_role, channel: event*)
+            | ArriveExpectTx(bar, stage, bytes, role)  -- the producer's arrival + TMA bytes
+            | Wait(bar, stage, parity, role)           -- try_wait.parity on one stage
+            | Arrive(bar, stage, role, when: Guard?)   -- a consumer's release of one stage
+            | CommitGroup(unit, role, events)          -- wgmma / bulk (TMA store) group
+            | WaitGroup(unit, pending, role)           -- wait until <= pending groups in flight
+            | SyncWarp(role)                           -- __syncwarp
+            | BarSync(id: IExpr, threads, role)        -- named barrier (bar.sync id, threads)
+            | Fence(kind, role)                        -- wgmma.fence / fence.proxy.async
+
+Every op has ``dims`` (the processor instances that execute it, as for async ops: the
+BLOCK dimensions, then e.g. ``(2, WARPGROUP)`` for one arrival per consumer warpgroup)
+and ``edges``: the event edges it comes from, which the printer shows as
+``// from %e3 -> %e5``.  Roles, stage indices and phase parities are explicit, so an
+interpreter can run each role as its own thread of control.
+
+Phases follow the mbarrier convention: a wait with parity ``p`` returns once the phase
+of parity ``p`` has completed; a *full* barrier's i-th use waits parity ``i % 2``, an
+*empty* barrier's producer waits parity ``(i + 1) % 2`` (its first wait passes at once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from cypressc.ir import nodes as N
+
+__all__ = ["Edge", "Guard", "BarIdx", "MBarrier", "ArriveExpectTx", "Wait", "Arrive", "CommitGroup",
+           "WaitGroup", "SyncWarp", "BarSync", "Fence", "SyncOp", "SYNC_OPS", "HAZARDS", "VIAS"]
+
+HAZARDS = ("raw", "war", "waw", "end")
+VIAS = ("same", "entry", "after", "carried", "end")
+BARRIER_KINDS = ("full", "empty")
+GROUP_UNITS = ("wgmma", "bulk")
+FENCE_KINDS = ("wgmma", "proxy_async")
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """One event edge a sync op realizes.
+
+    ``src`` is the producing event and ``dst`` the consuming one ("" for the end of the
+    block program); ``hazard`` is what the edge protects (``raw``/``war``/``waw`` on
+    ``tensor``, or ``end``); ``via`` how the edge reaches ``dst`` (``same`` iteration,
+    ``entry`` into a loop, ``after`` a loop, ``carried`` ``distance`` iterations later).
+    """
+
+    src: str
+    dst: str
+    hazard: str
+    tensor: str = ""
+    via: str = "same"
+    distance: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.hazard in HAZARDS, f"edge hazard {self.hazard!r}")
+        _check(self.via in VIAS, f"edge via {self.via!r}")
+        _check(self.distance >= 0, "negative edge distance")
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """``a >= b``: the op runs only in the iterations where this holds."""
+
+    a: N.IExpr
+    b: N.IExpr
+
+
+@dataclass(frozen=True, slots=True)
+class BarIdx:
+    """Stage ``stage`` of mbarrier array ``bar`` (a copy's completion barrier)."""
+
+    bar: str
+    stage: N.IExpr
+
+
+@dataclass(frozen=True, slots=True)
+class MBarrier:
+    """``%name = mbarrier[stages] arrivals count``: an array of ``stages`` shared-memory
+    barriers, each completing a phase after ``count`` arrivals (a *full* barrier also
+    after its expected transaction bytes).  ``arrive_role`` arrives and ``wait_role``
+    waits; ``channel`` lists the TMA copies whose stages it guards."""
+
+    name: str
+    kind: str
+    stages: int
+    count: int
+    arrive_role: str
+    wait_role: str
+    channel: tuple[str, ...]
+    edges: tuple[Edge, ...] = ()
+    dims: tuple[N.Dim, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self.kind in BARRIER_KINDS, f"mbarrier kind {self.kind!r}")
+        _check(self.stages >= 1 and self.count >= 1, "mbarrier with no stage or no arrival")
+
+
+@dataclass(frozen=True, slots=True)
+class ArriveExpectTx:
+    """The producer's arrival on ``bar[stage]`` announcing ``bytes`` of TMA transactions."""
+
+    bar: str
+    stage: N.IExpr
+    bytes: int
+    role: str
+    edges: tuple[Edge, ...] = ()
+    dims: tuple[N.Dim, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self.bytes > 0, "arrive_expect_tx of no bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait until the phase of parity ``parity`` of ``bar[stage]`` has completed."""
+
+    bar: str
+    stage: N.IExpr
+    parity: N.IExpr
+    role: str
+    edges: tuple[Edge, ...] = ()
+    dims: tuple[N.Dim, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Arrive:
+    """One arrival per instance of ``dims`` on ``bar[stage]`` (where ``when`` holds)."""
+
+    bar: str
+    stage: N.IExpr
+    role: str
+    when: Guard | None = None
+    edges: tuple[Edge, ...] = ()
+    dims: tuple[N.Dim, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CommitGroup:
+    """Close the group of async operations issued so far (``wgmma.commit_group`` for
+    ``unit="wgmma"``, ``cp.async.bulk.commit_group`` for TMA stores, ``unit="bulk"``);
+    ``events`` are the IR events in the group."""
+
+    unit: str
+    role: str
+    events: tuple[str, ...]
+    dims: tuple[N.Dim, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self.unit in GROUP_UNITS, f"group unit {self.unit!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class WaitGroup:
+    """Wait until at most ``pending`` committed groups of ``unit`` are still in flight."""
+
+    unit: str
+    pending: int
+    role: str
+    edges: tuple[Edge, ...] = ()
+    dims: tuple[N.Dim, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self.unit in GROUP_UNITS, f"group unit {self.unit!r}")
+        _check(self.pending >= 0, "negative wait_group")
+
+
+@dataclass(frozen=True, slots=True)
+class SyncWarp:
+    """``__syncwarp()``: the threads of each warp in ``dims`` meet (a THREAD broadcast)."""
+
+    role: str
+    edges: tuple[Edge, ...] = ()
+    dims: tuple[N.Dim, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BarSync:
+    """Named barrier ``bar.sync id, threads`` (a WARP or WARPGROUP broadcast); ``id`` may
+    depend on the warpgroup index (one barrier per warpgroup)."""
+
+    id: N.IExpr
+    threads: int
+    role: str
+    edges: tuple[Edge, ...] = ()
+    dims: tuple[N.Dim, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self.threads > 0 and self.threads % 32 == 0, "named barrier thread count")
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """``wgmma.fence`` (registers written by threads, then read by wgmma) or
+    ``fence.proxy.async`` (shared memory written by threads, then read by TMA/wgmma)."""
+
+    kind: str
+    role: str
+    edges: tuple[Edge, ...] = ()
+    dims: tuple[N.Dim, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self.kind in FENCE_KINDS, f"fence kind {self.kind!r}")
+
+
+SyncOp = Union[MBarrier, ArriveExpectTx, Wait, Arrive, CommitGroup, WaitGroup, SyncWarp, BarSync, Fence]
+SYNC_OPS = (MBarrier, ArriveExpectTx, Wait, Arrive, CommitGroup, WaitGroup, SyncWarp, BarSync, Fence)

@@ -1,0 +1,225 @@
+"""The concurrent interpreter (cypressc/ir/concurrent.py) on the synchronized IR: every
+bundled program x mapping is clean under 50 random schedules (one of them with values,
+compared with the sequential interpreter), and removing any one sync op that
+``sync-insertion`` inserted is caught (issue #10 items 3 and 4)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cypressc.cli import main
+from cypressc.ir import nodes as N
+from cypressc.ir import sync as S
+from cypressc.ir.concurrent import _where
+from cypressc.ir.schedule_check import check_schedules, small_sizes
+from cypressc.ir.sync_verify import verify_sync
+from cypressc.ir.verify import VerifyError
+from cypressc.lang.checker import check_program
+from cypressc.lang.parser import parse_file
+from cypressc.mapping.loader import load_mapping
+from cypressc.mapping.tasktree import instantiate
+from cypressc.passes.manager import compile_module
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEDULES = 50
+PAIRS = sorted((p.stem, m.relative_to(ROOT).as_posix())
+               for p in (ROOT / "programs").glob("*.cyp") for m in (ROOT / "mappings" / p.stem).glob("*.yaml"))
+
+# Sync ops the interpreter cannot see missing, and why; each must still be refused by the verifier.
+MODEL_BLIND = {
+    S.SyncWarp: "orders the lanes of one warp; the interpreter runs the lanes and warps of a warpgroup "
+                "in lockstep (one thread of control per warpgroup), so their order is not modelled",
+    S.BarSync: "a named barrier of 128 threads orders the 4 warps of one warpgroup, which the "
+               "interpreter runs in lockstep",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _snaps(program: str, mapping: str) -> dict[str, N.Module]:
+    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")),
+                       load_mapping(ROOT / mapping))
+    return dict(compile_module(tree, until="sync-insertion"))
+
+
+def _sync_ops(b: N.Block):
+    for op in b.ops:
+        if isinstance(op, S.SYNC_OPS) and not isinstance(op, S.MBarrier):
+            yield op
+        if isinstance(op, (N.For, N.PFor)):
+            yield from _sync_ops(op.body)
+
+
+def _drop(b: N.Block, victim) -> N.Block:
+    ops = []
+    for op in b.ops:
+        if op is victim:
+            continue
+        if isinstance(op, (N.For, N.PFor)):
+            op = replace(op, body=_drop(op.body, victim))
+        ops.append(op)
+    return N.Block(tuple(ops), b.yields)
+
+
+def _last_release(b: N.Block, op) -> bool:
+    """Proof that ``op`` (an arrive) is redundant in a block: no wait on its barrier comes
+    after it in program order, and no loop around it waits on that barrier (nothing ever
+    observes the phase it would complete: the block ends)."""
+    if not isinstance(op, S.Arrive):
+        return False
+    seen, ok = [False], [True]
+
+    def walk(blk: N.Block, loops: list[N.Block]) -> None:
+        for o in blk.ops:
+            if o is op:
+                seen[0] = True
+                if any(isinstance(w, S.Wait) and w.bar == op.bar for lp in loops for w in _sync_ops(lp)):
+                    ok[0] = False
+            elif isinstance(o, S.Wait) and o.bar == op.bar and seen[0]:
+                ok[0] = False
+            if isinstance(o, (N.For, N.PFor)):
+                walk(o.body, loops + [o.body])
+
+    walk(b, [])
+    return seen[0] and ok[0]
+
+
+def _blocks(b: N.Block):
+    yield b
+    for o in b.ops:
+        if isinstance(o, (N.For, N.PFor)):
+            yield from _blocks(o.body)
+
+
+def _implied_wait(m: N.Module, op) -> str | None:
+    """Proof that a wait on an empty barrier is implied by an earlier wait of the same role
+    on another empty barrier, same stage and parity, whose consumers arrive right before
+    they arrive on this one (adjacent arrivals, same stage, guard and count): observing the
+    first phase means the readers this one waits for have been released.  Returns the
+    other barrier's name."""
+    if not isinstance(op, S.Wait):
+        return None
+    bars = {o.name: o for blk in _blocks(m.body) for o in blk.ops if isinstance(o, S.MBarrier)}
+    home = next(blk for blk in _blocks(m.body) if any(o is op for o in blk.ops))
+    before = home.ops[:[i for i, o in enumerate(home.ops) if o is op][0]]
+    for w in before:
+        if not (isinstance(w, S.Wait) and w.role == op.role and w.bar != op.bar and w.stage == op.stage
+                and w.parity == op.parity and bars[w.bar].count == bars[op.bar].count
+                and bars[w.bar].kind == bars[op.bar].kind == "empty"):
+            continue
+        pairs = [(a, b) for blk in _blocks(m.body) for a, b in zip(blk.ops, blk.ops[1:])
+                 if isinstance(a, S.Arrive) and isinstance(b, S.Arrive)]
+        mine = [b for blk in _blocks(m.body) for b in blk.ops if isinstance(b, S.Arrive) and b.bar == op.bar]
+        if mine and all(any(a.bar == w.bar and y is b and a.stage == b.stage and a.when == b.when
+                            and a.dims == b.dims for a, y in pairs) for b in mine):
+            return w.bar
+    return None
+
+
+def test_sizes_wrap_every_pipeline_twice():
+    m = _snaps("gemm", "mappings/gemm/h100.yaml")["sync-insertion"]
+    # K tile 64, 3 stages: 2 wraps = 6 iterations; one 128 x 256 block
+    assert small_sizes(m) == {"M": 128, "N": 256, "K": 384}
+
+
+@pytest.mark.parametrize("program,mapping", PAIRS, ids=[f"{p}-{Path(m).stem}" for p, m in PAIRS])
+def test_every_program_and_mapping_is_clean(program, mapping):
+    snaps = _snaps(program, mapping)
+    v = check_schedules(snaps["sync-insertion"], snaps["warp-specialization"], seed=11,
+                        schedules=SCHEDULES, value_every=SCHEDULES)
+    assert v.finding is None, v.line(program)
+    assert v.schedules == SCHEDULES
+
+
+def _verdict(mutant: N.Module, ref: N.Module) -> str | None:
+    v = check_schedules(mutant, ref, seed=0, schedules=SCHEDULES, value_every=0)
+    return None if v.finding is None else f"{v.finding.kind} at {v.finding.event} (seed {v.seed})"
+
+
+@pytest.mark.parametrize("program,mapping", PAIRS, ids=[f"{p}-{Path(m).stem}" for p, m in PAIRS])
+def test_teeth_every_inserted_sync_op_is_needed(program, mapping, capsys):
+    snaps = _snaps(program, mapping)
+    m, ref = snaps["sync-insertion"], snaps["warp-specialization"]
+    rows, bad = [], []
+    ops = list(_sync_ops(m.body))
+    assert len(ops) >= 6, "sync-insertion inserted suspiciously few sync ops"
+    for op in ops:
+        mutant = replace(m, body=_drop(m.body, op))
+        caught = _verdict(mutant, ref)
+        try:
+            verify_sync(mutant)
+            refused = "accepted"
+        except VerifyError as e:
+            refused = "refused: " + str(e).split(":", 2)[-1].strip()[:60]
+        if caught is None:
+            reason = MODEL_BLIND.get(type(op))
+            if _last_release(m.body, op):
+                reason = (f"proven redundant: no wait on %{op.bar} follows this last release "
+                          "and no loop repeats it (the block ends)")
+            elif (other := _implied_wait(m, op)) is not None:
+                reason = (f"proven redundant: implied by the wait on %{other} (same stage and parity; "
+                          f"the consumers arrive on %{other} right before %{op.bar})")
+            if reason is None:  # last chance: do the values still come out right?
+                v = check_schedules(mutant, ref, seed=0, schedules=1, value_every=1)
+                if v.finding is not None:
+                    caught = f"{v.finding.kind} at {v.finding.event} (seed {v.seed})"
+        if caught is None:
+            blind = reason is not None and reason == MODEL_BLIND.get(type(op))
+            if reason is None or (blind and refused == "accepted"):  # blind spots need the verifier
+                bad.append(_where(op))
+            caught = f"SURVIVES the interpreter ({reason or 'no reason: a bug'})"
+        rows.append(f"  {_where(op):<44} -> {caught} | verifier {refused}")
+    with capsys.disabled():
+        print(f"\nteeth, {program} under {mapping}: op removed -> what caught it\n" + "\n".join(rows))
+    assert not bad, f"sync ops whose removal nothing catches: {bad}"
+
+
+def test_missing_accumulator_init_is_a_mismatch():
+    """A wrong value with correct synchronization: only the comparison can catch it."""
+    snaps = _snaps("gemm", "mappings/gemm/h100.yaml")
+    m = snaps["sync-insertion"]
+    fill = next(o for o in m.body.ops if isinstance(o, N.Call) and o.fn == "fill")
+    v = check_schedules(replace(m, body=_drop(m.body, fill)), snaps["warp-specialization"],
+                        schedules=1, value_every=1)
+    assert v.finding is not None and v.finding.kind == "mismatch", v.line("gemm")
+
+
+def test_cli_check_schedule():
+    args = ["explain", "programs/gemm.cyp", "-m", "mappings/gemm/h100_nows.yaml", "--check-schedule",
+            "--seed", "5", "--schedules", "3"]
+    r = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == ("programs/gemm.cyp: clean (3 schedule(s), sizes {'M': 128, 'N': 256, 'K': 384})")
+
+
+def _swap(b: N.Block, old, new) -> N.Block:
+    ops = []
+    for op in b.ops:
+        if isinstance(op, (N.For, N.PFor)):
+            op = replace(op, body=_swap(op.body, old, new))
+        ops.append(new if op is old else op)
+    return N.Block(tuple(ops), b.yields)
+
+
+@pytest.mark.parametrize("program", ["gemm", "gemm_reduction"])
+def test_flipped_parity_or_short_wait_group_is_caught(program):
+    """Not only missing ops: a wait on the wrong phase, or a wait_group leaving one group too
+    many in flight, is a deadlock or a race too."""
+    snaps = _snaps(program, f"mappings/{program}/h100.yaml")
+    m, ref = snaps["sync-insertion"], snaps["warp-specialization"]
+    mutants = []
+    for op in _sync_ops(m.body):
+        if isinstance(op, S.Wait):
+            flipped = N.ibin("%", N.ibin("+", op.parity, N.IConst(1)), N.IConst(2))
+            mutants.append((op, replace(op, parity=flipped)))
+        elif isinstance(op, S.WaitGroup) and op.unit == "wgmma":
+            mutants.append((op, replace(op, pending=op.pending + 1)))
+    assert len(mutants) >= 3
+    for old, new in mutants:
+        v = check_schedules(replace(m, body=_swap(m.body, old, new)), ref, schedules=SCHEDULES,
+                            value_every=0)
+        assert v.finding is not None and v.finding.kind in ("race", "deadlock"), _where(old)
