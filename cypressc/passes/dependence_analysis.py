@@ -29,7 +29,7 @@ from cypressc.lang import syntax as S
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS
 from cypressc.mapping.tasktree import TaskNode, TaskTree
 from cypressc.passes.extents import check_block, check_division, check_extent, check_value
-from cypressc.passes.levels import check_processors, here, loop_proc
+from cypressc.passes.levels import check_mma_pieces, check_processors, here, loop_proc
 
 __all__ = ["dependence_analysis", "Namer"]
 
@@ -149,6 +149,8 @@ class _DA:
         self.allocs: dict[str, N.Alloc] = {}
         self.parts: dict[str, N.Partition] = {}
         self.sites = Sites({}, {})
+        self.extents: dict[str, N.IExpr] = {}  # loop variable -> its extent
+        self.pieces: list[tuple] = []  # mma pieces indexed in the loop bodies being lowered
         self.bound = 0  # tunables bound so far: orders origins by depth
 
     # -- helpers -----------------------------------------------------------------------
@@ -213,7 +215,11 @@ class _DA:
             return val  # type: ignore[return-value]
         assert isinstance(e, S.Piece)
         _, pname = sc.env[e.partition]
-        return N.Piece(pname, tuple(self.scalar(i, sc) for i in e.indices))  # type: ignore[arg-type]
+        idx = tuple(self.scalar(i, sc) for i in e.indices)
+        part = self.parts.get(pname)  # type: ignore[arg-type]
+        if part is not None and part.kind == "mma":  # checked once the loop's own checks have run
+            self.pieces.append((e, part, idx, sc.here(f"the loop indexes '{e.partition}' here")))
+        return N.Piece(pname, idx)  # type: ignore[arg-type]
 
     def atom(self, e: S.Expr, sc: _Scope) -> str:
         if isinstance(e, S.Atom):
@@ -300,6 +306,7 @@ class _DA:
                   sequential: bool) -> None:
         var = self.names.fresh(s.vars[d])
         sc.env[s.vars[d]] = ("scalar", N.IVar(var))
+        self.extents[var] = his[d]
         inner = _Frame(f, sequential)
         if d + 1 < len(s.vars):
             self._one_loop(s, d + 1, sc, inner, his, sequential)
@@ -320,6 +327,8 @@ class _DA:
             check_processors(self.tree, s, sc.node, proc, kid, hi)
             op = N.PFor(ev, var, N.IConst(0), hi, proc, pre, block)
             ref = N.EvRef(ev, (None,))
+        for e, part, idx, breaks in [p for p in self.pieces if N.IVar(var) in p[2]]:
+            check_mma_pieces(e, part, idx, self.extents, breaks)
         self.emit(f, op)
         for root, written in inner.touched.items():
             # the loop's own event stands for everything its body did to `root`

@@ -83,3 +83,31 @@ def check_processors(tree: TaskTree, s: S.Loop, node: TaskNode, proc: str, kid: 
             breaks=here(node, "it sizes this prange"), notes=runs,
             hint=(f"set the tunable that sizes the prange to at most {want}" if getattr(extent, "origin", ())
                   else f"launch at most {want} {proc} tasks here, or map them to a deeper level"))
+
+
+MMA_PIECES = {"WARP": 4, "THREAD": 32}  # partition_by_mma pieces: warps of a warpgroup, lanes of a warp
+
+
+def check_mma_pieces(e: S.Piece, part: N.Partition, indices: tuple[N.IExpr, ...],
+                     extents: dict[str, N.IExpr], breaks: str) -> None:
+    """E041 when a piece of a ``partition_by_mma`` is indexed past its piece count (paper
+    Fig. 4: 4 pieces at WARP, one per warp of a warpgroup; 32 at THREAD, one per lane of a
+    warp), by a number or by a loop variable whose static extent is larger: a ``prange(128)``
+    of THREAD tasks from a WARPGROUP task cannot take the THREAD pieces of the warpgroup's
+    tile.  Blamed at the tunable that sizes the loop when the mapping set it."""
+    proc = part.params[1]
+    count = MMA_PIECES.get(str(proc))
+    if count is None:
+        return
+    for ix in indices:
+        n = static(extents[ix.name]) if isinstance(ix, N.IVar) and ix.name in extents else None
+        if n is not None and n > count:
+            src = extents[ix.name]
+            raise blame("E041", f"'{e.partition}' has {count} pieces (partition_by_mma at {proc}: one per "
+                        f"{'warp of a warpgroup' if proc == 'WARP' else 'lane of a warp'}), but a loop of {n} "
+                        "iterations indexes it", e.loc, [src], breaks=breaks,
+                        hint=f"size the loop to {count} (partition by WARP first, then by THREAD)")
+        k = static(ix)
+        if k is not None and not 0 <= k < count:
+            raise CypressError("E041", f"piece {k} of '{e.partition}' does not exist: partition_by_mma at "
+                               f"{proc} has pieces 0..{count - 1}", e.loc)
