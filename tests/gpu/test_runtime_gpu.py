@@ -8,7 +8,6 @@ either way (the test output says which).  bench/gpu_check.py is the thorough ver
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +17,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible"),
-    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH"),
-]
-
 
 @pytest.fixture(scope="module")
 def gemm(tmp_path_factory):

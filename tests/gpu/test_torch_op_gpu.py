@@ -5,7 +5,6 @@ bench/tune_gpu.py runs the same checks on the tuned kernel."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,12 +12,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible"),
-    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH"),
-]
-
 
 def _rel(x, ref) -> float:
     return float((x.float() - ref).norm() / ref.norm())
