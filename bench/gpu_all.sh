@@ -11,6 +11,8 @@
 #   GPU_TEST_ARGS="--programs gemm,batched_gemm,dual_gemm --mappings all --no-sanitizer" bash bench/gpu_all.sh
 #   STEPS="check variants" GPU_TEST_ARGS="--programs dual_gemm --dtypes f16,bf16" bash bench/gpu_all.sh
 #   STEPS=tune bash bench/gpu_all.sh      # bench/tune_gpu.py; TUNE_ARGS="--programs gemm --sizes 4096"
+#   STEPS=oldnew bash bench/gpu_all.sh    # bench/old_new.py; carry build/old build/new from bench/old_kernels.sh;
+#                                         # OLDNEW_ARGS="--targets=gemm-h100*,dual_gemm-* --sizes 4096"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/cyp_out}
@@ -29,8 +31,8 @@ B=build/gpu_check
 GPU_TEST_ARGS=${GPU_TEST_ARGS:---programs gemm --mappings h100 --proto f16}
 
 t0=$(date +%s)
-STEPS=${STEPS:-check bench}   # any of: check (gpu_check.py), bench (gemm.py), variants (variants.py), tune (tune_gpu.py)
-rc1=0; rc2=0; rc3=0; rc4=0
+STEPS=${STEPS:-check bench}   # any of: check (gpu_check.py), bench (gemm.py), variants (variants.py), tune (tune_gpu.py), oldnew (old_new.py)
+rc1=0; rc2=0; rc3=0; rc4=0; rc5=0
 if [[ " $STEPS " == *" check "* ]]; then
   # shellcheck disable=SC2086
   timeout ${CHECK_TIMEOUT:-350} python3 bench/gpu_check.py --out $B $GPU_TEST_ARGS 2>&1 | tee "$OUT/gpu_test.txt"
@@ -61,6 +63,11 @@ if [[ " $STEPS " == *" tune "* ]]; then   # cypressc tune from the plain mapping
     ${TUNE_ARGS:-} 2>&1 | tee "$OUT/tune.txt"
   rc4=${PIPESTATUS[0]}
 fi
+if [[ " $STEPS " == *" oldnew "* ]]; then   # old vs new generated kernels (bench/old_kernels.sh made them)
+  # shellcheck disable=SC2086
+  timeout $((590 - ($(date +%s) - t0))) python3 bench/old_new.py ${OLDNEW_ARGS:-} 2>&1 | tee "$OUT/old_new.txt"
+  rc5=${PIPESTATUS[0]}
+fi
 
 echo
 echo "==================== summaries ($(( $(date +%s) - t0 ))s)"
@@ -68,5 +75,6 @@ echo "==================== summaries ($(( $(date +%s) - t0 ))s)"
 [ -f "$OUT/bench.txt" ] && sed -n '/^## GEMM/,$p' "$OUT/bench.txt"
 [ -f "$OUT/variants.txt" ] && sed -n '/^## GEMM variants/,$p' "$OUT/variants.txt"
 [ -f "$OUT/tune.txt" ] && sed -n '/^## cypressc tune/,$p' "$OUT/tune.txt"
-echo "gpu-test rc=$rc1   bench rc=$rc2   variants rc=$rc3   tune rc=$rc4 (124 = timed out)"
-[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ]
+[ -f "$OUT/old_new.txt" ] && sed -n '/^## old vs new/,$p' "$OUT/old_new.txt"
+echo "gpu-test rc=$rc1   bench rc=$rc2   variants rc=$rc3   tune rc=$rc4   oldnew rc=$rc5 (124 = timed out)"
+[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ]

@@ -113,6 +113,13 @@ PROGRAMS: dict[str, Program] = {
                dict(M=300, N=520, K=1000), dict(M=1, N=8, K=8), dict(M=777, N=1304, K=64),
                dict(M=3000, N=4104, K=4040), dict(M=129, N=257, K=72), dict(M=128, N=256, K=60)],
         small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
+    # tests/programs/gemm_resident_a.cyp: the A panel (first 128 columns) loaded once per block,
+    # before the main loop; build it with --build (not under programs/)
+    "gemm_resident_a": Program(
+        ref=lambda t: {"C": _mm(t["A"][:, :128], t["B"][:128])},
+        check=[dict(M=4096, N=4096, K=128), dict(M=129, N=264, K=72), dict(M=1000, N=1000, K=128),
+               dict(M=300, N=520, K=200), dict(M=1, N=8, K=8)],
+        small=[dict(M=256, N=256, K=128), dict(M=129, N=264, K=72)], run=dict(M=4096, N=4096, K=128)),
 }
 
 

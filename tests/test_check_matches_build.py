@@ -27,7 +27,7 @@ CASES = [
     ("shared memory over the limit", "{U: 128, V: 256}", "{U: 256, V: 256}", "E046"),
     ("register file over-committed", "smem_limit: 227KiB",
      "smem_limit: 227KiB\n    consumer_registers: 240\n    producer_registers: 40", "E047"),
-    ("K tile the backend does not lower", "{W: 64}", "{W: 32}", "E050"),
+    ("more wgmma groups in flight than stages", "pipeline: 3", "pipeline: 3\n    mma_in_flight: 3", "E050"),
 ]
 
 

@@ -9,13 +9,11 @@ events each statement realizes, so the code reads next to ``cypressc explain``.
 
 from __future__ import annotations
 
-import re
-
 from cypressc.backend import plan as P
+from cypressc.backend.emit_stmt import CTYPE, emit_stmt
 
 __all__ = ["emit_cuda", "emit_header", "launcher_signature", "build_info"]
 
-CTYPE = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "i32": "int"}
 
 
 def _param_decl(t: P.GlobalTensor) -> str:
@@ -80,9 +78,7 @@ def emit_cuda(p: P.KernelPlan) -> str:
     w(f"constexpr int RASTER = {p.raster};  // tile rows walked together for L2 reuse")
     for b in p.buffers:
         w(f"constexpr int {b.name}_STAGE = {b.stage_bytes}, {b.name}_CHUNK = {b.chunk_bytes};  "
-          f"// {b.rows}x{b.cols} {b.dtype}, {b.cols // 64} chunk(s) of 64 columns")
-    tx = sum(b.stage_bytes for b in p.buffers)
-    w(f"constexpr int STAGE_TX = {tx};  // bytes the TMA lands per stage")
+          f"// {b.rows}x{b.cols} {b.dtype}, {b.chunks} chunk(s) of {b.chunk_cols} columns")
     w(f"constexpr int SMEM_BYTES = {p.smem_bytes};")
     w("}  // namespace")
     w()
@@ -92,14 +88,14 @@ def emit_cuda(p: P.KernelPlan) -> str:
     w("__global__ void __launch_bounds__(THREADS, 1)")
     w(f"{p.name}_kernel({', '.join(x for x in (maps, ptrs, sizes) if x)}) {{")
     w.ind += 1
-    w("// ---- prologue: shared memory and the full/empty mbarriers of each stage")
+    w("// ---- prologue: shared memory and the mbarriers of the pipeline's channels")
     w("extern __shared__ uint8_t smem_raw[];")
     w("uint8_t* smem = cypress::align_smem(smem_raw, 1024);")
     for b in p.buffers:
         w(f"uint8_t* s_{b.name} = smem + {b.offset};  // %{b.name}")
-    bar_off = p.smem_bytes - 1024 - 16 * p.stages
-    w(f"cypress::bar_t* full = reinterpret_cast<cypress::bar_t*>(smem + {bar_off});  // stage landed")
-    w("cypress::bar_t* empty = full + STAGES;  // stage released by every consumer warpgroup")
+    for b in p.barriers:
+        w(f"cypress::bar_t* {b.name} = reinterpret_cast<cypress::bar_t*>(smem + {b.offset});  "
+          f"// {b.kind} mbarrier[{b.stages}], {b.note}")
     nd = len(p.grid)
     for i, g in enumerate(p.grid):
         w(f"const int tiles{i} = {g};")
@@ -120,36 +116,21 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w(f"b{r} = first + v % rows;")
         w(f"b{c} = v / rows;")
     w.close("};")
-    w.open("if (threadIdx.x == 0)")
-    w.open("for (int s = 0; s < STAGES; ++s)")
-    w("cypress::init(&full[s], 1);")
-    if p.simt_body:
-        w("cypress::init(&empty[s], 4 * CONSUMERS);  // every consumer warp: SIMT code reads the stages too")
-    else:
-        w("cypress::init(&empty[s], CONSUMERS);")
-    w.close()
-    w("cypress::fence_barrier_init();")
-    w.close()
-    w("__syncthreads();")
-    first = "blockIdx.x"
-    step = "gridDim.x" if p.persistent else "num_tiles"
-    bdecl = ", ".join(f"b{i}" for i in range(nd))
+    if p.barriers:
+        w.open("if (threadIdx.x == 0)")
+        for b in p.barriers:
+            w(f"for (int i = 0; i < {b.stages}; ++i) cypress::init(&{b.name}[i], {b.count});")
+        w("cypress::fence_barrier_init();")
+        w.close()
+        w("__syncthreads();  // every thread sees the initialized mbarriers")
     w("const int wg = cypress::warpgroup_idx();")
     if p.warpspecialize:
         w.open("if (wg == 0)")
-        w("// ---- producer warpgroup: " + ", ".join(f"{ld.event}" for ld in p.loads) + " (GLOBAL->SHARED, TMA)")
+        w("// ---- producer warpgroup: " + ", ".join(ld.event for ld in p.loads) + " (GLOBAL->SHARED, TMA)")
         w(f"cypress::regs_dealloc<{p.producer_registers}>();")
         w.open("if (cypress::warp_in_warpgroup() == 0 && cypress::elect_one())")
         _prefetch(w, p)
-        w("int s = 0, phase = 0;")
-        w.open(f"for (int t = {first}; t < num_tiles; t += {step})")
-        w(f"int {bdecl};")
-        w(f"tile_coords(t, {bdecl});")
-        w.open("for (int kb = 0; kb < num_k; ++kb)")
-        _issue_loads(w, p, "kb", "s", "phase")
-        w("if (++s == STAGES) { s = 0; phase ^= 1; }")
-        w.close()
-        w.close()
+        _tiles(w, p, p.producer, [], "producer")
         w.close()
         w.close("} else {")
         w.ind += 1
@@ -159,16 +140,15 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w("{")
         w.ind += 1
         w("// no producer warpgroup (warpspecialize: false): thread 0 issues each stage's TMA")
-        w("// loads STAGES - 1 steps ahead of the wgmmas, on the same full/empty mbarriers")
+        w("// loads STAGES - 1 steps ahead of the wgmmas")
         w("const int cw = wg;")
         w("const bool issuer = threadIdx.x == 0;")
-        w("int ls = 0, lphase = 0;  // the issuer's stage and parity")
-        w("if (issuer) {")
-        w.ind += 1
+        w.open("if (issuer)")
         _prefetch(w, p)
         w.close()
     w("// ---- consumer warpgroups: wgmma on the stages, accumulators in registers")
-    if not p.simt_body or any(isinstance(op, P.StoreStaged) for op in p.epilogue):
+    stmts = [*p.consumer.all(), *p.issue_ahead, *p.exit]
+    if any("leader" in (getattr(s, "who", None) or "") or isinstance(s, P.TmaStore) for s in stmts):
         w("const bool leader = threadIdx.x % 128 == 0;")
     if p.vectors or p.simt_body:
         w("const int tw = threadIdx.x % 128;  // thread in its warpgroup")
@@ -176,107 +156,9 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w(f"float {f.name}[{f.rows // 64}][{f.cols // 2}];  // %{f.name}: {f.rows}x{f.cols} f32 per warpgroup")
     for v in p.vectors:
         w(f"float {v.name}[{v.n}];  // %{v.name}: {v.n} f32 per thread")
-    w("int s = 0, phase = 0, rel_s = 0;  // stage to wait on, its parity, next stage to release")
-    w.open(f"for (int t = {first}; t < num_tiles; t += {step})")
-    w(f"int {bdecl};")
-    w(f"tile_coords(t, {bdecl});")
-    for op in p.prologue:
-        if isinstance(op, P.FillVector):
-            v = next(x for x in p.vectors if x.name == op.vec)
-            w(f"// {op.event}: fill")
-            w(f"for (int i = 0; i < {v.n}; ++i) {v.name}[i] = {op.value};")
-            continue
-        f = next(x for x in p.fragments if x.name == op.acc)
-        w(f"// {op.event}: fill")
-        w("#pragma unroll")
-        w(f"for (int a = 0; a < {f.rows // 64}; ++a)")
-        w("#pragma unroll")
-        w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {f.name}[a][i] = {op.value};")
-    accs = sorted({m.acc for m in p.body})
-    if not p.warpspecialize:
-        w.open("if (issuer)")
-        w.open("for (int kb = 0; kb < min(num_k, STAGES - 1); ++kb)")
-        _issue_loads(w, p, "kb", "ls", "lphase")
-        w("if (++ls == STAGES) { ls = 0; lphase ^= 1; }")
-        w.close()
-        w.close()
-    w.open("for (int kb = 0; kb < num_k; ++kb)")
-    w("cypress::wait(&full[s], phase);  // channel: " + ", ".join(ld.event for ld in p.loads))
-    for a in accs:
-        f = next(x for x in p.fragments if x.name == a)
-        w(f"for (int a = 0; a < {f.rows // 64}; ++a) cypress::fence_acc({a}[a]);")
-    w("cypress::wgmma_fence();")
-    for mm in p.body:
-        f = next(x for x in p.fragments if x.name == mm.acc)
-        a_buf = next(x for x in p.buffers if x.name == mm.a_buf)
-        b_buf = next(x for x in p.buffers if x.name == mm.b_buf)
-        w(f"// {mm.event}: warpgroup_mma, {mm.k // 16} k16 step(s)")
-        w("#pragma unroll")
-        w.open(f"for (int kk = 0; kk < {mm.k // 16}; ++kk)")
-        w(f"const uint64_t db = cypress::desc_mn_sw128(s_{b_buf.name} + s * {b_buf.name}_STAGE + "
-          f"{mm.b_chunk} * {b_buf.name}_CHUNK + kk * 16 * 128, {b_buf.name}_CHUNK);")
-        w("#pragma unroll")
-        w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
-        w(f"const uint64_t da = cypress::desc_k_sw128(s_{a_buf.name} + s * {a_buf.name}_STAGE + "
-          f"(kk / 4) * {a_buf.name}_CHUNK + (({mm.a_row}) + a * 64) * 128 + (kk % 4) * 32);")
-        w(f"cypress::wgmma<{mm.n}, {CTYPE[mm.dtype]}>(da, db, {f.name}[a]);")
-        w.close()
-        w.close()
-    w("cypress::commit();")
-    if not p.mma_in_flight:  # the stage is released below: read it first
-        for op in p.simt_body:
-            _row_sum(w, p, op)
-    for a in accs:
-        f = next(x for x in p.fragments if x.name == a)
-        w(f"for (int a = 0; a < {f.rows // 64}; ++a) cypress::fence_acc({a}[a]);")
-    w(f"cypress::wait<{p.mma_in_flight}>();  // keep {p.mma_in_flight} wgmma group(s) in flight")
-    w(f"// the group of step kb - {p.mma_in_flight} retired: its stage goes back to the producer")
-    w.open(f"if (kb >= {p.mma_in_flight})")
-    _release(w, p)
-    w("if (++rel_s == STAGES) rel_s = 0;")
-    w.close()
-    if p.mma_in_flight:
-        # after the release of step kb - P, so the SIMT work never delays a refill; the wgmma
-        # group of step kb is still running, and this stage is released P steps later
-        for op in p.simt_body:
-            _row_sum(w, p, op)
-    if not p.warpspecialize:
-        w.open("if (issuer && kb + STAGES - 1 < num_k)")
-        w("const int kn = kb + STAGES - 1;")
-        _issue_loads(w, p, "kn", "ls", "lphase")
-        w("if (++ls == STAGES) { ls = 0; lphase ^= 1; }")
-        w.close()
-    w("if (++s == STAGES) { s = 0; phase ^= 1; }")
-    w.close()
-    w("cypress::wait<0>();")
-    for a in accs:
-        f = next(x for x in p.fragments if x.name == a)
-        w(f"for (int a = 0; a < {f.rows // 64}; ++a) cypress::fence_acc({a}[a]);")
-    if p.mma_in_flight:
-        w("// drain: release the stages of the last groups")
-        w.open(f"for (int kb = max(num_k - {p.mma_in_flight}, 0); kb < num_k; ++kb)")
-        _release(w, p)
-        w("if (++rel_s == STAGES) rel_s = 0;")
-        w.close()
-    w("// ---- epilogue")
-    if p.war_barrier:
-        w("// WAR: the staging tile reuses stage-buffer bytes; every consumer's wgmmas must be done")
-        w("cypress::named_sync(0, 128 * CONSUMERS);")
-    for op in p.epilogue:
-        if isinstance(op, P.Add):
-            f = next(x for x in p.fragments if x.name == op.acc)
-            w(f"// {op.event}: add")
-            w(f"for (int a = 0; a < {f.rows // 64}; ++a)")
-            w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {op.acc}[a][i] += {op.other}[a][i];")
-        elif isinstance(op, P.StoreDirect):
-            _store_direct(w, p, op)
-        elif isinstance(op, P.StoreStaged):
-            _store_staged(w, p, op)
-        elif isinstance(op, P.StoreVector):
-            _store_vector(w, p, op)
-    w.close()
-    if any(isinstance(op, P.StoreStaged) for op in p.epilogue):
-        w("if (leader) cypress::tma_store_wait<0>();  // shared staging must outlive the TMA reads")
+    _tiles(w, p, p.consumer, p.issue_ahead, "consumer")
+    for st in p.exit:
+        emit_stmt(w, p, st)
     w.close()
     w.close()
     w()
@@ -284,35 +166,54 @@ def emit_cuda(p: P.KernelPlan) -> str:
     return "\n".join(w.lines) + "\n"
 
 
-def _release(w: _W, p: P.KernelPlan) -> None:
-    """Hand stage ``rel_s`` back to the producer (the backward edge of the stage buffer)."""
-    if p.simt_body:
-        # SIMT code read the stage on every warp: each warp's lanes are done, then one arrives
-        w("__syncwarp();")
-        w("if (threadIdx.x % 32 == 0) cypress::arrive(&empty[rel_s]);")
-    else:
-        w("if (leader) cypress::arrive(&empty[rel_s]);")
-
-
-def _row_sum(w: _W, p: P.KernelPlan, op: P.RowSum) -> None:
-    b = next(x for x in p.buffers if x.name == op.buf)
-    w(f"// {op.event}: row_sum of %{op.buf} rows (SIMT, while the wgmma group runs)")
-    w.open(f"if ({op.active})")
-    w("#pragma unroll")
-    w(f"for (int rr = 0; rr < {op.rows}; ++rr)")
-    w(f"  {op.vec}[rr] += cypress::sw128_row_sum<{CTYPE[op.dtype]}>(s_{b.name} + s * {b.name}_STAGE + "
-      f"{op.col0 // 64} * {b.name}_CHUNK, ({op.row}) + rr, {op.cols // 64}, {b.name}_CHUNK);")
-    w.close()
-
-
-def _store_vector(w: _W, p: P.KernelPlan, op: P.StoreVector) -> None:
-    t = next(x for x in p.tensors if x.name == op.tensor)
-    cond = op.active if op.when is None else f"({op.active}) && {op.when}"
-    why = "" if op.when is None else ", last host-loop iteration only (the earlier ones' writes are overwritten)"
-    w(f"// {op.event}: copy %{op.vec} -> {op.tensor} (f32){why}")
-    w.open(f"if ({cond})")
-    w(f"for (int i = 0; i < {op.n}; ++i)")
-    w(f"  if (({op.index}) + i < {t.dims[0]}) {op.tensor}[({op.index}) + i] = {op.vec}[i];")
+def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> None:
+    """The tile loop of one role: its statements before, in each step of and after the main
+    loop; ``ahead``: loads the issuer runs STAGES - 1 steps ahead (no producer warpgroup).
+    The role's pipeline counters (see :mod:`cypressc.backend.sync_lower`) live across tiles."""
+    nd = len(p.grid)
+    bdecl = ", ".join(f"b{i}" for i in range(nd))
+    uses = {name for r, name in p.counters if r == role}
+    advance = {c: f"if (++{c} == STAGES) {{ {c} = 0; {ph} ^= 1; }}"
+               for c, ph in (("stage", "phase"), ("istage", "iphase")) if c in uses}
+    if "kbase" in uses:
+        w("int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on")
+    if "stage" in uses:
+        w("int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles")
+    if "istage" in uses:
+        w("int istage = 0, iphase = 0;  // the same for the step the issuer loads ahead")
+    w.open(f"for (int t = blockIdx.x; t < num_tiles; t += {'gridDim.x' if p.persistent else 'num_tiles'})")
+    w(f"int {bdecl};")
+    w(f"tile_coords(t, {bdecl});")
+    for st in code.before:
+        emit_stmt(w, p, st)
+    if ahead:
+        w.open("if (issuer)")
+        w.open("for (int kn = 0; kn < min(num_k, STAGES - 1); ++kn)")
+        for st in ahead:
+            emit_stmt(w, p, st)
+        if "istage" in advance:
+            w(advance["istage"])
+        w.close()
+        w.close()
+    if code.loop or ahead:
+        w.open("for (int kb = 0; kb < num_k; ++kb)")
+        for st in code.loop:
+            emit_stmt(w, p, st)
+        if ahead:
+            w.open("if (issuer && kb + STAGES - 1 < num_k)")
+            w("const int kn = kb + STAGES - 1;")
+            for st in ahead:
+                emit_stmt(w, p, st)
+            if "istage" in advance:
+                w(advance["istage"])
+            w.close()
+        if "stage" in advance:
+            w(advance["stage"])
+        w.close()
+    for st in code.after:
+        emit_stmt(w, p, st)
+    if "kbase" in uses:
+        w("kbase += num_k;")
     w.close()
 
 
@@ -320,83 +221,6 @@ def _prefetch(w: _W, p: P.KernelPlan) -> None:
     for m in p.maps:
         if any(ld.map == m.name for ld in p.loads):
             w(f"cypress::tma_prefetch(&{m.name});")
-
-
-def _issue_loads(w: _W, p: P.KernelPlan, kb: str, s: str, phase: str) -> None:
-    """One stage's TMA loads for main-loop step ``kb`` into stage ``s``."""
-    w(f"cypress::wait(&empty[{s}], {phase} ^ 1);  // backward edge: step {kb} - STAGES is consumed")
-    w(f"cypress::arrive_expect_tx(&full[{s}], STAGE_TX);")
-    for ld in p.loads:
-        m = next(x for x in p.maps if x.name == ld.map)
-        b = next(x for x in p.buffers if x.name == ld.buffer)
-        coords = [re.sub(r"\bkb\b", kb, c) for c in ld.coords]
-        w(f"// {ld.event}: copy -> %{ld.buffer}[{kb} % STAGES]")
-        w.open(f"for (int j = 0; j < {ld.chunks}; ++j)")
-        inner = f"{coords[-1]} + 64 * j"
-        dst = f"s_{b.name} + {s} * {b.name}_STAGE + j * {b.name}_CHUNK"
-        if len(m.box) == 2:
-            w(f"cypress::tma_load_2d({dst}, &{m.name}, &full[{s}], {inner}, {coords[0]});")
-        else:
-            w(f"cypress::tma_load_3d({dst}, &{m.name}, &full[{s}], {inner}, {coords[1]}, {coords[0]});")
-        w.close()
-
-
-def _store_direct(w: _W, p: P.KernelPlan, op: P.StoreDirect) -> None:
-    f = next(x for x in p.fragments if x.name == op.acc)
-    t = next(x for x in p.tensors if x.name == op.tensor)
-    rows, cols = t.dims[-2], t.dims[-1]
-    base = op.tensor if op.batch is None else f"({op.tensor} + size_t({op.batch}) * {rows} * {cols})"
-    w(f"// {op.event}: copy %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment")
-    if op.when is not None:
-        w.open(f"if ({op.when})  // last host-loop iteration only")
-    w("#pragma unroll")
-    w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
-    w("#pragma unroll")
-    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
-    w("const int2 rc = cypress::acc_coord(j);")
-    w(f"const int r = ({op.row0}) + a * 64 + rc.x, c = ({op.col0}) + rc.y;")
-    w(f"if (r < {rows} && c < {cols})")
-    w(f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
-      f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[a][2 * j], {op.acc}[a][2 * j + 1]);")
-    w.close()
-    w.close()
-    if op.when is not None:
-        w.close()
-
-
-def _store_staged(w: _W, p: P.KernelPlan, op: P.StoreStaged) -> None:
-    f = next(x for x in p.fragments if x.name == op.acc)
-    m = next(x for x in p.maps if x.name == op.map)
-    boxes = f.cols // 64
-    w(f"// {op.event}: copy %{op.acc} -> shared staging (swizzled 64x64 boxes); "
-      f"{op.barrier_event}: warpgroup barrier, then TMA store")
-    w(f"uint8_t* stage_c = smem + {op.offset} + cw * {f.rows * f.cols * 2};")
-    w("if (leader) cypress::tma_store_wait<0>();  // the previous tile's store has read stage_c")
-    w("cypress::named_sync(1 + cw, 128);")
-    w("#pragma unroll")
-    w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
-    w("#pragma unroll")
-    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
-    w("const int2 rc = cypress::acc_coord(j);")
-    w(f"uint8_t* box = stage_c + (a * {boxes} + rc.y / 64) * 8192;")
-    w(f"*reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = "
-      f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[a][2 * j], {op.acc}[a][2 * j + 1]);")
-    w.close()
-    w.close()
-    w("cypress::fence_proxy_async();  // generic-proxy writes -> TMA reads")
-    w("cypress::named_sync(1 + cw, 128);")
-    w.open("if (leader)")
-    w(f"for (int a = 0; a < {f.rows // 64}; ++a)")
-    w.open(f"  for (int b = 0; b < {boxes}; ++b)")
-    if len(m.box) == 2:
-        w(f"cypress::tma_store_2d(&{m.name}, stage_c + (a * {boxes} + b) * 8192, ({op.col0}) + 64 * b, "
-          f"({op.row0}) + 64 * a);")
-    else:
-        w(f"cypress::tma_store_3d(&{m.name}, stage_c + (a * {boxes} + b) * 8192, ({op.col0}) + 64 * b, "
-          f"({op.row0}) + 64 * a, {op.batch});")
-    w.close()
-    w("cypress::tma_store_commit();")
-    w.close()
 
 
 def _launcher(w: _W, p: P.KernelPlan) -> None:
@@ -418,8 +242,9 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
         batch = dims[0] if len(dims) == 3 else "1"
         bf16 = "true" if t.dtype == "bf16" else "false"
         w(f"CUtensorMap {m.name};")
-        w(f"if ((e = cypress::make_tma_map(&{m.name}, {t.name}, {bf16}, {inner}, {outer}, {batch}, 64, "
-          f"{m.box[-2]}, {len(m.box)})) != cudaSuccess) return e;")
+        sw = "" if m.swizzle == 128 else f", {m.swizzle}"  # 128: the runtime's default
+        w(f"if ((e = cypress::make_tma_map(&{m.name}, {t.name}, {bf16}, {inner}, {outer}, {batch}, "
+          f"{m.box[-1]}, {m.box[-2]}, {len(m.box)}{sw})) != cudaSuccess) return e;")
     w("static int configured_device = -1, sms = 0;")
     w("int dev;")
     w("if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;")

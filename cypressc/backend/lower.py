@@ -19,33 +19,29 @@ refused with E050 naming the operation.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 from cypressc.backend import plan as P
+from cypressc.backend.lower_host import KernelInterface
+from cypressc.backend.lower_simt import SimtLowering
+from cypressc.backend.refusal import REFUSAL_CODE
+from cypressc.backend.refusal import Refuse as _Refuse
+from cypressc.backend.refusal import refuse as _refuse
+from cypressc.backend.sync_lower import KBASE, at_step, counted, defer_store_waits, lower_sync
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import Symbols, free_vars, views_of
+from cypressc.ir.analysis import Symbols
+from cypressc.ir.hazards import evaluate
 from cypressc.ir.printer import event_names, fmt_view
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
+from cypressc.ir import sync as S
 from cypressc.ir.sync import SYNC_OPS
 from cypressc.lang.intrinsics import atom as lookup_atom
 
 __all__ = ["cuda_lowering", "REFUSAL_CODE"]
 
-REFUSAL_CODE = "E050"  # a program whose IR needs a kernel shape this backend does not generate
-
-
-class _Refuse(Exception):
-    pass
-
-
-def _refuse(msg: str) -> None:
-    raise _Refuse(msg)
-
-
-class _Lower:
+class _Lower(KernelInterface, SimtLowering):
     def __init__(self, m: N.Module, ctx) -> None:
         self.m, self.ctx = m, ctx
         self.sym = Symbols(m)
@@ -58,6 +54,12 @@ class _Lower:
         self.host_dim = 0  # its grid dimension: after the main loop's BLOCK dims
         self.last_only: set[str] = set()  # tensors whose writes only its last iteration keeps
         self.thread_index: dict[str, str] = {}  # WARP/THREAD -> C expression, inside SIMT code
+        self.kname = "kb"  # the main-loop variable in C ("kn": a load issued STAGES - 1 steps ahead)
+        self.lp: N.For | None = None
+        self.persistent = False
+        self.warpspecialize = True
+        self.plan: P.KernelPlan | None = None
+        self.role = "consumer"  # the role whose statement is being lowered
 
     def en(self, ev: str) -> str:
         """The event as `cypressc explain` prints it, for comments in the CUDA."""
@@ -79,7 +81,9 @@ class _Lower:
             if e.name in self.lets:
                 return self.c(self.lets[e.name])
             if e.name == self.kvar:
-                return "kb"
+                return self.kname
+            if e == KBASE:
+                return "kbase"
             if e.name == self.host_var:
                 lo = static(self.host_lo)
                 return f"b{self.host_dim}" if lo == 0 else f"({self.c(self.host_lo)} + b{self.host_dim})"
@@ -91,6 +95,24 @@ class _Lower:
         if e.op in ("min", "max"):
             return f"{e.op}({a}, {b})"
         return f"({a} {'/' if e.op == '//' else e.op} {b})"
+
+    def pos(self, e: N.IExpr, after: bool = False) -> str:
+        """A pipeline position of the IR (stage index, phase parity) in C: over the block's
+        running step in a persistent block (see :mod:`cypressc.backend.sync_lower`)."""
+        if self.lp is not None and self.lp.pipeline and static(self.lp.lo) == 0:
+            names = ("istage", "iphase") if self.kname == "kn" else ("stage", "phase")
+            out = counted(e, self.kvar, self.lp.hi, self.lp.pipeline, after, *names)
+            if out is not None:
+                self.plan.counters.add((self.role, names[0]))
+                return out
+        if self.persistent and self.lp is not None:
+            e = at_step(e, self.kvar, self.lp.hi, after)
+            self.plan.counters.add((self.role, "kbase"))
+        return self.c(e)
+
+    def fragments_of(self, edges) -> tuple[str, ...]:
+        """The register fragments among the tensors of ``edges`` (what a wgmma fence orders)."""
+        return tuple(dict.fromkeys(e.tensor for e in edges if e.tensor in {f.name for f in self.plan.fragments}))
 
     def origin(self, v: N.View) -> tuple[str, list[N.IExpr], list[bool], list]:
         """Root, element origin per root dim, kept dims, and the mma partitions on the way."""
@@ -121,70 +143,6 @@ class _Lower:
         return s[0], s[1]  # type: ignore[return-value]
 
     # -- the kernel --------------------------------------------------------------------
-    def _mentions(self, e: N.IExpr, var: str) -> bool:
-        """Whether ``e`` depends on ``var``, through Lets too."""
-        return any(n == var or (n in self.lets and self._mentions(self.lets[n], var)) for n in free_vars(e))
-
-    def _when(self, root: str) -> str | None:
-        """The condition writes of ``root`` are kept under (a last-iteration write), or None."""
-        return f"b{self.host_dim} == tiles{self.host_dim} - 1" if root in self.last_only else None
-
-    def _host_loop(self, hl: N.For) -> list[N.Op]:
-        """A sequential HOST loop around the block program becomes the last grid dimension.
-
-        Its iterations may run in parallel when (1) no iteration reads a global tensor that
-        an iteration writes, (2) every write whose view depends on the loop variable ``j``
-        goes to a piece ``P[.., j, ..]`` of a blocks partition (disjoint for distinct j),
-        and (3) loop bounds and shapes inside do not depend on ``j``.  A write whose view
-        does not depend on ``j`` goes to the same elements in every iteration and nothing
-        reads them, so sequentially only the last iteration's write survives: it is kept
-        under ``j == last`` (lastprivate) — the programs' result, not an approximation.
-        """
-        j = hl.var
-        params = {a.name for a in self.m.params}
-        reads: set[str] = set()
-        writes: dict[str, list[N.View]] = {}
-        for o in walk_ops(hl.body):
-            for e in [getattr(o, "lo", None), getattr(o, "hi", None),
-                      *(d.extent for d in getattr(o, "dims", ())),
-                      *(getattr(o, "shape", ()) or ()),
-                      *(x for x in (getattr(o, "params", ()) if isinstance(o, N.Partition) else ())
-                        if isinstance(x, (N.IConst, N.IVar, N.IBin, N.IProc)))]:
-                if e is not None and self._mentions(e, j):
-                    _refuse(f"a loop bound, shape or tile size inside the HOST loop over {j} depends on {j}")
-            for v, r, w in views_of(o):
-                root = self.sym.root(v)
-                if root not in params:
-                    continue
-                if r:
-                    reads.add(root)
-                if w:
-                    writes.setdefault(root, []).append(v)
-        both = sorted(reads & set(writes))
-        if both:
-            _refuse(f"iterations of the HOST loop over {j} read {', '.join(both)}, which iterations "
-                    "write: they cannot run as parallel blocks")
-        for root, views in writes.items():
-            dep = [any(self._mentions(i, j) for p in self.sym.chain(v) for i in p.idx) for v in views]
-            if not any(dep):
-                self.last_only.add(root)
-                continue
-            for v, d in zip(views, dep):
-                ok = False
-                for piece in self.sym.chain(v):
-                    part = self.sym.parts[piece.partition]
-                    for i in piece.idx:
-                        if isinstance(i, N.IVar) and i.name == j and part.kind == "blocks":
-                            ok = True
-                        elif self._mentions(i, j):
-                            _refuse(f"{fmt_view(v)} indexes with an expression of {j}; "
-                                    f"iterations of the HOST loop must write disjoint pieces P[.., {j}, ..]")
-                if not (d and ok):
-                    _refuse(f"%{root} is written both at pieces that depend on {j} and at pieces that "
-                            "do not")
-        self.host_var, self.host_lo = j, hl.lo
-        return list(hl.body.ops)
-
     def run(self) -> P.KernelPlan:
         m = self.m
         body = list(m.body.ops)
@@ -238,44 +196,44 @@ class _Lower:
         if regs is not None:
             plan.producer_registers, plan.consumer_registers = regs
         self._check_names(plan)
+        self.plan, self.lp, self.persistent, self.warpspecialize = plan, lp, plan.persistent, ws
+        plan.smem_bytes = int(m.attrs.get("smem_bytes", 0))
+        self._barriers(plan, body)
         smem = m.attrs.get("smem", {})
-        # stage buffers and TMA loads
-        for o in lp.body.ops:
-            if isinstance(o, N.Copy):
-                self._load(plan, o, smem)
-            elif isinstance(o, N.Call):
-                if o.fn == "row_sum":
-                    self._row_sum(plan, o)
+        i = body.index(lp)
+        for sec, ops in (("before", body[:i]), ("loop", list(lp.body.ops)), ("after", body[i + 1:])):
+            for o in ops:
+                if isinstance(o, N.For):
+                    _refuse("a second sequential loop")
+                role = o.role if isinstance(o, SYNC_OPS) and hasattr(o, "role") else \
+                    m.attrs.get("roles", {}).get(getattr(o, "ev", ""), "consumer")
+                ahead = not ws and sec == "loop" and role != "producer" and self._issues_loads(o)
+                self.kname = "kn" if ahead else "kb"
+                self.role = "producer" if role == "producer" else "consumer"
+                try:
+                    st = self._stmt(plan, o, sec, role, smem)
+                finally:
+                    self.kname = "kb"
+                if st is None:
                     continue
-                if o.fn != "warpgroup_mma":
-                    _refuse(f"leaf {o.fn}() inside the main loop")
-                self._whole_warpgroups(o)
-                self._mma(plan, o)
-            elif not isinstance(o, (N.Partition, N.Alloc, N.Let, *SYNC_OPS)):
-                _refuse(f"{type(o).__name__} inside the main loop")
-        before = True
-        for o in body:
-            if o is lp:
-                before = False
-                continue
-            if isinstance(o, N.Call):
-                self._simt(plan, o, before, smem)
-            elif isinstance(o, N.Copy):
-                self._store(plan, o, smem)
-            elif isinstance(o, N.For):
-                _refuse("a second sequential loop")
+                if ahead:  # the frame runs these on the issuer thread
+                    plan.issue_ahead.append(replace(st, who=None) if isinstance(st, P.Sync) else st)
+                else:
+                    getattr(getattr(plan, "producer" if role == "producer" else "consumer"), sec).append(st)
         if getattr(self, "_pending_stage", None) is not None:
             _refuse("a register fragment copied into shared memory that is never stored")
-        if not plan.loads:
+        if not any(isinstance(st, P.Load) for sec in (plan.producer.loop, plan.consumer.loop, plan.issue_ahead)
+                   for st in sec):
             _refuse("no GLOBAL->SHARED copies in the main loop")
-        plan.smem_bytes = int(m.attrs.get("smem_bytes", 0))
-        # resource allocation let tensors with disjoint live ranges share bytes: the WAR
-        # edge from the last readers (every consumer's wgmmas) to the next writer
-        plan.war_barrier = bool(m.attrs.get("war"))
-        if plan.war_barrier and plan.persistent:
+        if plan.persistent:
+            try:
+                defer_store_waits(plan.consumer, plan.exit)
+            except ValueError as e:
+                _refuse(str(e))
+        if m.attrs.get("war") and plan.persistent:
             _refuse("shared tensors that share bytes in a persistent kernel")
         for t in tensors:
-            if t.reads or any(isinstance(s, P.StoreStaged) and s.map.startswith(f"tm_{t.name}_")
+            if t.reads or any(isinstance(s, P.TmaStore) and s.map.startswith(f"tm_{t.name}_")
                               for s in plan.epilogue):
                 plan.requires.append((f"{t.dims[-1]} % 8 == 0",
                                       f"the innermost extent of {t.name} ({t.dims[-1]}) must be a multiple "
@@ -292,52 +250,57 @@ class _Lower:
         plan.flops = self._flops(plan) or "0.0"
         return plan
 
-    RESERVED = {"s", "t", "r", "c", "a", "b", "e", "i", "j", "kb", "kk", "kn", "cw", "wg", "ls", "dev",
-                "grid", "sms", "full", "empty", "smem", "smem_raw", "phase", "lphase", "prev_s", "leader",
-                "issuer", "num_k", "num_tiles", "tiles", "stage_c", "box", "rc", "da", "db", "per", "u",
-                "v", "group", "first", "rows", "stream", "cdiv", "min", "max", "tw", "rr", "STAGES", "CONSUMERS",
-                "THREADS", "RASTER", "STAGE_TX", "SMEM_BYTES"}
+    def _barriers(self, plan: P.KernelPlan, body: list) -> None:
+        """The IR's mbarrier arrays, laid out after the tensors (resource allocation and
+        sync-insertion reserved their bytes there)."""
+        off = int(self.m.attrs.get("barrier_offset", 0))
+        self.bar_kind = {}
+        for b in self._mbarriers(body):
+            plan.barriers.append(P.Barrier(b.name, b.kind, b.stages, b.count, off,
+                                           "channel of " + ", ".join(self.en(e) for e in b.channel)))
+            self.bar_kind[b.name] = b.kind
+            off += 8 * b.stages
 
-    def _check_names(self, plan: P.KernelPlan) -> None:
-        """Size and tensor names become C++ identifiers next to the kernel's own locals."""
-        for name in [*plan.sizes, *(t.name for t in plan.tensors)]:
-            if name in self.RESERVED or re.fullmatch(r"b\d+|tiles\d*", name) \
-                    or name.startswith(("tm_", "s_")):
-                _refuse(f"the name '{name}' clashes with an identifier of the generated kernel; rename it")
+    @staticmethod
+    def _mbarriers(body: list) -> list:
+        return [o for b in body for o in ([b] if not isinstance(b, N.For) else b.body.ops)
+                if isinstance(o, S.MBarrier)]
 
-    def _flops(self, plan: P.KernelPlan) -> str:
-        """Useful multiply-adds: for each wgmma, 2 x (rows of A) x (columns of B) x K, over
-        the global tensors its operands are loaded from (batch dimensions multiply)."""
-        src = {ld.buffer: next(m.tensor for m in plan.maps if m.name == ld.map) for ld in plan.loads}
-        dims = {t.name: t.dims for t in plan.tensors}
-        terms = []
-        for mm in plan.body:
-            a, b = dims[src[mm.a_buf]], dims[src[mm.b_buf]]
-            terms.append(" * ".join(["2.0", *a[:-2], a[-2], b[-1], a[-1]]))
-        return " + ".join(terms)
+    def _issues_loads(self, o) -> bool:
+        """A TMA load with the ops that start it (the wait for its stage, the expected bytes):
+        without a producer warpgroup these run STAGES - 1 steps ahead on the issuer thread."""
+        if isinstance(o, N.Copy):
+            return self.sym.mem(o.src) == "GLOBAL" and self.sym.mem(o.dst) == "SHARED"
+        if isinstance(o, S.ArriveExpectTx):
+            return True
+        return isinstance(o, S.Wait) and self.bar_kind.get(o.bar) == "empty"
 
-    def _access(self, name: str, writes: bool) -> bool:
-        """Whether any copy or leaf reads (or writes) global tensor ``name``, by the
-        leaf functions' operand rules."""
-        return any(self.sym.root(v) == name and (w if writes else r)
-                   for o in walk_ops(self.m.body) for v, r, w in views_of(o))
-
-    def _privileges(self, name: str) -> tuple[bool, bool]:
-        """(reads, writes) of a kernel parameter.  A parameter no operation touches (a program
-        whose entry task declares it but never passes it on) keeps its declared privilege: the
-        kernel takes it and leaves it alone."""
-        reads, writes = self._reads(name), self._writes(name)
-        if not (reads or writes):
-            root = self.ctx.tree.root.variant
-            writes = name in root.writes
-            reads = not writes or name in root.reads
-        return reads, writes
-
-    def _reads(self, name: str) -> bool:
-        return self._access(name, writes=False)
-
-    def _writes(self, name: str) -> bool:
-        return self._access(name, writes=True)
+    def _stmt(self, plan: P.KernelPlan, o, sec: str, role: str, smem):
+        """The kernel statement of IR op ``o`` in section ``sec`` of the tile (None: nothing)."""
+        bar = o.bar.bar if isinstance(o, N.Copy) and o.bar is not None else getattr(o, "bar", None)
+        if isinstance(bar, str) and bar not in self.bar_kind:
+            _refuse(f"mbarrier %{bar} is used but not declared")
+        if isinstance(o, SYNC_OPS):
+            return lower_sync(self, o, sec, role)
+        if isinstance(o, (N.Partition, N.Alloc, N.Let)):
+            return None
+        if isinstance(o, N.Copy):
+            if sec == "loop":
+                return self._load(plan, o, smem)
+            if sec == "after":
+                return self._store(plan, o, smem)
+            return self._load_once(plan, o, smem, role)
+        if isinstance(o, N.Call):
+            if sec != "loop":
+                return self._simt(plan, o, sec == "before", smem)
+            if o.fn == "row_sum":
+                return self._row_sum(plan, o)
+            if o.fn != "warpgroup_mma":
+                _refuse(f"leaf {o.fn}() inside the main loop")
+            self._whole_warpgroups(o)
+            return self._mma(plan, o)
+        _refuse(f"{type(o).__name__} {'inside' if sec == 'loop' else sec} the main loop")
+        return None
 
     def _buffer(self, plan: P.KernelPlan, v: N.View, smem) -> tuple[P.StageBuffer, list[N.IExpr]]:
         root, org, keep, _ = self.origin(v)
@@ -348,18 +311,49 @@ class _Lower:
             if None in shape or len(shape) not in (2, 3):
                 _refuse(f"shared tensor %{root} is not a static (stages x) rows x cols tile")
             rows, cols = shape[-2], shape[-1]
-            if cols % 64:
-                _refuse(f"shared tile %{root} has {cols} columns; 128-byte-swizzled tiles need a "
-                        "multiple of 64 (16-bit elements)")
+            sw = P.swizzle_for(cols)
+            if sw is None:
+                _refuse(f"shared tile %{root} has {cols} columns ({2 * cols}-byte rows); TMA and wgmma "
+                        "swizzle rows of 128, 64 or 32 bytes, so a tile needs a multiple of 16 columns "
+                        "(16-bit elements)")
+            if rows % 8:
+                _refuse(f"shared tile %{root} has {rows} rows; swizzled tiles are whole 8-row atoms")
             st = shape[0] if len(shape) == 3 else 1
-            existing[root] = P.StageBuffer(root, a.dtype, rows, cols, st, smem.get(root, (0, 0, 1))[0])
+            existing[root] = P.StageBuffer(root, a.dtype, rows, cols, st, smem.get(root, (0, 0, 1))[0], sw)
             plan.buffers.append(existing[root])
         return existing[root], org
 
-    def _load(self, plan: P.KernelPlan, o: N.Copy, smem) -> None:
+    def _stage(self, buf: P.StageBuffer, org: list[N.IExpr]) -> str:
+        """The stage index of a view of a pipelined buffer, as a pipeline position in C."""
+        return self.pos(org[0]) if buf.stages > 1 and len(org) == 3 else "0"
+
+    def _load_once(self, plan: P.KernelPlan, o: N.Copy, smem, role: str) -> P.Load:
+        """A GLOBAL->SHARED copy before the main loop (a tile every step reads, like
+        FlashAttention's Q): one TMA load per tile on its own unstaged buffer and barrier, phase
+        0, issued by the producer (without one, by the issuer thread).  A persistent block runs
+        its tiles on the same barrier and buffer: the phase would be the count of tiles done so
+        far, and the next tile's load would overwrite the panel while the last steps of the
+        previous tile may still read it (a hazard across tiles the per-tile IR does not show),
+        so that is refused."""
+        where = f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} before the main loop"
         if self.sym.mem(o.src) != "GLOBAL" or self.sym.mem(o.dst) != "SHARED":
-            _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} in the main loop")
-        buf, _ = self._buffer(plan, o.dst, smem)
+            _refuse(where)
+        if self.persistent:
+            _refuse(f"{where} ({self.en(o.ev)}) in a persistent block: its tiles would share the "
+                    "copy's mbarrier and buffer, and the next tile's copy would overwrite the buffer "
+                    "while the previous tile may still read it; map the block with `persistent: false`")
+        ld = self._load(plan, o, smem, where)
+        if role != "producer" and not self.warpspecialize:
+            ld = replace(ld, who="issuer")
+            plan.loads[-1] = ld
+        return ld
+
+    def _load(self, plan: P.KernelPlan, o: N.Copy, smem, where: str = "") -> P.Load:
+        if self.sym.mem(o.src) != "GLOBAL" or self.sym.mem(o.dst) != "SHARED":
+            _refuse(where or f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} in the main loop")
+        buf, dorg = self._buffer(plan, o.dst, smem)
+        if o.bar is None:
+            _refuse(f"TMA copy {self.en(o.ev)} completes on no mbarrier")
         root, org, keep, mmas = self.origin(o.src)
         if mmas:
             _refuse("a TMA load of an mma partition")
@@ -371,12 +365,15 @@ class _Lower:
             _refuse(f"{fmt_view(o.src)}: a TMA tile must span the two innermost dimensions of %{root}")
         if buf.rows > 256:
             _refuse(f"a {buf.rows}-row shared tile: one TMA box spans at most 256 rows")
-        for d, k in enumerate(keep):
-            box.append(1 if not k else (buf.rows if d == kept[0] else 64))
-        tmap = f"tm_{root}_{buf.rows}x{64}"
+        for d, k in enumerate(keep):  # one box per chunk: its inner extent is one swizzle row
+            box.append(1 if not k else (buf.rows if d == kept[0] else buf.chunk_cols))
+        tmap = f"tm_{root}_{buf.rows}x{buf.chunk_cols}"
         if tmap not in {t.name for t in plan.maps}:
-            plan.maps.append(P.TmaMap(tmap, root, tuple(box)))
-        plan.loads.append(P.Load(self.en(o.ev), tmap, buf.name, tuple(self.c(x) for x in org), buf.cols // 64))
+            plan.maps.append(P.TmaMap(tmap, root, tuple(box), buf.swizzle))
+        ld = P.Load(self.en(o.ev), tmap, buf.name, tuple(self.c(x) for x in org), buf.chunks,
+                    self._stage(buf, dorg), o.bar.bar, self.pos(o.bar.stage))
+        plan.loads.append(ld)
+        return ld
 
     def _fragment(self, plan: P.KernelPlan, v: N.View) -> P.Fragment:
         if not isinstance(v, N.TRef) or self.sym.allocs[v.name].mem != "REGISTER":
@@ -393,7 +390,7 @@ class _Lower:
         plan.fragments.append(f)
         return f
 
-    def _mma(self, plan: P.KernelPlan, o: N.Call) -> None:
+    def _mma(self, plan: P.KernelPlan, o: N.Call) -> P.Mma:
         at, c, a, b = o.args
         f = self._fragment(plan, c)
         atom = lookup_atom(at.name)
@@ -407,16 +404,41 @@ class _Lower:
         if ka != kb or nb != f.cols or ma != f.rows:
             _refuse(f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
                     f"{f.rows}x{f.cols} accumulator")
-        if static(aorg[-1]) != 0 or static(borg[-2]) != 0:
+        if static(borg[-2]) != 0 or (static(aorg[-1]) != 0 and abuf.stages > 1):
             _refuse("a wgmma operand that starts inside its stage tile along K (a K sub-tile)")
         if ka % 16:
             _refuse(f"a K tile of {ka}: wgmma consumes K in steps of 16")
+        a_col = self._k_slice(abuf, aorg[-1], ka)
         a_row = self.c(aorg[-2])
         b_col = static(borg[-1])
-        if b_col is None or b_col % 64:
-            _refuse("B operand columns must start on a 64-column boundary")
+        if b_col is None or b_col % bbuf.chunk_cols:
+            _refuse(f"B operand columns must start on a {bbuf.chunk_cols}-column boundary (a chunk of "
+                    f"the {bbuf.swizzle}-byte-swizzled %{bbuf.name})")
         dt = self.sym.allocs[abuf.name].dtype
-        plan.body.append(P.Mma(self.en(o.ev), f.name, abuf.name, a_row, bbuf.name, b_col // 64, ka, atom.n, dt))
+        mm = P.Mma(self.en(o.ev), f.name, abuf.name, a_row, bbuf.name, b_col // bbuf.chunk_cols, ka, atom.n,
+                   dt, self._stage(abuf, aorg), self._stage(bbuf, borg), a_col)
+        plan.body.append(mm)
+        return mm
+
+    def _k_slice(self, buf: P.StageBuffer, col: N.IExpr, k: int) -> str:
+        """The first column (C) of a wgmma A operand in an unstaged shared tile: a K slice of a
+        tile every step reads (an A panel copied in before the main loop).  At every step of
+        the main loop the slice must start on a k16 step and end inside the tile."""
+        if static(col) == 0:
+            return "0"
+        lp = self.lp
+        lo, hi = (static(lp.lo), static(lp.hi)) if lp is not None else (None, None)
+        for step in range(lo, hi) if lo is not None and hi is not None and hi - lo <= 1 << 16 else (None,):
+            try:
+                c0 = evaluate(col, {lp.var: step} if step is not None else {}, self.lets)
+            except (KeyError, ZeroDivisionError):
+                _refuse(f"a wgmma A operand at column {self.c(col)} of %{buf.name}: a K slice of a shared "
+                        "tile needs a column that depends only on the main loop's variable, over a "
+                        "static trip count")
+            if not isinstance(c0, int) or c0 % 16 or not 0 <= c0 <= buf.cols - k:
+                _refuse(f"a wgmma A operand at column {c0} (step {step}) of the {buf.cols}-column "
+                        f"%{buf.name}: a {k}-column K slice must start on a multiple of 16 inside the tile")
+        return self.c(col)
 
     @staticmethod
     def _whole_warpgroups(o: N.Call) -> None:
@@ -427,10 +449,9 @@ class _Lower:
             _refuse(f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; the backend "
                     "needs all 4 warps x 32 threads")
 
-    def _simt(self, plan: P.KernelPlan, o: N.Call, before: bool, smem) -> None:
+    def _simt(self, plan: P.KernelPlan, o: N.Call, before: bool, smem):
         if o.args and self._is_vector(o.args[0]):
-            self._simt_vector(plan, o, before)
-            return
+            return self._simt_vector(plan, o, before)
         self._whole_warpgroups(o)
         if o.fn == "fill" and before:
             f = self._fragment(plan, o.args[0])
@@ -439,6 +460,15 @@ class _Lower:
             f = self._fragment(plan, o.args[0])
             g = self._fragment(plan, o.args[1])
             plan.epilogue.append(P.Add(self.en(o.ev), f.name, g.name))
+        elif o.fn == "copy" and not before and self.sym.mem(o.args[1]) == "SHARED":
+            f = self._fragment(plan, o.args[0])
+            root, _, _, mmas = self.origin(o.args[1])
+            dt = self.sym.allocs[root].dtype
+            if not mmas or dt not in ("f16", "bf16"):
+                _refuse(f"copy of a register fragment into {fmt_view(o.args[1])}: the backend stages "
+                        "16-bit tiles laid out like the fragment")
+            self._pending_stage = (o, f, root, dt)
+            plan.epilogue.append(P.StageWrite(self.en(o.ev), f.name, root, smem.get(root, (0, 0, 1))[0], dt))
         elif o.fn == "copy" and not before:
             f = self._fragment(plan, o.args[0])
             dst = o.args[1]
@@ -455,17 +485,15 @@ class _Lower:
                 _refuse(f"an epilogue storing {dt} (the backend stores 16-bit outputs)")
             if kept != [len(keep) - 2, len(keep) - 1]:
                 _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
-            if mem == "GLOBAL":
-                plan.epilogue.append(P.StoreDirect(self.en(o.ev), f.name, root, row0, col0,
-                                                   batch[0] if batch else None, dt, self._when(root)))
-            elif mem == "SHARED":
-                self._pending_stage = (o, f, root, dt)
-            else:
+            if mem != "GLOBAL":
                 _refuse(f"copy into {mem}")
+            plan.epilogue.append(P.StoreDirect(self.en(o.ev), f.name, root, row0, col0,
+                                               batch[0] if batch else None, dt, self._when(root)))
         else:
             _refuse(f"leaf {o.fn}() {'before' if before else 'after'} the main loop")
+        return plan.epilogue[-1] if not before else plan.prologue[-1]
 
-    def _store(self, plan: P.KernelPlan, o: N.Copy, smem) -> None:
+    def _store(self, plan: P.KernelPlan, o: N.Copy, smem) -> P.TmaStore:
         pend = getattr(self, "_pending_stage", None)
         if pend is None or self.sym.mem(o.src) != "SHARED" or self.sym.mem(o.dst) != "GLOBAL":
             _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} after the main loop")
@@ -483,93 +511,11 @@ class _Lower:
         if tmap not in {t.name for t in plan.maps}:
             plan.maps.append(P.TmaMap(tmap, root, tuple(1 if not k else 64 for k in keep)))
         off = smem.get(sroot, (0, 0, 1))[0]
-        plan.epilogue.append(P.StoreStaged(self.en(call.ev), f.name, tmap, off, self.c(org[kept[0]]),
-                                           self.c(org[kept[1]]), batch[0] if batch else None, dt, self.en(o.ev)))
+        st = P.TmaStore(self.en(o.ev), f.name, sroot, tmap, off, self.c(org[kept[0]]), self.c(org[kept[1]]),
+                        batch[0] if batch else None)
+        plan.epilogue.append(st)
         self._pending_stage = None
-
-    # -- SIMT code on per-thread register vectors ------------------------------------------
-    def _is_vector(self, v) -> bool:
-        """A 1-D register tensor not laid out by an mma partition: per-thread SIMT state."""
-        if not isinstance(v, N.TRef) or v.name not in self.sym.allocs:
-            return False
-        a = self.sym.allocs[v.name]
-        if a.mem != "REGISTER" or len(a.shape) != 1:
-            return False
-        return not (a.layout is not None and self.origin(a.layout)[3])
-
-    def _vector(self, plan: P.KernelPlan, v: N.TRef) -> P.Vector:
-        a = self.sym.allocs[v.name]
-        n = static(a.shape[0])
-        if n is None or not 1 <= n <= 64 or a.dtype != "f32":
-            _refuse(f"register vector %{a.name} must be f32 with 1 to 64 static elements per thread")
-        for x in plan.vectors:
-            if x.name == a.name:
-                return x
-        x = P.Vector(a.name, n)
-        plan.vectors.append(x)
-        return x
-
-    def _threads(self, o: N.Call) -> str:
-        """Which threads of a consumer warpgroup run SIMT op ``o`` (a C condition), with
-        ``self.thread_index`` set to the C expressions of its WARP / THREAD indices."""
-        inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in ("WARP", "THREAD")]
-        if any(e is None for _, e in inner):
-            _refuse(f"{o.fn}() over a run-time number of warps or threads")
-        if [p for p, _ in inner] == ["THREAD"] and inner[0][1] <= 128:
-            self.thread_index = {"THREAD": "tw"}
-            return "true" if inner[0][1] == 128 else f"tw < {inner[0][1]}"
-        if [p for p, _ in inner] == ["WARP", "THREAD"] and inner[0][1] <= 4 and inner[1][1] <= 32:
-            self.thread_index = {"WARP": "(tw / 32)", "THREAD": "(tw % 32)"}
-            conds = [c for c, full in ((f"tw / 32 < {inner[0][1]}", inner[0][1] == 4),
-                                       (f"tw % 32 < {inner[1][1]}", inner[1][1] == 32)) if not full]
-            return " && ".join(conds) or "true"
-        _refuse(f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; SIMT code needs "
-                "up to 128 threads, or up to 4 warps of up to 32 threads")
-        return ""
-
-    def _row_sum(self, plan: P.KernelPlan, o: N.Call) -> None:
-        y, a = o.args
-        if not self._is_vector(y):
-            _refuse("row_sum() into something other than a per-thread register vector")
-        vec = self._vector(plan, y)
-        if self.sym.mem(a) != "SHARED":
-            _refuse("row_sum() of a tile that is not a pipelined shared-memory stage")
-        active = self._threads(o)
-        try:
-            buf, org = self._buffer(plan, a, {})
-            rows, cols = self.shape2(a)
-            col0 = static(org[-1])
-            if col0 is None or col0 % 64 or cols % 64:
-                _refuse("row_sum() over columns that are not whole 64-column chunks of the stage tile")
-            if rows != vec.n:
-                _refuse(f"row_sum() of {rows} row(s) per thread into {vec.n} element(s)")
-            plan.simt_body.append(P.RowSum(self.en(o.ev), vec.name, buf.name, self.c(org[-2]), rows,
-                                           col0, cols, self.sym.allocs[buf.name].dtype, active))
-        finally:
-            self.thread_index = {}
-
-    def _simt_vector(self, plan: P.KernelPlan, o: N.Call, before: bool) -> None:
-        active = self._threads(o)
-        try:
-            vec = self._vector(plan, o.args[0])
-            if o.fn == "fill" and before:
-                plan.prologue.append(P.FillVector(self.en(o.ev), vec.name, self.c(o.args[1])))
-            elif o.fn == "copy" and not before:
-                root, org, keep, mmas = self.origin(o.args[1])
-                t = next((t for t in plan.tensors if t.name == root), None)
-                if t is None or mmas or len(org) != 1 or t.dtype != "f32":
-                    _refuse(f"copy of register vector %{vec.name} into {fmt_view(o.args[1])}: the "
-                            "backend stores vectors to 1-D f32 global tensors")
-                n = static(self.sym.shape(o.args[1])[0])
-                if n != vec.n:
-                    _refuse(f"copy of {vec.n} element(s) into {n}")
-                plan.epilogue.append(P.StoreVector(self.en(o.ev), vec.name, root, self.c(org[0]), n,
-                                                   active, self._when(root)))
-            else:
-                _refuse(f"leaf {o.fn}() on a register vector {'before' if before else 'after'} the main loop")
-        finally:
-            self.thread_index = {}
-
+        return st
 
 def cuda_lowering(m: N.Module, ctx) -> N.Module:
     """Lower events and views to a :class:`KernelPlan` (paper §4.2.6); E050 if unsupported."""

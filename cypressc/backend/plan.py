@@ -12,8 +12,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["GlobalTensor", "TmaMap", "StageBuffer", "Load", "Fragment", "Mma", "Fill", "Add",
-           "StoreDirect", "StoreStaged", "Vector", "FillVector", "RowSum", "StoreVector", "KernelPlan"]
+__all__ = ["SWIZZLES", "swizzle_for", "GlobalTensor", "TmaMap", "StageBuffer", "Load", "Fragment", "Mma",
+           "Fill", "Add",
+           "StoreDirect", "StageWrite", "TmaStore", "Barrier", "Sync", "RoleCode", "Vector", "FillVector",
+           "RowSum", "StoreVector", "KernelPlan"]
+
+
+SWIZZLES = (128, 64, 32)  # TMA / wgmma swizzle modes, bytes per swizzled row, widest first
+
+
+def swizzle_for(cols: int, elem_bytes: int = 2) -> int | None:
+    """The swizzle (bytes) of a shared tile whose rows hold ``cols`` elements of ``elem_bytes``:
+    the widest of 128, 64, 32 that divides the row, so the tile is whole chunks of one swizzle
+    row each (64, 32 or 16 columns of 16-bit elements).  None when no mode divides it (a row
+    that is not a multiple of 32 bytes), which neither TMA nor wgmma can lay out swizzled."""
+    return next((sw for sw in SWIZZLES if cols > 0 and (cols * elem_bytes) % sw == 0), None)
 
 
 @dataclass(frozen=True)
@@ -29,16 +42,21 @@ class GlobalTensor:
 
 @dataclass(frozen=True)
 class TmaMap:
-    """A TMA descriptor over ``tensor`` with a box of ``box`` elements (outermost first)."""
+    """A TMA descriptor over ``tensor`` with a box of ``box`` elements (outermost first),
+    landing ``swizzle``-byte-swizzled (the box's innermost extent spans at most that many bytes)."""
 
     name: str
     tensor: str
     box: tuple[int, ...]
+    swizzle: int = 128
 
 
 @dataclass(frozen=True)
 class StageBuffer:
-    """A pipelined shared tile: ``stages`` x ``chunks`` x ``rows`` x 64 elements, 128B-swizzled."""
+    """A pipelined shared tile of 16-bit elements: ``stages`` x ``chunks`` x ``rows`` x
+    ``chunk_cols``, each chunk ``swizzle``-byte-swizzled as one TMA box writes it (rows of
+    ``swizzle`` bytes, the XOR pattern repeating every 8 rows).  ``swizzle`` is 128, 64 or
+    32 (:func:`swizzle_for`)."""
 
     name: str
     dtype: str
@@ -46,10 +64,20 @@ class StageBuffer:
     cols: int
     stages: int
     offset: int
+    swizzle: int = 128
+
+    @property
+    def chunk_cols(self) -> int:
+        """Columns of one chunk: one swizzle row of 16-bit elements."""
+        return self.swizzle // 2
+
+    @property
+    def chunks(self) -> int:
+        return self.cols // self.chunk_cols
 
     @property
     def chunk_bytes(self) -> int:
-        return self.rows * 128
+        return self.rows * self.swizzle
 
     @property
     def stage_bytes(self) -> int:
@@ -57,14 +85,34 @@ class StageBuffer:
 
 
 @dataclass(frozen=True)
+class Barrier:
+    """An mbarrier array of the IR (:class:`cypressc.ir.sync.MBarrier`) at byte ``offset`` of
+    shared memory: ``stages`` barriers, each completing a phase after ``count`` arrivals."""
+
+    name: str
+    kind: str
+    stages: int
+    count: int
+    offset: int
+    note: str
+
+
+@dataclass(frozen=True)
 class Load:
-    """One producer copy per main-loop step: global box at ``coords`` -> stage buffer."""
+    """A TMA copy: global box at ``coords`` -> stage ``stage`` of a stage buffer, completing
+    on ``bar[stage]`` (the copy's mbarrier stage from ``sync-insertion``); ``who``: the C
+    condition of the thread that issues it where its role's every thread runs the
+    statement (``issuer`` before the main loop without a producer warpgroup), else None."""
 
     event: str
     map: str
     buffer: str
     coords: tuple[str, ...]  # per global dim, outermost first (element coordinates)
     chunks: int
+    stage: str = "0"
+    bar: str = ""
+    bar_stage: str = "0"
+    who: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +127,8 @@ class Fragment:
 
 @dataclass(frozen=True)
 class Mma:
-    """``acc += A @ B`` over one stage: A K-major rows ``a_row`` (expr) of ``a_buf``,
+    """``acc += A @ B`` over one stage: A K-major rows ``a_row`` (expr) of ``a_buf`` from
+    column ``a_col`` (expr, a multiple of 16: a K slice of a wider resident tile),
     B MN-major columns from chunk ``b_chunk`` of ``b_buf``, K extent ``k``."""
 
     event: str
@@ -91,6 +140,9 @@ class Mma:
     k: int
     n: int
     dtype: str
+    a_stage: str = "0"
+    b_stage: str = "0"
+    a_col: str = "0"
 
 
 @dataclass(frozen=True)
@@ -122,18 +174,66 @@ class StoreDirect:
 
 
 @dataclass(frozen=True)
-class StoreStaged:
-    """Fragment -> swizzled shared boxes at ``offset`` (per consumer) -> TMA store at origin."""
+class StageWrite:
+    """Each thread writes its fragment ``acc`` into the swizzled 64x64 shared boxes of the
+    staging tile ``tensor`` at byte ``offset`` (one tile per consumer warpgroup)."""
 
     event: str
     acc: str
+    tensor: str
+    offset: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class TmaStore:
+    """The staging tile of ``acc``'s shape at ``offset`` -> global at (``row0``, ``col0``)
+    through TMA map ``map``, issued by the warpgroup's leader thread."""
+
+    event: str
+    acc: str
+    tensor: str
     map: str
     offset: int
     row0: str
     col0: str
     batch: str | None
-    dtype: str
-    barrier_event: str
+
+
+@dataclass(frozen=True)
+class Sync:
+    """One synchronization op of the IR (``op``, a :mod:`cypressc.ir.sync` op) with its
+    operands printed: ``stage``/``parity`` (C expressions; in a persistent kernel over the
+    block's running pipeline step), ``when`` (the op's guard), ``who`` (which thread of the
+    role runs it: ``leader`` of a warpgroup, lane 0 of a warp; None: every thread), ``bar``
+    (the mbarrier array), ``accs`` (the fragments a wgmma fence or wait orders), ``note``
+    (the event edges, for the comment).  ``deferred``: a TMA store's completion wait that a
+    persistent block runs before its next write of the staging tile (``barrier``: the
+    warpgroup's named barrier that then lets every writer go, as ``(id, threads)``)."""
+
+    op: object
+    note: str
+    stage: str | None = None
+    parity: str | None = None
+    when: str | None = None
+    who: str | None = None
+    bar: str = ""
+    accs: tuple[str, ...] = ()
+    deferred: bool = False
+    barrier: tuple[str, int] | None = None
+
+
+@dataclass
+class RoleCode:
+    """The statements of one role (producer or consumers) for one tile, in IR order:
+    ``before`` the main loop, in each step of it (``loop``), and ``after`` it."""
+
+    before: list = field(default_factory=list)
+    loop: list = field(default_factory=list)
+    after: list = field(default_factory=list)
+
+    def all(self) -> list:
+        return [*self.before, *self.loop, *self.after]
 
 
 @dataclass(frozen=True)
@@ -166,6 +266,7 @@ class RowSum:
     cols: int
     dtype: str
     active: str
+    stage: str = "0"
 
 
 @dataclass(frozen=True)
@@ -201,7 +302,7 @@ class KernelPlan:
     fragments: list[Fragment]
     prologue: list = field(default_factory=list)  # Fill / FillVector
     body: list = field(default_factory=list)  # Mma
-    epilogue: list = field(default_factory=list)  # Add / StoreDirect / StoreStaged / StoreVector
+    epilogue: list = field(default_factory=list)  # Add / StoreDirect / StageWrite / TmaStore / StoreVector
     vectors: list[Vector] = field(default_factory=list)
     simt_body: list = field(default_factory=list)  # RowSum: SIMT work on each stage, after the wgmmas issue
     smem_bytes: int = 0
@@ -209,7 +310,12 @@ class KernelPlan:
     consumer_registers: int = 232
     mma_in_flight: int = 1
     warpspecialize: bool = True  # False: no producer warpgroup; thread 0 issues loads ahead
-    war_barrier: bool = False  # shared bytes reused after the main loop: all consumers sync first
+    barriers: list[Barrier] = field(default_factory=list)
+    producer: RoleCode = field(default_factory=RoleCode)
+    consumer: RoleCode = field(default_factory=RoleCode)
+    issue_ahead: list = field(default_factory=list)  # no producer: the issuer's loads, STAGES - 1 steps ahead
+    exit: list = field(default_factory=list)  # consumer statements after the last tile
+    counters: set = field(default_factory=set)  # (role, "stage" | "istage" | "kbase") the code uses
     requires: list[tuple[str, str]] = field(default_factory=list)
     flops: str = "0"
     host_loop: str | None = None  # a parallelized HOST loop: its variable, as the last grid dim

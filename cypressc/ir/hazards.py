@@ -372,7 +372,10 @@ class Program:
         out: list[str] = []
         if p.kind == "wgmma":
             if c.kind == "wgmma" and d.tensor == d.other == self._acc(p) == self._acc(c):
-                return ("chain",)
+                # in one iteration the accumulator stays in the wgmmas' registers; across a loop's
+                # back edge the C++ compiler may move it (phi copies), a register access that
+                # PTX orders before the next wgmma only through wgmma.fence
+                return ("fence_wgmma",) if d.via == "carried" else ("chain",)
             out.append("wait_group")
         elif c.kind == "wgmma" and d.mem == "REGISTER":
             out.append("fence_wgmma")

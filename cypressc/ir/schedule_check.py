@@ -36,7 +36,8 @@ def _exprs(x):
 
 def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
     """The smallest sizes that give one block and ``wraps`` trips around every pipelined
-    loop: a scalar ``%S`` tiled as ``cdiv(%S, t)`` gets its largest tile ``t``; one that
+    loop: a scalar ``%S`` tiled as ``cdiv(%S, t)``, or the extent of a parameter partitioned
+    by a static block ``t``, gets its largest tile ``t``; one that
     bounds a ``pipeline(D)`` loop ``cdiv(%S, t)`` gets ``wraps * D * t`` (so each stage
     buffer is refilled ``wraps`` times and every parity is used both ways), one that
     bounds another sequential loop two trips."""
@@ -44,6 +45,13 @@ def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
     for e in _exprs(m.body):
         if e.op == "cdiv" and isinstance(e.a, N.IVar) and isinstance(e.b, N.IConst) and e.a.name in tile:
             tile[e.a.name] = max(tile[e.a.name], int(e.b.value))
+    params = {a.name: a for a in m.params}
+    for op in m.body.ops:  # a static block of a parameter (a resident tile): one whole block
+        if isinstance(op, N.Partition) and op.kind == "blocks" and isinstance(op.base, N.TRef) \
+                and op.base.name in params:
+            for d, b in zip(params[op.base.name].shape, op.params):
+                if isinstance(d, N.IVar) and d.name in tile and isinstance(b, N.IConst):
+                    tile[d.name] = max(tile[d.name], int(b.value))
     out = dict(tile)
     stack = list(m.body.ops)
     while stack:

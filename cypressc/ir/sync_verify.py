@@ -17,7 +17,8 @@ and checks, against the hazards of :class:`cypressc.ir.hazards.Program`:
 * **edges**: every dependence is realized: a wait on the full barrier of the TMA copy
   (that phase or a later one) before its reader; the producer's wait on the empty barrier
   for the release of the readers D steps back; ``commit_group`` + ``wait_group<N>``
-  between a wgmma and thread code touching its operands; ``wgmma.fence``,
+  between a wgmma and thread code touching its operands; ``wgmma.fence`` (with no
+  mbarrier wait between it and the wgmma: ptxas re-fences after that control flow),
   ``fence.proxy.async``, ``syncwarp``, a named barrier of the right thread count (ids
   1-15, disjoint); a bulk group waited before the block ends; or a path of realized
   edges implies it.
@@ -409,6 +410,11 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
         if need in needs and not run.between(role, pa, pc, lambda o: isinstance(o, cls) and
                                              (kind is None or o.kind == kind)):
             raise _error(f"{name}: no {need.replace('_', ' ')} between them")
+    if "fence_wgmma" in needs:
+        last = run.between(role, pa, pc, lambda o: isinstance(o, S.Fence) and o.kind == "wgmma")[-1]
+        if run.between(role, last, pc, lambda o: isinstance(o, S.Wait)):
+            # the wait's try_wait loop is control flow: ptxas then re-fences the wgmma itself (C7519)
+            raise _error(f"{name}: an mbarrier wait lies between the wgmma fence and the wgmma")
     if "bar_sync" in needs:
         threads = 32 * (prog.warps(d) or 0)
         found = run.between(role, pa, pc, lambda o: isinstance(o, S.BarSync) and o.threads == threads)

@@ -187,7 +187,8 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
             hint=_register_hint(m, ctx, regs, consumer, _max_consumer(m, inst, machine, producer)))
     attrs = dict(m.attrs)
     attrs.update(smem={n: (off[n], size[n], stages.get(n, 1)) for n in names},
-                 smem_bytes=total + barrier_bytes, war=war, registers=regs, persistent=persistent,
+                 smem_bytes=total + barrier_bytes, barrier_offset=total, barrier_bytes=barrier_bytes - ALIGN,
+                 smem_limit=limit, war=war, registers=regs, persistent=persistent,
                  register_budget=(producer, consumer))
     return replace(m, attrs=attrs)
 

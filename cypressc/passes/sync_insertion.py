@@ -42,7 +42,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.hazards import Dep, Leaf, Program, implied, instances
 from cypressc.ir.shapes import static
-from cypressc.ir.subst import subst_expr
+from cypressc.ir.subst import subst_expr, walk_ops
 
 __all__ = ["SyncInsertion", "sync_insertion"]
 
@@ -97,15 +97,32 @@ class SyncInsertion:
         return cls(1 if p is None else p, lim.get("warp_threads", 32), lim.get("warpgroup_warps", 4))
 
     def __call__(self, m: N.Module, ctx=None) -> N.Module:
+        block = ctx.tree.block_node() if ctx is not None else None
+        loc = (ctx.tree.mapping.instance_loc(block.instance.instance, "instance") if block
+               else Loc(ctx.mapping_path if ctx is not None else m.name))
         try:
-            return _Insert(m, self).run()
+            out = _Insert(m, self).run()
         except _Refuse as r:
-            block = ctx.tree.block_node() if ctx is not None else None
-            loc = (ctx.tree.mapping.instance_loc(block.instance.instance, "instance") if block
-                   else Loc(ctx.mapping_path if ctx is not None else m.name))
             raise CypressError("E050", f"the CUDA backend cannot synchronize this program yet: {r}", loc,
                                hint="the IR passes before sync-insertion and `cypressc explain` still work; "
                                "see docs/language.md for the kernel shapes the backend generates") from None
+        return _barrier_bytes(out, loc)
+
+
+def _barrier_bytes(m: N.Module, loc: Loc) -> N.Module:
+    """Grow the shared memory by the mbarriers beyond what resource allocation reserved
+    (one full/empty pair per stage; separate channels need more); E046 past the limit."""
+    need = 8 * sum(o.stages for o in walk_ops(m.body) if isinstance(o, S.MBarrier))
+    have = m.attrs.get("barrier_bytes")
+    if have is None or need <= have:
+        return m
+    total = m.attrs["smem_bytes"] + need - have
+    limit = m.attrs.get("smem_limit")
+    if limit is not None and total > limit:
+        raise CypressError("E046", f"shared memory does not fit: the mbarriers of the pipeline's channels "
+                           f"need {need} bytes, {total} in all, the limit is {limit}", loc,
+                           hint="lower `pipeline:` or the tile sizes")
+    return replace(m, attrs={**m.attrs, "smem_bytes": total, "barrier_bytes": need})
 
 
 def sync_insertion(m: N.Module, ctx) -> N.Module:
@@ -232,6 +249,10 @@ class _Insert:
         if "wait_group" in needs:
             self._wait_group(d, p, c, e)
         where, side = self.anchor(d)
+        if "fence_wgmma" in needs and c.kind == "wgmma":
+            # right before the wgmma, also for an edge into its loop: the fence of the accumulator
+            # carried across iterations stands there and realizes both (one fence, not two)
+            where, side = c.op, "before"
         if "fence_wgmma" in needs:
             self.put(where, side, "wgmma", ("fence", "wgmma", c.role),
                      lambda ins: S.Fence("wgmma", c.role, tuple(ins.edges), c.op.dims), [e])

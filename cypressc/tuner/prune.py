@@ -57,14 +57,14 @@ def check_candidate(job: tuple[str, Mapping[str, str], str, str]) -> dict[str, A
 
 def plan_features(plan) -> dict[str, Any]:
     """What :func:`static_score` reads of a :class:`~cypressc.backend.plan.KernelPlan`."""
-    from cypressc.backend.plan import StoreDirect, StoreStaged
+    from cypressc.backend.plan import StoreDirect, TmaStore
 
     return {"sizes": list(plan.sizes), "grid": list(plan.grid), "trip_count": plan.trip_count, "flops": plan.flops,
             "stage_bytes": sum(b.stage_bytes for b in plan.buffers), "stages": plan.stages,
             "smem_bytes": plan.smem_bytes, "consumers": plan.consumers,
             "warpspecialize": plan.warpspecialize, "persistent": plan.persistent,
             "mma_in_flight": plan.mma_in_flight, "raster": plan.raster,
-            "staged_stores": sum(isinstance(s, StoreStaged) for s in plan.epilogue),
+            "staged_stores": sum(isinstance(s, TmaStore) for s in plan.epilogue),
             "direct_stores": sum(isinstance(s, StoreDirect) for s in plan.epilogue),
             "acc_floats": sum(f.rows * f.cols for f in plan.fragments)}
 

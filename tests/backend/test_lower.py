@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _compile(mapping: str):
     tree = instantiate(check_program(parse_file(ROOT / "programs/gemm_reduction.cyp")),
                        load_mapping(ROOT / "mappings/gemm_reduction" / mapping))
-    m = compile_module(tree, until="warp-specialization")[-1][1]
+    m = compile_module(tree, until="sync-insertion")[-1][1]
     return m, PassContext(tree)
 
 
@@ -64,8 +64,8 @@ def test_staged_c_store_with_the_host_loop():
     """mappings/gemm_reduction/h100.yaml stages C in shared memory: C needs no guard (its
     pieces are disjoint per j), y keeps the last-iteration guard."""
     plan = cuda_lowering(*_compile("h100.yaml")).attrs["kernel"]
-    assert [type(e) for e in plan.epilogue] == [P.StoreStaged, P.StoreVector]
-    assert plan.epilogue[1].when == "b1 == tiles1 - 1" and plan.persistent
+    assert [type(e) for e in plan.epilogue] == [P.StageWrite, P.TmaStore, P.StoreVector]
+    assert plan.epilogue[2].when == "b1 == tiles1 - 1" and plan.persistent
 
 
 def _refusal(m, ctx) -> str:

@@ -72,8 +72,8 @@ def test_the_synchronization_derived_from_the_events_is_the_templates(program, m
     # named barriers: the staged TMA store syncs each warpgroup (128 threads), the shared bytes
     # reused after the loop sync every consumer
     bars = sorted(o.threads for o in syncs(m, S.BarSync))
-    staged = any(isinstance(e, P.StoreStaged) for e in plan.epilogue)
-    assert bars == sorted([128] * staged + [128 * plan.consumers] * plan.war_barrier)
+    staged = any(isinstance(e, P.TmaStore) for e in plan.epilogue)
+    assert bars == sorted([128] * staged + [128 * plan.consumers] * bool(m.attrs.get("war")))
     fences = {o.kind for o in syncs(m, S.Fence)}
     assert fences == {"wgmma"} | ({"proxy_async"} if staged else set())
     assert bool([o for o in syncs(m, S.CommitGroup) if o.unit == "bulk"]) == staged

@@ -95,13 +95,19 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// Row-major [batch][outer][inner] 16-bit tensor, box {box_inner, box_outer, 1}, 128-byte swizzle
-// (box_inner * 2 must be <= 128), out-of-bounds elements read as zero. `rank` is 2 or 3 and must
-// match the tma_load_2d/3d calls on the map (a 3-D map of batch 1 is still 3-D).
+// Row-major [batch][outer][inner] 16-bit tensor, box {box_inner, box_outer, 1}, `swizzle`-byte
+// swizzle (128, 64 or 32; box_inner * 2 must be <= swizzle: the box's inner extent fits one
+// swizzled row), out-of-bounds elements read as zero. `rank` is 2 or 3 and must match the
+// tma_load_2d/3d calls on the map (a 3-D map of batch 1 is still 3-D).
 inline cudaError_t make_tma_map(CUtensorMap* map, const void* gptr, bool bf16, uint64_t inner, uint64_t outer,
-                                uint64_t batch, uint32_t box_inner, uint32_t box_outer, uint32_t rank = 0) {
+                                uint64_t batch, uint32_t box_inner, uint32_t box_outer, uint32_t rank = 0,
+                                uint32_t swizzle = 128) {
   auto encode = tensor_map_encoder();
-  if (!encode || box_inner * 2 > 128 || (reinterpret_cast<uintptr_t>(gptr) & 15) || (inner * 2) % 16)
+  const CUtensorMapSwizzle mode = swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                  : swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                  : CU_TENSOR_MAP_SWIZZLE_32B;
+  if (!encode || (swizzle != 128 && swizzle != 64 && swizzle != 32) || box_inner * 2 > swizzle ||
+      (reinterpret_cast<uintptr_t>(gptr) & 15) || (inner * 2) % 16)
     return cudaErrorInvalidValue;
   if (rank == 0) rank = batch > 1 ? 3 : 2;
   cuuint64_t dims[3] = {inner, outer, batch};
@@ -110,7 +116,7 @@ inline cudaError_t make_tma_map(CUtensorMap* map, const void* gptr, bool bf16, u
   cuuint32_t elem_strides[3] = {1, 1, 1};
   CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, cuuint32_t(rank),
                       const_cast<void*>(gptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      mode, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE /* = zeros */);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -143,33 +149,58 @@ template <int N> __device__ __forceinline__ void tma_store_wait() { cute::tma_st
 // ------------------------------------------------------------------------------------------
 // wgmma: shared-memory descriptors, fences, and the m64nNk16 f32-accumulate call
 // ------------------------------------------------------------------------------------------
-// Layouts (both are what a TMA box with 128-byte swizzle writes; tile base 1024-byte aligned):
-//  * K-major tile  (rows of 64 16-bit elements along K, 128 B each, e.g. A: BM x 64):
-//      SBO = 1024 B (next group of 8 rows), LBO unused (1). k16 step: +32 B on the start address.
-//  * MN-major tile (rows of 64 elements along N, one row per k, e.g. B read from row-major K x N):
-//      stored as chunks of 64 columns, each chunk `chunk_bytes` apart (= rows_k * 128 B):
-//      LBO = chunk_bytes (next 64 columns of N), SBO = 1024 B (next 8 k-rows).
-//      k16 step: +16 rows * 128 B = +2048 B. The instruction gets tnspB = Major::MN.
+// Layouts: what a TMA box with SW-byte swizzle (SW = 128, 64 or 32) writes: rows of SW bytes
+// (SW / 2 16-bit elements), the XOR pattern repeating every 8 rows (an 8 x SW-byte atom), tile
+// base aligned to the atom (1024 / 512 / 256 B) so the descriptor's base offset is 0.  These are
+// the canonical layouts of PTX ISA "Asynchronous Warpgroup Level Matrix Shared Memory Layout"
+// (CuTe's make_gmma_desc: Layout_{K,MN}_SW{128,64,32}_Atom).
+//  * K-major tile  (rows along K, e.g. A: BM x SW/2 per chunk):
+//      SBO = 8 * SW B (next group of 8 rows), LBO unused for swizzled K-major (1). A k16 step
+//      is 32 B along the row: +32 B on the start address inside a chunk (SW / 32 steps per
+//      chunk: 4, 2 or 1), the next chunk after that.
+//  * MN-major tile (rows along N, one row per k, e.g. B read from row-major K x N):
+//      stored as chunks of SW / 2 columns, each chunk `chunk_bytes` apart (= rows_k * SW B):
+//      LBO = chunk_bytes (next SW / 2 columns of N), SBO = 8 * SW B (next 8 k-rows).
+//      k16 step: +16 rows * SW B. The instruction gets tnspB = Major::MN.
 
-// Descriptor for a 128B-swizzled K-major tile starting at `tile` (1024-byte aligned).
-__device__ __forceinline__ uint64_t desc_k_sw128(const void* tile) {
+// Swizzle width in bytes -> the descriptor's layout type (bits 62-63: 1 = 128B, 2 = 64B, 3 = 32B).
+template <int SW> __host__ __device__ constexpr cute::SM90::GMMA::LayoutType gmma_layout() {
+  static_assert(SW == 128 || SW == 64 || SW == 32, "wgmma swizzles rows of 128, 64 or 32 bytes");
+  return SW == 128 ? cute::SM90::GMMA::LayoutType::B128
+         : SW == 64 ? cute::SM90::GMMA::LayoutType::B64 : cute::SM90::GMMA::LayoutType::B32;
+}
+// Descriptor for an SW-byte-swizzled K-major tile starting at `tile`.
+template <int SW> __device__ __forceinline__ uint64_t desc_k_sw(const void* tile) {
   cute::GmmaDescriptor d;
   d.bitfield.start_address_ = uint16_t(smem_u32(tile) >> 4);
   d.bitfield.leading_byte_offset_ = 1;
-  d.bitfield.stride_byte_offset_ = 1024 >> 4;
+  d.bitfield.stride_byte_offset_ = (8 * SW) >> 4;
   d.bitfield.base_offset_ = 0;
-  d.bitfield.layout_type_ = uint8_t(cute::SM90::GMMA::LayoutType::B128);
+  d.bitfield.layout_type_ = uint8_t(gmma_layout<SW>());
   return d.desc_;
 }
-// Descriptor for a 128B-swizzled MN-major tile made of 64-column chunks `chunk_bytes` apart.
-__device__ __forceinline__ uint64_t desc_mn_sw128(const void* tile, uint32_t chunk_bytes) {
+// Descriptor for an SW-byte-swizzled MN-major tile made of SW/2-column chunks `chunk_bytes` apart.
+template <int SW> __device__ __forceinline__ uint64_t desc_mn_sw(const void* tile, uint32_t chunk_bytes) {
   cute::GmmaDescriptor d;
   d.bitfield.start_address_ = uint16_t(smem_u32(tile) >> 4);
   d.bitfield.leading_byte_offset_ = uint16_t(chunk_bytes >> 4);
-  d.bitfield.stride_byte_offset_ = 1024 >> 4;
+  d.bitfield.stride_byte_offset_ = (8 * SW) >> 4;
   d.bitfield.base_offset_ = 0;
-  d.bitfield.layout_type_ = uint8_t(cute::SM90::GMMA::LayoutType::B128);
+  d.bitfield.layout_type_ = uint8_t(gmma_layout<SW>());
   return d.desc_;
+}
+// The swizzle modes by name, as the generated code calls them (tile base aligned as above).
+__device__ __forceinline__ uint64_t desc_k_sw128(const void* tile) { return desc_k_sw<128>(tile); }
+__device__ __forceinline__ uint64_t desc_k_sw64(const void* tile) { return desc_k_sw<64>(tile); }
+__device__ __forceinline__ uint64_t desc_k_sw32(const void* tile) { return desc_k_sw<32>(tile); }
+__device__ __forceinline__ uint64_t desc_mn_sw128(const void* tile, uint32_t chunk_bytes) {
+  return desc_mn_sw<128>(tile, chunk_bytes);
+}
+__device__ __forceinline__ uint64_t desc_mn_sw64(const void* tile, uint32_t chunk_bytes) {
+  return desc_mn_sw<64>(tile, chunk_bytes);
+}
+__device__ __forceinline__ uint64_t desc_mn_sw32(const void* tile, uint32_t chunk_bytes) {
+  return desc_mn_sw<32>(tile, chunk_bytes);
 }
 // Advance a descriptor's start address by `bytes` (multiple of 16): k-slices inside a tile.
 __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }

@@ -8,19 +8,18 @@ constexpr int STAGES = 3, CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int A_mma_block_STAGE = 16384, A_mma_block_CHUNK = 16384;  // 128x64 f16, 1 chunk(s) of 64 columns
 constexpr int B_mma_block_STAGE = 32768, B_mma_block_CHUNK = 8192;  // 64x256 f16, 4 chunk(s) of 64 columns
-constexpr int STAGE_TX = 49152;  // bytes the TMA lands per stage
 constexpr int SMEM_BYTES = 214064;
 }  // namespace
 
 __global__ void __launch_bounds__(THREADS, 1)
 batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_constant__ CUtensorMap tm_B_64x64, const __grid_constant__ CUtensorMap tm_C_64x64, __half* __restrict__ C, int L, int M, int N, int K) {
-  // ---- prologue: shared memory and the full/empty mbarriers of each stage
+  // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
   uint8_t* s_A_mma_block = smem + 0;  // %A_mma_block
   uint8_t* s_B_mma_block = smem + 49152;  // %B_mma_block
-  cypress::bar_t* full = reinterpret_cast<cypress::bar_t*>(smem + 212992);  // stage landed
-  cypress::bar_t* empty = full + STAGES;  // stage released by every consumer warpgroup
+  cypress::bar_t* full_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 212992);  // full mbarrier[3], channel of %e3, %e4
+  cypress::bar_t* empty_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 213016);  // empty mbarrier[3], channel of %e3, %e4
   const int tiles0 = L;
   const int tiles1 = cdiv(M, 128);
   const int tiles2 = cdiv(N, 256);
@@ -36,13 +35,11 @@ batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gri
     b2 = v / rows;
   };
   if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      cypress::init(&full[s], 1);
-      cypress::init(&empty[s], CONSUMERS);
-    }
+    for (int i = 0; i < 3; ++i) cypress::init(&full_A_mma_block_B_mma_block[i], 1);
+    for (int i = 0; i < 3; ++i) cypress::init(&empty_A_mma_block_B_mma_block[i], 2);
     cypress::fence_barrier_init();
   }
-  __syncthreads();
+  __syncthreads();  // every thread sees the initialized mbarriers
   const int wg = cypress::warpgroup_idx();
   if (wg == 0) {
     // ---- producer warpgroup: %e3, %e4 (GLOBAL->SHARED, TMA)
@@ -50,22 +47,21 @@ batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gri
     if (cypress::warp_in_warpgroup() == 0 && cypress::elect_one()) {
       cypress::tma_prefetch(&tm_A_128x64);
       cypress::tma_prefetch(&tm_B_64x64);
-      int s = 0, phase = 0;
+      int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
       for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
         int b0, b1, b2;
         tile_coords(t, b0, b1, b2);
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty[s], phase ^ 1);  // backward edge: step kb - STAGES is consumed
-          cypress::arrive_expect_tx(&full[s], STAGE_TX);
-          // %e3: copy -> %A_mma_block[kb % STAGES]
-          for (int j = 0; j < 1; ++j) {
-            cypress::tma_load_3d(s_A_mma_block + s * A_mma_block_STAGE + j * A_mma_block_CHUNK, &tm_A_128x64, &full[s], (kb * 64) + 64 * j, (b1 * 128), b0);
-          }
-          // %e4: copy -> %B_mma_block[kb % STAGES]
+          cypress::wait(&empty_A_mma_block_B_mma_block[stage], (phase ^ 1));  // %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
+          cypress::arrive_expect_tx(&full_A_mma_block_B_mma_block[stage], 49152);  // %e3 -> %e5 (raw %A_mma_block); %e4 -> %e5 (raw %B_mma_block)
+          // %e3: copy -> %A_mma_block[stage] (TMA)
+          cypress::tma_load_3d(s_A_mma_block + (stage) * A_mma_block_STAGE, &tm_A_128x64, &full_A_mma_block_B_mma_block[stage], (kb * 64), (b1 * 128), b0);
+          // %e4: copy -> %B_mma_block[stage] (TMA)
+          #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            cypress::tma_load_3d(s_B_mma_block + s * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B_64x64, &full[s], (b2 * 256) + 64 * j, (kb * 64), b0);
+            cypress::tma_load_3d(s_B_mma_block + (stage) * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B_64x64, &full_A_mma_block_B_mma_block[stage], (b2 * 256) + 64 * j, (kb * 64), b0);
           }
-          if (++s == STAGES) { s = 0; phase ^= 1; }
+          if (++stage == STAGES) { stage = 0; phase ^= 1; }
         }
       }
     }
@@ -75,71 +71,61 @@ batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gri
     // ---- consumer warpgroups: wgmma on the stages, accumulators in registers
     const bool leader = threadIdx.x % 128 == 0;
     float C_clear_thread[1][128];  // %C_clear_thread: 64x256 f32 per warpgroup
-    int s = 0, phase = 0, rel_s = 0;  // stage to wait on, its parity, next stage to release
+    int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
       int b0, b1, b2;
       tile_coords(t, b0, b1, b2);
       // %e1: fill
       #pragma unroll
-      for (int a = 0; a < 1; ++a)
-      #pragma unroll
-        for (int i = 0; i < 128; ++i) C_clear_thread[a][i] = 0;
+      for (int i = 0; i < 128; ++i) C_clear_thread[0][i] = 0;
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full[s], phase);  // channel: %e3, %e4
-        for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
+        cypress::wait(&full_A_mma_block_B_mma_block[stage], phase);  // %e3 -> %e5 (raw %A_mma_block); %e4 -> %e5 (raw %B_mma_block)
+        // wgmma.fence: %e1 -> %e5 (raw %C_clear_thread, into the loop); %e1 -> %e5 (waw %C_clear_thread, into the loop); %e5 -> %e5 (raw %C_clear_thread, 1 step(s) later); %e5 -> %e5 (war %C_clear_thread, 1 step(s) later); %e5 -> %e5 (waw %C_clear_thread, 1 step(s) later)
+        cypress::fence_acc(C_clear_thread[0]);
         cypress::wgmma_fence();
         // %e5: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + s * B_mma_block_STAGE + 0 * B_mma_block_CHUNK + kk * 16 * 128, B_mma_block_CHUNK);
-          #pragma unroll
-          for (int a = 0; a < 1; ++a) {
-            const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + s * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + (((cw * 64)) + a * 64) * 128 + (kk % 4) * 32);
-            cypress::wgmma<256, __half>(da, db, C_clear_thread[a]);
-          }
+          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + (stage) * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          cypress::wgmma<256, __half>(da, db, C_clear_thread[0]);
         }
-        cypress::commit();
-        for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
-        cypress::wait<1>();  // keep 1 wgmma group(s) in flight
-        // the group of step kb - 1 retired: its stage goes back to the producer
+        cypress::commit();  // closes the group of %e5
+        cypress::wait<1>();  // %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
         if (kb >= 1) {
-          if (leader) cypress::arrive(&empty[rel_s]);
-          if (++rel_s == STAGES) rel_s = 0;
+          if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
         }
-        if (++s == STAGES) { s = 0; phase ^= 1; }
+        if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
-      cypress::wait<0>();
-      for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
-      // drain: release the stages of the last groups
-      for (int kb = max(num_k - 1, 0); kb < num_k; ++kb) {
-        if (leader) cypress::arrive(&empty[rel_s]);
-        if (++rel_s == STAGES) rel_s = 0;
+      cypress::wait<0>();  // %e5 -> %e6 (raw %C_clear_thread, after the loop); %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
+      cypress::fence_acc(C_clear_thread[0]);
+      if ((cdiv(K, 64) - 1) >= 0) {
+        if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
       }
-      // ---- epilogue
-      // %e6: copy %C_clear_thread -> shared staging (swizzled 64x64 boxes); %e7: warpgroup barrier, then TMA store
-      uint8_t* stage_c = smem + 147456 + cw * 32768;
-      if (leader) cypress::tma_store_wait<0>();  // the previous tile's store has read stage_c
-      cypress::named_sync(1 + cw, 128);
+      if (leader) cypress::tma_store_wait<0>();  // %e7 -> end (end %D_copy_warpgroup) (persistent block: before the next tile writes %D_copy_warpgroup)
+      cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
+      // %e6: copy %C_clear_thread -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int a = 0; a < 1; ++a) {
         #pragma unroll
         for (int j = 0; j < 64; ++j) {
           const int2 rc = cypress::acc_coord(j);
-          uint8_t* box = stage_c + (a * 4 + rc.y / 64) * 8192;
+          uint8_t* box = smem + 147456 + cw * 32768 + (a * 4 + rc.y / 64) * 8192;
           *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
         }
       }
-      cypress::fence_proxy_async();  // generic-proxy writes -> TMA reads
-      cypress::named_sync(1 + cw, 128);
+      cypress::fence_proxy_async();  // %e6 -> %e7 (raw %D_copy_warpgroup)
+      cypress::named_sync((1 + cw), 128);  // %e6 -> %e7 (raw %D_copy_warpgroup)
+      // %e7: copy %D_copy_warpgroup -> global (TMA store, 64x64 boxes)
       if (leader) {
         for (int a = 0; a < 1; ++a)
           for (int b = 0; b < 4; ++b) {
-          cypress::tma_store_3d(&tm_C_64x64, stage_c + (a * 4 + b) * 8192, ((b2 * 256)) + 64 * b, (((b1 * 128) + (cw * 64))) + 64 * a, b0);
+          cypress::tma_store_3d(&tm_C_64x64, smem + 147456 + cw * 32768 + (a * 4 + b) * 8192, ((b2 * 256)) + 64 * b, (((b1 * 128) + (cw * 64))) + 64 * a, b0);
         }
-        cypress::tma_store_commit();
       }
+      if (leader) cypress::tma_store_commit();  // closes the group of %e7
     }
-    if (leader) cypress::tma_store_wait<0>();  // shared staging must outlive the TMA reads
+    if (leader) cypress::tma_store_wait<0>();  // %e7 -> end (end %D_copy_warpgroup) (after the last tile)
   }
 }
 

@@ -9,20 +9,21 @@ constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int A_mma_block_STAGE = 16384, A_mma_block_CHUNK = 16384;  // 128x64 f16, 1 chunk(s) of 64 columns
 constexpr int B_mma_block_STAGE = 16384, B_mma_block_CHUNK = 8192;  // 64x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_block_1_STAGE = 16384, B_mma_block_1_CHUNK = 8192;  // 64x128 f16, 2 chunk(s) of 64 columns
-constexpr int STAGE_TX = 49152;  // bytes the TMA lands per stage
-constexpr int SMEM_BYTES = 197696;
+constexpr int SMEM_BYTES = 197760;
 }  // namespace
 
 __global__ void __launch_bounds__(THREADS, 1)
 dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_constant__ CUtensorMap tm_B1_64x64, const __grid_constant__ CUtensorMap tm_B2_64x64, __half* __restrict__ D, int M, int N, int K) {
-  // ---- prologue: shared memory and the full/empty mbarriers of each stage
+  // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
   uint8_t* s_A_mma_block = smem + 0;  // %A_mma_block
   uint8_t* s_B_mma_block = smem + 65536;  // %B_mma_block
   uint8_t* s_B_mma_block_1 = smem + 131072;  // %B_mma_block_1
-  cypress::bar_t* full = reinterpret_cast<cypress::bar_t*>(smem + 196608);  // stage landed
-  cypress::bar_t* empty = full + STAGES;  // stage released by every consumer warpgroup
+  cypress::bar_t* full_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 196608);  // full mbarrier[4], channel of %e4, %e5
+  cypress::bar_t* empty_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 196640);  // empty mbarrier[4], channel of %e4, %e5
+  cypress::bar_t* full_B_mma_block_1 = reinterpret_cast<cypress::bar_t*>(smem + 196672);  // full mbarrier[4], channel of %e7
+  cypress::bar_t* empty_B_mma_block_1 = reinterpret_cast<cypress::bar_t*>(smem + 196704);  // empty mbarrier[4], channel of %e7
   const int tiles0 = cdiv(M, 128);
   const int tiles1 = cdiv(N, 128);
   const int num_tiles = tiles0 * tiles1;
@@ -36,13 +37,13 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
     b1 = v / rows;
   };
   if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      cypress::init(&full[s], 1);
-      cypress::init(&empty[s], CONSUMERS);
-    }
+    for (int i = 0; i < 4; ++i) cypress::init(&full_A_mma_block_B_mma_block[i], 1);
+    for (int i = 0; i < 4; ++i) cypress::init(&empty_A_mma_block_B_mma_block[i], 2);
+    for (int i = 0; i < 4; ++i) cypress::init(&full_B_mma_block_1[i], 1);
+    for (int i = 0; i < 4; ++i) cypress::init(&empty_B_mma_block_1[i], 2);
     cypress::fence_barrier_init();
   }
-  __syncthreads();
+  __syncthreads();  // every thread sees the initialized mbarriers
   const int wg = cypress::warpgroup_idx();
   if (wg == 0) {
     // ---- producer warpgroup: %e4, %e5, %e7 (GLOBAL->SHARED, TMA)
@@ -51,26 +52,28 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
       cypress::tma_prefetch(&tm_A_128x64);
       cypress::tma_prefetch(&tm_B1_64x64);
       cypress::tma_prefetch(&tm_B2_64x64);
-      int s = 0, phase = 0;
+      int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
       for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
         int b0, b1;
         tile_coords(t, b0, b1);
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty[s], phase ^ 1);  // backward edge: step kb - STAGES is consumed
-          cypress::arrive_expect_tx(&full[s], STAGE_TX);
-          // %e4: copy -> %A_mma_block[kb % STAGES]
-          for (int j = 0; j < 1; ++j) {
-            cypress::tma_load_2d(s_A_mma_block + s * A_mma_block_STAGE + j * A_mma_block_CHUNK, &tm_A_128x64, &full[s], (kb * 64) + 64 * j, (b0 * 128));
-          }
-          // %e5: copy -> %B_mma_block[kb % STAGES]
+          cypress::wait(&empty_A_mma_block_B_mma_block[stage], (phase ^ 1));  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later)
+          cypress::arrive_expect_tx(&full_A_mma_block_B_mma_block[stage], 32768);  // %e4 -> %e6 (raw %A_mma_block); %e4 -> %e8 (raw %A_mma_block); %e5 -> %e6 (raw %B_mma_block)
+          // %e4: copy -> %A_mma_block[stage] (TMA)
+          cypress::tma_load_2d(s_A_mma_block + (stage) * A_mma_block_STAGE, &tm_A_128x64, &full_A_mma_block_B_mma_block[stage], (kb * 64), (b0 * 128));
+          // %e5: copy -> %B_mma_block[stage] (TMA)
+          #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_2d(s_B_mma_block + s * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B1_64x64, &full[s], (b1 * 128) + 64 * j, (kb * 64));
+            cypress::tma_load_2d(s_B_mma_block + (stage) * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B1_64x64, &full_A_mma_block_B_mma_block[stage], (b1 * 128) + 64 * j, (kb * 64));
           }
-          // %e7: copy -> %B_mma_block_1[kb % STAGES]
+          cypress::wait(&empty_B_mma_block_1[stage], (phase ^ 1));  // %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
+          cypress::arrive_expect_tx(&full_B_mma_block_1[stage], 16384);  // %e7 -> %e8 (raw %B_mma_block_1)
+          // %e7: copy -> %B_mma_block_1[stage] (TMA)
+          #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_2d(s_B_mma_block_1 + s * B_mma_block_1_STAGE + j * B_mma_block_1_CHUNK, &tm_B2_64x64, &full[s], (b1 * 128) + 64 * j, (kb * 64));
+            cypress::tma_load_2d(s_B_mma_block_1 + (stage) * B_mma_block_1_STAGE + j * B_mma_block_1_CHUNK, &tm_B2_64x64, &full_B_mma_block_1[stage], (b1 * 128) + 64 * j, (kb * 64));
           }
-          if (++s == STAGES) { s = 0; phase ^= 1; }
+          if (++stage == STAGES) { stage = 0; phase ^= 1; }
         }
       }
     }
@@ -81,65 +84,58 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
     const bool leader = threadIdx.x % 128 == 0;
     float C_clear_thread[1][64];  // %C_clear_thread: 64x128 f32 per warpgroup
     float C_clear_thread_1[1][64];  // %C_clear_thread_1: 64x128 f32 per warpgroup
-    int s = 0, phase = 0, rel_s = 0;  // stage to wait on, its parity, next stage to release
+    int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
     for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
       int b0, b1;
       tile_coords(t, b0, b1);
       // %e1: fill
       #pragma unroll
-      for (int a = 0; a < 1; ++a)
-      #pragma unroll
-        for (int i = 0; i < 64; ++i) C_clear_thread[a][i] = 0;
+      for (int i = 0; i < 64; ++i) C_clear_thread[0][i] = 0;
       // %e2: fill
       #pragma unroll
-      for (int a = 0; a < 1; ++a)
-      #pragma unroll
-        for (int i = 0; i < 64; ++i) C_clear_thread_1[a][i] = 0;
+      for (int i = 0; i < 64; ++i) C_clear_thread_1[0][i] = 0;
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full[s], phase);  // channel: %e4, %e5, %e7
-        for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
-        for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread_1[a]);
+        cypress::wait(&full_A_mma_block_B_mma_block[stage], phase);  // %e4 -> %e6 (raw %A_mma_block); %e4 -> %e8 (raw %A_mma_block); %e5 -> %e6 (raw %B_mma_block)
+        // wgmma.fence: %e1 -> %e6 (raw %C_clear_thread, into the loop); %e1 -> %e6 (waw %C_clear_thread, into the loop); %e6 -> %e6 (raw %C_clear_thread, 1 step(s) later); %e6 -> %e6 (war %C_clear_thread, 1 step(s) later); %e6 -> %e6 (waw %C_clear_thread, 1 step(s) later)
+        cypress::fence_acc(C_clear_thread[0]);
         cypress::wgmma_fence();
         // %e6: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + s * B_mma_block_STAGE + 0 * B_mma_block_CHUNK + kk * 16 * 128, B_mma_block_CHUNK);
-          #pragma unroll
-          for (int a = 0; a < 1; ++a) {
-            const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + s * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + (((cw * 64)) + a * 64) * 128 + (kk % 4) * 32);
-            cypress::wgmma<128, __half>(da, db, C_clear_thread[a]);
-          }
+          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + (stage) * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          cypress::wgmma<128, __half>(da, db, C_clear_thread[0]);
         }
+        cypress::wait(&full_B_mma_block_1[stage], phase);  // %e7 -> %e8 (raw %B_mma_block_1)
+        // wgmma.fence: %e2 -> %e8 (raw %C_clear_thread_1, into the loop); %e2 -> %e8 (waw %C_clear_thread_1, into the loop); %e8 -> %e8 (raw %C_clear_thread_1, 1 step(s) later); %e8 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e8 (waw %C_clear_thread_1, 1 step(s) later)
+        cypress::fence_acc(C_clear_thread_1[0]);
+        cypress::wgmma_fence();
         // %e8: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block_1 + s * B_mma_block_1_STAGE + 0 * B_mma_block_1_CHUNK + kk * 16 * 128, B_mma_block_1_CHUNK);
-          #pragma unroll
-          for (int a = 0; a < 1; ++a) {
-            const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + s * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + (((cw * 64)) + a * 64) * 128 + (kk % 4) * 32);
-            cypress::wgmma<128, __half>(da, db, C_clear_thread_1[a]);
-          }
+          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block_1 + (stage) * B_mma_block_1_STAGE + kk * 16 * 128, B_mma_block_1_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          cypress::wgmma<128, __half>(da, db, C_clear_thread_1[0]);
         }
-        cypress::commit();
-        for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
-        for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread_1[a]);
-        cypress::wait<1>();  // keep 1 wgmma group(s) in flight
-        // the group of step kb - 1 retired: its stage goes back to the producer
+        cypress::commit();  // closes the group of %e6, %e8
+        cypress::wait<1>();  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later); %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
         if (kb >= 1) {
-          if (leader) cypress::arrive(&empty[rel_s]);
-          if (++rel_s == STAGES) rel_s = 0;
+          if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later)
         }
-        if (++s == STAGES) { s = 0; phase ^= 1; }
+        if (kb >= 1) {
+          if (leader) cypress::arrive(&empty_B_mma_block_1[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
+        }
+        if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
-      cypress::wait<0>();
-      for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
-      for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread_1[a]);
-      // drain: release the stages of the last groups
-      for (int kb = max(num_k - 1, 0); kb < num_k; ++kb) {
-        if (leader) cypress::arrive(&empty[rel_s]);
-        if (++rel_s == STAGES) rel_s = 0;
+      cypress::wait<0>();  // %e6 -> %e9 (raw %C_clear_thread, after the loop); %e6 -> %e9 (war %C_clear_thread, after the loop); %e6 -> %e9 (waw %C_clear_thread, after the loop); %e8 -> %e9 (raw %C_clear_thread_1, after the loop); %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later); %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
+      cypress::fence_acc(C_clear_thread[0]);
+      cypress::fence_acc(C_clear_thread_1[0]);
+      if ((cdiv(K, 64) - 1) >= 0) {
+        if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later)
       }
-      // ---- epilogue
+      if ((cdiv(K, 64) - 1) >= 0) {
+        if (leader) cypress::arrive(&empty_B_mma_block_1[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
+      }
       // %e9: add
       for (int a = 0; a < 1; ++a)
         for (int i = 0; i < 64; ++i) C_clear_thread[a][i] += C_clear_thread_1[a][i];

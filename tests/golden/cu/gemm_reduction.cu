@@ -8,19 +8,18 @@ constexpr int STAGES = 3, CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int A_mma_block_STAGE = 16384, A_mma_block_CHUNK = 16384;  // 128x64 f16, 1 chunk(s) of 64 columns
 constexpr int B_mma_block_STAGE = 32768, B_mma_block_CHUNK = 8192;  // 64x256 f16, 4 chunk(s) of 64 columns
-constexpr int STAGE_TX = 49152;  // bytes the TMA lands per stage
 constexpr int SMEM_BYTES = 214064;
 }  // namespace
 
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_constant__ CUtensorMap tm_B_64x64, const __grid_constant__ CUtensorMap tm_C_64x64, __half* __restrict__ C, float* __restrict__ y, int M, int N, int K) {
-  // ---- prologue: shared memory and the full/empty mbarriers of each stage
+  // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
   uint8_t* s_A_mma_block = smem + 0;  // %A_mma_block
   uint8_t* s_B_mma_block = smem + 49152;  // %B_mma_block
-  cypress::bar_t* full = reinterpret_cast<cypress::bar_t*>(smem + 212992);  // stage landed
-  cypress::bar_t* empty = full + STAGES;  // stage released by every consumer warpgroup
+  cypress::bar_t* full_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 212992);  // full mbarrier[3], channel of %e5, %e6
+  cypress::bar_t* empty_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 213016);  // empty mbarrier[3], channel of %e5, %e6
   const int tiles0 = cdiv(M, 128);
   const int tiles1 = cdiv(N, 256);
   const int num_tiles = tiles0 * tiles1;
@@ -34,13 +33,11 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
     b1 = v / rows;
   };
   if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      cypress::init(&full[s], 1);
-      cypress::init(&empty[s], 4 * CONSUMERS);  // every consumer warp: SIMT code reads the stages too
-    }
+    for (int i = 0; i < 3; ++i) cypress::init(&full_A_mma_block_B_mma_block[i], 1);
+    for (int i = 0; i < 3; ++i) cypress::init(&empty_A_mma_block_B_mma_block[i], 8);
     cypress::fence_barrier_init();
   }
-  __syncthreads();
+  __syncthreads();  // every thread sees the initialized mbarriers
   const int wg = cypress::warpgroup_idx();
   if (wg == 0) {
     // ---- producer warpgroup: %e5, %e6 (GLOBAL->SHARED, TMA)
@@ -48,22 +45,21 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
     if (cypress::warp_in_warpgroup() == 0 && cypress::elect_one()) {
       cypress::tma_prefetch(&tm_A_128x64);
       cypress::tma_prefetch(&tm_B_64x64);
-      int s = 0, phase = 0;
+      int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
       for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
         int b0, b1;
         tile_coords(t, b0, b1);
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty[s], phase ^ 1);  // backward edge: step kb - STAGES is consumed
-          cypress::arrive_expect_tx(&full[s], STAGE_TX);
-          // %e5: copy -> %A_mma_block[kb % STAGES]
-          for (int j = 0; j < 1; ++j) {
-            cypress::tma_load_2d(s_A_mma_block + s * A_mma_block_STAGE + j * A_mma_block_CHUNK, &tm_A_128x64, &full[s], (kb * 64) + 64 * j, (b0 * 128));
-          }
-          // %e6: copy -> %B_mma_block[kb % STAGES]
+          cypress::wait(&empty_A_mma_block_B_mma_block[stage], (phase ^ 1));  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
+          cypress::arrive_expect_tx(&full_A_mma_block_B_mma_block[stage], 49152);  // %e5 -> %e7 (raw %A_mma_block); %e5 -> %e8 (raw %A_mma_block); %e6 -> %e7 (raw %B_mma_block)
+          // %e5: copy -> %A_mma_block[stage] (TMA)
+          cypress::tma_load_2d(s_A_mma_block + (stage) * A_mma_block_STAGE, &tm_A_128x64, &full_A_mma_block_B_mma_block[stage], (kb * 64), (b0 * 128));
+          // %e6: copy -> %B_mma_block[stage] (TMA)
+          #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            cypress::tma_load_2d(s_B_mma_block + s * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B_64x64, &full[s], (b1 * 256) + 64 * j, (kb * 64));
+            cypress::tma_load_2d(s_B_mma_block + (stage) * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B_64x64, &full_A_mma_block_B_mma_block[stage], (b1 * 256) + 64 * j, (kb * 64));
           }
-          if (++s == STAGES) { s = 0; phase ^= 1; }
+          if (++stage == STAGES) { stage = 0; phase ^= 1; }
         }
       }
     }
@@ -75,86 +71,76 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
     const int tw = threadIdx.x % 128;  // thread in its warpgroup
     float C_clear_thread[1][128];  // %C_clear_thread: 64x256 f32 per warpgroup
     float y_clear_vec_thread[1];  // %y_clear_vec_thread: 1 f32 per thread
-    int s = 0, phase = 0, rel_s = 0;  // stage to wait on, its parity, next stage to release
+    int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
       int b0, b1;
       tile_coords(t, b0, b1);
       // %e2: fill
       #pragma unroll
-      for (int a = 0; a < 1; ++a)
-      #pragma unroll
-        for (int i = 0; i < 128; ++i) C_clear_thread[a][i] = 0;
+      for (int i = 0; i < 128; ++i) C_clear_thread[0][i] = 0;
       // %e3: fill
       for (int i = 0; i < 1; ++i) y_clear_vec_thread[i] = 0;
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full[s], phase);  // channel: %e5, %e6
-        for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
+        cypress::wait(&full_A_mma_block_B_mma_block[stage], phase);  // %e5 -> %e7 (raw %A_mma_block); %e5 -> %e8 (raw %A_mma_block); %e6 -> %e7 (raw %B_mma_block)
+        // wgmma.fence: %e2 -> %e7 (raw %C_clear_thread, into the loop); %e2 -> %e7 (waw %C_clear_thread, into the loop); %e7 -> %e7 (raw %C_clear_thread, 1 step(s) later); %e7 -> %e7 (war %C_clear_thread, 1 step(s) later); %e7 -> %e7 (waw %C_clear_thread, 1 step(s) later)
+        cypress::fence_acc(C_clear_thread[0]);
         cypress::wgmma_fence();
         // %e7: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + s * B_mma_block_STAGE + 0 * B_mma_block_CHUNK + kk * 16 * 128, B_mma_block_CHUNK);
-          #pragma unroll
-          for (int a = 0; a < 1; ++a) {
-            const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + s * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + (((cw * 64)) + a * 64) * 128 + (kk % 4) * 32);
-            cypress::wgmma<256, __half>(da, db, C_clear_thread[a]);
-          }
+          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + (stage) * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          cypress::wgmma<256, __half>(da, db, C_clear_thread[0]);
         }
-        cypress::commit();
-        for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
-        cypress::wait<1>();  // keep 1 wgmma group(s) in flight
-        // the group of step kb - 1 retired: its stage goes back to the producer
+        cypress::commit();  // closes the group of %e7
+        cypress::wait<1>();  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
+        __syncwarp();  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
         if (kb >= 1) {
-          __syncwarp();
-          if (threadIdx.x % 32 == 0) cypress::arrive(&empty[rel_s]);
-          if (++rel_s == STAGES) rel_s = 0;
+          if (threadIdx.x % 32 == 0) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
         }
-        // %e8: row_sum of %A_mma_block rows (SIMT, while the wgmma group runs)
+        // %e8: row_sum of %A_mma_block rows (SIMT)
         if (tw < 64) {
           #pragma unroll
           for (int rr = 0; rr < 1; ++rr)
-            y_clear_vec_thread[rr] += cypress::sw128_row_sum<__half>(s_A_mma_block + s * A_mma_block_STAGE + 0 * A_mma_block_CHUNK, (((cw * 64) + tw)) + rr, 1, A_mma_block_CHUNK);
+            y_clear_vec_thread[rr] += cypress::sw128_row_sum<__half>(s_A_mma_block + (stage) * A_mma_block_STAGE, (((cw * 64) + tw)) + rr, 1, A_mma_block_CHUNK);
         }
-        if (++s == STAGES) { s = 0; phase ^= 1; }
+        if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
-      cypress::wait<0>();
-      for (int a = 0; a < 1; ++a) cypress::fence_acc(C_clear_thread[a]);
-      // drain: release the stages of the last groups
-      for (int kb = max(num_k - 1, 0); kb < num_k; ++kb) {
-        __syncwarp();
-        if (threadIdx.x % 32 == 0) cypress::arrive(&empty[rel_s]);
-        if (++rel_s == STAGES) rel_s = 0;
+      cypress::wait<0>();  // %e7 -> %e9 (raw %C_clear_thread, after the loop); %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
+      cypress::fence_acc(C_clear_thread[0]);
+      __syncwarp();  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
+      if ((cdiv(K, 64) - 1) >= 0) {
+        if (threadIdx.x % 32 == 0) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
       }
-      // ---- epilogue
-      // %e9: copy %C_clear_thread -> shared staging (swizzled 64x64 boxes); %e10: warpgroup barrier, then TMA store
-      uint8_t* stage_c = smem + 147456 + cw * 32768;
-      if (leader) cypress::tma_store_wait<0>();  // the previous tile's store has read stage_c
-      cypress::named_sync(1 + cw, 128);
+      if (leader) cypress::tma_store_wait<0>();  // %e10 -> end (end %D_copy_warpgroup) (persistent block: before the next tile writes %D_copy_warpgroup)
+      cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
+      // %e9: copy %C_clear_thread -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int a = 0; a < 1; ++a) {
         #pragma unroll
         for (int j = 0; j < 64; ++j) {
           const int2 rc = cypress::acc_coord(j);
-          uint8_t* box = stage_c + (a * 4 + rc.y / 64) * 8192;
+          uint8_t* box = smem + 147456 + cw * 32768 + (a * 4 + rc.y / 64) * 8192;
           *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
         }
       }
-      cypress::fence_proxy_async();  // generic-proxy writes -> TMA reads
-      cypress::named_sync(1 + cw, 128);
+      cypress::fence_proxy_async();  // %e9 -> %e10 (raw %D_copy_warpgroup)
+      cypress::named_sync((1 + cw), 128);  // %e9 -> %e10 (raw %D_copy_warpgroup)
+      // %e10: copy %D_copy_warpgroup -> global (TMA store, 64x64 boxes)
       if (leader) {
         for (int a = 0; a < 1; ++a)
           for (int b = 0; b < 4; ++b) {
-          cypress::tma_store_2d(&tm_C_64x64, stage_c + (a * 4 + b) * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))) + 64 * a);
+          cypress::tma_store_2d(&tm_C_64x64, smem + 147456 + cw * 32768 + (a * 4 + b) * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))) + 64 * a);
         }
-        cypress::tma_store_commit();
       }
+      if (leader) cypress::tma_store_commit();  // closes the group of %e10
       // %e11: copy %y_clear_vec_thread -> y (f32), last host-loop iteration only (the earlier ones' writes are overwritten)
       if ((tw < 64) && b1 == tiles1 - 1) {
         for (int i = 0; i < 1; ++i)
           if (((((b0 * 128) + (cw * 64)) + tw)) + i < M) y[((((b0 * 128) + (cw * 64)) + tw)) + i] = y_clear_vec_thread[i];
       }
     }
-    if (leader) cypress::tma_store_wait<0>();  // shared staging must outlive the TMA reads
+    if (leader) cypress::tma_store_wait<0>();  // %e10 -> end (end %D_copy_warpgroup) (after the last tile)
   }
 }
 

@@ -1,0 +1,251 @@
+"""Print one kernel statement of a :class:`~cypressc.backend.plan.KernelPlan` as CUDA C++.
+
+:mod:`cypressc.backend.emit` prints the kernel's frame (shared memory, mbarrier
+initialization, the roles, the tile loop, the main loop); every statement inside comes
+from here, in the order the IR gives it.  A :class:`~cypressc.backend.plan.Sync` prints
+exactly its IR op (:mod:`cypressc.ir.sync`) with the comment naming the event edges it
+realizes; compute statements print their leaf (TMA copy, wgmma steps, fills, SIMT row
+sums, stores).
+"""
+
+from __future__ import annotations
+
+from cypressc.backend import plan as P
+from cypressc.ir import sync as S
+
+__all__ = ["CTYPE", "emit_stmt"]
+
+CTYPE = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "i32": "int"}
+
+
+def _frag(p: P.KernelPlan, name: str) -> P.Fragment:
+    return next(x for x in p.fragments if x.name == name)
+
+
+def _fence_acc(w, p: P.KernelPlan, accs) -> None:
+    """Order the compiler's accesses of the accumulators around an async wgmma point."""
+    for a in accs:
+        atoms = _frag(p, a).rows // 64
+        if atoms == 1:
+            w(f"cypress::fence_acc({a}[0]);")
+        else:
+            w(f"for (int a = 0; a < {atoms}; ++a) cypress::fence_acc({a}[a]);")
+
+
+def _line(w, code: str, who: str | None, note: str) -> None:
+    tail = f"  // {note}" if note else ""
+    w(f"if ({who}) {code}{tail}" if who else f"{code}{tail}")
+
+
+def _sync(w, p: P.KernelPlan, st: P.Sync) -> None:
+    op = st.op
+    if st.when:
+        w.open(f"if ({st.when})")
+    if isinstance(op, S.Wait):
+        _line(w, f"cypress::wait(&{st.bar}[{st.stage}], {st.parity});", st.who, st.note)
+    elif isinstance(op, S.ArriveExpectTx):
+        _line(w, f"cypress::arrive_expect_tx(&{st.bar}[{st.stage}], {op.bytes});", st.who, st.note)
+    elif isinstance(op, S.Arrive):
+        _line(w, f"cypress::arrive(&{st.bar}[{st.stage}]);", st.who, st.note)
+    elif isinstance(op, S.Fence) and op.kind == "wgmma":
+        w(f"// wgmma.fence: {st.note}")
+        _fence_acc(w, p, st.accs)
+        _line(w, "cypress::wgmma_fence();", st.who, "")
+    elif isinstance(op, S.Fence):
+        _line(w, "cypress::fence_proxy_async();", st.who, st.note)
+    elif isinstance(op, S.CommitGroup):
+        call = "cypress::commit();" if op.unit == "wgmma" else "cypress::tma_store_commit();"
+        _line(w, call, st.who, st.note)
+    elif isinstance(op, S.WaitGroup) and op.unit == "wgmma":
+        _line(w, f"cypress::wait<{op.pending}>();", st.who, st.note)
+        _fence_acc(w, p, st.accs)  # the registers' next reads stay after the wait
+    elif isinstance(op, S.WaitGroup):
+        _line(w, f"cypress::tma_store_wait<{op.pending}>();", st.who, st.note)
+        if st.deferred and st.barrier is not None:
+            bid, threads = st.barrier
+            w(f"cypress::named_sync({bid}, {threads});  // the other writers learn the store is done")
+    elif isinstance(op, S.SyncWarp):
+        _line(w, "__syncwarp();", st.who, st.note)
+    elif isinstance(op, S.BarSync):
+        _line(w, f"cypress::named_sync({st.stage}, {op.threads});", st.who, st.note)
+    else:
+        raise AssertionError(f"no CUDA for {type(op).__name__}")
+    if st.when:
+        w.close()
+
+
+def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
+    m = next(x for x in p.maps if x.name == ld.map)
+    b = next(x for x in p.buffers if x.name == ld.buffer)
+    w(f"// {ld.event}: copy -> %{ld.buffer}[{ld.stage}] (TMA)")
+    base = f"s_{b.name}" if ld.stage == "0" else f"s_{b.name} + ({ld.stage}) * {b.name}_STAGE"
+    bar = f"&{ld.bar}[{ld.bar_stage}]"
+
+    def one(dst: str, inner: str) -> None:
+        if len(m.box) == 2:
+            w(f"cypress::tma_load_2d({dst}, &{m.name}, {bar}, {inner}, {ld.coords[0]});")
+        else:
+            w(f"cypress::tma_load_3d({dst}, &{m.name}, {bar}, {inner}, {ld.coords[1]}, {ld.coords[0]});")
+
+    if ld.who is not None:
+        w.open(f"if ({ld.who})")
+    if ld.chunks == 1:
+        one(base, ld.coords[-1])
+    else:
+        w("#pragma unroll")
+        w.open(f"for (int j = 0; j < {ld.chunks}; ++j)")
+        one(f"{base} + j * {b.name}_CHUNK", f"{ld.coords[-1]} + {b.chunk_cols} * j")
+        w.close()
+    if ld.who is not None:
+        w.close()
+
+
+def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
+    f = _frag(p, mm.acc)
+    a_buf = next(x for x in p.buffers if x.name == mm.a_buf)
+    b_buf = next(x for x in p.buffers if x.name == mm.b_buf)
+    a_base = f"s_{a_buf.name}" if mm.a_stage == "0" else f"s_{a_buf.name} + ({mm.a_stage}) * {a_buf.name}_STAGE"
+    b_base = f"s_{b_buf.name}" if mm.b_stage == "0" else f"s_{b_buf.name} + ({mm.b_stage}) * {b_buf.name}_STAGE"
+    w(f"// {mm.event}: warpgroup_mma, {mm.k // 16} k16 step(s)")
+    w("#pragma unroll")
+    w.open(f"for (int kk = 0; kk < {mm.k // 16}; ++kk)")
+    # MN-major B: a k16 step is 16 swizzled rows; K-major A: 32 B along a swizzled row, so
+    # swizzle / 32 steps per chunk (cypress.cuh explains both layouts)
+    chunk = "" if mm.b_chunk == 0 else f"{mm.b_chunk} * {b_buf.name}_CHUNK + "
+    w(f"const uint64_t db = cypress::desc_mn_sw{b_buf.swizzle}({b_base} + {chunk}kk * 16 * {b_buf.swizzle}, "
+      f"{b_buf.name}_CHUNK);")
+    per = a_buf.swizzle // 32
+    # the k16 step within A's tile: a K slice of a wider resident tile starts a_col / 16 steps in
+    ks = "kk" if mm.a_col == "0" else f"(kk + ({mm.a_col}) / 16)"
+    k_off = f"{ks} * {a_buf.name}_CHUNK" if per == 1 else f"({ks} / {per}) * {a_buf.name}_CHUNK"
+    in_row = "" if per == 1 else f" + ({ks} % {per}) * 32"
+    atoms = f.rows // 64
+    row = f"({mm.a_row})" if atoms == 1 else f"(({mm.a_row}) + a * 64)"
+    acc = f"{f.name}[0]" if atoms == 1 else f"{f.name}[a]"
+    if atoms > 1:
+        w("#pragma unroll")
+        w.open(f"for (int a = 0; a < {atoms}; ++a)")
+    w(f"const uint64_t da = cypress::desc_k_sw{a_buf.swizzle}({a_base} + {k_off} + {row} * {a_buf.swizzle}{in_row});")
+    w(f"cypress::wgmma<{mm.n}, {CTYPE[mm.dtype]}>(da, db, {acc});")
+    if atoms > 1:
+        w.close()
+    w.close()
+
+
+def _row_sum(w, p: P.KernelPlan, op: P.RowSum) -> None:
+    b = next(x for x in p.buffers if x.name == op.buf)
+    base = f"s_{b.name}" if op.stage == "0" else f"s_{b.name} + ({op.stage}) * {b.name}_STAGE"
+    chunk = "" if op.col0 == 0 else f" + {op.col0 // b.chunk_cols} * {b.name}_CHUNK"
+    w(f"// {op.event}: row_sum of %{op.buf} rows (SIMT)")
+    w.open(f"if ({op.active})")
+    w("#pragma unroll")
+    w(f"for (int rr = 0; rr < {op.rows}; ++rr)")
+    w(f"  {op.vec}[rr] += cypress::sw128_row_sum<{CTYPE[op.dtype]}>({base}{chunk}, ({op.row}) + rr, "
+      f"{op.cols // 64}, {b.name}_CHUNK);")
+    w.close()
+
+
+def _fill(w, p: P.KernelPlan, op) -> None:
+    w(f"// {op.event}: fill")
+    if isinstance(op, P.FillVector):
+        v = next(x for x in p.vectors if x.name == op.vec)
+        w(f"for (int i = 0; i < {v.n}; ++i) {v.name}[i] = {op.value};")
+        return
+    f = _frag(p, op.acc)
+    w("#pragma unroll")
+    if f.rows // 64 == 1:
+        w(f"for (int i = 0; i < {f.cols // 2}; ++i) {f.name}[0][i] = {op.value};")
+        return
+    w(f"for (int a = 0; a < {f.rows // 64}; ++a)")
+    w("#pragma unroll")
+    w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {f.name}[a][i] = {op.value};")
+
+
+def _add(w, p: P.KernelPlan, op: P.Add) -> None:
+    f = _frag(p, op.acc)
+    w(f"// {op.event}: add")
+    w(f"for (int a = 0; a < {f.rows // 64}; ++a)")
+    w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {op.acc}[a][i] += {op.other}[a][i];")
+
+
+def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
+    f = _frag(p, op.acc)
+    t = next(x for x in p.tensors if x.name == op.tensor)
+    rows, cols = t.dims[-2], t.dims[-1]
+    base = op.tensor if op.batch is None else f"({op.tensor} + size_t({op.batch}) * {rows} * {cols})"
+    w(f"// {op.event}: copy %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment")
+    if op.when is not None:
+        w.open(f"if ({op.when})  // last host-loop iteration only")
+    w("#pragma unroll")
+    w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
+    w("#pragma unroll")
+    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    w("const int2 rc = cypress::acc_coord(j);")
+    w(f"const int r = ({op.row0}) + a * 64 + rc.x, c = ({op.col0}) + rc.y;")
+    w(f"if (r < {rows} && c < {cols})")
+    w(f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
+      f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[a][2 * j], {op.acc}[a][2 * j + 1]);")
+    w.close()
+    w.close()
+    if op.when is not None:
+        w.close()
+
+
+def _staging(p: P.KernelPlan, acc: str, offset: int) -> str:
+    f = _frag(p, acc)
+    return f"smem + {offset} + cw * {f.rows * f.cols * 2}"
+
+
+def _stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
+    f = _frag(p, op.acc)
+    boxes = f.cols // 64
+    w(f"// {op.event}: copy %{op.acc} -> %{op.tensor} (this warpgroup's tile, swizzled 64x64 boxes)")
+    w("#pragma unroll")
+    w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
+    w("#pragma unroll")
+    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    w("const int2 rc = cypress::acc_coord(j);")
+    w(f"uint8_t* box = {_staging(p, op.acc, op.offset)} + (a * {boxes} + rc.y / 64) * 8192;")
+    w(f"*reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = "
+      f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[a][2 * j], {op.acc}[a][2 * j + 1]);")
+    w.close()
+    w.close()
+
+
+def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
+    f = _frag(p, op.acc)
+    m = next(x for x in p.maps if x.name == op.map)
+    boxes = f.cols // 64
+    w(f"// {op.event}: copy %{op.tensor} -> global (TMA store, 64x64 boxes)")
+    w.open("if (leader)")
+    w(f"for (int a = 0; a < {f.rows // 64}; ++a)")
+    w.open(f"  for (int b = 0; b < {boxes}; ++b)")
+    src = f"{_staging(p, op.acc, op.offset)} + (a * {boxes} + b) * 8192"
+    if len(m.box) == 2:
+        w(f"cypress::tma_store_2d(&{m.name}, {src}, ({op.col0}) + 64 * b, ({op.row0}) + 64 * a);")
+    else:
+        w(f"cypress::tma_store_3d(&{m.name}, {src}, ({op.col0}) + 64 * b, ({op.row0}) + 64 * a, {op.batch});")
+    w.close()
+    w.close()
+
+
+def _store_vector(w, p: P.KernelPlan, op: P.StoreVector) -> None:
+    t = next(x for x in p.tensors if x.name == op.tensor)
+    cond = op.active if op.when is None else f"({op.active}) && {op.when}"
+    why = "" if op.when is None else ", last host-loop iteration only (the earlier ones' writes are overwritten)"
+    w(f"// {op.event}: copy %{op.vec} -> {op.tensor} (f32){why}")
+    w.open(f"if ({cond})")
+    w(f"for (int i = 0; i < {op.n}; ++i)")
+    w(f"  if (({op.index}) + i < {t.dims[0]}) {op.tensor}[({op.index}) + i] = {op.vec}[i];")
+    w.close()
+
+
+_PRINT = {P.Sync: _sync, P.Load: _load, P.Mma: _mma, P.RowSum: _row_sum, P.Fill: _fill, P.FillVector: _fill,
+          P.Add: _add, P.StoreDirect: _store_direct, P.StageWrite: _stage_write, P.TmaStore: _tma_store,
+          P.StoreVector: _store_vector}
+
+
+def emit_stmt(w, p: P.KernelPlan, st) -> None:
+    """Print kernel statement ``st`` of plan ``p`` with writer ``w`` (``w(line)``,
+    ``w.open(head)``, ``w.close()``)."""
+    _PRINT[type(st)](w, p, st)

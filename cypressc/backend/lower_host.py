@@ -1,0 +1,132 @@
+"""``cuda-lowering`` (paper §4.2.6), the kernel's interface: a parallelized HOST loop around
+the block program (a grid dimension), the kernel parameters' privileges, the names the
+generated kernel reserves and the useful FLOPs.  Mixed into :class:`cypressc.backend.lower._Lower`."""
+
+from __future__ import annotations
+
+import re
+
+from cypressc.backend import plan as P
+from cypressc.backend.refusal import refuse as _refuse
+from cypressc.ir import nodes as N
+from cypressc.ir.analysis import free_vars, views_of
+from cypressc.ir.printer import fmt_view
+from cypressc.ir.subst import walk_ops
+
+__all__ = ["KernelInterface"]
+
+
+class KernelInterface:
+    """The HOST-loop and parameter half of the lowering (needs ``self.m``, ``self.sym``,
+    ``self.lets``, ``self.ctx`` and the host-loop fields of :class:`_Lower`)."""
+
+    def _mentions(self, e: N.IExpr, var: str) -> bool:
+        """Whether ``e`` depends on ``var``, through Lets too."""
+        return any(n == var or (n in self.lets and self._mentions(self.lets[n], var)) for n in free_vars(e))
+
+    def _when(self, root: str) -> str | None:
+        """The condition writes of ``root`` are kept under (a last-iteration write), or None."""
+        return f"b{self.host_dim} == tiles{self.host_dim} - 1" if root in self.last_only else None
+
+    def _host_loop(self, hl: N.For) -> list[N.Op]:
+        """A sequential HOST loop around the block program becomes the last grid dimension.
+
+        Its iterations may run in parallel when (1) no iteration reads a global tensor that
+        an iteration writes, (2) every write whose view depends on the loop variable ``j``
+        goes to a piece ``P[.., j, ..]`` of a blocks partition (disjoint for distinct j),
+        and (3) loop bounds and shapes inside do not depend on ``j``.  A write whose view
+        does not depend on ``j`` goes to the same elements in every iteration and nothing
+        reads them, so sequentially only the last iteration's write survives: it is kept
+        under ``j == last`` (lastprivate) — the programs' result, not an approximation.
+        """
+        j = hl.var
+        params = {a.name for a in self.m.params}
+        reads: set[str] = set()
+        writes: dict[str, list[N.View]] = {}
+        for o in walk_ops(hl.body):
+            for e in [getattr(o, "lo", None), getattr(o, "hi", None),
+                      *(d.extent for d in getattr(o, "dims", ())),
+                      *(getattr(o, "shape", ()) or ()),
+                      *(x for x in (getattr(o, "params", ()) if isinstance(o, N.Partition) else ())
+                        if isinstance(x, (N.IConst, N.IVar, N.IBin, N.IProc)))]:
+                if e is not None and self._mentions(e, j):
+                    _refuse(f"a loop bound, shape or tile size inside the HOST loop over {j} depends on {j}")
+            for v, r, w in views_of(o):
+                root = self.sym.root(v)
+                if root not in params:
+                    continue
+                if r:
+                    reads.add(root)
+                if w:
+                    writes.setdefault(root, []).append(v)
+        both = sorted(reads & set(writes))
+        if both:
+            _refuse(f"iterations of the HOST loop over {j} read {', '.join(both)}, which iterations "
+                    "write: they cannot run as parallel blocks")
+        for root, views in writes.items():
+            dep = [any(self._mentions(i, j) for p in self.sym.chain(v) for i in p.idx) for v in views]
+            if not any(dep):
+                self.last_only.add(root)
+                continue
+            for v, d in zip(views, dep):
+                ok = False
+                for piece in self.sym.chain(v):
+                    part = self.sym.parts[piece.partition]
+                    for i in piece.idx:
+                        if isinstance(i, N.IVar) and i.name == j and part.kind == "blocks":
+                            ok = True
+                        elif self._mentions(i, j):
+                            _refuse(f"{fmt_view(v)} indexes with an expression of {j}; "
+                                    f"iterations of the HOST loop must write disjoint pieces P[.., {j}, ..]")
+                if not (d and ok):
+                    _refuse(f"%{root} is written both at pieces that depend on {j} and at pieces that "
+                            "do not")
+        self.host_var, self.host_lo = j, hl.lo
+        return list(hl.body.ops)
+
+    RESERVED = {"s", "t", "r", "c", "a", "b", "e", "i", "j", "kb", "kk", "kn", "cw", "wg", "ls", "dev",
+                "grid", "sms", "full", "empty", "kbase", "it", "issuer", "smem", "smem_raw", "phase", "lphase", "prev_s", "leader",
+                "issuer", "num_k", "num_tiles", "tiles", "stage_c", "box", "rc", "da", "db", "per", "u",
+                "v", "group", "first", "rows", "stream", "cdiv", "min", "max", "tw", "rr", "STAGES", "CONSUMERS",
+                "THREADS", "RASTER", "STAGE_TX", "SMEM_BYTES"}
+
+    def _check_names(self, plan: P.KernelPlan) -> None:
+        """Size and tensor names become C++ identifiers next to the kernel's own locals."""
+        for name in [*plan.sizes, *(t.name for t in plan.tensors)]:
+            if name in self.RESERVED or re.fullmatch(r"b\d+|tiles\d*", name) \
+                    or name.startswith(("tm_", "s_")):
+                _refuse(f"the name '{name}' clashes with an identifier of the generated kernel; rename it")
+
+    def _flops(self, plan: P.KernelPlan) -> str:
+        """Useful multiply-adds: for each wgmma, 2 x (rows of A) x (columns of B) x K, over
+        the global tensors its operands are loaded from (batch dimensions multiply)."""
+        src = {ld.buffer: next(m.tensor for m in plan.maps if m.name == ld.map) for ld in plan.loads}
+        dims = {t.name: t.dims for t in plan.tensors}
+        terms = []
+        for mm in plan.body:
+            a, b = dims[src[mm.a_buf]], dims[src[mm.b_buf]]
+            terms.append(" * ".join(["2.0", *a[:-2], a[-2], b[-1], a[-1]]))
+        return " + ".join(terms)
+
+    def _access(self, name: str, writes: bool) -> bool:
+        """Whether any copy or leaf reads (or writes) global tensor ``name``, by the
+        leaf functions' operand rules."""
+        return any(self.sym.root(v) == name and (w if writes else r)
+                   for o in walk_ops(self.m.body) for v, r, w in views_of(o))
+
+    def _privileges(self, name: str) -> tuple[bool, bool]:
+        """(reads, writes) of a kernel parameter.  A parameter no operation touches (a program
+        whose entry task declares it but never passes it on) keeps its declared privilege: the
+        kernel takes it and leaves it alone."""
+        reads, writes = self._reads(name), self._writes(name)
+        if not (reads or writes):
+            root = self.ctx.tree.root.variant
+            writes = name in root.writes
+            reads = not writes or name in root.reads
+        return reads, writes
+
+    def _reads(self, name: str) -> bool:
+        return self._access(name, writes=False)
+
+    def _writes(self, name: str) -> bool:
+        return self._access(name, writes=True)

@@ -1,0 +1,107 @@
+"""``cuda-lowering`` (paper §4.2.6) of SIMT leaf code on per-thread register vectors:
+fills, row sums of pipelined stage tiles and stores of 1-D f32 results.  Mixed into
+:class:`cypressc.backend.lower._Lower`."""
+
+from __future__ import annotations
+
+from cypressc.backend import plan as P
+from cypressc.backend.refusal import refuse as _refuse
+from cypressc.ir import nodes as N
+from cypressc.ir.printer import fmt_view
+from cypressc.ir.shapes import static
+
+__all__ = ["SimtLowering"]
+
+
+class SimtLowering:
+    """Register-vector SIMT code (needs ``self.sym``, ``self.c``, ``self.origin``,
+    ``self._buffer``, ``self._stage`` and ``self.thread_index`` of :class:`_Lower`)."""
+
+    def _is_vector(self, v) -> bool:
+        """A 1-D register tensor not laid out by an mma partition: per-thread SIMT state."""
+        if not isinstance(v, N.TRef) or v.name not in self.sym.allocs:
+            return False
+        a = self.sym.allocs[v.name]
+        if a.mem != "REGISTER" or len(a.shape) != 1:
+            return False
+        return not (a.layout is not None and self.origin(a.layout)[3])
+
+    def _vector(self, plan: P.KernelPlan, v: N.TRef) -> P.Vector:
+        a = self.sym.allocs[v.name]
+        n = static(a.shape[0])
+        if n is None or not 1 <= n <= 64 or a.dtype != "f32":
+            _refuse(f"register vector %{a.name} must be f32 with 1 to 64 static elements per thread")
+        for x in plan.vectors:
+            if x.name == a.name:
+                return x
+        x = P.Vector(a.name, n)
+        plan.vectors.append(x)
+        return x
+
+    def _threads(self, o: N.Call) -> str:
+        """Which threads of a consumer warpgroup run SIMT op ``o`` (a C condition), with
+        ``self.thread_index`` set to the C expressions of its WARP / THREAD indices."""
+        inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in ("WARP", "THREAD")]
+        if any(e is None for _, e in inner):
+            _refuse(f"{o.fn}() over a run-time number of warps or threads")
+        if [p for p, _ in inner] == ["THREAD"] and inner[0][1] <= 128:
+            self.thread_index = {"THREAD": "tw"}
+            return "true" if inner[0][1] == 128 else f"tw < {inner[0][1]}"
+        if [p for p, _ in inner] == ["WARP", "THREAD"] and inner[0][1] <= 4 and inner[1][1] <= 32:
+            self.thread_index = {"WARP": "(tw / 32)", "THREAD": "(tw % 32)"}
+            conds = [c for c, full in ((f"tw / 32 < {inner[0][1]}", inner[0][1] == 4),
+                                       (f"tw % 32 < {inner[1][1]}", inner[1][1] == 32)) if not full]
+            return " && ".join(conds) or "true"
+        _refuse(f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; SIMT code needs "
+                "up to 128 threads, or up to 4 warps of up to 32 threads")
+        return ""
+
+    def _row_sum(self, plan: P.KernelPlan, o: N.Call) -> P.RowSum:
+        y, a = o.args
+        if not self._is_vector(y):
+            _refuse("row_sum() into something other than a per-thread register vector")
+        vec = self._vector(plan, y)
+        if self.sym.mem(a) != "SHARED":
+            _refuse("row_sum() of a tile that is not a pipelined shared-memory stage")
+        active = self._threads(o)
+        try:
+            buf, org = self._buffer(plan, a, {})
+            rows, cols = self.shape2(a)
+            col0 = static(org[-1])
+            if buf.swizzle != 128:
+                _refuse(f"row_sum() of %{buf.name}, whose {buf.cols}-column rows are "
+                        f"{buf.swizzle}-byte-swizzled; row_sum reads 128-byte-swizzled stages (a "
+                        "multiple of 64 columns)")
+            if col0 is None or col0 % 64 or cols % 64:
+                _refuse("row_sum() over columns that are not whole 64-column chunks of the stage tile")
+            if rows != vec.n:
+                _refuse(f"row_sum() of {rows} row(s) per thread into {vec.n} element(s)")
+            rs = P.RowSum(self.en(o.ev), vec.name, buf.name, self.c(org[-2]), rows, col0, cols,
+                          self.sym.allocs[buf.name].dtype, active, self._stage(buf, org))
+            plan.simt_body.append(rs)
+            return rs
+        finally:
+            self.thread_index = {}
+
+    def _simt_vector(self, plan: P.KernelPlan, o: N.Call, before: bool):
+        active = self._threads(o)
+        try:
+            vec = self._vector(plan, o.args[0])
+            if o.fn == "fill" and before:
+                plan.prologue.append(P.FillVector(self.en(o.ev), vec.name, self.c(o.args[1])))
+            elif o.fn == "copy" and not before:
+                root, org, keep, mmas = self.origin(o.args[1])
+                t = next((t for t in plan.tensors if t.name == root), None)
+                if t is None or mmas or len(org) != 1 or t.dtype != "f32":
+                    _refuse(f"copy of register vector %{vec.name} into {fmt_view(o.args[1])}: the "
+                            "backend stores vectors to 1-D f32 global tensors")
+                n = static(self.sym.shape(o.args[1])[0])
+                if n != vec.n:
+                    _refuse(f"copy of {vec.n} element(s) into {n}")
+                plan.epilogue.append(P.StoreVector(self.en(o.ev), vec.name, root, self.c(org[0]), n,
+                                                   active, self._when(root)))
+            else:
+                _refuse(f"leaf {o.fn}() on a register vector {'before' if before else 'after'} the main loop")
+            return plan.prologue[-1] if before else plan.epilogue[-1]
+        finally:
+            self.thread_index = {}

@@ -1,0 +1,191 @@
+"""``cuda-lowering``, the synchronization half (Cypress paper §4.2.6): the sync ops that
+``sync-insertion`` placed in the IR become kernel statements, one per op, in IR order.
+
+Nothing here decides *whether* to synchronize: every :class:`~cypressc.backend.plan.Sync`
+statement is one op of :mod:`cypressc.ir.sync`, and an IR without an op gives a kernel
+without its statement.  What the lowering decides is *how* an op runs on Hopper:
+
+* **which threads** run it, from the op's processor dimensions: one thread per
+  warpgroup (``leader``) for ``per [(n, WARPGROUP)]``, lane 0 of each warp for
+  ``per [.., (4, WARP)]``, every thread for ``per [.., (32, THREAD)]``; a block-level op
+  of the consumers runs once, on the first consumer warpgroup's leader (the ``issuer``
+  thread when there is no producer warpgroup);
+* **pipeline positions**: a block that walks several tiles (persistent) keeps its
+  mbarriers and stage buffers, so step ``k`` of a tile's main loop is step ``kbase + k``
+  of the block's pipeline (``kbase``: the steps of the earlier tiles).  Stage indices and
+  phase parities, which the IR writes over one tile, are kept in running counters of the
+  role (``stage``, ``phase``; ``istage``, ``iphase`` for loads issued ahead) advanced once
+  per step -- :func:`counted` -- or, in any other form, printed over ``kbase + k``;
+  guards stay per tile;
+* **a TMA store's completion in a persistent block**: the IR's ``wait_group bulk`` for
+  the edge to the end of the block program runs, in a block that goes on to another
+  tile, before the next write of the staging tile (the edge's hazard is that write) and
+  once after the last tile; only the thread that committed the group can wait on it, so
+  the warpgroup's named barrier that orders the writes before the store lets the other
+  writers go after it.
+"""
+
+from __future__ import annotations
+
+from cypressc.backend import plan as P
+from cypressc.ir import nodes as N
+from cypressc.ir import sync as S
+from cypressc.ir.subst import subst_expr
+
+__all__ = ["KBASE", "at_step", "counted", "who", "lower_sync", "defer_store_waits"]
+
+KBASE = N.IVar("$kbase")  # printed `kbase`: pipeline steps of the block's earlier tiles
+
+
+def _replace(e: N.IExpr, old: N.IExpr, new: N.IExpr) -> N.IExpr:
+    if e == old:
+        return new
+    if isinstance(e, N.IBin):
+        return N.IBin(e.op, _replace(e.a, old, new), _replace(e.b, old, new))
+    return e
+
+
+def at_step(e: N.IExpr, kvar: str, hi: N.IExpr, after: bool) -> N.IExpr:
+    """Pipeline position ``e`` of one tile (a stage index or parity over loop variable
+    ``kvar``; after the loop, over its bound ``hi``) as a position of the block's pipeline."""
+    if after:
+        return _replace(e, hi, N.IBin("+", hi, KBASE))
+    return subst_expr(e, {kvar: N.IBin("+", N.IVar(kvar), KBASE)})
+
+
+def _offset(e: N.IExpr, kvar: str) -> int | None:
+    """``c`` when ``e`` is ``kvar + c`` (or ``kvar - c``, or ``kvar``), else None."""
+    if isinstance(e, N.IVar) and e.name == kvar:
+        return 0
+    if isinstance(e, N.IBin) and e.op in ("+", "-") and isinstance(e.a, N.IVar) and e.a.name == kvar \
+            and isinstance(e.b, N.IConst):
+        return e.b.value if e.op == "+" else -e.b.value
+    return None
+
+
+def counted(e: N.IExpr, kvar: str, hi: N.IExpr, depth: int, after: bool,
+            stage: str, phase: str) -> str | None:
+    """Pipeline position ``e`` through the running counters of the role: ``stage`` =
+    (steps so far) mod ``depth`` and ``phase`` = its parity, which the kernel advances once
+    per step (so a persistent block's tiles run on).  Matches the forms sync-insertion writes
+    -- ``(k + c) % D`` and ``((k + c) // D + p) % 2`` for ``|c| < D``, over the loop bound
+    ``hi`` after the loop -- and returns None for any other (printed as it is)."""
+    if after:
+        e = _replace(e, hi, N.IVar(kvar))
+    if not (isinstance(e, N.IBin) and e.op == "%" and isinstance(e.b, N.IConst)):
+        return None
+    if e.b.value == depth and (c := _offset(e.a, kvar)) is not None and abs(c) < depth:
+        if c == 0:
+            return stage
+        if c < 0:
+            return f"({stage} >= {-c} ? {stage} - {-c} : {stage} + {depth + c})"
+        return f"({stage} + {c} < {depth} ? {stage} + {c} : {stage} - {depth - c})"
+    if e.b.value != 2:
+        return None
+    q, p = e.a, 0
+    if isinstance(q, N.IBin) and q.op == "+" and isinstance(q.b, N.IConst):
+        q, p = q.a, q.b.value
+    if not (isinstance(q, N.IBin) and q.op == "//" and isinstance(q.b, N.IConst) and q.b.value == depth):
+        return None
+    c = _offset(q.a, kvar)
+    if c is None or abs(c) >= depth:
+        return None
+    flip = "" if c == 0 else (f" ^ ({stage} < {-c})" if c < 0 else f" ^ ({stage} + {c} >= {depth})")
+    odd = " ^ 1" if p % 2 else ""
+    return f"({phase}{flip}{odd})" if flip or odd else phase
+
+
+def who(role: str, dims: tuple[N.Dim, ...], issuer: bool) -> str | None:
+    """The C condition selecting the thread(s) of ``role`` that run an op over ``dims``."""
+    procs = {d.proc for d in dims}
+    if "THREAD" in procs:
+        return None
+    if "WARP" in procs:
+        return "threadIdx.x % 32 == 0"
+    if "WARPGROUP" in procs:
+        return "leader"
+    if role == "producer":
+        return None  # the producer's code runs on one elected thread already
+    # once per block: the first consumer warpgroup's leader (the issuer without a producer)
+    return "issuer" if issuer else "leader && cw == 0"
+
+
+def _note(op, names) -> str:
+    edges = getattr(op, "edges", ())
+    if isinstance(op, S.CommitGroup):
+        return "closes the group of " + ", ".join(names.get(e, e) for e in op.events)
+    parts = []
+    for e in edges:
+        src, dst = names.get(e.src, e.src), names.get(e.dst, e.dst) if e.dst else "end"
+        what = f"{e.hazard} %{e.tensor}" if e.tensor else e.hazard
+        if e.via == "carried":
+            what += f", {e.distance} step(s) later"
+        elif e.via in ("entry", "after"):
+            what += ", into the loop" if e.via == "entry" else ", after the loop"
+        part = f"{src} -> {dst} ({what})"
+        if part not in parts:
+            parts.append(part)
+    return "; ".join(parts)
+
+
+def lower_sync(lw, op, section: str, role: str) -> P.Sync | None:
+    """One sync op as a statement of ``role`` (None for a declaration: barriers are
+    laid out by :func:`cypressc.backend.lower`).  ``lw`` is the lowering (its C printer
+    ``lw.c``, ``lw.pos`` for pipeline positions, the accumulators ``lw.accs``)."""
+    if isinstance(op, S.MBarrier):
+        return None
+    note = _note(op, lw.names)
+    issuer = not lw.warpspecialize
+    run = who(role, op.dims, issuer)
+    after = section == "after"
+    if isinstance(op, (S.Wait, S.ArriveExpectTx, S.Arrive)):
+        parity = lw.pos(op.parity, after) if isinstance(op, S.Wait) else None
+        when = None
+        if isinstance(op, S.Arrive) and op.when is not None:
+            when = f"{lw.c(op.when.a)} >= {lw.c(op.when.b)}"
+        return P.Sync(op, note, stage=lw.pos(op.stage, after), parity=parity, when=when, who=run, bar=op.bar)
+    if isinstance(op, S.Fence) and op.kind == "wgmma":
+        return P.Sync(op, note, who=run, accs=lw.fragments_of(op.edges))
+    if isinstance(op, S.WaitGroup) and op.unit == "wgmma":
+        # only registers the edges protect: a fence on the others would be a register access
+        # between two wgmmas, which makes ptxas insert a warpgroup.arrive (C7519)
+        return P.Sync(op, note, who=run, accs=lw.fragments_of(op.edges))
+    if isinstance(op, S.BarSync):
+        return P.Sync(op, note, stage=lw.c(op.id), who=run)
+    return P.Sync(op, note, who=run)
+
+
+def _writes(stmt, tensor: str) -> bool:
+    return isinstance(stmt, P.StageWrite) and stmt.tensor == tensor
+
+
+def defer_store_waits(code: P.RoleCode, exit_code: list) -> None:
+    """In a persistent block, move each ``wait_group bulk`` whose edges all end the block
+    program to the next tile's first write of the tiles its stores read, and after the
+    last tile (see the module docstring).  Refuses (ValueError) when no named barrier of
+    the warpgroup orders the writes before the store."""
+    for sec in (code.before, code.loop, code.after):
+        for st in list(sec):
+            op = st.op if isinstance(st, P.Sync) else None
+            if not (isinstance(op, S.WaitGroup) and op.unit == "bulk" and op.edges
+                    and all(e.hazard == "end" for e in op.edges)):
+                continue
+            tensors = {e.tensor for e in op.edges}
+            stmts = code.all()
+            writes = [i for i, s in enumerate(stmts) if any(_writes(s, t) for t in tensors)]
+            if not writes:
+                raise ValueError("a TMA store of a staging tile that no statement writes")
+            first = writes[0]
+            bar = next((s for s in stmts[first:] if isinstance(s, P.Sync) and isinstance(s.op, S.BarSync)
+                        and s.who is None), None)
+            if bar is None:
+                raise ValueError("a staged TMA store without a warpgroup barrier before it")
+            sec.remove(st)
+            moved = P.Sync(op, st.note + " (persistent block: before the next tile writes "
+                           + ", ".join(f"%{t}" for t in sorted(tensors)) + ")",
+                           who=st.who, deferred=True, barrier=(bar.stage or "0", bar.op.threads))
+            for part in (code.before, code.loop, code.after):
+                if stmts[first] in part:
+                    part.insert(part.index(stmts[first]), moved)
+                    break
+            exit_code.append(P.Sync(op, st.note + " (after the last tile)", who=st.who))
