@@ -10,7 +10,7 @@ events each statement realizes, so the code reads next to ``cypressc explain``.
 from __future__ import annotations
 
 from cypressc.backend import plan as P
-from cypressc.backend.emit_stmt import CTYPE, emit_stmt
+from cypressc.backend.emit_stmt import CTYPE, emit_stmts
 
 __all__ = ["emit_cuda", "emit_header", "launcher_signature", "build_info"]
 
@@ -157,8 +157,7 @@ def emit_cuda(p: P.KernelPlan) -> str:
     for v in p.vectors:
         w(f"float {v.name}[{v.n}];  // %{v.name}: {v.n} f32 per thread")
     _tiles(w, p, p.consumer, p.issue_ahead, "consumer")
-    for st in p.exit:
-        emit_stmt(w, p, st)
+    emit_stmts(w, p, p.exit)
     w.close()
     w.close()
     w()
@@ -184,34 +183,29 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
     w.open(f"for (int t = blockIdx.x; t < num_tiles; t += {'gridDim.x' if p.persistent else 'num_tiles'})")
     w(f"int {bdecl};")
     w(f"tile_coords(t, {bdecl});")
-    for st in code.before:
-        emit_stmt(w, p, st)
+    emit_stmts(w, p, code.before)
     if ahead:
         w.open("if (issuer)")
         w.open("for (int kn = 0; kn < min(num_k, STAGES - 1); ++kn)")
-        for st in ahead:
-            emit_stmt(w, p, st)
+        emit_stmts(w, p, ahead)
         if "istage" in advance:
             w(advance["istage"])
         w.close()
         w.close()
     if code.loop or ahead:
         w.open("for (int kb = 0; kb < num_k; ++kb)")
-        for st in code.loop:
-            emit_stmt(w, p, st)
+        emit_stmts(w, p, code.loop)
         if ahead:
             w.open("if (issuer && kb + STAGES - 1 < num_k)")
             w("const int kn = kb + STAGES - 1;")
-            for st in ahead:
-                emit_stmt(w, p, st)
+            emit_stmts(w, p, ahead)
             if "istage" in advance:
                 w(advance["istage"])
             w.close()
         if "stage" in advance:
             w(advance["stage"])
         w.close()
-    for st in code.after:
-        emit_stmt(w, p, st)
+    emit_stmts(w, p, code.after)
     if "kbase" in uses:
         w("kbase += num_k;")
     w.close()

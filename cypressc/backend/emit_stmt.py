@@ -10,10 +10,12 @@ sums, stores).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cypressc.backend import plan as P
 from cypressc.ir import sync as S
 
-__all__ = ["CTYPE", "emit_stmt"]
+__all__ = ["CTYPE", "emit_stmt", "emit_stmts"]
 
 CTYPE = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "i32": "int"}
 
@@ -249,3 +251,23 @@ def emit_stmt(w, p: P.KernelPlan, st) -> None:
     """Print kernel statement ``st`` of plan ``p`` with writer ``w`` (``w(line)``,
     ``w.open(head)``, ``w.close()``)."""
     _PRINT[type(st)](w, p, st)
+
+
+def emit_stmts(w, p: P.KernelPlan, stmts: list) -> None:
+    """Print ``stmts`` in order; consecutive sync ops under the same guard share one ``if``."""
+    i = 0
+    while i < len(stmts):
+        st = stmts[i]
+        guard = st.when if isinstance(st, P.Sync) else None
+        if not guard:
+            emit_stmt(w, p, st)
+            i += 1
+            continue
+        j = i
+        while j < len(stmts) and isinstance(stmts[j], P.Sync) and stmts[j].when == guard:
+            j += 1
+        w.open(f"if ({guard})")
+        for x in stmts[i:j]:
+            emit_stmt(w, p, replace(x, when=None))
+        w.close()
+        i = j

@@ -67,6 +67,8 @@ class _Lower(KernelInterface, SimtLowering):
 
     # -- expressions -------------------------------------------------------------------
     def c(self, e: N.IExpr) -> str:
+        if self.lp is not None and e == self.lp.hi and static(self.lp.lo) == 0:
+            return "num_k"  # the main loop's trip count, computed once per kernel
         if isinstance(e, N.IConst):
             return str(e.value)
         if isinstance(e, N.IProc):

@@ -117,7 +117,8 @@ def _note(op, names) -> str:
     parts = []
     for e in edges:
         src, dst = names.get(e.src, e.src), names.get(e.dst, e.dst) if e.dst else "end"
-        what = f"{e.hazard} %{e.tensor}" if e.tensor else e.hazard
+        what = (f"the TMA store reads %{e.tensor}" if e.hazard == "end" else
+                f"{e.hazard} %{e.tensor}" if e.tensor else e.hazard)
         if e.via == "carried":
             what += f", {e.distance} step(s) later"
         elif e.via in ("entry", "after"):
@@ -138,11 +139,10 @@ def lower_sync(lw, op, section: str, role: str) -> P.Sync | None:
     issuer = not lw.warpspecialize
     run = who(role, op.dims, issuer)
     after = section == "after"
+    guard = getattr(op, "when", None)
+    when = f"{lw.c(guard.a)} >= {lw.c(guard.b)}" if guard is not None else None
     if isinstance(op, (S.Wait, S.ArriveExpectTx, S.Arrive)):
         parity = lw.pos(op.parity, after) if isinstance(op, S.Wait) else None
-        when = None
-        if isinstance(op, S.Arrive) and op.when is not None:
-            when = f"{lw.c(op.when.a)} >= {lw.c(op.when.b)}"
         return P.Sync(op, note, stage=lw.pos(op.stage, after), parity=parity, when=when, who=run, bar=op.bar)
     if isinstance(op, S.Fence) and op.kind == "wgmma":
         return P.Sync(op, note, who=run, accs=lw.fragments_of(op.edges))
@@ -152,7 +152,7 @@ def lower_sync(lw, op, section: str, role: str) -> P.Sync | None:
         return P.Sync(op, note, who=run, accs=lw.fragments_of(op.edges))
     if isinstance(op, S.BarSync):
         return P.Sync(op, note, stage=lw.c(op.id), who=run)
-    return P.Sync(op, note, who=run)
+    return P.Sync(op, note, who=run, when=when)
 
 
 def _writes(stmt, tensor: str) -> bool:

@@ -216,7 +216,7 @@ class _Concurrent:
         procs = dim_procs(dims)
         if t.role == "consumer" and not any(d.proc == WG for d in dims) and t.wg != 0:
             return []  # per-block op of the consumers: warpgroup 0 is the elected one
-        if isinstance(op, S.Arrive) and op.when is not None:
+        if isinstance(op, (S.Arrive, S.SyncWarp)) and op.when is not None:
             if self.vi.expr(op.when.a, scope, self.env0) < self.vi.expr(op.when.b, scope, self.env0):
                 return []
         free, fixed = [], dict(self.env0)

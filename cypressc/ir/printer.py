@@ -212,7 +212,8 @@ def sync_line(op, ev, ty) -> str:
     if isinstance(op, S.WaitGroup):
         return f"wait_group {op.unit} {op.pending}{per}  @{op.role}{_edges(op.edges, ev)}"
     if isinstance(op, S.SyncWarp):
-        return f"syncwarp{per}  @{op.role}{_edges(op.edges, ev)}"
+        when = f" if {fmt_expr(op.when.a)} >= {fmt_expr(op.when.b)}" if op.when is not None else ""
+        return f"syncwarp{when}{per}  @{op.role}{_edges(op.edges, ev)}"
     if isinstance(op, S.BarSync):
         return f"bar_sync {fmt_expr(op.id)}, {op.threads}{per}  @{op.role}{_edges(op.edges, ev)}"
     if isinstance(op, S.Fence):

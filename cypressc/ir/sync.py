@@ -14,7 +14,7 @@ They are small frozen value types, like the rest of the IR (:mod:`cypressc.ir.no
             | Arrive(bar, stage, role, when: Guard?)   -- a consumer's release of one stage
             | CommitGroup(unit, role, events)          -- wgmma / bulk (TMA store) group
             | WaitGroup(unit, pending, role)           -- wait until <= pending groups in flight
-            | SyncWarp(role)                           -- __syncwarp
+            | SyncWarp(role, when: Guard?)             -- __syncwarp
             | BarSync(id: IExpr, threads, role)        -- named barrier (bar.sync id, threads)
             | Fence(kind, role)                        -- wgmma.fence / fence.proxy.async
 
@@ -183,11 +183,13 @@ class WaitGroup:
 
 @dataclass(frozen=True, slots=True)
 class SyncWarp:
-    """``__syncwarp()``: the threads of each warp in ``dims`` meet (a THREAD broadcast)."""
+    """``__syncwarp()``: the threads of each warp in ``dims`` meet (a THREAD broadcast);
+    only where ``when`` holds (the guard of the arrival it orders the lanes before)."""
 
     role: str
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
+    when: Guard | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,7 +88,7 @@ class _Run:
             if isinstance(op, S.MBarrier):
                 continue
             if isinstance(op, S.SYNC_OPS):
-                if isinstance(op, S.Arrive) and op.when is not None and \
+                if isinstance(op, (S.Arrive, S.SyncWarp)) and op.when is not None and \
                         self.val(op.when.a, env) < self.val(op.when.b, env):
                     continue
                 self.traces.setdefault(op.role, []).append((op, env))

@@ -437,7 +437,7 @@ class _Insert:
                          edges, pending=pending)
             if warp:
                 self.put(where, side, S.SyncWarp, ("syncwarp", role),
-                         lambda ins: S.SyncWarp(role, tuple(ins.edges), rdims), edges)
+                         lambda ins: S.SyncWarp(role, tuple(ins.edges), rdims, when), edges)
             st = subst_expr(stage, {lp.var: it})
             self.put(where, side, S.Arrive, ("arrive", ename, role, st),
                      lambda ins: S.Arrive(ename, st, role, when, tuple(ins.edges), arr), edges)

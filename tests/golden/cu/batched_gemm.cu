@@ -99,10 +99,10 @@ batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gri
       }
       cypress::wait<0>();  // %e5 -> %e6 (raw %C_clear_thread, after the loop); %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
       cypress::fence_acc(C_clear_thread[0]);
-      if ((cdiv(K, 64) - 1) >= 0) {
+      if ((num_k - 1) >= 0) {
         if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
       }
-      if (leader) cypress::tma_store_wait<0>();  // %e7 -> end (end %D_copy_warpgroup) (persistent block: before the next tile writes %D_copy_warpgroup)
+      if (leader) cypress::tma_store_wait<0>();  // %e7 -> end (the TMA store reads %D_copy_warpgroup) (persistent block: before the next tile writes %D_copy_warpgroup)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
       // %e6: copy %C_clear_thread -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
@@ -125,7 +125,7 @@ batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gri
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e7
     }
-    if (leader) cypress::tma_store_wait<0>();  // %e7 -> end (end %D_copy_warpgroup) (after the last tile)
+    if (leader) cypress::tma_store_wait<0>();  // %e7 -> end (the TMA store reads %D_copy_warpgroup) (after the last tile)
   }
 }
 

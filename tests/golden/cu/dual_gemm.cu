@@ -121,8 +121,6 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
         cypress::wait<1>();  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later); %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
         if (kb >= 1) {
           if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later)
-        }
-        if (kb >= 1) {
           if (leader) cypress::arrive(&empty_B_mma_block_1[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
         }
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
@@ -130,10 +128,8 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
       cypress::wait<0>();  // %e6 -> %e9 (raw %C_clear_thread, after the loop); %e6 -> %e9 (war %C_clear_thread, after the loop); %e6 -> %e9 (waw %C_clear_thread, after the loop); %e8 -> %e9 (raw %C_clear_thread_1, after the loop); %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later); %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
       cypress::fence_acc(C_clear_thread[0]);
       cypress::fence_acc(C_clear_thread_1[0]);
-      if ((cdiv(K, 64) - 1) >= 0) {
+      if ((num_k - 1) >= 0) {
         if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later)
-      }
-      if ((cdiv(K, 64) - 1) >= 0) {
         if (leader) cypress::arrive(&empty_B_mma_block_1[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
       }
       // %e9: add

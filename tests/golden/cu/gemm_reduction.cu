@@ -94,8 +94,8 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
         }
         cypress::commit();  // closes the group of %e7
         cypress::wait<1>();  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
-        __syncwarp();  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
         if (kb >= 1) {
+          __syncwarp();  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
           if (threadIdx.x % 32 == 0) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
         }
         // %e8: row_sum of %A_mma_block rows (SIMT)
@@ -108,11 +108,11 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
       }
       cypress::wait<0>();  // %e7 -> %e9 (raw %C_clear_thread, after the loop); %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
       cypress::fence_acc(C_clear_thread[0]);
-      __syncwarp();  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
-      if ((cdiv(K, 64) - 1) >= 0) {
+      if ((num_k - 1) >= 0) {
+        __syncwarp();  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
         if (threadIdx.x % 32 == 0) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
       }
-      if (leader) cypress::tma_store_wait<0>();  // %e10 -> end (end %D_copy_warpgroup) (persistent block: before the next tile writes %D_copy_warpgroup)
+      if (leader) cypress::tma_store_wait<0>();  // %e10 -> end (the TMA store reads %D_copy_warpgroup) (persistent block: before the next tile writes %D_copy_warpgroup)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
       // %e9: copy %C_clear_thread -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
@@ -140,7 +140,7 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
           if (((((b0 * 128) + (cw * 64)) + tw)) + i < M) y[((((b0 * 128) + (cw * 64)) + tw)) + i] = y_clear_vec_thread[i];
       }
     }
-    if (leader) cypress::tma_store_wait<0>();  // %e10 -> end (end %D_copy_warpgroup) (after the last tile)
+    if (leader) cypress::tma_store_wait<0>();  // %e10 -> end (the TMA store reads %D_copy_warpgroup) (after the last tile)
   }
 }
 
