@@ -151,7 +151,7 @@ def _attrs(m: N.Module, p: _Printer) -> list[str]:
         for x, y in a.get("war", []):
             out.append(f"//   %{x} and %{y} share bytes: WAR edge from the last readers of %{x}")
         out.append(f"// registers per consumer thread (estimate): {a['registers']}")
-    if "channels" in a:
+    if "channels" in a and not m.synchronized:  # after sync-insertion the mbarrier decls say it
         for prod, cons in a["channels"].items():
             out.append(f"// channel {p.ev(prod)} -> {', '.join(p.ev(c) for c in cons)}: full/empty "
                        f"mbarrier pair per stage")
