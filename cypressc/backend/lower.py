@@ -203,12 +203,13 @@ class _Lower(KernelInterface, SimtLowering):
         self._barriers(plan, body)
         smem = m.attrs.get("smem", {})
         i = body.index(lp)
+        roles = m.role_map()
         for sec, ops in (("before", body[:i]), ("loop", list(lp.body.ops)), ("after", body[i + 1:])):
             for o in ops:
                 if isinstance(o, N.For):
                     _refuse("a second sequential loop")
                 role = o.role if isinstance(o, SYNC_OPS) and hasattr(o, "role") else \
-                    m.attrs.get("roles", {}).get(getattr(o, "ev", ""), "consumer")
+                    roles.get(getattr(o, "ev", ""), "consumer")
                 ahead = not ws and sec == "loop" and role != "producer" and self._issues_loads(o)
                 self.kname = "kn" if ahead else "kb"
                 self.role = "producer" if role == "producer" else "consumer"

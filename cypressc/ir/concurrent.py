@@ -140,7 +140,7 @@ class _Concurrent:
         self.sym = Symbols(m)
         pr = _Printer(None, m.body)  # the event names `explain` prints (%e1, %e2, ...)
         self.names = {ev: pr.ev(ev) for ev in list(pr.names)}
-        self.roles: dict[str, str] = m.attrs.get("roles", {})
+        self.roles: dict[str, str] = m.role_map()
         self.env0 = dict(block_env)
         self.bars: dict[tuple, _Bar] = {}
         self.regions: dict[tuple, _Region] = {}

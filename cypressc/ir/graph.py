@@ -26,7 +26,7 @@ KIND_COLORS = {"copy": "#e9c46a", "call": "#8ecae6", "for": "#dddddd", "pfor": "
 def event_graph(m: N.Module) -> nx.DiGraph:
     """The dependence graph: one node per async op, one edge per precondition."""
     g = nx.DiGraph()
-    roles = m.attrs.get("roles", {})
+    roles = m.role_map()
     for o in walk_ops(m.body):
         if not isinstance(o, N.AsyncOp):
             continue

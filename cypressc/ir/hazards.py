@@ -111,7 +111,7 @@ class Program:
     def __init__(self, m: N.Module, warp_threads: int = 32, warpgroup_warps: int = 4) -> None:
         self.m = m
         self.sym = Symbols(m)
-        self.roles: dict[str, str] = dict(m.attrs.get("roles", {}))
+        self.roles: dict[str, str] = m.role_map()
         self.stages: dict[str, int] = dict(m.attrs.get("stages", {}))
         self.alias = {frozenset(p) for p in m.attrs.get("war", [])}
         self.warp_threads, self.warpgroup_warps = warp_threads, warpgroup_warps

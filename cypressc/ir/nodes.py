@@ -280,7 +280,9 @@ class Module:
     run-time sizes they introduce (``M``, ``N``, ``K``…), ``body`` the HOST-level block.
 
     ``attrs`` carries block-level mapping knobs (``warpspecialize``, ``pipeline``, …) and
-    is filled by later passes (shared-memory plan, roles).  ``synchronized`` is set by
+    is filled by later passes (shared-memory plan, channels).  ``roles`` (from
+    ``warp-specialization``, paper §4.2.5) pairs each copy and call event with the role
+    that runs it (``producer`` / ``consumer``).  ``synchronized`` is set by
     ``sync-insertion``: from then on every event edge must be realized by a sync op
     (:mod:`cypressc.ir.sync_verify` checks it)."""
 
@@ -290,6 +292,12 @@ class Module:
     body: Block
     attrs: dict = field(default_factory=dict, compare=False)
     synchronized: bool = False
+    roles: tuple[tuple[str, str], ...] = ()
+
+    def role_map(self) -> dict[str, str]:
+        """``roles`` as a dict: event -> ``producer`` / ``consumer`` (empty before
+        warp specialization)."""
+        return dict(self.roles)
 
 
 def view_root(view: View, parts: dict[str, Partition]) -> str:

@@ -123,7 +123,7 @@ class _Printer:
 
 def print_module(m: N.Module) -> str:
     """The module as text: a header with parameters and sizes, then the body."""
-    p = _Printer(m.attrs.get("roles"), m.body)
+    p = _Printer(m.role_map(), m.body)
     params = ", ".join(f"%{a.name}: [{', '.join(fmt_expr(s) for s in a.shape)}] {a.dtype} @{a.mem}"
                        for a in m.params)
     sizes = ", ".join(f"%{s}" for s in m.scalars)
@@ -136,7 +136,7 @@ def print_module(m: N.Module) -> str:
 
 def event_names(m: N.Module) -> dict[str, str]:
     """Internal event name -> the ``%eN`` name the printer shows (for comments elsewhere)."""
-    p = _Printer(m.attrs.get("roles"), m.body)
+    p = _Printer(m.role_map(), m.body)
     return {k: "%" + v for k, v in p.names.items()}
 
 

@@ -14,7 +14,7 @@ body indexes stage ``k mod D`` (``partition_by_slices``).  Sequential semantics 
 kept in the IR (iteration k+1 still starts after iteration k); the overlap the
 channels allow is realized by the CUDA lowering.
 
-Results: ``module.attrs["roles"]`` (event → producer/consumer), ``["channels"]``
+Results: ``module.roles`` (event → producer/consumer), ``module.attrs["channels"]``
 (producer event → consumer events: each is a full barrier forward and, on the stage
 buffers, an empty barrier backward), ``["stages"]`` (buffer → D), ``["warpspecialize"]``.
 """
@@ -85,5 +85,5 @@ def warp_specialization(m: N.Module, ctx) -> N.Module:
                 if roles.get(r.name) == "producer":
                     channels.setdefault(r.name, []).append(o.ev)
     attrs = dict(m.attrs)
-    attrs.update(roles=roles, channels=channels, stages=stages, warpspecialize=ws)
-    return replace(m, attrs=attrs)
+    attrs.update(channels=channels, stages=stages, warpspecialize=ws)
+    return replace(m, attrs=attrs, roles=tuple(roles.items()))

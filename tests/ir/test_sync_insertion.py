@@ -49,8 +49,8 @@ def stage(name: str) -> N.Piece:
 
 def module(ops, roles, stages=None, params=("A", "B"), war=()) -> N.Module:
     ps = tuple(N.Alloc(p, (C(256), C(256)), "f16", "GLOBAL") for p in params)
-    return N.Module("t", ps, (), N.Block(tuple(ops)),
-                    attrs={"roles": roles, "stages": stages or {}, "war": list(war)})
+    return N.Module("t", ps, (), N.Block(tuple(ops)), attrs={"stages": stages or {}, "war": list(war)},
+                    roles=tuple(roles.items()))
 
 
 def acc(name: str = "acc") -> N.Alloc:
