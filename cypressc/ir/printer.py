@@ -204,15 +204,15 @@ def sync_line(op, ev, ty) -> str:
     if isinstance(op, S.Wait):
         return (f"wait {at(op.bar, op.stage)} parity {fmt_expr(op.parity)}{per}  @{op.role}"
                 f"{_edges(op.edges, ev)}")
+    guard = getattr(op, "when", None)
+    when = f" if {fmt_expr(guard.a)} >= {fmt_expr(guard.b)}" if guard is not None else ""
     if isinstance(op, S.Arrive):
-        when = f" if {fmt_expr(op.when.a)} >= {fmt_expr(op.when.b)}" if op.when is not None else ""
         return f"arrive {at(op.bar, op.stage)}{when}{per}  @{op.role}{_edges(op.edges, ev)}"
     if isinstance(op, S.CommitGroup):
         return f"commit_group {op.unit}{per}  @{op.role}  // closes the group of {', '.join(ev(e) for e in op.events)}"
     if isinstance(op, S.WaitGroup):
         return f"wait_group {op.unit} {op.pending}{per}  @{op.role}{_edges(op.edges, ev)}"
     if isinstance(op, S.SyncWarp):
-        when = f" if {fmt_expr(op.when.a)} >= {fmt_expr(op.when.b)}" if op.when is not None else ""
         return f"syncwarp{when}{per}  @{op.role}{_edges(op.edges, ev)}"
     if isinstance(op, S.BarSync):
         return f"bar_sync {fmt_expr(op.id)}, {op.threads}{per}  @{op.role}{_edges(op.edges, ev)}"
