@@ -24,6 +24,11 @@ def _frag(p: P.KernelPlan, name: str) -> P.Fragment:
     return next(x for x in p.fragments if x.name == name)
 
 
+def _stage_base(buf: P.StageBuffer, stage: str) -> str:
+    """The address of stage ``stage`` (a C expression) of shared tile ``buf``."""
+    return f"s_{buf.name}" if stage == "0" else f"s_{buf.name} + ({stage}) * {buf.name}_STAGE"
+
+
 def _fence_acc(w, p: P.KernelPlan, accs) -> None:
     """Order the compiler's accesses of the accumulators around an async wgmma point."""
     for a in accs:
@@ -80,7 +85,7 @@ def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
     m = next(x for x in p.maps if x.name == ld.map)
     b = next(x for x in p.buffers if x.name == ld.buffer)
     w(f"// {ld.event}: copy -> %{ld.buffer}[{ld.stage}] (TMA)")
-    base = f"s_{b.name}" if ld.stage == "0" else f"s_{b.name} + ({ld.stage}) * {b.name}_STAGE"
+    base = _stage_base(b, ld.stage)
     bar = f"&{ld.bar}[{ld.bar_stage}]"
 
     def one(dst: str, inner: str) -> None:
@@ -106,8 +111,7 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     f = _frag(p, mm.acc)
     a_buf = next(x for x in p.buffers if x.name == mm.a_buf)
     b_buf = next(x for x in p.buffers if x.name == mm.b_buf)
-    a_base = f"s_{a_buf.name}" if mm.a_stage == "0" else f"s_{a_buf.name} + ({mm.a_stage}) * {a_buf.name}_STAGE"
-    b_base = f"s_{b_buf.name}" if mm.b_stage == "0" else f"s_{b_buf.name} + ({mm.b_stage}) * {b_buf.name}_STAGE"
+    a_base, b_base = _stage_base(a_buf, mm.a_stage), _stage_base(b_buf, mm.b_stage)
     w(f"// {mm.event}: warpgroup_mma, {mm.k // 16} k16 step(s)")
     w("#pragma unroll")
     w.open(f"for (int kk = 0; kk < {mm.k // 16}; ++kk)")
@@ -136,7 +140,7 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
 
 def _row_sum(w, p: P.KernelPlan, op: P.RowSum) -> None:
     b = next(x for x in p.buffers if x.name == op.buf)
-    base = f"s_{b.name}" if op.stage == "0" else f"s_{b.name} + ({op.stage}) * {b.name}_STAGE"
+    base = _stage_base(b, op.stage)
     chunk = "" if op.col0 == 0 else f" + {op.col0 // b.chunk_cols} * {b.name}_CHUNK"
     w(f"// {op.event}: row_sum of %{op.buf} rows (SIMT)")
     w.open(f"if ({op.active})")
