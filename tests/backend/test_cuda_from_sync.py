@@ -96,3 +96,27 @@ def test_deleting_every_edge_changes_the_cuda(program):
     except CypressError:
         out = None
     assert out != _cuda(snaps["sync-insertion"], ctx)
+
+
+@pytest.mark.parametrize("name", ["stage", "istage", "kbase"])
+def test_a_size_named_like_a_pipeline_counter_is_refused(tmp_path, name):
+    """The kernel's running pipeline counters shadow a size of the same name inside the tile
+    loop (a silently wrong kernel): such a name is refused with E050."""
+    import re
+
+    from click.testing import CliRunner
+
+    from cypressc.cli import main
+
+    lines = (ROOT / "programs/gemm.cyp").read_text().split("\n")
+    host = [i for i, ln in enumerate(lines) if "def gemm_host" in ln][0]
+    end = next(i for i in range(host + 1, len(lines)) if lines[i].startswith("@task"))
+    for i in range(host, end):
+        lines[i] = re.sub(r"\bK\b", name, lines[i])
+    prog = tmp_path / "gemm.cyp"
+    prog.write_text("\n".join(lines))
+    r = CliRunner().invoke(main, ["build", str(prog), "-m", str(ROOT / "mappings/gemm/h100.yaml"),
+                                  "-o", str(tmp_path / "out")])
+    assert r.exit_code != 0 and "error[E050]" in r.output, r.output
+    assert f"the name '{name}' clashes with an identifier of the generated kernel" in r.output
+    assert not (tmp_path / "out").exists()
