@@ -120,6 +120,14 @@ PROGRAMS: dict[str, Program] = {
         check=[dict(M=4096, N=4096, K=128), dict(M=129, N=264, K=72), dict(M=1000, N=1000, K=128),
                dict(M=300, N=520, K=200), dict(M=1, N=8, K=8)],
         small=[dict(M=256, N=256, K=128), dict(M=129, N=264, K=72)], run=dict(M=4096, N=4096, K=128)),
+    # tests/programs/chain_gemm.cyp: O = T(Q[:, :64] @ Kt[:64]) @ V, the first product rounded to T
+    # in registers (the program's own conversion) and fed to the second as its A operand
+    "chain_gemm": Program(
+        ref=lambda t: {"O": _mm(_mm(t["Q"][:, :64], t["Kt"][:64]).to(t["Q"].dtype), t["V"])},
+        check=[dict(M=4096, E=128, D=64, N=4096), dict(M=129, E=72, D=64, N=200), dict(M=1000, E=64, D=64, N=1000),
+               dict(M=300, E=520, D=48, N=8), dict(M=1, E=8, D=8, N=8), dict(M=4096, E=256, D=64, N=16384)],
+        small=[dict(M=256, E=64, D=64, N=256), dict(M=129, E=72, D=64, N=200)],
+        run=dict(M=8192, E=128, D=64, N=8192)),
 }
 
 
@@ -188,6 +196,11 @@ extern "C" int gemm_launch(void* C, const void* A, const void* B, int64_t M, int
 """
 
 
+def _op(op: str, a: dict, b: dict) -> dict:
+    """A node of the info's expression trees (cypressc.runtime.eval_expr)."""
+    return {"op": op, "a": a, "b": b}
+
+
 def proto_info(dtype: str) -> dict:
     return {
         "name": "gemm",
@@ -195,9 +208,10 @@ def proto_info(dtype: str) -> dict:
                    {"name": "A", "dtype": dtype, "dims": ["M", "K"], "reads": True, "writes": False},
                    {"name": "B", "dtype": dtype, "dims": ["K", "N"], "reads": True, "writes": False}],
         "sizes": ["M", "N", "K"],
-        "flops": "2.0 * M * N * K",
-        "requires": [["N % 8 == 0", "N must be a multiple of 8 (TMA: 16-byte row strides)"],
-                     ["K % 8 == 0", "K must be a multiple of 8 (TMA: 16-byte row strides)"]],
+        "flops": {"c": "((2.0 * M) * N) * K", "tree": _op("*", _op("*", _op("*", {"const": 2.0}, {"var": "M"}),
+                                                                       {"var": "N"}), {"var": "K"})},
+        "requires": [{"c": f"{d} % 8 == 0", "tree": _op("==", _op("%", {"var": d}, {"const": 8}), {"const": 0}),
+                      "why": f"{d} must be a multiple of 8 (TMA: 16-byte row strides)"} for d in "NK"],
         "runtime_include": str(ROOT / "cypressc" / "backend" / "runtime"),
         "cuda_arch": "90a",
     }

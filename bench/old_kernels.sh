@@ -10,8 +10,9 @@
 # <name>.cu/.h/.json, main.cu, Makefile).  Per side it also writes:
 #   targets.tsv   label, program, mapping, dtype, cypressc rc (a failed build is listed, not fatal)
 #   logs/<label>.log  the compiler's output for that target
-#   runtime/      a copy of that tree's cypressc/backend/runtime (cypress.cuh): bench/old_new.py
-#                 compiles each side against its own header, not whatever the device tree has
+#   runtime/      a copy of that tree's cypressc/backend/runtime (cypress.cuh) and of its
+#                 cypressc/runtime.py (as loader.py): bench/old_new.py compiles each side against
+#                 its own header and loads it with its own loader, not whatever the device tree has
 #   SOURCE        the commit (and, for new, the working-tree diff hash) the side was built from
 # Then bench/old_new.py (on the GPU machine) makes, checks and times both sides:
 #   run(command="STEPS=oldnew bash bench/gpu_all.sh", carry=[".whl", "build/old", "build/new"])
@@ -56,6 +57,8 @@ build_side() {
     echo "old_kernels: $side: cypressc imports from $where, not $tree/cypressc" >&2; return 1
   fi
   cp -r "$tree/cypressc/backend/runtime" "$out/runtime"
+  # that tree's Python loader too: each side's kernel info is read by the loader that wrote it
+  cp "$tree/cypressc/runtime.py" "$out/runtime/loader.py"
   printf 'label\tprogram\tmapping\tdtype\trc\n' > "$out/targets.tsv"
   while read -r prog map dt; do
     [ -z "$prog" ] && continue

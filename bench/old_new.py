@@ -146,11 +146,26 @@ def make_all(targets: list[dict], root: Path, jobs: int) -> dict[tuple[str, str]
         return {k: f.result() for k, f in futs.items()}
 
 
-def load_all(targets: list[dict], made: dict) -> dict[str, dict]:
+def load_all(targets: list[dict], made: dict, root: Path) -> dict[str, dict]:
     """``{label: {side: Kernel}}`` for every library that was made; a load failure is
     recorded in ``made`` (``rc`` 1, ``what`` "load")."""
+    import importlib.util
+
     from cypressc import runtime
 
+    def loader(side: str):
+        """The side's own ``cypressc/runtime.py`` (old_kernels.sh copies it): the kernel info
+        format may differ between the two trees."""
+        f = root / side / "runtime" / "loader.py"
+        if not f.is_file():
+            return runtime
+        spec = importlib.util.spec_from_file_location(f"cypressc_runtime_{side}", f)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # dataclasses resolve their module by name
+        spec.loader.exec_module(mod)
+        return mod
+
+    loaders = {s: loader(s) for s in SIDES}
     kernels: dict[str, dict] = {}
     for t in targets:
         kernels[t["label"]] = {}
@@ -163,7 +178,7 @@ def load_all(targets: list[dict], made: dict) -> dict[str, dict]:
                 print(m["log"][-1500:], flush=True)
                 continue
             try:
-                kernels[t["label"]][s] = runtime.load(t[s]["dir"], t[s]["name"])
+                kernels[t["label"]][s] = loaders[s].load(t[s]["dir"], t[s]["name"])
             except Exception as e:
                 m.update(rc=1, what="load", log=f"{type(e).__name__}: {e}")
                 print(f"[load] {t['label']} {s}: {m['log']}", flush=True)
@@ -397,7 +412,7 @@ def main() -> int:
     t0 = time.time()
     made = make_all(targets, root, args.jobs)
     print(f"[make] {len(made)} libraries in {time.time() - t0:.0f}s", flush=True)
-    kernels = load_all(targets, made)
+    kernels = load_all(targets, made, root)
     results: list[dict] = []
 
     def write_json() -> None:

@@ -21,14 +21,16 @@ parameter; a non-zero return from the launcher raises :class:`LaunchError` with 
 error name.  Nothing is written to any tensor when an error is raised before the launch.
 
 PyTorch is optional for the package: it is imported the first time a kernel is called,
-and everything else here (the info schema, size inference, the C-expression evaluator used
-for ``requires`` and ``flops``) is plain Python that the harness writer and tests use too.
+and everything else here (the info schema, size inference, the evaluator of the expression
+trees the compiler wrote for ``requires`` and ``flops``) is plain Python that the harness
+writer, the tuner and tests use too.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +39,8 @@ from typing import Any
 
 __all__ = [
     "DTYPES", "DType", "Param", "KernelInfo", "KernelError", "LaunchError", "TensorDesc",
-    "Kernel", "load", "infer_sizes", "validate", "eval_c_expr", "c_expr_names", "cuda_error_name",
+    "Kernel", "load", "infer_sizes", "validate", "eval_expr", "expr_names", "Requirement",
+    "cuda_error_name",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -134,179 +137,86 @@ def cuda_error_name(code: int) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# C expressions (``requires`` and ``flops`` in the info dict), evaluated with C semantics
+# Size expressions (``requires`` and ``flops`` in the info dict): trees the compiler wrote
 # --------------------------------------------------------------------------------------------
 
-_TOKEN = re.compile(r"""\s*(?:
-    (?P<num>0[xX][0-9a-fA-F]+|(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[fF]?)(?P<suffix>[uUlL]*)
-  | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<op>&&|\|\||<<|>>|<=|>=|==|!=|[-+*/%<>!~&|^?:(),])
-)""", re.X)
-
-# binary operator -> precedence (higher binds tighter), C's table
-_BINARY = {"||": 1, "&&": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6, "<": 7, "<=": 7, ">": 7,
-           ">=": 7, "<<": 8, ">>": 8, "+": 9, "-": 9, "*": 10, "/": 10, "%": 10}
-_FUNCS = ("cdiv", "min", "max")
+_ARITH = ("+", "-", "*", "/", "%", "cdiv", "min", "max")
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+            ">": operator.gt, ">=": operator.ge}
 
 
-def _tokens(text: str) -> list[tuple[str, Any]]:
-    out, pos = [], 0
-    text = text.rstrip()
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise ValueError(f"cannot read C expression {text!r} at {text[pos:]!r}")
-        pos = m.end()
-        if m.group("num") is not None:
-            s = m.group("num")
-            if s.lower().startswith("0x"):
-                out.append(("num", int(s, 16)))
-            elif any(c in s for c in ".eEfF"):
-                out.append(("num", float(s.rstrip("fF"))))
-            else:
-                out.append(("num", int(s)))
-        elif m.group("name") is not None:
-            n = m.group("name")
-            out.append(("num", n == "true") if n in ("true", "false") else ("name", n))
-        else:
-            out.append(("op", m.group("op")))
-    return out
+def _node(tree: Any) -> tuple:
+    """One node of an expression tree, checked: ``("const", v)``, ``("var", name)`` or
+    ``(op, a, b)``."""
+    if isinstance(tree, Mapping):
+        keys = set(tree)
+        v = tree.get("const")
+        if keys == {"const"} and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return "const", v
+        if keys == {"var"} and isinstance(tree["var"], str):
+            return "var", tree["var"]
+        if keys == {"op", "a", "b"}:
+            if tree["op"] in _ARITH or tree["op"] in _COMPARE:
+                return tree["op"], tree["a"], tree["b"]
+            raise ValueError(f"unknown operator {tree['op']!r} in an expression tree (known: "
+                             f"{' '.join([*_ARITH, *_COMPARE])})")
+    raise ValueError(f"malformed expression tree node {tree!r}: expected {{\"const\": number}}, "
+                     "{\"var\": name} or {\"op\": ..., \"a\": tree, \"b\": tree}")
 
 
-def _cdiv_int(a: int, b: int) -> int:
-    """C integer division: truncates toward zero."""
-    if b == 0:
-        raise ZeroDivisionError("integer division by zero in C expression")
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
+def _div(a: int | float, b: int | float) -> int | float:
+    """C's ``/``: two integers truncate toward zero; a double operand divides exactly."""
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ZeroDivisionError("integer division by zero in a size expression")
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    return a / b
 
 
-def _apply(op: str, a: Any, b: Any) -> Any:
-    both_int = isinstance(a, int) and isinstance(b, int)
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    if op == "/":
-        return _cdiv_int(int(a), int(b)) if both_int else a / b
-    if op == "%":
-        if not both_int:
-            raise ValueError("'%' on a floating value in C expression")
-        return int(a) - int(b) * _cdiv_int(int(a), int(b))
-    if op in ("<<", ">>", "&", "|", "^"):
-        if not both_int:
-            raise ValueError(f"'{op}' on a floating value in C expression")
-        a, b = int(a), int(b)
-        return {"<<": a << b, ">>": a >> b, "&": a & b, "|": a | b, "^": a ^ b}[op]
-    return int({"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b,
-                "&&": bool(a) and bool(b), "||": bool(a) or bool(b)}[op])
+def eval_expr(tree: Mapping[str, Any], env: Mapping[str, int | float]) -> int | float:
+    """Evaluate an expression tree of the kernel info (``{"const": 8}``, ``{"var": "N"}``,
+    ``{"op": "%", "a": tree, "b": tree}``) over the sizes ``env`` with the semantics of the
+    launcher's C on ``int64_t`` and ``double``: integer ``/`` truncates toward zero and ``%``
+    takes the dividend's sign (``-7 / 2 == -3``, ``-7 % 2 == -1``), ``cdiv(a, b)`` is
+    ``(a + b - 1) / b``, a comparison gives 0 or 1, a double operand makes an operation
+    floating.  Python ints do not overflow where ``int64_t`` would.  Raises ``ValueError``
+    for a malformed node, an unknown operator, a name not in ``env`` or ``%`` on a double,
+    ``ZeroDivisionError`` for an integer division by zero."""
+    kind, *args = _node(tree)
+    if kind == "const":
+        return args[0]
+    if kind == "var":
+        if args[0] not in env:
+            raise ValueError(f"expression uses {args[0]!r}, which is not a size (sizes: "
+                             f"{', '.join(env) or 'none'})")
+        return env[args[0]]
+    a, b = eval_expr(args[0], env), eval_expr(args[1], env)
+    if kind in _COMPARE:
+        return int(_COMPARE[kind](a, b))
+    if kind == "/":
+        return _div(a, b)
+    if kind == "%":
+        if not (isinstance(a, int) and isinstance(b, int)):
+            raise ValueError("'%' on a double in a size expression")
+        return a - b * _div(a, b)
+    if kind == "cdiv":
+        return _div(a + b - 1, b)
+    if kind in ("min", "max"):  # C's common type: a double operand makes the result a double
+        r = min(a, b) if kind == "min" else max(a, b)
+        return float(r) if isinstance(a, float) or isinstance(b, float) else r
+    return a + b if kind == "+" else a - b if kind == "-" else a * b
 
 
-class _Parser:
-    """Precedence climbing over C's expression grammar (no casts, assignments or commas
-    outside calls); evaluates as it parses unless ``env`` is None (then only names are
-    collected)."""
-
-    def __init__(self, text: str, env: Mapping[str, int | float] | None) -> None:
-        self.text, self.toks, self.i, self.env, self.names = text, _tokens(text), 0, env, []
-
-    def peek(self) -> tuple[str, Any] | None:
-        return self.toks[self.i] if self.i < len(self.toks) else None
-
-    def take(self, op: str | None = None) -> tuple[str, Any]:
-        t = self.peek()
-        if t is None or (op is not None and t != ("op", op)):
-            raise ValueError(f"malformed C expression {self.text!r}: expected {op or 'more'}")
-        self.i += 1
-        return t
-
-    def parse(self) -> Any:
-        v = self.ternary()
-        if self.peek() is not None:
-            raise ValueError(f"malformed C expression {self.text!r}: trailing {self.peek()[1]!r}")
-        return v
-
-    def ternary(self) -> Any:
-        c = self.binary(1)
-        if self.peek() == ("op", "?"):
-            self.take("?")
-            a = self.ternary()
-            self.take(":")
-            b = self.ternary()
-            return None if self.env is None else (a if c else b)
-        return c
-
-    def binary(self, min_prec: int) -> Any:
-        lhs = self.unary()
-        while True:
-            t = self.peek()
-            if not t or t[0] != "op" or t[1] not in _BINARY or _BINARY[t[1]] < min_prec:
-                return lhs
-            self.take()
-            rhs = self.binary(_BINARY[t[1]] + 1)
-            lhs = None if self.env is None else _apply(t[1], lhs, rhs)
-
-    def unary(self) -> Any:
-        t = self.peek()
-        if t and t[0] == "op" and t[1] in "-+!~":
-            self.take()
-            v = self.unary()
-            if self.env is None:
-                return None
-            return {"-": lambda x: -x, "+": lambda x: x, "!": lambda x: int(not x),
-                    "~": lambda x: ~int(x)}[t[1]](v)
-        return self.primary()
-
-    def primary(self) -> Any:
-        kind, val = self.take()
-        if kind == "num":
-            return int(val) if isinstance(val, bool) else val
-        if kind == "op" and val == "(":
-            v = self.ternary()
-            self.take(")")
-            return v
-        if kind == "name":
-            if self.peek() == ("op", "("):
-                if val not in _FUNCS:
-                    raise ValueError(f"C expression {self.text!r} calls {val}(); only "
-                                     f"{', '.join(_FUNCS)} are known")
-                self.take("(")
-                a = self.ternary()
-                self.take(",")
-                b = self.ternary()
-                self.take(")")
-                if self.env is None:
-                    return None
-                if val == "cdiv":
-                    return _apply("/", _apply("-", _apply("+", a, b), 1), b)
-                return min(a, b) if val == "min" else max(a, b)
-            self.names.append(val)
-            if self.env is None:
-                return None
-            if val not in self.env:
-                raise ValueError(f"C expression {self.text!r} uses {val!r}, which is not a size "
-                                 f"(sizes: {', '.join(self.env) or 'none'})")
-            return self.env[val]
-        raise ValueError(f"malformed C expression {self.text!r} at {val!r}")
-
-
-def eval_c_expr(text: str, env: Mapping[str, int | float]) -> int | float:
-    """Evaluate a C expression over the sizes with C semantics: integer ``/`` truncates,
-    ``%`` takes the dividend's sign, comparisons and ``&& || !`` give 0/1, a ``double``
-    operand makes the operation floating.  ``cdiv(a, b)``, ``min`` and ``max`` are known.
-    Python ints do not overflow where C's int64_t would.  Raises ``ValueError`` for anything
-    else (casts, unknown names)."""
-    return _Parser(text, env).parse()
-
-
-def c_expr_names(text: str) -> list[str]:
-    """The identifiers (sizes) a C expression reads, in order; raises ``ValueError`` if it is
-    not a C expression this module can evaluate."""
-    p = _Parser(text, None)
-    p.parse()
-    return p.names
+def expr_names(tree: Mapping[str, Any]) -> list[str]:
+    """The sizes an expression tree reads, in order; raises ``ValueError`` if it is not a
+    tree :func:`eval_expr` can evaluate."""
+    kind, *args = _node(tree)
+    if kind == "const":
+        return []
+    if kind == "var":
+        return [args[0]]
+    return expr_names(args[0]) + expr_names(args[1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,18 +241,52 @@ class Param:
 
 
 @dataclass(frozen=True, slots=True)
+class Requirement:
+    """One ``requires`` condition of the launcher: ``c`` as the launcher's C tests it (and as
+    messages show it), ``tree`` the same condition as an expression tree (:func:`eval_expr`)
+    and ``why`` what a caller is told when it fails."""
+
+    c: str
+    tree: Mapping[str, Any]
+    why: str
+
+
+_OLD_INFO = ("; an info with C text only was written by an older cypressc: rebuild the kernel "
+             "with `cypressc build` to get the expression trees")
+
+
+def _expr_field(v: Any, what: str, sizes: Sequence[str]) -> tuple[str, Mapping[str, Any]]:
+    """``{"c": C text, "tree": expression tree}`` of the info, checked against the sizes."""
+    if not (isinstance(v, Mapping) and isinstance(v.get("c"), str) and "tree" in v):
+        raise ValueError(f"kernel info: {what} must be an object with 'c' (C text) and 'tree' (an "
+                         f"expression tree), got {v!r}" + (_OLD_INFO if isinstance(v, (str, list)) else ""))
+    try:
+        used = expr_names(v["tree"])
+    except ValueError as e:
+        raise ValueError(f"kernel info: {what} ({v['c']!r}): {e}") from None
+    if bad := [n for n in dict.fromkeys(used) if n not in sizes]:
+        raise ValueError(f"kernel info: expression {v['c']!r} uses {', '.join(bad)}, not among the "
+                         f"sizes ({', '.join(sizes)})")
+    return v["c"], v["tree"]
+
+
+@dataclass(frozen=True, slots=True)
 class KernelInfo:
     """The ABI of a built kernel, as written to ``<name>.json`` by ``cypressc build``.
 
     The launcher is ``extern "C" int <name>_launch(<one pointer per param: void* if written,
     const void* if read-only>, <one int64_t per size>, cudaStream_t)`` and returns a
-    ``cudaError_t`` (``cudaErrorInvalidValue`` when a ``requires`` condition fails)."""
+    ``cudaError_t`` (``cudaErrorInvalidValue`` when a ``requires`` condition fails).
+    ``flops`` (floating-point operations of one launch) is C text, ``flops_tree`` the same
+    expression as a tree; in the JSON both are ``"flops": {"c": ..., "tree": ...}`` and each
+    ``requires`` entry is ``{"c": ..., "tree": ..., "why": ...}``."""
 
     name: str
     params: tuple[Param, ...]
     sizes: tuple[str, ...]
     flops: str
-    requires: tuple[tuple[str, str], ...]
+    flops_tree: Mapping[str, Any]
+    requires: tuple[Requirement, ...]
     runtime_include: str
     cuda_arch: str
 
@@ -392,29 +336,26 @@ class KernelInfo:
         names = [p.name for p in params]
         if len(set(names)) != len(names) or set(names) & set(sizes):
             raise ValueError(f"kernel info: param and size names must be distinct: {names} {list(sizes)}")
-        flops = need("flops", str)
+        if "flops" not in d:
+            raise ValueError("kernel info: missing 'flops'")
+        flops, flops_tree = _expr_field(d["flops"], "'flops'", sizes)
+        if not isinstance(d.get("requires", []), list):
+            raise ValueError(f"kernel info: 'requires' must be a list, got {d['requires']!r}")
         requires = []
-        for r in d.get("requires", []):
-            if not (isinstance(r, (list, tuple)) and len(r) == 2 and all(isinstance(x, str) for x in r)):
-                raise ValueError(f"kernel info: each 'requires' entry is [condition, message], got {r!r}")
-            requires.append((r[0], r[1]))
-        for expr in [flops] + [c for c, _ in requires]:
-            try:
-                used = c_expr_names(expr)
-            except ValueError as e:
-                raise ValueError(f"kernel info: {e}") from None
-            if bad := [n for n in used if n not in sizes]:
-                raise ValueError(f"kernel info: expression {expr!r} uses {', '.join(bad)}, "
-                                 f"not among the sizes ({', '.join(sizes)})")
-        return cls(name, tuple(params), sizes, flops, tuple(requires),
+        for i, r in enumerate(d.get("requires", [])):
+            if not (isinstance(r, Mapping) and isinstance(r.get("why"), str)):
+                raise ValueError(f"kernel info: requires[{i}] must be an object with 'c', 'tree' and "
+                                 f"'why' (the message), got {r!r}" + (_OLD_INFO if isinstance(r, list) else ""))
+            requires.append(Requirement(*_expr_field(r, f"requires[{i}]", sizes), r["why"]))
+        return cls(name, tuple(params), sizes, flops, flops_tree, tuple(requires),
                    str(d.get("runtime_include", "")), str(d.get("cuda_arch", "90a")))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name,
                 "params": [{"name": p.name, "dtype": p.dtype, "dims": list(p.dims), "reads": p.reads,
                             "writes": p.writes} for p in self.params],
-                "sizes": list(self.sizes), "flops": self.flops,
-                "requires": [list(r) for r in self.requires],
+                "sizes": list(self.sizes), "flops": {"c": self.flops, "tree": self.flops_tree},
+                "requires": [{"c": r.c, "tree": r.tree, "why": r.why} for r in self.requires],
                 "runtime_include": self.runtime_include, "cuda_arch": self.cuda_arch}
 
     @classmethod
@@ -435,11 +376,11 @@ class KernelInfo:
 
     def flops_at(self, sizes: Mapping[str, int]) -> float:
         """The ``flops`` expression evaluated (C semantics) at the given sizes."""
-        return float(eval_c_expr(self.flops, sizes))
+        return float(eval_expr(self.flops_tree, sizes))
 
     def failed_requires(self, sizes: Mapping[str, int]) -> list[str]:
-        """Messages of the ``requires`` conditions that do not hold at ``sizes``."""
-        return [msg for cond, msg in self.requires if not eval_c_expr(cond, sizes)]
+        """Messages (``why``) of the ``requires`` conditions that do not hold at ``sizes``."""
+        return [r.why for r in self.requires if not eval_expr(r.tree, sizes)]
 
 
 # --------------------------------------------------------------------------------------------

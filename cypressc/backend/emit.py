@@ -32,14 +32,16 @@ def emit_header(p: P.KernelPlan) -> str:
 
 
 def build_info(p: P.KernelPlan, runtime_include: str) -> dict:
-    """The description of the kernel's ABI that the harness and ``cypressc.runtime`` read."""
+    """The description of the kernel's ABI that the harness and ``cypressc.runtime`` read
+    (schema: :class:`cypressc.runtime.KernelInfo`); ``flops`` and each of ``requires`` are
+    the C text the launcher uses next to the same expression as a JSON tree."""
     return {
         "name": p.name,
         "params": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims), "reads": t.reads,
                     "writes": t.writes} for t in p.tensors],
         "sizes": list(p.sizes),
-        "flops": p.flops,
-        "requires": [list(r) for r in p.requires],
+        "flops": {"c": p.flops_c, "tree": P.size_tree(p.flops)},
+        "requires": [{"c": r.c, "tree": r.tree(), "why": r.why} for r in p.requires],
         "runtime_include": runtime_include,
         "cuda_arch": "90a",
     }
@@ -153,7 +155,11 @@ def emit_cuda(p: P.KernelPlan) -> str:
     if p.vectors or p.simt_body:
         w("const int tw = threadIdx.x % 128;  // thread in its warpgroup")
     for f in p.fragments:
-        w(f"float {f.name}[{f.rows // 64}][{f.cols // 2}];  // %{f.name}: {f.rows}x{f.cols} f32 per warpgroup")
+        if f.dtype == "f32":
+            w(f"float {f.name}[{f.rows // 64}][{f.cols // 2}];  // %{f.name}: {f.rows}x{f.cols} f32 per warpgroup")
+        else:
+            w(f"uint32_t {f.name}[{f.rows // 64}][{f.cols // 4}];  // %{f.name}: {f.rows}x{f.cols} {f.dtype} per "
+              "warpgroup (wgmma A fragments, packed pairs)")
     for v in p.vectors:
         w(f"float {v.name}[{v.n}];  // %{v.name}: {v.n} f32 per thread")
     _tiles(w, p, p.consumer, p.issue_ahead, "consumer")
@@ -222,8 +228,8 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
     w.ind += 1
     for s in p.sizes:
         w(f"if ({s} < 0 || {s} > INT32_MAX) return cudaErrorInvalidValue;")
-    for cond, why in p.requires:
-        w(f"if (!({cond})) return cudaErrorInvalidValue;  // {why}")
+    for r in p.requires:
+        w(f"if (!({r.c})) return cudaErrorInvalidValue;  // {r.why}")
     ptrs = " | ".join(f"reinterpret_cast<uintptr_t>({t.name})" for t in p.tensors)
     w(f"if (({ptrs}) & 15) return cudaErrorInvalidValue;  // TMA needs 16-byte aligned tensors")
     out = [t for t in p.tensors if t.writes]

@@ -109,10 +109,11 @@ def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
 
 def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     f = _frag(p, mm.acc)
-    a_buf = next(x for x in p.buffers if x.name == mm.a_buf)
     b_buf = next(x for x in p.buffers if x.name == mm.b_buf)
-    a_base, b_base = _stage_base(a_buf, mm.a_stage), _stage_base(b_buf, mm.b_stage)
-    w(f"// {mm.event}: warpgroup_mma, {mm.k // 16} k16 step(s)")
+    b_base = _stage_base(b_buf, mm.b_stage)
+    src = f"A from registers %{mm.a_frag}, " if mm.a_frag else ""
+    fill = f" (fill {mm.zero_fill} folded in: scale-d off on the first step)" if mm.zero_fill else ""
+    w(f"// {mm.event}: warpgroup_mma, {src}{mm.k // 16} k16 step(s){fill}")
     w("#pragma unroll")
     w.open(f"for (int kk = 0; kk < {mm.k // 16}; ++kk)")
     # MN-major B: a k16 step is 16 swizzled rows; K-major A: 32 B along a swizzled row, so
@@ -120,19 +121,30 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     chunk = "" if mm.b_chunk == 0 else f"{mm.b_chunk} * {b_buf.name}_CHUNK + "
     w(f"const uint64_t db = cypress::desc_mn_sw{b_buf.swizzle}({b_base} + {chunk}kk * 16 * {b_buf.swizzle}, "
       f"{b_buf.name}_CHUNK);")
+    atoms = f.rows // 64
+    zero = ", kk == 0" if mm.zero_fill else ""
+    if mm.a_frag:
+        if atoms > 1:
+            w("#pragma unroll")
+        for_a = f"for (int a = 0; a < {atoms}; ++a) " if atoms > 1 else ""
+        ai = "a" if atoms > 1 else "0"
+        w(f"{for_a}cypress::wgmma_rs<{mm.n}, {CTYPE[mm.dtype]}>(&{mm.a_frag}[{ai}][kk * 4], db, {f.name}[{ai}]{zero});")
+        w.close()
+        return
+    a_buf = next(x for x in p.buffers if x.name == mm.a_buf)
+    a_base = _stage_base(a_buf, mm.a_stage)
     per = a_buf.swizzle // 32
     # the k16 step within A's tile: a K slice of a wider resident tile starts a_col / 16 steps in
     ks = "kk" if mm.a_col == "0" else f"(kk + ({mm.a_col}) / 16)"
     k_off = f"{ks} * {a_buf.name}_CHUNK" if per == 1 else f"({ks} / {per}) * {a_buf.name}_CHUNK"
     in_row = "" if per == 1 else f" + ({ks} % {per}) * 32"
-    atoms = f.rows // 64
     row = f"({mm.a_row})" if atoms == 1 else f"(({mm.a_row}) + a * 64)"
     acc = f"{f.name}[0]" if atoms == 1 else f"{f.name}[a]"
     if atoms > 1:
         w("#pragma unroll")
         w.open(f"for (int a = 0; a < {atoms}; ++a)")
     w(f"const uint64_t da = cypress::desc_k_sw{a_buf.swizzle}({a_base} + {k_off} + {row} * {a_buf.swizzle}{in_row});")
-    w(f"cypress::wgmma<{mm.n}, {CTYPE[mm.dtype]}>(da, db, {acc});")
+    w(f"cypress::wgmma<{mm.n}, {CTYPE[mm.dtype]}>(da, db, {acc}{zero});")
     if atoms > 1:
         w.close()
     w.close()
@@ -165,6 +177,13 @@ def _fill(w, p: P.KernelPlan, op) -> None:
     w(f"for (int a = 0; a < {f.rows // 64}; ++a)")
     w("#pragma unroll")
     w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {f.name}[a][i] = {op.value};")
+
+
+def _convert(w, p: P.KernelPlan, op: P.Convert) -> None:
+    f = _frag(p, op.src)
+    w(f"// {op.event}: copy %{op.src} -> %{op.dst} (f32 -> {op.dtype}, the A fragment of a wgmma)")
+    w("#pragma unroll")
+    w(f"for (int a = 0; a < {f.rows // 64}; ++a) cypress::acc_to_a<{CTYPE[op.dtype]}>({op.src}[a], {op.dst}[a]);")
 
 
 def _add(w, p: P.KernelPlan, op: P.Add) -> None:
@@ -247,6 +266,7 @@ def _store_vector(w, p: P.KernelPlan, op: P.StoreVector) -> None:
 
 
 _PRINT = {P.Sync: _sync, P.Load: _load, P.Mma: _mma, P.RowSum: _row_sum, P.Fill: _fill, P.FillVector: _fill,
+          P.Convert: _convert,
           P.Add: _add, P.StoreDirect: _store_direct, P.StageWrite: _stage_write, P.TmaStore: _tma_store,
           P.StoreVector: _store_vector}
 

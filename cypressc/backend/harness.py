@@ -258,8 +258,8 @@ def render_main(ki: KernelInfo) -> str:
     w(f"inline double flops({', '.join(size_args) or 'void'}) {{{unused} return double({ki.flops}); }}")
     w("// The launcher's `requires` conditions: used only to explain a refusal.")
     w(f"inline void explain({', '.join(size_args) or 'void'}) {{{unused}")
-    for cond, msg in ki.requires:
-        w(f"  if (!({cond})) fprintf(stderr, \"  requires %s: %s\\n\", {_c_string(cond)}, {_c_string(msg)});")
+    for r in ki.requires:
+        w(f"  if (!({r.c})) fprintf(stderr, \"  requires %s: %s\\n\", {_c_string(r.c)}, {_c_string(r.why)});")
     w("}")
     w("}  // namespace cyp_expr")
     w("")

@@ -24,6 +24,7 @@ from dataclasses import replace
 from cypressc.backend import plan as P
 from cypressc.backend.lower_host import KernelInterface
 from cypressc.backend.lower_simt import SimtLowering
+from cypressc.backend.peephole import fold_zero_fills
 from cypressc.backend.refusal import REFUSAL_CODE
 from cypressc.backend.refusal import Refuse as _Refuse
 from cypressc.backend.refusal import refuse as _refuse
@@ -175,13 +176,15 @@ class _Lower(KernelInterface, SimtLowering):
                     consumers = static(d.extent)
                     if consumers is None or consumers < 1:
                         _refuse("a run-time or empty number of warpgroups")
-        grid = [self.c(d.extent) for d in grid_dims]
+        grid = [d.extent for d in grid_dims]
         if self.host_var is not None:
-            grid.append(self.c(N.ibin("-", host[0].hi, host[0].lo)))
+            grid.append(N.ibin("-", host[0].hi, host[0].lo))
+        trip = N.ibin("-", lp.hi, lp.lo)
         plan = P.KernelPlan(
-            name=m.name, tensors=tensors, sizes=list(m.scalars), grid=grid, host_loop=self.host_var,
+            name=m.name, tensors=tensors, sizes=list(m.scalars), grid=[self.c(g) for g in grid],
+            grid_exprs=[self._sized(g) for g in grid], trip_expr=self._sized(trip), host_loop=self.host_var,
             raster=inst.raster or 16, persistent=bool(inst.persistent), consumers=consumers,
-            stages=stages, trip_count=self.c(N.ibin("-", lp.hi, lp.lo)), maps=[], buffers=[], loads=[],
+            stages=stages, trip_count=self.c(trip), maps=[], buffers=[], loads=[],
             fragments=[], producer_registers=inst.producer_registers or 40,
             consumer_registers=inst.consumer_registers or (240 if consumers == 1 else 232),
             mma_in_flight=1 if inst.mma_in_flight is None else inst.mma_in_flight,
@@ -223,6 +226,8 @@ class _Lower(KernelInterface, SimtLowering):
                     plan.issue_ahead.append(replace(st, who=None) if isinstance(st, P.Sync) else st)
                 else:
                     getattr(getattr(plan, "producer" if role == "producer" else "consumer"), sec).append(st)
+        for code in (plan.consumer, plan.producer):
+            code.before, code.loop, code.after = (fold_zero_fills(x) for x in (code.before, code.loop, code.after))
         if getattr(self, "_pending_stage", None) is not None:
             _refuse("a register fragment copied into shared memory that is never stored")
         if not any(isinstance(st, P.Load) for sec in (plan.producer.loop, plan.consumer.loop, plan.issue_ahead)
@@ -235,22 +240,9 @@ class _Lower(KernelInterface, SimtLowering):
                 _refuse(str(e))
         if m.attrs.get("war") and plan.persistent:
             _refuse("shared tensors that share bytes in a persistent kernel")
-        for t in tensors:
-            if t.reads or any(isinstance(s, P.TmaStore) and s.map.startswith(f"tm_{t.name}_")
-                              for s in plan.epilogue):
-                plan.requires.append((f"{t.dims[-1]} % 8 == 0",
-                                      f"the innermost extent of {t.name} ({t.dims[-1]}) must be a multiple "
-                                      "of 8: TMA needs 16-byte row strides"))
-            elif t.writes and t.dtype in ("f16", "bf16"):
-                plan.requires.append((f"{t.dims[-1]} % 2 == 0",
-                                      f"the innermost extent of {t.name} ({t.dims[-1]}) must be even"))
-            out_dims = {d for o in tensors if o.writes for d in o.dims}
-            if t.reads:  # an empty output needs no launch; an empty reduction dim has no TMA map
-                for d in dict.fromkeys(x for x in t.dims if x not in out_dims):
-                    plan.requires.append((f"{d} > 0", f"{t.name} is read through TMA, which needs a "
-                                          f"non-empty tensor ({d} > 0)"))
-        plan.requires = list(dict.fromkeys(plan.requires))
-        plan.flops = self._flops(plan) or "0.0"
+        plan.requires = self._requires(plan)
+        plan.flops = self._flops(plan)
+        plan.flops_c = self._size_c(plan.flops)
         return plan
 
     def _barriers(self, plan: P.KernelPlan, body: list) -> None:
@@ -298,6 +290,8 @@ class _Lower(KernelInterface, SimtLowering):
                 return self._simt(plan, o, sec == "before", smem)
             if o.fn == "row_sum":
                 return self._row_sum(plan, o)
+            if o.fn in ("fill", "copy") and not self._is_vector(o.args[0]):
+                return self._simt_loop(plan, o)
             if o.fn != "warpgroup_mma":
                 _refuse(f"leaf {o.fn}() inside the main loop")
             self._whole_warpgroups(o)
@@ -386,12 +380,29 @@ class _Lower(KernelInterface, SimtLowering):
             if f.name == a.name:
                 return f
         _, _, _, mmas = self.origin(a.layout) if a.layout is not None else (None, None, None, [])
-        if not mmas or mmas[0][0].params[1] != "WARP" or mmas[0][0].params[2] != "C":
+        if not mmas or mmas[0][0].params[1] != "WARP" or mmas[0][0].params[2] not in ("A", "C"):
             _refuse(f"register tensor %{a.name} is not laid out by partition_by_mma(..., WARP, \"C\")")
         rows, cols = self.shape2(mmas[0][0].base)
-        f = P.Fragment(a.name, rows, cols)
+        if a.dtype != "f32" and (a.dtype not in ("f16", "bf16") or cols % 16):
+            _refuse(f"register tensor %{a.name}: a {a.dtype} fragment (registers hold f32 accumulators, "
+                    "or f16/bf16 wgmma A operands of whole k16 steps)")
+        f = P.Fragment(a.name, rows, cols, a.dtype)
         plan.fragments.append(f)
         return f
+
+    def _wg_tile(self, v: N.View) -> N.View:
+        """The warpgroup's whole tile behind a wgmma operand piece: a thread's piece of a
+        ``partition_by_mma`` is what it holds, the instruction reads the tile."""
+        while True:
+            if isinstance(v, N.Piece) and self.sym.parts[v.partition].kind == "mma":
+                v = self.sym.parts[v.partition].base
+                continue
+            lay = self.sym.allocs[v.name].layout if isinstance(v, N.TRef) else None
+            if isinstance(lay, N.Piece) and self.sym.parts[lay.partition].kind == "mma" \
+                    and self.sym.mem(lay) == self.sym.allocs[v.name].mem:
+                v = lay
+                continue
+            return v
 
     def _mma(self, plan: P.KernelPlan, o: N.Call) -> P.Mma:
         at, c, a, b = o.args
@@ -400,10 +411,23 @@ class _Lower(KernelInterface, SimtLowering):
         if atom.n != f.cols:
             _refuse(f"{at.name} on a {f.rows}x{f.cols} accumulator: this backend needs the atom's N "
                     "to equal the warpgroup tile's columns")
-        abuf, aorg = self._buffer(plan, a, {})
+        b = self._wg_tile(b)
         bbuf, borg = self._buffer(plan, b, {})
-        ma, ka = self.shape2(a)
         kb, nb = self.shape2(b)
+        if self.sym.mem(a) == "REGISTER":
+            fa = self._fragment(plan, a)
+            if fa.dtype not in ("f16", "bf16") or fa.rows != f.rows or fa.cols != kb or nb != f.cols:
+                _refuse(f"wgmma operand shapes {fa.rows}x{fa.cols} {fa.dtype} (registers) x {kb}x{nb} do not "
+                        f"match the {f.rows}x{f.cols} accumulator")
+            if static(borg[-2]) != 0 or static(borg[-1]) is None or static(borg[-1]) % bbuf.chunk_cols:
+                _refuse("a wgmma B operand that starts inside its stage tile")
+            mm = P.Mma(self.en(o.ev), f.name, "", "0", bbuf.name, static(borg[-1]) // bbuf.chunk_cols, kb,
+                       atom.n, fa.dtype, "0", self._stage(bbuf, borg), "0", a_frag=fa.name)
+            plan.body.append(mm)
+            return mm
+        a = self._wg_tile(a)
+        abuf, aorg = self._buffer(plan, a, {})
+        ma, ka = self.shape2(a)
         if ka != kb or nb != f.cols or ma != f.rows:
             _refuse(f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
                     f"{f.rows}x{f.cols} accumulator")
@@ -451,6 +475,21 @@ class _Lower(KernelInterface, SimtLowering):
         if inner != [("WARP", 4), ("THREAD", 32)]:
             _refuse(f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; the backend "
                     "needs all 4 warps x 32 threads")
+
+    def _simt_loop(self, plan: P.KernelPlan, o: N.Call):
+        """A SIMT leaf on register fragments inside the main loop, between the wgmmas of one
+        step: clearing an accumulator, or converting one into a wgmma A operand."""
+        self._whole_warpgroups(o)
+        f = self._fragment(plan, o.args[0])
+        if o.fn == "fill":
+            return P.Fill(self.en(o.ev), f.name, self.c(o.args[1]))
+        if self.sym.mem(o.args[1]) != "REGISTER":
+            _refuse(f"copy of register fragment %{f.name} into {fmt_view(o.args[1])} inside the main loop")
+        g = self._fragment(plan, o.args[1])
+        if f.dtype != "f32" or g.dtype not in ("f16", "bf16") or (f.rows, f.cols) != (g.rows, g.cols):
+            _refuse(f"copy of the {f.rows}x{f.cols} {f.dtype} fragment %{f.name} into the {g.rows}x{g.cols} "
+                    f"{g.dtype} fragment %{g.name} (the backend converts f32 to a 16-bit fragment of one shape)")
+        return P.Convert(self.en(o.ev), f.name, g.name, g.dtype)
 
     def _simt(self, plan: P.KernelPlan, o: N.Call, before: bool, smem):
         if o.args and self._is_vector(o.args[0]):

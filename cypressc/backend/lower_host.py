@@ -1,10 +1,13 @@
 """``cuda-lowering`` (paper §4.2.6), the kernel's interface: a parallelized HOST loop around
 the block program (a grid dimension), the kernel parameters' privileges, the names the
-generated kernel reserves and the useful FLOPs.  Mixed into :class:`cypressc.backend.lower._Lower`."""
+generated kernel reserves, the launcher's requirements on the sizes and the useful FLOPs
+(typed expressions over the sizes, printed once by the lowering's C printer).  Mixed into
+:class:`cypressc.backend.lower._Lower`."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from cypressc.backend import plan as P
 from cypressc.backend.refusal import refuse as _refuse
@@ -18,7 +21,8 @@ __all__ = ["KernelInterface"]
 
 class KernelInterface:
     """The HOST-loop and parameter half of the lowering (needs ``self.m``, ``self.sym``,
-    ``self.lets``, ``self.ctx`` and the host-loop fields of :class:`_Lower`)."""
+    ``self.lets``, ``self.ctx``, ``self.lp``, the printer ``self.c`` and the host-loop fields
+    of :class:`_Lower`)."""
 
     def _mentions(self, e: N.IExpr, var: str) -> bool:
         """Whether ``e`` depends on ``var``, through Lets too."""
@@ -97,16 +101,77 @@ class KernelInterface:
                     or name.startswith(("tm_", "s_")):
                 _refuse(f"the name '{name}' clashes with an identifier of the generated kernel; rename it")
 
-    def _flops(self, plan: P.KernelPlan) -> str:
-        """Useful multiply-adds: for each wgmma, 2 x (rows of A) x (columns of B) x K, over
-        the global tensors its operands are loaded from (batch dimensions multiply)."""
+    # -- expressions over the sizes: what the launcher, the runtime and the tuner evaluate --
+    def _sized(self, e: N.IExpr) -> N.IExpr:
+        """``e`` with its Lets inlined, as :meth:`c` prints them: an expression over the size
+        arguments when ``e`` is one the launcher can compute."""
+        if isinstance(e, N.IVar) and e.name in self.lets:
+            return self._sized(self.lets[e.name])
+        if isinstance(e, N.IBin):
+            return N.IBin(e.op, self._sized(e.a), self._sized(e.b))
+        return e
+
+    def _size_c(self, e: N.IExpr) -> str:
+        """``e`` (over the sizes) as C in the launcher's scope: :meth:`c` with no main loop
+        (whose bound it would print as the kernel's ``num_k``).  An infix operator loses its
+        outer parentheses: every use (a comparison, ``double(...)``) binds looser."""
+        lp, self.lp = self.lp, None
+        try:
+            text = self.c(e)
+        finally:
+            self.lp = lp
+        return text[1:-1] if isinstance(e, N.IBin) and e.op not in ("cdiv", "min", "max") else text
+
+    def _require(self, lhs: N.IExpr, op: str, rhs: N.IExpr, why: str) -> P.Require:
+        lhs, rhs = self._sized(lhs), self._sized(rhs)
+        return P.Require(lhs, op, rhs, why, f"{self._size_c(lhs)} {op} {self._size_c(rhs)}")
+
+    def _requires(self, plan: P.KernelPlan) -> list[P.Require]:
+        """The launcher's conditions on the sizes: a tensor the TMA reads or stores needs
+        16-byte row strides (an innermost extent that is a multiple of 8 16-bit elements), a
+        16-bit tensor stored from registers is written in pairs (an even extent), and a
+        tensor read through TMA must not be empty along a dimension no output has (an empty
+        output needs no launch; an empty reduction dimension has no TMA map)."""
+        shapes = {a.name: a.shape for a in self.m.params}
+        out_dims = {d for t in plan.tensors if t.writes for d in shapes[t.name]}
+        zero = N.IConst(0)
+        reqs = []
+        for t in plan.tensors:
+            inner = shapes[t.name][-1]
+            if t.reads or any(isinstance(s, P.TmaStore) and s.map.startswith(f"tm_{t.name}_")
+                              for s in plan.epilogue):
+                reqs.append(self._require(N.IBin("%", inner, N.IConst(8)), "==", zero,
+                                          f"the innermost extent of {t.name} ({t.dims[-1]}) must be a "
+                                          "multiple of 8: TMA needs 16-byte row strides"))
+            elif t.writes and t.dtype in ("f16", "bf16"):
+                reqs.append(self._require(N.IBin("%", inner, N.IConst(2)), "==", zero,
+                                          f"the innermost extent of {t.name} ({t.dims[-1]}) must be even"))
+            if t.reads:
+                for d in dict.fromkeys(x for x in shapes[t.name] if x not in out_dims):
+                    r = self._require(d, ">", zero, "")
+                    reqs.append(replace(r, why=f"{t.name} is read through TMA, which needs a non-empty "
+                                               f"tensor ({r.c})"))
+        return list(dict.fromkeys(reqs))
+
+    def _flops(self, plan: P.KernelPlan) -> N.IExpr:
+        """Useful floating-point operations: for each wgmma, 2.0 x (rows of A) x (columns of
+        B) x K, over the global tensors its operands are loaded from (batch dimensions
+        multiply); the double constant first keeps every product floating, as in C."""
         src = {ld.buffer: next(m.tensor for m in plan.maps if m.name == ld.map) for ld in plan.loads}
-        dims = {t.name: t.dims for t in plan.tensors}
-        terms = []
+        shapes = {a.name: a.shape for a in self.m.params}
+        total: N.IExpr | None = None
+        # a register-sourced A (a converted accumulator) has the rows of the block's other products
+        rows = next((shapes[src[mm.a_buf]] for mm in plan.body if not mm.a_frag), None)
         for mm in plan.body:
-            a, b = dims[src[mm.a_buf]], dims[src[mm.b_buf]]
-            terms.append(" * ".join(["2.0", *a[:-2], a[-2], b[-1], a[-1]]))
-        return " + ".join(terms)
+            b = shapes[src[mm.b_buf]]
+            a = shapes[src[mm.a_buf]] if not mm.a_frag else (*rows[:-1], b[-2]) if rows else None
+            if a is None:
+                continue
+            term: N.IExpr = N.IConst(2.0)
+            for d in [*a[:-2], a[-2], b[-1], a[-1]]:
+                term = N.IBin("*", term, self._sized(d))
+            total = term if total is None else N.IBin("+", total, term)
+        return N.IConst(0.0) if total is None else total
 
     def _access(self, name: str, writes: bool) -> bool:
         """Whether any copy or leaf reads (or writes) global tensor ``name``, by the

@@ -5,17 +5,22 @@ synchronization and every view into an address or a TMA coordinate (paper §4.2.
 :mod:`cypressc.backend.emit` prints it as CUDA C++ against ``cypress.cuh``.
 All expressions are C++ source strings over the kernel's variables: the size
 arguments (``M``, ``N``, …), the tile coordinates ``b0, b1, b2``, the main-loop
-index ``kb`` and the consumer warpgroup index ``cw``.
+index ``kb`` and the consumer warpgroup index ``cw``.  What is evaluated outside the kernel
+(the launcher's :class:`Require` conditions, the FLOP count, the grid and trip count for
+``cypressc tune``) is also kept as IR index expressions over the sizes, which the kernel
+info stores as JSON trees (:func:`size_tree`) for :mod:`cypressc.runtime`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["SWIZZLES", "swizzle_for", "GlobalTensor", "TmaMap", "StageBuffer", "Load", "Fragment", "Mma",
+from cypressc.ir.nodes import IBin, IConst, IExpr, IProc, IVar
+
+__all__ = ["SWIZZLES", "swizzle_for", "GlobalTensor", "TmaMap", "StageBuffer", "Load", "Fragment", "Convert", "Mma",
            "Fill", "Add",
            "StoreDirect", "StageWrite", "TmaStore", "Barrier", "Sync", "RoleCode", "Vector", "FillVector",
-           "RowSum", "StoreVector", "KernelPlan"]
+           "RowSum", "StoreVector", "KernelPlan", "COMPARISONS", "Require", "size_tree"]
 
 
 SWIZZLES = (128, 64, 32)  # TMA / wgmma swizzle modes, bytes per swizzled row, widest first
@@ -27,6 +32,49 @@ def swizzle_for(cols: int, elem_bytes: int = 2) -> int | None:
     row each (64, 32 or 16 columns of 16-bit elements).  None when no mode divides it (a row
     that is not a multiple of 32 bytes), which neither TMA nor wgmma can lay out swizzled."""
     return next((sw for sw in SWIZZLES if cols > 0 and (cols * elem_bytes) % sw == 0), None)
+
+
+COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+
+
+def size_tree(e: IExpr) -> dict:
+    """``e`` (an expression over the size arguments, Lets inlined) as the JSON tree the kernel
+    info stores and :func:`cypressc.runtime.eval_expr` evaluates: ``{"const": 8}``,
+    ``{"var": "N"}`` or ``{"op": "%", "a": tree, "b": tree}`` with ``op`` one of ``+ - * / %
+    cdiv min max`` or a comparison.  The IR's ``//`` is written ``/``: the C printer prints it
+    so, and the tree says what the launcher computes.  Raises ``ValueError`` for a processor
+    index (not a size expression)."""
+    if isinstance(e, IConst):
+        return {"const": e.value}
+    if isinstance(e, IVar):
+        return {"var": e.name}
+    if isinstance(e, IBin):
+        return {"op": "/" if e.op == "//" else e.op, "a": size_tree(e.a), "b": size_tree(e.b)}
+    if isinstance(e, IProc):
+        raise ValueError(f"the {e.proc.lower()} index is not a size")
+    raise TypeError(e)
+
+
+@dataclass(frozen=True)
+class Require:
+    """A condition the launcher checks before launching (``cudaErrorInvalidValue`` when it
+    fails): ``lhs op rhs`` over the size arguments, ``op`` one of :data:`COMPARISONS`.
+    ``c`` is the condition as the lowering's C printer wrote it (the launcher's test and the
+    text of messages), ``why`` the reason a caller is told."""
+
+    lhs: IExpr
+    op: str
+    rhs: IExpr
+    why: str
+    c: str
+
+    def __post_init__(self) -> None:
+        if self.op not in COMPARISONS:
+            raise ValueError(f"a requirement compares with one of {' '.join(COMPARISONS)}, not {self.op!r}")
+
+    def tree(self) -> dict:
+        """The condition as a :func:`size_tree`."""
+        return {"op": self.op, "a": size_tree(self.lhs), "b": size_tree(self.rhs)}
 
 
 @dataclass(frozen=True)
@@ -117,18 +165,32 @@ class Load:
 
 @dataclass(frozen=True)
 class Fragment:
-    """An f32 accumulator tile of ``rows`` x ``cols`` per consumer warpgroup, in registers
-    in the wgmma C layout (``rows // 64`` atoms of ``cols / 2`` floats per thread)."""
+    """A ``rows`` x ``cols`` register tile per consumer warpgroup in the wgmma C layout
+    (``rows // 64`` atoms): f32 (an accumulator, ``cols / 2`` floats per thread and atom), or
+    f16/bf16 (a wgmma A operand, ``cols / 16`` k16 steps of 4 packed pairs per thread and
+    atom; the PTX A fragment of a k16 step is the C layout of its 16 columns)."""
 
     name: str
     rows: int
     cols: int
+    dtype: str = "f32"
+
+
+@dataclass(frozen=True)
+class Convert:
+    """``dst = T(src)`` for two fragments of one shape: an f32 accumulator rounded to the
+    16-bit A fragment a register-sourced wgmma reads (each thread its own elements)."""
+
+    event: str
+    src: str
+    dst: str
+    dtype: str
 
 
 @dataclass(frozen=True)
 class Mma:
-    """``acc += A @ B`` over one stage: A K-major rows ``a_row`` (expr) of ``a_buf`` from
-    column ``a_col`` (expr, a multiple of 16: a K slice of a wider resident tile),
+    """``acc += A @ B`` over one stage: A from register fragment ``a_frag``, or K-major
+    rows ``a_row`` (expr) of ``a_buf`` from column ``a_col`` (expr, a multiple of 16: a K slice of a wider resident tile),
     B MN-major columns from chunk ``b_chunk`` of ``b_buf``, K extent ``k``."""
 
     event: str
@@ -143,6 +205,8 @@ class Mma:
     a_stage: str = "0"
     b_stage: str = "0"
     a_col: str = "0"
+    a_frag: str | None = None  # A from this register fragment (then a_buf, a_row are unused)
+    zero_fill: str | None = None  # the fill of acc folded in: scale-d off on the first k16 step
 
 
 @dataclass(frozen=True)
@@ -316,6 +380,9 @@ class KernelPlan:
     issue_ahead: list = field(default_factory=list)  # no producer: the issuer's loads, STAGES - 1 steps ahead
     exit: list = field(default_factory=list)  # consumer statements after the last tile
     counters: set = field(default_factory=set)  # (role, "stage" | "istage" | "kbase") the code uses
-    requires: list[tuple[str, str]] = field(default_factory=list)
-    flops: str = "0"
+    requires: list[Require] = field(default_factory=list)
+    flops: IExpr = IConst(0.0)  # useful floating-point operations of one launch, over the sizes
+    flops_c: str = "0.0"  # ... as C, by the lowering's printer
+    grid_exprs: list[IExpr] = field(default_factory=list)  # ``grid`` over the sizes (cypressc tune's model)
+    trip_expr: IExpr | None = None  # ``trip_count`` over the sizes and block indices
     host_loop: str | None = None  # a parallelized HOST loop: its variable, as the last grid dim

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.ir import nodes as N
+from cypressc.ir.shapes import layout_key
 from cypressc.ir.subst import map_views, rename_events, walk_ops
 
 __all__ = ["Symbols", "views_of", "canon", "dim_procs", "forward_refs", "replace_event", "remove_ops",
@@ -70,11 +71,12 @@ def views_of(op: N.Op) -> list[tuple[N.View, bool, bool]]:
 
 
 def canon(v: N.View, sym: Symbols) -> tuple:
-    """A structural key of a view: its root and the chain of (kind, params, index)."""
+    """A structural key of a view: its root and the chain of (layout, index) — two views with
+    equal keys hold the same elements (:func:`cypressc.ir.shapes.layout_key`)."""
     chain = []
     while isinstance(v, N.Piece):
         p = sym.parts[v.partition]
-        chain.append((p.kind, p.params, v.idx))
+        chain.append((layout_key(p.kind, p.params), v.idx))
         v = p.base
     return (v.name, tuple(reversed(chain)))
 

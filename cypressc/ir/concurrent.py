@@ -444,8 +444,7 @@ class _Concurrent:
     def retire_mma(self, job) -> None:
         op, scope, envs = job["run"]
         if self.values:
-            for e in envs:
-                self.vi.call(op, scope, e)
+            self.vi.call_group(op, [(scope, e) for e in envs])
         for rk in job["regs"]:
             self.reg_pending[rk] -= 1
         for rec in job["recs"]:

@@ -36,6 +36,7 @@ class InterpreterError(RuntimeError):
 
 
 _UIDS = itertools.count()
+_LANES = ("WARP", "THREAD")  # the levels a collective leaf's issuing group spans
 
 
 @dataclass(eq=False)
@@ -45,6 +46,7 @@ class _Scope:
     vars: dict[str, object] = field(default_factory=dict)  # loop variables
     storage: dict[tuple, np.ndarray] = field(default_factory=dict)
     uid: int = field(default_factory=lambda: next(_UIDS))
+    lanes: int = 0  # an iteration of a pfor over WARP or THREAD: that pfor's trip count
 
     def find(self, name: str) -> "_Scope":
         s: _Scope | None = self
@@ -109,6 +111,7 @@ class _Interp:
         self.waiting: dict[tuple, list[_Task]] = {}
         self.done: set[tuple] = set()
         self.seq = itertools.count()
+        self.joins: dict[tuple, list[tuple[_Scope, dict]]] = {}
         self.root = _Scope(None)
         self.root.vars.update(sizes)
         for p in m.params:
@@ -271,7 +274,22 @@ class _Interp:
         t = self.ready_list.pop(k)
         self.pending -= 1
         self.execute(t)
+        if self._collective(t):
+            # the lanes of a warpgroup issue a collective leaf together: the members ready now
+            # run with it (a random order that interleaves 128 lanes with the copies would make
+            # the group start only after nearly everything else, hiding a missing edge)
+            key = self._group(t.op, t.scope, t.env)[0]
+            mates = [u for u in self.ready_list if u.op is t.op and self._collective(u)
+                     and self._group(u.op, u.scope, u.env)[0] == key]
+            for u in mates:
+                self.ready_list.remove(u)
+                self.pending -= 1
+                self.execute(u)
         return True
+
+    @staticmethod
+    def _collective(t: _Task) -> bool:
+        return t.kind == "op" and isinstance(t.op, N.Call) and LEAF_FUNCTIONS[t.op.fn].collective is not None
 
     def execute(self, t: _Task) -> None:
         op, scope, env = t.op, t.scope, t.env
@@ -287,6 +305,17 @@ class _Interp:
                 raise InterpreterError(f"copy {op.ev}: source shape {src.shape} does not fit {dst.shape}")
             dst.write(value.reshape(dst.shape))
             self.complete(op, scope, env)
+        elif isinstance(op, N.Call) and LEAF_FUNCTIONS[op.fn].collective:
+            # a collective leaf (wgmma: `.sync.aligned`) runs once every thread of its
+            # warpgroup issued it, on the operand tiles all of them hold together
+            key, size = self._group(op, scope, env)
+            group = self.joins.setdefault(key, [])
+            group.append((scope, env))
+            if len(group) == size:
+                del self.joins[key]
+                self.call_group(op, group)
+                for sc, e in group:
+                    self.complete(op, sc, e)
         elif isinstance(op, N.Call):
             self.call(op, scope, env)
             self.complete(op, scope, env)
@@ -295,8 +324,9 @@ class _Interp:
             self.iterate(op, scope, env, lo, hi)
         elif isinstance(op, N.PFor):
             lo, hi = int(self.expr(op.lo, scope, env)), int(self.expr(op.hi, scope, env))
+            lane = op.proc in _LANES
             for i in range(lo, hi):
-                it = _Scope(scope)
+                it = _Scope(scope, lanes=hi - lo if lane else 0)
                 it.vars[op.var] = i
                 self.spawn_block(op.body, it, env,
                                  lambda i=i: self.complete(op, scope, env, (i - lo,)))
@@ -309,12 +339,50 @@ class _Interp:
         it.vars[op.var] = k
         self.spawn_block(op.body, it, env, lambda: self.iterate(op, scope, env, k + 1, hi))
 
-    def call(self, op: N.Call, scope: _Scope, env: dict) -> None:
+    def _group(self, op: N.Call, scope: _Scope, env: dict) -> tuple[tuple, int]:
+        """The issuing group of a collective leaf instance (its warpgroup: the same op, the
+        same scope above the pfors over warps and threads, the same indices but the lanes')
+        and how many instances it has (those pfors' trip counts times the op's lane dims)."""
+        n, s = 1, scope
+        while s.lanes:
+            n *= s.lanes
+            s = s.parent  # type: ignore[assignment]
+        for d in op.dims:
+            if d.proc in _LANES:
+                n *= int(self.expr(d.extent, scope, env))
+        return (op.ev, s.uid, tuple((p, i) for p, i in env.items() if p.proc not in _LANES)), n
+
+    def gather(self, a: N.View, members: list[tuple[_Scope, dict]]) -> Operand:
+        """The whole tile of a collective leaf's operand: the union of every member thread's
+        piece, placed by its coordinates (a replicated piece is the whole tile already)."""
+        views = [self.view(a, sc, e) for sc, e in members]
+        first = views[0]
+        if all(v is first or all(np.array_equal(x, y) for x, y in zip(v.coords, first.coords)) for v in views):
+            return Operand(first.read(), tuple(first.coords))  # replicated: every member holds the tile
+        shape = tuple(max(int(c.max()) + 1 if len(c) else 0 for c in cs) for cs in zip(*(v.coords for v in views)))
+        tile = np.full(shape, np.nan, dtype=np.float64)
+        for v in views:
+            tile[np.ix_(*v.coords)] = v.read()
+        return Operand(tile, tuple(np.arange(n) for n in shape))
+
+    def call_group(self, op: N.Call, members: list[tuple[_Scope, dict]]) -> None:
+        """Run a collective leaf for all ``members`` (scope, processor indices) of one
+        issuing group: the operands it only reads are gathered once, the written ones stay
+        per thread (each thread's accumulator fragment)."""
+        fn = LEAF_FUNCTIONS[op.fn]
+        whole = {i: self.gather(a, members) for i, a in enumerate(op.args)
+                 if isinstance(a, (N.TRef, N.Piece)) and i < len(fn.operands) and not fn.operands[i].writes}
+        for sc, e in members:
+            self.call(op, sc, e, whole)
+
+    def call(self, op: N.Call, scope: _Scope, env: dict, whole: dict[int, Operand] | None = None) -> None:
         fn = LEAF_FUNCTIONS[op.fn]
         args: list[object] = []
         views: dict[int, _View] = {}
         for i, a in enumerate(op.args):
-            if isinstance(a, (N.TRef, N.Piece)):
+            if whole and i in whole:
+                args.append(whole[i])
+            elif isinstance(a, (N.TRef, N.Piece)):
                 v = self.view(a, scope, env)
                 views[i] = v
                 args.append(Operand(v.read(), tuple(v.coords)))

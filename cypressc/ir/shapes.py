@@ -4,8 +4,13 @@
 register fragment D"): a warpgroup tile of ``64·r`` rows is split among the 4 warps by
 16-row groups (warp ``w`` owns rows ``64q + 16w + x``), and a warp's rows among its 32
 lanes: lane ``t`` owns rows ``16q + t//4 + 8h`` and columns ``8c + 2(t%4) + u``
-(h, u ∈ {0, 1}).  Operands A and B are read by the warpgroup as a whole, so their
-"pieces" at WARP and THREAD are the whole tile (replicated).
+(h, u ∈ {0, 1}).  Operand A has the same layout: the PTX ISA's register fragment of
+A for ``.m64nNk16`` is, per k16 step, the accumulator layout of a 64 x 16 tile, so a
+64 x K A tile held in registers is split exactly like a 64 x K accumulator (this is
+what lets a converted accumulator feed the next wgmma as its A operand, FlashAttention's
+P·V).  A wgmma reads A and B as the warpgroup's whole tiles (:func:`collective_base`);
+B is only ever read from shared memory, so its "pieces" at WARP and THREAD are the whole
+tile (replicated).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from cypressc.ir.nodes import IConst, IExpr
 from cypressc.ir.origin import Origin, blame
 from cypressc.lang.intrinsics import atom as lookup_atom
 
-__all__ = ["mma_piece_shape", "mma_coords", "static"]
+__all__ = ["mma_piece_shape", "mma_coords", "layout_key", "static"]
 
 
 def static(e: IExpr) -> int | None:
@@ -46,24 +51,25 @@ def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand
         raise fail(f"partition_by_mma needs a static rank-2 tile; got {len(shape)} dims with run-time extents",
                    hint="partition by blocks with tunable sizes first, then by mma")
     rows, cols = s
-    if operand != "C":
-        if operand == "A" and cols % atom.k:
-            raise fail(f"the A tile's K extent {cols} is not a multiple of {atom.k}", shape[1])
-        if operand == "B" and rows % atom.k:
+    if operand == "A" and cols % atom.k:
+        raise fail(f"the A tile's K extent {cols} is not a multiple of {atom.k}", shape[1])
+    if operand == "B":
+        if rows % atom.k:
             raise fail(f"the B tile's K extent {rows} is not a multiple of {atom.k}", shape[0])
         return tuple(shape)
-    if cols % 8 or cols % atom.n and atom.n % cols:
+    if operand == "C" and (cols % 8 or cols % atom.n and atom.n % cols):
         raise fail(f"the accumulator tile has {cols} columns; {atom.name} needs a multiple of {atom.n}",
                    shape[1], atom_origin, hint="pick an atom whose N divides the tile's N")
     r_origin, c_origin = shape[0].origin + proc_origin, shape[1].origin + proc_origin  # type: ignore[union-attr]
+    what = "accumulator" if operand == "C" else "A"
     if proc == "WARP":
         if rows % atom.m:
-            raise fail(f"a warpgroup's accumulator tile has {rows} rows; {atom.name} needs a multiple of "
+            raise fail(f"a warpgroup's {what} tile has {rows} rows; {atom.name} needs a multiple of "
                        f"{atom.m}", shape[0], hint="make the block tile's rows per warpgroup a multiple of 64")
         return (IConst(rows // 4, r_origin), IConst(cols, shape[1].origin))  # type: ignore[union-attr]
     if proc == "THREAD":
         if rows % 16:
-            raise fail(f"a warp's accumulator tile has {rows} rows; it must be a multiple of 16", shape[0])
+            raise fail(f"a warp's {what} tile has {rows} rows; it must be a multiple of 16", shape[0])
         return (IConst(rows // 8, r_origin), IConst(cols // 4, c_origin))
     raise fail(f"partition_by_mma splits among WARP or THREAD, not {proc}", proc_origin)
 
@@ -72,7 +78,7 @@ def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand
 def mma_coords(shape: tuple[int, int], proc: str, operand: str, index: int) -> tuple[np.ndarray, np.ndarray]:
     """Row and column coordinates (inside the partitioned tile) of piece ``index``."""
     rows, cols = shape
-    if operand != "C":
+    if operand == "B":
         return np.arange(rows), np.arange(cols)
     if proc == "WARP":
         r = np.array([64 * q + 16 * index + x for q in range(rows // 64) for x in range(16)])
@@ -81,3 +87,12 @@ def mma_coords(shape: tuple[int, int], proc: str, operand: str, index: int) -> t
     r = np.array([16 * q + t // 4 + 8 * h for q in range(rows // 16) for h in (0, 1)])
     c = np.array([8 * j + 2 * (t % 4) + u for j in range(cols // 8) for u in (0, 1)])
     return r, c
+
+
+def layout_key(kind: str, params: tuple) -> tuple:
+    """What decides which elements a partition's pieces hold: an mma partition of operand
+    A or C depends only on its processor level (and its base's shape), never on the atom's
+    N or on which operand it feeds, so two such partitions of one tile have equal keys."""
+    if kind == "mma" and params[2] in ("A", "C"):
+        return (kind, params[1], "fragment")
+    return (kind, params)

@@ -155,7 +155,8 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
              OperandRule("B", mems=("SHARED",), dtypes=_MMA_IN, rank=2)),
             "THREAD", _mma, collective="WARPGROUP",
             doc="C += A @ B on the Tensor Core (wgmma.mma_async); C is this thread's fragment "
-                "of the f32 accumulator, A and B the warpgroup's shared tiles.",
+                "of the f32 accumulator, A (shared, or registers: each thread its fragment, the "
+                "accumulator layout) and B (shared) are read as the warpgroup's whole tiles.",
         ),
         LeafFn(
             "fill", "cypress::fill",

@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from cypressc.runtime import eval_c_expr
+from cypressc.runtime import eval_expr
 
 __all__ = ["check_candidate", "check_all", "static_score"]
 
@@ -57,9 +57,16 @@ def check_candidate(job: tuple[str, Mapping[str, str], str, str]) -> dict[str, A
 
 def plan_features(plan) -> dict[str, Any]:
     """What :func:`static_score` reads of a :class:`~cypressc.backend.plan.KernelPlan`."""
-    from cypressc.backend.plan import StoreDirect, TmaStore
+    from cypressc.backend.plan import StoreDirect, TmaStore, size_tree
 
-    return {"sizes": list(plan.sizes), "grid": list(plan.grid), "trip_count": plan.trip_count, "flops": plan.flops,
+    def tree(e):  # None where the expression is not over the sizes (static_score then assumes nothing)
+        try:
+            return size_tree(e)
+        except ValueError:
+            return None
+
+    return {"sizes": list(plan.sizes), "grid": [tree(g) for g in plan.grid_exprs], "trip_count": tree(plan.trip_expr),
+            "flops": tree(plan.flops),
             "stage_bytes": sum(b.stage_bytes for b in plan.buffers), "stages": plan.stages,
             "smem_bytes": plan.smem_bytes, "consumers": plan.consumers,
             "warpspecialize": plan.warpspecialize, "persistent": plan.persistent,
@@ -117,9 +124,9 @@ def static_score(feat: Mapping[str, Any], sizes: Mapping[str, int], sms: int, sm
     factors for pipeline depth, warp specialization, persistence, wgmma groups in flight and
     tiles stored from registers instead of staged for the TMA.  Unknown sizes make the wave factor 1."""
     try:
-        tiles = math.prod(max(1, int(eval_c_expr(g, sizes))) for g in feat["grid"])
-        steps = max(1, int(eval_c_expr(feat["trip_count"], sizes)))
-        flops = float(eval_c_expr(feat["flops"], sizes))
+        tiles = math.prod(max(1, int(eval_expr(g, sizes))) for g in feat["grid"])
+        steps = max(1, int(eval_expr(feat["trip_count"], sizes)))
+        flops = float(eval_expr(feat["flops"], sizes))
     except (ValueError, KeyError, ZeroDivisionError):
         tiles, steps, flops = 0, 1, 0.0
     per_byte = flops / max(1, tiles * steps) / max(1, feat["stage_bytes"])

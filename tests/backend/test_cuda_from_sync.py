@@ -24,12 +24,13 @@ from cypressc.passes.sync_insertion import sync_insertion
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [(p.stem, f"mappings/{p.stem}/h100.yaml") for p in sorted((ROOT / "programs").glob("*.cyp"))] + [
-    ("gemm", "mappings/gemm/h100_nows.yaml"), ("gemm", "mappings/gemm/h100_alias.yaml")]
+    ("gemm", "mappings/gemm/h100_nows.yaml"), ("gemm", "mappings/gemm/h100_alias.yaml"),
+    ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml")]
 
 
 def _compiled(program: str, mapping: str):
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")),
-                       load_mapping(ROOT / mapping))
+    path = ROOT / program if program.endswith(".cyp") else ROOT / "programs" / f"{program}.cyp"
+    tree = instantiate(check_program(parse_file(path)), load_mapping(ROOT / mapping))
     snaps = dict(compile_module(tree, until="sync-insertion"))
     return snaps, PassContext(tree)
 
@@ -56,7 +57,7 @@ def _drop(b: N.Block, victim) -> N.Block:
     return N.Block(tuple(ops), b.yields)
 
 
-@pytest.mark.parametrize("program,mapping", PAIRS, ids=[f"{p}-{Path(m).stem}" for p, m in PAIRS])
+@pytest.mark.parametrize("program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS])
 def test_every_sync_op_reaches_the_cuda(program, mapping):
     snaps, ctx = _compiled(program, mapping)
     m = snaps["sync-insertion"]

@@ -18,6 +18,21 @@ import pytest
 from cypressc import runtime as rt
 from cypressc.backend.harness import render_main, render_makefile, write_harness
 
+def tree(x) -> dict:
+    """An expression tree of the kernel info from a compact form: a name, a number, or
+    (op, a, b)."""
+    if isinstance(x, str):
+        return {"var": x}
+    if isinstance(x, tuple):
+        return {"op": x[0], "a": tree(x[1]), "b": tree(x[2])}
+    return {"const": x}
+
+
+def expr(c: str, x, why: str | None = None) -> dict:
+    """An info entry: the C text next to the same expression as a tree (and a requirement's message)."""
+    return {"c": c, "tree": tree(x)} | ({} if why is None else {"why": why})
+
+
 GEMM_INFO = {
     "name": "gemm",
     "params": [
@@ -26,9 +41,9 @@ GEMM_INFO = {
         {"name": "B", "dtype": "f16", "dims": ["K", "N"], "reads": True, "writes": False},
     ],
     "sizes": ["M", "N", "K"],
-    "flops": "2.0 * M * N * K",
-    "requires": [["N % 8 == 0", "N must be a multiple of 8 (TMA row stride)"],
-                 ["K % 8 == 0", "K must be a multiple of 8 (TMA row stride)"]],
+    "flops": expr("2.0 * M * N * K", ("*", ("*", ("*", 2.0, "M"), "N"), "K")),
+    "requires": [expr("N % 8 == 0", ("==", ("%", "N", 8), 0), "N must be a multiple of 8 (TMA row stride)"),
+                 expr("K % 8 == 0", ("==", ("%", "K", 8), 0), "K must be a multiple of 8 (TMA row stride)")],
     "runtime_include": str(Path(rt.__file__).resolve().parent / "backend" / "runtime"),
     "cuda_arch": "90a",
 }
@@ -44,8 +59,10 @@ MIXED_INFO = {
         {"name": "Z", "dtype": "bf16", "dims": ["L", "M"], "reads": False, "writes": True},
     ],
     "sizes": ["L", "M", "K"],
-    "flops": "65536.0 * cdiv(M, 128) * min(L, 4) * ((K + 63) / 64)",
-    "requires": [["K % 8 == 0 && L >= 1", "K must be a multiple of 8 and L positive"]],
+    "flops": expr("65536.0 * cdiv(M, 128) * min(L, 4) * ((K + 63) / 64)",
+                  ("*", ("*", ("*", 65536.0, ("cdiv", "M", 128)), ("min", "L", 4)), ("/", ("+", "K", 63), 64))),
+    "requires": [expr("K % 8 == 0", ("==", ("%", "K", 8), 0), "K must be a multiple of 8"),
+                 expr("L >= 1", (">=", "L", 1), "L must be positive")],
     "runtime_include": GEMM_INFO["runtime_include"],
     "cuda_arch": "90a",
 }
@@ -133,10 +150,16 @@ def test_main_has_every_dtype_and_inout():
     (lambda d: d["params"][0].update(dtype="f64"), "dtype 'f64'"),
     (lambda d: d["params"][1].update(dims=["M", "Q"]), "dim 'Q'"),
     (lambda d: d["params"][1].update(reads=False), "at least one true"),
-    (lambda d: d.update(flops="2.0 * M * N * P"), "uses P"),
-    (lambda d: d.update(requires=[["N % 8 == 0"]]), "[condition, message]"),
-    (lambda d: d.update(requires=[["(double)N > 0", "x"]], ), "malformed C expression"),
-    (lambda d: d.update(requires=[["N $ 8", "x"]], ), "cannot read C expression"),
+    (lambda d: d.update(flops=expr("2.0 * M * N * P", ("*", ("*", ("*", 2.0, "M"), "N"), "P"))),
+     "kernel info: expression '2.0 * M * N * P' uses P, not among the sizes (M, N, K)"),
+    (lambda d: d["requires"][1].pop("why"), "requires[1] must be an object with 'c', 'tree' and 'why'"),
+    (lambda d: d["requires"][0].update(tree=tree(("**", "N", 8))),
+     "requires[0] ('N % 8 == 0'): unknown operator '**' in an expression tree"),
+    (lambda d: d["requires"][0].update(tree={"op": "%", "a": {"var": "N"}}), "malformed expression tree node"),
+    (lambda d: d["requires"][0].update(tree=tree(("==", ("%", "N", True), 0))), "malformed expression tree node"),
+    # an info written before the trees (C text only) is refused with what to do
+    (lambda d: d.update(requires=[["N % 8 == 0", "x"]]), "older cypressc: rebuild the kernel with `cypressc build`"),
+    (lambda d: d.update(flops="2.0 * M * N * K"), "'flops' must be an object with 'c' (C text) and 'tree'"),
     (lambda d: d.update(sizes=["M", "N", "K", "M"]), "duplicate size"),
     (lambda d: d.pop("params"), "missing 'params'"),
 ])
@@ -150,28 +173,8 @@ def test_info_validation(tmp_path, mutate, message):
 
 
 # --------------------------------------------------------------------------------------------
-# C expressions, size inference and argument checks (pure Python)
+# Size inference and argument checks (pure Python; the expression trees: test_size_exprs.py)
 # --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("expr, value", [
-    ("N % 8 == 0", 0), ("K % 8 == 0", 1), ("(M + 127) / 128", 2), ("2.0 * M * N * K", 2.0 * 129 * 257 * 72),
-    ("65536.0 * ((M + 127) / 128)", 131072.0), ("cdiv(N, 256)", 2), ("min(M, 100) + max(K, 1)", 172),
-    ("-7 / 2", -3), ("-7 % 2", -1), ("!(K % 8) && N >= 8", 1), ("M > 1 ? 10 : 20", 10),
-    ("0x10 + 8LL + 1u", 25), ("true || false", 1), ("M / 2.0", 64.5), ("1 << 3 | 1", 9),
-])
-def test_c_expr(expr, value):
-    assert rt.eval_c_expr(expr, {"M": 129, "N": 257, "K": 72}) == value
-
-
-def test_c_expr_errors():
-    with pytest.raises(ValueError, match="only cdiv"):
-        rt.eval_c_expr("foo(M, 2)", {"M": 1})
-    with pytest.raises(ValueError, match="not a size"):
-        rt.eval_c_expr("M + Q", {"M": 1})
-    with pytest.raises(ValueError, match="malformed"):
-        rt.eval_c_expr("M +", {"M": 1})
-    assert rt.c_expr_names("cdiv(M, 128) * N + M") == ["M", "N", "M"]
 
 
 GEMM = rt.KernelInfo.from_dict(GEMM_INFO)
@@ -466,7 +469,7 @@ def test_gpu_check_program_table(bench_mods):
     prog, check, small, run_sizes, why = gc.program_for("gemm", info)
     assert prog is gc.PROGRAMS["gemm"] and not why and run_sizes == {"M": 4096, "N": 4096, "K": 4096}
     assert any(info.failed_requires(s) for s in check) and any(not info.failed_requires(s) for s in check)
-    other = rt.KernelInfo.from_dict({**GEMM_INFO, "sizes": ["X", "Y", "Z"], "flops": "1.0", "requires": [],
+    other = rt.KernelInfo.from_dict({**GEMM_INFO, "sizes": ["X", "Y", "Z"], "flops": expr("1.0", 1.0), "requires": [],
                                      "params": [{**p, "dims": [{"M": "X", "N": "Y", "K": "Z"}[d] for d in p["dims"]]}
                                                 for p in GEMM_INFO["params"]]})
     prog, check, small, _, why = gc.program_for("gemm", other)

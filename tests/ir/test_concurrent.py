@@ -29,8 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEDULES = 50
 PAIRS = sorted((p.stem, m.relative_to(ROOT).as_posix())
                for p in (ROOT / "programs").glob("*.cyp") for m in (ROOT / "mappings" / p.stem).glob("*.yaml"))
-# test programs (tests/programs, by path): a GLOBAL->SHARED copy before the main loop
-PAIRS += [("tests/programs/gemm_resident_a.cyp", "tests/mappings/gemm_resident_a.yaml")]
+# test programs (tests/programs, by path): a GLOBAL->SHARED copy before the main loop; two
+# wgmmas per step, the second's A operand converted from the first's result in registers
+PAIRS += [("tests/programs/gemm_resident_a.cyp", "tests/mappings/gemm_resident_a.yaml"),
+          ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml")]
 
 # Sync ops the interpreter cannot see missing, and why; each must still be refused by the verifier.
 MODEL_BLIND = {

@@ -40,6 +40,11 @@ def ref_reduction(a):
     return {"C": _f64(a["A"]) @ _f64(a["B"]), "y": _f64(a["A"]).sum(axis=1)}
 
 
+def ref_chain(a):
+    s = (_f64(a["Q"])[:, :64] @ _f64(a["Kt"])[:64]).astype(a["Q"].dtype)  # the program rounds S to T
+    return {"O": _f64(s) @ _f64(a["V"])}
+
+
 # program -> (small mapping, sizes, reference, outputs); sizes leave partial tiles everywhere
 CASES = {
     "gemm": ("tests/mappings/gemm_small.yaml", dict(M=50, N=24, K=40), ref_gemm, ["C"]),
@@ -48,12 +53,15 @@ CASES = {
     "dual_gemm": ("tests/mappings/dual_gemm_small.yaml", dict(M=50, N=24, K=40), ref_dual, ["D"]),
     "gemm_reduction": ("tests/mappings/gemm_reduction_small.yaml", dict(M=50, N=40, K=40), ref_reduction,
                        ["C", "y"]),
+    # a test program: the second wgmma's A operand is the first's result, converted in registers
+    "tests/programs/chain_gemm.cyp": ("tests/mappings/chain_gemm_small.yaml", dict(M=40, E=12, D=64, N=24),
+                                      ref_chain, ["O"]),
 }
 
 
 def _compile(program: str, mapping: str):
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")),
-                       load_mapping(ROOT / mapping))
+    path = ROOT / program if program.endswith(".cyp") else ROOT / "programs" / f"{program}.cyp"
+    tree = instantiate(check_program(parse_file(path)), load_mapping(ROOT / mapping))
     return compile_module(tree, until="warp-specialization")
 
 

@@ -14,7 +14,8 @@ def test_load_reference_from_a_file_and_a_module(tmp_path):
     f = tmp_path / "ref.py"
     f.write_text("def gemm(t):\n    return {'C': t['A'] * 2}\n")
     assert load_reference(f"{f}:gemm")({"A": 21}) == {"C": 42}
-    assert load_reference("cypressc.runtime:eval_c_expr")("M * 2", {"M": 3}) == 6
+    assert load_reference("cypressc.runtime:eval_expr")({"op": "*", "a": {"var": "M"}, "b": {"const": 2}},
+                                                         {"M": 3}) == 6
     for bad, msg in [(f"{f}:nope", "has no function nope"), (f"{tmp_path}/missing.py:f", "no file"),
                      ("gemm", "write FILE.py:FUNCTION")]:
         with pytest.raises(ValueError, match=msg):

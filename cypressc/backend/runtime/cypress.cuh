@@ -216,6 +216,11 @@ template <int R> __device__ __forceinline__ void fence_acc(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) cute::warpgroup_fence_operand(d[i]);
 }
+// The same for a register A operand (packed 16-bit pairs).
+template <int R> __device__ __forceinline__ void fence_acc(uint32_t (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) cute::warpgroup_fence_operand(d[i]);
+}
 
 // The CuTe atom for (N, element type, major of A, major of B). One line per N below;
 // the compiler may emit any N = 8..256 step 8 (define CYP_GMMA_ALL_N for the uncommon ones).
@@ -241,24 +246,27 @@ CYP_GMMA_N(208) CYP_GMMA_N(216) CYP_GMMA_N(224) CYP_GMMA_N(232) CYP_GMMA_N(240) 
 
 namespace detail {
 template <class Op, int R, size_t... I>
-__device__ __forceinline__ void ss(uint64_t da, uint64_t db, float (&d)[R], std::index_sequence<I...>) {
-  Op::fma(da, db, d[I]..., cute::SM90::GMMA::ScaleOut::One);
+__device__ __forceinline__ void ss(uint64_t da, uint64_t db, float (&d)[R], bool zero, std::index_sequence<I...>) {
+  Op::fma(da, db, d[I]..., zero ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One);
 }
 template <class Op, int R, size_t... I>
-__device__ __forceinline__ void rs(const uint32_t (&a)[4], uint64_t db, float (&d)[R], std::index_sequence<I...>) {
-  Op::fma(a[0], a[1], a[2], a[3], db, d[I]..., cute::SM90::GMMA::ScaleOut::One);
+__device__ __forceinline__ void rs(const uint32_t* a, uint64_t db, float (&d)[R], bool zero,
+                                   std::index_sequence<I...>) {
+  Op::fma(a[0], a[1], a[2], a[3], db, d[I]..., zero ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One);
 }
 }  // namespace detail
 
 // d(64 x N, f32, wgmma C layout) += A(64x16, smem desc) * B(16xN, smem desc). Warpgroup-wide.
+// zero: d = A * B instead (wgmma's scale-d = 0; d's old values are not read).
 template <int N, class T, Major MA = Major::K, Major MB = Major::MN>
-__device__ __forceinline__ void wgmma(uint64_t desc_a, uint64_t desc_b, float (&d)[N / 2]) {
-  detail::ss<typename gmma_atom<N, T, MA, MB>::SS>(desc_a, desc_b, d, std::make_index_sequence<N / 2>{});
+__device__ __forceinline__ void wgmma(uint64_t desc_a, uint64_t desc_b, float (&d)[N / 2], bool zero = false) {
+  detail::ss<typename gmma_atom<N, T, MA, MB>::SS>(desc_a, desc_b, d, zero, std::make_index_sequence<N / 2>{});
 }
-// Same with A from registers (4 x b32 = 8 elements of a 64x16 A fragment per thread).
+// Same with A from registers: a[0..3] = 4 x b32 = the 8 elements of one k16 step of a 64 x K
+// A fragment per thread, which is the C layout of those 16 columns (see acc_to_a).
 template <int N, class T, Major MB = Major::MN>
-__device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t desc_b, float (&d)[N / 2]) {
-  detail::rs<typename gmma_atom<N, T, Major::K, MB>::RS>(a, desc_b, d, std::make_index_sequence<N / 2>{});
+__device__ __forceinline__ void wgmma_rs(const uint32_t* a, uint64_t desc_b, float (&d)[N / 2], bool zero = false) {
+  detail::rs<typename gmma_atom<N, T, Major::K, MB>::RS>(a, desc_b, d, zero, std::make_index_sequence<N / 2>{});
 }
 
 // ------------------------------------------------------------------------------------------
@@ -274,6 +282,14 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi
 template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
   __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// An f32 accumulator fragment (64 x K, C layout) rounded to the A fragment of a register-sourced
+// wgmma: register i of k16 step s packs accumulator pair 4s + i, because the PTX A layout of
+// m64nNk16 (rows lane/4 and +8, columns 2*(lane%4) and +8) is the C layout of 16 columns.
+template <class T, int R> __device__ __forceinline__ void acc_to_a(const float (&d)[R], uint32_t (&a)[R / 2]) {
+#pragma unroll
+  for (int i = 0; i < R / 2; ++i) a[i] = pack2<T>(d[2 * i], d[2 * i + 1]);
 }
 
 // Where accumulator pair j (= d[2j], d[2j+1]) of an m64nN wgmma lives in the 64 x N tile:
