@@ -476,21 +476,6 @@ class _Lower(KernelInterface, SimtLowering):
             _refuse(f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; the backend "
                     "needs all 4 warps x 32 threads")
 
-    def _simt_loop(self, plan: P.KernelPlan, o: N.Call):
-        """A SIMT leaf on register fragments inside the main loop, between the wgmmas of one
-        step: clearing an accumulator, or converting one into a wgmma A operand."""
-        self._whole_warpgroups(o)
-        f = self._fragment(plan, o.args[0])
-        if o.fn == "fill":
-            return P.Fill(self.en(o.ev), f.name, self.c(o.args[1]))
-        if self.sym.mem(o.args[1]) != "REGISTER":
-            _refuse(f"copy of register fragment %{f.name} into {fmt_view(o.args[1])} inside the main loop")
-        g = self._fragment(plan, o.args[1])
-        if f.dtype != "f32" or g.dtype not in ("f16", "bf16") or (f.rows, f.cols) != (g.rows, g.cols):
-            _refuse(f"copy of the {f.rows}x{f.cols} {f.dtype} fragment %{f.name} into the {g.rows}x{g.cols} "
-                    f"{g.dtype} fragment %{g.name} (the backend converts f32 to a 16-bit fragment of one shape)")
-        return P.Convert(self.en(o.ev), f.name, g.name, g.dtype)
-
     def _simt(self, plan: P.KernelPlan, o: N.Call, before: bool, smem):
         if o.args and self._is_vector(o.args[0]):
             return self._simt_vector(plan, o, before)

@@ -1,6 +1,7 @@
-"""``cuda-lowering`` (paper §4.2.6) of SIMT leaf code on per-thread register vectors:
-fills, row sums of pipelined stage tiles and stores of 1-D f32 results.  Mixed into
-:class:`cypressc.backend.lower._Lower`."""
+"""``cuda-lowering`` (paper §4.2.6) of SIMT leaf code: on per-thread register vectors
+(fills, row sums of pipelined stage tiles and stores of 1-D f32 results) and on register
+fragments between the wgmmas of a main-loop step (clearing, converting into a wgmma A
+operand).  Mixed into :class:`cypressc.backend.lower._Lower`."""
 
 from __future__ import annotations
 
@@ -14,8 +15,24 @@ __all__ = ["SimtLowering"]
 
 
 class SimtLowering:
-    """Register-vector SIMT code (needs ``self.sym``, ``self.c``, ``self.origin``,
-    ``self._buffer``, ``self._stage`` and ``self.thread_index`` of :class:`_Lower`)."""
+    """SIMT code (needs ``self.sym``, ``self.c``, ``self.en``, ``self.origin``, ``self._buffer``,
+    ``self._stage``, ``self._fragment``, ``self._whole_warpgroups`` and ``self.thread_index``
+    of :class:`_Lower`)."""
+
+    def _simt_loop(self, plan: P.KernelPlan, o: N.Call):
+        """A SIMT leaf on register fragments inside the main loop, between the wgmmas of one
+        step: clearing an accumulator, or converting one into a wgmma A operand."""
+        self._whole_warpgroups(o)
+        f = self._fragment(plan, o.args[0])
+        if o.fn == "fill":
+            return P.Fill(self.en(o.ev), f.name, self.c(o.args[1]))
+        if self.sym.mem(o.args[1]) != "REGISTER":
+            _refuse(f"copy of register fragment %{f.name} into {fmt_view(o.args[1])} inside the main loop")
+        g = self._fragment(plan, o.args[1])
+        if f.dtype != "f32" or g.dtype not in ("f16", "bf16") or (f.rows, f.cols) != (g.rows, g.cols):
+            _refuse(f"copy of the {f.rows}x{f.cols} {f.dtype} fragment %{f.name} into the {g.rows}x{g.cols} "
+                    f"{g.dtype} fragment %{g.name} (the backend converts f32 to a 16-bit fragment of one shape)")
+        return P.Convert(self.en(o.ev), f.name, g.name, g.dtype)
 
     def _is_vector(self, v) -> bool:
         """A 1-D register tensor not laid out by an mma partition: per-thread SIMT state."""

@@ -17,7 +17,9 @@ of :mod:`cypressc.ir.sync` next to them:
   ``k + D`` → an *empty* mbarrier: the copy's role waits on it, each reader role arrives
   once per warpgroup (Tensor Core readers) or once per warp after ``__syncwarp`` (thread
   code read the stage), ``P = mma_in_flight`` steps later after ``wait_group`` retired
-  the reading wgmma group, with the last ``P`` releases drained after the loop;
+  the reading wgmma group, with the last ``P`` releases drained after the loop — or, when
+  thread code of the same step already waits for that group (a ``wait_group`` of a
+  same-step flow edge, after every thread reader), right after that wait, in its own step;
 * a wgmma result (or operand) touched by thread code → ``commit_group`` after each run
   of wgmmas and ``wait_group<N>`` before the access, N = the groups committed in between;
 * registers written by thread code and read by a wgmma → ``wgmma.fence``; shared memory
@@ -49,6 +51,7 @@ __all__ = ["SyncInsertion", "sync_insertion"]
 _BEFORE = {S.MBarrier: 0, S.WaitGroup: 1, "proxy": 2, S.SyncWarp: 3, S.BarSync: 4, S.Wait: 5,
            S.ArriveExpectTx: 6, "wgmma": 7}
 _AFTER = {S.CommitGroup: 0, S.WaitGroup: 1, S.SyncWarp: 2, S.Arrive: 3}
+_BEFORE[S.Arrive] = 3.5  # a stage released before a thread op: after the wait_group that retired its readers
 
 
 class _Refuse(Exception):
@@ -320,7 +323,7 @@ class _Insert:
             waits = self._wait_points(lf, full.get(ev, []))
             release = self._release_points(lf, empty.get(ev, []), depth)
             key = (id(lf.block), lf.loops, lf.role, lf.op.dims, stage, depth, waits,
-                   tuple(sorted((r, v[0], v[1]) for r, v in release.items())))
+                   tuple(sorted((r, v[0], v[1], v[7]) for r, v in release.items())))
             groups.setdefault(key, []).append(lf)
         for (_, _, _, _, stage, depth, _, _), copies in groups.items():
             self._channel(copies, stage, depth, full, empty)
@@ -358,16 +361,36 @@ class _Insert:
             lag = min(self.cfg.mma_in_flight, depth - 1) if mma else 0
             commits = self.commits[id(lf.block)]
             g = max((self.groups[r.op.ev][1] for r in mma), default=-1)
-            if lag:  # a later step's last commit: its wait_group retires this step's groups
-                at = commits[-1]
+            early = self._retired_in_step(mma, g, readers) if mma else None
+            side = "after"
+            if early is not None:  # thread code of this step waits for the readers' groups anyway
+                lag, at, side = 0, early.seq, "before"
+                n = sum(1 for s in commits[g + 1:] if s < early.seq)
             else:
-                at = max([r.seq for r in readers if r.kind == "thread"] + ([commits[g]] if mma else []))
-            n = (sum(1 for s in commits if s <= at) - 1 - g + lag * len(commits)) if mma else 0
+                if lag:  # a later step's last commit: its wait_group retires this step's groups
+                    at = commits[-1]
+                else:
+                    at = max([r.seq for r in readers if r.kind == "thread"] + ([commits[g]] if mma else []))
+                n = (sum(1 for s in commits if s <= at) - 1 - g + lag * len(commits)) if mma else 0
             anchor = self.seqs[at]
             unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
             out[role] = (lag, id(anchor.op), n, self._arrivals(role, unit), tuple(d.edge() for d in mine),
-                         anchor, bool(mma))
+                         anchor, bool(mma), side)
         return out
+
+    def _retired_in_step(self, mma: list[Leaf], g: int, readers: list[Leaf]) -> Leaf | None:
+        """The first thread op of the step that waits (``wait_group``, a same-step flow edge)
+        for the last group of the wgmmas reading a stage, after every thread reader of it:
+        the stage is free right there, ``mma_in_flight`` does not hold it back (FlashAttention's
+        K stage, free once S = Q·Kᵀ retired for the softmax)."""
+        last = [r for r in mma if self.groups[r.op.ev][1] == g]
+        cands = [self.prog.leaves[d.dst] for d in self.covered
+                 if d.via == "same" and d.hazard == "raw" and d.src in {r.op.ev for r in last}
+                 and d.dst in self.prog.leaves and self.prog.leaves[d.dst].kind == "thread"
+                 and "wait_group" in self.prog.needs(d)]
+        cands = [c for c in cands if c.role == mma[0].role and c.block is mma[0].block
+                 and all(r.seq < c.seq for r in readers if r.kind == "thread")]
+        return min(cands, key=lambda c: c.seq, default=None)
 
     def _arrivals(self, role: str, unit: str) -> tuple[N.Dim, ...]:
         """The role's dimensions down to ``unit``: one arrival per warpgroup (Tensor Core
@@ -421,11 +444,11 @@ class _Insert:
                                                    tuple(d.edge() for d in fdeps
                                                          if self.prog.leaves[d.dst].role == role),
                                                    self.prog.role_dims(role)))
-        for role, (lag, _, n, arr, edges, anchor, mma) in release.items():
-            self._release(lp, stage, ename, role, lag, anchor, n, arr, edges, mma)
+        for role, (lag, _, n, arr, edges, anchor, mma, side) in release.items():
+            self._release(lp, stage, ename, role, lag, anchor, n, arr, edges, mma, side)
 
     def _release(self, lp: N.For, stage, ename: str, role: str, lag: int, anchor: Leaf, n: int, arr,
-                 edges, mma: bool) -> None:
+                 edges, mma: bool, side: str = "after") -> None:
         k = N.IVar(lp.var)
         rdims = self.prog.role_dims(role)
         warp = any(d.proc == "WARP" for d in arr)
@@ -443,7 +466,7 @@ class _Insert:
                      lambda ins: S.Arrive(ename, st, role, when, tuple(ins.edges), arr), edges)
 
         if lag == 0:
-            at(anchor.op, "after", k, n, None)
+            at(anchor.op, side, k, n, None)
             return
         at(anchor.op, "after", N.ibin("-", k, N.IConst(lag)), n,
            S.Guard(k, N.ibin("+", lp.lo, N.IConst(lag))))

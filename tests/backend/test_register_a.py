@@ -87,9 +87,17 @@ def test_p_stays_in_the_converting_threads_registers_and_is_synchronized_from_ed
     assert any(e.src == first.ev and e.dst == conv.ev for e in wg.edges)
     fences = [o for o in body[ic:i2] if isinstance(o, S.Fence) and o.kind == "wgmma"]
     assert fences and any(e.src == conv.ev and e.dst == second.ev and e.tensor == p.name for e in fences[0].edges)
-    # Kt and V stream on separate channels, each released by its own empty barrier
-    empties = {o.name for o in walk_ops(m.body) if isinstance(o, S.MBarrier) and o.kind == "empty"}
+    # Kt and V stream on separate channels, each released by its own empty barrier; Kt's stage
+    # is free as soon as the wait_group the conversion needs retired S's wgmma (this step, not
+    # mma_in_flight steps later), V's only after a later wait_group retired P·V
+    empties = {o.name: o for o in walk_ops(m.body) if isinstance(o, S.MBarrier) and o.kind == "empty"}
     assert len(empties) == 2
+    arrives = {o.bar: o for o in body if isinstance(o, S.Arrive)}
+    kt = next(b for b, a in arrives.items() if any(e.src == first.ev for e in a.edges))
+    assert body.index(wg) < body.index(arrives[kt]) < ic and arrives[kt].when is None
+    assert arrives[kt].stage == N.ibin("%", N.IVar(lp.var), N.IConst(2))
+    v = next(b for b in empties if b != kt)
+    assert body.index(arrives[v]) > i2 and arrives[v].when is not None  # lags one step, guarded
 
 
 def test_the_cuda_converts_in_registers_and_issues_wgmma_rs():
