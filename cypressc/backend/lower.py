@@ -419,9 +419,9 @@ class _Lower(KernelInterface, SimtLowering):
             if fa.dtype not in ("f16", "bf16") or fa.rows != f.rows or fa.cols != kb or nb != f.cols:
                 _refuse(f"wgmma operand shapes {fa.rows}x{fa.cols} {fa.dtype} (registers) x {kb}x{nb} do not "
                         f"match the {f.rows}x{f.cols} accumulator")
-            if static(borg[-2]) != 0 or static(borg[-1]) is None or static(borg[-1]) % bbuf.chunk_cols:
-                _refuse("a wgmma B operand that starts inside its stage tile")
-            mm = P.Mma(self.en(o.ev), f.name, "", "0", bbuf.name, static(borg[-1]) // bbuf.chunk_cols, kb,
+            if static(borg[-2]) != 0:
+                _refuse("a wgmma B operand that starts inside its stage tile along K (a K sub-tile)")
+            mm = P.Mma(self.en(o.ev), f.name, "", "0", bbuf.name, self._b_chunk(bbuf, borg), kb,
                        atom.n, fa.dtype, "0", self._stage(bbuf, borg), "0", a_frag=fa.name)
             plan.body.append(mm)
             return mm
@@ -437,15 +437,22 @@ class _Lower(KernelInterface, SimtLowering):
             _refuse(f"a K tile of {ka}: wgmma consumes K in steps of 16")
         a_col = self._k_slice(abuf, aorg[-1], ka)
         a_row = self.c(aorg[-2])
+        b_chunk = self._b_chunk(bbuf, borg)
+        dt = self.sym.allocs[abuf.name].dtype
+        mm = P.Mma(self.en(o.ev), f.name, abuf.name, a_row, bbuf.name, b_chunk, ka, atom.n,
+                   dt, self._stage(abuf, aorg), self._stage(bbuf, borg), a_col)
+        plan.body.append(mm)
+        return mm
+
+    @staticmethod
+    def _b_chunk(bbuf: P.StageBuffer, borg: list[N.IExpr]) -> int:
+        """The swizzle chunk of ``bbuf`` a wgmma B operand starts at (its first column must be
+        a static chunk boundary)."""
         b_col = static(borg[-1])
         if b_col is None or b_col % bbuf.chunk_cols:
             _refuse(f"B operand columns must start on a {bbuf.chunk_cols}-column boundary (a chunk of "
                     f"the {bbuf.swizzle}-byte-swizzled %{bbuf.name})")
-        dt = self.sym.allocs[abuf.name].dtype
-        mm = P.Mma(self.en(o.ev), f.name, abuf.name, a_row, bbuf.name, b_col // bbuf.chunk_cols, ka, atom.n,
-                   dt, self._stage(abuf, aorg), self._stage(bbuf, borg), a_col)
-        plan.body.append(mm)
-        return mm
+        return b_col // bbuf.chunk_cols
 
     def _k_slice(self, buf: P.StageBuffer, col: N.IExpr, k: int) -> str:
         """The first column (C) of a wgmma A operand in an unstaged shared tile: a K slice of a

@@ -164,8 +164,11 @@ class KernelInterface:
         rows = next((shapes[src[mm.a_buf]] for mm in plan.body if not mm.a_frag), None)
         for mm in plan.body:
             b = shapes[src[mm.b_buf]]
-            a = shapes[src[mm.a_buf]] if not mm.a_frag else (*rows[:-1], b[-2]) if rows else None
-            if a is None:
+            if not mm.a_frag:
+                a = shapes[src[mm.a_buf]]
+            elif rows is not None:
+                a = (*rows[:-1], b[-2])
+            else:
                 continue
             term: N.IExpr = N.IConst(2.0)
             for d in [*a[:-2], a[-2], b[-1], a[-1]]:
