@@ -1,4 +1,4 @@
-"""Time tests/programs/chain_gemm.cyp (O = T(Q[:, :64] @ Kt[:64]) @ V, the first product kept in
+"""Time tests/programs/chain_gemm.cyp (O = T(Q[:, :64] @ K[:, :64]ᵀ) @ V, the first product kept in
 registers as the second's A operand) against its PyTorch peer, two cuBLAS matmuls with S in
 global memory, in one process on the same random data (the method of cypressc tune:
 interleaved rounds of CUDA-event-timed calls, median).
@@ -42,19 +42,19 @@ def main() -> int:
             M, E, N = (int(x) for x in s.split("x"))
             g = torch.Generator(device="cuda").manual_seed(0)
             Q = torch.randn(M, 64, device="cuda", dtype=dt, generator=g)
-            Kt = torch.randn(64, N, device="cuda", dtype=dt, generator=g)
+            K = torch.randn(N, 64, device="cuda", dtype=dt, generator=g)
             V = torch.randn(N, E, device="cuda", dtype=dt, generator=g)
             O = torch.full((M, E), float("nan"), device="cuda", dtype=dt)
-            kern(O, Q, Kt, V)
+            kern(O, Q, K, V)
             torch.cuda.synchronize()
-            ref = (Q.float() @ Kt.float()).to(dt).float() @ V.float()
+            ref = (Q.float() @ K.float().T).to(dt).float() @ V.float()
             rel = ((O.float() - ref).norm() / ref.norm()).item()
             if not rel < 1e-2 or torch.isnan(O).any():
                 print(f"{Path(d).name} {s}: WRONG (rel {rel:.2e}), not timed")
                 rc = 1
                 continue
-            cyp = kern.bind(O, Q, Kt, V)
-            peer = lambda: torch.matmul(torch.matmul(Q, Kt), V)  # noqa: E731
+            cyp = kern.bind(O, Q, K, V)
+            peer = lambda: torch.matmul(torch.matmul(Q, K.T), V)  # noqa: E731
             t = interleaved(torch, {"cypressc": cyp, "torch": peer}, args.rounds, args.reps)
             ms = {k: statistics.median(v) for k, v in t.items()}
             flop = 2.0 * M * N * 64 + 2.0 * M * N * E

@@ -95,6 +95,10 @@ PROGRAMS: dict[str, Program] = {
     "gemm": Program(
         ref=lambda t: {"C": _mm(t["A"], t["B"])},
         check=GEMM_CHECK, small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
+    # C = A @ Bᵀ with B stored N x K (a K-major wgmma B operand)
+    "gemm_bt": Program(
+        ref=lambda t: {"C": _mm(t["A"], t["B"].T)},
+        check=GEMM_CHECK, small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
     "batched_gemm": Program(
         ref=lambda t: {"C": _mm(t["A"], t["B"])},   # matmul broadcasts over the batch
         check=[dict(L=4, M=1024, N=1024, K=1024), dict(L=3, M=129, N=264, K=72), dict(L=16, M=256, N=512, K=128),
@@ -120,10 +124,18 @@ PROGRAMS: dict[str, Program] = {
         check=[dict(M=4096, N=4096, K=128), dict(M=129, N=264, K=72), dict(M=1000, N=1000, K=128),
                dict(M=300, N=520, K=200), dict(M=1, N=8, K=8)],
         small=[dict(M=256, N=256, K=128), dict(M=129, N=264, K=72)], run=dict(M=4096, N=4096, K=128)),
-    # tests/programs/chain_gemm.cyp: O = T(Q[:, :64] @ Kt[:64]) @ V, the first product rounded to T
+    # tests/programs/gemm_two_loops.cyp: C = A @ B + D @ E, one main loop per product (build it with --build)
+    "gemm_two_loops": Program(
+        ref=lambda t: {"C": _mm(t["A"], t["B"]) + _mm(t["D"], t["E"])},
+        check=[dict(M=4096, N=4096, K=4096, J=2048), dict(M=129, N=264, K=72, J=200), dict(M=1000, N=1000, K=1000, J=64),
+               dict(M=300, N=520, K=8, J=1000), dict(M=1, N=8, K=8, J=8), dict(M=777, N=1304, K=64, J=0),
+               dict(M=256, N=256, K=0, J=136)],
+        small=[dict(M=256, N=256, K=256, J=128), dict(M=129, N=264, K=72, J=200)],
+        run=dict(M=4096, N=4096, K=4096, J=4096)),
+    # tests/programs/chain_gemm.cyp: O = T(Q[:, :64] @ K[:, :64]ᵀ) @ V (K read as a K-major B), the first product rounded to T
     # in registers (the program's own conversion) and fed to the second as its A operand
     "chain_gemm": Program(
-        ref=lambda t: {"O": _mm(_mm(t["Q"][:, :64], t["Kt"][:64]).to(t["Q"].dtype), t["V"])},
+        ref=lambda t: {"O": _mm(_mm(t["Q"][:, :64], t["K"][:, :64].T).to(t["Q"].dtype), t["V"])},
         check=[dict(M=4096, E=128, D=64, N=4096), dict(M=129, E=72, D=64, N=200), dict(M=1000, E=64, D=64, N=1000),
                dict(M=300, E=520, D=48, N=8), dict(M=1, E=8, D=8, N=8), dict(M=4096, E=256, D=64, N=16384)],
         small=[dict(M=256, E=64, D=64, N=256), dict(M=129, E=72, D=64, N=200)],

@@ -10,9 +10,11 @@
 # <name>.cu/.h/.json, main.cu, Makefile).  Per side it also writes:
 #   targets.tsv   label, program, mapping, dtype, cypressc rc (a failed build is listed, not fatal)
 #   logs/<label>.log  the compiler's output for that target
-#   runtime/      a copy of that tree's cypressc/backend/runtime (cypress.cuh) and of its
-#                 cypressc/runtime.py (as loader.py): bench/old_new.py compiles each side against
-#                 its own header and loads it with its own loader, not whatever the device tree has
+#   runtime/      a copy of that tree's cypressc/backend/runtime (cypress.cuh), of its
+#                 cypressc/runtime.py (as loader.py) and, where the tree has it, of the
+#                 cypressc/abi package that runtime.py imports relatively (as abi/): bench/old_new.py
+#                 compiles each side against its own header and loads it with its own loader, not
+#                 whatever the device tree has
 #   SOURCE        the commit (and, for new, the working-tree diff hash) the side was built from
 # Then bench/old_new.py (on the GPU machine) makes, checks and times both sides:
 #   run(command="STEPS=oldnew bash bench/gpu_all.sh", carry=[".whl", "build/old", "build/new"])
@@ -59,6 +61,10 @@ build_side() {
   cp -r "$tree/cypressc/backend/runtime" "$out/runtime"
   # that tree's Python loader too: each side's kernel info is read by the loader that wrote it
   cp "$tree/cypressc/runtime.py" "$out/runtime/loader.py"
+  if [ -d "$tree/cypressc/abi" ]; then  # the loader's parts (split out of runtime.py)
+    cp -r "$tree/cypressc/abi" "$out/runtime/abi"
+    rm -rf "$out/runtime/abi/__pycache__"
+  fi
   printf 'label\tprogram\tmapping\tdtype\trc\n' > "$out/targets.tsv"
   while read -r prog map dt; do
     [ -z "$prog" ] && continue

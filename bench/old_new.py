@@ -62,7 +62,7 @@ from variants import TOL, flops, inputs, out_tensors, peers_for  # noqa: E402
 
 OUT = os.environ.get("OUT")
 SIDES = ("old", "new")
-PEER = {"gemm": "cuBLAS", "batched_gemm": "torch.bmm", "dual_gemm": "2xcuBLAS+add",
+PEER = {"gemm": "cuBLAS", "gemm_bt": "cuBLAS", "batched_gemm": "torch.bmm", "dual_gemm": "2xcuBLAS+add",
         "gemm_reduction": "cuBLAS+sum"}
 """bench/variants.py's name of each program's cuBLAS composition (its first peer)."""
 
@@ -146,26 +146,39 @@ def make_all(targets: list[dict], root: Path, jobs: int) -> dict[tuple[str, str]
         return {k: f.result() for k, f in futs.items()}
 
 
-def load_all(targets: list[dict], made: dict, root: Path) -> dict[str, dict]:
-    """``{label: {side: Kernel}}`` for every library that was made; a load failure is
-    recorded in ``made`` (``rc`` 1, ``what`` "load")."""
+def side_loader(root: Path, side: str):
+    """The side's own ``cypressc/runtime.py``, which old_kernels.sh copies to
+    ``<root>/<side>/runtime/loader.py`` (the kernel info format may differ between the two
+    trees); the working tree's ``cypressc.runtime`` where there is none.
+
+    The copy is loaded as the module ``loader`` of a package ``cypressc_runtime_<side>`` rooted
+    at that ``runtime/`` directory: a runtime.py that imports its parts relatively (``from
+    .abi.info import ...``, trees since the runtime was split) finds the copy of
+    ``cypressc/abi`` old_kernels.sh put beside it, not the installed cypressc's."""
+    import importlib.machinery
     import importlib.util
 
     from cypressc import runtime
 
-    def loader(side: str):
-        """The side's own ``cypressc/runtime.py`` (old_kernels.sh copies it): the kernel info
-        format may differ between the two trees."""
-        f = root / side / "runtime" / "loader.py"
-        if not f.is_file():
-            return runtime
-        spec = importlib.util.spec_from_file_location(f"cypressc_runtime_{side}", f)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod  # dataclasses resolve their module by name
-        spec.loader.exec_module(mod)
-        return mod
+    d = root / side / "runtime"
+    f = d / "loader.py"
+    if not f.is_file():
+        return runtime
+    pkg = f"cypressc_runtime_{side}"
+    parent = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(pkg, None, is_package=True))
+    parent.__path__ = [str(d)]
+    sys.modules[pkg] = parent
+    spec = importlib.util.spec_from_file_location(f"{pkg}.loader", f)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve their module by name
+    spec.loader.exec_module(mod)
+    return mod
 
-    loaders = {s: loader(s) for s in SIDES}
+
+def load_all(targets: list[dict], made: dict, root: Path) -> dict[str, dict]:
+    """``{label: {side: Kernel}}`` for every library that was made; a load failure is
+    recorded in ``made`` (``rc`` 1, ``what`` "load")."""
+    loaders = {s: side_loader(root, s) for s in SIDES}
     kernels: dict[str, dict] = {}
     for t in targets:
         kernels[t["label"]] = {}

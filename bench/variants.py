@@ -55,6 +55,7 @@ SHAPES = {
     "gemm_reduction": [dict(M=2048, N=2048, K=2048), dict(M=4096, N=4096, K=4096),
                        dict(M=8192, N=8192, K=8192), dict(M=8192, N=8192, K=1024)],
     "gemm": [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192), dict(M=8192, N=8192, K=1024)],
+    "gemm_bt": [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192), dict(M=8192, N=8192, K=1024)],
 }
 
 
@@ -177,6 +178,8 @@ def inputs(torch, program: str, s: dict, dt) -> tuple[dict, dict]:
         t = {"A": r(s["L"], s["M"], s["K"]), "B": r(s["L"], s["K"], s["N"])}
     elif program == "dual_gemm":
         t = {"A": r(s["M"], s["K"]), "B1": r(s["K"], s["N"]), "B2": r(s["K"], s["N"])}
+    elif program == "gemm_bt":
+        t = {"A": r(s["M"], s["K"]), "B": r(s["N"], s["K"])}  # B stored N x K (nn.Linear's weight)
     else:
         t = {"A": r(s["M"], s["K"]), "B": r(s["K"], s["N"])}
     return t, PROGRAMS[program].ref(t)
@@ -205,6 +208,8 @@ def peers_for(torch, program: str, t: dict, outs: dict, triton_peers: dict, kern
         p["cuBLAS+sum"] = composed
         if "gemm_reduction" in triton_peers:
             p["Triton"] = lambda o=outs["Triton"]: triton_peers["gemm_reduction"](t["A"], t["B"], o["C"], o["y"])
+    elif program == "gemm_bt":
+        p["cuBLAS"] = lambda: torch.matmul(t["A"], t["B"].T, out=outs["cuBLAS"]["C"])
     else:
         p["cuBLAS"] = lambda: torch.matmul(t["A"], t["B"], out=outs["cuBLAS"]["C"])
     if kern is not None:  # (each peer writes its own outputs: lambdas bind them as defaults)
@@ -230,7 +235,8 @@ def bench_one(torch, program: str, s: dict, dtype: str, kern, triton_peers: dict
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     t, ref = inputs(torch, program, s, dt)
     names = {"batched_gemm": ["torch.bmm"], "dual_gemm": ["2xcuBLAS+add", "Triton"],
-             "gemm_reduction": ["cuBLAS+sum", "Triton"], "gemm": ["cuBLAS"]}[program] + ["cypressc"]
+             "gemm_reduction": ["cuBLAS+sum", "Triton"], "gemm": ["cuBLAS"],
+             "gemm_bt": ["cuBLAS"]}[program] + ["cypressc"]
     outs = out_tensors(torch, program, s, dt, names)
     for o in outs.values():
         for x in o.values():

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from cypressc.backend.cexpr import cexpr
 from cypressc.backend.emit import build_info, emit_cuda, emit_header
 from cypressc.backend.outdir import replace_build_dir
 from cypressc.mapping.tasktree import TaskTree
@@ -49,7 +50,7 @@ def render_build(tree: TaskTree) -> RenderedBuild:
 
     snaps = compile_module(tree)
     m = snaps[-1][1]
-    plan = m.attrs["kernel"]
+    plan = m.kernel
     info = build_info(plan, str(RUNTIME_DIR))
     ki = KernelInfo.from_dict(info)
     files = {f"{plan.name}.cu": emit_cuda(plan), f"{plan.name}.h": emit_header(plan),
@@ -91,7 +92,7 @@ def write_build(tree: TaskTree, outdir: Path | None, dtypes: dict[str, str] | No
     threads = 128 * (plan.consumers + (1 if plan.warpspecialize else 0))
     roles = ("producer warpgroup (TMA) + " if plan.warpspecialize else "thread 0 issues TMA; ") + \
         f"{plan.consumers} consumer warpgroup(s)"
-    grid = " x ".join(plan.grid)
+    grid = " x ".join(cexpr(g) for g in plan.grid)
     return "\n".join([
         f"built {plan.name} into {outdir}",
         f"  grid      {grid} tiles{' (persistent: one block per SM)' if plan.persistent else ''}",
@@ -99,6 +100,6 @@ def write_build(tree: TaskTree, outdir: Path | None, dtypes: dict[str, str] | No
         f"  stages    {plan.stages} (mma groups in flight: {plan.mma_in_flight})",
         f"  shared    {plan.smem_bytes} bytes",
         f"  registers producer {plan.producer_registers}, consumers {plan.consumer_registers} "
-        f"(estimated need {m.attrs.get('registers')})",
+        f"(estimated need {m.resources.registers if m.resources is not None else None})",
         f"next: make -C {outdir} && {outdir}/{plan.name} " + " ".join(_example_sizes(plan)),
     ])

@@ -10,6 +10,7 @@ events each statement realizes, so the code reads next to ``cypressc explain``.
 from __future__ import annotations
 
 from cypressc.backend import plan as P
+from cypressc.backend.cexpr import cexpr, mentions
 from cypressc.backend.emit_stmt import CTYPE, emit_stmts
 
 __all__ = ["emit_cuda", "emit_header", "launcher_signature", "build_info"]
@@ -34,7 +35,8 @@ def emit_header(p: P.KernelPlan) -> str:
 def build_info(p: P.KernelPlan, runtime_include: str) -> dict:
     """The description of the kernel's ABI that the harness and ``cypressc.runtime`` read
     (schema: :class:`cypressc.runtime.KernelInfo`); ``flops`` and each of ``requires`` are
-    the C text the launcher uses next to the same expression as a JSON tree."""
+    the C text the launcher uses (:mod:`cypressc.backend.cexpr`) next to the same expression
+    as a JSON tree."""
     return {
         "name": p.name,
         "params": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims), "reads": t.reads,
@@ -100,9 +102,11 @@ def emit_cuda(p: P.KernelPlan) -> str:
           f"// {b.kind} mbarrier[{b.stages}], {b.note}")
     nd = len(p.grid)
     for i, g in enumerate(p.grid):
-        w(f"const int tiles{i} = {g};")
+        w(f"const int tiles{i} = {cexpr(g)};")
     w(f"const int num_tiles = {' * '.join(f'tiles{i}' for i in range(nd))};")
-    w(f"const int num_k = {p.trip_count};")
+    for n, trip in enumerate(p.trips):
+        w(f"const int num_k{p.loop_suffix(n)} = {cexpr(trip)};"
+          + ("" if len(p.trips) == 1 else f"  // steps of main loop {n}"))
     w("// linear tile index -> block coordinates; the last two walk RASTER rows at a time")
     w(f"auto tile_coords = [&](int t, {', '.join(f'int& b{i}' for i in range(nd))}) {{")
     w.ind += 1
@@ -150,7 +154,7 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w.close()
     w("// ---- consumer warpgroups: wgmma on the stages, accumulators in registers")
     stmts = [*p.consumer.all(), *p.issue_ahead, *p.exit]
-    if any("leader" in (getattr(s, "who", None) or "") or isinstance(s, P.TmaStore) for s in stmts):
+    if any(mentions(getattr(s, "who", None), "leader") or isinstance(s, P.TmaStore) for s in stmts):
         w("const bool leader = threadIdx.x % 128 == 0;")
     if p.vectors or p.simt_body:
         w("const int tw = threadIdx.x % 128;  // thread in its warpgroup")
@@ -178,12 +182,16 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
     nd = len(p.grid)
     bdecl = ", ".join(f"b{i}" for i in range(nd))
     uses = {name for r, name in p.counters if r == role}
+    sfx = [p.loop_suffix(n) for n in range(len(p.trips))]
     advance = {c: f"if (++{c} == STAGES) {{ {c} = 0; {ph} ^= 1; }}"
-               for c, ph in (("stage", "phase"), ("istage", "iphase")) if c in uses}
-    if "kbase" in uses:
-        w("int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on")
-    if "stage" in uses:
-        w("int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles")
+               for c, ph in [*((f"stage{s}", f"phase{s}") for s in sfx), ("istage", "iphase")] if c in uses}
+    for n, s in enumerate(sfx):
+        which = "" if len(sfx) == 1 else f" of main loop {n}"
+        if f"kbase{s}" in uses:
+            w(f"int kbase{s} = 0;  // main-loop steps{which} of this block's earlier tiles: the pipeline runs on")
+        if f"stage{s}" in uses:
+            w(f"int stage{s} = 0, phase{s} = 0;  // the pipeline's stage of step kb{which} and its parity, "
+              "across tiles")
     if "istage" in uses:
         w("int istage = 0, iphase = 0;  // the same for the step the issuer loads ahead")
     w.open(f"for (int t = blockIdx.x; t < num_tiles; t += {'gridDim.x' if p.persistent else 'num_tiles'})")
@@ -198,22 +206,25 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
             w(advance["istage"])
         w.close()
         w.close()
-    if code.loop or ahead:
-        w.open("for (int kb = 0; kb < num_k; ++kb)")
-        emit_stmts(w, p, code.loop)
-        if ahead:
-            w.open("if (issuer && kb + STAGES - 1 < num_k)")
-            w("const int kn = kb + STAGES - 1;")
-            emit_stmts(w, p, ahead)
-            if "istage" in advance:
-                w(advance["istage"])
+    for n, (loop, after) in enumerate(zip(code.loops, code.afters)):
+        s, ahead_n = sfx[n], ahead if n == 0 else []  # the issuer runs ahead only with one main loop
+        if loop or ahead_n:
+            w.open(f"for (int kb = 0; kb < num_k{s}; ++kb)")
+            emit_stmts(w, p, loop)
+            if ahead_n:
+                w.open("if (issuer && kb + STAGES - 1 < num_k)")
+                w("const int kn = kb + STAGES - 1;")
+                emit_stmts(w, p, ahead_n)
+                if "istage" in advance:
+                    w(advance["istage"])
+                w.close()
+            if f"stage{s}" in advance:
+                w(advance[f"stage{s}"])
             w.close()
-        if "stage" in advance:
-            w(advance["stage"])
-        w.close()
-    emit_stmts(w, p, code.after)
-    if "kbase" in uses:
-        w("kbase += num_k;")
+        emit_stmts(w, p, after)
+    for s in sfx:
+        if f"kbase{s}" in uses:
+            w(f"kbase{s} += num_k{s};")
     w.close()
 
 
@@ -254,7 +265,7 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
     w("if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;")
     w("configured_device = dev;")
     w.close()
-    w(f"const long long tiles = {' * '.join(f'({g})' for g in p.grid)};")
+    w(f"const long long tiles = {' * '.join(f'({cexpr(g)})' for g in p.grid)};")
     w(f"const long long grid = {'tiles < sms ? tiles : sms' if p.persistent else 'tiles'};")
     args = [m.name for m in p.maps] + [f"static_cast<{CTYPE[t.dtype]}*>({t.name})" for t in p.tensors if t.writes] \
         + [f"static_cast<int>({s})" for s in p.sizes]

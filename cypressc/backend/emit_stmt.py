@@ -5,7 +5,8 @@ initialization, the roles, the tile loop, the main loop); every statement inside
 from here, in the order the IR gives it.  A :class:`~cypressc.backend.plan.Sync` prints
 exactly its IR op (:mod:`cypressc.ir.sync`) with the comment naming the event edges it
 realizes; compute statements print their leaf (TMA copy, wgmma steps, fills, SIMT row
-sums, stores).
+sums, stores).  Every expression of a statement is printed by :mod:`cypressc.backend.cexpr`
+(``_c``; ``_cond`` for a condition standing alone); the text around it is the leaf's.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
+from cypressc.backend.cexpr import cexpr as _c
+from cypressc.backend.cexpr import is_zero
 from cypressc.ir import sync as S
 
 __all__ = ["CTYPE", "emit_stmt", "emit_stmts"]
@@ -24,9 +27,14 @@ def _frag(p: P.KernelPlan, name: str) -> P.Fragment:
     return next(x for x in p.fragments if x.name == name)
 
 
-def _stage_base(buf: P.StageBuffer, stage: str) -> str:
-    """The address of stage ``stage`` (a C expression) of shared tile ``buf``."""
-    return f"s_{buf.name}" if stage == "0" else f"s_{buf.name} + ({stage}) * {buf.name}_STAGE"
+def _cond(e) -> str:
+    """A condition (kernel expression or guard) as the whole test of an ``if``."""
+    return _c(e, top=True)
+
+
+def _stage_base(buf: P.StageBuffer, stage) -> str:
+    """The address of stage ``stage`` (a kernel expression) of shared tile ``buf``."""
+    return f"s_{buf.name}" if is_zero(stage) else f"s_{buf.name} + ({_c(stage)}) * {buf.name}_STAGE"
 
 
 def _fence_acc(w, p: P.KernelPlan, accs) -> None:
@@ -39,21 +47,21 @@ def _fence_acc(w, p: P.KernelPlan, accs) -> None:
             w(f"for (int a = 0; a < {atoms}; ++a) cypress::fence_acc({a}[a]);")
 
 
-def _line(w, code: str, who: str | None, note: str) -> None:
+def _line(w, code: str, who, note: str) -> None:
     tail = f"  // {note}" if note else ""
-    w(f"if ({who}) {code}{tail}" if who else f"{code}{tail}")
+    w(f"if ({_cond(who)}) {code}{tail}" if who is not None else f"{code}{tail}")
 
 
 def _sync(w, p: P.KernelPlan, st: P.Sync) -> None:
     op = st.op
-    if st.when:
-        w.open(f"if ({st.when})")
+    if st.when is not None:
+        w.open(f"if ({_cond(st.when)})")
     if isinstance(op, S.Wait):
-        _line(w, f"cypress::wait(&{st.bar}[{st.stage}], {st.parity});", st.who, st.note)
+        _line(w, f"cypress::wait(&{st.bar}[{_c(st.stage)}], {_c(st.parity)});", st.who, st.note)
     elif isinstance(op, S.ArriveExpectTx):
-        _line(w, f"cypress::arrive_expect_tx(&{st.bar}[{st.stage}], {op.bytes});", st.who, st.note)
+        _line(w, f"cypress::arrive_expect_tx(&{st.bar}[{_c(st.stage)}], {op.bytes});", st.who, st.note)
     elif isinstance(op, S.Arrive):
-        _line(w, f"cypress::arrive(&{st.bar}[{st.stage}]);", st.who, st.note)
+        _line(w, f"cypress::arrive(&{st.bar}[{_c(st.stage)}]);", st.who, st.note)
     elif isinstance(op, S.Fence) and op.kind == "wgmma":
         w(f"// wgmma.fence: {st.note}")
         _fence_acc(w, p, st.accs)
@@ -70,41 +78,55 @@ def _sync(w, p: P.KernelPlan, st: P.Sync) -> None:
         _line(w, f"cypress::tma_store_wait<{op.pending}>();", st.who, st.note)
         if st.deferred and st.barrier is not None:
             bid, threads = st.barrier
-            w(f"cypress::named_sync({bid}, {threads});  // the other writers learn the store is done")
+            w(f"cypress::named_sync({_c(bid)}, {threads});  // the other writers learn the store is done")
     elif isinstance(op, S.SyncWarp):
         _line(w, "__syncwarp();", st.who, st.note)
     elif isinstance(op, S.BarSync):
-        _line(w, f"cypress::named_sync({st.stage}, {op.threads});", st.who, st.note)
+        _line(w, f"cypress::named_sync({_c(st.stage)}, {op.threads});", st.who, st.note)
     else:
         raise AssertionError(f"no CUDA for {type(op).__name__}")
-    if st.when:
+    if st.when is not None:
         w.close()
 
 
 def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
     m = next(x for x in p.maps if x.name == ld.map)
     b = next(x for x in p.buffers if x.name == ld.buffer)
-    w(f"// {ld.event}: copy -> %{ld.buffer}[{ld.stage}] (TMA)")
+    w(f"// {ld.event}: copy -> %{ld.buffer}[{_c(ld.stage)}] (TMA)")
     base = _stage_base(b, ld.stage)
-    bar = f"&{ld.bar}[{ld.bar_stage}]"
+    bar = f"&{ld.bar}[{_c(ld.bar_stage)}]"
+    coords = [_c(x) for x in ld.coords]
 
     def one(dst: str, inner: str) -> None:
         if len(m.box) == 2:
-            w(f"cypress::tma_load_2d({dst}, &{m.name}, {bar}, {inner}, {ld.coords[0]});")
+            w(f"cypress::tma_load_2d({dst}, &{m.name}, {bar}, {inner}, {coords[0]});")
         else:
-            w(f"cypress::tma_load_3d({dst}, &{m.name}, {bar}, {inner}, {ld.coords[1]}, {ld.coords[0]});")
+            w(f"cypress::tma_load_3d({dst}, &{m.name}, {bar}, {inner}, {coords[1]}, {coords[0]});")
 
     if ld.who is not None:
-        w.open(f"if ({ld.who})")
+        w.open(f"if ({_cond(ld.who)})")
     if ld.chunks == 1:
-        one(base, ld.coords[-1])
+        one(base, coords[-1])
     else:
         w("#pragma unroll")
         w.open(f"for (int j = 0; j < {ld.chunks}; ++j)")
-        one(f"{base} + j * {b.name}_CHUNK", f"{ld.coords[-1]} + {b.chunk_cols} * j")
+        one(f"{base} + j * {b.name}_CHUNK", f"{coords[-1]} + {b.chunk_cols} * j")
         w.close()
     if ld.who is not None:
         w.close()
+
+
+def _k_major_addr(buf: P.StageBuffer, base: str, col, row: str | None) -> str:
+    """The shared address of k16 step ``kk`` of a K-major operand tile: row ``row`` (C), the
+    step ``col / 16 + kk`` along K (``col``, a kernel expression: a K slice of a wider
+    resident tile starts ``col`` columns in); 32 B along a swizzled row, ``swizzle / 32``
+    steps per chunk, then the next chunk."""
+    per = buf.swizzle // 32
+    ks = "kk" if is_zero(col) else f"(kk + ({_c(col)}) / 16)"
+    k_off = f"{ks} * {buf.name}_CHUNK" if per == 1 else f"({ks} / {per}) * {buf.name}_CHUNK"
+    in_row = "" if per == 1 else f" + ({ks} % {per}) * 32"
+    at_row = "" if row is None else f" + {row} * {buf.swizzle}"
+    return f"{base} + {k_off}{at_row}{in_row}"
 
 
 def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
@@ -118,9 +140,13 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     w.open(f"for (int kk = 0; kk < {mm.k // 16}; ++kk)")
     # MN-major B: a k16 step is 16 swizzled rows; K-major A: 32 B along a swizzled row, so
     # swizzle / 32 steps per chunk (cypress.cuh explains both layouts)
-    chunk = "" if mm.b_chunk == 0 else f"{mm.b_chunk} * {b_buf.name}_CHUNK + "
-    w(f"const uint64_t db = cypress::desc_mn_sw{b_buf.swizzle}({b_base} + {chunk}kk * 16 * {b_buf.swizzle}, "
-      f"{b_buf.name}_CHUNK);")
+    if mm.b_kmajor:  # B stored N x K: addressed like a K-major A tile, the instruction's tnspB = K
+        w(f"const uint64_t db = cypress::desc_k_sw{b_buf.swizzle}"
+          f"({_k_major_addr(b_buf, b_base, mm.b_col, None if is_zero(mm.b_row) else f'({_c(mm.b_row)})')});")
+    else:
+        chunk = "" if mm.b_chunk == 0 else f"{mm.b_chunk} * {b_buf.name}_CHUNK + "
+        w(f"const uint64_t db = cypress::desc_mn_sw{b_buf.swizzle}({b_base} + {chunk}kk * 16 * {b_buf.swizzle}, "
+          f"{b_buf.name}_CHUNK);")
     atoms = f.rows // 64
     zero = ", kk == 0" if mm.zero_fill else ""
     if mm.a_frag:
@@ -128,23 +154,21 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
             w("#pragma unroll")
         for_a = f"for (int a = 0; a < {atoms}; ++a) " if atoms > 1 else ""
         ai = "a" if atoms > 1 else "0"
-        w(f"{for_a}cypress::wgmma_rs<{mm.n}, {CTYPE[mm.dtype]}>(&{mm.a_frag}[{ai}][kk * 4], db, {f.name}[{ai}]{zero});")
+        mb = ", cypress::Major::K" if mm.b_kmajor else ""
+        w(f"{for_a}cypress::wgmma_rs<{mm.n}, {CTYPE[mm.dtype]}{mb}>(&{mm.a_frag}[{ai}][kk * 4], db, "
+          f"{f.name}[{ai}]{zero});")
         w.close()
         return
     a_buf = next(x for x in p.buffers if x.name == mm.a_buf)
     a_base = _stage_base(a_buf, mm.a_stage)
-    per = a_buf.swizzle // 32
-    # the k16 step within A's tile: a K slice of a wider resident tile starts a_col / 16 steps in
-    ks = "kk" if mm.a_col == "0" else f"(kk + ({mm.a_col}) / 16)"
-    k_off = f"{ks} * {a_buf.name}_CHUNK" if per == 1 else f"({ks} / {per}) * {a_buf.name}_CHUNK"
-    in_row = "" if per == 1 else f" + ({ks} % {per}) * 32"
-    row = f"({mm.a_row})" if atoms == 1 else f"(({mm.a_row}) + a * 64)"
+    row = f"({_c(mm.a_row)})" if atoms == 1 else f"(({_c(mm.a_row)}) + a * 64)"
     acc = f"{f.name}[0]" if atoms == 1 else f"{f.name}[a]"
     if atoms > 1:
         w("#pragma unroll")
         w.open(f"for (int a = 0; a < {atoms}; ++a)")
-    w(f"const uint64_t da = cypress::desc_k_sw{a_buf.swizzle}({a_base} + {k_off} + {row} * {a_buf.swizzle}{in_row});")
-    w(f"cypress::wgmma<{mm.n}, {CTYPE[mm.dtype]}>(da, db, {acc}{zero});")
+    w(f"const uint64_t da = cypress::desc_k_sw{a_buf.swizzle}({_k_major_addr(a_buf, a_base, mm.a_col, row)});")
+    majors = ", cypress::Major::K, cypress::Major::K" if mm.b_kmajor else ""
+    w(f"cypress::wgmma<{mm.n}, {CTYPE[mm.dtype]}{majors}>(da, db, {acc}{zero});")
     if atoms > 1:
         w.close()
     w.close()
@@ -155,10 +179,10 @@ def _row_sum(w, p: P.KernelPlan, op: P.RowSum) -> None:
     base = _stage_base(b, op.stage)
     chunk = "" if op.col0 == 0 else f" + {op.col0 // b.chunk_cols} * {b.name}_CHUNK"
     w(f"// {op.event}: row_sum of %{op.buf} rows (SIMT)")
-    w.open(f"if ({op.active})")
+    w.open(f"if ({_cond(op.active)})")
     w("#pragma unroll")
     w(f"for (int rr = 0; rr < {op.rows}; ++rr)")
-    w(f"  {op.vec}[rr] += cypress::sw128_row_sum<{CTYPE[op.dtype]}>({base}{chunk}, ({op.row}) + rr, "
+    w(f"  {op.vec}[rr] += cypress::sw128_row_sum<{CTYPE[op.dtype]}>({base}{chunk}, ({_c(op.row)}) + rr, "
       f"{op.cols // 64}, {b.name}_CHUNK);")
     w.close()
 
@@ -167,16 +191,16 @@ def _fill(w, p: P.KernelPlan, op) -> None:
     w(f"// {op.event}: fill")
     if isinstance(op, P.FillVector):
         v = next(x for x in p.vectors if x.name == op.vec)
-        w(f"for (int i = 0; i < {v.n}; ++i) {v.name}[i] = {op.value};")
+        w(f"for (int i = 0; i < {v.n}; ++i) {v.name}[i] = {_c(op.value)};")
         return
     f = _frag(p, op.acc)
     w("#pragma unroll")
     if f.rows // 64 == 1:
-        w(f"for (int i = 0; i < {f.cols // 2}; ++i) {f.name}[0][i] = {op.value};")
+        w(f"for (int i = 0; i < {f.cols // 2}; ++i) {f.name}[0][i] = {_c(op.value)};")
         return
     w(f"for (int a = 0; a < {f.rows // 64}; ++a)")
     w("#pragma unroll")
-    w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {f.name}[a][i] = {op.value};")
+    w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {f.name}[a][i] = {_c(op.value)};")
 
 
 def _convert(w, p: P.KernelPlan, op: P.Convert) -> None:
@@ -197,16 +221,16 @@ def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
     f = _frag(p, op.acc)
     t = next(x for x in p.tensors if x.name == op.tensor)
     rows, cols = t.dims[-2], t.dims[-1]
-    base = op.tensor if op.batch is None else f"({op.tensor} + size_t({op.batch}) * {rows} * {cols})"
+    base = op.tensor if op.batch is None else f"({op.tensor} + size_t({_c(op.batch)}) * {rows} * {cols})"
     w(f"// {op.event}: copy %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment")
     if op.when is not None:
-        w.open(f"if ({op.when})  // last host-loop iteration only")
+        w.open(f"if ({_cond(op.when)})  // last host-loop iteration only")
     w("#pragma unroll")
     w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
     w("#pragma unroll")
     w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
     w("const int2 rc = cypress::acc_coord(j);")
-    w(f"const int r = ({op.row0}) + a * 64 + rc.x, c = ({op.col0}) + rc.y;")
+    w(f"const int r = ({_c(op.row0)}) + a * 64 + rc.x, c = ({_c(op.col0)}) + rc.y;")
     w(f"if (r < {rows} && c < {cols})")
     w(f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
       f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[a][2 * j], {op.acc}[a][2 * j + 1]);")
@@ -247,21 +271,23 @@ def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
     w.open(f"  for (int b = 0; b < {boxes}; ++b)")
     src = f"{_staging(p, op.acc, op.offset)} + (a * {boxes} + b) * 8192"
     if len(m.box) == 2:
-        w(f"cypress::tma_store_2d(&{m.name}, {src}, ({op.col0}) + 64 * b, ({op.row0}) + 64 * a);")
+        w(f"cypress::tma_store_2d(&{m.name}, {src}, ({_c(op.col0)}) + 64 * b, ({_c(op.row0)}) + 64 * a);")
     else:
-        w(f"cypress::tma_store_3d(&{m.name}, {src}, ({op.col0}) + 64 * b, ({op.row0}) + 64 * a, {op.batch});")
+        w(f"cypress::tma_store_3d(&{m.name}, {src}, ({_c(op.col0)}) + 64 * b, ({_c(op.row0)}) + 64 * a, "
+          f"{_c(op.batch)});")
     w.close()
     w.close()
 
 
 def _store_vector(w, p: P.KernelPlan, op: P.StoreVector) -> None:
     t = next(x for x in p.tensors if x.name == op.tensor)
-    cond = op.active if op.when is None else f"({op.active}) && {op.when}"
+    cond = _cond(op.active) if op.when is None else f"({_cond(op.active)}) && {_cond(op.when)}"
     why = "" if op.when is None else ", last host-loop iteration only (the earlier ones' writes are overwritten)"
     w(f"// {op.event}: copy %{op.vec} -> {op.tensor} (f32){why}")
     w.open(f"if ({cond})")
     w(f"for (int i = 0; i < {op.n}; ++i)")
-    w(f"  if (({op.index}) + i < {t.dims[0]}) {op.tensor}[({op.index}) + i] = {op.vec}[i];")
+    index = _c(op.index)
+    w(f"  if (({index}) + i < {t.dims[0]}) {op.tensor}[({index}) + i] = {op.vec}[i];")
     w.close()
 
 
@@ -283,14 +309,14 @@ def emit_stmts(w, p: P.KernelPlan, stmts: list) -> None:
     while i < len(stmts):
         st = stmts[i]
         guard = st.when if isinstance(st, P.Sync) else None
-        if not guard:
+        if guard is None:
             emit_stmt(w, p, st)
             i += 1
             continue
         j = i
         while j < len(stmts) and isinstance(stmts[j], P.Sync) and stmts[j].when == guard:
             j += 1
-        w.open(f"if ({guard})")
+        w.open(f"if ({_cond(guard)})")
         for x in stmts[i:j]:
             emit_stmt(w, p, replace(x, when=None))
         w.close()

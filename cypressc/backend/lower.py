@@ -12,7 +12,7 @@ The lowering walks the warp-specialized IR and decides, per event:
 * point-wise indexed events → nothing (program order in one thread).
 
 Views become TMA coordinates, shared-memory descriptors and register fragments.  The
-result is a :class:`~cypressc.backend.plan.KernelPlan` in ``module.attrs["kernel"]``.
+result is a :class:`~cypressc.backend.plan.KernelPlan` in ``module.kernel``.
 Programs whose IR needs a shape of kernel this backend does not generate yet are
 refused with E050 naming the operation.
 """
@@ -22,7 +22,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
+from cypressc.backend.cexpr import cexpr
 from cypressc.backend.lower_host import KernelInterface
+from cypressc.backend.lower_mem import MemoryLowering
 from cypressc.backend.lower_simt import SimtLowering
 from cypressc.backend.peephole import fold_zero_fills
 from cypressc.backend.refusal import REFUSAL_CODE
@@ -38,11 +40,15 @@ from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
 from cypressc.ir import sync as S
 from cypressc.ir.sync import SYNC_OPS
+from cypressc.lang.intrinsics import LEAF_FUNCTIONS
 from cypressc.lang.intrinsics import atom as lookup_atom
 
 __all__ = ["cuda_lowering", "REFUSAL_CODE"]
 
-class _Lower(KernelInterface, SimtLowering):
+class _Lower(KernelInterface, SimtLowering, MemoryLowering):
+    """The lowering of one warp-specialized module to a :class:`~cypressc.backend.plan.KernelPlan`
+    (state of the walk; raises :class:`~cypressc.backend.refusal.Refuse` for E050)."""
+
     def __init__(self, m: N.Module, ctx) -> None:
         self.m, self.ctx = m, ctx
         self.sym = Symbols(m)
@@ -54,9 +60,10 @@ class _Lower(KernelInterface, SimtLowering):
         self.host_lo: N.IExpr = N.IConst(0)
         self.host_dim = 0  # its grid dimension: after the main loop's BLOCK dims
         self.last_only: set[str] = set()  # tensors whose writes only its last iteration keeps
-        self.thread_index: dict[str, str] = {}  # WARP/THREAD -> C expression, inside SIMT code
-        self.kname = "kb"  # the main-loop variable in C ("kn": a load issued STAGES - 1 steps ahead)
-        self.lp: N.For | None = None
+        self.thread_index: dict[str, N.IExpr] = {}  # WARP/THREAD -> kernel expression, inside SIMT code
+        self.kname = "kb"  # the main-loop variable in the kernel ("kn": a load issued STAGES - 1 steps ahead)
+        self.lp: N.For | None = None  # the main loop whose statements are being lowered
+        self.loop_no = 0  # ... its place among the block's main loops
         self.persistent = False
         self.warpspecialize = True
         self.plan: P.KernelPlan | None = None
@@ -67,51 +74,56 @@ class _Lower(KernelInterface, SimtLowering):
         return self.names.get(ev, ev)
 
     # -- expressions -------------------------------------------------------------------
-    def c(self, e: N.IExpr) -> str:
+    def k(self, e: N.IExpr) -> N.IExpr:
+        """IR expression ``e`` over the kernel's variables (:mod:`cypressc.backend.cexpr` prints
+        it): Lets inlined, the main loop's bound ``num_k`` (its trip count, computed once per
+        kernel) and its variable ``kb`` (``kn`` for a load issued ahead), a BLOCK index the
+        tile coordinate ``b<d>``, the WARPGROUP index ``cw``, a WARP/THREAD index inside SIMT
+        code its thread expression, the HOST loop's variable its grid coordinate.  Nothing is
+        folded or reordered.  Refuses an address over any other processor index."""
         if self.lp is not None and e == self.lp.hi and static(self.lp.lo) == 0:
-            return "num_k"  # the main loop's trip count, computed once per kernel
-        if isinstance(e, N.IConst):
-            return str(e.value)
+            return N.IVar(self._loop_var("num_k"))
         if isinstance(e, N.IProc):
             if e.proc == "BLOCK":
-                return f"b{e.dim}"
+                return N.IVar(f"b{e.dim}")
             if e.proc == "WARPGROUP":
-                return "cw"
+                return N.IVar("cw")
             if e.proc in self.thread_index:
                 return self.thread_index[e.proc]
             _refuse(f"an address depends on the {e.proc.lower()} index")
         if isinstance(e, N.IVar):
             if e.name in self.lets:
-                return self.c(self.lets[e.name])
+                return self.k(self.lets[e.name])
             if e.name == self.kvar:
-                return self.kname
+                return N.IVar(self.kname)
             if e == KBASE:
-                return "kbase"
+                return N.IVar(self._loop_var("kbase"))
             if e.name == self.host_var:
-                lo = static(self.host_lo)
-                return f"b{self.host_dim}" if lo == 0 else f"({self.c(self.host_lo)} + b{self.host_dim})"
-            return e.name
-        assert isinstance(e, N.IBin)
-        a, b = self.c(e.a), self.c(e.b)
-        if e.op == "cdiv":
-            return f"cdiv({a}, {b})"
-        if e.op in ("min", "max"):
-            return f"{e.op}({a}, {b})"
-        return f"({a} {'/' if e.op == '//' else e.op} {b})"
+                b = N.IVar(f"b{self.host_dim}")
+                return b if static(self.host_lo) == 0 else N.IBin("+", self.k(self.host_lo), b)
+            return e
+        if isinstance(e, N.IBin):
+            return N.IBin(e.op, self.k(e.a), self.k(e.b))
+        return e
 
-    def pos(self, e: N.IExpr, after: bool = False) -> str:
-        """A pipeline position of the IR (stage index, phase parity) in C: over the block's
-        running step in a persistent block (see :mod:`cypressc.backend.sync_lower`)."""
+    def _loop_var(self, base: str) -> str:
+        """The kernel variable ``base`` (num_k, stage, phase, kbase) of the main loop being lowered."""
+        return base + P.KernelPlan.loop_suffix(self.loop_no)
+
+    def pos(self, e: N.IExpr, after: bool = False) -> N.IExpr:
+        """A pipeline position of the IR (stage index, phase parity) over the kernel's
+        variables: the role's running counters, or the block's running step in a persistent
+        block (see :mod:`cypressc.backend.sync_lower`)."""
         if self.lp is not None and self.lp.pipeline and static(self.lp.lo) == 0:
-            names = ("istage", "iphase") if self.kname == "kn" else ("stage", "phase")
+            names = ("istage", "iphase") if self.kname == "kn" else (self._loop_var("stage"), self._loop_var("phase"))
             out = counted(e, self.kvar, self.lp.hi, self.lp.pipeline, after, *names)
             if out is not None:
                 self.plan.counters.add((self.role, names[0]))
                 return out
         if self.persistent and self.lp is not None:
             e = at_step(e, self.kvar, self.lp.hi, after)
-            self.plan.counters.add((self.role, "kbase"))
-        return self.c(e)
+            self.plan.counters.add((self.role, self._loop_var("kbase")))
+        return self.k(e)
 
     def fragments_of(self, edges) -> tuple[str, ...]:
         """The register fragments among the tensors of ``edges`` (what a wgmma fence orders)."""
@@ -155,19 +167,23 @@ class _Lower(KernelInterface, SimtLowering):
                 _refuse("HOST code other than one sequential loop around the blocks")
             body = self._host_loop(host[0])
         loops = [o for o in body if isinstance(o, N.For)]
-        if len(loops) != 1:
-            _refuse(f"the block program has {len(loops)} sequential main loops; this backend "
-                    "generates kernels with exactly one")
+        if not loops:
+            _refuse("the block program has no sequential main loop")
         lp = loops[0]
         self.kvar = lp.var
         grid_dims = [d for d in lp.dims if d.proc == "BLOCK"]
         if not grid_dims or len(grid_dims) != len(lp.dims):
             _refuse("the main loop must run once per block")
+        for other in loops[1:]:
+            if other.dims != lp.dims:
+                _refuse("main loops that do not all run once per block")
+            if (other.pipeline or 1) != (lp.pipeline or 1):
+                _refuse("main loops with different pipeline depths (one `pipeline:` per block)")
         self.host_dim = len(grid_dims)
         inst = self.block.instance
-        ws = bool(m.attrs.get("warpspecialize"))
+        ws = bool(m.schedule is not None and m.schedule.warpspecialize)
         stages = lp.pipeline or 1
-        tensors = [P.GlobalTensor(a.name, a.dtype, tuple(self.c(s) for s in a.shape),
+        tensors = [P.GlobalTensor(a.name, a.dtype, tuple(cexpr(self.k(s)) for s in a.shape),
                                   *self._privileges(a.name)) for a in m.params]
         consumers = 1
         for o in walk_ops(m.body):
@@ -179,12 +195,15 @@ class _Lower(KernelInterface, SimtLowering):
         grid = [d.extent for d in grid_dims]
         if self.host_var is not None:
             grid.append(N.ibin("-", host[0].hi, host[0].lo))
-        trip = N.ibin("-", lp.hi, lp.lo)
+        trips = [N.ibin("-", x.hi, x.lo) for x in loops]
+        steps = trips[0]
+        for t in trips[1:]:
+            steps = N.ibin("+", steps, t)
         plan = P.KernelPlan(
-            name=m.name, tensors=tensors, sizes=list(m.scalars), grid=[self.c(g) for g in grid],
-            grid_exprs=[self._sized(g) for g in grid], trip_expr=self._sized(trip), host_loop=self.host_var,
+            name=m.name, tensors=tensors, sizes=list(m.scalars), grid=[self.k(g) for g in grid],
+            grid_exprs=[self._sized(g) for g in grid], trip_expr=self._sized(steps), host_loop=self.host_var,
             raster=inst.raster or 16, persistent=bool(inst.persistent), consumers=consumers,
-            stages=stages, trip_count=self.c(trip), maps=[], buffers=[], loads=[],
+            stages=stages, trips=[self.k(t) for t in trips], maps=[], buffers=[], loads=[],
             fragments=[], producer_registers=inst.producer_registers or 40,
             consumer_registers=inst.consumer_registers or (240 if consumers == 1 else 232),
             mma_in_flight=1 if inst.mma_in_flight is None else inst.mma_in_flight,
@@ -194,23 +213,32 @@ class _Lower(KernelInterface, SimtLowering):
         if not 0 <= plan.mma_in_flight < stages:
             _refuse(f"`mma_in_flight: {plan.mma_in_flight}` with {stages} stages: a stage stays "
                     "read while its wgmma group is in flight, so it must be below `pipeline:`")
+        if not ws and len(loops) > 1:
+            _refuse("more than one main loop without warp specialization (the issuer thread runs one "
+                    "loop's loads ahead); map the block with `warpspecialize: true`")
         if not ws and plan.mma_in_flight > 1:
             _refuse("`mma_in_flight` above 1 without warp specialization (thread 0 refills the stage "
                     "of the previous step)")
-        regs = m.attrs.get("register_budget")
+        regs = m.resources.register_budget if m.resources is not None else None
         if regs is not None:
             plan.producer_registers, plan.consumer_registers = regs
         self._check_names(plan)
         self.plan, self.lp, self.persistent, self.warpspecialize = plan, lp, plan.persistent, ws
-        plan.smem_bytes = int(m.attrs.get("smem_bytes", 0))
+        plan.smem_bytes = m.resources.smem_bytes if m.resources is not None else 0
         self._barriers(plan, body)
-        smem = m.attrs.get("smem", {})
-        i = body.index(lp)
+        smem = m.resources.smem if m.resources is not None else {}
+        at = [body.index(x) for x in loops] + [len(body)]
+        sections = [("before", 0, body[:at[0]])]
+        for n, x in enumerate(loops):
+            sections += [("loop", n, list(x.body.ops)), ("after", n, body[at[n] + 1:at[n + 1]])]
+        for code in (plan.producer, plan.consumer):
+            code.loops, code.afters = [[] for _ in loops], [[] for _ in loops]
         roles = m.role_map()
-        for sec, ops in (("before", body[:i]), ("loop", list(lp.body.ops)), ("after", body[i + 1:])):
+        for sec, n, ops in sections:
+            self.lp, self.kvar, self.loop_no = loops[n], loops[n].var, n
             for o in ops:
                 if isinstance(o, N.For):
-                    _refuse("a second sequential loop")
+                    _refuse("a sequential loop inside the main loop")
                 role = o.role if isinstance(o, SYNC_OPS) and hasattr(o, "role") else \
                     roles.get(getattr(o, "ev", ""), "consumer")
                 ahead = not ws and sec == "loop" and role != "producer" and self._issues_loads(o)
@@ -225,12 +253,16 @@ class _Lower(KernelInterface, SimtLowering):
                 if ahead:  # the frame runs these on the issuer thread
                     plan.issue_ahead.append(replace(st, who=None) if isinstance(st, P.Sync) else st)
                 else:
-                    getattr(getattr(plan, "producer" if role == "producer" else "consumer"), sec).append(st)
+                    code = plan.producer if role == "producer" else plan.consumer
+                    (code.before if sec == "before" else (code.loops if sec == "loop" else code.afters)[n]).append(st)
+        self.lp, self.kvar, self.loop_no = lp, lp.var, 0
         for code in (plan.consumer, plan.producer):
-            code.before, code.loop, code.after = (fold_zero_fills(x) for x in (code.before, code.loop, code.after))
+            code.before = fold_zero_fills(code.before)
+            code.loops = [fold_zero_fills(x) for x in code.loops]
+            code.afters = [fold_zero_fills(x) for x in code.afters]
         if getattr(self, "_pending_stage", None) is not None:
             _refuse("a register fragment copied into shared memory that is never stored")
-        if not any(isinstance(st, P.Load) for sec in (plan.producer.loop, plan.consumer.loop, plan.issue_ahead)
+        if not any(isinstance(st, P.Load) for sec in (*plan.producer.loops, *plan.consumer.loops, plan.issue_ahead)
                    for st in sec):
             _refuse("no GLOBAL->SHARED copies in the main loop")
         if plan.persistent:
@@ -238,17 +270,16 @@ class _Lower(KernelInterface, SimtLowering):
                 defer_store_waits(plan.consumer, plan.exit)
             except ValueError as e:
                 _refuse(str(e))
-        if m.attrs.get("war") and plan.persistent:
+        if m.resources is not None and m.resources.war and plan.persistent:
             _refuse("shared tensors that share bytes in a persistent kernel")
         plan.requires = self._requires(plan)
         plan.flops = self._flops(plan)
-        plan.flops_c = self._size_c(plan.flops)
         return plan
 
     def _barriers(self, plan: P.KernelPlan, body: list) -> None:
         """The IR's mbarrier arrays, laid out after the tensors (resource allocation and
         sync-insertion reserved their bytes there)."""
-        off = int(self.m.attrs.get("barrier_offset", 0))
+        off = self.m.resources.barrier_offset if self.m.resources is not None else 0
         self.bar_kind = {}
         for b in self._mbarriers(body):
             plan.barriers.append(P.Barrier(b.name, b.kind, b.stages, b.count, off,
@@ -292,85 +323,12 @@ class _Lower(KernelInterface, SimtLowering):
                 return self._row_sum(plan, o)
             if o.fn in ("fill", "copy") and not self._is_vector(o.args[0]):
                 return self._simt_loop(plan, o)
-            if o.fn != "warpgroup_mma":
+            if LEAF_FUNCTIONS[o.fn].collective is None:
                 _refuse(f"leaf {o.fn}() inside the main loop")
             self._whole_warpgroups(o)
             return self._mma(plan, o)
         _refuse(f"{type(o).__name__} {'inside' if sec == 'loop' else sec} the main loop")
         return None
-
-    def _buffer(self, plan: P.KernelPlan, v: N.View, smem) -> tuple[P.StageBuffer, list[N.IExpr]]:
-        root, org, keep, _ = self.origin(v)
-        a = self.sym.allocs[root]
-        existing = {b.name: b for b in plan.buffers}
-        if root not in existing:
-            shape = [static(s) for s in a.shape]
-            if None in shape or len(shape) not in (2, 3):
-                _refuse(f"shared tensor %{root} is not a static (stages x) rows x cols tile")
-            rows, cols = shape[-2], shape[-1]
-            sw = P.swizzle_for(cols)
-            if sw is None:
-                _refuse(f"shared tile %{root} has {cols} columns ({2 * cols}-byte rows); TMA and wgmma "
-                        "swizzle rows of 128, 64 or 32 bytes, so a tile needs a multiple of 16 columns "
-                        "(16-bit elements)")
-            if rows % 8:
-                _refuse(f"shared tile %{root} has {rows} rows; swizzled tiles are whole 8-row atoms")
-            st = shape[0] if len(shape) == 3 else 1
-            existing[root] = P.StageBuffer(root, a.dtype, rows, cols, st, smem.get(root, (0, 0, 1))[0], sw)
-            plan.buffers.append(existing[root])
-        return existing[root], org
-
-    def _stage(self, buf: P.StageBuffer, org: list[N.IExpr]) -> str:
-        """The stage index of a view of a pipelined buffer, as a pipeline position in C."""
-        return self.pos(org[0]) if buf.stages > 1 and len(org) == 3 else "0"
-
-    def _load_once(self, plan: P.KernelPlan, o: N.Copy, smem, role: str) -> P.Load:
-        """A GLOBAL->SHARED copy before the main loop (a tile every step reads, like
-        FlashAttention's Q): one TMA load per tile on its own unstaged buffer and barrier, phase
-        0, issued by the producer (without one, by the issuer thread).  A persistent block runs
-        its tiles on the same barrier and buffer: the phase would be the count of tiles done so
-        far, and the next tile's load would overwrite the panel while the last steps of the
-        previous tile may still read it (a hazard across tiles the per-tile IR does not show),
-        so that is refused."""
-        where = f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} before the main loop"
-        if self.sym.mem(o.src) != "GLOBAL" or self.sym.mem(o.dst) != "SHARED":
-            _refuse(where)
-        if self.persistent:
-            _refuse(f"{where} ({self.en(o.ev)}) in a persistent block: its tiles would share the "
-                    "copy's mbarrier and buffer, and the next tile's copy would overwrite the buffer "
-                    "while the previous tile may still read it; map the block with `persistent: false`")
-        ld = self._load(plan, o, smem, where)
-        if role != "producer" and not self.warpspecialize:
-            ld = replace(ld, who="issuer")
-            plan.loads[-1] = ld
-        return ld
-
-    def _load(self, plan: P.KernelPlan, o: N.Copy, smem, where: str = "") -> P.Load:
-        if self.sym.mem(o.src) != "GLOBAL" or self.sym.mem(o.dst) != "SHARED":
-            _refuse(where or f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} in the main loop")
-        buf, dorg = self._buffer(plan, o.dst, smem)
-        if o.bar is None:
-            _refuse(f"TMA copy {self.en(o.ev)} completes on no mbarrier")
-        root, org, keep, mmas = self.origin(o.src)
-        if mmas:
-            _refuse("a TMA load of an mma partition")
-        box = []
-        kept = [d for d, k in enumerate(keep) if k]
-        if len(kept) != 2:
-            _refuse(f"{fmt_view(o.src)} is not a 2-D tile")
-        if kept != [len(keep) - 2, len(keep) - 1]:
-            _refuse(f"{fmt_view(o.src)}: a TMA tile must span the two innermost dimensions of %{root}")
-        if buf.rows > 256:
-            _refuse(f"a {buf.rows}-row shared tile: one TMA box spans at most 256 rows")
-        for d, k in enumerate(keep):  # one box per chunk: its inner extent is one swizzle row
-            box.append(1 if not k else (buf.rows if d == kept[0] else buf.chunk_cols))
-        tmap = f"tm_{root}_{buf.rows}x{buf.chunk_cols}"
-        if tmap not in {t.name for t in plan.maps}:
-            plan.maps.append(P.TmaMap(tmap, root, tuple(box), buf.swizzle))
-        ld = P.Load(self.en(o.ev), tmap, buf.name, tuple(self.c(x) for x in org), buf.chunks,
-                    self._stage(buf, dorg), o.bar.bar, self.pos(o.bar.stage))
-        plan.loads.append(ld)
-        return ld
 
     def _fragment(self, plan: P.KernelPlan, v: N.View) -> P.Fragment:
         if not isinstance(v, N.TRef) or self.sym.allocs[v.name].mem != "REGISTER":
@@ -413,16 +371,21 @@ class _Lower(KernelInterface, SimtLowering):
                     "to equal the warpgroup tile's columns")
         b = self._wg_tile(b)
         bbuf, borg = self._buffer(plan, b, {})
+        kmajor = o.fn == "warpgroup_mma_bt"  # B stored N x K: its rows are the product's columns
         kb, nb = self.shape2(b)
+        if kmajor:
+            kb, nb = nb, kb
+        bk = self._b_kmajor(bbuf, borg, kb) if kmajor else {}
         if self.sym.mem(a) == "REGISTER":
             fa = self._fragment(plan, a)
             if fa.dtype not in ("f16", "bf16") or fa.rows != f.rows or fa.cols != kb or nb != f.cols:
                 _refuse(f"wgmma operand shapes {fa.rows}x{fa.cols} {fa.dtype} (registers) x {kb}x{nb} do not "
                         f"match the {f.rows}x{f.cols} accumulator")
-            if static(borg[-2]) != 0:
+            if not kmajor and static(borg[-2]) != 0:
                 _refuse("a wgmma B operand that starts inside its stage tile along K (a K sub-tile)")
-            mm = P.Mma(self.en(o.ev), f.name, "", "0", bbuf.name, self._b_chunk(bbuf, borg), kb,
-                       atom.n, fa.dtype, "0", self._stage(bbuf, borg), "0", a_frag=fa.name)
+            zero = N.IConst(0)
+            mm = P.Mma(self.en(o.ev), f.name, "", zero, bbuf.name, 0 if kmajor else self._b_chunk(bbuf, borg), kb,
+                       atom.n, fa.dtype, zero, self._stage(bbuf, borg), zero, a_frag=fa.name, **bk)
             plan.body.append(mm)
             return mm
         a = self._wg_tile(a)
@@ -431,18 +394,32 @@ class _Lower(KernelInterface, SimtLowering):
         if ka != kb or nb != f.cols or ma != f.rows:
             _refuse(f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
                     f"{f.rows}x{f.cols} accumulator")
-        if static(borg[-2]) != 0 or (static(aorg[-1]) != 0 and abuf.stages > 1):
+        if (not kmajor and static(borg[-2]) != 0) or (static(aorg[-1]) != 0 and abuf.stages > 1):
             _refuse("a wgmma operand that starts inside its stage tile along K (a K sub-tile)")
         if ka % 16:
             _refuse(f"a K tile of {ka}: wgmma consumes K in steps of 16")
         a_col = self._k_slice(abuf, aorg[-1], ka)
-        a_row = self.c(aorg[-2])
-        b_chunk = self._b_chunk(bbuf, borg)
+        a_row = self.k(aorg[-2])
+        b_chunk = 0 if kmajor else self._b_chunk(bbuf, borg)
         dt = self.sym.allocs[abuf.name].dtype
         mm = P.Mma(self.en(o.ev), f.name, abuf.name, a_row, bbuf.name, b_chunk, ka, atom.n,
-                   dt, self._stage(abuf, aorg), self._stage(bbuf, borg), a_col)
+                   dt, self._stage(abuf, aorg), self._stage(bbuf, borg), a_col, **bk)
         plan.body.append(mm)
         return mm
+
+    def _b_kmajor(self, bbuf: P.StageBuffer, borg: list[N.IExpr], k: int) -> dict:
+        """The K-major B operand's place in its shared tile (``warpgroup_mma_bt``: B stored
+        N x K, K contiguous, read like a K-major A): its first row (N; a whole 8-row swizzle
+        atom) and its first column (K; a k16 step of an unstaged tile, as for A)."""
+        row = static(borg[-2])
+        if row is not None and row % 8:
+            _refuse(f"a K-major wgmma B operand at row {row} of %{bbuf.name}: it must start on an 8-row "
+                    "swizzle atom")
+        if static(borg[-1]) != 0 and bbuf.stages > 1:
+            _refuse("a wgmma operand that starts inside its stage tile along K (a K sub-tile)")
+        if k % 16:
+            _refuse(f"a K tile of {k}: wgmma consumes K in steps of 16")
+        return dict(b_kmajor=True, b_row=self.k(borg[-2]), b_col=self._k_slice(bbuf, borg[-1], k))
 
     @staticmethod
     def _b_chunk(bbuf: P.StageBuffer, borg: list[N.IExpr]) -> int:
@@ -454,25 +431,25 @@ class _Lower(KernelInterface, SimtLowering):
                     f"the {bbuf.swizzle}-byte-swizzled %{bbuf.name})")
         return b_col // bbuf.chunk_cols
 
-    def _k_slice(self, buf: P.StageBuffer, col: N.IExpr, k: int) -> str:
-        """The first column (C) of a wgmma A operand in an unstaged shared tile: a K slice of a
+    def _k_slice(self, buf: P.StageBuffer, col: N.IExpr, k: int) -> N.IExpr:
+        """The first column (a kernel expression) of a wgmma A operand in an unstaged shared tile: a K slice of a
         tile every step reads (an A panel copied in before the main loop).  At every step of
         the main loop the slice must start on a k16 step and end inside the tile."""
         if static(col) == 0:
-            return "0"
+            return N.IConst(0)
         lp = self.lp
         lo, hi = (static(lp.lo), static(lp.hi)) if lp is not None else (None, None)
         for step in range(lo, hi) if lo is not None and hi is not None and hi - lo <= 1 << 16 else (None,):
             try:
                 c0 = evaluate(col, {lp.var: step} if step is not None else {}, self.lets)
             except (KeyError, ZeroDivisionError):
-                _refuse(f"a wgmma A operand at column {self.c(col)} of %{buf.name}: a K slice of a shared "
+                _refuse(f"a wgmma A operand at column {cexpr(self.k(col))} of %{buf.name}: a K slice of a shared "
                         "tile needs a column that depends only on the main loop's variable, over a "
                         "static trip count")
             if not isinstance(c0, int) or c0 % 16 or not 0 <= c0 <= buf.cols - k:
                 _refuse(f"a wgmma A operand at column {c0} (step {step}) of the {buf.cols}-column "
                         f"%{buf.name}: a {k}-column K slice must start on a multiple of 16 inside the tile")
-        return self.c(col)
+        return self.k(col)
 
     @staticmethod
     def _whole_warpgroups(o: N.Call) -> None:
@@ -489,67 +466,19 @@ class _Lower(KernelInterface, SimtLowering):
         self._whole_warpgroups(o)
         if o.fn == "fill" and before:
             f = self._fragment(plan, o.args[0])
-            plan.prologue.append(P.Fill(self.en(o.ev), f.name, self.c(o.args[1])))
+            plan.prologue.append(P.Fill(self.en(o.ev), f.name, self.k(o.args[1])))
         elif o.fn == "add" and not before:
             f = self._fragment(plan, o.args[0])
             g = self._fragment(plan, o.args[1])
             plan.epilogue.append(P.Add(self.en(o.ev), f.name, g.name))
         elif o.fn == "copy" and not before and self.sym.mem(o.args[1]) == "SHARED":
-            f = self._fragment(plan, o.args[0])
-            root, _, _, mmas = self.origin(o.args[1])
-            dt = self.sym.allocs[root].dtype
-            if not mmas or dt not in ("f16", "bf16"):
-                _refuse(f"copy of a register fragment into {fmt_view(o.args[1])}: the backend stages "
-                        "16-bit tiles laid out like the fragment")
-            self._pending_stage = (o, f, root, dt)
-            plan.epilogue.append(P.StageWrite(self.en(o.ev), f.name, root, smem.get(root, (0, 0, 1))[0], dt))
+            self._stage_write(plan, o, smem)
         elif o.fn == "copy" and not before:
-            f = self._fragment(plan, o.args[0])
-            dst = o.args[1]
-            root, org, keep, mmas = self.origin(dst)
-            if not mmas:
-                _refuse(f"copy of a register fragment into {fmt_view(dst)}, which is not laid out "
-                        "like it")
-            kept = [d for d, k in enumerate(keep) if k]
-            batch = [self.c(org[d]) for d, k in enumerate(keep) if not k]
-            row0, col0 = self.c(org[kept[0]]), self.c(org[kept[1]])
-            mem = self.sym.allocs[root].mem
-            dt = self.sym.allocs[root].dtype
-            if dt not in ("f16", "bf16"):
-                _refuse(f"an epilogue storing {dt} (the backend stores 16-bit outputs)")
-            if kept != [len(keep) - 2, len(keep) - 1]:
-                _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
-            if mem != "GLOBAL":
-                _refuse(f"copy into {mem}")
-            plan.epilogue.append(P.StoreDirect(self.en(o.ev), f.name, root, row0, col0,
-                                               batch[0] if batch else None, dt, self._when(root)))
+            self._store_direct(plan, o)
         else:
             _refuse(f"leaf {o.fn}() {'before' if before else 'after'} the main loop")
         return plan.epilogue[-1] if not before else plan.prologue[-1]
 
-    def _store(self, plan: P.KernelPlan, o: N.Copy, smem) -> P.TmaStore:
-        pend = getattr(self, "_pending_stage", None)
-        if pend is None or self.sym.mem(o.src) != "SHARED" or self.sym.mem(o.dst) != "GLOBAL":
-            _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} after the main loop")
-        call, f, sroot, dt = pend
-        if self.sym.root(o.src) != sroot:
-            _refuse("a shared staging tile stored from a different tensor")
-        root, org, keep, _ = self.origin(o.dst)
-        if root in self.last_only:
-            _refuse(f"a last-iteration write of %{root} through a staged TMA store")
-        kept = [d for d, k in enumerate(keep) if k]
-        if kept != [len(keep) - 2, len(keep) - 1]:
-            _refuse(f"{fmt_view(o.dst)}: a stored tile must span the two innermost dimensions")
-        batch = [self.c(org[d]) for d, k in enumerate(keep) if not k]
-        tmap = f"tm_{root}_64x64"
-        if tmap not in {t.name for t in plan.maps}:
-            plan.maps.append(P.TmaMap(tmap, root, tuple(1 if not k else 64 for k in keep)))
-        off = smem.get(sroot, (0, 0, 1))[0]
-        st = P.TmaStore(self.en(o.ev), f.name, sroot, tmap, off, self.c(org[kept[0]]), self.c(org[kept[1]]),
-                        batch[0] if batch else None)
-        plan.epilogue.append(st)
-        self._pending_stage = None
-        return st
 
 def cuda_lowering(m: N.Module, ctx) -> N.Module:
     """Lower events and views to a :class:`KernelPlan` (paper §4.2.6); E050 if unsupported."""
@@ -561,6 +490,4 @@ def cuda_lowering(m: N.Module, ctx) -> N.Module:
         raise CypressError(REFUSAL_CODE, f"the CUDA backend cannot lower this program yet: {r}", loc,
                            hint="the IR passes and `cypressc explain` still work; see docs/language.md "
                            "for the kernel shapes the backend generates") from None
-    attrs = dict(m.attrs)
-    attrs["kernel"] = plan
-    return replace(m, attrs=attrs)
+    return replace(m, kernel=plan)

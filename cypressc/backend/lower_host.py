@@ -1,7 +1,7 @@
 """``cuda-lowering`` (paper §4.2.6), the kernel's interface: a parallelized HOST loop around
 the block program (a grid dimension), the kernel parameters' privileges, the names the
 generated kernel reserves, the launcher's requirements on the sizes and the useful FLOPs
-(typed expressions over the sizes, printed once by the lowering's C printer).  Mixed into
+(typed expressions over the sizes, which :mod:`cypressc.backend.cexpr` prints).  Mixed into
 :class:`cypressc.backend.lower._Lower`."""
 
 from __future__ import annotations
@@ -21,16 +21,19 @@ __all__ = ["KernelInterface"]
 
 class KernelInterface:
     """The HOST-loop and parameter half of the lowering (needs ``self.m``, ``self.sym``,
-    ``self.lets``, ``self.ctx``, ``self.lp``, the printer ``self.c`` and the host-loop fields
-    of :class:`_Lower`)."""
+    ``self.lets``, ``self.ctx``, ``self.lp`` and the host-loop fields of :class:`_Lower`)."""
 
     def _mentions(self, e: N.IExpr, var: str) -> bool:
         """Whether ``e`` depends on ``var``, through Lets too."""
         return any(n == var or (n in self.lets and self._mentions(self.lets[n], var)) for n in free_vars(e))
 
-    def _when(self, root: str) -> str | None:
-        """The condition writes of ``root`` are kept under (a last-iteration write), or None."""
-        return f"b{self.host_dim} == tiles{self.host_dim} - 1" if root in self.last_only else None
+    def _when(self, root: str) -> N.IExpr | None:
+        """The condition writes of ``root`` are kept under (a last-iteration write: the block's
+        coordinate along the HOST loop's grid dimension is the last), or None."""
+        if root not in self.last_only:
+            return None
+        d = self.host_dim
+        return N.IBin("==", N.IVar(f"b{d}"), N.IBin("-", N.IVar(f"tiles{d}"), N.IConst(1)))
 
     def _host_loop(self, hl: N.For) -> list[N.Op]:
         """A sequential HOST loop around the block program becomes the last grid dimension.
@@ -97,34 +100,24 @@ class KernelInterface:
     def _check_names(self, plan: P.KernelPlan) -> None:
         """Size and tensor names become C++ identifiers next to the kernel's own locals."""
         for name in [*plan.sizes, *(t.name for t in plan.tensors)]:
-            if name in self.RESERVED or re.fullmatch(r"b\d+|tiles\d*", name) \
+            if name in self.RESERVED or re.fullmatch(r"b\d+|tiles\d*|(num_k|stage|phase|kbase)_\d+", name) \
                     or name.startswith(("tm_", "s_")):
                 _refuse(f"the name '{name}' clashes with an identifier of the generated kernel; rename it")
 
     # -- expressions over the sizes: what the launcher, the runtime and the tuner evaluate --
     def _sized(self, e: N.IExpr) -> N.IExpr:
-        """``e`` with its Lets inlined, as :meth:`c` prints them: an expression over the size
-        arguments when ``e`` is one the launcher can compute."""
+        """``e`` with its Lets inlined: an expression over the size arguments when ``e`` is one
+        the launcher can compute (unlike :meth:`_Lower.k`, the main loop's bound stays itself,
+        not the kernel's ``num_k``)."""
         if isinstance(e, N.IVar) and e.name in self.lets:
             return self._sized(self.lets[e.name])
         if isinstance(e, N.IBin):
             return N.IBin(e.op, self._sized(e.a), self._sized(e.b))
         return e
 
-    def _size_c(self, e: N.IExpr) -> str:
-        """``e`` (over the sizes) as C in the launcher's scope: :meth:`c` with no main loop
-        (whose bound it would print as the kernel's ``num_k``).  An infix operator loses its
-        outer parentheses: every use (a comparison, ``double(...)``) binds looser."""
-        lp, self.lp = self.lp, None
-        try:
-            text = self.c(e)
-        finally:
-            self.lp = lp
-        return text[1:-1] if isinstance(e, N.IBin) and e.op not in ("cdiv", "min", "max") else text
-
     def _require(self, lhs: N.IExpr, op: str, rhs: N.IExpr, why: str) -> P.Require:
         lhs, rhs = self._sized(lhs), self._sized(rhs)
-        return P.Require(lhs, op, rhs, why, f"{self._size_c(lhs)} {op} {self._size_c(rhs)}")
+        return P.Require(lhs, op, rhs, why)
 
     def _requires(self, plan: P.KernelPlan) -> list[P.Require]:
         """The launcher's conditions on the sizes: a tensor the TMA reads or stores needs

@@ -13,9 +13,12 @@ from cypressc.ir.shapes import static
 
 __all__ = ["SimtLowering"]
 
+TW = N.IVar("tw")  # the kernel's thread index in its warpgroup
+ALL = N.IConst(True)  # every thread of the warpgroup
+
 
 class SimtLowering:
-    """SIMT code (needs ``self.sym``, ``self.c``, ``self.en``, ``self.origin``, ``self._buffer``,
+    """SIMT code (needs ``self.sym``, ``self.k``, ``self.en``, ``self.origin``, ``self._buffer``,
     ``self._stage``, ``self._fragment``, ``self._whole_warpgroups`` and ``self.thread_index``
     of :class:`_Lower`)."""
 
@@ -25,7 +28,7 @@ class SimtLowering:
         self._whole_warpgroups(o)
         f = self._fragment(plan, o.args[0])
         if o.fn == "fill":
-            return P.Fill(self.en(o.ev), f.name, self.c(o.args[1]))
+            return P.Fill(self.en(o.ev), f.name, self.k(o.args[1]))
         if self.sym.mem(o.args[1]) != "REGISTER":
             _refuse(f"copy of register fragment %{f.name} into {fmt_view(o.args[1])} inside the main loop")
         g = self._fragment(plan, o.args[1])
@@ -55,23 +58,25 @@ class SimtLowering:
         plan.vectors.append(x)
         return x
 
-    def _threads(self, o: N.Call) -> str:
-        """Which threads of a consumer warpgroup run SIMT op ``o`` (a C condition), with
-        ``self.thread_index`` set to the C expressions of its WARP / THREAD indices."""
+    def _threads(self, o: N.Call) -> N.IExpr:
+        """Which threads of a consumer warpgroup run SIMT op ``o`` (a condition over ``tw``,
+        the thread in the warpgroup), with ``self.thread_index`` set to the kernel
+        expressions of its WARP / THREAD indices."""
         inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in ("WARP", "THREAD")]
         if any(e is None for _, e in inner):
             _refuse(f"{o.fn}() over a run-time number of warps or threads")
         if [p for p, _ in inner] == ["THREAD"] and inner[0][1] <= 128:
-            self.thread_index = {"THREAD": "tw"}
-            return "true" if inner[0][1] == 128 else f"tw < {inner[0][1]}"
+            self.thread_index = {"THREAD": TW}
+            return ALL if inner[0][1] == 128 else N.IBin("<", TW, N.IConst(inner[0][1]))
         if [p for p, _ in inner] == ["WARP", "THREAD"] and inner[0][1] <= 4 and inner[1][1] <= 32:
-            self.thread_index = {"WARP": "(tw / 32)", "THREAD": "(tw % 32)"}
-            conds = [c for c, full in ((f"tw / 32 < {inner[0][1]}", inner[0][1] == 4),
-                                       (f"tw % 32 < {inner[1][1]}", inner[1][1] == 32)) if not full]
-            return " && ".join(conds) or "true"
+            warp, lane = N.IBin("//", TW, N.IConst(32)), N.IBin("%", TW, N.IConst(32))
+            self.thread_index = {"WARP": warp, "THREAD": lane}
+            conds = [N.IBin("<", x, N.IConst(n)) for x, (_, n), full in
+                     ((warp, inner[0], inner[0][1] == 4), (lane, inner[1], inner[1][1] == 32)) if not full]
+            return conds[0] if len(conds) == 1 else N.IBin("&&", *conds) if conds else ALL
         _refuse(f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; SIMT code needs "
                 "up to 128 threads, or up to 4 warps of up to 32 threads")
-        return ""
+        return ALL
 
     def _row_sum(self, plan: P.KernelPlan, o: N.Call) -> P.RowSum:
         y, a = o.args
@@ -93,7 +98,7 @@ class SimtLowering:
                 _refuse("row_sum() over columns that are not whole 64-column chunks of the stage tile")
             if rows != vec.n:
                 _refuse(f"row_sum() of {rows} row(s) per thread into {vec.n} element(s)")
-            rs = P.RowSum(self.en(o.ev), vec.name, buf.name, self.c(org[-2]), rows, col0, cols,
+            rs = P.RowSum(self.en(o.ev), vec.name, buf.name, self.k(org[-2]), rows, col0, cols,
                           self.sym.allocs[buf.name].dtype, active, self._stage(buf, org))
             plan.simt_body.append(rs)
             return rs
@@ -105,7 +110,7 @@ class SimtLowering:
         try:
             vec = self._vector(plan, o.args[0])
             if o.fn == "fill" and before:
-                plan.prologue.append(P.FillVector(self.en(o.ev), vec.name, self.c(o.args[1])))
+                plan.prologue.append(P.FillVector(self.en(o.ev), vec.name, self.k(o.args[1])))
             elif o.fn == "copy" and not before:
                 root, org, keep, mmas = self.origin(o.args[1])
                 t = next((t for t in plan.tensors if t.name == root), None)
@@ -115,7 +120,7 @@ class SimtLowering:
                 n = static(self.sym.shape(o.args[1])[0])
                 if n != vec.n:
                     _refuse(f"copy of {vec.n} element(s) into {n}")
-                plan.epilogue.append(P.StoreVector(self.en(o.ev), vec.name, root, self.c(org[0]), n,
+                plan.epilogue.append(P.StoreVector(self.en(o.ev), vec.name, root, self.k(org[0]), n,
                                                    active, self._when(root)))
             else:
                 _refuse(f"leaf {o.fn}() on a register vector {'before' if before else 'after'} the main loop")

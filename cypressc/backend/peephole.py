@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
+from cypressc.backend.cexpr import is_zero
 
 __all__ = ["fold_zero_fills"]
 
@@ -35,7 +36,7 @@ def fold_zero_fills(stmts: list) -> list:
     i = 0
     while i < len(out):
         st = out[i]
-        if isinstance(st, P.Fill) and st.value in ("0", "0.0", "0.0f"):
+        if isinstance(st, P.Fill) and is_zero(st.value, exact=False):
             nxt = next((j for j in range(i + 1, len(out)) if _touches(out[j], st.acc)), None)
             if nxt is not None and isinstance(out[nxt], P.Mma) and out[nxt].acc == st.acc \
                     and out[nxt].a_frag != st.acc:

@@ -3,19 +3,25 @@
 A plan is the IR after warp specialization with every event turned into Hopper
 synchronization and every view into an address or a TMA coordinate (paper §4.2.6).
 :mod:`cypressc.backend.emit` prints it as CUDA C++ against ``cypress.cuh``.
-All expressions are C++ source strings over the kernel's variables: the size
-arguments (``M``, ``N``, …), the tile coordinates ``b0, b1, b2``, the main-loop
-index ``kb`` and the consumer warpgroup index ``cw``.  What is evaluated outside the kernel
-(the launcher's :class:`Require` conditions, the FLOP count, the grid and trip count for
-``cypressc tune``) is also kept as IR index expressions over the sizes, which the kernel
-info stores as JSON trees (:func:`size_tree`) for :mod:`cypressc.runtime`.
+Every expression (an index, a stage, a parity, a guard, which threads run a statement) is
+a typed IR expression (:mod:`cypressc.ir.nodes`; a sync op's guard an IR
+:class:`~cypressc.ir.sync.Guard`) over the kernel's variables: the size arguments (``M``,
+``N``, …), the tile coordinates ``b0, b1, b2``, the main-loop index ``kb``, the consumer
+warpgroup index ``cw`` and the others :mod:`cypressc.backend.cexpr` lists, which prints
+them all.  Only the names of tensors, buffers, TMA maps, fragments and mbarriers are
+strings.  What is evaluated outside the kernel (the launcher's :class:`Require` conditions,
+the FLOP count, the grid and trip count for ``cypressc tune``) is kept as IR index
+expressions over the sizes, which the kernel info stores as JSON trees (:func:`size_tree`)
+for :mod:`cypressc.runtime`, next to their C text from the same printer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cypressc.backend.cexpr import cexpr
 from cypressc.ir.nodes import IBin, IConst, IExpr, IProc, IVar
+from cypressc.ir.sync import Guard
 
 __all__ = ["SWIZZLES", "swizzle_for", "GlobalTensor", "TmaMap", "StageBuffer", "Load", "Fragment", "Convert", "Mma",
            "Fill", "Add",
@@ -58,19 +64,22 @@ def size_tree(e: IExpr) -> dict:
 @dataclass(frozen=True)
 class Require:
     """A condition the launcher checks before launching (``cudaErrorInvalidValue`` when it
-    fails): ``lhs op rhs`` over the size arguments, ``op`` one of :data:`COMPARISONS`.
-    ``c`` is the condition as the lowering's C printer wrote it (the launcher's test and the
-    text of messages), ``why`` the reason a caller is told."""
+    fails): ``lhs op rhs`` over the size arguments, ``op`` one of :data:`COMPARISONS`;
+    ``why`` is the reason a caller is told."""
 
     lhs: IExpr
     op: str
     rhs: IExpr
     why: str
-    c: str
 
     def __post_init__(self) -> None:
         if self.op not in COMPARISONS:
             raise ValueError(f"a requirement compares with one of {' '.join(COMPARISONS)}, not {self.op!r}")
+
+    @property
+    def c(self) -> str:
+        """The condition as C (the launcher's test and the text of messages)."""
+        return cexpr(IBin(self.op, self.lhs, self.rhs), top=True)
 
     def tree(self) -> dict:
         """The condition as a :func:`size_tree`."""
@@ -148,19 +157,19 @@ class Barrier:
 @dataclass(frozen=True)
 class Load:
     """A TMA copy: global box at ``coords`` -> stage ``stage`` of a stage buffer, completing
-    on ``bar[stage]`` (the copy's mbarrier stage from ``sync-insertion``); ``who``: the C
-    condition of the thread that issues it where its role's every thread runs the
+    on ``bar[bar_stage]`` (the copy's mbarrier stage from ``sync-insertion``); ``who``: the
+    condition selecting the thread that issues it where its role's every thread runs the
     statement (``issuer`` before the main loop without a producer warpgroup), else None."""
 
     event: str
     map: str
     buffer: str
-    coords: tuple[str, ...]  # per global dim, outermost first (element coordinates)
+    coords: tuple[IExpr, ...]  # per global dim, outermost first (element coordinates)
     chunks: int
-    stage: str = "0"
+    stage: IExpr = IConst(0)
     bar: str = ""
-    bar_stage: str = "0"
-    who: str | None = None
+    bar_stage: IExpr = IConst(0)
+    who: IExpr | None = None
 
 
 @dataclass(frozen=True)
@@ -191,21 +200,24 @@ class Convert:
 class Mma:
     """``acc += A @ B`` over one stage: A from register fragment ``a_frag``, or K-major
     rows ``a_row`` (expr) of ``a_buf`` from column ``a_col`` (expr, a multiple of 16: a K slice of a wider resident tile),
-    B MN-major columns from chunk ``b_chunk`` of ``b_buf``, K extent ``k``."""
+    B MN-major columns from chunk ``b_chunk`` of ``b_buf`` (or K-major: ``b_kmajor``), K extent ``k``."""
 
     event: str
     acc: str
     a_buf: str
-    a_row: str
+    a_row: IExpr
     b_buf: str
     b_chunk: int
     k: int
     n: int
     dtype: str
-    a_stage: str = "0"
-    b_stage: str = "0"
-    a_col: str = "0"
+    a_stage: IExpr = IConst(0)
+    b_stage: IExpr = IConst(0)
+    a_col: IExpr = IConst(0)
     a_frag: str | None = None  # A from this register fragment (then a_buf, a_row are unused)
+    b_kmajor: bool = False  # B stored N x K (K contiguous): rows ``b_row``.., K from column ``b_col``
+    b_row: IExpr = IConst(0)
+    b_col: IExpr = IConst(0)
     zero_fill: str | None = None  # the fill of acc folded in: scale-d off on the first k16 step
 
 
@@ -213,7 +225,7 @@ class Mma:
 class Fill:
     event: str
     acc: str
-    value: str
+    value: IExpr
 
 
 @dataclass(frozen=True)
@@ -230,11 +242,11 @@ class StoreDirect:
     event: str
     acc: str
     tensor: str
-    row0: str
-    col0: str
-    batch: str | None
+    row0: IExpr
+    col0: IExpr
+    batch: IExpr | None
     dtype: str
-    when: str | None = None  # only where this holds (a last-iteration write of a host loop)
+    when: IExpr | None = None  # only where this holds (a last-iteration write of a host loop)
 
 
 @dataclass(frozen=True)
@@ -259,17 +271,18 @@ class TmaStore:
     tensor: str
     map: str
     offset: int
-    row0: str
-    col0: str
-    batch: str | None
+    row0: IExpr
+    col0: IExpr
+    batch: IExpr | None
 
 
 @dataclass(frozen=True)
 class Sync:
     """One synchronization op of the IR (``op``, a :mod:`cypressc.ir.sync` op) with its
-    operands printed: ``stage``/``parity`` (C expressions; in a persistent kernel over the
-    block's running pipeline step), ``when`` (the op's guard), ``who`` (which thread of the
-    role runs it: ``leader`` of a warpgroup, lane 0 of a warp; None: every thread), ``bar``
+    operands over the kernel's variables: ``stage``/``parity`` (in a persistent kernel over
+    the block's running pipeline step; a named barrier's id in ``stage``), ``when`` (the
+    op's guard), ``who`` (which thread of the role runs it: ``leader`` of a warpgroup, lane
+    0 of a warp; None: every thread), ``bar``
     (the mbarrier array), ``accs`` (the fragments a wgmma fence or wait orders), ``note``
     (the event edges, for the comment).  ``deferred``: a TMA store's completion wait that a
     persistent block runs before its next write of the staging tile (``barrier``: the
@@ -277,27 +290,32 @@ class Sync:
 
     op: object
     note: str
-    stage: str | None = None
-    parity: str | None = None
-    when: str | None = None
-    who: str | None = None
+    stage: IExpr | None = None
+    parity: IExpr | None = None
+    when: Guard | None = None
+    who: IExpr | None = None
     bar: str = ""
     accs: tuple[str, ...] = ()
     deferred: bool = False
-    barrier: tuple[str, int] | None = None
+    barrier: tuple[IExpr, int] | None = None
 
 
 @dataclass
 class RoleCode:
     """The statements of one role (producer or consumers) for one tile, in IR order:
-    ``before`` the main loop, in each step of it (``loop``), and ``after`` it."""
+    ``before`` the first main loop, in each step of main loop ``i`` (``loops[i]``), and after
+    it up to the next main loop or the tile's end (``afters[i]``)."""
 
     before: list = field(default_factory=list)
-    loop: list = field(default_factory=list)
-    after: list = field(default_factory=list)
+    loops: list = field(default_factory=lambda: [[]])
+    afters: list = field(default_factory=lambda: [[]])
+
+    def sections(self) -> list[list]:
+        """The statement lists in program order (the lists themselves, to edit in place)."""
+        return [self.before, *(sec for pair in zip(self.loops, self.afters) for sec in pair)]
 
     def all(self) -> list:
-        return [*self.before, *self.loop, *self.after]
+        return [st for sec in self.sections() for st in sec]
 
 
 @dataclass(frozen=True)
@@ -312,7 +330,7 @@ class Vector:
 class FillVector:
     event: str
     vec: str
-    value: str
+    value: IExpr
 
 
 @dataclass(frozen=True)
@@ -324,13 +342,13 @@ class RowSum:
     event: str
     vec: str
     buf: str
-    row: str
+    row: IExpr
     rows: int
     col0: int
     cols: int
     dtype: str
-    active: str
-    stage: str = "0"
+    active: IExpr
+    stage: IExpr = IConst(0)
 
 
 @dataclass(frozen=True)
@@ -341,10 +359,10 @@ class StoreVector:
     event: str
     vec: str
     tensor: str
-    index: str
+    index: IExpr
     n: int
-    active: str
-    when: str | None
+    active: IExpr
+    when: IExpr | None
 
 
 @dataclass
@@ -354,12 +372,12 @@ class KernelPlan:
     name: str
     tensors: list[GlobalTensor]
     sizes: list[str]
-    grid: list[str]  # tiles along each BLOCK dimension (b0 outermost)
+    grid: list[IExpr]  # tiles along each BLOCK dimension (b0 outermost), over the kernel's variables
     raster: int
     persistent: bool
     consumers: int
     stages: int
-    trip_count: str
+    trips: list  # each main loop's trip count (IR over the kernel's variables), in program order
     maps: list[TmaMap]
     buffers: list[StageBuffer]
     loads: list[Load]
@@ -382,7 +400,22 @@ class KernelPlan:
     counters: set = field(default_factory=set)  # (role, "stage" | "istage" | "kbase") the code uses
     requires: list[Require] = field(default_factory=list)
     flops: IExpr = IConst(0.0)  # useful floating-point operations of one launch, over the sizes
-    flops_c: str = "0.0"  # ... as C, by the lowering's printer
     grid_exprs: list[IExpr] = field(default_factory=list)  # ``grid`` over the sizes (cypressc tune's model)
     trip_expr: IExpr | None = None  # ``trip_count`` over the sizes and block indices
     host_loop: str | None = None  # a parallelized HOST loop: its variable, as the last grid dim
+
+    @property
+    def flops_c(self) -> str:
+        """``flops`` as C, in the launcher's scope."""
+        return cexpr(self.flops, top=True)
+
+    @property
+    def trip_count(self) -> IExpr:
+        """The first main loop's trip count (``num_k`` in the kernel)."""
+        return self.trips[0]
+
+    @staticmethod
+    def loop_suffix(n: int) -> str:
+        """The suffix of main loop ``n``'s kernel variables: ``num_k``, ``stage``, ``phase``,
+        ``kbase`` for the first, ``num_k_1``, ``stage_1``, … for the second."""
+        return "" if n == 0 else f"_{n}"

@@ -32,7 +32,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.subst import subst_expr
 
-__all__ = ["KBASE", "at_step", "counted", "who", "lower_sync", "defer_store_waits"]
+__all__ = ["KBASE", "LEADER", "at_step", "counted", "who", "lower_sync", "defer_store_waits"]
 
 KBASE = N.IVar("$kbase")  # printed `kbase`: pipeline steps of the block's earlier tiles
 
@@ -64,22 +64,27 @@ def _offset(e: N.IExpr, kvar: str) -> int | None:
 
 
 def counted(e: N.IExpr, kvar: str, hi: N.IExpr, depth: int, after: bool,
-            stage: str, phase: str) -> str | None:
+            stage: str, phase: str) -> N.IExpr | None:
     """Pipeline position ``e`` through the running counters of the role: ``stage`` =
     (steps so far) mod ``depth`` and ``phase`` = its parity, which the kernel advances once
     per step (so a persistent block's tiles run on).  Matches the forms sync-insertion writes
     -- ``(k + c) % D`` and ``((k + c) // D + p) % 2`` for ``|c| < D``, over the loop bound
-    ``hi`` after the loop -- and returns None for any other (printed as it is)."""
+    ``hi`` after the loop -- and returns None for any other (then kept as it is).  The
+    result is a kernel expression over the counters, without a division: ``stage + c``
+    wrapped by a select, the parity flipped (``^``) where that step crossed a wrap."""
+    st, ph = N.IVar(stage), N.IVar(phase)
     if after:
         e = _replace(e, hi, N.IVar(kvar))
     if not (isinstance(e, N.IBin) and e.op == "%" and isinstance(e.b, N.IConst)):
         return None
     if e.b.value == depth and (c := _offset(e.a, kvar)) is not None and abs(c) < depth:
         if c == 0:
-            return stage
+            return st
         if c < 0:
-            return f"({stage} >= {-c} ? {stage} - {-c} : {stage} + {depth + c})"
-        return f"({stage} + {c} < {depth} ? {stage} + {c} : {stage} - {depth - c})"
+            return N.ISelect(N.IBin(">=", st, N.IConst(-c)), N.IBin("-", st, N.IConst(-c)),
+                             N.IBin("+", st, N.IConst(depth + c)))
+        ahead = N.IBin("+", st, N.IConst(c))
+        return N.ISelect(N.IBin("<", ahead, N.IConst(depth)), ahead, N.IBin("-", st, N.IConst(depth - c)))
     if e.b.value != 2:
         return None
     q, p = e.a, 0
@@ -90,24 +95,31 @@ def counted(e: N.IExpr, kvar: str, hi: N.IExpr, depth: int, after: bool,
     c = _offset(q.a, kvar)
     if c is None or abs(c) >= depth:
         return None
-    flip = "" if c == 0 else (f" ^ ({stage} < {-c})" if c < 0 else f" ^ ({stage} + {c} >= {depth})")
-    odd = " ^ 1" if p % 2 else ""
-    return f"({phase}{flip}{odd})" if flip or odd else phase
+    out: N.IExpr = ph
+    if c:
+        wrapped = N.IBin("<", st, N.IConst(-c)) if c < 0 else \
+            N.IBin(">=", N.IBin("+", st, N.IConst(c)), N.IConst(depth))
+        out = N.IBin("^", out, wrapped)
+    return N.IBin("^", out, N.IConst(1)) if p % 2 else out
 
 
-def who(role: str, dims: tuple[N.Dim, ...], issuer: bool) -> str | None:
-    """The C condition selecting the thread(s) of ``role`` that run an op over ``dims``."""
+LEADER = N.IVar("leader")  # the kernel's `threadIdx.x % 128 == 0`: one thread per warpgroup
+
+
+def who(role: str, dims: tuple[N.Dim, ...], issuer: bool) -> N.IExpr | None:
+    """The condition (a kernel expression) selecting the thread(s) of ``role`` that run an
+    op over ``dims``; None: every thread of the role."""
     procs = {d.proc for d in dims}
     if "THREAD" in procs:
         return None
     if "WARP" in procs:
-        return "threadIdx.x % 32 == 0"
+        return N.IBin("==", N.IBin("%", N.IVar("threadIdx.x"), N.IConst(32)), N.IConst(0))
     if "WARPGROUP" in procs:
-        return "leader"
+        return LEADER
     if role == "producer":
         return None  # the producer's code runs on one elected thread already
     # once per block: the first consumer warpgroup's leader (the issuer without a producer)
-    return "issuer" if issuer else "leader && cw == 0"
+    return N.IVar("issuer") if issuer else N.IBin("&&", LEADER, N.IBin("==", N.IVar("cw"), N.IConst(0)))
 
 
 def _note(op, names) -> str:
@@ -131,8 +143,9 @@ def _note(op, names) -> str:
 
 def lower_sync(lw, op, section: str, role: str) -> P.Sync | None:
     """One sync op as a statement of ``role`` (None for a declaration: barriers are
-    laid out by :func:`cypressc.backend.lower`).  ``lw`` is the lowering (its C printer
-    ``lw.c``, ``lw.pos`` for pipeline positions, the accumulators ``lw.accs``)."""
+    laid out by :func:`cypressc.backend.lower`).  ``lw`` is the lowering (``lw.k`` for an
+    expression over the kernel's variables, ``lw.pos`` for pipeline positions,
+    ``lw.fragments_of`` for the accumulators an edge orders)."""
     if isinstance(op, S.MBarrier):
         return None
     note = _note(op, lw.names)
@@ -140,7 +153,7 @@ def lower_sync(lw, op, section: str, role: str) -> P.Sync | None:
     run = who(role, op.dims, issuer)
     after = section == "after"
     guard = getattr(op, "when", None)
-    when = f"{lw.c(guard.a)} >= {lw.c(guard.b)}" if guard is not None else None
+    when = S.Guard(lw.k(guard.a), lw.k(guard.b)) if guard is not None else None
     if isinstance(op, (S.Wait, S.ArriveExpectTx, S.Arrive)):
         parity = lw.pos(op.parity, after) if isinstance(op, S.Wait) else None
         return P.Sync(op, note, stage=lw.pos(op.stage, after), parity=parity, when=when, who=run, bar=op.bar)
@@ -151,7 +164,7 @@ def lower_sync(lw, op, section: str, role: str) -> P.Sync | None:
         # between two wgmmas, which makes ptxas insert a warpgroup.arrive (C7519)
         return P.Sync(op, note, who=run, accs=lw.fragments_of(op.edges))
     if isinstance(op, S.BarSync):
-        return P.Sync(op, note, stage=lw.c(op.id), who=run)
+        return P.Sync(op, note, stage=lw.k(op.id), who=run)
     return P.Sync(op, note, who=run, when=when)
 
 
@@ -164,7 +177,7 @@ def defer_store_waits(code: P.RoleCode, exit_code: list) -> None:
     program to the next tile's first write of the tiles its stores read, and after the
     last tile (see the module docstring).  Refuses (ValueError) when no named barrier of
     the warpgroup orders the writes before the store."""
-    for sec in (code.before, code.loop, code.after):
+    for sec in code.sections():
         for st in list(sec):
             op = st.op if isinstance(st, P.Sync) else None
             if not (isinstance(op, S.WaitGroup) and op.unit == "bulk" and op.edges
@@ -183,8 +196,9 @@ def defer_store_waits(code: P.RoleCode, exit_code: list) -> None:
             sec.remove(st)
             moved = P.Sync(op, st.note + " (persistent block: before the next tile writes "
                            + ", ".join(f"%{t}" for t in sorted(tensors)) + ")",
-                           who=st.who, deferred=True, barrier=(bar.stage or "0", bar.op.threads))
-            for part in (code.before, code.loop, code.after):
+                           who=st.who, deferred=True,
+                           barrier=(N.IConst(0) if bar.stage is None else bar.stage, bar.op.threads))
+            for part in code.sections():
                 if stmts[first] in part:
                     part.insert(part.index(stmts[first]), moved)
                     break

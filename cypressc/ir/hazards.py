@@ -13,7 +13,7 @@ block program, with the data hazard it protects.  Edges are read off the IR only
   depth D gives d = D: the write-after-read back edge of pipelining, §4.2.5).
 
 An edge protects a hazard when the two ops touch overlapping views of one tensor (or two
-tensors that resource allocation let share bytes, ``module.attrs["war"]``) and one of
+tensors that resource allocation let share bytes, ``module.resources.war``) and one of
 them writes.  Edges that touch no common data, and flow edges whose value an op in
 between overwrites, need nothing.  The *scope* of a hazard is the set of processor
 levels (WARPGROUP, WARP, THREAD) along which the two instances can differ: a broadcast
@@ -112,8 +112,8 @@ class Program:
         self.m = m
         self.sym = Symbols(m)
         self.roles: dict[str, str] = m.role_map()
-        self.stages: dict[str, int] = dict(m.attrs.get("stages", {}))
-        self.alias = {frozenset(p) for p in m.attrs.get("war", [])}
+        self.stages: dict[str, int] = dict(m.schedule.stages) if m.schedule is not None else {}
+        self.alias = {frozenset(p) for p in (m.resources.war if m.resources is not None else ())}
         self.warp_threads, self.warpgroup_warps = warp_threads, warpgroup_warps
         self.lets: dict[str, N.IExpr] = {}
         self.leaves: dict[str, Leaf] = {}

@@ -3,6 +3,7 @@
 Grammar (every op is a frozen dataclass; blocks are tuples of ops)::
 
     IExpr   = IConst(value) | IVar(name) | IProc(proc, dim) | IBin(op, a, b)
+            | ISelect(cond, a, b)                -- kernel conditions (CUDA lowering)
     View    = TRef(name)                         -- a whole tensor
             | Piece(partition, idx: IExpr*)      -- one piece of a partition
     EvRef   = (name, idx: (IExpr | None)*)       -- None is the broadcast ``:``
@@ -16,7 +17,8 @@ Grammar (every op is a frozen dataclass; blocks are tuples of ops)::
             | PFor(ev, var, lo, hi, proc, pre: EvRef*, body: Block)
             | SyncOp                             -- after sync-insertion (cypressc.ir.sync)
     Block   = (ops: Op*, yields: EvRef*)
-    Module  = (name, params: Alloc*, scalars: str*, body: Block, synchronized: bool)
+    Module  = (name, params: Alloc*, scalars: str*, body: Block, synchronized: bool,
+               roles: (ev, role)*, sites?, schedule?, resources?, kernel?)  -- pass results
 
 Every op also has ``dims: Dim*``: the processor dimensions it is replicated over.
 The dependence analysis leaves ``dims`` empty; vectorization (§4.2.2) flattens the
@@ -37,13 +39,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Union
 
+from cypressc.ir.results import Resources, Schedule, SmemSlot
+
 if TYPE_CHECKING:
+    from cypressc.backend.plan import KernelPlan
+    from cypressc.ir.origin import Sites
     from cypressc.ir.sync import BarIdx
 
 __all__ = [
-    "IConst", "IVar", "IProc", "IBin", "IExpr", "TRef", "Piece", "View", "AtomArg", "EvRef",
+    "IConst", "IVar", "IProc", "IBin", "ISelect", "IExpr", "TRef", "Piece", "View", "AtomArg", "EvRef",
     "Dim", "Alloc", "Let", "Partition", "Copy", "Call", "For", "PFor", "Block", "Module", "Op",
-    "AsyncOp", "ev_type_str", "view_root", "iconst", "ibin",
+    "AsyncOp", "ev_type_str", "view_root", "iconst", "ibin", "Schedule", "Resources", "SmemSlot",
 ]
 
 
@@ -76,12 +82,26 @@ class IProc:
 
 @dataclass(frozen=True, slots=True)
 class IBin:
-    op: str  # + - * / // % cdiv min max
+    """``a op b``: index arithmetic (``+ - * / // % cdiv min max``), or, in the kernel
+    expressions of the CUDA lowering (:mod:`cypressc.backend.cexpr`), a condition: a
+    comparison ``== != < <= > >=``, ``&&``, or ``^`` of parities."""
+
+    op: str
     a: "IExpr"
     b: "IExpr"
 
 
-IExpr = Union[IConst, IVar, IProc, IBin]
+@dataclass(frozen=True, slots=True)
+class ISelect:
+    """``cond ? a : b``; only the CUDA lowering builds it (a pipeline stage stepped back or
+    forward without a division, :func:`cypressc.backend.sync_lower.counted`)."""
+
+    cond: "IExpr"
+    a: "IExpr"
+    b: "IExpr"
+
+
+IExpr = Union[IConst, IVar, IProc, IBin, ISelect]
 
 
 def iconst(v: int) -> IConst:
@@ -279,20 +299,29 @@ class Module:
     """A lowered program: ``params`` are the entrypoint's tensors (GLOBAL), ``scalars`` the
     run-time sizes they introduce (``M``, ``N``, ``K``…), ``body`` the HOST-level block.
 
-    ``attrs`` carries block-level mapping knobs (``warpspecialize``, ``pipeline``, …) and
-    is filled by later passes (shared-memory plan, channels).  ``roles`` (from
-    ``warp-specialization``, paper §4.2.5) pairs each copy and call event with the role
-    that runs it (``producer`` / ``consumer``).  ``synchronized`` is set by
+    ``roles`` (from ``warp-specialization``, paper §4.2.5) pairs each copy and call event
+    with the role that runs it (``producer`` / ``consumer``).  ``synchronized`` is set by
     ``sync-insertion``: from then on every event edge must be realized by a sync op
-    (:mod:`cypressc.ir.sync_verify` checks it)."""
+    (:mod:`cypressc.ir.sync_verify` checks it).
+
+    What a pass hands on to later ones about the whole block is a typed field, ``None``
+    until that pass ran and left out of ``==`` (two modules with the same program are
+    equal whatever was decided about them): ``sites`` (dependence analysis: where each
+    allocation and partition came from, :class:`~cypressc.ir.origin.Sites`), ``schedule``
+    (warp specialization, :class:`~cypressc.ir.results.Schedule`), ``resources`` (resource
+    allocation and sync-insertion's mbarrier bytes, :class:`~cypressc.ir.results.Resources`)
+    and ``kernel`` (CUDA lowering, :class:`~cypressc.backend.plan.KernelPlan`)."""
 
     name: str
     params: tuple[Alloc, ...]
     scalars: tuple[str, ...]
     body: Block
-    attrs: dict = field(default_factory=dict, compare=False)
     synchronized: bool = False
     roles: tuple[tuple[str, str], ...] = ()
+    sites: Sites | None = field(default=None, compare=False)
+    schedule: Schedule | None = field(default=None, compare=False)
+    resources: Resources | None = field(default=None, compare=False)
+    kernel: KernelPlan | None = field(default=None, compare=False)
 
     def role_map(self) -> dict[str, str]:
         """``roles`` as a dict: event -> ``producer`` / ``consumer`` (empty before

@@ -11,7 +11,7 @@ with a note at the program line it breaks and one at each other value that fed i
 error no mapping value is involved in keeps its program location.
 
 Tensors of the IR are traced the same way (:class:`TensorSite`, :class:`PartitionSite`,
-kept in ``module.attrs["sites"]``), so copy elimination can name the ``mems`` entry of a
+kept in ``Module.sites``), so copy elimination can name the ``mems`` entry of a
 NONE tensor it cannot eliminate (E044) and the launch whose copy needs it.
 """
 
@@ -123,7 +123,7 @@ class PartitionSite:
 
 @dataclass
 class Sites:
-    """Sites of a module's allocations and partitions by IR name (``module.attrs["sites"]``)."""
+    """Sites of a module's allocations and partitions by IR name (``Module.sites``)."""
 
     tensors: dict[str, TensorSite]
     partitions: dict[str, PartitionSite]

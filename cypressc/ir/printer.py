@@ -130,7 +130,7 @@ def print_module(m: N.Module) -> str:
     p.lines.append(f"module @{m.name}({params}) sizes({sizes}) {{")
     p.block(m.body, 1)
     p.lines.append("}")
-    p.lines += _attrs(m, p)
+    p.lines += _results(m, p)
     return "\n".join(p.lines) + "\n"
 
 
@@ -140,24 +140,28 @@ def event_names(m: N.Module) -> dict[str, str]:
     return {k: "%" + v for k, v in p.names.items()}
 
 
-def _attrs(m: N.Module, p: _Printer) -> list[str]:
+def _results(m: N.Module, p: _Printer) -> list[str]:
     """What the later passes decided, as comments under the module."""
     out: list[str] = []
-    a = m.attrs
-    if "smem" in a:
-        out.append(f"// shared memory: {a['smem_bytes']} bytes (mbarriers and 1024-byte alignment included)")
-        for name, (off, size, stages) in a["smem"].items():
-            out.append(f"//   %{name}: [{off}, {off + size}) {size} bytes, {stages} stage(s)")
-        for x, y in a.get("war", []):
+    r = m.resources
+    if r is not None:
+        out.append(f"// shared memory: {r.smem_bytes} bytes (mbarriers and 1024-byte alignment included)")
+        for name, slot in r.smem.items():
+            out.append(f"//   %{name}: [{slot.offset}, {slot.offset + slot.bytes}) {slot.bytes} bytes, "
+                       f"{slot.stages} stage(s)")
+        for x, y in r.war:
             out.append(f"//   %{x} and %{y} share bytes: WAR edge from the last readers of %{x}")
-        out.append(f"// registers per consumer thread (estimate): {a['registers']}")
-    if "channels" in a and not m.synchronized:  # after sync-insertion the mbarrier decls say it
-        for prod, cons in a["channels"].items():
+        out.append(f"// registers per consumer thread (estimate): {r.registers}")
+    if m.schedule is not None and not m.synchronized:  # after sync-insertion the mbarrier decls say it
+        for prod, cons in m.schedule.channels.items():
             out.append(f"// channel {p.ev(prod)} -> {', '.join(p.ev(c) for c in cons)}: full/empty "
                        f"mbarrier pair per stage")
-    if "kernel" in a:
-        k = a["kernel"]
-        out.append(f"// kernel: grid {' x '.join(k.grid)} tiles, {128 * (1 + k.consumers)} threads, "
+    if m.kernel is not None:
+        k = m.kernel
+        from cypressc.backend.cexpr import cexpr  # the backend's printer (a kernel's expressions)
+
+        grid = " x ".join(cexpr(g) for g in k.grid)
+        out.append(f"// kernel: grid {grid} tiles, {128 * (1 + k.consumers)} threads, "
                    f"{k.stages} stages, TMA maps {', '.join(t.name for t in k.maps)}")
         if k.host_loop:
             kept = sorted({op.tensor for op in k.epilogue if getattr(op, "when", None)})

@@ -124,6 +124,11 @@ def _mma(atom_name: str, c: Operand, a: Operand, b: Operand) -> dict[int, np.nda
     return {1: (c.value.astype(np.float64) + prod[np.ix_(rows, cols)]).astype(np.float32)}
 
 
+def _mma_bt(atom_name: str, c: Operand, a: Operand, b: Operand) -> dict[int, np.ndarray]:
+    # B arrives as the N x K tile it is stored as (K contiguous: a K-major wgmma B operand)
+    return _mma(atom_name, c, a, Operand(b.value.T, tuple(reversed(b.coords))))
+
+
 def _fill(c: Operand, v: float) -> dict[int, np.ndarray]:
     return {0: np.full_like(c.value, v)}
 
@@ -157,6 +162,17 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             doc="C += A @ B on the Tensor Core (wgmma.mma_async); C is this thread's fragment "
                 "of the f32 accumulator, A (shared, or registers: each thread its fragment, the "
                 "accumulator layout) and B (shared) are read as the warpgroup's whole tiles.",
+        ),
+        LeafFn(
+            "warpgroup_mma_bt", "cypress::warpgroup_mma_bt",
+            (OperandRule("atom", kind="atom"),
+             OperandRule("C", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
+             OperandRule("A", mems=("SHARED", "REGISTER"), dtypes=_MMA_IN, rank=2),
+             OperandRule("Bt", mems=("SHARED",), dtypes=_MMA_IN, rank=2)),
+            "THREAD", _mma_bt, collective="WARPGROUP",
+            doc="C += A @ Bt^T on the Tensor Core: as warpgroup_mma, with B given as the N x K tile "
+                "it is stored as (K contiguous, a K-major wgmma B operand; attention's S = Q @ K^T "
+                "with K stored row-major).",
         ),
         LeafFn(
             "fill", "cypress::fill",

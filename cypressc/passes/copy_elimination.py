@@ -445,9 +445,9 @@ def _copy_notes(ix: _Index, sites: Sites, users: list[tuple[N.Op, N.View]]) -> l
 def _none_error(m: N.Module, ix: _Index, o: N.Op, v: N.View, root: str, ctx) -> CypressError:
     """E044 at the ``mems`` entry that keeps ``v`` NONE, with notes at the launches whose
     copies still touch the tensor — ``o``'s first; the users that partition it differently
-    are among them (dependence analysis' sites, ``m.attrs["sites"]``).  At the mapping file
+    are among them (dependence analysis' sites, ``m.sites``).  At the mapping file
     when the module carries no sites."""
-    sites: Sites | None = m.attrs.get("sites")
+    sites: Sites | None = m.sites
     out = isinstance(o, N.Copy) and v is o.src
     entry = sites.none_entry([p.partition for p in ix.sym.chain(v)], root) if sites else None
     here = f" (as '{entry.param}' of instance '{entry.instance}')" if entry and entry.mem_loc else ""

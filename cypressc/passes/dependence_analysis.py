@@ -469,7 +469,7 @@ class _DA:
         sc = _Scope(root, env)
         self.body(v.body, sc, f)
         return N.Module(self.tree.program.path.rsplit("/", 1)[-1].removesuffix(".cyp"),
-                        tuple(params), tuple(scalars), N.Block(tuple(f.ops)), {"sites": self.sites})
+                        tuple(params), tuple(scalars), N.Block(tuple(f.ops)), sites=self.sites)
 
 
 def dependence_analysis(tree: TaskTree) -> N.Module:
@@ -481,6 +481,6 @@ def dependence_analysis(tree: TaskTree) -> N.Module:
     when there is one (:mod:`cypressc.ir.origin`) — and E048/E049 when static index
     arithmetic divides by zero, is inexact, non-integral, out of range, or gives a
     non-positive extent (:mod:`cypressc.passes.extents`).  The module's
-    ``attrs["sites"]`` traces its allocations and partitions back to the program and mapping.
+    ``sites`` traces its allocations and partitions back to the program and mapping.
     """
     return _DA(tree).run()

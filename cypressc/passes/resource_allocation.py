@@ -16,8 +16,9 @@ kernel every tensor is live for the whole tile loop.  The per-thread register
 footprint (REGISTER tensors plus a fixed overhead) is estimated and checked against
 the consumer register budget the same way.
 
-Results go to ``module.attrs["smem"]`` (name → offset, bytes, stages) and
-``module.attrs["smem_bytes"]``, ``module.attrs["war"]`` and ``module.attrs["registers"]``.
+Results go to ``module.resources`` (:class:`~cypressc.ir.results.Resources`): the slot of
+each tensor (offset, bytes, stages), the block's shared-memory bytes, the tensors that
+share bytes (``war``), the register estimate and the producer/consumer register budget.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
     persistent = bool(inst is not None and inst.persistent)
     allocs = {o.name: o for o in walk_ops(m.body) if isinstance(o, N.Alloc) and o.mem == "SHARED"}
     live, stages = _live(m, persistent)
-    size = {n: _bytes(a, m.attrs.get("sites")) * stages.get(n, 1) * _replicas(a) for n, a in allocs.items()}
+    size = {n: _bytes(a, m.sites) * stages.get(n, 1) * _replicas(a) for n, a in allocs.items()}
     pipe = max(stages.values(), default=1)
     barrier_bytes = 2 * 8 * pipe + ALIGN  # full/empty mbarriers + alignment slack
     g = nx.Graph()
@@ -185,12 +186,10 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
             f"{regs - REGISTER_OVERHEAD} + {REGISTER_OVERHEAD} overhead); the budget is {consumer}",
             _knob_loc(ctx, inst, "consumer_registers"),
             hint=_register_hint(m, ctx, regs, consumer, _max_consumer(m, inst, machine, producer)))
-    attrs = dict(m.attrs)
-    attrs.update(smem={n: (off[n], size[n], stages.get(n, 1)) for n in names},
-                 smem_bytes=total + barrier_bytes, barrier_offset=total, barrier_bytes=barrier_bytes - ALIGN,
-                 smem_limit=limit, war=war, registers=regs, persistent=persistent,
-                 register_budget=(producer, consumer))
-    return replace(m, attrs=attrs)
+    return replace(m, resources=N.Resources(
+        smem={n: N.SmemSlot(off[n], size[n], stages.get(n, 1)) for n in names},
+        smem_bytes=total + barrier_bytes, barrier_offset=total, barrier_bytes=barrier_bytes - ALIGN,
+        smem_limit=limit, war=tuple(war), registers=regs, register_budget=(producer, consumer)))
 
 
 def _warpgroups(m: N.Module) -> int:

@@ -14,9 +14,10 @@ body indexes stage ``k mod D`` (``partition_by_slices``).  Sequential semantics 
 kept in the IR (iteration k+1 still starts after iteration k); the overlap the
 channels allow is realized by the CUDA lowering.
 
-Results: ``module.roles`` (event → producer/consumer), ``module.attrs["channels"]``
-(producer event → consumer events: each is a full barrier forward and, on the stage
-buffers, an empty barrier backward), ``["stages"]`` (buffer → D), ``["warpspecialize"]``.
+Results: ``module.roles`` (event → producer/consumer) and ``module.schedule``
+(:class:`~cypressc.ir.results.Schedule`): ``channels`` (producer event → consumer events:
+each is a full barrier forward and, on the stage buffers, an empty barrier backward),
+``stages`` (buffer → D), ``warpspecialize``.
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ def warp_specialization(m: N.Module, ctx) -> N.Module:
     block = ctx.tree.block_node()
     ws = bool(block is not None and block.instance.warpspecialize)
     stages: dict[str, int] = {}
-    for lp in [o for o in walk_ops(m.body) if isinstance(o, N.For) and o.pipeline]:
+    # staging one loop rebuilds the blocks around it (new loop objects): find each by its event
+    for ev in [o.ev for o in walk_ops(m.body) if isinstance(o, N.For) and o.pipeline]:
+        lp = next(o for o in walk_ops(m.body) if isinstance(o, N.For) and o.ev == ev)
         m, st = _stage_loop(m, lp)
         stages.update(st)
     sym = Symbols(m)
@@ -78,12 +81,10 @@ def warp_specialization(m: N.Module, ctx) -> N.Module:
             roles[o.ev] = "producer"
         elif isinstance(o, N.AsyncOp) and not isinstance(o, (N.For, N.PFor)):
             roles[o.ev] = "consumer"
-    channels: dict[str, list[str]] = {}
+    channels: dict[str, tuple[str, ...]] = {}
     for o in walk_ops(m.body):
         if isinstance(o, (N.Copy, N.Call)) and roles.get(o.ev) == "consumer":
             for r in o.pre:
                 if roles.get(r.name) == "producer":
-                    channels.setdefault(r.name, []).append(o.ev)
-    attrs = dict(m.attrs)
-    attrs.update(channels=channels, stages=stages, warpspecialize=ws)
-    return replace(m, attrs=attrs, roles=tuple(roles.items()))
+                    channels[r.name] = channels.get(r.name, ()) + (o.ev,)
+    return replace(m, schedule=N.Schedule(channels, stages, ws), roles=tuple(roles.items()))

@@ -52,7 +52,7 @@ def check_candidate(job: tuple[str, Mapping[str, str], str, str]) -> dict[str, A
         return {"ok": False, "code": e.code, "message": e.message}
     except Exception as e:  # noqa: BLE001 - a compiler bug: reported in the tune summary
         return {"ok": False, "code": "internal", "message": f"{type(e).__name__}: {e}"}
-    return {"ok": True, "plan": plan_features(m.attrs["kernel"])}
+    return {"ok": True, "plan": plan_features(m.kernel)}
 
 
 def plan_features(plan) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from cypressc.passes.sync_insertion import sync_insertion
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [(p.stem, f"mappings/{p.stem}/h100.yaml") for p in sorted((ROOT / "programs").glob("*.cyp"))] + [
     ("gemm", "mappings/gemm/h100_nows.yaml"), ("gemm", "mappings/gemm/h100_alias.yaml"),
-    ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml")]
+    ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml"),
+    ("tests/programs/gemm_two_loops.cyp", "tests/mappings/gemm_two_loops.yaml")]
 
 
 def _compiled(program: str, mapping: str):
@@ -38,7 +39,7 @@ def _compiled(program: str, mapping: str):
 def _cuda(m: N.Module, ctx) -> str | None:
     """The kernel's CUDA, or None when the lowering refuses the module."""
     try:
-        return emit_cuda(cuda_lowering(m, ctx).attrs["kernel"])
+        return emit_cuda(cuda_lowering(m, ctx).kernel)
     except CypressError:
         return None
 
@@ -90,8 +91,7 @@ def test_deleting_every_edge_changes_the_cuda(program):
             ops.append(o)
         return N.Block(tuple(ops), ())
 
-    bare = replace(ws, body=strip(ws.body), roles=(),
-                   attrs={k: v for k, v in ws.attrs.items() if k != "channels"})
+    bare = replace(ws, body=strip(ws.body), roles=(), schedule=replace(ws.schedule, channels={}))
     try:
         out = _cuda(sync_insertion(bare, ctx), ctx)
     except CypressError:

@@ -31,7 +31,7 @@ def _plan(program: str):
     tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp", dtypes)),
                        load_mapping(ROOT / "mappings" / program / "h100.yaml"))
     try:
-        return compile_module(tree)[-1][1].attrs["kernel"]
+        return compile_module(tree)[-1][1].kernel
     except CypressError as e:
         assert e.code == "E050" and program not in LOWERED, e
         pytest.skip(f"{program}: backend refuses it ({e.message}) — tracked as an open issue")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cypressc.backend import plan as P
+from cypressc.backend.cexpr import cexpr
 from cypressc.backend.lower import cuda_lowering
 from cypressc.diagnostics import CypressError
 from cypressc.ir import nodes as N
@@ -47,25 +48,26 @@ def _with_host_body(m: N.Module, ops) -> N.Module:
 
 def test_host_loop_becomes_the_last_grid_dimension(reduction):
     m, ctx = reduction
-    plan: P.KernelPlan = cuda_lowering(m, ctx).attrs["kernel"]
-    assert plan.host_loop == "j" and plan.grid == ["cdiv(M, 128)", "cdiv(N, 256)"]
+    plan: P.KernelPlan = cuda_lowering(m, ctx).kernel
+    assert plan.host_loop == "j" and [cexpr(g) for g in plan.grid] == ["cdiv(M, 128)", "cdiv(N, 256)"]
     (c,) = [e for e in plan.epilogue if isinstance(e, P.StoreDirect)]
     (y,) = [e for e in plan.epilogue if isinstance(e, P.StoreVector)]
-    assert c.when is None and c.col0 == "(b1 * 256)"          # C[i, j]: disjoint per j
-    assert y.when == "b1 == tiles1 - 1" and y.active == "tw < 64"  # y[i]: the last j keeps it
-    assert y.index == "(((b0 * 128) + (cw * 64)) + tw)"
+    assert c.when is None and cexpr(c.col0) == "(b1 * 256)"          # C[i, j]: disjoint per j
+    # y[i]: the last j keeps it
+    assert cexpr(y.when, top=True) == "b1 == tiles1 - 1" and cexpr(y.active, top=True) == "tw < 64"
+    assert cexpr(y.index) == "(((b0 * 128) + (cw * 64)) + tw)"
     (rs,) = plan.simt_body
-    assert (rs.buf, rs.rows, rs.col0, rs.cols, rs.active) == ("A_mma_block", 1, 0, 64, "tw < 64")
-    assert rs.row == "((cw * 64) + tw)" and plan.vectors == [P.Vector(rs.vec, 1)]
+    assert (rs.buf, rs.rows, rs.col0, rs.cols) == ("A_mma_block", 1, 0, 64) and cexpr(rs.active, top=True) == "tw < 64"
+    assert cexpr(rs.row) == "((cw * 64) + tw)" and plan.vectors == [P.Vector(rs.vec, 1)]
     assert [type(x) for x in plan.prologue] == [P.Fill, P.FillVector]
 
 
 def test_staged_c_store_with_the_host_loop():
     """mappings/gemm_reduction/h100.yaml stages C in shared memory: C needs no guard (its
     pieces are disjoint per j), y keeps the last-iteration guard."""
-    plan = cuda_lowering(*_compile("h100.yaml")).attrs["kernel"]
+    plan = cuda_lowering(*_compile("h100.yaml")).kernel
     assert [type(e) for e in plan.epilogue] == [P.StageWrite, P.TmaStore, P.StoreVector]
-    assert plan.epilogue[2].when == "b1 == tiles1 - 1" and plan.persistent
+    assert cexpr(plan.epilogue[2].when, top=True) == "b1 == tiles1 - 1" and plan.persistent
 
 
 def _refusal(m, ctx) -> str:
@@ -113,6 +115,6 @@ def test_a_parameter_nothing_touches_keeps_its_declared_privilege(tmp_path):
     prog = tmp_path / "dual_gemm.cyp"
     prog.write_text("".join(lines))
     tree = instantiate(check_program(parse_file(prog)), load_mapping(ROOT / "mappings/dual_gemm/h100.yaml"))
-    plan = compile_module(tree)[-1][1].attrs["kernel"]
+    plan = compile_module(tree)[-1][1].kernel
     access = {t.name: (t.reads, t.writes) for t in plan.tensors}
     assert access == {"D": (False, True), "A": (True, False), "B1": (True, False), "B2": (True, False)}

@@ -54,5 +54,5 @@ def test_the_fence_after_the_wait_keeps_ptxas_from_inserting_one(tmp_path):
     without = replace(m, body=replace(m.body, ops=tuple(
         replace(o, body=N.Block(tuple(x for x in o.body.ops if x is not second), o.body.yields)) if o is lp else o
         for o in m.body.ops)))
-    assert "C7519" not in _ptxas(emit_cuda(cuda_lowering(m, ctx).attrs["kernel"]), tmp_path)
-    assert "C7519" in _ptxas(emit_cuda(cuda_lowering(without, ctx).attrs["kernel"]), tmp_path)
+    assert "C7519" not in _ptxas(emit_cuda(cuda_lowering(m, ctx).kernel), tmp_path)
+    assert "C7519" in _ptxas(emit_cuda(cuda_lowering(without, ctx).kernel), tmp_path)

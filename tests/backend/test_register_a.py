@@ -1,11 +1,11 @@
 """A wgmma with its A operand in registers, fed by a SIMT conversion between two wgmmas of
 one main-loop step (issue #10 item 5; FlashAttention's P·V): tests/programs/chain_gemm.cyp
-computes O = T(Q[:, :64] @ Kt[:64]) @ V.
+computes O = T(Q[:, :64] @ K[:, :64]ᵀ) @ V.
 
 What is checked here: ``partition_by_mma(..., "A")`` splits a tile like the accumulator
 (the PTX A fragment of m64nNk16), so copy elimination leaves P as the converting threads'
 own registers; sync-insertion orders the conversion after S's wgmma retired
-(``wait_group 0``) and before P's wgmma (``fence wgmma``), with the Kt and V stages on
+(``wait_group 0``) and before P's wgmma (``fence wgmma``), with the K and V stages on
 separate channels; the CUDA converts in registers and issues ``wgmma_rs``; a zero fill
 that only the next wgmma reads becomes that wgmma's scale-d (ptxas then injects no
 ``warpgroup.wait``, C7517).  The concurrent interpreter and its teeth run on the program
@@ -71,7 +71,7 @@ def test_p_stays_in_the_converting_threads_registers_and_is_synchronized_from_ed
     m = _snaps()["sync-insertion"]
     (lp,) = [o for o in m.body.ops if isinstance(o, N.For)]
     body = list(lp.body.ops)
-    mmas = [o for o in body if isinstance(o, N.Call) and o.fn == "warpgroup_mma"]
+    mmas = [o for o in body if isinstance(o, N.Call) and o.fn in ("warpgroup_mma_bt", "warpgroup_mma")]
     (conv,) = [o for o in body if isinstance(o, N.Call) and o.fn == "copy"]
     assert len(mmas) == 2
     first, second = mmas
@@ -87,7 +87,7 @@ def test_p_stays_in_the_converting_threads_registers_and_is_synchronized_from_ed
     assert any(e.src == first.ev and e.dst == conv.ev for e in wg.edges)
     fences = [o for o in body[ic:i2] if isinstance(o, S.Fence) and o.kind == "wgmma"]
     assert fences and any(e.src == conv.ev and e.dst == second.ev and e.tensor == p.name for e in fences[0].edges)
-    # Kt and V stream on separate channels, each released by its own empty barrier; Kt's stage
+    # K and V stream on separate channels, each released by its own empty barrier; K's stage
     # is free as soon as the wait_group the conversion needs retired S's wgmma (this step, not
     # mma_in_flight steps later), V's only after a later wait_group retired P·V
     empties = {o.name: o for o in walk_ops(m.body) if isinstance(o, S.MBarrier) and o.kind == "empty"}
@@ -101,7 +101,7 @@ def test_p_stays_in_the_converting_threads_registers_and_is_synchronized_from_ed
 
 
 def test_the_cuda_converts_in_registers_and_issues_wgmma_rs():
-    cu = emit_cuda(_snaps()["cuda-lowering"].attrs["kernel"])
+    cu = emit_cuda(_snaps()["cuda-lowering"].kernel)
     loop = cu[cu.index("for (int kb = 0; kb < num_k; ++kb)", cu.index("consumer warpgroups")):]
     conv = loop.index("cypress::acc_to_a<__half>(")
     assert loop.index("cypress::wait<0>();") < conv < loop.index("cypress::wgmma_rs<64, __half>(")
@@ -112,17 +112,18 @@ def test_the_cuda_converts_in_registers_and_issues_wgmma_rs():
 
 
 def test_a_zero_fill_folds_only_into_the_next_wgmma_that_touches_it():
-    mma = P.Mma("%e3", "C", "A", "0", "B", 0, 64, 64, "f16")
+    zero, one = N.IConst(0), N.IConst(1)
+    mma = P.Mma("%e3", "C", "A", zero, "B", 0, 64, 64, "f16")
     sync = P.Sync(S.Fence("wgmma", "consumer"), "")
-    fill = P.Fill("%e1", "C", "0")
+    fill = P.Fill("%e1", "C", zero)
     out = fold_zero_fills([fill, sync, mma])
-    assert out == [sync, P.Mma("%e3", "C", "A", "0", "B", 0, 64, 64, "f16", zero_fill="%e1")]
+    assert out == [sync, P.Mma("%e3", "C", "A", zero, "B", 0, 64, 64, "f16", zero_fill="%e1")]
     # a read of the zeros in between (a conversion) keeps the fill; so does a non-zero fill
     conv = P.Convert("%e2", "C", "D", "f16")
     assert fold_zero_fills([fill, conv, mma]) == [fill, conv, mma]
-    assert fold_zero_fills([P.Fill("%e1", "C", "1"), mma]) == [P.Fill("%e1", "C", "1"), mma]
+    assert fold_zero_fills([P.Fill("%e1", "C", one), mma]) == [P.Fill("%e1", "C", one), mma]
     # a wgmma into another accumulator does not take it
-    other = P.Mma("%e3", "X", "A", "0", "B", 0, 64, 64, "f16")
+    other = P.Mma("%e3", "X", "A", zero, "B", 0, 64, 64, "f16")
     assert fold_zero_fills([fill, other]) == [fill, other]
 
 
@@ -130,7 +131,7 @@ def test_a_zero_fill_folds_only_into_the_next_wgmma_that_touches_it():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_ptxas_injects_no_wait_and_spills_nothing(tmp_path):
     cu = tmp_path / "k.cu"
-    cu.write_text(emit_cuda(_snaps()["cuda-lowering"].attrs["kernel"]))
+    cu.write_text(emit_cuda(_snaps()["cuda-lowering"].kernel))
     c = subprocess.run(["nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{RUNTIME}",
                         f"-I{cutlass_include()}", "-Xptxas", "-v", "-c", "-o", str(tmp_path / "k.o"), str(cu)],
                        capture_output=True, text=True)

@@ -15,11 +15,12 @@ from click.testing import CliRunner
 from cypressc.cli import main
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
-from cypressc.ir.concurrent import _where
+from cypressc.ir.concurrent import op_label as _where
 from cypressc.ir.schedule_check import check_schedules, small_sizes
 from cypressc.ir.sync_verify import verify_sync
 from cypressc.ir.verify import VerifyError
 from cypressc.lang.checker import check_program
+from cypressc.lang.intrinsics import LEAF_FUNCTIONS
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
@@ -30,9 +31,11 @@ SCHEDULES = 50
 PAIRS = sorted((p.stem, m.relative_to(ROOT).as_posix())
                for p in (ROOT / "programs").glob("*.cyp") for m in (ROOT / "mappings" / p.stem).glob("*.yaml"))
 # test programs (tests/programs, by path): a GLOBAL->SHARED copy before the main loop; two
-# wgmmas per step, the second's A operand converted from the first's result in registers
+# wgmmas per step, the second's A operand converted from the first's result in registers; two
+# pipelined main loops in one block
 PAIRS += [("tests/programs/gemm_resident_a.cyp", "tests/mappings/gemm_resident_a.yaml"),
-          ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml")]
+          ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml"),
+          ("tests/programs/gemm_two_loops.cyp", "tests/mappings/gemm_two_loops_small.yaml")]
 
 # Sync ops the interpreter cannot see missing, and why; each must still be refused by the verifier.
 MODEL_BLIND = {
@@ -112,6 +115,36 @@ def _fence_for_ptxas(m: N.Module, op) -> bool:
     return bool(fences) and any(isinstance(o, S.Wait) for o in before[fences[-1]:])
 
 
+def _retires_for_last_release(m: N.Module, op) -> str | None:
+    """Proof that a ``wait_group`` is redundant in one tile: every edge it realizes is one that
+    a later arrive of its block realizes too, and that arrive is a last release
+    (:func:`_last_release`, nothing in the block waits on it).  The group is retired only so
+    that the stage can be released for a next tile, which a persistent block has and the
+    per-tile IR does not show.  Returns the arrive's barrier."""
+    if not isinstance(op, S.WaitGroup) or not op.edges:
+        return None
+    home = next(blk for blk in _blocks(m.body) if any(o is op for o in blk.ops))
+    after = home.ops[[i for i, o in enumerate(home.ops) if o is op][0] + 1:]
+    last = [a for a in after if isinstance(a, S.Arrive) and _last_release(m.body, a)]
+    covered = {(e.src, e.dst, e.tensor) for a in last for e in a.edges}
+    if last and all((e.src, e.dst, e.tensor) in covered for e in op.edges):
+        return last[0].bar
+    return None
+
+
+def _fence_between_wgmmas(m: N.Module, op) -> bool:
+    """A wgmma fence all of whose edges run from a wgmma to a wgmma on one accumulator: the
+    Tensor Core orders those itself (the interpreter agrees), but the accumulator is carried
+    through C++ registers between them (across the loop's back edge or from an earlier loop),
+    and without the fence ptxas inserts its own warpgroup.arrive (C7519;
+    tests/backend/test_ptxas_fences.py)."""
+    if not (isinstance(op, S.Fence) and op.kind == "wgmma" and op.edges):
+        return False
+    mma = {o.ev for blk in _blocks(m.body) for o in blk.ops
+           if isinstance(o, N.Call) and LEAF_FUNCTIONS[o.fn].collective is not None}
+    return all(e.src in mma and e.dst in mma for e in op.edges)
+
+
 def _implied_wait(m: N.Module, op) -> str | None:
     """Proof that a wait on an empty barrier is implied by an earlier wait of the same role
     on another empty barrier, same stage and parity, whose consumers arrive right before
@@ -180,6 +213,12 @@ def test_teeth_every_inserted_sync_op_is_needed(program, mapping, capsys):
             elif _fence_for_ptxas(m, op):
                 reason = ("kept for ptxas: an earlier fence covers its edges, but an mbarrier wait's "
                           "loop lies between; without it ptxas inserts a warpgroup.arrive (C7519)")
+            elif _fence_between_wgmmas(m, op):
+                reason = ("kept for ptxas: its edges all run wgmma -> wgmma on one accumulator, which the "
+                          "Tensor Core orders; without it ptxas inserts a warpgroup.arrive (C7519)")
+            elif (bar := _retires_for_last_release(m, op)) is not None:
+                reason = (f"proven redundant in one tile: it retires the group only for the last release "
+                          f"on %{bar}, which nothing in the block waits on (a persistent block's next tile does)")
             elif (other := _implied_wait(m, op)) is not None:
                 reason = (f"proven redundant: implied by the wait on %{other} (same stage and parity; "
                           f"the consumers arrive on %{other} right before %{op.bar})")

@@ -41,8 +41,12 @@ def ref_reduction(a):
 
 
 def ref_chain(a):
-    s = (_f64(a["Q"])[:, :64] @ _f64(a["Kt"])[:64]).astype(a["Q"].dtype)  # the program rounds S to T
+    s = (_f64(a["Q"])[:, :64] @ _f64(a["K"])[:, :64].T).astype(a["Q"].dtype)  # the program rounds S to T
     return {"O": _f64(s) @ _f64(a["V"])}
+
+
+def ref_two_loops(a):
+    return {"C": _f64(a["A"]) @ _f64(a["B"]) + _f64(a["D"]) @ _f64(a["E"])}
 
 
 # program -> (small mapping, sizes, reference, outputs); sizes leave partial tiles everywhere
@@ -56,6 +60,9 @@ CASES = {
     # a test program: the second wgmma's A operand is the first's result, converted in registers
     "tests/programs/chain_gemm.cyp": ("tests/mappings/chain_gemm_small.yaml", dict(M=40, E=12, D=64, N=24),
                                       ref_chain, ["O"]),
+    # a test program: two pipelined loops per block accumulating into one accumulator
+    "tests/programs/gemm_two_loops.cyp": ("tests/mappings/gemm_two_loops_small.yaml",
+                                          dict(M=50, N=24, K=40, J=24), ref_two_loops, ["C"]),
 }
 
 

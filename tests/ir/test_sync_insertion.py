@@ -48,9 +48,13 @@ def stage(name: str) -> N.Piece:
 
 
 def module(ops, roles, stages=None, params=("A", "B"), war=()) -> N.Module:
+    """Hand-written IR as warp specialization leaves it: ``stages`` per staged buffer and,
+    when ``war`` pairs are given, a shared-memory plan in which those tensors share bytes
+    (room enough that sync-insertion's mbarriers always fit)."""
     ps = tuple(N.Alloc(p, (C(256), C(256)), "f16", "GLOBAL") for p in params)
-    return N.Module("t", ps, (), N.Block(tuple(ops)), attrs={"stages": stages or {}, "war": list(war)},
-                    roles=tuple(roles.items()))
+    res = N.Resources({}, 0, 0, 0, 1 << 30, tuple(war), 0, (0, 0)) if war else None
+    return N.Module("t", ps, (), N.Block(tuple(ops)), roles=tuple(roles.items()),
+                    schedule=N.Schedule({}, dict(stages or {}), False), resources=res)
 
 
 def acc(name: str = "acc") -> N.Alloc:

@@ -34,7 +34,7 @@ def compiled(program: str, mapping: str):
     """The module after sync-insertion and cuda-lowering's plan (every pass verified)."""
     tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")), load_mapping(ROOT / mapping))
     snaps = dict(compile_module(tree))
-    return snaps["sync-insertion"], snaps["cuda-lowering"].attrs["kernel"]
+    return snaps["sync-insertion"], snaps["cuda-lowering"].kernel
 
 
 def syncs(m: N.Module, cls) -> list:
@@ -73,7 +73,7 @@ def test_the_synchronization_derived_from_the_events_is_the_templates(program, m
     # reused after the loop sync every consumer
     bars = sorted(o.threads for o in syncs(m, S.BarSync))
     staged = any(isinstance(e, P.TmaStore) for e in plan.epilogue)
-    assert bars == sorted([128] * staged + [128 * plan.consumers] * bool(m.attrs.get("war")))
+    assert bars == sorted([128] * staged + [128 * plan.consumers] * bool(m.resources and m.resources.war))
     fences = {o.kind for o in syncs(m, S.Fence)}
     assert fences == {"wgmma"} | ({"proxy_async"} if staged else set())
     assert bool([o for o in syncs(m, S.CommitGroup) if o.unit == "bulk"]) == staged

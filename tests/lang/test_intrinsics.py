@@ -38,7 +38,7 @@ def test_non_atoms(name):
 
 
 def test_registry_entries():
-    assert set(LEAF_FUNCTIONS) == {"warpgroup_mma", "fill", "copy", "add", "row_sum"}
+    assert set(LEAF_FUNCTIONS) == {"warpgroup_mma", "warpgroup_mma_bt", "fill", "copy", "add", "row_sum"}
     for name, fn in LEAF_FUNCTIONS.items():
         assert fn.name == name and fn.cpp == f"cypress::{name}" and fn.proc == "THREAD" and fn.doc
         assert callable(fn.semantics)
@@ -117,3 +117,22 @@ def test_numpy_dtypes_and_rounding():
     np.testing.assert_array_equal(r[:4], [1.0, 1.0, 1 + 2**-6, -2.5])
     assert (r.view(np.uint32) & 0xFFFF == 0).all()
     assert round_to(np.array([1.7]), "i32")[0] == 1
+
+
+def test_warpgroup_mma_bt_reads_b_as_the_n_by_k_tile_it_is_stored_as():
+    """C += A @ Btᵀ: the same instruction as warpgroup_mma with B given N x K (K-major); a
+    thread's accumulator piece is placed by its coordinates, as for warpgroup_mma."""
+    from cypressc.lang.intrinsics import Operand
+
+    bt = LEAF_FUNCTIONS["warpgroup_mma_bt"]
+    assert bt.collective == "WARPGROUP" and [r.name for r in bt.operands] == ["atom", "C", "A", "Bt"]
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 32)), rng.standard_normal((16, 32))  # A: M x K, Bt: N x K
+    rows, cols = np.array([1, 9]), np.array([2, 3, 10, 11])
+    c = Operand(np.ones((2, 4), np.float32), (rows, cols))
+    out = bt.semantics("WGMMA_64x16x16", c, Operand(a, (np.arange(64), np.arange(32))),
+                       Operand(b, (np.arange(16), np.arange(32))))[1]
+    assert np.allclose(out, 1 + (a @ b.T)[np.ix_(rows, cols)], atol=1e-5)
+    plain = LEAF_FUNCTIONS["warpgroup_mma"].semantics(
+        "WGMMA_64x16x16", c, Operand(a, (np.arange(64), np.arange(32))), Operand(b.T.copy(), (np.arange(32), np.arange(16))))[1]
+    assert np.array_equal(out, plain)

@@ -1,33 +1,35 @@
-"""O = (Q[:, :64] @ Kt[:64, :]) @ V: two chained Tensor Core products per step, the first one's
+"""O = (Q[:, :64] @ K[:, :64]ᵀ) @ V: two chained Tensor Core products per step, the first one's
 f32 result converted to T in registers and fed to the second as its register-sourced A operand
 (attention without the softmax: S = Q·Kᵀ, P = T(S), O += P·V).
 
-Q: M x D, Kt: D x N (K stored transposed), V: N x E, O: M x E, all row-major T.  A test program
-(issue #10 item 5): a BLOCK owns a U x X tile of O and keeps its Q panel (U x 64) in shared memory;
-each step of its loop over W-row tiles of V clears S, runs S += Q·Kt[:, tile] (wgmma, A and B
-from shared memory), converts S to T on the CUDA cores (SIMT between two wgmmas of one step)
-and runs O += P·V[tile, :] with P in registers.  The Kt and V tiles are streamed on separate
-channels: Kt's stage is free once the first product has retired, V's once the second has.
+Q: M x D, K: N x D, V: N x E, O: M x E, all row-major T (K as attention stores it, so Q·Kᵀ
+reads K's tiles as a K-major wgmma B operand: ``warpgroup_mma_bt``).  A test program (issue
+#10 item 5): a BLOCK owns a U x X tile of O and keeps its Q panel (U x 64) in shared memory;
+each step of its loop over W-row tiles of K and V clears S, runs S += Q·K[tile, :64]ᵀ (wgmma,
+A and B from shared memory), converts S to T on the CUDA cores (SIMT between two wgmmas of one
+step) and runs O += P·V[tile, :] with P in registers.  The K and V tiles are streamed on
+separate channels: K's stage is free once the first product has retired, V's once the second
+has.
 """
 
 T = dtype(f16, bf16)
 
-@task("chain", Inner, reads=["Q", "Kt", "V"], writes=["O"])
-def chain_host(O: tensor[(M, E), T], Q: tensor[(M, D), T], Kt: tensor[(D, N), T],
+@task("chain", Inner, reads=["Q", "K", "V"], writes=["O"])
+def chain_host(O: tensor[(M, E), T], Q: tensor[(M, D), T], K: tensor[(N, D), T],
                V: tensor[(N, E), T]):
     U, X = tunable(int), tunable(int)
     Op = partition_by_blocks(O, (U, X))
     Qp = partition_by_blocks(Q, (U, 64))
     Vp = partition_by_blocks(V, (N, X))
     for i, j in prange(cdiv(M, U), cdiv(E, X)):
-        launch("chain", Op[i, j], Qp[i, 0], Kt, Vp[0, j])
+        launch("chain", Op[i, j], Qp[i, 0], K, Vp[0, j])
 
 
-@task("chain", Inner, reads=["Q", "Kt", "V"], writes=["O"])
-def chain_block(O: tensor[2, T], Q: tensor[2, T], Kt: tensor[2, T], V: tensor[2, T]):
+@task("chain", Inner, reads=["Q", "K", "V"], writes=["O"])
+def chain_block(O: tensor[2, T], Q: tensor[2, T], K: tensor[2, T], V: tensor[2, T]):
     W = tunable(int)
     U, X, N = O.shape[0], O.shape[1], V.shape[0]
-    Ktp = partition_by_blocks(Kt, (64, W))
+    Kp = partition_by_blocks(K, (W, 64))
     Vp = partition_by_blocks(V, (W, X))
     Oacc: tensor[2, f32] = make_tensor(U, X)
     launch("clear", Oacc)
@@ -35,7 +37,7 @@ def chain_block(O: tensor[2, T], Q: tensor[2, T], Kt: tensor[2, T], V: tensor[2,
         S: tensor[2, f32] = make_tensor(U, W)
         P: tensor[2, T] = make_tensor(U, W)
         launch("clear", S)
-        launch("mma", S, Q, Ktp[0, k])
+        launch("mma", S, Q, Kp[k, 0])
         launch("convert", S, P)
         launch("mma_rs", Oacc, P, Vp[k, 0])
     launch("store", Oacc, O)
@@ -64,7 +66,7 @@ def mma_inner(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
 @task("mma", Leaf, reads=["A", "B", "C"], writes=["C"])
 def mma_thread(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     MMA = tunable(atom)
-    warpgroup_mma(MMA, C, A, B)
+    warpgroup_mma_bt(MMA, C, A, B)
 
 
 # ---- the same product with A from registers: its own task, so that the mapping can place A

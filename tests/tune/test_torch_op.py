@@ -29,7 +29,7 @@ pytestmark = pytest.mark.xdist_group("tune")
 def info_of(program: str, mapping: str, **dtypes: str) -> KernelInfo:
     tree = _front_end(str(ROOT / "programs" / f"{program}.cyp"), str(ROOT / "mappings" / program / f"{mapping}.yaml"),
                       dtypes)
-    return KernelInfo.from_dict(build_info(compile_module(tree)[-1][1].attrs["kernel"], str(RUNTIME_DIR)))
+    return KernelInfo.from_dict(build_info(compile_module(tree)[-1][1].kernel, str(RUNTIME_DIR)))
 
 
 def test_signature_and_fake_shapes():

@@ -1,0 +1,178 @@
+"""The kernel's ABI, ``<name>.json`` as ``cypressc build`` writes it: :class:`KernelInfo`
+(parameters, sizes, ``flops`` and ``requires`` as C text and expression trees), validated
+field by field when read."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .dtypes import DTYPES
+from .exprs import eval_expr, expr_names
+
+__all__ = ["Param", "Requirement", "KernelInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One tensor parameter of the launcher.  ``dims`` are size names (or fixed ints),
+    outermost first; the tensor is row-major and contiguous."""
+
+    name: str
+    dtype: str
+    dims: tuple[str | int, ...]
+    reads: bool
+    writes: bool
+
+    @property
+    def shape_str(self) -> str:
+        return f"{self.dtype}[{', '.join(str(d) for d in self.dims)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One ``requires`` condition of the launcher: ``c`` as the launcher's C tests it (and as
+    messages show it), ``tree`` the same condition as an expression tree (:func:`eval_expr`)
+    and ``why`` what a caller is told when it fails."""
+
+    c: str
+    tree: Mapping[str, Any]
+    why: str
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+_OLD_INFO = ("; an info with C text only was written by an older cypressc: rebuild the kernel "
+             "with `cypressc build` to get the expression trees")
+
+
+def _expr_field(v: Any, what: str, sizes: Sequence[str]) -> tuple[str, Mapping[str, Any]]:
+    """``{"c": C text, "tree": expression tree}`` of the info, checked against the sizes."""
+    if not (isinstance(v, Mapping) and isinstance(v.get("c"), str) and "tree" in v):
+        raise ValueError(f"kernel info: {what} must be an object with 'c' (C text) and 'tree' (an "
+                         f"expression tree), got {v!r}" + (_OLD_INFO if isinstance(v, (str, list)) else ""))
+    try:
+        used = expr_names(v["tree"])
+    except ValueError as e:
+        raise ValueError(f"kernel info: {what} ({v['c']!r}): {e}") from None
+    if bad := [n for n in dict.fromkeys(used) if n not in sizes]:
+        raise ValueError(f"kernel info: expression {v['c']!r} uses {', '.join(bad)}, not among the "
+                         f"sizes ({', '.join(sizes)})")
+    return v["c"], v["tree"]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInfo:
+    """The ABI of a built kernel, as written to ``<name>.json`` by ``cypressc build``.
+
+    The launcher is ``extern "C" int <name>_launch(<one pointer per param: void* if written,
+    const void* if read-only>, <one int64_t per size>, cudaStream_t)`` and returns a
+    ``cudaError_t`` (``cudaErrorInvalidValue`` when a ``requires`` condition fails).
+    ``flops`` (floating-point operations of one launch) is C text, ``flops_tree`` the same
+    expression as a tree; in the JSON both are ``"flops": {"c": ..., "tree": ...}`` and each
+    ``requires`` entry is ``{"c": ..., "tree": ..., "why": ...}``."""
+
+    name: str
+    params: tuple[Param, ...]
+    sizes: tuple[str, ...]
+    flops: str
+    flops_tree: Mapping[str, Any]
+    requires: tuple[Requirement, ...]
+    runtime_include: str
+    cuda_arch: str
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> KernelInfo:
+        """Validate and convert the info dict; raises ``ValueError`` naming the bad field."""
+        def need(key: str, typ: type) -> Any:
+            if key not in d:
+                raise ValueError(f"kernel info: missing {key!r}")
+            if not isinstance(d[key], typ):
+                raise ValueError(f"kernel info: {key!r} must be a {typ.__name__}, got {d[key]!r}")
+            return d[key]
+
+        name = need("name", str)
+        if not _IDENT.match(name):
+            raise ValueError(f"kernel info: name {name!r} is not a C identifier")
+        sizes = tuple(need("sizes", list))
+        for s in sizes:
+            if not isinstance(s, str) or not _IDENT.match(s) or s.startswith("cyp_"):
+                raise ValueError(f"kernel info: size {s!r} is not a C identifier (or uses the "
+                                 "reserved prefix cyp_)")
+        if len(set(sizes)) != len(sizes):
+            raise ValueError(f"kernel info: duplicate size names in {list(sizes)}")
+        params = []
+        for i, p in enumerate(need("params", list)):
+            if not isinstance(p, Mapping):
+                raise ValueError(f"kernel info: params[{i}] must be an object")
+            pn = p.get("name")
+            if not isinstance(pn, str) or not _IDENT.match(pn) or pn.startswith("cyp_"):
+                raise ValueError(f"kernel info: params[{i}].name {pn!r} is not a C identifier")
+            if p.get("dtype") not in DTYPES:
+                raise ValueError(f"kernel info: param {pn!r} has dtype {p.get('dtype')!r}; "
+                                 f"expected one of {', '.join(DTYPES)}")
+            dims = p.get("dims")
+            if not isinstance(dims, list) or not dims:
+                raise ValueError(f"kernel info: param {pn!r} needs a non-empty list 'dims'")
+            for dim in dims:
+                if isinstance(dim, bool) or not (
+                        (isinstance(dim, int) and dim >= 0) or (isinstance(dim, str) and dim in sizes)):
+                    raise ValueError(f"kernel info: param {pn!r} dim {dim!r} is neither a size "
+                                     f"({', '.join(sizes)}) nor a non-negative int")
+            reads, writes = p.get("reads"), p.get("writes")
+            if not isinstance(reads, bool) or not isinstance(writes, bool) or not (reads or writes):
+                raise ValueError(f"kernel info: param {pn!r} needs booleans 'reads'/'writes', "
+                                 "at least one true")
+            params.append(Param(pn, p["dtype"], tuple(dims), reads, writes))
+        names = [p.name for p in params]
+        if len(set(names)) != len(names) or set(names) & set(sizes):
+            raise ValueError(f"kernel info: param and size names must be distinct: {names} {list(sizes)}")
+        if "flops" not in d:
+            raise ValueError("kernel info: missing 'flops'")
+        flops, flops_tree = _expr_field(d["flops"], "'flops'", sizes)
+        if not isinstance(d.get("requires", []), list):
+            raise ValueError(f"kernel info: 'requires' must be a list, got {d['requires']!r}")
+        requires = []
+        for i, r in enumerate(d.get("requires", [])):
+            if not (isinstance(r, Mapping) and isinstance(r.get("why"), str)):
+                raise ValueError(f"kernel info: requires[{i}] must be an object with 'c', 'tree' and "
+                                 f"'why' (the message), got {r!r}" + (_OLD_INFO if isinstance(r, list) else ""))
+            requires.append(Requirement(*_expr_field(r, f"requires[{i}]", sizes), r["why"]))
+        return cls(name, tuple(params), sizes, flops, flops_tree, tuple(requires),
+                   str(d.get("runtime_include", "")), str(d.get("cuda_arch", "90a")))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name,
+                "params": [{"name": p.name, "dtype": p.dtype, "dims": list(p.dims), "reads": p.reads,
+                            "writes": p.writes} for p in self.params],
+                "sizes": list(self.sizes), "flops": {"c": self.flops, "tree": self.flops_tree},
+                "requires": [{"c": r.c, "tree": r.tree, "why": r.why} for r in self.requires],
+                "runtime_include": self.runtime_include, "cuda_arch": self.cuda_arch}
+
+    @classmethod
+    def load_json(cls, path: str | Path) -> KernelInfo:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    # ---- size arithmetic (pure Python) ----
+    def shape(self, param: Param | str, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        """The shape of ``param`` at the given sizes."""
+        p = param if isinstance(param, Param) else self.param(param)
+        return tuple(d if isinstance(d, int) else int(sizes[d]) for d in p.dims)
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(f"{self.name} has no parameter {name!r}")
+
+    def flops_at(self, sizes: Mapping[str, int]) -> float:
+        """The ``flops`` expression evaluated (C semantics) at the given sizes."""
+        return float(eval_expr(self.flops_tree, sizes))
+
+    def failed_requires(self, sizes: Mapping[str, int]) -> list[str]:
+        """Messages (``why``) of the ``requires`` conditions that do not hold at ``sizes``."""
+        return [r.why for r in self.requires if not eval_expr(r.tree, sizes)]

@@ -1,0 +1,163 @@
+"""``cuda-lowering`` (paper §4.2.6) of data movement: shared tiles become swizzled stage
+buffers, GLOBAL->SHARED copies TMA loads (in the main loop, or once per tile before it),
+and the epilogue's copies of register fragments direct stores to global memory or writes
+of a shared staging tile that a TMA store then sends out.  Views become element
+coordinates over the kernel's variables (:meth:`_Lower.k`).  Mixed into
+:class:`cypressc.backend.lower._Lower`."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cypressc.backend import plan as P
+from cypressc.backend.refusal import refuse as _refuse
+from cypressc.ir import nodes as N
+from cypressc.ir.printer import fmt_view
+from cypressc.ir.shapes import static
+
+__all__ = ["MemoryLowering"]
+
+ISSUER = N.IVar("issuer")  # the thread that issues TMA without a producer warpgroup
+
+
+class MemoryLowering:
+    """Buffers, loads and stores (needs ``self.sym``, ``self.k``, ``self.pos``, ``self.en``,
+    ``self.origin``, ``self._fragment``, ``self._when``, ``self.persistent``,
+    ``self.warpspecialize`` and ``self.last_only`` of :class:`_Lower`)."""
+
+    def _buffer(self, plan: P.KernelPlan, v: N.View, smem) -> tuple[P.StageBuffer, list[N.IExpr]]:
+        root, org, keep, _ = self.origin(v)
+        a = self.sym.allocs[root]
+        existing = {b.name: b for b in plan.buffers}
+        if root not in existing:
+            shape = [static(s) for s in a.shape]
+            if None in shape or len(shape) not in (2, 3):
+                _refuse(f"shared tensor %{root} is not a static (stages x) rows x cols tile")
+            rows, cols = shape[-2], shape[-1]
+            sw = P.swizzle_for(cols)
+            if sw is None:
+                _refuse(f"shared tile %{root} has {cols} columns ({2 * cols}-byte rows); TMA and wgmma "
+                        "swizzle rows of 128, 64 or 32 bytes, so a tile needs a multiple of 16 columns "
+                        "(16-bit elements)")
+            if rows % 8:
+                _refuse(f"shared tile %{root} has {rows} rows; swizzled tiles are whole 8-row atoms")
+            st = shape[0] if len(shape) == 3 else 1
+            existing[root] = P.StageBuffer(root, a.dtype, rows, cols, st, smem.get(root, (0, 0, 1))[0], sw)
+            plan.buffers.append(existing[root])
+        return existing[root], org
+
+    def _stage(self, buf: P.StageBuffer, org: list[N.IExpr]) -> N.IExpr:
+        """The stage index of a view of a pipelined buffer, as a pipeline position."""
+        return self.pos(org[0]) if buf.stages > 1 and len(org) == 3 else N.IConst(0)
+
+    def _load_once(self, plan: P.KernelPlan, o: N.Copy, smem, role: str) -> P.Load:
+        """A GLOBAL->SHARED copy before the main loop (a tile every step reads, like
+        FlashAttention's Q): one TMA load per tile on its own unstaged buffer and barrier, phase
+        0, issued by the producer (without one, by the issuer thread).  A persistent block runs
+        its tiles on the same barrier and buffer: the phase would be the count of tiles done so
+        far, and the next tile's load would overwrite the panel while the last steps of the
+        previous tile may still read it (a hazard across tiles the per-tile IR does not show),
+        so that is refused."""
+        where = f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} before the main loop"
+        if self.sym.mem(o.src) != "GLOBAL" or self.sym.mem(o.dst) != "SHARED":
+            _refuse(where)
+        if self.persistent:
+            _refuse(f"{where} ({self.en(o.ev)}) in a persistent block: its tiles would share the "
+                    "copy's mbarrier and buffer, and the next tile's copy would overwrite the buffer "
+                    "while the previous tile may still read it; map the block with `persistent: false`")
+        ld = self._load(plan, o, smem, where)
+        if role != "producer" and not self.warpspecialize:
+            ld = replace(ld, who=ISSUER)
+            plan.loads[-1] = ld
+        return ld
+
+    def _load(self, plan: P.KernelPlan, o: N.Copy, smem, where: str = "") -> P.Load:
+        if self.sym.mem(o.src) != "GLOBAL" or self.sym.mem(o.dst) != "SHARED":
+            _refuse(where or f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} in the main loop")
+        buf, dorg = self._buffer(plan, o.dst, smem)
+        if o.bar is None:
+            _refuse(f"TMA copy {self.en(o.ev)} completes on no mbarrier")
+        root, org, keep, mmas = self.origin(o.src)
+        if mmas:
+            _refuse("a TMA load of an mma partition")
+        box = []
+        kept = [d for d, k in enumerate(keep) if k]
+        if len(kept) != 2:
+            _refuse(f"{fmt_view(o.src)} is not a 2-D tile")
+        if kept != [len(keep) - 2, len(keep) - 1]:
+            _refuse(f"{fmt_view(o.src)}: a TMA tile must span the two innermost dimensions of %{root}")
+        if buf.rows > 256:
+            _refuse(f"a {buf.rows}-row shared tile: one TMA box spans at most 256 rows")
+        for d, k in enumerate(keep):  # one box per chunk: its inner extent is one swizzle row
+            box.append(1 if not k else (buf.rows if d == kept[0] else buf.chunk_cols))
+        tmap = f"tm_{root}_{buf.rows}x{buf.chunk_cols}"
+        if tmap not in {t.name for t in plan.maps}:
+            plan.maps.append(P.TmaMap(tmap, root, tuple(box), buf.swizzle))
+        ld = P.Load(self.en(o.ev), tmap, buf.name, tuple(self.k(x) for x in org), buf.chunks,
+                    self._stage(buf, dorg), o.bar.bar, self.pos(o.bar.stage))
+        plan.loads.append(ld)
+        return ld
+
+    def _stage_write(self, plan: P.KernelPlan, o: N.Call, smem) -> P.StageWrite:
+        """``copy`` of an accumulator into a shared staging tile after the main loop (a TMA
+        store of that tile must follow: :meth:`_store`)."""
+        f = self._fragment(plan, o.args[0])
+        root, _, _, mmas = self.origin(o.args[1])
+        dt = self.sym.allocs[root].dtype
+        if not mmas or dt not in ("f16", "bf16"):
+            _refuse(f"copy of a register fragment into {fmt_view(o.args[1])}: the backend stages "
+                    "16-bit tiles laid out like the fragment")
+        self._pending_stage = (o, f, root, dt)
+        st = P.StageWrite(self.en(o.ev), f.name, root, smem.get(root, (0, 0, 1))[0], dt)
+        plan.epilogue.append(st)
+        return st
+
+    def _store_direct(self, plan: P.KernelPlan, o: N.Call) -> P.StoreDirect:
+        """``copy`` of an accumulator straight into its global tile, each thread its fragment."""
+        f = self._fragment(plan, o.args[0])
+        dst = o.args[1]
+        root, org, keep, mmas = self.origin(dst)
+        if not mmas:
+            _refuse(f"copy of a register fragment into {fmt_view(dst)}, which is not laid out "
+                    "like it")
+        kept = [d for d, k in enumerate(keep) if k]
+        batch = [self.k(org[d]) for d, k in enumerate(keep) if not k]
+        row0, col0 = self.k(org[kept[0]]), self.k(org[kept[1]])
+        mem = self.sym.allocs[root].mem
+        dt = self.sym.allocs[root].dtype
+        if dt not in ("f16", "bf16"):
+            _refuse(f"an epilogue storing {dt} (the backend stores 16-bit outputs)")
+        if kept != [len(keep) - 2, len(keep) - 1]:
+            _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
+        if mem != "GLOBAL":
+            _refuse(f"copy into {mem}")
+        st = P.StoreDirect(self.en(o.ev), f.name, root, row0, col0, batch[0] if batch else None, dt,
+                           self._when(root))
+        plan.epilogue.append(st)
+        return st
+
+    def _store(self, plan: P.KernelPlan, o: N.Copy, smem) -> P.TmaStore:
+        """A SHARED->GLOBAL copy after the main loop: the TMA store of the staging tile the
+        previous :meth:`_stage_write` filled."""
+        pend = getattr(self, "_pending_stage", None)
+        if pend is None or self.sym.mem(o.src) != "SHARED" or self.sym.mem(o.dst) != "GLOBAL":
+            _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} after the main loop")
+        call, f, sroot, dt = pend
+        if self.sym.root(o.src) != sroot:
+            _refuse("a shared staging tile stored from a different tensor")
+        root, org, keep, _ = self.origin(o.dst)
+        if root in self.last_only:
+            _refuse(f"a last-iteration write of %{root} through a staged TMA store")
+        kept = [d for d, k in enumerate(keep) if k]
+        if kept != [len(keep) - 2, len(keep) - 1]:
+            _refuse(f"{fmt_view(o.dst)}: a stored tile must span the two innermost dimensions")
+        batch = [self.k(org[d]) for d, k in enumerate(keep) if not k]
+        tmap = f"tm_{root}_64x64"
+        if tmap not in {t.name for t in plan.maps}:
+            plan.maps.append(P.TmaMap(tmap, root, tuple(1 if not k else 64 for k in keep)))
+        off = smem.get(sroot, (0, 0, 1))[0]
+        st = P.TmaStore(self.en(o.ev), f.name, sroot, tmap, off, self.k(org[kept[0]]), self.k(org[kept[1]]),
+                        batch[0] if batch else None)
+        plan.epilogue.append(st)
+        self._pending_stage = None
+        return st

@@ -1,0 +1,201 @@
+"""What each op does in the concurrent interpreter (:mod:`cypressc.ir.concurrent`): the
+hardware semantics of the sync ops (mbarrier waits, arrivals and transaction bytes, wgmma and
+bulk groups, named barriers, fences) and of the asynchronous work (TMA loads and stores,
+wgmma), with the values computed by the sequential interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cypressc.ir import nodes as N
+from cypressc.ir import sync as S
+from cypressc.ir.concurrent_state import Bar, RaceChecks, Thread, op_label
+from cypressc.lang.intrinsics import LEAF_FUNCTIONS, NUMPY_DTYPES
+
+__all__ = ["OpSemantics"]
+
+
+class OpSemantics(RaceChecks):
+    """Executing one op of one thread (:meth:`execute`, a generator that yields where the op
+    blocks) and completing asynchronous work.  The interpreter sets, besides
+    :class:`RaceChecks`' attributes, ``bars`` ((barrier, stage) -> :class:`Bar`),
+    ``reg_pending`` (register tensor and warpgroup -> wgmmas in flight on it), ``inflight``
+    (async completions), ``named`` / ``named_gen`` (named barriers) and ``values``."""
+
+    def execute(self, t: Thread, op, scope, envs):
+        vi = self.vi
+        if isinstance(op, S.Wait):
+            bar = (op.bar, int(vi.expr(op.stage, scope, envs[0])))
+            par = int(vi.expr(op.parity, scope, envs[0])) % 2
+            b = self.bars.get(bar) or self.fail("deadlock", op, f"%{op.bar} is not initialised")
+            if b.phase % 2 == par:  # the phase of parity `par` has not completed yet
+                t.ready = lambda: b.phase % 2 != par
+                yield
+            t.observed[bar] = max(t.observed.get(bar, 0), b.phase)
+        elif isinstance(op, (S.Arrive, S.ArriveExpectTx)):
+            for e in envs:
+                bar = (op.bar, int(vi.expr(op.stage, scope, e)))
+                b = self.bars[bar]
+                if isinstance(op, S.ArriveExpectTx):
+                    b.tx += op.bytes
+                for r in self.regions.values():  # this thread's finished reads: released
+                    for rd in r.readers:
+                        if rd["thread"] is t and rd["retired"]:
+                            rd["tokens"].add((bar, b.phase))
+                self.arrive(op, bar, b, 1)
+        elif isinstance(op, S.CommitGroup):
+            if op.unit == "wgmma":
+                t.mma_groups.append(t.open_mma)
+                t.open_mma = []
+            else:
+                t.bulk_groups.append(t.open_bulk)
+                t.open_bulk = []
+        elif isinstance(op, S.WaitGroup):
+            if op.unit == "wgmma":
+                while len(t.mma_groups) > op.pending:
+                    for job in t.mma_groups.pop(0):
+                        self.retire_mma(job)
+            else:
+                live = lambda: sum(any(not j["done"] for j in g) for g in t.bulk_groups)  # noqa: E731
+                if live() > op.pending:
+                    t.ready = lambda: live() <= op.pending
+                    yield
+        elif isinstance(op, S.BarSync):
+            bid = int(vi.expr(op.id, scope, envs[0]))
+            need = max(1, op.threads // 128)
+            arrived = self.named.setdefault(bid, set())
+            gen = self.named_gen.get(bid, 0)
+            arrived.add(t.name)
+            if len(arrived) >= need:
+                self.named[bid] = set()
+                self.named_gen[bid] = gen + 1
+            else:
+                t.ready = lambda: self.named_gen.get(bid, 0) > gen
+                yield
+        elif isinstance(op, S.Fence):
+            if op.kind == "wgmma":
+                t.unfenced_regs.clear()
+            else:
+                t.dirty.clear()
+        elif isinstance(op, S.SyncWarp):
+            pass
+        elif isinstance(op, N.Copy):
+            self.copy(t, op, scope, envs)
+        elif isinstance(op, N.Call):
+            self.call(t, op, scope, envs)
+        else:  # pragma: no cover - PFor inside a block is not produced by the passes
+            self.fail("deadlock", op, f"unsupported op {type(op).__name__} in block code")
+
+    def arrive(self, op, bar, b: Bar, n: int) -> None:
+        b.arrivals += n
+        if b.arrivals > b.count:
+            self.fail("race", op, f"%{bar[0]}[{bar[1]}] receives {b.arrivals} arrivals in one phase "
+                                  f"(count {b.count})")
+        self.settle(b)
+
+    @staticmethod
+    def settle(b: Bar) -> None:
+        if b.arrivals == b.count and b.tx == 0:
+            b.phase += 1
+            b.arrivals = 0
+
+    def copy(self, t: Thread, op: N.Copy, scope, envs) -> None:
+        for e in envs:
+            src, dst = self.region(op.src, scope, e), self.region(op.dst, scope, e)
+            if op.bar is not None:  # TMA load: async, completes on the barrier
+                bar = (op.bar.bar, int(self.vi.expr(op.bar.stage, scope, e)))
+                r = self.check_overwrite(t, op, dst[1])
+                nbytes = self._bytes(op.dst, scope, e)
+                job = {"kind": "tma", "op": op_label(op, self.names), "done": False, "bar": bar,
+                       "phase": None, "bytes": nbytes, "run": (op, scope, e)}
+                r.writer = job
+                self.inflight.append(("tma", t, job))
+            elif src is not None and src[0] == "SHARED" and dst is None:  # TMA store: bulk group
+                if src[1] in t.dirty:
+                    self.fail("race", op, f"TMA store reads %{src[1][0]} written by threads without "
+                                          "fence proxy_async")
+                rec = self.check_read(t, op, src[1], retired=False)
+                job = {"kind": "bulk", "done": False, "run": (op, scope, e), "rec": rec}
+                t.open_bulk.append(job)
+                self.inflight.append(("bulk", t, job))
+            else:
+                if src is not None and src[0] == "SHARED":
+                    self.check_read(t, op, src[1], retired=True)
+                if dst is not None and dst[0] == "SHARED":
+                    self.check_overwrite(t, op, dst[1]).writer = {"kind": "simt"}
+                    t.dirty.add(dst[1])
+                if self.values:
+                    self.do_copy(op, scope, e)
+
+    def _bytes(self, v: N.View, scope, env) -> int:
+        shape = self.sym.shape(v)
+        n = int(np.prod([int(self.vi.expr(x, scope, env)) for x in shape]))
+        return n * np.dtype(NUMPY_DTYPES[self.sym.allocs[self.sym.root(v)].dtype]).itemsize
+
+    def do_copy(self, op: N.Copy, scope, env) -> None:
+        src, dst = self.vi.view(op.src, scope, env), self.vi.view(op.dst, scope, env)
+        dst.write(src.read().reshape(dst.shape))
+
+    def call(self, t: Thread, op: N.Call, scope, envs) -> None:
+        fn = LEAF_FUNCTIONS[op.fn]
+        mma = fn.collective is not None
+        regs, recs = set(), []
+        views = [(i, a, fn.operands[i] if i < len(fn.operands) else None) for i, a in enumerate(op.args)
+                 if isinstance(a, (N.TRef, N.Piece))]
+        for e in envs[:1] if mma else envs:  # a wgmma's shared operands are the same per warpgroup
+            for i, a, rule in views:
+                reg = self.region(a, scope, e)
+                if reg is None:
+                    continue
+                mem, key = reg
+                writes = rule is not None and rule.writes
+                if mem == "REGISTER":
+                    rkey = (key[0], t.wg)
+                    if self.reg_pending.get(rkey, 0) and not mma:
+                        self.fail("race", op, f"touches %{key[0]} while a wgmma on it is in flight "
+                                              f"({t.name}: its group has not retired)")
+                    if mma and rkey in t.unfenced_regs:
+                        self.fail("race", op, f"wgmma on %{key[0]} written by threads without fence wgmma")
+                    regs.add(rkey)
+                elif mem == "SHARED":
+                    if rule is None or rule.reads:
+                        recs.append(self.check_read(t, op, key, retired=not mma))
+                    if writes:
+                        self.check_overwrite(t, op, key).writer = {"kind": "simt"}
+                        t.dirty.add(key)
+        if mma:
+            for rk in regs:
+                self.reg_pending[rk] = self.reg_pending.get(rk, 0) + 1
+            t.open_mma.append({"run": (op, scope, envs), "regs": regs, "recs": recs})
+            return
+        for i, a, rule in views:
+            if rule is not None and rule.writes and self.sym.allocs[self.sym.root(a)].mem == "REGISTER":
+                t.unfenced_regs.add((self.sym.root(a), t.wg))
+        if self.values:
+            for e in envs:
+                self.vi.call(op, scope, e)
+
+    def retire_mma(self, job) -> None:
+        op, scope, envs = job["run"]
+        if self.values:
+            self.vi.call_group(op, [(scope, e) for e in envs])
+        for rk in job["regs"]:
+            self.reg_pending[rk] -= 1
+        for rec in job["recs"]:
+            rec["retired"] = True
+
+    def complete(self, kind: str, t: Thread, job) -> None:
+        op, scope, e = job["run"]
+        if kind == "tma":
+            b = self.bars[job["bar"]]
+            job["phase"] = b.phase
+            job["done"] = True
+            if self.values:
+                self.do_copy(op, scope, e)
+            b.tx -= job["bytes"]
+            self.settle(b)
+        else:
+            if self.values:
+                self.do_copy(op, scope, e)
+            job["done"] = True
+            job["rec"]["retired"] = True

@@ -1,0 +1,198 @@
+"""The TMA channels of ``sync-insertion`` (paper §4.2.6): full and empty mbarriers.
+
+A TMA copy read by other ops gets a *full* mbarrier: ``arrive_expect_tx`` with the tile
+bytes before the copy, a ``wait`` on parity ``((k - lo) / D) % 2`` before the first reader
+of each role.  The write-after-read back edge from the readers of stage ``k`` to the copy
+of stage ``k + D`` gets an *empty* mbarrier: the copy's role waits on it, each reader role
+arrives once per warpgroup (Tensor Core readers) or once per warp after ``__syncwarp``
+(thread code), ``P = mma_in_flight`` steps later after ``wait_group`` retired the reading
+wgmma group (the last ``P`` releases drained after the loop), or right after a same-step
+``wait_group`` thread code needs anyway.  Copies of one loop step share a channel when
+sharing never makes an op wait longer or a stage come back later.
+"""
+
+from __future__ import annotations
+
+from cypressc.ir import nodes as N
+from cypressc.ir import sync as S
+from cypressc.ir.hazards import Dep, Leaf
+from cypressc.ir.shapes import static
+from cypressc.ir.subst import subst_expr
+from cypressc.passes.sync_placement import Placement
+from cypressc.passes.sync_placement import Refuse as _Refuse
+from cypressc.passes.sync_placement import count_instances as _count
+
+__all__ = ["TmaChannels"]
+
+
+class TmaChannels(Placement):
+    """The channel half of the sync-insertion pass: groups the TMA copies that need a full
+    or empty barrier into channels and places their mbarrier ops.  The pass object sets
+    what these methods read besides :class:`Placement`'s: ``cfg`` (its
+    :class:`~cypressc.passes.sync_insertion.SyncInsertion` knobs), ``groups`` and ``commits``
+    (the wgmma commit groups), ``covered`` (edges already synchronized), ``seqs`` and
+    ``ops`` (leaves by program position, ops by id)."""
+
+    def _channels(self, full: dict[str, list[Dep]], empty: dict[str, list[Dep]]) -> None:
+        """Group the TMA copies into channels: one loop, stage index, role and shape, the same
+        wait point per consumer role and the same release point per reader role — sharing a
+        barrier then never makes an op wait longer or a stage come back later."""
+        groups: dict[tuple, list[Leaf]] = {}
+        for ev in sorted(set(full) | set(empty), key=lambda x: self.prog.leaves[x].seq):
+            lf = self.prog.leaves[ev]
+            if len(lf.loops) > 1:
+                raise _Refuse(f"TMA copy %{ev} in a nested loop")
+            stage, depth = self.prog.stage(lf)
+            waits = self._wait_points(lf, full.get(ev, []))
+            release = self._release_points(lf, empty.get(ev, []), depth)
+            key = (id(lf.block), lf.loops, lf.role, lf.op.dims, stage, depth, waits,
+                   tuple(sorted((r, v[0], v[1], v[7]) for r, v in release.items())))
+            groups.setdefault(key, []).append(lf)
+        for (_, _, _, _, stage, depth, _, _), copies in groups.items():
+            self._channel(copies, stage, depth, full, empty)
+
+    def _wait_points(self, lf: Leaf, deps: list[Dep]) -> tuple:
+        """(role, id of the op the wait goes before) per consumer role."""
+        first: dict[str, tuple[int, object]] = {}
+        for d in deps:
+            c = self.prog.leaves[d.dst]
+            if d.via == "after":
+                if any(self.prog.leaves[x.dst].role == c.role and x.via == "same" for x in deps):
+                    continue  # the role waited for the last phase inside the loop
+                raise _Refuse(f"%{d.dst} reads TMA copy %{d.src} only after its loop")
+            if d.via == "carried":
+                raise _Refuse(f"%{d.dst} reads TMA copy %{d.src} of an earlier iteration")
+            where, _ = self.anchor(d)
+            seq = c.seq if where is c.op else self.prog.loops[d.loop][2]
+            if c.role not in first or seq < first[c.role][0]:
+                first[c.role] = (seq, where)
+        return tuple(sorted((r, id(w)) for r, (_, w) in first.items()))
+
+    def _release_points(self, lf: Leaf, deps: list[Dep], depth: int) -> dict[str, tuple]:
+        """Per reader role: (steps the release lags, id of the op it follows, wait_group N,
+        arrival dims, edges, that op, whether a wgmma read the stage)."""
+        out: dict[str, tuple] = {}
+        for role in sorted({self.prog.leaves[d.src].role for d in deps}):
+            mine = [d for d in deps if self.prog.leaves[d.src].role == role]
+            readers = [self.prog.leaves[d.src] for d in mine]
+            if any(d.distance != depth for d in mine) or any(r.loops != lf.loops for r in readers):
+                raise _Refuse(f"stage buffer of TMA copy %{lf.op.ev} reused at a distance other than its "
+                              f"{depth} stage(s)")
+            if any(r.kind not in ("wgmma", "thread") for r in readers):
+                raise _Refuse(f"stage of TMA copy %{lf.op.ev} read by a TMA store")
+            mma = [r for r in readers if r.kind == "wgmma"]
+            lag = min(self.cfg.mma_in_flight, depth - 1) if mma else 0
+            commits = self.commits[id(lf.block)]
+            g = max((self.groups[r.op.ev][1] for r in mma), default=-1)
+            early = self._retired_in_step(mma, g, readers) if mma else None
+            side = "after"
+            if early is not None:  # thread code of this step waits for the readers' groups anyway
+                lag, at, side = 0, early.seq, "before"
+                n = sum(1 for s in commits[g + 1:] if s < early.seq)
+            else:
+                if lag:  # a later step's last commit: its wait_group retires this step's groups
+                    at = commits[-1]
+                else:
+                    at = max([r.seq for r in readers if r.kind == "thread"] + ([commits[g]] if mma else []))
+                n = (sum(1 for s in commits if s <= at) - 1 - g + lag * len(commits)) if mma else 0
+            anchor = self.seqs[at]
+            unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
+            out[role] = (lag, id(anchor.op), n, self._arrivals(role, unit), tuple(d.edge() for d in mine),
+                         anchor, bool(mma), side)
+        return out
+
+    def _retired_in_step(self, mma: list[Leaf], g: int, readers: list[Leaf]) -> Leaf | None:
+        """The first thread op of the step that waits (``wait_group``, a same-step flow edge)
+        for the last group of the wgmmas reading a stage, after every thread reader of it:
+        the stage is free right there, ``mma_in_flight`` does not hold it back (FlashAttention's
+        K stage, free once S = Q·Kᵀ retired for the softmax)."""
+        last = [r for r in mma if self.groups[r.op.ev][1] == g]
+        cands = [self.prog.leaves[d.dst] for d in self.covered
+                 if d.via == "same" and d.hazard == "raw" and d.src in {r.op.ev for r in last}
+                 and d.dst in self.prog.leaves and self.prog.leaves[d.dst].kind == "thread"
+                 and "wait_group" in self.prog.needs(d)]
+        cands = [c for c in cands if c.role == mma[0].role and c.block is mma[0].block
+                 and all(r.seq < c.seq for r in readers if r.kind == "thread")]
+        return min(cands, key=lambda c: c.seq, default=None)
+
+    def _arrivals(self, role: str, unit: str) -> tuple[N.Dim, ...]:
+        """The role's dimensions down to ``unit``: one arrival per warpgroup (Tensor Core
+        readers retire per warpgroup) or per warp (thread code, gathered by syncwarp)."""
+        dims = self.prog.role_dims(role)
+        depth = {"BLOCK": 0, "WARPGROUP": 1, "WARP": 2, "THREAD": 3}
+        out = tuple(d for d in dims if depth.get(d.proc, 3) <= depth[unit])
+        if unit == "WARP" and not any(d.proc == "WARP" for d in out):
+            threads = next((static(d.extent) for d in dims if d.proc == "THREAD"), None)
+            warps = self.cfg.warpgroup_warps if threads is None else -(-threads // self.cfg.warp_threads)
+            out = out + (N.Dim(N.IConst(warps), "WARP"),)
+        return out
+
+    def _channel(self, copies: list[Leaf], stage: N.IExpr, depth: int, full, empty) -> None:
+        """The full (and, with readers to release, empty) barrier of one channel."""
+        first = copies[0]
+        release = self._release_points(first, [d for c in copies for d in empty.get(c.op.ev, [])], depth)
+        lp = first.loops[-1] if first.loops else None
+        roots = "_".join(dict.fromkeys(self.prog.sym.root(c.op.dst) for c in copies))
+        fname, ename = f"full_{roots}", f"empty_{roots}"
+        fdeps = [d for c in copies for d in full.get(c.op.ev, [])]
+        edeps = [d for c in copies for d in empty.get(c.op.ev, [])]
+        nbytes = [self.prog.nbytes(c.op.dst) for c in copies]
+        if None in nbytes:
+            raise _Refuse(f"TMA copy %{first.op.ev} of a tile with a run-time shape")
+        evs = tuple(c.op.ev for c in copies)
+        decl = lp if lp is not None else first.op
+        fe, ee = tuple(d.edge() for d in fdeps), tuple(d.edge() for d in edeps)
+        wait_roles = sorted({self.prog.leaves[d.dst].role for d in fdeps})
+        bdims = tuple(d for d in first.op.dims if d.proc == "BLOCK")
+        self.put(decl, "before", S.MBarrier, ("mbar", fname),
+                 lambda ins: S.MBarrier(fname, "full", depth, _count(first.op.dims), first.role,
+                                        ",".join(wait_roles) or first.role, evs, fe, bdims))
+        k = N.IVar(lp.var) if lp is not None else None
+        phase = N.ibin("//", N.ibin("-", k, lp.lo), N.IConst(depth)) if lp is not None else N.IConst(0)
+        for c in copies:
+            self.bars[c.op.ev] = S.BarIdx(fname, stage)
+        if edeps:
+            count = sum(_count(r[3]) for r in release.values())
+            self.put(decl, "before", S.MBarrier, ("mbar", ename),
+                     lambda ins: S.MBarrier(ename, "empty", depth, count, ",".join(sorted(release)), first.role,
+                                            evs, ee, bdims))
+            self.put(first.op, "before", S.Wait, ("wait", ename),
+                     lambda ins: S.Wait(ename, stage, N.ibin("%", N.ibin("+", phase, N.IConst(1)), N.IConst(2)),
+                                        first.role, ee, first.op.dims))
+        self.put(first.op, "before", S.ArriveExpectTx, ("atx", fname),
+                 lambda ins: S.ArriveExpectTx(fname, stage, sum(nbytes), first.role, fe, first.op.dims))
+        for role, w in self._wait_points(first, fdeps):
+            self.put(self.ops[w], "before", S.Wait, ("wait", fname, role),
+                     lambda ins, role=role: S.Wait(fname, stage, N.ibin("%", phase, N.IConst(2)), role,
+                                                   tuple(d.edge() for d in fdeps
+                                                         if self.prog.leaves[d.dst].role == role),
+                                                   self.prog.role_dims(role)))
+        for role, (lag, _, n, arr, edges, anchor, mma, side) in release.items():
+            self._release(lp, stage, ename, role, lag, anchor, n, arr, edges, mma, side)
+
+    def _release(self, lp: N.For, stage, ename: str, role: str, lag: int, anchor: Leaf, n: int, arr,
+                 edges, mma: bool, side: str = "after") -> None:
+        k = N.IVar(lp.var)
+        rdims = self.prog.role_dims(role)
+        warp = any(d.proc == "WARP" for d in arr)
+
+        def at(where, side, it: N.IExpr, pending: int, when):
+            if mma:
+                self.put(where, side, S.WaitGroup, ("wait_group", role),
+                         lambda ins: S.WaitGroup("wgmma", ins.pending, role, tuple(ins.edges), rdims),
+                         edges, pending=pending)
+            if warp:
+                self.put(where, side, S.SyncWarp, ("syncwarp", role),
+                         lambda ins: S.SyncWarp(role, tuple(ins.edges), rdims, when), edges)
+            st = subst_expr(stage, {lp.var: it})
+            self.put(where, side, S.Arrive, ("arrive", ename, role, st),
+                     lambda ins: S.Arrive(ename, st, role, when, tuple(ins.edges), arr), edges)
+
+        if lag == 0:
+            at(anchor.op, side, k, n, None)
+            return
+        at(anchor.op, "after", N.ibin("-", k, N.IConst(lag)), n,
+           S.Guard(k, N.ibin("+", lp.lo, N.IConst(lag))))
+        for j in range(lag, 0, -1):  # the drain: the last `lag` stages, once every group retired
+            it = N.IBin("-", lp.hi, N.IConst(j))  # unfolded: it names the loop's bound
+            at(lp, "after", it, 0, S.Guard(it, lp.lo))

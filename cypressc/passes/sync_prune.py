@@ -1,0 +1,56 @@
+"""Dropping the ``wait_group N`` ops that sync-insertion placed but an earlier wait made
+redundant: at most N wgmma (or bulk) groups can be in flight there on any path, e.g. the wait
+after a loop whose every step ends waiting for 0."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cypressc.ir import nodes as N
+from cypressc.ir import sync as S
+
+__all__ = ["prune_wait_groups"]
+
+_MANY = 1 << 16  # "any number of groups may be in flight"
+
+
+def _flow(b: N.Block, state: dict) -> dict:
+    """Groups possibly in flight per (role, unit) after ``b`` (loops: any trip count)."""
+    return prune_wait_groups(b, state)[1]
+
+
+def _join(a: dict, b: dict) -> dict:
+    return {k: max(a.get(k, 0), b.get(k, 0)) for k in set(a) | set(b)}
+
+
+def _loop_entry(body: N.Block, before: dict) -> dict:
+    """The state at the top of a loop body: before the loop, or after any iteration."""
+    entry = dict(before)
+    for _ in range(4):
+        nxt = _join(before, _flow(body, entry))
+        if nxt == entry:
+            return entry
+        entry = nxt
+    return {k: (v if v == before.get(k, 0) else _MANY) for k, v in entry.items()}
+
+
+def prune_wait_groups(b: N.Block, state: dict) -> tuple[N.Block, dict]:
+    """Drop each ``wait_group N`` that at most N groups can reach (an earlier wait already
+    retired what it would): e.g. the wait after a loop whose every step ends waiting for 0."""
+    ops = []
+    state = dict(state)
+    for op in b.ops:
+        if isinstance(op, S.CommitGroup):
+            key = (op.role, op.unit)
+            state[key] = min(state.get(key, 0) + 1, _MANY)
+        elif isinstance(op, S.WaitGroup):
+            key = (op.role, op.unit)
+            if state.get(key, 0) <= op.pending:
+                continue
+            state[key] = op.pending
+        elif isinstance(op, (N.For, N.PFor)):
+            body, out = prune_wait_groups(op.body, _loop_entry(op.body, state))
+            op = replace(op, body=body)
+            state = _join(state, out)
+        ops.append(op)
+    return N.Block(tuple(ops), b.yields), state

@@ -1,0 +1,116 @@
+"""Two main loops in one block (issue #10 item 5): tests/programs/gemm_two_loops.cyp computes
+C = A @ B + D @ E with one pipelined loop per product into one accumulator.
+warp-specialization stages both loops' shared tiles (it used to stage only the first: staging
+one loop rebuilt the blocks, and the second loop was no longer found by identity);
+sync-insertion gives each loop its own channels; the CUDA runs the two loops one after the
+other in every tile, each with its own trip count and its own pipeline counters (carried
+across the tiles of a persistent block, since each loop's mbarriers count only its own
+steps).  The concurrent interpreter runs the program (tests/ir/test_concurrent.py, PAIRS),
+the sequential one checks its values (tests/ir/test_passes_interp.py), nvcc compiles it here
+and the GPU check runs it (bench/gpu_check.py, ``gemm_two_loops``)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cypressc.cli import main
+from cypressc.ir import nodes as N
+from cypressc.ir import sync as S
+from cypressc.ir.subst import walk_ops
+from cypressc.lang.checker import check_program
+from cypressc.lang.parser import parse_file
+from cypressc.mapping.loader import load_mapping
+from cypressc.mapping.tasktree import instantiate
+from cypressc.passes.manager import compile_module
+from cypressc.tuner.build import cutlass_include
+
+ROOT = Path(__file__).resolve().parents[2]
+PROG = ROOT / "tests" / "programs" / "gemm_two_loops.cyp"
+MAP = ROOT / "tests" / "mappings" / "gemm_two_loops.yaml"
+RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
+
+
+def _build(tmp_path: Path, mapping: Path = MAP):
+    out = tmp_path / "out"
+    return CliRunner().invoke(main, ["build", str(PROG), "-m", str(mapping), "-o", str(out)]), out
+
+
+def _mapping(tmp_path: Path, old: str, new: str) -> Path:
+    text = MAP.read_text()
+    assert old in text
+    m = tmp_path / "m.yaml"
+    m.write_text(text.replace(old, new))
+    return m
+
+
+def test_both_loops_are_pipelined_with_their_own_channels():
+    tree = instantiate(check_program(parse_file(PROG)), load_mapping(MAP))
+    m = dict(compile_module(tree, until="sync-insertion"))["sync-insertion"]
+    loops = [o for o in m.body.ops if isinstance(o, N.For)]
+    assert len(loops) == 2
+    staged = {o.name: o for o in walk_ops(m.body) if isinstance(o, N.Alloc) and o.mem == "SHARED"}
+    for lp in loops:
+        # every shared tile a loop reads is a 3-stage buffer hoisted out of it
+        reads = {o.dst.partition.split("#")[0] for o in lp.body.ops if isinstance(o, N.Copy)}
+        assert len(reads) == 2 and all(staged[r].shape[0] == N.IConst(3) for r in reads), reads
+        assert not any(isinstance(o, N.Alloc) for o in lp.body.ops)
+    bars = [[o.bar for o in lp.body.ops if isinstance(o, S.Wait)] for lp in loops]
+    assert all(len(b) == 2 for b in bars) and not set(bars[0]) & set(bars[1])
+
+
+def test_the_kernel_runs_the_loops_in_turn_with_their_own_counters(tmp_path):
+    r, out = _build(tmp_path)
+    assert r.exit_code == 0, r.output
+    cu = (out / "gemm_two_loops.cu").read_text()
+    assert "const int num_k = cdiv(K, 64);" in cu and "const int num_k_1 = cdiv(J, 64);" in cu
+    cons = cu[cu.index("consumer warpgroups"):]
+    first, second = cons.index("for (int kb = 0; kb < num_k; ++kb)"), cons.index("for (int kb = 0; kb < num_k_1; ++kb)")
+    assert first < second
+    # loop 0 waits and advances on (stage, phase), loop 1 on (stage_1, phase_1), both declared
+    # before the persistent tile loop so they carry over to the block's next tile
+    assert "int stage = 0, phase = 0;" in cons[:cons.index("for (int t = ")]
+    assert "int stage_1 = 0, phase_1 = 0;" in cons[:cons.index("for (int t = ")]
+    loop0, loop1 = cons[first:second], cons[second:]
+    assert "[stage], phase)" in loop0 and "stage_1" not in loop0
+    assert "[stage_1], phase_1)" in loop1 and "if (++stage_1 == STAGES) { stage_1 = 0; phase_1 ^= 1; }" in loop1
+    prod = cu[cu.index("producer warpgroup"):cu.index("consumer warpgroups")]
+    p0, p1 = prod.index("kb < num_k;"), prod.index("kb < num_k_1;")
+    assert p0 < p1
+    # A and B stream in the first loop, D and E in the second
+    assert re.findall(r"tma_load_2d\([^;]*&(tm_\w+)", prod[p0:p1]) == ["tm_A_128x64", "tm_B_64x64"]
+    assert re.findall(r"tma_load_2d\([^;]*&(tm_\w+)", prod[p1:]) == ["tm_D_128x64", "tm_E_64x64"]
+
+
+def test_two_loops_without_warp_specialization_are_refused(tmp_path):
+    r, _ = _build(tmp_path, _mapping(tmp_path, "warpspecialize: true", "warpspecialize: false"))
+    assert r.exit_code != 0
+    assert "error[E050]" in r.output and "more than one main loop without warp specialization" in r.output
+
+
+def test_a_size_named_like_a_second_loops_counter_is_refused(tmp_path):
+    prog = tmp_path / "p.cyp"
+    prog.write_text(PROG.read_text().replace("J", "stage_1"))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["build", str(prog), "-m", str(MAP), "-o", str(out)])
+    assert r.exit_code != 0 and "error[E050]" in r.output and "'stage_1' clashes" in r.output, r.output
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_the_two_loop_kernel_compiles_for_sm90a(tmp_path):
+    r, out = _build(tmp_path)
+    assert r.exit_code == 0, r.output
+    c = subprocess.run(
+        ["nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{RUNTIME}",
+         f"-I{cutlass_include()}", "-Xcompiler", "-fPIC", "-shared", "-Xptxas", "-v",
+         "-o", str(tmp_path / "lib.so"), str(out / "gemm_two_loops.cu")], capture_output=True, text=True)
+    assert c.returncode == 0, c.stderr[-4000:]
+    assert "C7519" not in c.stderr and "C7517" not in c.stderr, "ptxas inserted a wgmma fence or wait"
+    spills = [ln for ln in c.stderr.splitlines() if "spill stores" in ln]
+    assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
