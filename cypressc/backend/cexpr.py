@@ -5,7 +5,7 @@ over the kernel's variables, and this module alone writes it as C++ (Cypress pap
 
 The kernel's variables are plain :class:`~cypressc.ir.nodes.IVar` names: the sizes (``M``,
 ``N``, …), the tile coordinates ``b0, b1, b2``, the main-loop step ``kb`` (``kn``: a load
-issued ahead), the trip count ``num_k``, the consumer warpgroup ``cw``, the thread in the
+issued ahead), the trip counts ``num_k``, ``num_k_1``, … (one per main loop), the consumer warpgroup ``cw``, the thread in the
 warpgroup ``tw``, the pipeline counters ``stage, phase, istage, iphase, kbase``, ``tiles<d>``,
 ``threadIdx.x`` and the thread predicates ``leader`` and ``issuer``.  The lowering
 substitutes every IR name by one of them; a processor index left over is a lowering bug

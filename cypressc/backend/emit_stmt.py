@@ -135,7 +135,8 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     b_base = _stage_base(b_buf, mm.b_stage)
     src = f"A from registers %{mm.a_frag}, " if mm.a_frag else ""
     fill = f" (fill {mm.zero_fill} folded in: scale-d off on the first step)" if mm.zero_fill else ""
-    w(f"// {mm.event}: warpgroup_mma, {src}{mm.k // 16} k16 step(s){fill}")
+    kmajor = ", B K-major" if mm.b_kmajor else ""
+    w(f"// {mm.event}: warpgroup_mma, {src}{mm.k // 16} k16 step(s){kmajor}{fill}")
     w("#pragma unroll")
     w.open(f"for (int kk = 0; kk < {mm.k // 16}; ++kk)")
     # MN-major B: a k16 step is 16 swizzled rows; K-major A: 32 B along a swizzled row, so

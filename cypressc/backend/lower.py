@@ -174,6 +174,10 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
         grid_dims = [d for d in lp.dims if d.proc == "BLOCK"]
         if not grid_dims or len(grid_dims) != len(lp.dims):
             _refuse("the main loop must run once per block")
+        if self.block.instance.persistent and any(static(x.hi) is not None for x in loops):
+            _refuse("a persistent block whose main loop has a static trip count: its pipeline positions "
+                    "after the loop are folded to constants, which are wrong from the block's second tile "
+                    "on; map the block with `persistent: false`")
         for other in loops[1:]:
             if other.dims != lp.dims:
                 _refuse("main loops that do not all run once per block")
@@ -412,7 +416,9 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
         N x K, K contiguous, read like a K-major A): its first row (N; a whole 8-row swizzle
         atom) and its first column (K; a k16 step of an unstaged tile, as for A)."""
         row = static(borg[-2])
-        if row is not None and row % 8:
+        if row is None:
+            _refuse(f"a K-major wgmma B operand at a run-time row of %{bbuf.name}: its first row must be static")
+        if row % 8:
             _refuse(f"a K-major wgmma B operand at row {row} of %{bbuf.name}: it must start on an 8-row "
                     "swizzle atom")
         if static(borg[-1]) != 0 and bbuf.stages > 1:
@@ -432,8 +438,9 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
         return b_col // bbuf.chunk_cols
 
     def _k_slice(self, buf: P.StageBuffer, col: N.IExpr, k: int) -> N.IExpr:
-        """The first column (a kernel expression) of a wgmma A operand in an unstaged shared tile: a K slice of a
-        tile every step reads (an A panel copied in before the main loop).  At every step of
+        """The first column (a kernel expression) of a K-major wgmma operand (A, or a
+        ``warpgroup_mma_bt`` B) in an unstaged shared tile: a K slice of a tile every step reads
+        (a panel copied in before the main loop).  At every step of
         the main loop the slice must start on a k16 step and end inside the tile."""
         if static(col) == 0:
             return N.IConst(0)
@@ -443,11 +450,11 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
             try:
                 c0 = evaluate(col, {lp.var: step} if step is not None else {}, self.lets)
             except (KeyError, ZeroDivisionError):
-                _refuse(f"a wgmma A operand at column {cexpr(self.k(col))} of %{buf.name}: a K slice of a shared "
+                _refuse(f"a K-major wgmma operand at column {cexpr(self.k(col))} of %{buf.name}: a K slice of a shared "
                         "tile needs a column that depends only on the main loop's variable, over a "
                         "static trip count")
             if not isinstance(c0, int) or c0 % 16 or not 0 <= c0 <= buf.cols - k:
-                _refuse(f"a wgmma A operand at column {c0} (step {step}) of the {buf.cols}-column "
+                _refuse(f"a K-major wgmma operand at column {c0} (step {step}) of the {buf.cols}-column "
                         f"%{buf.name}: a {k}-column K slice must start on a multiple of 16 inside the tile")
         return self.k(col)
 

@@ -157,6 +157,8 @@ class KernelInterface:
         rows = next((shapes[src[mm.a_buf]] for mm in plan.body if not mm.a_frag), None)
         for mm in plan.body:
             b = shapes[src[mm.b_buf]]
+            if mm.b_kmajor:  # B stored N x K: its K is the last dimension
+                b = (*b[:-2], b[-1], b[-2])
             if not mm.a_frag:
                 a = shapes[src[mm.a_buf]]
             elif rows is not None:

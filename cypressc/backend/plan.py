@@ -397,7 +397,7 @@ class KernelPlan:
     consumer: RoleCode = field(default_factory=RoleCode)
     issue_ahead: list = field(default_factory=list)  # no producer: the issuer's loads, STAGES - 1 steps ahead
     exit: list = field(default_factory=list)  # consumer statements after the last tile
-    counters: set = field(default_factory=set)  # (role, "stage" | "istage" | "kbase") the code uses
+    counters: set = field(default_factory=set)  # (role, "stage" | "istage" | "kbase", suffixed per main loop: "stage_1", …) the code uses
     requires: list[Require] = field(default_factory=list)
     flops: IExpr = IConst(0.0)  # useful floating-point operations of one launch, over the sizes
     grid_exprs: list[IExpr] = field(default_factory=list)  # ``grid`` over the sizes (cypressc tune's model)

@@ -149,27 +149,27 @@ def _row_sum(y: Operand, a: Operand) -> dict[int, np.ndarray]:
 _FLOAT = ("f16", "bf16", "f32")
 _MMA_IN = ("f16", "bf16")
 
+
+def _mma_operands(b: str) -> tuple[OperandRule, ...]:
+    """The operands of a wgmma leaf: the atom, the f32 accumulator C (registers), A (shared
+    or registers) and the B operand named ``b`` (shared)."""
+    return (OperandRule("atom", kind="atom"),
+            OperandRule("C", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
+            OperandRule("A", mems=("SHARED", "REGISTER"), dtypes=_MMA_IN, rank=2),
+            OperandRule(b, mems=("SHARED",), dtypes=_MMA_IN, rank=2))
+
+
 LEAF_FUNCTIONS: dict[str, LeafFn] = {
     f.name: f
     for f in (
         LeafFn(
-            "warpgroup_mma", "cypress::warpgroup_mma",
-            (OperandRule("atom", kind="atom"),
-             OperandRule("C", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
-             OperandRule("A", mems=("SHARED", "REGISTER"), dtypes=_MMA_IN, rank=2),
-             OperandRule("B", mems=("SHARED",), dtypes=_MMA_IN, rank=2)),
-            "THREAD", _mma, collective="WARPGROUP",
+            "warpgroup_mma", "cypress::warpgroup_mma", _mma_operands("B"), "THREAD", _mma, collective="WARPGROUP",
             doc="C += A @ B on the Tensor Core (wgmma.mma_async); C is this thread's fragment "
                 "of the f32 accumulator, A (shared, or registers: each thread its fragment, the "
                 "accumulator layout) and B (shared) are read as the warpgroup's whole tiles.",
         ),
         LeafFn(
-            "warpgroup_mma_bt", "cypress::warpgroup_mma_bt",
-            (OperandRule("atom", kind="atom"),
-             OperandRule("C", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
-             OperandRule("A", mems=("SHARED", "REGISTER"), dtypes=_MMA_IN, rank=2),
-             OperandRule("Bt", mems=("SHARED",), dtypes=_MMA_IN, rank=2)),
-            "THREAD", _mma_bt, collective="WARPGROUP",
+            "warpgroup_mma_bt", "cypress::warpgroup_mma_bt", _mma_operands("Bt"), "THREAD", _mma_bt, collective="WARPGROUP",
             doc="C += A @ Bt^T on the Tensor Core: as warpgroup_mma, with B given as the N x K tile "
                 "it is stored as (K contiguous, a K-major wgmma B operand; attention's S = Q @ K^T "
                 "with K stored row-major).",

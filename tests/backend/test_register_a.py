@@ -72,6 +72,7 @@ def test_p_stays_in_the_converting_threads_registers_and_is_synchronized_from_ed
     (lp,) = [o for o in m.body.ops if isinstance(o, N.For)]
     body = list(lp.body.ops)
     mmas = [o for o in body if isinstance(o, N.Call) and o.fn in ("warpgroup_mma_bt", "warpgroup_mma")]
+    assert [o.fn for o in mmas] == ["warpgroup_mma_bt", "warpgroup_mma"]  # S = Q·Kᵀ (K row-major), O += P·V
     (conv,) = [o for o in body if isinstance(o, N.Call) and o.fn == "copy"]
     assert len(mmas) == 2
     first, second = mmas

@@ -172,3 +172,21 @@ def test_tuner_model_reads_the_trees():
     assert rt.eval_expr(feat["trip_count"], sizes) == 16                 # cdiv(K, 64)
     assert json.loads(json.dumps(feat)) == feat                           # the verdict cache stores JSON
     assert static_score(feat, sizes, 132, 232448) > 0
+
+
+@pytest.mark.parametrize("program, mapping, sizes, flops", [
+    # C = A @ Bᵀ, B stored N x K: the FLOPs are 2·M·N·K, not 2·M·K·K (B's last extent is K)
+    ("programs/gemm_bt.cyp", "mappings/gemm_bt/h100.yaml", {"M": 3, "N": 5, "K": 7}, 2.0 * 3 * 5 * 7),
+    # O = T(Q[:, :64] @ K[:, :64]ᵀ) @ V: 2·M·N·64 for S, 2·M·N·E for O (a K-major B, then a register A)
+    ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml", {"M": 3, "E": 5, "D": 64, "N": 11},
+     2.0 * 3 * 11 * 64 + 2.0 * 3 * 11 * 5),
+    # two main loops: 2·M·N·K + 2·M·N·J
+    ("tests/programs/gemm_two_loops.cyp", "tests/mappings/gemm_two_loops.yaml", {"M": 3, "N": 5, "K": 7, "J": 11},
+     2.0 * 3 * 5 * 7 + 2.0 * 3 * 5 * 11)])
+def test_flops_of_k_major_and_multi_loop_kernels(tmp_path, program, mapping, sizes, flops):
+    out = tmp_path / "k"
+    r = CliRunner().invoke(main, ["build", str(ROOT / program), "-m", str(ROOT / mapping), "-o", str(out)],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    info = rt.KernelInfo.load_json(next(p for p in out.glob("*.json")))
+    assert info.flops_at(sizes) == flops

@@ -114,3 +114,16 @@ def test_the_two_loop_kernel_compiles_for_sm90a(tmp_path):
     assert "C7519" not in c.stderr and "C7517" not in c.stderr, "ptxas inserted a wgmma fence or wait"
     spills = [ln for ln in c.stderr.splitlines() if "spill stores" in ln]
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
+
+
+def test_a_persistent_block_with_a_static_trip_count_is_refused(tmp_path):
+    """Its after-loop pipeline positions are folded to constants, right only for a block's
+    first tile; `persistent: false` builds."""
+    prog = tmp_path / "p.cyp"
+    prog.write_text(PROG.read_text().replace("for k in srange(cdiv(J, W)):", "for k in srange(4):"))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["build", str(prog), "-m", str(MAP), "-o", str(out)])
+    assert r.exit_code != 0 and "error[E050]" in r.output and "static trip count" in r.output, r.output
+    m = _mapping(tmp_path, "persistent: true", "persistent: false")
+    r = CliRunner().invoke(main, ["build", str(prog), "-m", str(m), "-o", str(tmp_path / "out2")])
+    assert r.exit_code == 0, r.output

@@ -62,7 +62,7 @@ CASES = {
                                       ref_chain, ["O"]),
     # a test program: two pipelined loops per block accumulating into one accumulator
     "tests/programs/gemm_two_loops.cyp": ("tests/mappings/gemm_two_loops_small.yaml",
-                                          dict(M=50, N=24, K=40, J=24), ref_two_loops, ["C"]),
+                                          dict(M=40, N=24, K=24, J=16), ref_two_loops, ["C"]),
 }
 
 

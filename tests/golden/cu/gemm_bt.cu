@@ -78,7 +78,7 @@ gemm_bt_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_con
         // wgmma.fence: %e1 -> %e5 (raw %C_clear_thread, into the loop); %e1 -> %e5 (waw %C_clear_thread, into the loop); %e5 -> %e5 (raw %C_clear_thread, 1 step(s) later); %e5 -> %e5 (war %C_clear_thread, 1 step(s) later); %e5 -> %e5 (waw %C_clear_thread, 1 step(s) later)
         cypress::fence_acc(C_clear_thread[0]);
         cypress::wgmma_fence();
-        // %e5: warpgroup_mma, 4 k16 step(s)
+        // %e5: warpgroup_mma, 4 k16 step(s), B K-major
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t db = cypress::desc_k_sw128(s_B_mma_block + (stage) * B_mma_block_STAGE + (kk / 4) * B_mma_block_CHUNK + (kk % 4) * 32);
