@@ -174,10 +174,6 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
         grid_dims = [d for d in lp.dims if d.proc == "BLOCK"]
         if not grid_dims or len(grid_dims) != len(lp.dims):
             _refuse("the main loop must run once per block")
-        if self.block.instance.persistent and any(static(x.hi) is not None for x in loops):
-            _refuse("a persistent block whose main loop has a static trip count: its pipeline positions "
-                    "after the loop are folded to constants, which are wrong from the block's second tile "
-                    "on; map the block with `persistent: false`")
         for other in loops[1:]:
             if other.dims != lp.dims:
                 _refuse("main loops that do not all run once per block")
@@ -274,6 +270,10 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
                 defer_store_waits(plan.consumer, plan.exit)
             except ValueError as e:
                 _refuse(str(e))
+        if plan.persistent and any(static(x.hi) is not None for x in loops):
+            _refuse("a persistent block whose main loop has a static trip count: its pipeline positions "
+                    "after the loop are folded to constants, which are wrong from the block's second tile "
+                    "on; map the block with `persistent: false`")
         if m.resources is not None and m.resources.war and plan.persistent:
             _refuse("shared tensors that share bytes in a persistent kernel")
         plan.requires = self._requires(plan)

@@ -157,7 +157,7 @@ def test_a_k_slice_past_the_panel_is_refused(tmp_path):
     """W = 48: cdiv(128, 48) = 3 steps, and the third slice [96, 144) ends past the panel."""
     r = CliRunner().invoke(main, ["check", str(PROG), "-m", str(_mapping(tmp_path, "{W: 32}", "{W: 48}"))])
     assert r.exit_code == 1, r.output
-    assert "error[E050]" in r.stderr and "a wgmma A operand at column 96 (step 2) of the 128-column " \
+    assert "error[E050]" in r.stderr and "a K-major wgmma operand at column 96 (step 2) of the 128-column " \
         "%A_block: a 48-column K slice must start on a multiple of 16 inside the tile" in r.stderr, r.stderr
 
 
