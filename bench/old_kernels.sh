@@ -40,6 +40,8 @@ dual_gemm h100 f16
 dual_gemm h100 bf16
 gemm_reduction h100 f16
 gemm_reduction h100 bf16
+gemm_bt h100 f16
+gemm_bt h100 bf16
 "
 
 TMP=$(mktemp -d /tmp/cyp_old_XXXXXX)
