@@ -17,7 +17,9 @@ process with a timeout (a hang or a broken context costs one target, not the run
 a float32 PyTorch reference (TF32 off; ``||out - ref|| / ||ref|| < 1e-2``, no NaN, a second
 launch bitwise equal); shapes the kernel's ``requires`` refuse must raise ``KernelError`` in
 Python and make the launcher return cudaErrorInvalidValue with the outputs untouched; the
-loader's argument checks on real CUDA tensors.  Then the harness binary ``./<name>`` (its
+loader's argument checks on real CUDA tensors; for ``gemm`` targets also the kernel as a PyTorch op
+under ``torch.compile(fullgraph=True)`` and in a replayed CUDA graph (bench/op_checks.py; two rows
+of the ``api`` column).  Then the harness binary ``./<name>`` (its
 JSON line, a refused shape, ``--dump`` checked against the reference) and compute-sanitizer
 memcheck / racecheck / synccheck on it at small sizes.  A summary table is printed last and
 everything is written to ``$OUT/gpu_check.json`` (and ``$OUT/gpu_check.log``) when OUT is set.
@@ -591,6 +593,13 @@ def child(outdir: str, program: str, label: str) -> None:
         res["api"] = api_checks(torch, kern, next(s for s in small + check if not kern.info.failed_requires(s)))
     except Exception as e:
         res["api"] = [{"case": "api checks", "ok": False, "msg": f"{type(e).__name__}: {e}"[:300]}]
+    if program == "gemm":  # the kernel as a PyTorch op: torch.compile(fullgraph=True) and a CUDA graph
+        from op_checks import as_api_rows, op_checks
+
+        try:
+            res["api"] += as_api_rows(op_checks(torch, kern, "gemm_check"))
+        except Exception as e:
+            res["api"].append({"case": "PyTorch op", "ok": False, "msg": f"{type(e).__name__}: {e}"[:300]})
     for a in res["api"]:
         print(f"[{label}] api: {a['case']:<28s} {'ok' if a['ok'] else 'FAIL'}  {a['msg'][:110]}", flush=True)
     print("RESULT " + json.dumps(res), flush=True)

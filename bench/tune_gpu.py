@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 from gpu_check import PROGRAMS  # noqa: E402
+from op_checks import op_checks as gemm_op_checks  # noqa: E402
 
 OUT = os.environ.get("OUT")
 
@@ -183,66 +184,10 @@ def vs_cublas(torch, rows: list[dict], args) -> None:
 
 def op_checks(torch, row: dict) -> dict:
     """The best gemm as torch.ops.cypressc.gemm_tuned: torch.compile(fullgraph=True) vs eager,
-    and a CUDA graph of 10 calls replayed on new inputs."""
-    import cypressc.torch as ctorch
+    and a CUDA graph of 10 calls replayed on new inputs (bench/op_checks.py)."""
     from cypressc import runtime
 
-    out: dict = {}
-    op = ctorch.register(runtime.load(row["dir"], row["name"]), name="gemm_tuned")
-
-    class Mlp(torch.nn.Module):
-        def forward(self, x, w1, w2):
-            h = torch.ops.cypressc.gemm_tuned(x, w1).relu()
-            return torch.ops.cypressc.gemm_tuned(h, w2) * 0.5
-
-    g = torch.Generator(device="cuda").manual_seed(1)
-    x = torch.randn(2048, 1024, device="cuda", generator=g).half()
-    w1 = (torch.randn(1024, 2048, device="cuda", generator=g) / 32).half()
-    w2 = (torch.randn(2048, 512, device="cuda", generator=g) / 45).half()
-    try:
-        eager = Mlp()(x, w1, w2)
-        explain = torch._dynamo.explain(Mlp())(x, w1, w2)
-        torch._dynamo.reset()
-        compiled = torch.compile(Mlp(), fullgraph=True)(x, w1, w2)
-        torch.cuda.synchronize()
-        ref = (torch.relu(x.float() @ w1.float()).half().float() @ w2.float()) * 0.5
-        out["compile_rel_vs_eager"] = float((compiled.float() - eager.float()).norm() / eager.float().norm())
-        out["eager_rel_vs_torch"] = float((eager.float() - ref).norm() / ref.norm())
-        out["graph_breaks"] = explain.graph_break_count
-        out["compile_ok"] = (out["compile_rel_vs_eager"] < 1e-3 and out["eager_rel_vs_torch"] < 1e-2
-                             and explain.graph_break_count == 0)
-    except Exception as e:  # noqa: BLE001
-        out["compile_ok"] = False
-        out["compile_error"] = f"{type(e).__name__}: {e}"[:500]
-        traceback.print_exc()
-    try:
-        As = [torch.randn(1024, 512, device="cuda").half() for _ in range(10)]
-        B = torch.randn(512, 768, device="cuda").half()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for a in As:
-                op(a, B)
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outs = [op(a, B) for a in As]
-        worst = 0.0
-        for trial in range(2):
-            for a in As:
-                a.copy_(torch.randn_like(a, dtype=torch.float32).half())
-            graph.replay()
-            torch.cuda.synchronize()
-            for a, c in zip(As, outs):
-                ref = a.float() @ B.float()
-                worst = max(worst, float((c.float() - ref).norm() / ref.norm()))
-        out["graph_rel"] = worst
-        out["graph_ok"] = worst < 1e-2
-    except Exception as e:  # noqa: BLE001
-        out["graph_ok"] = False
-        out["graph_error"] = f"{type(e).__name__}: {e}"[:500]
-        traceback.print_exc()
-    return out
+    return gemm_op_checks(torch, runtime.load(row["dir"], row["name"]), "gemm_tuned")
 
 
 def fmt(x, spec: str = ".1f") -> str:
