@@ -142,7 +142,8 @@ def tune_one(program: str, n: int, args) -> dict:
     if not args.compile_only:
         from cypressc.tuner.timing import workers
 
-        row["worker_starts"] = sum(w["starts"] for w in workers().values())   # so far; above 1: restarts
+        row["worker_starts"] = sum(w["starts"] for w in workers().values())   # so far; above one per GPU: restarts
+        row["worker_gpus"] = len(workers())
     best = res.best
     if best is None:
         row["error"] = "no candidate " + ("compiled" if args.compile_only else "passed the check")
@@ -285,8 +286,10 @@ def summary(rows: list[dict], ops: dict, device: str) -> int:
               f"{fmt(ratio, '.3f')}{flag} | {c['compiled'] + c['cache_hits']}/{c['pruned']}/{c['timed']}/{failed} | "
               f"{s['prune']:.0f} | {s['compile']:.0f} | {s['timing']:.0f} | {s.get('total', 0):.0f} |")
     starts = max((r.get("worker_starts", 0) for r in rows), default=0)
+    gpus = max((r.get("worker_gpus", 0) for r in rows), default=0)
     if starts:
-        print(f"\nGPU worker processes started: {starts} (each start after the first: a crash or a hang)")
+        print(f"\nGPU worker processes started: {starts} on {gpus} GPU(s) (each start after the first on "
+              "its GPU: a crash or a hang)")
     if bugs:
         ok = False
         print(f"\n{len(bugs)} candidate(s) the compiler accepted failed (a compiler or backend bug):")
