@@ -11,6 +11,19 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
+@pytest.fixture
+def mapping_variant(tmp_path):
+    """``variant(base, old, new)``: a copy of mapping file ``base`` in ``tmp_path`` with the text
+    ``old`` (which must occur) replaced by ``new`` -- one knob changed, the rest as shipped."""
+    def variant(base: Path, old: str, new: str) -> Path:
+        text = base.read_text()
+        assert old in text
+        m = tmp_path / "m.yaml"
+        m.write_text(text.replace(old, new))
+        return m
+    return variant
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="rewrite tests/golden/* from the current output (then read the diff!)")

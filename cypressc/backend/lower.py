@@ -45,6 +45,8 @@ from cypressc.lang.intrinsics import atom as lookup_atom
 
 __all__ = ["cuda_lowering", "REFUSAL_CODE"]
 
+_K_SUBTILE = "a wgmma {} that starts inside its stage tile along K (a K sub-tile)"
+
 class _Lower(KernelInterface, SimtLowering, MemoryLowering):
     """The lowering of one warp-specialized module to a :class:`~cypressc.backend.plan.KernelPlan`
     (state of the walk; raises :class:`~cypressc.backend.refusal.Refuse` for E050)."""
@@ -386,7 +388,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
                 _refuse(f"wgmma operand shapes {fa.rows}x{fa.cols} {fa.dtype} (registers) x {kb}x{nb} do not "
                         f"match the {f.rows}x{f.cols} accumulator")
             if not kmajor and static(borg[-2]) != 0:
-                _refuse("a wgmma B operand that starts inside its stage tile along K (a K sub-tile)")
+                _refuse(_K_SUBTILE.format("B operand"))
             zero = N.IConst(0)
             mm = P.Mma(self.en(o.ev), f.name, "", zero, bbuf.name, 0 if kmajor else self._b_chunk(bbuf, borg), kb,
                        atom.n, fa.dtype, zero, self._stage(bbuf, borg), zero, a_frag=fa.name, **bk)
@@ -399,7 +401,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
             _refuse(f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
                     f"{f.rows}x{f.cols} accumulator")
         if (not kmajor and static(borg[-2]) != 0) or (static(aorg[-1]) != 0 and abuf.stages > 1):
-            _refuse("a wgmma operand that starts inside its stage tile along K (a K sub-tile)")
+            _refuse(_K_SUBTILE.format("operand"))
         if ka % 16:
             _refuse(f"a K tile of {ka}: wgmma consumes K in steps of 16")
         a_col = self._k_slice(abuf, aorg[-1], ka)
@@ -422,7 +424,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
             _refuse(f"a K-major wgmma B operand at row {row} of %{bbuf.name}: it must start on an 8-row "
                     "swizzle atom")
         if static(borg[-1]) != 0 and bbuf.stages > 1:
-            _refuse("a wgmma operand that starts inside its stage tile along K (a K sub-tile)")
+            _refuse(_K_SUBTILE.format("operand"))
         if k % 16:
             _refuse(f"a K tile of {k}: wgmma consumes K in steps of 16")
         return dict(b_kmajor=True, b_row=self.k(borg[-2]), b_col=self._k_slice(bbuf, borg[-1], k))

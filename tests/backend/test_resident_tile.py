@@ -36,13 +36,6 @@ RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 PANEL = "tm_A_64x64, &full_A_block[0]"  # the panel's TMA load (2 boxes of 64 columns)
 
 
-def _mapping(tmp_path: Path, old: str, new: str) -> Path:
-    text = MAP.read_text()
-    assert old in text
-    m = tmp_path / "m.yaml"
-    m.write_text(text.replace(old, new))
-    return m
-
 
 def _build(tmp_path: Path, mapping: Path = MAP) -> str:
     out = tmp_path / "out"
@@ -120,8 +113,8 @@ def test_cuda_loads_the_panel_once_before_the_main_loop_and_waits_once(tmp_path)
     assert "const int num_k = 4;" in src
 
 
-def test_without_a_producer_the_issuer_thread_loads_the_panel(tmp_path):
-    src = _build(tmp_path, _mapping(tmp_path, "warpspecialize: true", "warpspecialize: false"))
+def test_without_a_producer_the_issuer_thread_loads_the_panel(tmp_path, mapping_variant):
+    src = _build(tmp_path, mapping_variant(MAP, "warpspecialize: true", "warpspecialize: false"))
     body = src.split("const bool issuer = threadIdx.x == 0;")[1]
     atx = body.index("if (issuer) cypress::arrive_expect_tx(&full_A_block[0], 16384);")
     guard = body.index("if (issuer) {\n        #pragma unroll\n        for (int j = 0; j < 2; ++j) {\n"
@@ -131,16 +124,16 @@ def test_without_a_producer_the_issuer_thread_loads_the_panel(tmp_path):
     assert src.count(PANEL) == 1
 
 
-def test_without_a_producer_the_schedule_is_clean(tmp_path):
-    m = _mapping(tmp_path, "warpspecialize: true", "warpspecialize: false")
+def test_without_a_producer_the_schedule_is_clean(tmp_path, mapping_variant):
+    m = mapping_variant(MAP, "warpspecialize: true", "warpspecialize: false")
     r = CliRunner().invoke(main, ["explain", str(PROG), "-m", str(m), "--check-schedule",
                                   "--schedules", "20"])
     assert r.exit_code == 0, r.output
     assert r.output.strip().endswith("clean (20 schedule(s), sizes {'M': 64, 'N': 64, 'K': 128})")
 
 
-def test_a_persistent_block_is_refused(tmp_path):
-    m = _mapping(tmp_path, "pipeline: 2}", "pipeline: 2, persistent: true}")
+def test_a_persistent_block_is_refused(tmp_path, mapping_variant):
+    m = mapping_variant(MAP, "pipeline: 2}", "pipeline: 2, persistent: true}")
     r = CliRunner().invoke(main, ["check", str(PROG), "-m", str(m)])
     assert r.exit_code == 1, r.output
     first = r.stderr.splitlines()[0]
@@ -153,9 +146,9 @@ def test_a_persistent_block_is_refused(tmp_path):
     assert "instance: block, variant: gemm_block" in r.stderr  # the source line under the caret
 
 
-def test_a_k_slice_past_the_panel_is_refused(tmp_path):
+def test_a_k_slice_past_the_panel_is_refused(tmp_path, mapping_variant):
     """W = 48: cdiv(128, 48) = 3 steps, and the third slice [96, 144) ends past the panel."""
-    r = CliRunner().invoke(main, ["check", str(PROG), "-m", str(_mapping(tmp_path, "{W: 32}", "{W: 48}"))])
+    r = CliRunner().invoke(main, ["check", str(PROG), "-m", str(mapping_variant(MAP, "{W: 32}", "{W: 48}"))])
     assert r.exit_code == 1, r.output
     assert "error[E050]" in r.stderr and "a K-major wgmma operand at column 96 (step 2) of the 128-column " \
         "%A_block: a 48-column K slice must start on a multiple of 16 inside the tile" in r.stderr, r.stderr

@@ -41,13 +41,6 @@ def _build(tmp_path: Path, mapping: Path = MAP):
     return CliRunner().invoke(main, ["build", str(PROG), "-m", str(mapping), "-o", str(out)]), out
 
 
-def _mapping(tmp_path: Path, old: str, new: str) -> Path:
-    text = MAP.read_text()
-    assert old in text
-    m = tmp_path / "m.yaml"
-    m.write_text(text.replace(old, new))
-    return m
-
 
 def test_both_loops_are_pipelined_with_their_own_channels():
     tree = instantiate(check_program(parse_file(PROG)), load_mapping(MAP))
@@ -87,8 +80,8 @@ def test_the_kernel_runs_the_loops_in_turn_with_their_own_counters(tmp_path):
     assert re.findall(r"tma_load_2d\([^;]*&(tm_\w+)", prod[p1:]) == ["tm_D_128x64", "tm_E_64x64"]
 
 
-def test_two_loops_without_warp_specialization_are_refused(tmp_path):
-    r, _ = _build(tmp_path, _mapping(tmp_path, "warpspecialize: true", "warpspecialize: false"))
+def test_two_loops_without_warp_specialization_are_refused(tmp_path, mapping_variant):
+    r, _ = _build(tmp_path, mapping_variant(MAP, "warpspecialize: true", "warpspecialize: false"))
     assert r.exit_code != 0
     assert "error[E050]" in r.output and "more than one main loop without warp specialization" in r.output
 
@@ -116,7 +109,7 @@ def test_the_two_loop_kernel_compiles_for_sm90a(tmp_path):
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
 
 
-def test_a_persistent_block_with_a_static_trip_count_is_refused(tmp_path):
+def test_a_persistent_block_with_a_static_trip_count_is_refused(tmp_path, mapping_variant):
     """Its after-loop pipeline positions are folded to constants, right only for a block's
     first tile; `persistent: false` builds."""
     prog = tmp_path / "p.cyp"
@@ -124,6 +117,6 @@ def test_a_persistent_block_with_a_static_trip_count_is_refused(tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["build", str(prog), "-m", str(MAP), "-o", str(out)])
     assert r.exit_code != 0 and "error[E050]" in r.output and "static trip count" in r.output, r.output
-    m = _mapping(tmp_path, "persistent: true", "persistent: false")
+    m = mapping_variant(MAP, "persistent: true", "persistent: false")
     r = CliRunner().invoke(main, ["build", str(prog), "-m", str(m), "-o", str(tmp_path / "out2")])
     assert r.exit_code == 0, r.output
