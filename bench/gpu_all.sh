@@ -13,6 +13,9 @@
 #   STEPS=tune bash bench/gpu_all.sh      # bench/tune_gpu.py; TUNE_ARGS="--programs gemm --sizes 4096"
 #   STEPS=oldnew bash bench/gpu_all.sh    # bench/old_new.py; carry build/old build/new from bench/old_kernels.sh;
 #                                         # OLDNEW_ARGS="--targets=gemm-h100*,dual_gemm-* --sizes 4096"
+#   STEPS="check epilogue" GPU_TEST_ARGS="--programs gemm,gemm_epilogue --mappings h100 --no-sanitizer" bash bench/gpu_all.sh
+#                                         # bench/epilogue.py (issue #14) on every gemm_epilogue-* (--build) and gemm-*
+#                                         # (--gemm-build) gpu_check built; or EPILOGUE_ARGS="--build DIR --sizes 4096"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/cyp_out}
@@ -31,8 +34,8 @@ B=build/gpu_check
 GPU_TEST_ARGS=${GPU_TEST_ARGS:---programs gemm --mappings h100 --proto f16}
 
 t0=$(date +%s)
-STEPS=${STEPS:-check bench}   # any of: check (gpu_check.py), bench (gemm.py), variants (variants.py), tune (tune_gpu.py), oldnew (old_new.py)
-rc1=0; rc2=0; rc3=0; rc4=0; rc5=0
+STEPS=${STEPS:-check bench}   # any of: check (gpu_check.py), bench (gemm.py), variants (variants.py), tune (tune_gpu.py), oldnew (old_new.py), epilogue (epilogue.py)
+rc1=0; rc2=0; rc3=0; rc4=0; rc5=0; rc6=0
 if [[ " $STEPS " == *" check "* ]]; then
   # shellcheck disable=SC2086
   timeout ${CHECK_TIMEOUT:-350} python3 bench/gpu_check.py --out $B $GPU_TEST_ARGS 2>&1 | tee "$OUT/gpu_test.txt"
@@ -68,6 +71,16 @@ if [[ " $STEPS " == *" oldnew "* ]]; then   # old vs new generated kernels (benc
   timeout $((590 - ($(date +%s) - t0))) python3 bench/old_new.py ${OLDNEW_ARGS:-} 2>&1 | tee "$OUT/old_new.txt"
   rc5=${PIPESTATUS[0]}
 fi
+if [[ " $STEPS " == *" epilogue "* ]]; then   # fused GEMM + bias + activation vs its peers (issue #14)
+  if [ -z "${EPILOGUE_ARGS:-}" ]; then   # every gemm_epilogue and plain gemm gpu_check built (not proto)
+    EPILOGUE_ARGS=""
+    for d in $B/gemm_epilogue-*; do [ -f "$d/libgemm_epilogue.so" ] && EPILOGUE_ARGS="$EPILOGUE_ARGS --build $d"; done
+    for d in $B/gemm-*; do [ -f "$d/libgemm.so" ] && EPILOGUE_ARGS="$EPILOGUE_ARGS --gemm-build $d"; done
+  fi
+  # shellcheck disable=SC2086
+  timeout $((590 - ($(date +%s) - t0))) python3 bench/epilogue.py $EPILOGUE_ARGS 2>&1 | tee "$OUT/epilogue.txt"
+  rc6=${PIPESTATUS[0]}
+fi
 
 echo
 echo "==================== summaries ($(( $(date +%s) - t0 ))s)"
@@ -76,5 +89,6 @@ echo "==================== summaries ($(( $(date +%s) - t0 ))s)"
 [ -f "$OUT/variants.txt" ] && sed -n '/^## GEMM variants/,$p' "$OUT/variants.txt"
 [ -f "$OUT/tune.txt" ] && sed -n '/^## cypressc tune/,$p' "$OUT/tune.txt"
 [ -f "$OUT/old_new.txt" ] && sed -n '/^## old vs new/,$p' "$OUT/old_new.txt"
-echo "gpu-test rc=$rc1   bench rc=$rc2   variants rc=$rc3   tune rc=$rc4   oldnew rc=$rc5 (124 = timed out)"
-[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ]
+[ -f "$OUT/epilogue.txt" ] && sed -n '/^## GEMM + epilogue/,$p' "$OUT/epilogue.txt"
+echo "gpu-test rc=$rc1   bench rc=$rc2   variants rc=$rc3   tune rc=$rc4   oldnew rc=$rc5   epilogue rc=$rc6 (124 = timed out)"
+[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ] && [ "$rc6" = 0 ]

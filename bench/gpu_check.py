@@ -78,13 +78,43 @@ def _mm(a, b):
     return a.float() @ b.float()
 
 
+def binding(info: KernelInfo | None, name: str, default: str) -> str:
+    """The build's binding of parameter ``name`` (``info.bindings``, e.g. ``{"ACT": "bias_gelu"}``),
+    or ``default`` for an info without bindings (older builds, or no info at all)."""
+    return (getattr(info, "bindings", None) or {}).get(name, default)
+
+
+def epilogue_act(x, act: str):
+    """``act`` of gemm_epilogue (its ACT binding) applied to the float32 tensor ``x``:
+    ``bias_gelu`` = GELU, tanh approximation; ``bias_silu`` = x * sigmoid(x).  Raises
+    ``ValueError`` for another name."""
+    import torch.nn.functional as F
+
+    if act == "bias_gelu":
+        return F.gelu(x, approximate="tanh")
+    if act == "bias_silu":
+        return F.silu(x)
+    raise ValueError(f"gemm_epilogue: unknown ACT binding {act!r} (bias_gelu or bias_silu)")
+
+
+def _epilogue_ref(t: dict, info: KernelInfo | None = None) -> dict:
+    # the epilogue in float32 on the float32 product, as the program computes it
+    return {"C": epilogue_act(_mm(t["A"], t["B"]) + t["bias"].float(), binding(info, "ACT", "bias_gelu"))}
+
+
 @dataclass
 class Program:
-    ref: Callable[[dict], dict]       # {param: tensor} -> {written param: float32 reference}
+    ref: Callable[..., dict]          # {param: tensor} [, KernelInfo] -> {written param: float32 reference}
     check: list[dict]                 # sizes checked through cypressc.runtime
     small: list[dict]                 # sizes for compute-sanitizer and the --dump check
     run: dict                         # one larger size for the harness binary
     note: str = ""
+    ref_takes_info: bool = False      # ref(tensors, info): the reference depends on the build's bindings
+
+    def reference(self, tensors: dict, info: KernelInfo | None = None) -> dict:
+        """{written param: float32 reference} from the inputs by name; ``info`` (the build's
+        KernelInfo) reaches ``ref`` only when ``ref_takes_info`` (its bindings may change it)."""
+        return self.ref(tensors, info) if self.ref_takes_info else self.ref(tensors)
 
 
 GEMM_CHECK = [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192), dict(M=1000, N=1000, K=1000),
@@ -142,6 +172,24 @@ PROGRAMS: dict[str, Program] = {
                dict(M=300, E=520, D=48, N=8), dict(M=1, E=8, D=8, N=8), dict(M=4096, E=256, D=64, N=16384)],
         small=[dict(M=256, E=64, D=64, N=256), dict(M=129, E=72, D=64, N=200)],
         run=dict(M=8192, E=128, D=64, N=8192)),
+    # tests/programs/chain_gemm_softcap.cyp: chain_gemm with the user's C++ softcap (s = 30 tanh(s / 30),
+    # programs/ops/scores.cuh) on S inside the main loop, before the rounding to T (build it with --build)
+    "chain_gemm_softcap": Program(
+        ref=lambda t: {"O": _mm((30.0 * (_mm(t["Q"][:, :64], t["K"][:, :64].T) / 30.0).tanh()).to(t["Q"].dtype),
+                                t["V"])},
+        check=[dict(M=4096, E=128, D=64, N=4096), dict(M=129, E=72, D=64, N=200), dict(M=1000, E=64, D=64, N=1000),
+               dict(M=300, E=520, D=48, N=8), dict(M=1, E=8, D=8, N=8)],
+        small=[dict(M=256, E=64, D=64, N=256), dict(M=129, E=72, D=64, N=200)],
+        run=dict(M=8192, E=128, D=64, N=8192)),
+    # programs/gemm_epilogue.cyp: C = act(A @ B + bias[None, :]) in f32, rounded to T; bias [N] of
+    # dtype BIAS; act per the build's ACT binding (K = 0: C = act(bias))
+    "gemm_epilogue": Program(
+        ref=_epilogue_ref, ref_takes_info=True,
+        check=[dict(M=4096, N=4096, K=4096), dict(M=1000, N=1000, K=1000), dict(M=129, N=264, K=72),
+               dict(M=300, N=520, K=1000), dict(M=1, N=8, K=8), dict(M=2056, N=8, K=4104),
+               dict(M=777, N=1304, K=64), dict(M=64, N=64, K=0), dict(M=129, N=257, K=72),
+               dict(M=128, N=256, K=60)],
+        small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
 }
 
 
@@ -464,7 +512,7 @@ def check_size(torch, kern, prog: Program | None, sizes: dict) -> dict:
     if prog is not None:
         inputs = {p.name: (before[p.name] if p.name in before else ts[p.name]) for p in info.params}
         try:
-            refs = prog.ref(inputs)
+            refs = prog.reference(inputs, info)
         except KeyError as e:
             raise RuntimeError(f"the reference reads parameter {e} but the kernel's params are "
                                f"{[p.name for p in info.params]}: update PROGRAMS in bench/gpu_check.py") from None
@@ -687,7 +735,7 @@ def harness_checks(t: Target, info: KernelInfo, prog: Program | None, check: lis
             for p in info.params:
                 f = d / (f"{p.name}.in.npy" if p.reads and p.writes else f"{p.name}.npy")
                 ins[p.name] = _load_npy(f, p.dtype)
-            refs = prog.ref(ins)
+            refs = prog.reference(ins, info)
             rels = {n: _rel(__import__("torch"), _load_npy(d / f"{n}.npy", info.param(n).dtype).float(), r.float())
                     for n, r in refs.items()}
             shapes_ok = all(tuple(_load_npy(d / f"{p.name}.npy", p.dtype).shape) == info.shape(p, sz) for p in info.params)

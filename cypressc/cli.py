@@ -66,14 +66,15 @@ def _parse_dtypes(ctx: click.Context, param: click.Parameter, values: tuple[str,
     for v in values:
         name, eq, dt = v.partition("=")
         if not eq or not name.isidentifier() or not dt:
-            raise click.BadParameter(f"'{v}': write NAME=DTYPE, e.g. --dtype T=bf16", param=param)
+            raise click.BadParameter(f"'{v}': write NAME=VALUE, e.g. --dtype T=bf16", param=param)
         if name in out and out[name] != dt:
             raise click.BadParameter(f"'{name}' is bound twice ({out[name]} and {dt})", param=param)
         out[name] = dt
     return out
 
 
-def _front_end(program: str, mapping: str, dtypes: dict[str, str] | None = None):
+def _front_end(program: str, mapping: str, dtypes: dict[str, str] | None = None,
+               include_dirs: tuple[str, ...] = ()):
     """Parse + check the program (its dtype parameters bound by ``dtypes``), load +
     validate the mapping, instantiate the task tree."""
     from cypressc.lang.checker import check_program
@@ -84,7 +85,7 @@ def _front_end(program: str, mapping: str, dtypes: dict[str, str] | None = None)
     errors: list[CypressError] = []
     prog = lm = None
     try:
-        prog = check_program(parse_file(program, dtypes))
+        prog = check_program(parse_file(program, dtypes, include_dirs))
     except CypressErrors as e:
         errors += e.errors
     try:
@@ -121,17 +122,22 @@ def main(ctx: click.Context, debug: bool) -> None:
 _program_arg = click.argument("program", type=click.Path(dir_okay=False))
 _mapping_opt = click.option("-m", "--mapping", required=True, type=click.Path(dir_okay=False),
                             help="The YAML mapping for PROGRAM (e.g. mappings/gemm/h100.yaml).")
-_dtype_opt = click.option("--dtype", "dtypes", multiple=True, metavar="NAME=DTYPE", callback=_parse_dtypes,
-                          help="Bind a dtype parameter the program declares with `NAME = dtype(...)`, "
-                          "e.g. --dtype T=bf16 (repeatable; unbound ones take their first dtype).")
+_dtype_opt = click.option("--dtype", "--param", "dtypes", multiple=True, metavar="NAME=VALUE", callback=_parse_dtypes,
+                          help="Bind a program parameter: a dtype declared `NAME = dtype(...)` (--dtype T=bf16) "
+                          "or a leaf function declared `NAME = choice(...)` (--param ACT=bias_silu); "
+                          "repeatable; unbound ones take their first value.")
+_include_opt = click.option("-I", "--include-dir", "include_dirs", multiple=True,
+                            type=click.Path(file_okay=False), metavar="DIR",
+                            help="Also look for include()d headers here (after the program's folder; repeatable).")
 
 
 @main.command()
 @_program_arg
 @_mapping_opt
 @_dtype_opt
+@_include_opt
 @_guard
-def check(program: str, mapping: str, dtypes: dict[str, str]) -> None:
+def check(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tuple[str, ...] = ()) -> None:
     """Check PROGRAM and MAPPING as `build` would, without writing anything.
 
     Parses and checks the program, validates the mapping against it, instantiates the
@@ -143,7 +149,7 @@ def check(program: str, mapping: str, dtypes: dict[str, str]) -> None:
     from cypressc.backend.build import render_build
     from cypressc.passes.manager import pass_names
 
-    tree = _front_end(program, mapping, dtypes)
+    tree = _front_end(program, mapping, dtypes, include_dirs)
     r = render_build(tree)
     nodes = list(tree.root.walk())
     tasks = {n.variant.task for n in nodes}
@@ -156,11 +162,17 @@ def check(program: str, mapping: str, dtypes: dict[str, str]) -> None:
 def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
     """``explain --check-schedule``: one verdict line; exit status 1 on a finding."""
     from cypressc.ir.schedule_check import check_schedules
+    from cypressc.lang.syntax import LeafCall, walk
     from cypressc.passes.manager import compile_module
 
     snaps = dict(compile_module(t, until="sync-insertion"))
     v = check_schedules(snaps["sync-insertion"], snaps["warp-specialization"], seed=seed, schedules=schedules)
     click.echo(v.line(program))
+    called = {s.fn for var in t.program.variants for s in walk(var.body) if isinstance(s, LeafCall)}
+    unref = [e for e in t.program.externals if e.name in called and e.reference is None]
+    for e in unref:
+        click.echo(f"note: external {e.name}() has no NumPy reference ({e.header} has no .py beside it): "
+                   "its events, races and deadlocks were checked, the values it computes were not")
     if v.finding is not None:
         raise click.exceptions.Exit(1)
 
@@ -169,6 +181,7 @@ def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
 @_program_arg
 @_mapping_opt
 @_dtype_opt
+@_include_opt
 @click.option("--after", "after", type=click.Choice(pass_names()), help="Print only the IR after this pass.")
 @click.option("--tree/--no-tree", default=True, show_default=True, help="Print the task tree first.")
 @click.option("--graph", is_flag=True, help="Print the event graph (of --after, or the last pass) "
@@ -183,7 +196,7 @@ def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
 @click.option("--schedules", type=click.IntRange(min=1), default=50, show_default=True,
               help="Number of random schedules (--check-schedule).")
 @_guard
-def explain(program: str, mapping: str, dtypes: dict[str, str], after: str | None, tree: bool,
+def explain(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tuple[str, ...], after: str | None, tree: bool,
             graph: bool, graph_format: str,
             dump_ir: str | None, timings: bool, check_schedule: bool = False, seed: int = 0,
             schedules: int = 50) -> None:
@@ -203,7 +216,7 @@ def explain(program: str, mapping: str, dtypes: dict[str, str], after: str | Non
     from cypressc.mapping.render import print_task_tree
     from cypressc.passes.manager import compile_module
 
-    t = _front_end(program, mapping, dtypes)
+    t = _front_end(program, mapping, dtypes, include_dirs)
     if check_schedule:
         _check_schedule(t, program, seed, schedules)
         return
@@ -258,19 +271,20 @@ def explain(program: str, mapping: str, dtypes: dict[str, str], after: str | Non
 @_program_arg
 @_mapping_opt
 @_dtype_opt
+@_include_opt
 @click.option("-o", "--output", type=click.Path(), default=None,
               help="Output directory [default: build/<name> in the working directory]. Created, or "
               "replaced atomically when it is empty or an earlier `cypressc build` output that nobody "
               "changed; anything else is refused (E062).")
 @_guard
-def build(program: str, mapping: str, dtypes: dict[str, str], output: str | None) -> None:
+def build(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tuple[str, ...], output: str | None) -> None:
     """Compile PROGRAM under MAPPING to CUDA: OUTPUT/<name>.cu (kernel + extern "C"
     launcher), <name>.h, main.cu (timing harness), Makefile and <name>.json (the ABI), plus
     the stamp .cypressc-build that marks the directory as cypressc's.
     Then `make -C OUTPUT` builds ./<name> and lib<name>.so with nvcc for sm_90a."""
     from cypressc.backend.build import write_build
 
-    t = _front_end(program, mapping, dtypes)
+    t = _front_end(program, mapping, dtypes, include_dirs)
     summary = write_build(t, Path(output) if output is not None else None, dtypes)
     click.echo(summary)
 

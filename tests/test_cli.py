@@ -176,8 +176,8 @@ def test_dtype_binding_reaches_the_build(tmp_path):
 @pytest.mark.parametrize("value, rc, frag", [
     ("T=f32", 1, "error[E013]: --dtype T=f32: 'T' may only be f16 or bf16"),
     ("U=bf16", 1, "error[E013]: --dtype binds 'U'"),
-    ("T", 2, "'T': write NAME=DTYPE"),
-    ("=bf16", 2, "write NAME=DTYPE"),
+    ("T", 2, "'T': write NAME=VALUE"),
+    ("=bf16", 2, "write NAME=VALUE"),
 ])
 def test_dtype_binding_errors(value, rc, frag):
     r = cli("check", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml", "--dtype", value)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,7 @@ class KernelInfo:
     requires: tuple[Requirement, ...]
     runtime_include: str
     cuda_arch: str
+    bindings: Mapping[str, str] = field(default_factory=dict)  # program parameters: {"T": "bf16", ...}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KernelInfo:
@@ -142,8 +143,12 @@ class KernelInfo:
                 raise ValueError(f"kernel info: requires[{i}] must be an object with 'c', 'tree' and "
                                  f"'why' (the message), got {r!r}" + (_OLD_INFO if isinstance(r, list) else ""))
             requires.append(Requirement(*_expr_field(r, f"requires[{i}]", sizes), r["why"]))
+        bindings = d.get("bindings", {})
+        if not (isinstance(bindings, Mapping) and all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in bindings.items())):
+            raise ValueError(f"kernel info: 'bindings' must map parameter names to strings, got {bindings!r}")
         return cls(name, tuple(params), sizes, flops, flops_tree, tuple(requires),
-                   str(d.get("runtime_include", "")), str(d.get("cuda_arch", "90a")))
+                   str(d.get("runtime_include", "")), str(d.get("cuda_arch", "90a")), dict(bindings))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name,
@@ -151,7 +156,8 @@ class KernelInfo:
                             "writes": p.writes} for p in self.params],
                 "sizes": list(self.sizes), "flops": {"c": self.flops, "tree": self.flops_tree},
                 "requires": [{"c": r.c, "tree": r.tree, "why": r.why} for r in self.requires],
-                "runtime_include": self.runtime_include, "cuda_arch": self.cuda_arch}
+                "runtime_include": self.runtime_include, "cuda_arch": self.cuda_arch,
+                **({"bindings": dict(self.bindings)} if self.bindings else {})}
 
     @classmethod
     def load_json(cls, path: str | Path) -> KernelInfo:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cypressc.backend.cexpr import cexpr
-from cypressc.backend.emit import build_info, emit_cuda, emit_header
+from cypressc.backend.emit import build_info, emit_cuda, emit_header, header_copy
 from cypressc.backend.outdir import replace_build_dir
 from cypressc.mapping.tasktree import TaskTree
 from cypressc.passes.manager import compile_module
@@ -51,17 +51,21 @@ def render_build(tree: TaskTree) -> RenderedBuild:
     snaps = compile_module(tree)
     m = snaps[-1][1]
     plan = m.kernel
-    info = build_info(plan, str(RUNTIME_DIR))
+    info = build_info(plan, str(RUNTIME_DIR), tree.program.bindings)
     ki = KernelInfo.from_dict(info)
     files = {f"{plan.name}.cu": emit_cuda(plan), f"{plan.name}.h": emit_header(plan),
              "main.cu": render_main(ki), "Makefile": render_makefile(ki),
              f"{plan.name}.json": json.dumps(dict(info), indent=2) + "\n"}
+    for name, path in plan.headers.items():  # the user's C++, so the directory builds elsewhere
+        files[header_copy(name)] = Path(path).read_text()
     return RenderedBuild(plan, m, files)
 
 
 def _inputs_hash(tree: TaskTree, dtypes: dict[str, str] | None) -> str:
     h = hashlib.sha256()
-    for f in (tree.program.path, tree.mapping.path):
+    for f in (tree.program.path, tree.mapping.path,
+              *(e.header_path for e in tree.program.externals if e.header_path),
+              *(e.reference for e in tree.program.externals if e.reference)):
         try:
             h.update(Path(f).read_bytes())
         except OSError:
@@ -85,6 +89,7 @@ def write_build(tree: TaskTree, outdir: Path | None, dtypes: dict[str, str] | No
 
     def write(tmp: Path) -> None:
         for name, text in r.files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_text(text)
 
     replace_build_dir(outdir, write, program=str(tree.program.path), mapping=str(tree.mapping.path),

@@ -32,7 +32,20 @@ def emit_header(p: P.KernelPlan) -> str:
             f"requirement fails).\n{launcher_signature(p)};\n")
 
 
-def build_info(p: P.KernelPlan, runtime_include: str) -> dict:
+HEADER_DIR = "include"
+"""Where a build directory keeps copies of the program's included headers."""
+
+
+def header_copy(name: str) -> str:
+    """Where the build directory keeps a copy of included header ``name`` (relative to it):
+    under :data:`HEADER_DIR`, with ``..`` and leading ``/`` dropped so that it stays inside."""
+    from pathlib import PurePosixPath
+
+    parts = [p for p in PurePosixPath(name.replace("\\", "/")).parts if p not in ("..", ".", "/")]
+    return "/".join([HEADER_DIR, *parts])
+
+
+def build_info(p: P.KernelPlan, runtime_include: str, bindings: dict[str, str] | None = None) -> dict:
     """The description of the kernel's ABI that the harness and ``cypressc.runtime`` read
     (schema: :class:`cypressc.runtime.KernelInfo`); ``flops`` and each of ``requires`` are
     the C text the launcher uses (:mod:`cypressc.backend.cexpr`) next to the same expression
@@ -46,6 +59,7 @@ def build_info(p: P.KernelPlan, runtime_include: str) -> dict:
         "requires": [{"c": r.c, "tree": r.tree(), "why": r.why} for r in p.requires],
         "runtime_include": runtime_include,
         "cuda_arch": "90a",
+        **({"bindings": dict(bindings)} if bindings else {}),
     }
 
 
@@ -73,6 +87,8 @@ def emit_cuda(p: P.KernelPlan) -> str:
     w("// Warp-specialized Hopper kernel: warpgroup 0 is the TMA producer, warpgroups 1.. consume."
       if p.warpspecialize else "// Multistage Hopper kernel: thread 0 issues the TMA loads ahead of the wgmmas.")
     w('#include "cypress.cuh"')
+    for h in p.headers:
+        w(f'#include "{header_copy(h)}"  // user C++ leaf functions (call-external), copied from {h}')
     w()
     w("namespace {")
     w("__host__ __device__ constexpr long long cdiv(long long a, long long b) { return (a + b - 1) / b; }")
@@ -87,7 +103,8 @@ def emit_cuda(p: P.KernelPlan) -> str:
     w("}  // namespace")
     w()
     maps = ", ".join(f"const __grid_constant__ CUtensorMap {m.name}" for m in p.maps)
-    ptrs = ", ".join(f"{CTYPE[t.dtype]}* __restrict__ {t.name}" for t in p.tensors if t.writes)
+    ptrs = ", ".join(f"{'' if t.writes else 'const '}{CTYPE[t.dtype]}* __restrict__ {t.name}"
+                     for t in p.pointer_tensors)
     sizes = ", ".join(f"int {s}" for s in p.sizes)
     w("__global__ void __launch_bounds__(THREADS, 1)")
     w(f"{p.name}_kernel({', '.join(x for x in (maps, ptrs, sizes) if x)}) {{")
@@ -241,8 +258,13 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
         w(f"if ({s} < 0 || {s} > INT32_MAX) return cudaErrorInvalidValue;")
     for r in p.requires:
         w(f"if (!({r.c})) return cudaErrorInvalidValue;  // {r.why}")
-    ptrs = " | ".join(f"reinterpret_cast<uintptr_t>({t.name})" for t in p.tensors)
+    ptrs = " | ".join(f"reinterpret_cast<uintptr_t>({t.name})" for t in p.tensors if t.name not in p.pointer_reads)
     w(f"if (({ptrs}) & 15) return cudaErrorInvalidValue;  // TMA needs 16-byte aligned tensors")
+    for t in p.tensors:
+        if t.name in p.pointer_reads:
+            size = 4 if t.dtype in ("f32", "i32") else 2
+            w(f"if (reinterpret_cast<uintptr_t>({t.name}) & {size - 1}) return cudaErrorInvalidValue;  "
+              f"// {t.name} is read element by element")
     out = [t for t in p.tensors if t.writes]
     w(f"if ({' || '.join(f'{d} == 0' for t in out for d in t.dims)}) return cudaSuccess;  // nothing to write")
     w("cudaError_t e;")
@@ -267,7 +289,8 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
     w.close()
     w(f"const long long tiles = {' * '.join(f'({cexpr(g)})' for g in p.grid)};")
     w(f"const long long grid = {'tiles < sms ? tiles : sms' if p.persistent else 'tiles'};")
-    args = [m.name for m in p.maps] + [f"static_cast<{CTYPE[t.dtype]}*>({t.name})" for t in p.tensors if t.writes] \
+    args = [m.name for m in p.maps] \
+        + [f"static_cast<{'' if t.writes else 'const '}{CTYPE[t.dtype]}*>({t.name})" for t in p.pointer_tensors] \
         + [f"static_cast<int>({s})" for s in p.sizes]
     w(f"{p.name}_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>({', '.join(args)});")
     w("return cudaGetLastError();")

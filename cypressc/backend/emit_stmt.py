@@ -218,6 +218,37 @@ def _add(w, p: P.KernelPlan, op: P.Add) -> None:
     w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {op.acc}[a][i] += {op.other}[a][i];")
 
 
+def _external(w, p: P.KernelPlan, op: P.External) -> None:
+    """The user's C++ once per element of ``op.acc``'s shape: fragments element by element,
+    per-column vectors loaded once per column pair (zero past their extent: those columns
+    are never stored), scalars as given."""
+    f = _frag(p, op.acc)
+    w(f"// {op.event}: {op.fn}() — user C++ {op.cpp} ({op.header}), per element")
+    w("#pragma unroll")
+    w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
+    w("#pragma unroll")
+    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    w("const int c = cypress::acc_coord(j).y;")
+    calls: list[list[str]] = [[], []]
+    for i, x in enumerate(op.args):
+        if x.kind == "frag":
+            for e in (0, 1):
+                calls[e].append(f"{x.name}[a][2 * j + {e}]")
+        elif x.kind == "vec":
+            ct, col = CTYPE[x.dtype], f"({_c(x.col0)}) + c"
+            w(f"const {ct} v{i}_0 = {col} < {x.extent} ? {x.name}[{col}] : {ct}{{}};")
+            w(f"const {ct} v{i}_1 = {col} + 1 < {x.extent} ? {x.name}[{col} + 1] : {ct}{{}};")
+            for e in (0, 1):
+                calls[e].append(f"v{i}_{e}")
+        else:
+            for e in (0, 1):
+                calls[e].append(f"{x.dtype}({_c(x.value)})")
+    for e in (0, 1):
+        w(f"{op.cpp}({', '.join(calls[e])});")
+    w.close()
+    w.close()
+
+
 def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
     f = _frag(p, op.acc)
     t = next(x for x in p.tensors if x.name == op.tensor)
@@ -294,7 +325,7 @@ def _store_vector(w, p: P.KernelPlan, op: P.StoreVector) -> None:
 
 _PRINT = {P.Sync: _sync, P.Load: _load, P.Mma: _mma, P.RowSum: _row_sum, P.Fill: _fill, P.FillVector: _fill,
           P.Convert: _convert,
-          P.Add: _add, P.StoreDirect: _store_direct, P.StageWrite: _stage_write, P.TmaStore: _tma_store,
+          P.Add: _add, P.External: _external, P.StoreDirect: _store_direct, P.StageWrite: _stage_write, P.TmaStore: _tma_store,
           P.StoreVector: _store_vector}
 
 

@@ -40,7 +40,7 @@ from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
 from cypressc.ir import sync as S
 from cypressc.ir.sync import SYNC_OPS
-from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+from cypressc.lang.intrinsics import leaf_of
 from cypressc.lang.intrinsics import atom as lookup_atom
 
 __all__ = ["cuda_lowering", "REFUSAL_CODE"]
@@ -323,13 +323,18 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
                 return self._store(plan, o, smem)
             return self._load_once(plan, o, smem, role)
         if isinstance(o, N.Call):
+            if leaf_of(o).external is not None:
+                st = self._external(plan, o)
+                if sec != "loop":
+                    (plan.prologue if sec == "before" else plan.epilogue).append(st)
+                return st
             if sec != "loop":
                 return self._simt(plan, o, sec == "before", smem)
             if o.fn == "row_sum":
                 return self._row_sum(plan, o)
             if o.fn in ("fill", "copy") and not self._is_vector(o.args[0]):
                 return self._simt_loop(plan, o)
-            if LEAF_FUNCTIONS[o.fn].collective is None:
+            if leaf_of(o).collective is None:
                 _refuse(f"leaf {o.fn}() inside the main loop")
             self._whole_warpgroups(o)
             return self._mma(plan, o)

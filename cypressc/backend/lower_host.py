@@ -131,6 +131,8 @@ class KernelInterface:
         reqs = []
         for t in plan.tensors:
             inner = shapes[t.name][-1]
+            if t.name in plan.pointer_reads:  # loaded element by element, never by TMA
+                continue
             if t.reads or any(isinstance(s, P.TmaStore) and s.map.startswith(f"tm_{t.name}_")
                               for s in plan.epilogue):
                 reqs.append(self._require(N.IBin("%", inner, N.IConst(8)), "==", zero,

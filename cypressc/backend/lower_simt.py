@@ -127,3 +127,44 @@ class SimtLowering:
             return plan.prologue[-1] if before else plan.epilogue[-1]
         finally:
             self.thread_index = {}
+
+    def _external(self, plan: P.KernelPlan, o: N.Call) -> P.External:
+        """A user C++ function (call-external, paper §3.2) over each thread's elements: its
+        operands are f32 register fragments of one shape (the first one sets the loop),
+        per-column vectors in global memory, and scalars."""
+        from cypressc.lang.intrinsics import leaf_of
+
+        fn = leaf_of(o)
+        ext = fn.external
+        self._whole_warpgroups(o)
+        acc: P.Fragment | None = None
+        args: list[P.ExtArg] = []
+        for a, rule, prm in zip(o.args, fn.operands, ext.params):
+            if rule.kind == "scalar":
+                args.append(P.ExtArg("scalar", prm.name, str(prm.type), value=self.k(a)))
+                continue
+            mem = self.sym.mem(a)
+            if mem == "REGISTER":
+                f = self._fragment(plan, a)
+                if f.dtype != "f32" or acc is not None and (f.rows, f.cols) != (acc.rows, acc.cols):
+                    _refuse(f"{o.fn}() on the {f.rows}x{f.cols} {f.dtype} fragment %{f.name}: external "
+                            "leaf functions take f32 register fragments of one shape")
+                acc = acc or f
+                args.append(P.ExtArg("frag", f.name))
+                continue
+            root, org, _, mmas = self.origin(a)
+            t = next((t for t in plan.tensors if t.name == root), None)
+            if mem != "GLOBAL" or t is None or mmas or len(self.sym.shape(a)) != 1:
+                _refuse(f"{o.fn}() reads {fmt_view(a)} in {mem}: external leaf functions read register "
+                        "fragments and 1-D vectors in global memory")
+            args.append(P.ExtArg("vec", root, t.dtype, self.k(org[0]), t.dims[0]))
+            plan.pointer_reads.add(root)
+        if acc is None:
+            _refuse(f"{o.fn}() has no register fragment operand to run over")
+        for a, x in zip(o.args, args):
+            n = static(self.sym.shape(a)[0]) if x.kind == "vec" else None
+            if x.kind == "vec" and n != acc.cols:
+                _refuse(f"{o.fn}(): the per-column vector {fmt_view(a)} has {n} element(s), the "
+                        f"{acc.rows}x{acc.cols} fragment's tile {acc.cols} columns")
+        plan.headers[ext.header] = ext.header_path or ext.header
+        return P.External(self.en(o.ev), o.fn, ext.cpp, ext.header, acc.name, tuple(args))

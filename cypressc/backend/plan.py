@@ -236,6 +236,34 @@ class Add:
 
 
 @dataclass(frozen=True)
+class ExtArg:
+    """One operand of an external leaf call: ``kind`` ``frag`` (register fragment ``name``,
+    element by element), ``vec`` (global 1-D tensor ``name`` of ``dtype``, element ``col0 +
+    c`` for the fragment's column c, zero at or past ``extent``) or ``scalar`` (``value``,
+    passed as a C++ ``dtype``: ``int`` or ``float``)."""
+
+    kind: str
+    name: str = ""
+    dtype: str = "f32"
+    col0: IExpr = IConst(0)
+    extent: str = ""
+    value: IExpr | None = None
+
+
+@dataclass(frozen=True)
+class External:
+    """A user C++ function (call-external) applied to every element of register fragment
+    ``acc``'s shape: ``cpp(args...)`` per element, written fragments by reference."""
+
+    event: str
+    fn: str
+    cpp: str
+    header: str
+    acc: str
+    args: tuple[ExtArg, ...]
+
+
+@dataclass(frozen=True)
 class StoreDirect:
     """Each thread stores its fragment to ``tensor`` at tile origin (``row0``, ``col0``)."""
 
@@ -386,6 +414,14 @@ class KernelPlan:
     body: list = field(default_factory=list)  # Mma
     epilogue: list = field(default_factory=list)  # Add / StoreDirect / StageWrite / TmaStore / StoreVector
     vectors: list[Vector] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)  # include name -> path: user C++ headers
+    pointer_reads: set[str] = field(default_factory=set)  # read tensors the kernel loads by pointer (not TMA)
+
+    @property
+    def pointer_tensors(self) -> list[GlobalTensor]:
+        """The tensors the kernel gets as pointers: those it writes, and read-only ones it
+        loads element by element (an external leaf function's per-column vector)."""
+        return [t for t in self.tensors if t.writes or t.name in self.pointer_reads]
     simt_body: list = field(default_factory=list)  # RowSum: SIMT work on each stage, after the wgmmas issue
     smem_bytes: int = 0
     producer_registers: int = 40

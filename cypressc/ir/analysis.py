@@ -60,12 +60,12 @@ def free_vars(e) -> set[str]:
 def views_of(op: N.Op) -> list[tuple[N.View, bool, bool]]:
     """(view, reads, writes) for each tensor a copy or leaf call touches directly (leaf
     operands by the intrinsics registry's rules)."""
-    from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+    from cypressc.lang.intrinsics import leaf_of
 
     if isinstance(op, N.Copy):
         return [(op.src, True, False), (op.dst, False, True)]
     if isinstance(op, N.Call):
-        rules = LEAF_FUNCTIONS[op.fn].operands
+        rules = leaf_of(op).operands
         return [(a, r.reads, r.writes) for a, r in zip(op.args, rules) if isinstance(a, (N.TRef, N.Piece))]
     return []
 

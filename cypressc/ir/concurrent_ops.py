@@ -10,7 +10,7 @@ import numpy as np
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.concurrent_state import Bar, RaceChecks, Thread, op_label
-from cypressc.lang.intrinsics import LEAF_FUNCTIONS, NUMPY_DTYPES
+from cypressc.lang.intrinsics import NUMPY_DTYPES, leaf_of
 
 __all__ = ["OpSemantics"]
 
@@ -137,7 +137,7 @@ class OpSemantics(RaceChecks):
         dst.write(src.read().reshape(dst.shape))
 
     def call(self, t: Thread, op: N.Call, scope, envs) -> None:
-        fn = LEAF_FUNCTIONS[op.fn]
+        fn = leaf_of(op)
         mma = fn.collective is not None
         regs, recs = set(), []
         views = [(i, a, fn.operands[i] if i < len(fn.operands) else None) for i, a in enumerate(op.args)

@@ -36,7 +36,7 @@ from cypressc.ir import sync as S
 from cypressc.ir.analysis import Symbols, free_vars, views_of
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import subst_expr
-from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["LEVELS", "Leaf", "Dep", "Program", "evaluate", "implied", "instances", "DTYPE_BYTES"]
 
@@ -143,7 +143,7 @@ class Program:
         if isinstance(op, N.Copy):
             src, dst = self.sym.mem(op.src), self.sym.mem(op.dst)
             return {("GLOBAL", "SHARED"): "tma_load", ("SHARED", "GLOBAL"): "tma_store"}.get((src, dst), "thread")
-        return "wgmma" if LEAF_FUNCTIONS[op.fn].collective else "thread"
+        return "wgmma" if leaf_of(op).collective else "thread"
 
     def role_dims(self, role: str) -> tuple[N.Dim, ...]:
         """The processor dimensions of the role's most deeply replicated op: every thread of

@@ -26,7 +26,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir.analysis import dim_procs
 from cypressc.ir.shapes import mma_coords
 from cypressc.ir.sync import SYNC_OPS
-from cypressc.lang.intrinsics import LEAF_FUNCTIONS, NUMPY_DTYPES, Operand, round_to
+from cypressc.lang.intrinsics import NUMPY_DTYPES, Operand, leaf_of, round_to
 
 __all__ = ["run", "evaluate", "InterpreterError"]
 
@@ -289,7 +289,7 @@ class _Interp:
 
     @staticmethod
     def _collective(t: _Task) -> bool:
-        return t.kind == "op" and isinstance(t.op, N.Call) and LEAF_FUNCTIONS[t.op.fn].collective is not None
+        return t.kind == "op" and isinstance(t.op, N.Call) and leaf_of(t.op).collective is not None
 
     def execute(self, t: _Task) -> None:
         op, scope, env = t.op, t.scope, t.env
@@ -305,7 +305,7 @@ class _Interp:
                 raise InterpreterError(f"copy {op.ev}: source shape {src.shape} does not fit {dst.shape}")
             dst.write(value.reshape(dst.shape))
             self.complete(op, scope, env)
-        elif isinstance(op, N.Call) and LEAF_FUNCTIONS[op.fn].collective:
+        elif isinstance(op, N.Call) and leaf_of(op).collective:
             # a collective leaf (wgmma: `.sync.aligned`) runs once every thread of its
             # warpgroup issued it, on the operand tiles all of them hold together
             key, size = self._group(op, scope, env)
@@ -369,14 +369,14 @@ class _Interp:
         """Run a collective leaf for all ``members`` (scope, processor indices) of one
         issuing group: the operands it only reads are gathered once, the written ones stay
         per thread (each thread's accumulator fragment)."""
-        fn = LEAF_FUNCTIONS[op.fn]
+        fn = leaf_of(op)
         whole = {i: self.gather(a, members) for i, a in enumerate(op.args)
                  if isinstance(a, (N.TRef, N.Piece)) and i < len(fn.operands) and not fn.operands[i].writes}
         for sc, e in members:
             self.call(op, sc, e, whole)
 
     def call(self, op: N.Call, scope: _Scope, env: dict, whole: dict[int, Operand] | None = None) -> None:
-        fn = LEAF_FUNCTIONS[op.fn]
+        fn = leaf_of(op)
         args: list[object] = []
         views: dict[int, _View] = {}
         for i, a in enumerate(op.args):

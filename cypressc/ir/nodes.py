@@ -258,6 +258,7 @@ class Call:
     pre: tuple[EvRef, ...] = ()
     dims: tuple[Dim, ...] = ()
     task: str = ""
+    ext: object = field(default=None, compare=False, repr=False)  # LeafFn of a user C++ function
 
 
 @dataclass(frozen=True, slots=True)

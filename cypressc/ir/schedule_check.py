@@ -16,7 +16,7 @@ from cypressc.ir import interp as I
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import Symbols, dim_procs
 from cypressc.ir.check import random_inputs
-from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["small_sizes", "written_params", "grid_blocks", "Verdict", "check_schedules"]
 
@@ -79,7 +79,7 @@ def written_params(m: N.Module) -> list[str]:
         elif isinstance(op, N.Copy):
             out.add(sym.root(op.dst))
         elif isinstance(op, N.Call):
-            rules = LEAF_FUNCTIONS[op.fn].operands
+            rules = leaf_of(op).operands
             for i, a in enumerate(op.args):
                 if isinstance(a, (N.TRef, N.Piece)) and i < len(rules) and rules[i].writes:
                     out.add(sym.root(a))

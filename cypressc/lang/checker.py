@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from cypressc.diagnostics import CypressError, CypressErrors, Loc
 from cypressc.lang import syntax as S
-from cypressc.lang.intrinsics import LEAF_FUNCTIONS, is_atom_name
+from cypressc.lang.externals import leaf_functions
+from cypressc.lang.intrinsics import is_atom_name
 
 __all__ = ["check_program", "Signature", "signature", "VariantEnv", "variant_env"]
 
@@ -76,6 +77,7 @@ class _Checker:
         self.prog = prog
         self.errors: list[CypressError] = []
         self.tasks = prog.tasks()
+        self.leaves = leaf_functions(prog)
 
     def error(self, code: str, msg: str, loc: Loc, hint: str | None = None,
               notes: tuple[tuple[str, Loc], ...] = ()) -> None:
@@ -365,10 +367,10 @@ class _Checker:
             self.error("E028", f"Inner variant '{v.name}' calls leaf function '{s.fn}'", s.loc,
                        "inner variants only partition and launch; put computation in a Leaf variant")
             return
-        fn = LEAF_FUNCTIONS.get(s.fn)
+        fn = self.leaves.get(s.fn)
         if fn is None:
             self.error("E032", f"unknown leaf function '{s.fn}'", s.loc,
-                       f"leaf functions: {', '.join(sorted(LEAF_FUNCTIONS))}")
+                       f"leaf functions: {', '.join(sorted(self.leaves))}")
             return
         if len(s.args) != len(fn.operands):
             self.error("E032", f"{s.fn}() takes {len(fn.operands)} argument(s), {len(s.args)} given",

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["Operand", "OperandRule", "LeafFn", "MmaAtom", "LEAF_FUNCTIONS", "atom", "is_atom_name",
-           "NUMPY_DTYPES"]
+           "NUMPY_DTYPES", "leaf_of"]
 
 NUMPY_DTYPES = {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "i32": np.int32}
 """NumPy storage per dtype.  bf16 has no NumPy type: it is stored in f32 and rounded to
@@ -83,6 +83,7 @@ class LeafFn:
     semantics: Callable[..., dict[int, np.ndarray]] = field(repr=False)
     collective: str | None = None
     doc: str = ""
+    external: object = None  # the syntax.External of a user C++ function (call-external)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,3 +199,10 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
         ),
     )
 }
+
+
+def leaf_of(op) -> LeafFn:
+    """The leaf function an IR ``Call`` invokes: its external (``op.ext``, a user C++
+    function) or the intrinsic named ``op.fn``; raises ``KeyError`` for neither."""
+    ext = getattr(op, "ext", None)
+    return ext if ext is not None else LEAF_FUNCTIONS[op.fn]

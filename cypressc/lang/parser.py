@@ -18,6 +18,7 @@ from typing import Mapping
 
 from cypressc.diagnostics import CypressError, CypressErrors, Loc
 from cypressc.lang import syntax as S
+from cypressc.lang.externals import check_choices, find_header, parse_choice, parse_external
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS
 from cypressc.lang.source import busiest_line, char_offset, decode_error_position, source_lines
 
@@ -44,7 +45,7 @@ _STMT_NAMES = {
 
 class _Parser:
     def __init__(self, path: str, source: str, dtypes: Mapping[str, str],
-                 include_dir: Path | None = None) -> None:
+                 include_dir: Path | None = None, include_path: tuple[Path, ...] = ()) -> None:
         self.path = path
         self.lines = source_lines(source)
         self.errors: list[CypressError] = []
@@ -52,6 +53,9 @@ class _Parser:
         self.dtype_params: dict[str, S.DtypeParam] = {}
         self.tensor_params: set[str] = set()  # of the variant being parsed
         self.include_dir = include_dir
+        self.include_path = include_path  # -I folders, searched after the program's
+        self.choices: dict[str, S.ChoiceParam] = {}
+        self.choice_args: dict[tuple[str, str], Loc] = {}  # (choice, function) -> where it is listed
         self.depth = 0  # of the expression being converted
 
     # -- locations ---------------------------------------------------------------------
@@ -68,8 +72,9 @@ class _Parser:
 
     # -- module ------------------------------------------------------------------------
     def module(self, mod: ast.Module) -> S.Program:
-        includes: list[str] = []
+        includes: list[tuple[str, Path | None]] = []
         variants: list[S.Variant] = []
+        externals: list[S.External] = []
         for i, stmt in enumerate(mod.body):
             try:
                 if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
@@ -79,10 +84,28 @@ class _Parser:
                     continue  # `from cypress import *` keeps editors happy; it means nothing here
                 if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
                         and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "include":
-                    includes.append(self.include(stmt.value))
+                    try:
+                        includes.append(self.include(stmt.value))
+                    except CypressError:
+                        # recorded without a path, so the externals it declares do not cascade
+                        if stmt.value.args and isinstance(stmt.value.args[0], ast.Constant):
+                            includes.append((str(stmt.value.args[0].value), None))
+                        raise
+                    continue
+                if isinstance(stmt, ast.FunctionDef) and stmt.decorator_list \
+                        and isinstance(dec := stmt.decorator_list[0], ast.Call) \
+                        and isinstance(dec.func, ast.Name) and dec.func.id == "external":
+                    if any(e.name == stmt.name for e in externals):
+                        raise self.err("E014", f"external '{stmt.name}' is declared twice", stmt)
+                    externals.append(parse_external(self, stmt, includes))
                     continue
                 if isinstance(stmt, ast.FunctionDef):
                     variants.append(self.variant(stmt))
+                    continue
+                if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) \
+                        and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "choice":
+                    c = parse_choice(self, stmt)
+                    self.choices[c.name] = c
                     continue
                 if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) \
                         and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "dtype":
@@ -90,20 +113,25 @@ class _Parser:
                     continue
                 raise self.err(
                     "E002", f"unsupported top-level statement ({type(stmt).__name__})", stmt,
-                    "a .cyp file holds @task-decorated defs, include(\"header.cuh\") lines and "
-                    "dtype parameters `T = dtype(f16, bf16)`",
+                    "a .cyp file holds @task-decorated defs, include(\"header.cuh\") lines, "
+                    "@external declarations and parameters `T = dtype(f16, bf16)`, `F = choice(f, g)`",
                 )
             except CypressError as e:
                 self.errors.append(e)
+        check_choices(self, list(self.choices.values()), externals)
+        for e in externals:
+            if any(v.name == e.name for v in variants):
+                self.errors.append(CypressError("E014", f"'{e.name}' names both an external and a task variant",
+                                                e.loc, hint="rename one of them"))
         for name in self.bindings:
-            if name not in self.dtype_params:
+            if name not in self.dtype_params and name not in self.choices:
                 declared = ", ".join(self.dtype_params) or "none"
                 self.errors.append(CypressError(
                     "E013", f"--dtype binds '{name}', which this program does not declare (declared: {declared})",
                     Loc(self.path, 1, 1), hint=self._unbound_dtype_hint(name),
                     notes=tuple((f"'{d.name}' is declared here", d.loc) for d in self.dtype_params.values())))
-        return S.Program(self.path, tuple(includes), tuple(variants), Loc(self.path, 1, 1),
-                         tuple(self.dtype_params.values()))
+        return S.Program(self.path, tuple(n for n, _ in includes), tuple(variants), Loc(self.path, 1, 1),
+                         tuple(self.dtype_params.values()), tuple(externals), tuple(self.choices.values()))
 
     def _unbound_dtype_hint(self, name: str) -> str:
         """Name the dtype parameters this program does declare, with a ``--dtype`` that works."""
@@ -159,22 +187,22 @@ class _Parser:
             bound = allowed[0]
         self.dtype_params[name] = S.DtypeParam(name, tuple(allowed), bound, self.loc(st))
 
-    def include(self, call: ast.Call) -> str:
-        """``include("ops.cuh")``: the header must exist, relative to the program's folder."""
+    def include(self, call: ast.Call) -> tuple[str, Path | None]:
+        """``include("ops.cuh")``: the header must exist, relative to the program's folder or
+        a ``-I`` folder; returns its name and path (None when parsed from a string)."""
         if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Constant) \
                 or not isinstance(call.args[0].value, str):
             raise self.err("E003", "include() takes one string: the header's file name", call)
         name = call.args[0].value
-        if self.include_dir is not None:
-            header = self.include_dir / name
-            try:
-                found = header.is_file()
-            except (OSError, ValueError):  # a name too long, or not a path at all
-                found = False
-            if not found:
-                raise self.err("E003", f"include() names '{name}', which does not exist", call.args[0],
-                               f"headers are found relative to the program's folder; looked for {header}")
-        return name
+        if self.include_dir is None:
+            return name, None
+        dirs = [self.include_dir, *self.include_path]
+        found = find_header(name, dirs)
+        if found is None:
+            raise self.err("E003", f"include() names '{name}', which does not exist", call.args[0],
+                           "headers are found relative to the program's folder (then the -I folders); "
+                           "looked for " + ", ".join(str(d / name) for d in dirs))
+        return name, found
 
     # -- variants ----------------------------------------------------------------------
     def variant(self, fn: ast.FunctionDef) -> S.Variant:
@@ -284,7 +312,8 @@ class _Parser:
                     raise self.err("E007", "launch() takes the task name as a string first", call,
                                    'write launch("task", arg0, arg1, ...)')
                 return [S.Launch(call.args[0].value, tuple(self.expr(a) for a in call.args[1:]), loc)]
-            return [S.LeafCall(call.func.id, tuple(self.expr(a) for a in call.args), loc)]
+            fn = self.choices[call.func.id].bound if call.func.id in self.choices else call.func.id
+            return [S.LeafCall(fn, tuple(self.expr(a) for a in call.args), loc)]
         what = _STMT_NAMES.get(type(st).__name__, f"{type(st).__name__} statements")
         hint = ("task bodies hold tunables, index arithmetic, partitions, make_tensor, "
                 "launch(), prange/srange loops and (in leaves) leaf-function calls")
@@ -461,16 +490,18 @@ class _Parser:
 
 
 def parse_source(source: str, path: str = "<string>", dtypes: Mapping[str, str] | None = None,
-                 include_dir: str | Path | None = None) -> S.Program:
+                 include_dir: str | Path | None = None, include_path: tuple[str | Path, ...] = ()) -> S.Program:
     """Parse ``.cyp`` text into a :class:`~cypressc.lang.syntax.Program`.
 
-    ``dtypes`` binds the program's dtype parameters (``{"T": "bf16"}``); unbound ones
-    take their first allowed dtype.  With ``include_dir`` (the program's folder), each
-    ``include("h.cuh")`` must name an existing file relative to it (E003).  A leading
+    ``dtypes`` binds the program's parameters (``{"T": "bf16", "ACT": "bias_silu"}``:
+    dtype and choice parameters); unbound ones take their first allowed value.  With
+    ``include_dir`` (the program's folder), each ``include("h.cuh")`` must name an existing
+    file relative to it or to a folder of ``include_path`` (E003).  A leading
     UTF-8 byte-order mark is ignored, as Python does.  Raises :class:`CypressErrors` with
     every syntax-level error found (E001 for Python syntax errors and expressions nested
     more than :data:`MAX_EXPR_DEPTH` deep, E002–E012 for constructs outside the subset,
-    E013 for dtype parameters and bindings).
+    E013 for dtype parameters and bindings, E014 for ``@external`` declarations, E015 for
+    choice parameters).
     """
     source = source.removeprefix("\ufeff")
     if "\x00" in source:
@@ -498,7 +529,8 @@ def parse_source(source: str, path: str = "<string>", dtypes: Mapping[str, str] 
             hint=f"expressions nest at most {MAX_EXPR_DEPTH} levels; split it into named steps")]) from None
     except ValueError as e:
         raise CypressErrors([CypressError("E001", f"cannot parse: {e}", Loc(path, 1, 1))]) from None
-    p = _Parser(path, source, dtypes or {}, Path(include_dir) if include_dir is not None else None)
+    p = _Parser(path, source, dtypes or {}, Path(include_dir) if include_dir is not None else None,
+                tuple(Path(d) for d in include_path))
     try:
         prog = p.module(mod)
     except RecursionError:
@@ -512,7 +544,8 @@ def parse_source(source: str, path: str = "<string>", dtypes: Mapping[str, str] 
     return prog
 
 
-def parse_file(path: str | Path, dtypes: Mapping[str, str] | None = None) -> S.Program:
+def parse_file(path: str | Path, dtypes: Mapping[str, str] | None = None,
+               include_path: tuple[str | Path, ...] = ()) -> S.Program:
     """Read and parse a ``.cyp`` file (``dtypes`` as in :func:`parse_source`; headers it
     includes are looked up in its folder); unreadable files are E000 and non-UTF-8 files
     E001 errors."""
@@ -532,4 +565,4 @@ def parse_file(path: str | Path, dtypes: Mapping[str, str] | None = None) -> S.P
         line, col = decode_error_position(data, e.start)
         raise CypressErrors([CypressError("E001", "the file is not UTF-8 text", Loc(str(path), line, col, col + 1),
                                           hint="save the program as UTF-8")]) from None
-    return parse_source(text, str(path), dtypes, include_dir=p.parent)
+    return parse_source(text, str(path), dtypes, include_dir=p.parent, include_path=include_path)

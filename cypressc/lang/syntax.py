@@ -2,12 +2,16 @@
 
 Grammar (ASDL-like; every node ends with ``loc``)::
 
-    Program    = (path, includes: str*, variants: Variant*)
+    Program    = (path, includes: str*, variants: Variant*, dtype_params: DtypeParam*,
+                  externals: External*, choices: ChoiceParam*)
+    External   = (name, cpp, params: Param*, reads: str*, writes: str*, header)
+                                                        -- @external: a user C++ leaf function
+    ChoiceParam = (name, allowed: str*, bound)          -- ACT = choice(f, g)
     Variant    = (name, task, kind: inner|leaf, reads: str*, writes: str*,
                   params: Param*, body: Stmt*)
     Param      = (name, type: TensorType | ScalarType)
     TensorType = (rank: int, dtype: f16|bf16|f32|i32, dims: str*?)
-    ScalarType = ()                                     -- an ``int``
+    ScalarType = (kind: int|float)                      -- ``float`` only in @external
     Stmt       = Tunable(name, kind: int|processor|atom)
                | Let(name, value: Expr)                 -- scalar index arithmetic
                | PartitionDecl(name, tensor, kind: blocks|mma|slices, args: Expr*)
@@ -52,10 +56,13 @@ class TensorType:
 
 @dataclass(frozen=True, slots=True)
 class ScalarType:
-    """A scalar ``int`` parameter."""
+    """A scalar parameter: ``int`` (task parameters), or ``float`` (a scalar argument of an
+    ``@external`` leaf function, passed to the C++ function as a ``float``)."""
+
+    kind: str = "int"
 
     def __str__(self) -> str:
-        return "int"
+        return self.kind
 
 
 Type = Union[TensorType, ScalarType]
@@ -247,12 +254,55 @@ class DtypeParam:
 
 
 @dataclass(frozen=True, slots=True)
+class External:
+    """An ``@external("cpp::name", writes=[...])``-decorated ``def``: a leaf function the
+    user writes in C++ (the paper's call-external, §3.2), applied elementwise.
+
+    ``cpp`` is the C++ function called once per element (``void f(float& x, float b)``:
+    written operands by reference); ``header`` is the ``include()``d file that declares it
+    and ``reference`` the path of the optional NumPy reference (``<header stem>.py`` next
+    to the header, a function of the same name) or ``None``."""
+
+    name: str
+    cpp: str
+    params: tuple[Param, ...]
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    header: str
+    reference: str | None = None
+    loc: Loc = _L
+    header_path: str | None = None  # the header's absolute path (None: parsed from a string)
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceParam:
+    """A top-level ``ACT = choice(bias_gelu, bias_silu)``: a leaf function the program is
+    generic over, bound with ``--param ACT=bias_silu`` (the first by default).  Calls of
+    ``ACT(...)`` were resolved to ``bound`` by the parser."""
+
+    name: str
+    allowed: tuple[str, ...]
+    bound: str
+    loc: Loc = _L
+
+
+@dataclass(frozen=True, slots=True)
 class Program:
     path: str
     includes: tuple[str, ...]
     variants: tuple[Variant, ...]
     loc: Loc = _L
     dtype_params: tuple[DtypeParam, ...] = ()
+    externals: tuple[External, ...] = ()
+    choices: tuple[ChoiceParam, ...] = ()
+
+    def external(self, name: str) -> External | None:
+        return next((e for e in self.externals if e.name == name), None)
+
+    @property
+    def bindings(self) -> dict[str, str]:
+        """Every program parameter and what this parse bound it to (``{"T": "f16", "ACT": "bias_gelu"}``)."""
+        return {**{d.name: d.bound for d in self.dtype_params}, **{c.name: c.bound for c in self.choices}}
 
     def variant(self, name: str) -> Variant | None:
         for v in self.variants:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from cypressc.diagnostics import CypressError, CypressErrors, Warning_
 from cypressc.lang import syntax as S
-from cypressc.lang.intrinsics import LEAF_FUNCTIONS, is_atom_name
+from cypressc.lang.externals import leaf_functions
+from cypressc.lang.intrinsics import is_atom_name
 from cypressc.mapping.loader import LoadedMapping
 from cypressc.mapping.machine import Machine, load_machine, machine_names
 from cypressc.mapping.schema import Instance
@@ -75,6 +76,7 @@ class TaskTree:
 class _Instantiator:
     def __init__(self, prog: S.Program, lm: LoadedMapping) -> None:
         self.prog, self.lm, self.spec = prog, lm, lm.spec
+        self.leaves = leaf_functions(prog)
         self.errors: list[CypressError] = []
         self.by_name: dict[str, tuple[int, Instance]] = {}
         self.reached: set[str] = set()
@@ -168,10 +170,10 @@ class _Instantiator:
                              hint="NONE means never materialized at this level; a leaf reads or "
                                   f"writes its tensors, so map '{p.name}' to a memory {inst.proc} can name")
             for s in S.walk(v.body):
-                if isinstance(s, S.LeafCall) and s.fn in LEAF_FUNCTIONS \
-                        and LEAF_FUNCTIONS[s.fn].proc != inst.proc:
+                if isinstance(s, S.LeafCall) and s.fn in self.leaves \
+                        and self.leaves[s.fn].proc != inst.proc:
                     self.err("M021", f"leaf '{v.name}' calls {s.fn}(), which runs on "
-                             f"{LEAF_FUNCTIONS[s.fn].proc}; the instance maps it to {inst.proc}",
+                             f"{self.leaves[s.fn].proc}; the instance maps it to {inst.proc}",
                              name, "proc")
         for j, c in enumerate(inst.calls):
             if c not in self.by_name:

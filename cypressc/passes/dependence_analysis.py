@@ -26,7 +26,7 @@ from cypressc.ir.analysis import dedup_refs
 from cypressc.ir.origin import Origin, PartitionSite, Sites, TensorSite
 from cypressc.ir.shapes import mma_piece_shape
 from cypressc.lang import syntax as S
-from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+from cypressc.lang.externals import leaf_functions
 from cypressc.mapping.tasktree import TaskNode, TaskTree
 from cypressc.passes.extents import check_block, check_division, check_extent, check_value
 from cypressc.passes.levels import check_mma_pieces, check_processors, here, loop_proc
@@ -144,6 +144,7 @@ class _Scope:
 
 class _DA:
     def __init__(self, tree: TaskTree) -> None:
+        self.leaves = leaf_functions(tree.program)
         self.tree = tree
         self.names = Namer()
         self.allocs: dict[str, N.Alloc] = {}
@@ -386,7 +387,7 @@ class _DA:
             f.did_write(root, ev)
 
     def leaf_call(self, s: S.LeafCall, sc: _Scope, f: _Frame) -> None:
-        fn = LEAF_FUNCTIONS[s.fn]
+        fn = self.leaves[s.fn]
         for j, (p, mem) in enumerate(sc.node.mems.items()):
             if mem == "NONE":
                 inst = sc.node.instance.instance
@@ -414,7 +415,8 @@ class _DA:
                 roots.append((root, rule.reads, rule.writes))
         self._check_leaf_mems(s, sc, fn, args)
         ev = N.EvRef(self.names.event())
-        self.emit(f, N.Call(ev.name, s.fn, tuple(args), dedup_refs(pre), task=sc.node.variant.name))
+        self.emit(f, N.Call(ev.name, s.fn, tuple(args), dedup_refs(pre), task=sc.node.variant.name,
+                              ext=fn if fn.external is not None else None))
         for root, r, w in roots:
             if w:
                 f.did_write(root, ev)

@@ -45,6 +45,17 @@ def ref_chain(a):
     return {"O": _f64(s) @ _f64(a["V"])}
 
 
+def ref_epilogue(a):
+    v = _f64(a["A"]) @ _f64(a["B"]) + _f64(a["bias"])  # bias broadcast along the rows
+    return {"C": 0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v ** 3)))}
+
+
+def ref_softcap(a):
+    s = _f64(a["Q"])[:, :64] @ _f64(a["K"])[:, :64].T
+    s = (30.0 * np.tanh(s / 30.0)).astype(a["Q"].dtype)  # the user's softcap, then the program's rounding
+    return {"O": _f64(s) @ _f64(a["V"])}
+
+
 def ref_two_loops(a):
     return {"C": _f64(a["A"]) @ _f64(a["B"]) + _f64(a["D"]) @ _f64(a["E"])}
 
@@ -60,6 +71,11 @@ CASES = {
     # a test program: the second wgmma's A operand is the first's result, converted in registers
     "tests/programs/chain_gemm.cyp": ("tests/mappings/chain_gemm_small.yaml", dict(M=40, E=12, D=64, N=24),
                                       ref_chain, ["O"]),
+    # the user's C++ epilogue (call-external), run through its NumPy reference (programs/ops/epilogue.py)
+    "gemm_epilogue": ("tests/mappings/gemm_epilogue_small.yaml", dict(M=50, N=40, K=40), ref_epilogue, ["C"]),
+    # a test program: a user C++ leaf function between the two wgmmas of each step (-I programs)
+    "tests/programs/chain_gemm_softcap.cyp": ("tests/mappings/chain_gemm_softcap_small.yaml",
+                                              dict(M=40, E=12, D=64, N=24), ref_softcap, ["O"]),
     # a test program: two pipelined loops per block accumulating into one accumulator
     "tests/programs/gemm_two_loops.cyp": ("tests/mappings/gemm_two_loops_small.yaml",
                                           dict(M=40, N=24, K=24, J=16), ref_two_loops, ["C"]),
@@ -68,7 +84,8 @@ CASES = {
 
 def _compile(program: str, mapping: str):
     path = ROOT / program if program.endswith(".cyp") else ROOT / "programs" / f"{program}.cyp"
-    tree = instantiate(check_program(parse_file(path)), load_mapping(ROOT / mapping))
+    tree = instantiate(check_program(parse_file(path, include_path=(ROOT / "programs",))),
+                       load_mapping(ROOT / mapping))
     return compile_module(tree, until="warp-specialization")
 
 

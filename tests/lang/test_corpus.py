@@ -1,10 +1,11 @@
 """The malformed-input corpus (tests/corpus/cases.yaml) through the real CLI.
 
-Each case runs ``cypressc check PROGRAM -m MAPPING`` (in-process with click's runner,
+Each case runs ``cypressc check PROGRAM -m MAPPING [ARGS]`` (in-process with click's runner,
 so the ~100 cases stay fast; tests/test_cli.py runs a few as real subprocesses) and
 checks the exit code, the exact first diagnostic line, and the whole stderr against
 tests/golden/diagnostics/<case>.txt.  Regenerate with ``pytest --update-golden`` and
-read the diff.
+read the diff.  Optional case keys: ``args`` (more command-line options, e.g. a
+``--param`` binding) and ``files`` (headers and references the program includes).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ CASES = yaml.safe_load((CORPUS / "cases.yaml").read_text())
 @pytest.mark.parametrize("case", CASES, ids=[c["case"] for c in CASES])
 def test_corpus_case(case, golden, monkeypatch):
     monkeypatch.chdir(ROOT)
-    r = CliRunner().invoke(main, ["check", case["program"], "-m", case["mapping"]], catch_exceptions=False)
+    r = CliRunner().invoke(main, ["check", case["program"], "-m", case["mapping"], *case.get("args", ())],
+                           catch_exceptions=False)
     assert r.exit_code == case["exit"], r.stderr
     kind = "error" if case["exit"] else "warning"
     first = r.stderr.splitlines()[0]
@@ -44,8 +46,11 @@ def test_corpus_case(case, golden, monkeypatch):
 def test_corpus_is_large_and_every_file_is_used():
     assert len(CASES) >= 30
     assert len({c["case"] for c in CASES}) == len(CASES)
-    used = {c["program"] for c in CASES} | {c["mapping"] for c in CASES}
-    for f in sorted(CORPUS.glob("*/*")):
+    helpers = {f for c in CASES for f in c.get("files", ())}
+    assert all((ROOT / f).is_file() for f in helpers), sorted(f for f in helpers if not (ROOT / f).is_file())
+    used = {c["program"] for c in CASES} | {c["mapping"] for c in CASES} | helpers
+    # subfolders hold included headers; __pycache__ is what loading a NumPy reference leaves
+    for f in sorted(f for f in CORPUS.glob("*/**/*") if f.is_file() and "__pycache__" not in f.parts):
         assert str(f.relative_to(ROOT)) in used, f"{f} is not referenced by tests/corpus/cases.yaml"
 
 

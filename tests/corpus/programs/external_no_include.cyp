@@ -1,0 +1,11 @@
+# corpus: an external leaf function, but no include() of the header that defines it
+
+
+@external("corpus_ops::scale_bias", writes=["x"])
+def scale_bias(x: tensor[2, f32], bias: tensor[1, f32]):
+    """x = 2 x + bias."""
+
+
+@task("act", Leaf, reads=["C", "bias"], writes=["C"])
+def act_thread(C: tensor[2, f32], bias: tensor[1, f32]):
+    scale_bias(C, bias)

@@ -1,0 +1,12 @@
+# corpus: an elementwise external whose operands have different ranks (3 is not a per-column vector)
+include("ext/ops.cuh")
+
+
+@external("corpus_ops::scale_bias", writes=["x"])
+def scale_bias(x: tensor[2, f32], bias: tensor[3, f32]):
+    """x = 2 x + bias."""
+
+
+@task("act", Leaf, reads=["C", "bias"], writes=["C"])
+def act_thread(C: tensor[2, f32], bias: tensor[1, f32]):
+    scale_bias(C, bias)
