@@ -9,6 +9,9 @@ events each statement realizes, so the code reads next to ``cypressc explain``.
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
+from cypressc.abi.dtypes import DTYPES
 from cypressc.backend import plan as P
 from cypressc.backend.cexpr import cexpr, mentions
 from cypressc.backend.emit_stmt import CTYPE, emit_stmts
@@ -39,8 +42,6 @@ HEADER_DIR = "include"
 def header_copy(name: str) -> str:
     """Where the build directory keeps a copy of included header ``name`` (relative to it):
     under :data:`HEADER_DIR`, with ``..`` and leading ``/`` dropped so that it stays inside."""
-    from pathlib import PurePosixPath
-
     parts = [p for p in PurePosixPath(name.replace("\\", "/")).parts if p not in ("..", ".", "/")]
     return "/".join([HEADER_DIR, *parts])
 
@@ -262,9 +263,8 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
     w(f"if (({ptrs}) & 15) return cudaErrorInvalidValue;  // TMA needs 16-byte aligned tensors")
     for t in p.tensors:
         if t.name in p.pointer_reads:
-            size = 4 if t.dtype in ("f32", "i32") else 2
-            w(f"if (reinterpret_cast<uintptr_t>({t.name}) & {size - 1}) return cudaErrorInvalidValue;  "
-              f"// {t.name} is read element by element")
+            w(f"if (reinterpret_cast<uintptr_t>({t.name}) & {DTYPES[t.dtype].itemsize - 1}) "
+              f"return cudaErrorInvalidValue;  // {t.name} is read element by element")
     out = [t for t in p.tensors if t.writes]
     w(f"if ({' || '.join(f'{d} == 0' for t in out for d in t.dims)}) return cudaSuccess;  // nothing to write")
     w("cudaError_t e;")

@@ -10,6 +10,7 @@ from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
+from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["SimtLowering"]
 
@@ -132,13 +133,12 @@ class SimtLowering:
         """A user C++ function (call-external, paper §3.2) over each thread's elements: its
         operands are f32 register fragments of one shape (the first one sets the loop),
         per-column vectors in global memory, and scalars."""
-        from cypressc.lang.intrinsics import leaf_of
-
         fn = leaf_of(o)
         ext = fn.external
         self._whole_warpgroups(o)
         acc: P.Fragment | None = None
         args: list[P.ExtArg] = []
+        vectors: list[N.View] = []
         for a, rule, prm in zip(o.args, fn.operands, ext.params):
             if rule.kind == "scalar":
                 args.append(P.ExtArg("scalar", prm.name, str(prm.type), value=self.k(a)))
@@ -158,12 +158,12 @@ class SimtLowering:
                 _refuse(f"{o.fn}() reads {fmt_view(a)} in {mem}: external leaf functions read register "
                         "fragments and 1-D vectors in global memory")
             args.append(P.ExtArg("vec", root, t.dtype, self.k(org[0]), t.dims[0]))
+            vectors.append(a)
             plan.pointer_reads.add(root)
         if acc is None:
             _refuse(f"{o.fn}() has no register fragment operand to run over")
-        for a, x in zip(o.args, args):
-            n = static(self.sym.shape(a)[0]) if x.kind == "vec" else None
-            if x.kind == "vec" and n != acc.cols:
+        for a in vectors:
+            if (n := static(self.sym.shape(a)[0])) != acc.cols:
                 _refuse(f"{o.fn}(): the per-column vector {fmt_view(a)} has {n} element(s), the "
                         f"{acc.rows}x{acc.cols} fragment's tile {acc.cols} columns")
         plan.headers[ext.header] = ext.header_path or ext.header

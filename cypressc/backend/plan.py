@@ -416,12 +416,6 @@ class KernelPlan:
     vectors: list[Vector] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)  # include name -> path: user C++ headers
     pointer_reads: set[str] = field(default_factory=set)  # read tensors the kernel loads by pointer (not TMA)
-
-    @property
-    def pointer_tensors(self) -> list[GlobalTensor]:
-        """The tensors the kernel gets as pointers: those it writes, and read-only ones it
-        loads element by element (an external leaf function's per-column vector)."""
-        return [t for t in self.tensors if t.writes or t.name in self.pointer_reads]
     simt_body: list = field(default_factory=list)  # RowSum: SIMT work on each stage, after the wgmmas issue
     smem_bytes: int = 0
     producer_registers: int = 40
@@ -439,6 +433,12 @@ class KernelPlan:
     grid_exprs: list[IExpr] = field(default_factory=list)  # ``grid`` over the sizes (cypressc tune's model)
     trip_expr: IExpr | None = None  # ``trip_count`` over the sizes and block indices
     host_loop: str | None = None  # a parallelized HOST loop: its variable, as the last grid dim
+
+    @property
+    def pointer_tensors(self) -> list[GlobalTensor]:
+        """The tensors the kernel gets as pointers: those it writes, and read-only ones it
+        loads element by element (an external leaf function's per-column vector)."""
+        return [t for t in self.tensors if t.writes or t.name in self.pointer_reads]
 
     @property
     def flops_c(self) -> str:

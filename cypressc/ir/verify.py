@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from cypressc.ir import nodes as N
 from cypressc.ir.sync import SYNC_OPS
-from cypressc.lang.intrinsics import LEAF_FUNCTIONS, leaf_of
+from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["verify", "VerifyError"]
 
@@ -64,7 +64,11 @@ def verify(m: N.Module) -> None:
                 check_view(op.dst, where)
                 check_refs(op.pre, where)
             if isinstance(op, N.Call):
-                if (op.ext is None and op.fn not in LEAF_FUNCTIONS) or len(op.args) != len(leaf_of(op).operands):
+                try:
+                    arity = len(leaf_of(op).operands)
+                except KeyError:
+                    arity = -1
+                if len(op.args) != arity:
                     raise VerifyError(f"{where}: bad leaf call {op.fn}")
                 for a in op.args:
                     if isinstance(a, (N.TRef, N.Piece)):

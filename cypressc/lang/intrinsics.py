@@ -204,5 +204,4 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
 def leaf_of(op) -> LeafFn:
     """The leaf function an IR ``Call`` invokes: its external (``op.ext``, a user C++
     function) or the intrinsic named ``op.fn``; raises ``KeyError`` for neither."""
-    ext = getattr(op, "ext", None)
-    return ext if ext is not None else LEAF_FUNCTIONS[op.fn]
+    return op.ext if op.ext is not None else LEAF_FUNCTIONS[op.fn]
