@@ -117,6 +117,13 @@ class Program:
         return self.ref(tensors, info) if self.ref_takes_info else self.ref(tensors)
 
 
+def _sdpa(q, k, v, scale: float):
+    """softmax(q kᵀ · scale) v in float32 (torch's scaled_dot_product_attention) for [S, D] tensors."""
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(q.float()[None], k.float()[None], v.float()[None], scale=scale)[0]
+
+
 GEMM_CHECK = [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192), dict(M=1000, N=1000, K=1000),
               dict(M=129, N=264, K=72), dict(M=300, N=520, K=1000), dict(M=1, N=8, K=8),
               dict(M=2056, N=8, K=4104), dict(M=777, N=1304, K=64), dict(M=3000, N=4104, K=4040),
@@ -181,6 +188,14 @@ PROGRAMS: dict[str, Program] = {
                dict(M=300, E=520, D=48, N=8), dict(M=1, E=8, D=8, N=8)],
         small=[dict(M=256, E=64, D=64, N=256), dict(M=129, E=72, D=64, N=200)],
         run=dict(M=8192, E=128, D=64, N=8192)),
+    # tests/programs/attention.cyp: O = softmax(Q Kᵀ · 0.125) V for one head (the FlashAttention-2 loop);
+    # N a multiple of 64 and D <= 64 (the program neither masks keys nor loops over D; build it with --build)
+    "attention": Program(
+        ref=lambda t: {"O": _sdpa(t["Q"], t["K"], t["V"], 0.125)},
+        check=[dict(M=4096, D=64, N=4096), dict(M=1000, D=64, N=1024), dict(M=1, D=64, N=64),
+               dict(M=333, D=32, N=192), dict(M=4096, D=64, N=16384)],
+        small=[dict(M=256, D=64, N=256), dict(M=129, D=64, N=128)],
+        run=dict(M=8192, D=64, N=8192)),
     # programs/gemm_epilogue.cyp: C = act(A @ B + bias[None, :]) in f32, rounded to T; bias [N] of
     # dtype BIAS; act per the build's ACT binding (K = 0: C = act(bias))
     "gemm_epilogue": Program(

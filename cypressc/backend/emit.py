@@ -184,6 +184,9 @@ def emit_cuda(p: P.KernelPlan) -> str:
               "warpgroup (wgmma A fragments, packed pairs)")
     for v in p.vectors:
         w(f"float {v.name}[{v.n}];  // %{v.name}: {v.n} f32 per thread")
+    for r in p.row_vectors:
+        w(f"float {r.name}[{r.rows // 64}][2];  // %{r.name}: one f32 per row of a {r.rows}-row tile "
+          "(this thread's 2 rows per atom)")
     _tiles(w, p, p.consumer, p.issue_ahead, "consumer")
     emit_stmts(w, p, p.exit)
     w.close()

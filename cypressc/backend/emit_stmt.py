@@ -323,10 +323,33 @@ def _store_vector(w, p: P.KernelPlan, op: P.StoreVector) -> None:
     w.close()
 
 
+_ROW_CALLS = {"warpgroup_row_max": ("warpgroup_row_max", None), "warpgroup_row_sum": ("warpgroup_row_sum", None),
+              "exp2_diff": ("exp2_diff", "exp2_diff_vec"), "scale_rows": ("scale_rows", "scale_vec"),
+              "div_rows": ("div_rows", "div_vec")}
+
+
+def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
+    """A leaf over accumulator rows, once per 64-row atom (cypress.cuh's row helpers)."""
+    (k0, x), rest = op.args[0], op.args[1:]
+    if op.fn == "fill":
+        stmt = f"{x}[a][0] = {x}[a][1] = {_c(op.value)};"
+    elif op.fn == "copy":
+        stmt = f"{rest[0][1]}[a][0] = {x}[a][0]; {rest[0][1]}[a][1] = {x}[a][1];"
+    else:
+        frag_fn, vec_fn = _ROW_CALLS[op.fn]
+        call = frag_fn if k0 == "frag" or op.fn.startswith("warpgroup_") else vec_fn
+        args = [f"{n}[a]" for _, n in op.args] + ([_c(op.value)] if op.value is not None else [])
+        stmt = f"cypress::{call}({', '.join(args)});"
+    w(f"// {op.event}: {op.fn} over accumulator rows")
+    w("#pragma unroll")
+    w(f"for (int a = 0; a < {op.atoms}; ++a) {{ {stmt} }}" if op.fn == "copy" else
+      f"for (int a = 0; a < {op.atoms}; ++a) {stmt}")
+
+
 _PRINT = {P.Sync: _sync, P.Load: _load, P.Mma: _mma, P.RowSum: _row_sum, P.Fill: _fill, P.FillVector: _fill,
           P.Convert: _convert,
           P.Add: _add, P.External: _external, P.StoreDirect: _store_direct, P.StageWrite: _stage_write, P.TmaStore: _tma_store,
-          P.StoreVector: _store_vector}
+          P.StoreVector: _store_vector, P.RowOp: _row_op}
 
 
 def emit_stmt(w, p: P.KernelPlan, st) -> None:

@@ -25,6 +25,7 @@ from cypressc.backend import plan as P
 from cypressc.backend.cexpr import cexpr
 from cypressc.backend.lower_host import KernelInterface
 from cypressc.backend.lower_mem import MemoryLowering
+from cypressc.backend.lower_rows import ROW_LEAVES, RowLowering
 from cypressc.backend.lower_simt import SimtLowering
 from cypressc.backend.peephole import fold_zero_fills
 from cypressc.backend.refusal import REFUSAL_CODE
@@ -47,7 +48,7 @@ __all__ = ["cuda_lowering", "REFUSAL_CODE"]
 
 _K_SUBTILE = "a wgmma {} that starts inside its stage tile along K (a K sub-tile)"
 
-class _Lower(KernelInterface, SimtLowering, MemoryLowering):
+class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
     """The lowering of one warp-specialized module to a :class:`~cypressc.backend.plan.KernelPlan`
     (state of the walk; raises :class:`~cypressc.backend.refusal.Refuse` for E050)."""
 
@@ -129,7 +130,14 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
 
     def fragments_of(self, edges) -> tuple[str, ...]:
         """The register fragments among the tensors of ``edges`` (what a wgmma fence orders)."""
-        return tuple(dict.fromkeys(e.tensor for e in edges if e.tensor in {f.name for f in self.plan.fragments}))
+        return tuple(dict.fromkeys(e.tensor for e in edges if self._is_fragment(e.tensor)))
+
+    def _is_fragment(self, name: str) -> bool:
+        """A rank-2 register tensor in the wgmma layout (a fragment, whether or not an op
+        lowered so far used it: a wait may precede the first use in the step)."""
+        a = self.sym.allocs.get(name)
+        return a is not None and a.mem == "REGISTER" and len(a.shape) == 2 and a.layout is not None \
+            and bool(self.origin(a.layout)[3])
 
     def origin(self, v: N.View) -> tuple[str, list[N.IExpr], list[bool], list]:
         """Root, element origin per root dim, kept dims, and the mma partitions on the way."""
@@ -328,13 +336,15 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering):
                 if sec != "loop":
                     (plan.prologue if sec == "before" else plan.epilogue).append(st)
                 return st
+            if o.fn in ROW_LEAVES or o.fn in ("fill", "copy") and self._is_row_vector(o.args[0]):
+                return self._row_op(plan, o, sec)
             if sec != "loop":
                 return self._simt(plan, o, sec == "before", smem)
             if o.fn == "row_sum":
                 return self._row_sum(plan, o)
             if o.fn in ("fill", "copy") and not self._is_vector(o.args[0]):
                 return self._simt_loop(plan, o)
-            if leaf_of(o).collective is None:
+            if not leaf_of(o).asynchronous:
                 _refuse(f"leaf {o.fn}() inside the main loop")
             self._whole_warpgroups(o)
             return self._mma(plan, o)

@@ -26,7 +26,7 @@ from cypressc.ir.sync import Guard
 __all__ = ["SWIZZLES", "swizzle_for", "GlobalTensor", "TmaMap", "StageBuffer", "Load", "Fragment", "Convert", "Mma",
            "Fill", "Add",
            "StoreDirect", "StageWrite", "TmaStore", "Barrier", "Sync", "RoleCode", "Vector", "FillVector",
-           "RowSum", "StoreVector", "KernelPlan", "COMPARISONS", "Require", "size_tree"]
+           "RowSum", "StoreVector", "RowVector", "RowOp", "KernelPlan", "COMPARISONS", "Require", "size_tree"]
 
 
 SWIZZLES = (128, 64, 32)  # TMA / wgmma swizzle modes, bytes per swizzled row, widest first
@@ -347,6 +347,30 @@ class RoleCode:
 
 
 @dataclass(frozen=True)
+class RowVector:
+    """A per-row f32 vector of a ``rows``-row accumulator tile per consumer warpgroup, in the
+    wgmma C layout's rows: each thread holds its 2 rows per atom (``[rows // 64][2]``), the
+    same values as the other 3 lanes of its quad (row statistics: max, sum, rescale factor)."""
+
+    name: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class RowOp:
+    """A leaf over accumulator rows (``fn``: ``fill``, ``copy``, ``warpgroup_row_max``,
+    ``warpgroup_row_sum``, ``exp2_diff``, ``scale_rows``, ``div_rows``): ``args`` are
+    (``frag`` | ``row``, name) pairs for the tensor operands in order, ``value`` the scalar
+    (fill value, exp2 scale) if any; ``atoms`` the 64-row atoms per warpgroup."""
+
+    event: str
+    fn: str
+    args: tuple[tuple[str, str], ...]
+    atoms: int
+    value: IExpr | None = None
+
+
+@dataclass(frozen=True)
 class Vector:
     """A per-thread f32 register array of ``n`` elements (SIMT state such as row sums)."""
 
@@ -414,6 +438,7 @@ class KernelPlan:
     body: list = field(default_factory=list)  # Mma
     epilogue: list = field(default_factory=list)  # Add / StoreDirect / StageWrite / TmaStore / StoreVector
     vectors: list[Vector] = field(default_factory=list)
+    row_vectors: list[RowVector] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)  # include name -> path: user C++ headers
     pointer_reads: set[str] = field(default_factory=set)  # read tensors the kernel loads by pointer (not TMA)
     simt_body: list = field(default_factory=list)  # RowSum: SIMT work on each stage, after the wgmmas issue

@@ -138,7 +138,7 @@ class OpSemantics(RaceChecks):
 
     def call(self, t: Thread, op: N.Call, scope, envs) -> None:
         fn = leaf_of(op)
-        mma = fn.collective is not None
+        mma = fn.asynchronous
         regs, recs = set(), []
         views = [(i, a, fn.operands[i] if i < len(fn.operands) else None) for i, a in enumerate(op.args)
                  if isinstance(a, (N.TRef, N.Piece))]
@@ -172,8 +172,11 @@ class OpSemantics(RaceChecks):
             if rule is not None and rule.writes and self.sym.allocs[self.sym.root(a)].mem == "REGISTER":
                 t.unfenced_regs.add((self.sym.root(a), t.wg))
         if self.values:
-            for e in envs:
-                self.vi.call(op, scope, e)
+            if fn.collective:  # a row reduction: the warpgroup's lanes together
+                self.vi.call_group(op, [(scope, e) for e in envs])
+            else:
+                for e in envs:
+                    self.vi.call(op, scope, e)
 
     def retire_mma(self, job) -> None:
         op, scope, envs = job["run"]

@@ -143,7 +143,7 @@ class Program:
         if isinstance(op, N.Copy):
             src, dst = self.sym.mem(op.src), self.sym.mem(op.dst)
             return {("GLOBAL", "SHARED"): "tma_load", ("SHARED", "GLOBAL"): "tma_store"}.get((src, dst), "thread")
-        return "wgmma" if leaf_of(op).collective else "thread"
+        return "wgmma" if leaf_of(op).asynchronous else "thread"
 
     def role_dims(self, role: str) -> tuple[N.Dim, ...]:
         """The processor dimensions of the role's most deeply replicated op: every thread of

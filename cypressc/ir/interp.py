@@ -190,10 +190,10 @@ class _Interp:
         else:
             atom_name, proc, operand = part.params
             shape = tuple(int(self.expr(x, s, env)) for x in self._shape_of(part.base, s))
-            r, c = mma_coords(shape, proc, operand, idx[0])
-            d0, d1 = logical
-            ix[d0], ix[d1] = base.ix[d0][r], base.ix[d1][c]
-            coords = [base.coords[0][r], base.coords[1][c]]
+            rc = mma_coords(shape, proc, operand, idx[0])
+            for j, (d, x) in enumerate(zip(logical, rc)):
+                ix[d] = base.ix[d][x]
+                coords[j] = base.coords[j][x]
         return _View(base.arr, ix, keep, coords, base.dtype)
 
     def _shape_of(self, v: N.View, scope: _Scope):
@@ -306,8 +306,9 @@ class _Interp:
             dst.write(value.reshape(dst.shape))
             self.complete(op, scope, env)
         elif isinstance(op, N.Call) and leaf_of(op).collective:
-            # a collective leaf (wgmma: `.sync.aligned`) runs once every thread of its
-            # warpgroup issued it, on the operand tiles all of them hold together
+            # a collective leaf (wgmma: `.sync.aligned`; a row reduction across a quad) runs
+            # once every thread of its warpgroup issued it, on the operand tiles all of them
+            # hold together
             key, size = self._group(op, scope, env)
             group = self.joins.setdefault(key, [])
             group.append((scope, env))

@@ -4,7 +4,10 @@
 register fragment D"): a warpgroup tile of ``64·r`` rows is split among the 4 warps by
 16-row groups (warp ``w`` owns rows ``64q + 16w + x``), and a warp's rows among its 32
 lanes: lane ``t`` owns rows ``16q + t//4 + 8h`` and columns ``8c + 2(t%4) + u``
-(h, u ∈ {0, 1}).  Operand A has the same layout: the PTX ISA's register fragment of
+(h, u ∈ {0, 1}).  A rank-1 tile split as "C" is a per-row vector of the accumulator
+(FlashAttention's row max and row sum): its pieces are the rows of the "C" pieces, so at
+THREAD the 4 lanes of a quad hold the same rows (each its own copy, in registers).
+Operand A has the same layout: the PTX ISA's register fragment of
 A for ``.m64nNk16`` is, per k16 step, the accumulator layout of a 64 x 16 tile, so a
 64 x K A tile held in registers is split exactly like a 64 x K accumulator (this is
 what lets a converted accumulator feed the next wgmma as its A operand, FlashAttention's
@@ -47,6 +50,17 @@ def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand
 
     atom = lookup_atom(atom_name)
     s = [static(x) for x in shape]
+    if len(s) == 1 and operand == "C" and s[0] is not None:
+        # a per-row vector of the accumulator (row statistics): the rows of the "C" pieces
+        rows = s[0]
+        r_origin = shape[0].origin + proc_origin  # type: ignore[union-attr]
+        unit = atom.m if proc == "WARP" else 16
+        if proc not in ("WARP", "THREAD"):
+            raise fail(f"partition_by_mma splits among WARP or THREAD, not {proc}", proc_origin)
+        if rows % unit:
+            raise fail(f"a {'warpgroup' if proc == 'WARP' else 'warp'}'s per-row vector has {rows} rows; "
+                       f"it must be a multiple of {unit}", shape[0])
+        return (IConst(rows // 4 if proc == "WARP" else rows // 8, r_origin),)
     if None in s or len(s) != 2:
         raise fail(f"partition_by_mma needs a static rank-2 tile; got {len(shape)} dims with run-time extents",
                    hint="partition by blocks with tunable sizes first, then by mma")
@@ -75,8 +89,11 @@ def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand
 
 
 @lru_cache(maxsize=4096)
-def mma_coords(shape: tuple[int, int], proc: str, operand: str, index: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row and column coordinates (inside the partitioned tile) of piece ``index``."""
+def mma_coords(shape: tuple[int, ...], proc: str, operand: str, index: int) -> tuple[np.ndarray, ...]:
+    """Row and column coordinates (inside the partitioned tile) of piece ``index``; only the
+    row coordinates for a per-row vector (a rank-1 ``shape``)."""
+    if len(shape) == 1:
+        return mma_coords((shape[0], 8), proc, operand, index)[:1]
     rows, cols = shape
     if operand == "B":
         return np.arange(rows), np.arange(cols)

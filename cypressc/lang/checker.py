@@ -239,9 +239,10 @@ class _Checker:
                            f"WARP/THREAD)", proc_e.loc)
         else:
             self.error("E034", "the processor of partition_by_mma must be a name", proc_e.loc)
-        if t.rank != 2:
-            self.error("E034", "partition_by_mma splits rank-2 tiles", s.loc)
         op = op_e.value if isinstance(op_e, S.Str) else "C"
+        if t.rank != 2 and not (t.rank == 1 and op == "C"):
+            self.error("E034", "partition_by_mma splits rank-2 tiles (and rank-1 per-row vectors as \"C\")",
+                       s.loc)
         return Binding("partition", t, s.tensor, "mma", operand=op, index_rank=1, loc=s.loc)
 
     def atom_arg(self, e: S.Expr, env: VariantEnv) -> None:

@@ -72,8 +72,14 @@ class OperandRule:
 class LeafFn:
     """A leaf function: C++ ``cpp`` entry point, operand rules, processor level, semantics.
 
-    ``collective`` names the processor level whose threads execute the instruction
-    together (``WARPGROUP`` for ``wgmma``), or ``None`` for per-thread SIMT code.
+    ``collective`` names the processor level whose threads execute the leaf together
+    (``WARPGROUP`` for ``wgmma`` and the row statistics), or ``None`` for per-thread SIMT
+    code: a collective leaf runs once every thread of its group issued it, on the read
+    operands' whole tiles (gathered from every member's piece) and each member's written
+    piece (a leaf's operands are its own fresh tensors: the 4 lanes of a quad that share an
+    accumulator row each update their own copy of it, as each holds its own registers on
+    the GPU, and copy back equal values).  ``asynchronous`` marks the Tensor Core
+    leaves (``wgmma.mma_async``): they complete later, behind a ``wait_group``.
     """
 
     name: str
@@ -83,6 +89,7 @@ class LeafFn:
     semantics: Callable[..., dict[int, np.ndarray]] = field(repr=False)
     collective: str | None = None
     doc: str = ""
+    asynchronous: bool = False
     external: object = None  # the syntax.External of a user C++ function (call-external)
 
 
@@ -147,6 +154,37 @@ def _row_sum(y: Operand, a: Operand) -> dict[int, np.ndarray]:
     return {0: (y.value.astype(np.float64) + s).astype(y.value.dtype)}
 
 
+def _rows_of(x: Operand, v: Operand) -> np.ndarray:
+    """The values of the warpgroup's per-row vector ``v`` (gathered whole) for the rows of
+    ``x``'s piece, shaped to broadcast over ``x``'s trailing dimension."""
+    r = v.value.astype(np.float64)[x.coords[0]]
+    return r.reshape(r.shape + (1,) * (x.value.ndim - 1))
+
+
+def _row_max(m: Operand, x: Operand) -> dict[int, np.ndarray]:
+    return {0: np.maximum(m.value.astype(np.float64), x.value.astype(np.float64)[m.coords[0]].max(axis=-1))}
+
+
+def _row_sum_frag(y: Operand, x: Operand) -> dict[int, np.ndarray]:
+    return {0: y.value.astype(np.float64) + x.value.astype(np.float64)[y.coords[0]].sum(axis=-1)}
+
+
+def _exp2_diff(x: Operand, m: Operand, scale: float) -> dict[int, np.ndarray]:
+    mm = _rows_of(x, m)
+    mm = np.where(np.isneginf(mm), 0.0, mm)  # a row with no finite value yet: exp2(-inf) = 0, not NaN
+    with np.errstate(invalid="ignore", over="ignore"):
+        return {0: np.exp2((x.value.astype(np.float64) - mm) * scale)}
+
+
+def _scale_rows(x: Operand, v: Operand) -> dict[int, np.ndarray]:
+    return {0: x.value.astype(np.float64) * _rows_of(x, v)}
+
+
+def _div_rows(x: Operand, v: Operand) -> dict[int, np.ndarray]:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {0: x.value.astype(np.float64) / _rows_of(x, v)}
+
+
 _FLOAT = ("f16", "bf16", "f32")
 _MMA_IN = ("f16", "bf16")
 
@@ -160,17 +198,23 @@ def _mma_operands(b: str) -> tuple[OperandRule, ...]:
             OperandRule(b, mems=("SHARED",), dtypes=_MMA_IN, rank=2))
 
 
+def _row_operands(v: str) -> tuple[OperandRule, ...]:
+    """A row reduction's operands: the per-row f32 vector it updates and the f32 tile."""
+    return (OperandRule(v, writes=True, mems=("REGISTER",), dtypes=("f32",), rank=1),
+            OperandRule("X", mems=("REGISTER",), dtypes=("f32",), rank=2))
+
+
 LEAF_FUNCTIONS: dict[str, LeafFn] = {
     f.name: f
     for f in (
         LeafFn(
-            "warpgroup_mma", "cypress::warpgroup_mma", _mma_operands("B"), "THREAD", _mma, collective="WARPGROUP",
+            "warpgroup_mma", "cypress::warpgroup_mma", _mma_operands("B"), "THREAD", _mma, collective="WARPGROUP", asynchronous=True,
             doc="C += A @ B on the Tensor Core (wgmma.mma_async); C is this thread's fragment "
                 "of the f32 accumulator, A (shared, or registers: each thread its fragment, the "
                 "accumulator layout) and B (shared) are read as the warpgroup's whole tiles.",
         ),
         LeafFn(
-            "warpgroup_mma_bt", "cypress::warpgroup_mma_bt", _mma_operands("Bt"), "THREAD", _mma_bt, collective="WARPGROUP",
+            "warpgroup_mma_bt", "cypress::warpgroup_mma_bt", _mma_operands("Bt"), "THREAD", _mma_bt, collective="WARPGROUP", asynchronous=True,
             doc="C += A @ Bt^T on the Tensor Core: as warpgroup_mma, with B given as the N x K tile "
                 "it is stored as (K contiguous, a K-major wgmma B operand; attention's S = Q @ K^T "
                 "with K stored row-major).",
@@ -196,6 +240,42 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             (OperandRule("y", writes=True, dtypes=("f32",), rank=1),
              OperandRule("A", dtypes=_FLOAT, rank=2)),
             "THREAD", _row_sum, doc="y[i] += sum_k A[i, k] on the CUDA cores (SIMT).",
+        ),
+        LeafFn(
+            "warpgroup_row_max", "cypress::warpgroup_row_max", _row_operands("m"), "THREAD", _row_max,
+            collective="WARPGROUP",
+            doc="m[r] = max(m[r], max_c X[r, c]) over the rows of the warpgroup's accumulator tile X; "
+                "each thread's m is its piece of partition_by_mma(m, ..., \"C\") (its rows, shared "
+                "with the other 3 lanes of its quad), reduced across the quad.",
+        ),
+        LeafFn(
+            "warpgroup_row_sum", "cypress::warpgroup_row_sum", _row_operands("l"), "THREAD", _row_sum_frag,
+            collective="WARPGROUP",
+            doc="l[r] += sum_c X[r, c] over the rows of the warpgroup's accumulator tile X (as "
+                "warpgroup_row_max).",
+        ),
+        LeafFn(
+            "exp2_diff", "cypress::exp2_diff",
+            (OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",)),
+             OperandRule("m", mems=("REGISTER",), dtypes=("f32",), rank=1),
+             OperandRule("scale", kind="scalar")),
+            "THREAD", _exp2_diff, collective="WARPGROUP",
+            doc="X[r, ...] = exp2((X[r, ...] - m[r]) * scale), m a per-row vector (where m[r] is "
+                "-inf, as if it were 0); the online softmax's exponent (ex2.approx on the GPU).",
+        ),
+        LeafFn(
+            "scale_rows", "cypress::scale_rows",
+            (OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",)),
+             OperandRule("v", mems=("REGISTER",), dtypes=("f32",), rank=1)),
+            "THREAD", _scale_rows, collective="WARPGROUP",
+            doc="X[r, ...] *= v[r], v a per-row vector (the online softmax's rescale of O and l).",
+        ),
+        LeafFn(
+            "div_rows", "cypress::div_rows",
+            (OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",)),
+             OperandRule("v", mems=("REGISTER",), dtypes=("f32",), rank=1)),
+            "THREAD", _div_rows, collective="WARPGROUP",
+            doc="X[r, ...] /= v[r], v a per-row vector (the softmax's normalization O / l).",
         ),
     )
 }

@@ -14,7 +14,8 @@ applied to a fixpoint in this order (synchronization-removing patterns first):
    them: users wait point-wise on the writer instead of on the collapsed event;
 4. **duplicate elimination** (Fig. 10c): a second copy of the same view into the same
    memory reuses the first;
-5. dead copies into NONE tensors and unused pure ops are deleted.
+5. dead copies into NONE tensors (never read, or written again by a later copy-out of the
+   same source before any read) and unused pure ops are deleted.
 
 A tensor mapped to NONE that is still read or written by a copy or a leaf afterwards
 cannot be left unmaterialized: that is a located error (E044), at the ``mems`` entry that
@@ -253,7 +254,10 @@ def _hoist(m: N.Module, ix: _Index, lp: N.For, cin: N.Copy, cout: N.Copy) -> N.M
 
     new_loop = replace(lp, pre=tuple(dict.fromkeys(lp.pre + (ref_for(cin.ev, cin.dims, lp.dims),))),
                        body=strip(lp.body))
-    # within the body, uses of the hoisted copy-in now wait only for the iteration start
+    # a body op that waited for the copy-out (through a task's collapsed event) waits for
+    # what the copy-out waited for; uses of the hoisted copy-in then wait only for the
+    # iteration start
+    new_loop = replace(new_loop, body=_forward_in_block(new_loop.body, cout.ev, cout))
     new_loop = replace(new_loop, body=_forward_in_block(new_loop.body, cin.ev, cin))
 
     def place(b: N.Block) -> N.Block:
@@ -383,7 +387,7 @@ def _try_dead(m: N.Module) -> N.Module | None:
         if isinstance(o, N.Copy) and ix.sym.mem(o.dst) == "NONE":
             root = ix.sym.root(o.dst)
             readers = [u for u, r, _ in ix.accessors(root) if r and u is not o]
-            if not readers:
+            if not readers or _overwritten(ix, o, root):
                 return _drop(m, o)
     # unused pure ops
     used: set[str] = set()
@@ -398,6 +402,20 @@ def _try_dead(m: N.Module) -> N.Module | None:
         ids = {id(o) for o in dead}
         return remove_ops(m, lambda o: id(o) in ids)
     return None
+
+
+def _overwritten(ix: _Index, o: N.Copy, root: str) -> bool:
+    """A copy-out into a NONE view that a later copy of the same source in the same block
+    writes again before anything reads the view (a spilled accumulator written back after
+    one task and again after the next): the first write-back is dead."""
+    p0, key = ix.pos[id(o)], canon(o.dst, ix.sym)
+    for c in ix.order[p0 + 1:]:
+        if any(r and c is not o for c2, r, _ in ix.accessors(root) if c2 is c):
+            return False
+        if isinstance(c, N.Copy) and c.src == o.src and c.dims == o.dims \
+                and ix.parent.get(id(c)) is ix.parent[id(o)] and canon(c.dst, ix.sym) == key:
+            return True
+    return False
 
 
 def _all_views(o: N.Op) -> list[N.View]:

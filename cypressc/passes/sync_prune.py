@@ -39,15 +39,23 @@ def prune_wait_groups(b: N.Block, state: dict) -> tuple[N.Block, dict]:
     retired what it would): e.g. the wait after a loop whose every step ends waiting for 0."""
     ops = []
     state = dict(state)
+    last: dict[tuple, int] = {}  # (role, unit) -> index in ops of the last wait_group of this block
     for op in b.ops:
         if isinstance(op, S.CommitGroup):
             key = (op.role, op.unit)
             state[key] = min(state.get(key, 0) + 1, _MANY)
+            last.pop(key, None)  # a later wait's groups may include this one: not the earlier wait's
         elif isinstance(op, S.WaitGroup):
             key = (op.role, op.unit)
             if state.get(key, 0) <= op.pending:
+                if key in last and ops[last[key]].pending <= op.pending:
+                    # the earlier wait realizes these edges too: it is where the registers of
+                    # the retired groups may be read again (the kernel fences them there)
+                    w = ops[last[key]]
+                    ops[last[key]] = replace(w, edges=tuple(dict.fromkeys(w.edges + op.edges)))
                 continue
             state[key] = op.pending
+            last[key] = len(ops)
         elif isinstance(op, (N.For, N.PFor)):
             body, out = prune_wait_groups(op.body, _loop_entry(op.body, state))
             op = replace(op, body=body)

@@ -56,6 +56,12 @@ def ref_softcap(a):
     return {"O": _f64(s) @ _f64(a["V"])}
 
 
+def ref_attention(a):
+    s = _f64(a["Q"]) @ _f64(a["K"]).T * 0.125
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return {"O": (p / p.sum(axis=1, keepdims=True)) @ _f64(a["V"])}
+
+
 def ref_two_loops(a):
     return {"C": _f64(a["A"]) @ _f64(a["B"]) + _f64(a["D"]) @ _f64(a["E"])}
 
@@ -76,6 +82,9 @@ CASES = {
     # a test program: a user C++ leaf function between the two wgmmas of each step (-I programs)
     "tests/programs/chain_gemm_softcap.cyp": ("tests/mappings/chain_gemm_softcap_small.yaml",
                                               dict(M=40, E=12, D=64, N=24), ref_softcap, ["O"]),
+    # a test program: the FlashAttention-2 loop (online softmax: row max, exp2, row sum, rescale)
+    "tests/programs/attention.cyp": ("tests/mappings/attention_small.yaml", dict(M=40, D=16, N=48),
+                                     ref_attention, ["O"]),
     # a test program: two pipelined loops per block accumulating into one accumulator
     "tests/programs/gemm_two_loops.cyp": ("tests/mappings/gemm_two_loops_small.yaml",
                                           dict(M=40, N=24, K=24, J=16), ref_two_loops, ["C"]),

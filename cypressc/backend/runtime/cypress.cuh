@@ -332,6 +332,64 @@ __device__ __forceinline__ float sw128_row_sum(const uint8_t* tile, int row, int
   return s0 + s1;
 }
 
+// ------------------------------------------------------------------------------------------
+// Accumulator rows (the online softmax of FlashAttention).  Element i of a thread's m64nN f32
+// fragment lies in row (i / 2) % 2 of its two rows (acc_coord); the 4 lanes of a quad (equal
+// lane / 4) hold the rest of those rows, so a row reduction ends with two xor-shuffles.  A
+// per-row vector is float[2] per atom: the thread's two rows, equal across the quad.
+// ------------------------------------------------------------------------------------------
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// m[h] = max(m[h], max of row h)
+template <int R> __device__ __forceinline__ void warpgroup_row_max(float (&m)[2], const float (&x)[R]) {
+  float v[2] = {x[0], x[2]};
+#pragma unroll
+  for (int i = 0; i < R; ++i) v[(i / 2) % 2] = fmaxf(v[(i / 2) % 2], x[i]);
+  m[0] = fmaxf(m[0], quad_max(v[0]));
+  m[1] = fmaxf(m[1], quad_max(v[1]));
+}
+// l[h] += sum of row h
+template <int R> __device__ __forceinline__ void warpgroup_row_sum(float (&l)[2], const float (&x)[R]) {
+  float v[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < R; ++i) v[(i / 2) % 2] += x[i];
+  l[0] += quad_sum(v[0]);
+  l[1] += quad_sum(v[1]);
+}
+// x = exp2((x - m[row]) * scale) as one FFMA + EX2; a row whose max is -inf subtracts 0
+__device__ __forceinline__ float exp2_offset(float m, float scale) { return m == -INFINITY ? 0.f : m * scale; }
+template <int R> __device__ __forceinline__ void exp2_diff(float (&x)[R], const float (&m)[2], float scale) {
+  const float o[2] = {exp2_offset(m[0], scale), exp2_offset(m[1], scale)};
+#pragma unroll
+  for (int i = 0; i < R; ++i) x[i] = ex2(fmaf(x[i], scale, -o[(i / 2) % 2]));
+}
+__device__ __forceinline__ void exp2_diff_vec(float (&x)[2], const float (&m)[2], float scale) {
+  x[0] = ex2(fmaf(x[0], scale, -exp2_offset(m[0], scale)));
+  x[1] = ex2(fmaf(x[1], scale, -exp2_offset(m[1], scale)));
+}
+template <int R> __device__ __forceinline__ void scale_rows(float (&x)[R], const float (&v)[2]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) x[i] *= v[(i / 2) % 2];
+}
+__device__ __forceinline__ void scale_vec(float (&x)[2], const float (&v)[2]) { x[0] *= v[0]; x[1] *= v[1]; }
+template <int R> __device__ __forceinline__ void div_rows(float (&x)[R], const float (&v)[2]) {
+  const float r[2] = {1.f / v[0], 1.f / v[1]};
+#pragma unroll
+  for (int i = 0; i < R; ++i) x[i] *= r[(i / 2) % 2];
+}
+__device__ __forceinline__ void div_vec(float (&x)[2], const float (&v)[2]) { x[0] /= v[0]; x[1] /= v[1]; }
+
 // Round a shared pointer up to `align` bytes (swizzled TMA/wgmma tiles need 1024).
 __device__ __forceinline__ uint8_t* align_smem(uint8_t* p, uint32_t align) {
   uint32_t a = smem_u32(p);
