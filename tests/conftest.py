@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,21 @@ def mapping_variant(tmp_path):
         m.write_text(text.replace(old, new))
         return m
     return variant
+
+
+@pytest.fixture
+def clean_ptxas():
+    """``check(build_dir, target)``: ``make target`` in a cypressc build directory with ptxas
+    verbose, asserting it builds, ptxas injects no wgmma waits (C7517/C7519) and nothing spills."""
+    def check(out: Path, target: str) -> None:
+        r = subprocess.run(["make", "-C", str(out), target, "EXTRA_NVCCFLAGS=-Xptxas -v"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-3000:]
+        log = r.stdout + r.stderr
+        assert "C7517" not in log and "C7519" not in log, log[-3000:]
+        assert "0 bytes spill stores" in log
+        assert not re.search(r"[1-9]\d* bytes spill stores", log)
+    return check
 
 
 def pytest_addoption(parser):

@@ -337,7 +337,7 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
         stmt = f"{rest[0][1]}[a][0] = {x}[a][0]; {rest[0][1]}[a][1] = {x}[a][1];"
     else:
         frag_fn, vec_fn = _ROW_CALLS[op.fn]
-        call = frag_fn if k0 == "frag" or op.fn.startswith("warpgroup_") else vec_fn
+        call = vec_fn if k0 == "row" and vec_fn else frag_fn
         args = [f"{n}[a]" for _, n in op.args] + ([_c(op.value)] if op.value is not None else [])
         stmt = f"cypress::{call}({', '.join(args)});"
     w(f"// {op.event}: {op.fn} over accumulator rows")

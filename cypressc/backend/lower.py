@@ -130,14 +130,16 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
 
     def fragments_of(self, edges) -> tuple[str, ...]:
         """The register fragments among the tensors of ``edges`` (what a wgmma fence orders)."""
-        return tuple(dict.fromkeys(e.tensor for e in edges if self._is_fragment(e.tensor)))
+        # whether or not an op lowered so far used it: a wait may precede the first use in the step
+        return tuple(dict.fromkeys(e.tensor for e in edges if self._mma_rank(e.tensor) == 2))
 
-    def _is_fragment(self, name: str) -> bool:
-        """A rank-2 register tensor in the wgmma layout (a fragment, whether or not an op
-        lowered so far used it: a wait may precede the first use in the step)."""
+    def _mma_rank(self, name: str) -> int | None:
+        """The rank of register tensor ``name`` when an mma partition lays it out (2: a wgmma
+        fragment, 1: a per-row vector), else None."""
         a = self.sym.allocs.get(name)
-        return a is not None and a.mem == "REGISTER" and len(a.shape) == 2 and a.layout is not None \
-            and bool(self.origin(a.layout)[3])
+        if a is None or a.mem != "REGISTER" or a.layout is None or not self.origin(a.layout)[3]:
+            return None
+        return len(a.shape)
 
     def origin(self, v: N.View) -> tuple[str, list[N.IExpr], list[bool], list]:
         """Root, element origin per root dim, kept dims, and the mma partitions on the way."""

@@ -22,15 +22,11 @@ per-row vector)."""
 
 class RowLowering:
     """Row-statistics code (needs ``self.sym``, ``self.k``, ``self.en``, ``self.origin``,
-    ``self._fragment`` and ``self._whole_warpgroups`` of :class:`_Lower`)."""
+    ``self._mma_rank``, ``self._fragment`` and ``self._whole_warpgroups`` of :class:`_Lower`)."""
 
     def _is_row_vector(self, v) -> bool:
         """A rank-1 register tensor laid out by an mma partition: one value per row."""
-        if not isinstance(v, N.TRef) or v.name not in self.sym.allocs:
-            return False
-        a = self.sym.allocs[v.name]
-        return a.mem == "REGISTER" and len(a.shape) == 1 and a.layout is not None \
-            and bool(self.origin(a.layout)[3])
+        return isinstance(v, N.TRef) and self._mma_rank(v.name) == 1
 
     def _row_vector(self, plan: P.KernelPlan, v: N.TRef) -> P.RowVector:
         a = self.sym.allocs[v.name]

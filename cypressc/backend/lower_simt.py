@@ -20,7 +20,7 @@ ALL = N.IConst(True)  # every thread of the warpgroup
 
 class SimtLowering:
     """SIMT code (needs ``self.sym``, ``self.k``, ``self.en``, ``self.origin``, ``self._buffer``,
-    ``self._stage``, ``self._fragment``, ``self._whole_warpgroups`` and ``self.thread_index``
+    ``self._stage``, ``self._mma_rank``, ``self._fragment``, ``self._whole_warpgroups`` and ``self.thread_index``
     of :class:`_Lower`)."""
 
     def _simt_loop(self, plan: P.KernelPlan, o: N.Call):
@@ -43,9 +43,7 @@ class SimtLowering:
         if not isinstance(v, N.TRef) or v.name not in self.sym.allocs:
             return False
         a = self.sym.allocs[v.name]
-        if a.mem != "REGISTER" or len(a.shape) != 1:
-            return False
-        return not (a.layout is not None and self.origin(a.layout)[3])
+        return a.mem == "REGISTER" and len(a.shape) == 1 and self._mma_rank(v.name) is None
 
     def _vector(self, plan: P.KernelPlan, v: N.TRef) -> P.Vector:
         a = self.sym.allocs[v.name]

@@ -204,6 +204,13 @@ def _row_operands(v: str) -> tuple[OperandRule, ...]:
             OperandRule("X", mems=("REGISTER",), dtypes=("f32",), rank=2))
 
 
+def _broadcast_operands(v: str) -> tuple[OperandRule, ...]:
+    """A row-broadcast leaf's operands: the f32 register tensor it updates (a tile, or a
+    per-row vector) and the per-row f32 vector ``v`` it reads."""
+    return (OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",)),
+            OperandRule(v, mems=("REGISTER",), dtypes=("f32",), rank=1))
+
+
 LEAF_FUNCTIONS: dict[str, LeafFn] = {
     f.name: f
     for f in (
@@ -255,26 +262,17 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
                 "warpgroup_row_max).",
         ),
         LeafFn(
-            "exp2_diff", "cypress::exp2_diff",
-            (OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",)),
-             OperandRule("m", mems=("REGISTER",), dtypes=("f32",), rank=1),
-             OperandRule("scale", kind="scalar")),
+            "exp2_diff", "cypress::exp2_diff", _broadcast_operands("m") + (OperandRule("scale", kind="scalar"),),
             "THREAD", _exp2_diff, collective="WARPGROUP",
             doc="X[r, ...] = exp2((X[r, ...] - m[r]) * scale), m a per-row vector (where m[r] is "
                 "-inf, as if it were 0); the online softmax's exponent (ex2.approx on the GPU).",
         ),
         LeafFn(
-            "scale_rows", "cypress::scale_rows",
-            (OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",)),
-             OperandRule("v", mems=("REGISTER",), dtypes=("f32",), rank=1)),
-            "THREAD", _scale_rows, collective="WARPGROUP",
+            "scale_rows", "cypress::scale_rows", _broadcast_operands("v"), "THREAD", _scale_rows, collective="WARPGROUP",
             doc="X[r, ...] *= v[r], v a per-row vector (the online softmax's rescale of O and l).",
         ),
         LeafFn(
-            "div_rows", "cypress::div_rows",
-            (OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",)),
-             OperandRule("v", mems=("REGISTER",), dtypes=("f32",), rank=1)),
-            "THREAD", _div_rows, collective="WARPGROUP",
+            "div_rows", "cypress::div_rows", _broadcast_operands("v"), "THREAD", _div_rows, collective="WARPGROUP",
             doc="X[r, ...] /= v[r], v a per-row vector (the softmax's normalization O / l).",
         ),
     )

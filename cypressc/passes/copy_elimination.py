@@ -387,7 +387,7 @@ def _try_dead(m: N.Module) -> N.Module | None:
         if isinstance(o, N.Copy) and ix.sym.mem(o.dst) == "NONE":
             root = ix.sym.root(o.dst)
             readers = [u for u, r, _ in ix.accessors(root) if r and u is not o]
-            if not readers or _overwritten(ix, o, root):
+            if not readers or _overwritten(ix, o, readers):
                 return _drop(m, o)
     # unused pure ops
     used: set[str] = set()
@@ -404,18 +404,15 @@ def _try_dead(m: N.Module) -> N.Module | None:
     return None
 
 
-def _overwritten(ix: _Index, o: N.Copy, root: str) -> bool:
+def _overwritten(ix: _Index, o: N.Copy, readers: list[N.Op]) -> bool:
     """A copy-out into a NONE view that a later copy of the same source in the same block
-    writes again before anything reads the view (a spilled accumulator written back after
-    one task and again after the next): the first write-back is dead."""
+    writes again before anything (``readers``) reads the view (a spilled accumulator written
+    back after one task and again after the next): the first write-back is dead."""
     p0, key = ix.pos[id(o)], canon(o.dst, ix.sym)
-    for c in ix.order[p0 + 1:]:
-        if any(r and c is not o for c2, r, _ in ix.accessors(root) if c2 is c):
-            return False
-        if isinstance(c, N.Copy) and c.src == o.src and c.dims == o.dims \
-                and ix.parent.get(id(c)) is ix.parent[id(o)] and canon(c.dst, ix.sym) == key:
-            return True
-    return False
+    first_read = min((ix.pos[id(u)] for u in readers if ix.pos[id(u)] > p0), default=len(ix.order))
+    return any(isinstance(c, N.Copy) and c.src == o.src and c.dims == o.dims
+               and ix.parent.get(id(c)) is ix.parent[id(o)] and canon(c.dst, ix.sym) == key
+               for c in ix.order[p0 + 1:first_read])
 
 
 def _all_views(o: N.Op) -> list[N.View]:
