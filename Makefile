@@ -22,14 +22,17 @@ demo: install
 	$(MAKE) -C build/gemm
 	@echo "built build/gemm/gemm and build/gemm/libgemm.so; on a Hopper GPU: ./build/gemm/gemm 8192 8192 8192"
 
-# GPU-only (not run by CI): correctness of built kernels, then GEMM speed vs cuBLAS and Triton.
+# GPU-only (not run by CI): correctness of built kernels, then GEMM speed vs cuBLAS and Triton
+# and FlashAttention-2 (programs/flash_attention2.cyp) vs torch SDPA and Triton.
 # Need nvcc, PyTorch with CUDA, Triton and the nvidia-cutlass headers; no `install` (a device
 # machine may have no package registry).  bench/gpu_all.sh runs them in one device call.
 GPU_TEST_ARGS ?= --programs gemm --mappings h100 --proto f16
 BENCH_ARGS ?= --mapping h100 --proto
+ATTN_BENCH_ARGS ?= --mapping h100_d64,h100_d128
 gpu-test:
 	PYTHONUNBUFFERED=1 $(PY) bench/gpu_check.py $(GPU_TEST_ARGS)
 
 bench:
 	PYTHONUNBUFFERED=1 $(PY) bench/gemm.py $(BENCH_ARGS)
 	PYTHONUNBUFFERED=1 $(PY) bench/variants.py
+	PYTHONUNBUFFERED=1 $(PY) bench/attention.py $(ATTN_BENCH_ARGS)

@@ -16,6 +16,11 @@
 #   STEPS="check epilogue" GPU_TEST_ARGS="--programs gemm,gemm_epilogue --mappings h100 --no-sanitizer" bash bench/gpu_all.sh
 #                                         # bench/epilogue.py (issue #14) on every gemm_epilogue-* (--build) and gemm-*
 #                                         # (--gemm-build) gpu_check built; or EPILOGUE_ARGS="--build DIR --sizes 4096"
+#   STEPS=attention ATTN_BUILDS="build/fa64 build/fa128:128" bash bench/gpu_all.sh
+#                                         # bench/attention.py (issue #11) on those flash_attention2 builds (DIR or
+#                                         # DIR:D); without ATTN_BUILDS every flash_attention2-* gpu_check built, else
+#                                         # it builds ATTN_MAPPINGS (default h100_d64,h100_d128) itself; extra options
+#                                         # in ATTN_ARGS, e.g. ATTN_ARGS="--seqs 4096,16384 --causal 1 --gqa 4"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/cyp_out}
@@ -34,8 +39,8 @@ B=build/gpu_check
 GPU_TEST_ARGS=${GPU_TEST_ARGS:---programs gemm --mappings h100 --proto f16}
 
 t0=$(date +%s)
-STEPS=${STEPS:-check bench}   # any of: check (gpu_check.py), bench (gemm.py), variants (variants.py), tune (tune_gpu.py), oldnew (old_new.py), epilogue (epilogue.py)
-rc1=0; rc2=0; rc3=0; rc4=0; rc5=0; rc6=0
+STEPS=${STEPS:-check bench}   # any of: check (gpu_check.py), bench (gemm.py), variants (variants.py), tune (tune_gpu.py), oldnew (old_new.py), epilogue (epilogue.py), attention (attention.py)
+rc1=0; rc2=0; rc3=0; rc4=0; rc5=0; rc6=0; rc7=0
 if [[ " $STEPS " == *" check "* ]]; then
   # shellcheck disable=SC2086
   timeout ${CHECK_TIMEOUT:-350} python3 bench/gpu_check.py --out $B $GPU_TEST_ARGS 2>&1 | tee "$OUT/gpu_test.txt"
@@ -81,6 +86,19 @@ if [[ " $STEPS " == *" epilogue "* ]]; then   # fused GEMM + bias + activation v
   timeout $((590 - ($(date +%s) - t0))) python3 bench/epilogue.py $EPILOGUE_ARGS 2>&1 | tee "$OUT/epilogue.txt"
   rc6=${PIPESTATUS[0]}
 fi
+if [[ " $STEPS " == *" attention "* ]]; then   # FlashAttention-2 forward vs SDPA Flash/cuDNN and Triton (issue #11)
+  if [ -z "${ATTN_BUILDS:-}" ]; then   # every flash_attention2 gpu_check built
+    for d in $B/flash_attention2-*; do
+      [ -f "$d/libflash_attention2.so" ] && ATTN_BUILDS="${ATTN_BUILDS:-} $d"
+    done
+  fi
+  ATTN_CMD=""
+  for d in ${ATTN_BUILDS:-}; do ATTN_CMD="$ATTN_CMD --build $d"; done
+  [ -z "$ATTN_CMD" ] && ATTN_CMD="--mapping ${ATTN_MAPPINGS:-h100_d64,h100_d128}"   # built (nvcc) by attention.py
+  # shellcheck disable=SC2086
+  timeout $((590 - ($(date +%s) - t0))) python3 bench/attention.py $ATTN_CMD ${ATTN_ARGS:-} 2>&1 | tee "$OUT/attention.txt"
+  rc7=${PIPESTATUS[0]}
+fi
 
 echo
 echo "==================== summaries ($(( $(date +%s) - t0 ))s)"
@@ -90,5 +108,6 @@ echo "==================== summaries ($(( $(date +%s) - t0 ))s)"
 [ -f "$OUT/tune.txt" ] && sed -n '/^## cypressc tune/,$p' "$OUT/tune.txt"
 [ -f "$OUT/old_new.txt" ] && sed -n '/^## old vs new/,$p' "$OUT/old_new.txt"
 [ -f "$OUT/epilogue.txt" ] && sed -n '/^## GEMM + epilogue/,$p' "$OUT/epilogue.txt"
-echo "gpu-test rc=$rc1   bench rc=$rc2   variants rc=$rc3   tune rc=$rc4   oldnew rc=$rc5   epilogue rc=$rc6 (124 = timed out)"
-[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ] && [ "$rc6" = 0 ]
+[ -f "$OUT/attention.txt" ] && sed -n '/^## attention/,$p' "$OUT/attention.txt"
+echo "gpu-test rc=$rc1   bench rc=$rc2   variants rc=$rc3   tune rc=$rc4   oldnew rc=$rc5   epilogue rc=$rc6   attention rc=$rc7 (124 = timed out)"
+[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ] && [ "$rc6" = 0 ] && [ "$rc7" = 0 ]

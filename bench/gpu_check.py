@@ -124,6 +124,38 @@ def _sdpa(q, k, v, scale: float):
     return F.scaled_dot_product_attention(q.float()[None], k.float()[None], v.float()[None], scale=scale)[0]
 
 
+def _attention_ref(t: dict) -> dict:
+    """programs/flash_attention2.cyp in float32: O by torch SDPA (grouped-query heads repeated,
+    ``is_causal`` top-left aligned), LSE = logsumexp of the scaled, masked scores, one head at a
+    time (a [M, N] float32 matrix at most)."""
+    import torch
+    import torch.nn.functional as F
+
+    q, k, v = t["Q"].float(), t["K"].float(), t["V"].float()
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    scale, causal = float(t["scale"]), bool(t["causal"])
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    M, N = q.shape[2], k.shape[2]
+    above = torch.ones(M, N, dtype=torch.bool, device=q.device).triu(1) if causal else None
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            s = (q[b, h] @ k[b, h].T) * scale
+            if above is not None:
+                s.masked_fill_(above, float("-inf"))
+            lse[b, h] = torch.logsumexp(s, dim=-1)
+            del s
+    return {"O": o, "LSE": lse}
+
+
+def scalar_args(info: KernelInfo, sizes: dict) -> dict:
+    """The keyword arguments a call needs beyond its tensors: the kernel's ``float``
+    parameters and the sizes no tensor's shape determines (an ``int`` flag like ``causal``)."""
+    dims = {d for p in info.params for d in p.dims}
+    return {k: v for k, v in sizes.items() if k in getattr(info, "floats", ()) or (k in info.sizes and k not in dims)}
+
+
 GEMM_CHECK = [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192), dict(M=1000, N=1000, K=1000),
               dict(M=129, N=264, K=72), dict(M=300, N=520, K=1000), dict(M=1, N=8, K=8),
               dict(M=2056, N=8, K=4104), dict(M=777, N=1304, K=64), dict(M=3000, N=4104, K=4040),
@@ -196,6 +228,26 @@ PROGRAMS: dict[str, Program] = {
                dict(M=333, D=32, N=192), dict(M=4096, D=64, N=16384)],
         small=[dict(M=256, D=64, N=256), dict(M=129, D=64, N=128)],
         run=dict(M=8192, D=64, N=8192)),
+    # programs/flash_attention2.cyp: O = softmax(Q Kᵀ · scale) V and LSE per (batch, head), GQA
+    # (H / HK query heads per key/value head), causal or not, any lengths; D above the mapping's E
+    # is refused (a D = 128 row on a d = 64 build is a refusal check), as is H not a multiple of HK
+    "flash_attention2": Program(
+        ref=_attention_ref,
+        check=[dict(B=1, H=1, M=4096, D=64, HK=1, N=4096, causal=0, scale=0.125),
+               dict(B=2, H=8, M=1000, D=64, HK=2, N=1000, causal=1, scale=0.125),
+               dict(B=1, H=4, M=63, D=128, HK=1, N=63, causal=0, scale=0.08838834764831845),
+               dict(B=1, H=1, M=1, D=64, HK=1, N=1, causal=1, scale=0.125),
+               dict(B=1, H=1, M=1, D=128, HK=1, N=1000, causal=0, scale=0.3),
+               dict(B=1, H=2, M=16384, D=128, HK=2, N=16384, causal=1, scale=0.08838834764831845),
+               dict(B=2, H=4, M=4096, D=128, HK=1, N=4096, causal=0, scale=0.08838834764831845),
+               dict(B=1, H=2, M=1000, D=64, HK=2, N=333, causal=0, scale=0.125),
+               dict(B=1, H=4, M=200, D=64, HK=1, N=1000, causal=1, scale=0.125),
+               dict(B=1, H=1, M=16384, D=64, HK=1, N=16384, causal=0, scale=0.125),
+               dict(B=1, H=2, M=333, D=32, HK=1, N=200, causal=1, scale=0.17677669529663687),
+               dict(B=1, H=3, M=64, D=64, HK=2, N=64, causal=0, scale=0.125)],
+        small=[dict(B=1, H=2, M=200, D=64, HK=1, N=130, causal=1, scale=0.125),
+               dict(B=1, H=1, M=64, D=64, HK=1, N=64, causal=0, scale=0.125)],
+        run=dict(B=1, H=16, M=4096, D=64, HK=16, N=4096, causal=0, scale=0.125)),
     # programs/gemm_epilogue.cyp: C = act(A @ B + bias[None, :]) in f32, rounded to T; bias [N] of
     # dtype BIAS; act per the build's ACT binding (K = 0: C = act(bias))
     "gemm_epilogue": Program(
@@ -218,7 +270,7 @@ def generic_sizes(info: KernelInfo) -> tuple[list[dict], list[dict], dict]:
 
 def program_for(name: str, info: KernelInfo) -> tuple[Program | None, list[dict], list[dict], dict, str]:
     prog = PROGRAMS.get(name) or PROGRAMS.get(info.name)
-    if prog and set(prog.check[0]) == set(info.sizes):
+    if prog and set(prog.check[0]) == set(info.sizes) | set(getattr(info, "floats", ())):
         return prog, prog.check, prog.small, prog.run, ""
     check, small, run = generic_sizes(info)
     why = (f"size names {list(info.sizes)} differ from the table's {sorted(prog.check[0])}: generic sizes"
@@ -502,17 +554,18 @@ def check_size(torch, kern, prog: Program | None, sizes: dict) -> dict:
     before = {p.name: ts[p.name].clone() for p in info.params if p.reads and p.writes}
     args = [ts[p.name] for p in info.params]
     outs = [p for p in info.params if p.writes]
+    kw = scalar_args(info, sizes)
     failed = info.failed_requires(sizes)
     if failed:                                   # must be refused, outputs untouched
         res["expect"] = "refuse"
         try:
-            kern(*args)
+            kern(*args, **kw)
             res["python"] = "NOT RAISED"
         except KernelError as e:
             res["python"] = "raised"
             res["python_msg"] = str(e)[:200]
         torch.cuda.synchronize()
-        rc = kern.launch(*args, check_requires=False)
+        rc = kern.launch(*args, check_requires=False, **kw)
         torch.cuda.synchronize()
         res["rc"] = rc
         res["untouched"] = all(_untouched(torch, ts[p.name]) if not p.reads else torch.equal(ts[p.name], before[p.name])
@@ -520,12 +573,12 @@ def check_size(torch, kern, prog: Program | None, sizes: dict) -> dict:
         res["ok"] = res["python"] == "raised" and rc == 1 and res["untouched"]
         return res
     res["expect"] = "compute"
-    kern(*args)
+    kern(*args, **kw)
     torch.cuda.synchronize()
     first = {p.name: ts[p.name].clone() for p in outs}
     res["nan"] = {p.name: int(torch.isnan(ts[p.name].float()).sum()) for p in outs if DTYPES[p.dtype].floating}
     if prog is not None:
-        inputs = {p.name: (before[p.name] if p.name in before else ts[p.name]) for p in info.params}
+        inputs = {p.name: (before[p.name] if p.name in before else ts[p.name]) for p in info.params} | kw
         try:
             refs = prog.reference(inputs, info)
         except KeyError as e:
@@ -539,7 +592,7 @@ def check_size(torch, kern, prog: Program | None, sizes: dict) -> dict:
             ts[p.name].copy_(before[p.name])
         else:
             ts[p.name].copy_(_poison(torch, p, ts[p.name].shape, ts[p.name].dtype))
-    kern(*args)
+    kern(*args, **kw)
     torch.cuda.synchronize()
     res["det"] = all(torch.equal(first[p.name], ts[p.name]) for p in outs)
     res["ok"] = (all(v == 0 for v in res["nan"].values()) and res["det"]
@@ -553,12 +606,13 @@ def api_checks(torch, kern, sizes: dict) -> list[dict]:
 
     info = kern.info
     out = []
+    kw = scalar_args(info, sizes)
 
     def expect(what: str, make_args: Callable[[dict], list]) -> None:
         ts = make_tensors(torch, info, sizes)
         snap = {p.name: ts[p.name].clone() for p in info.params if p.writes}
         try:
-            kern(*make_args(ts))
+            kern(*make_args(ts), **kw)
             r = {"case": what, "ok": False, "msg": "no KernelError"}
         except KernelError as e:
             torch.cuda.synchronize()
@@ -643,10 +697,11 @@ def child(outdir: str, program: str, label: str) -> None:
         ok_sizes = next(s for s in check if not kern.info.failed_requires(s))
         ts = make_tensors(torch, kern.info, ok_sizes)
         args = [ts[p.name] for p in kern.info.params]
-        kern(*args)
+        kw = scalar_args(kern.info, ok_sizes)
+        kern(*args, **kw)
         torch.cuda.synchronize()
         first = {p.name: ts[p.name].clone() for p in kern.info.params if p.writes}
-        kern.bind(*args)()
+        kern.bind(*args, **kw)()
         torch.cuda.synchronize()
         res["bind_ok"] = all(torch.equal(first[n], ts[n]) for n in first)
     except Exception as e:
@@ -750,7 +805,7 @@ def harness_checks(t: Target, info: KernelInfo, prog: Program | None, check: lis
             for p in info.params:
                 f = d / (f"{p.name}.in.npy" if p.reads and p.writes else f"{p.name}.npy")
                 ins[p.name] = _load_npy(f, p.dtype)
-            refs = prog.reference(ins, info)
+            refs = prog.reference(ins | scalar_args(info, sz), info)
             rels = {n: _rel(__import__("torch"), _load_npy(d / f"{n}.npy", info.param(n).dtype).float(), r.float())
                     for n, r in refs.items()}
             shapes_ok = all(tuple(_load_npy(d / f"{p.name}.npy", p.dtype).shape) == info.shape(p, sz) for p in info.params)

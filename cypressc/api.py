@@ -66,7 +66,8 @@ def tune(program: str | Path, mapping: str | Path, sizes: Mapping[str, int],
          dtype: str | Mapping[str, str] | None = None, **options: Any):
     """Search ``mapping``'s knobs for ``program`` at ``sizes`` (see ``cypressc tune`` and
     :class:`cypressc.tuner.search.Options` for ``options``: ``compile_only``, ``budget``,
-    ``rounds``, ``reps``, ``workers``, ``reference`` ("FILE.py:FUNC"), ...).  Returns a
+    ``rounds``, ``reps``, ``workers``, ``reference`` ("FILE.py:FUNC"), ``floats`` (the values
+    of the kernel's ``float`` parameters, ``{"scale": 0.125}``), ...).  Returns a
     :class:`cypressc.tuner.search.Result` (``best``, ``ranked``, ``counts()``, ``seconds``)."""
     from cypressc.tuner.search import Options, search
 

@@ -308,6 +308,24 @@ def _parse_sizes(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     return out
 
 
+def _parse_floats(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:
+    """``--float scale=0.125`` (repeatable) -> ``{"scale": 0.125}``; malformed -> a usage error."""
+    out: dict[str, float] = {}
+    for v in values:
+        name, eq, x = v.partition("=")
+        try:
+            value = float(x)
+        except ValueError:
+            value = None
+        if not eq or not name.isidentifier() or value is None:
+            raise click.BadParameter(f"'{v}': write NAME=X with X a number, e.g. --float scale=0.125",
+                                     param=param)
+        if name in out and out[name] != value:
+            raise click.BadParameter(f"'{name}' is bound twice ({out[name]:g} and {value:g})", param=param)
+        out[name] = value
+    return out
+
+
 @main.command()
 @_program_arg
 @_mapping_opt
@@ -315,6 +333,9 @@ def _parse_sizes(ctx: click.Context, param: click.Parameter, values: tuple[str, 
 @click.option("--size", "sizes", multiple=True, required=True, metavar="NAME=N", callback=_parse_sizes,
               help="Bind a size of the kernel, e.g. --size M=4096 --size N=4096 --size K=4096 (every "
               "size the kernel takes, once each).")
+@click.option("--float", "floats", multiple=True, metavar="NAME=X", callback=_parse_floats,
+              help="The value of a float parameter of the kernel in the checking and timing runs, "
+              "e.g. --float scale=0.125 (repeatable; 1.0 for one not given).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the best mapping here (YAML with a header comment); default: print it.")
 @click.option("--compile-only", is_flag=True,
@@ -328,15 +349,16 @@ def _parse_sizes(ctx: click.Context, param: click.Parameter, values: tuple[str, 
 @click.option("--reps", type=click.IntRange(1, 1000), default=10, show_default=True,
               help="Timed calls per candidate per round.")
 @click.option("--reference", metavar="FILE.py:FUNC", default=None,
-              help="A PyTorch reference: FUNC(inputs: dict of tensors) -> dict of the written "
-              "tensors [default: the starting mapping's kernel].")
+              help="A PyTorch reference: FUNC(inputs: dict of the read tensors and the float "
+              "parameters' values) -> dict of the written tensors [default: the starting mapping's kernel].")
 @click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True,
               help="Rows of the candidate table.")
 @click.option("--force", is_flag=True, help="Tune again even if the tuning cache has this result.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bars on stderr [default: when stderr is a terminal].")
 @_guard
-def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, int], output: str | None,
+def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, int], floats: dict[str, float],
+         output: str | None,
          compile_only: bool, budget: int, jobs: int | None, rounds: int, reps: int, reference: str | None,
          top: int, force: bool, progress: bool | None) -> None:
     """Search the knobs of MAPPING (tiles, atoms, K tile, pipeline, warpgroups, warp
@@ -360,8 +382,8 @@ def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, in
     from cypressc.tuner import report
     from cypressc.tuner.search import Options, search
 
-    opts = Options(sizes=sizes, dtypes=dtypes, compile_only=compile_only, budget=budget, workers=jobs,
-                   rounds=rounds, reps=reps, reference=reference)
+    opts = Options(sizes=sizes, floats=floats, dtypes=dtypes, compile_only=compile_only, budget=budget,
+                   workers=jobs, rounds=rounds, reps=reps, reference=reference)
     if reference is not None:
         target, _, func = reference.rpartition(":")
         if not target or not func or (target.endswith(".py") and not Path(target).is_file()):
@@ -388,7 +410,7 @@ def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, in
         with report.Progress(show) as bars:
             res = search(program, mapping, opts, progress=bars)
     except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--size") from None
+        raise click.BadParameter(str(e), param_hint=getattr(e, "option", "--size")) from None
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
     click.echo(report.table(res, top))

@@ -16,9 +16,11 @@
 The call checks every tensor (dtype, rank, device, contiguity, 16-byte alignment), infers
 the run-time sizes from the shapes (every dimension that shares a size name must agree),
 checks the kernel's ``requires`` conditions, and launches on the current CUDA stream of the
-tensors' device.  Argument problems raise :class:`KernelError` (a ``ValueError``) naming the
-parameter; a non-zero return from the launcher raises :class:`LaunchError` with the CUDA
-error name.  Nothing is written to any tensor when an error is raised before the launch.
+tensors' device.  A kernel with ``float`` entry parameters (``"floats"`` in its info, e.g. an
+attention's ``scale: float``) takes each by keyword: ``attn(O, Q, K, V, scale=0.125)``.
+Argument problems raise :class:`KernelError` (a ``ValueError``) naming the parameter; a
+non-zero return from the launcher raises :class:`LaunchError` with the CUDA error name.
+Nothing is written to any tensor when an error is raised before the launch.
 
 PyTorch is optional for the package: it is imported the first time a kernel is called,
 and everything else (the info schema, size inference, the evaluator of the expression trees
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 # relative: a copy of this file next to a copy of cypressc/abi loads on its own (cypressc.abi)
-from .abi.args import TensorDesc, arg_label, infer_sizes, validate
+from .abi.args import TensorDesc, arg_label, infer_sizes, split_keywords, validate
 from .abi.dtypes import DTYPES, DType
 from .abi.errors import KernelError, LaunchError, cuda_error_name
 from .abi.exprs import eval_expr, expr_names
@@ -44,7 +46,7 @@ from .abi.info import KernelInfo, Param, Requirement
 
 __all__ = [
     "DTYPES", "DType", "Param", "KernelInfo", "KernelError", "LaunchError", "TensorDesc",
-    "Kernel", "load", "infer_sizes", "validate", "eval_expr", "expr_names", "Requirement",
+    "Kernel", "load", "infer_sizes", "split_keywords", "validate", "eval_expr", "expr_names", "Requirement",
     "cuda_error_name",
 ]
 
@@ -76,11 +78,13 @@ def describe(t: Any) -> TensorDesc:
 class Kernel:
     """A built kernel, callable on PyTorch CUDA tensors.  Make one with :func:`load`.
 
-    ``kernel(*tensors, stream=None, **sizes)`` takes one tensor per entry of
+    ``kernel(*tensors, stream=None, **keywords)`` takes one tensor per entry of
     ``kernel.info.params``, in that order (written tensors are outputs and are
     overwritten), checks them (:func:`validate`), and launches on ``stream`` (a
     ``torch.cuda.Stream``, a raw ``cudaStream_t`` int, or ``None`` for the current stream
-    of the tensors' device).  Sizes that no tensor's shape fixes are passed by keyword.
+    of the tensors' device).  The keywords are the value of every ``float`` parameter
+    (``kernel.info.floats``, required, a number: ``scale=0.125``) and the sizes that no
+    tensor's shape fixes (:func:`split_keywords`).
     Returns ``None``; raises :class:`KernelError` before launching, :class:`LaunchError`
     when the launcher returns an error.  The launch is asynchronous like any CUDA launch."""
 
@@ -97,7 +101,7 @@ class Kernel:
             raise OSError(f"{self.library} has no symbol {info.name}_launch; was it built from "
                           f"{info.name}.cu by the generated Makefile?") from None
         fn.argtypes = ([ctypes.c_void_p] * len(info.params) + [ctypes.c_int64] * len(info.sizes)
-                       + [ctypes.c_void_p])
+                       + [ctypes.c_float] * len(info.floats) + [ctypes.c_void_p])
         fn.restype = ctypes.c_int
         self._fn = fn
 
@@ -106,11 +110,15 @@ class Kernel:
         return self.info.name
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{p.name}: {p.shape_str}" for p in self.info.params)
+        args = ", ".join([f"{p.name}: {p.shape_str}" for p in self.info.params]
+                         + [f"{f}: float" for f in self.info.floats])
         return f"<cypressc kernel {self.name}({args}) from {self.library}>"
 
-    def _prepare(self, tensors: Sequence[Any], stream: Any, sizes: Mapping[str, int],
-                 check_requires: bool) -> tuple[list[int], dict[str, int], int]:
+    def _prepare(self, tensors: Sequence[Any], stream: Any, keywords: Mapping[str, Any],
+                 check_requires: bool, require_floats: bool = True
+                 ) -> tuple[list[int], dict[str, int], dict[str, float], int]:
+        """Check a call: (data pointers, inferred sizes, float values, stream handle)."""
+        sizes, floats = split_keywords(self.info, keywords, require_floats=require_floats)
         torch = _torch()
         descs = []
         for i, t in enumerate(tensors):
@@ -133,7 +141,7 @@ class Kernel:
             if sdev is not None and getattr(sdev, "index", dev) not in (None, dev):
                 raise KernelError(f"{self.name}: stream is on {sdev} but the tensors are on cuda:{dev}")
             handle = stream.cuda_stream
-        return [d.ptr for d in descs], got, handle
+        return [d.ptr for d in descs], got, floats, handle
 
     def _raise(self, rc: int, sizes: Mapping[str, int]) -> None:
         cname = cuda_error_name(rc)
@@ -148,13 +156,13 @@ class Kernel:
         raise LaunchError(msg, rc, cname, self.name, sizes)
 
     def launch(self, *tensors: Any, stream: Any = None, check_requires: bool = True,
-               **sizes: int) -> int:
+               **keywords: Any) -> int:
         """Check and launch like ``__call__`` but return the launcher's ``cudaError_t``
         instead of raising on a non-zero one.  With ``check_requires=False`` the
         ``requires`` conditions are left to the launcher (used to test its refusals)."""
-        ptrs, got, handle = self._prepare(tensors, stream, sizes, check_requires)
+        ptrs, got, floats, handle = self._prepare(tensors, stream, keywords, check_requires)
         with _torch().cuda.device(self._device_of(tensors)):
-            return int(self._fn(*ptrs, *got.values(), handle))
+            return int(self._fn(*ptrs, *got.values(), *floats.values(), handle))
 
     @staticmethod
     def _device_of(tensors: Sequence[Any]) -> int:
@@ -163,19 +171,19 @@ class Kernel:
                 return t.device.index
         return _torch().cuda.current_device()
 
-    def __call__(self, *tensors: Any, stream: Any = None, **sizes: int) -> None:
-        ptrs, got, handle = self._prepare(tensors, stream, sizes, True)
+    def __call__(self, *tensors: Any, stream: Any = None, **keywords: Any) -> None:
+        ptrs, got, floats, handle = self._prepare(tensors, stream, keywords, True)
         with _torch().cuda.device(self._device_of(tensors)):
-            rc = int(self._fn(*ptrs, *got.values(), handle))
+            rc = int(self._fn(*ptrs, *got.values(), *floats.values(), handle))
         if rc:
             self._raise(rc, got)
 
-    def bind(self, *tensors: Any, stream: Any = None, **sizes: int) -> Callable[[], None]:
+    def bind(self, *tensors: Any, stream: Any = None, **keywords: Any) -> Callable[[], None]:
         """Check the arguments once and return a no-argument function that launches on
         them (for timing loops: no per-call checks).  The returned function raises
         :class:`LaunchError` on a non-zero return.  Keep the tensors alive while using it."""
-        ptrs, got, handle = self._prepare(tensors, stream, sizes, True)
-        args = (*ptrs, *got.values(), handle)
+        ptrs, got, floats, handle = self._prepare(tensors, stream, keywords, True)
+        args = (*ptrs, *got.values(), *floats.values(), handle)
         fn, raise_ = self._fn, self._raise
 
         def run() -> None:
@@ -185,9 +193,10 @@ class Kernel:
         run.sizes = got  # type: ignore[attr-defined]
         return run
 
-    def sizes_of(self, *tensors: Any, **sizes: int) -> dict[str, int]:
-        """The sizes the kernel would infer from these tensors (all checks except requires)."""
-        return self._prepare(tensors, 0, sizes, False)[1]
+    def sizes_of(self, *tensors: Any, **keywords: Any) -> dict[str, int]:
+        """The sizes the kernel would infer from these tensors (all checks except requires;
+        float parameters may be passed, and are checked, but need not be)."""
+        return self._prepare(tensors, 0, keywords, False, require_floats=False)[1]
 
     def flops(self, sizes: Mapping[str, int]) -> float:
         """Floating-point operations of one launch at ``sizes`` (the info's ``flops``)."""

@@ -5,7 +5,8 @@ op with a functional signature: the tensors the kernel only reads are the op's a
 (in the kernel's parameter order), the tensors it writes are allocated by the op and
 returned (one tensor, or a tuple in parameter order); a tensor it reads and writes is
 copied first, so the op never mutates its arguments.  Sizes that no argument's shape fixes
-are trailing ``int`` arguments.  For ``programs/gemm.cyp``::
+are trailing ``int`` arguments, followed by one ``float`` argument per ``float`` parameter of
+the kernel (``info.floats``).  For ``programs/gemm.cyp``::
 
     import cypressc, cypressc.torch
     kern = cypressc.compile("programs/gemm.cyp", "mappings/gemm/h100.yaml", dtype="f16")
@@ -47,7 +48,8 @@ def op_signature(info: KernelInfo) -> tuple[list[Param], list[Param], list[str]]
 
 def _schema(name: str, info: KernelInfo) -> str:
     args, outs, extra = op_signature(info)
-    params = [f"Tensor {p.name}" for p in args] + [f"SymInt {s}" for s in extra]
+    params = [f"Tensor {p.name}" for p in args] + [f"SymInt {s}" for s in extra] \
+        + [f"float {f}" for f in info.floats]
     ret = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
     return f"{name}({', '.join(params)}) -> {ret}"
 
@@ -103,7 +105,7 @@ def register(kernel: Kernel | KernelInfo, name: str | None = None, namespace: st
     args, outs, extra = op_signature(info)
 
     def fake(*call: Any):
-        tensors, ints = call[:len(args)], call[len(args):]
+        tensors, ints = call[:len(args)], call[len(args):len(args) + len(extra)]
         sizes = _sizes(info, tensors, ints)
         dev = tensors[0].device if tensors else None
         res = [torch.empty(_shape(p, sizes), dtype=getattr(torch, DTYPES[p.dtype].torch), device=dev)
@@ -114,7 +116,8 @@ def register(kernel: Kernel | KernelInfo, name: str | None = None, namespace: st
         if not isinstance(kernel, Kernel):
             raise NotImplementedError(f"{qual} was registered from kernel info only; register the "
                                       "loaded Kernel (cypressc.compile or cypressc.runtime.load) to run it")
-        tensors, ints = call[:len(args)], call[len(args):]
+        tensors, ints = call[:len(args)], call[len(args):len(args) + len(extra)]
+        floats = dict(zip(info.floats, call[len(args) + len(extra):]))
         sizes = _sizes(info, tensors, ints)
         dev = tensors[0].device if tensors else torch.device("cuda")
         by_name = {p.name: t for p, t in zip(args, tensors)}
@@ -125,7 +128,7 @@ def register(kernel: Kernel | KernelInfo, name: str | None = None, namespace: st
                      torch.empty(_shape(p, sizes), dtype=getattr(torch, DTYPES[p.dtype].torch), device=dev))
                 by_name[p.name] = t
             launch.append(by_name[p.name].contiguous())
-        kernel(*launch, **{s: int(sizes[s]) for s in extra})
+        kernel(*launch, **{s: int(sizes[s]) for s in extra}, **floats)
         res = [by_name[p.name] for p in outs]
         return res[0] if len(res) == 1 else tuple(res)
 

@@ -1,17 +1,20 @@
 """Checking a call's tensors against the kernel info and inferring the launcher's sizes from
 their shapes, in plain Python: each tensor is first described (:class:`TensorDesc`), so no
-PyTorch is needed here."""
+PyTorch is needed here.  A call's keyword arguments are sizes and the values of the kernel's
+``float`` parameters (:func:`split_keywords`)."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .dtypes import DTYPES
 from .errors import KernelError
 from .info import KernelInfo
 
-__all__ = ["TensorDesc", "arg_label", "infer_sizes", "validate"]
+__all__ = ["TensorDesc", "arg_label", "infer_sizes", "split_keywords", "validate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,33 @@ def arg_label(info: KernelInfo, i: int) -> str:
     """``<kernel>: argument <i> (<name>, <dtype>[<dims>])``: how messages name argument ``i``."""
     p = info.params[i]
     return f"{info.name}: argument {i} ({p.name!r}, {p.shape_str})"
+
+
+def split_keywords(info: KernelInfo, kwargs: Mapping[str, Any], *,
+                   require_floats: bool = True) -> tuple[dict[str, Any], dict[str, float]]:
+    """Split a call's keyword arguments into sizes (checked later by :func:`infer_sizes`) and
+    the values of ``info.floats``, returned in ``info.floats`` order as Python floats.
+
+    A float parameter's value is any real number but a bool (an int, a float, a NumPy
+    scalar); NaN and infinities are passed on as they are.  Raises :class:`KernelError` for
+    a value that is not a number and, with ``require_floats``, for a float parameter
+    missing from ``kwargs``; without it (:meth:`Kernel.sizes_of`) missing ones are left out."""
+    sizes = {k: v for k, v in kwargs.items() if k not in info.floats}
+    floats: dict[str, float] = {}
+    for f in info.floats:
+        if f not in kwargs:
+            if require_floats:
+                raise KernelError(f"{info.name}: missing the float parameter {f}; pass {f}=... (a number)")
+            continue
+        v = kwargs[f]
+        try:
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise TypeError
+            floats[f] = float(v)
+        except (TypeError, OverflowError):
+            raise KernelError(f"{info.name}: float parameter {f} must be a number (int or float), "
+                              f"got {type(v).__name__} {repr(v)[:60]}") from None
+    return sizes, floats
 
 
 def infer_sizes(info: KernelInfo, shapes: Sequence[Sequence[int]],

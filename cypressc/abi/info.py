@@ -1,5 +1,5 @@
 """The kernel's ABI, ``<name>.json`` as ``cypressc build`` writes it: :class:`KernelInfo`
-(parameters, sizes, ``flops`` and ``requires`` as C text and expression trees), validated
+(parameters, sizes, float parameters, ``flops`` and ``requires`` as C text and expression trees), validated
 field by field when read."""
 
 from __future__ import annotations
@@ -65,13 +65,30 @@ def _expr_field(v: Any, what: str, sizes: Sequence[str]) -> tuple[str, Mapping[s
     return v["c"], v["tree"]
 
 
+def _floats(v: Any, params: Sequence[str], sizes: Sequence[str]) -> tuple[str, ...]:
+    """The info's optional ``floats``: distinct C identifiers, none a param or size name."""
+    if not isinstance(v, list):
+        raise ValueError(f"kernel info: 'floats' must be a list of names, got {v!r}")
+    for f in v:
+        if not isinstance(f, str) or not _IDENT.match(f) or f.startswith("cyp_"):
+            raise ValueError(f"kernel info: float {f!r} is not a C identifier (or uses the reserved "
+                             "prefix cyp_)")
+    if len(set(v)) != len(v) or set(v) & (set(params) | set(sizes)):
+        raise ValueError(f"kernel info: float names must be distinct from each other and from the "
+                         f"param and size names: {v} {list(params)} {list(sizes)}")
+    return tuple(v)
+
+
 @dataclass(frozen=True, slots=True)
 class KernelInfo:
     """The ABI of a built kernel, as written to ``<name>.json`` by ``cypressc build``.
 
     The launcher is ``extern "C" int <name>_launch(<one pointer per param: void* if written,
-    const void* if read-only>, <one int64_t per size>, cudaStream_t)`` and returns a
-    ``cudaError_t`` (``cudaErrorInvalidValue`` when a ``requires`` condition fails).
+    const void* if read-only>, <one int64_t per size>, <one float per entry of floats>,
+    cudaStream_t)`` and returns a ``cudaError_t`` (``cudaErrorInvalidValue`` when a
+    ``requires`` condition fails).  ``floats`` are the program's ``float`` entry parameters
+    (values such as a softmax scale; never in a shape or an expression), in the JSON an
+    optional list of names that is written only when non-empty.
     ``flops`` (floating-point operations of one launch) is C text, ``flops_tree`` the same
     expression as a tree; in the JSON both are ``"flops": {"c": ..., "tree": ...}`` and each
     ``requires`` entry is ``{"c": ..., "tree": ..., "why": ...}``."""
@@ -85,6 +102,7 @@ class KernelInfo:
     runtime_include: str
     cuda_arch: str
     bindings: Mapping[str, str] = field(default_factory=dict)  # program parameters: {"T": "bf16", ...}
+    floats: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KernelInfo:
@@ -132,6 +150,7 @@ class KernelInfo:
         names = [p.name for p in params]
         if len(set(names)) != len(names) or set(names) & set(sizes):
             raise ValueError(f"kernel info: param and size names must be distinct: {names} {list(sizes)}")
+        floats = _floats(d.get("floats", []), names, sizes)
         if "flops" not in d:
             raise ValueError("kernel info: missing 'flops'")
         flops, flops_tree = _expr_field(d["flops"], "'flops'", sizes)
@@ -148,13 +167,14 @@ class KernelInfo:
                                                       for k, v in bindings.items())):
             raise ValueError(f"kernel info: 'bindings' must map parameter names to strings, got {bindings!r}")
         return cls(name, tuple(params), sizes, flops, flops_tree, tuple(requires),
-                   str(d.get("runtime_include", "")), str(d.get("cuda_arch", "90a")), dict(bindings))
+                   str(d.get("runtime_include", "")), str(d.get("cuda_arch", "90a")), dict(bindings), floats)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name,
                 "params": [{"name": p.name, "dtype": p.dtype, "dims": list(p.dims), "reads": p.reads,
                             "writes": p.writes} for p in self.params],
-                "sizes": list(self.sizes), "flops": {"c": self.flops, "tree": self.flops_tree},
+                "sizes": list(self.sizes), **({"floats": list(self.floats)} if self.floats else {}),
+                "flops": {"c": self.flops, "tree": self.flops_tree},
                 "requires": [{"c": r.c, "tree": r.tree, "why": r.why} for r in self.requires],
                 "runtime_include": self.runtime_include, "cuda_arch": self.cuda_arch,
                 **({"bindings": dict(self.bindings)} if self.bindings else {})}

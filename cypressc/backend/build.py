@@ -20,10 +20,11 @@ RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 
 
 def _example_sizes(plan) -> list[str]:
-    """Sizes for the suggested harness run: 4096 for tile dimensions, 8 for a size that
-    only ever appears as an outer (batch) dimension, so the tensors fit in memory."""
+    """Arguments for the suggested harness run: 4096 for tile dimensions, 8 for a size that
+    only ever appears as an outer (batch) dimension, so the tensors fit in memory; 1.0 for
+    each float parameter."""
     inner = {d for t in plan.tensors for d in t.dims[-2:]}
-    return ["4096" if s in inner else "8" for s in plan.sizes]
+    return ["4096" if s in inner else "8" for s in plan.sizes] + ["1.0" for _ in plan.floats]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ def _param_decl(t: P.GlobalTensor) -> str:
 
 
 def launcher_signature(p: P.KernelPlan) -> str:
-    args = [_param_decl(t) for t in p.tensors] + [f"int64_t {s}" for s in p.sizes] + ["cudaStream_t stream"]
+    args = [_param_decl(t) for t in p.tensors] + [f"int64_t {s}" for s in p.sizes] \
+        + [f"float {f}" for f in p.floats] + ["cudaStream_t stream"]
     return f'extern "C" int {p.name}_launch({", ".join(args)})'
 
 
@@ -50,12 +51,14 @@ def build_info(p: P.KernelPlan, runtime_include: str, bindings: dict[str, str] |
     """The description of the kernel's ABI that the harness and ``cypressc.runtime`` read
     (schema: :class:`cypressc.runtime.KernelInfo`); ``flops`` and each of ``requires`` are
     the C text the launcher uses (:mod:`cypressc.backend.cexpr`) next to the same expression
-    as a JSON tree."""
+    as a JSON tree; ``floats`` (the ``float`` entry parameters, passed after the sizes) is
+    written only for a kernel that has some."""
     return {
         "name": p.name,
         "params": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims), "reads": t.reads,
                     "writes": t.writes} for t in p.tensors],
         "sizes": list(p.sizes),
+        **({"floats": list(p.floats)} if p.floats else {}),  # only when there are any: other infos unchanged
         "flops": {"c": p.flops_c, "tree": P.size_tree(p.flops)},
         "requires": [{"c": r.c, "tree": r.tree(), "why": r.why} for r in p.requires],
         "runtime_include": runtime_include,
@@ -106,7 +109,7 @@ def emit_cuda(p: P.KernelPlan) -> str:
     maps = ", ".join(f"const __grid_constant__ CUtensorMap {m.name}" for m in p.maps)
     ptrs = ", ".join(f"{'' if t.writes else 'const '}{CTYPE[t.dtype]}* __restrict__ {t.name}"
                      for t in p.pointer_tensors)
-    sizes = ", ".join(f"int {s}" for s in p.sizes)
+    sizes = ", ".join([f"int {s}" for s in p.sizes] + [f"float {f}" for f in p.floats])
     w("__global__ void __launch_bounds__(THREADS, 1)")
     w(f"{p.name}_kernel({', '.join(x for x in (maps, ptrs, sizes) if x)}) {{")
     w.ind += 1
@@ -122,9 +125,7 @@ def emit_cuda(p: P.KernelPlan) -> str:
     for i, g in enumerate(p.grid):
         w(f"const int tiles{i} = {cexpr(g)};")
     w(f"const int num_tiles = {' * '.join(f'tiles{i}' for i in range(nd))};")
-    for n, trip in enumerate(p.trips):
-        w(f"const int num_k{p.loop_suffix(n)} = {cexpr(trip)};"
-          + ("" if len(p.trips) == 1 else f"  // steps of main loop {n}"))
+    _trip_counts(w, p, per_tile=False)
     w("// linear tile index -> block coordinates; the last two walk RASTER rows at a time")
     w(f"auto tile_coords = [&](int t, {', '.join(f'int& b{i}' for i in range(nd))}) {{")
     w.ind += 1
@@ -196,6 +197,15 @@ def emit_cuda(p: P.KernelPlan) -> str:
     return "\n".join(w.lines) + "\n"
 
 
+def _trip_counts(w: _W, p: P.KernelPlan, per_tile: bool) -> None:
+    """``num_k`` of each main loop: at kernel scope, or, for a trip count that depends on the
+    block's coordinates (a causal key loop ending at the diagonal), in each tile."""
+    for n, trip in enumerate(p.trips):
+        if any(mentions(trip, f"b{i}") for i in range(len(p.grid))) == per_tile:
+            w(f"const int num_k{p.loop_suffix(n)} = {cexpr(trip)};"
+              + ("" if len(p.trips) == 1 else f"  // steps of main loop {n}"))
+
+
 def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> None:
     """The tile loop of one role: its statements before, in each step of and after the main
     loop; ``ahead``: loads the issuer runs STAGES - 1 steps ahead (no producer warpgroup).
@@ -218,6 +228,7 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
     w.open(f"for (int t = blockIdx.x; t < num_tiles; t += {'gridDim.x' if p.persistent else 'num_tiles'})")
     w(f"int {bdecl};")
     w(f"tile_coords(t, {bdecl});")
+    _trip_counts(w, p, per_tile=True)
     emit_stmts(w, p, code.before)
     if ahead:
         w.open("if (issuer)")
@@ -275,7 +286,8 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
         t = next(x for x in p.tensors if x.name == m.tensor)
         dims = list(t.dims)
         inner, outer = dims[-1], dims[-2]
-        batch = dims[0] if len(dims) == 3 else "1"
+        # the leading dimensions of a contiguous tensor fold into one TMA dimension (_batch)
+        batch = " * ".join(f"{d}" for d in dims[:-2]) if len(dims) > 2 else "1"
         bf16 = "true" if t.dtype == "bf16" else "false"
         w(f"CUtensorMap {m.name};")
         sw = "" if m.swizzle == 128 else f", {m.swizzle}"  # 128: the runtime's default
@@ -294,7 +306,7 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
     w(f"const long long grid = {'tiles < sms ? tiles : sms' if p.persistent else 'tiles'};")
     args = [m.name for m in p.maps] \
         + [f"static_cast<{'' if t.writes else 'const '}{CTYPE[t.dtype]}*>({t.name})" for t in p.pointer_tensors] \
-        + [f"static_cast<int>({s})" for s in p.sizes]
+        + [f"static_cast<int>({s})" for s in p.sizes] + list(p.floats)
     w(f"{p.name}_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>({', '.join(args)});")
     w("return cudaGetLastError();")
     w.ind -= 1

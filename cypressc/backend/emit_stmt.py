@@ -325,7 +325,8 @@ def _store_vector(w, p: P.KernelPlan, op: P.StoreVector) -> None:
 
 _ROW_CALLS = {"warpgroup_row_max": ("warpgroup_row_max", None), "warpgroup_row_sum": ("warpgroup_row_sum", None),
               "exp2_diff": ("exp2_diff", "exp2_diff_vec"), "scale_rows": ("scale_rows", "scale_vec"),
-              "div_rows": ("div_rows", "div_vec")}
+              "div_rows": ("div_rows", "div_vec"), "mask_columns": ("mask_columns", None),
+              "mask_causal": ("mask_causal", None), "row_log_sum_exp": (None, "row_log_sum_exp")}
 
 
 def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
@@ -338,7 +339,10 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
     else:
         frag_fn, vec_fn = _ROW_CALLS[op.fn]
         call = vec_fn if k0 == "row" and vec_fn else frag_fn
-        args = [f"{n}[a]" for _, n in op.args] + ([_c(op.value)] if op.value is not None else [])
+        value = _c(op.value) if op.value is not None else None
+        if op.fn == "mask_causal":
+            value = f"{value} - 64 * a"  # the helper sees one atom's 64 rows: shift the diagonal to them
+        args = [f"{n}[a]" for _, n in op.args] + ([value] if value is not None else [])
         stmt = f"cypress::{call}({', '.join(args)});"
     w(f"// {op.event}: {op.fn} over accumulator rows")
     w("#pragma unroll")
@@ -346,10 +350,28 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
       f"for (int a = 0; a < {op.atoms}; ++a) {stmt}")
 
 
+def _row_store(w, p: P.KernelPlan, op: P.RowStore) -> None:
+    t = next(x for x in p.tensors if x.name == op.tensor)
+    n = t.dims[-1]
+    base = op.tensor if op.batch is None else f"{op.tensor} + size_t({_c(op.batch)}) * {n}"
+    atoms = next(v.rows for v in p.row_vectors if v.name == op.vec) // 64
+    w(f"// {op.event}: copy %{op.vec} -> {op.tensor} (f32), one lane of each quad")
+    cond = "threadIdx.x % 4 == 0" if op.when is None else f"threadIdx.x % 4 == 0 && {_cond(op.when)}"
+    w.open(f"if ({cond})")
+    w(f"float* __restrict__ dst = {base};")
+    w(f"const int r0 = {_c(op.row0)} + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;")
+    w("#pragma unroll")
+    w(f"for (int a = 0; a < {atoms}; ++a)")
+    w("#pragma unroll")
+    w("  for (int h = 0; h < 2; ++h)")
+    w(f"    if (r0 + 64 * a + 8 * h < {n}) dst[r0 + 64 * a + 8 * h] = {op.vec}[a][h];")
+    w.close()
+
+
 _PRINT = {P.Sync: _sync, P.Load: _load, P.Mma: _mma, P.RowSum: _row_sum, P.Fill: _fill, P.FillVector: _fill,
           P.Convert: _convert,
           P.Add: _add, P.External: _external, P.StoreDirect: _store_direct, P.StageWrite: _stage_write, P.TmaStore: _tma_store,
-          P.StoreVector: _store_vector, P.RowOp: _row_op}
+          P.StoreVector: _store_vector, P.RowOp: _row_op, P.RowStore: _row_store}
 
 
 def emit_stmt(w, p: P.KernelPlan, st) -> None:

@@ -12,7 +12,8 @@ from dataclasses import replace
 from cypressc.backend import plan as P
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import free_vars, views_of
+from cypressc.backend.cexpr import cexpr
+from cypressc.ir.analysis import exprs_of, free_vars, views_of
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.subst import walk_ops
 
@@ -98,8 +99,8 @@ class KernelInterface:
                 "THREADS", "RASTER", "STAGE_TX", "SMEM_BYTES"}
 
     def _check_names(self, plan: P.KernelPlan) -> None:
-        """Size and tensor names become C++ identifiers next to the kernel's own locals."""
-        for name in [*plan.sizes, *(t.name for t in plan.tensors)]:
+        """Size, float and tensor names become C++ identifiers next to the kernel's own locals."""
+        for name in [*plan.sizes, *plan.floats, *(t.name for t in plan.tensors)]:
             if name in self.RESERVED or re.fullmatch(r"b\d+|tiles\d*|(num_k|stage|phase|kbase)_\d+", name) \
                     or name.startswith(("tm_", "s_")):
                 _refuse(f"the name '{name}' clashes with an identifier of the generated kernel; rename it")
@@ -146,7 +147,65 @@ class KernelInterface:
                     r = self._require(d, ">", zero, "")
                     reqs.append(replace(r, why=f"{t.name} is read through TMA, which needs a non-empty "
                                                f"tensor ({r.c})"))
+        reqs += self._exact_divisions(plan) + self._covered(plan)
         return list(dict.fromkeys(reqs))
+
+    def _exact_divisions(self, plan: P.KernelPlan) -> list[P.Require]:
+        """``a / b`` is exact division in the language (E048 when static); over run-time sizes
+        (grouped-query attention's ``H / HK``) the launcher checks ``a % b == 0``."""
+        sizes = set(plan.sizes)
+        out = []
+
+        def visit(e: N.IExpr) -> None:
+            if isinstance(e, N.IBin):
+                visit(e.a)
+                visit(e.b)
+                if e.op == "/" and free_vars(e) and free_vars(e) <= sizes:
+                    r = self._require(N.IBin("%", e.a, e.b), "==", N.IConst(0), "")
+                    out.append(replace(r, why=f"{cexpr(e)} is the program's exact division: {cexpr(e.a)} "
+                                              f"must be a multiple of {cexpr(e.b)}"))
+
+        for o in walk_ops(self.m.body):
+            for e in exprs_of(o):
+                visit(self._sized(e))
+        return out
+
+    def _covered(self, plan: P.KernelPlan) -> list[P.Require]:
+        """A written tensor's blocks partition indexed only by constants along a dimension
+        (FlashAttention's O[i, 0]: one block of E columns) writes all of that dimension only
+        when it fits those blocks: the launcher checks ``extent <= (largest index + 1) * block``
+        (else elements would be left unwritten)."""
+        params = {a.name for a in self.m.params}
+        consts: dict[tuple[str, int], set[int]] = {}
+        free: set[tuple[str, int]] = set()
+        for o in walk_ops(self.m.body):
+            for v, _, w in views_of(o):
+                if not w or self.sym.root(v) not in params:
+                    continue
+                for piece in self.sym.chain(v):
+                    part = self.sym.parts[piece.partition]
+                    if part.kind != "blocks":
+                        continue
+                    for d, i in enumerate(piece.idx):
+                        key = (piece.partition, d)
+                        if isinstance(i, N.IConst) and isinstance(i.value, int):
+                            consts.setdefault(key, set()).add(i.value)
+                        else:
+                            free.add(key)
+        out = []
+        for (name, d), idx in consts.items():
+            if (name, d) in free:
+                continue
+            part = self.sym.parts[name]
+            extent, block = self.sym.shape(part.base)[d], part.params[d]
+            if not free_vars(self._sized(extent)) <= set(plan.sizes) or not free_vars(extent):
+                continue  # a static extent: the block checks (E049) cover it
+            bound = N.ibin("*", N.IConst(max(idx) + 1), block)
+            r = self._require(extent, "<=", bound, "")
+            out.append(replace(r, why=f"{self.sym.root(part.base)} is written in block(s) {sorted(idx)} of "
+                                      f"{cexpr(block)} along dimension {d} only: {r.c.split(' <= ')[0]} must be "
+                                      f"at most {cexpr(bound)}"))
+        return out
 
     def _flops(self, plan: P.KernelPlan) -> N.IExpr:
         """Useful floating-point operations: for each wgmma, 2.0 x (rows of A) x (columns of

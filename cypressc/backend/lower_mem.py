@@ -80,7 +80,6 @@ class MemoryLowering:
         root, org, keep, mmas = self.origin(o.src)
         if mmas:
             _refuse("a TMA load of an mma partition")
-        box = []
         kept = [d for d, k in enumerate(keep) if k]
         if len(kept) != 2:
             _refuse(f"{fmt_view(o.src)} is not a 2-D tile")
@@ -88,12 +87,14 @@ class MemoryLowering:
             _refuse(f"{fmt_view(o.src)}: a TMA tile must span the two innermost dimensions of %{root}")
         if buf.rows > 256:
             _refuse(f"a {buf.rows}-row shared tile: one TMA box spans at most 256 rows")
-        for d, k in enumerate(keep):  # one box per chunk: its inner extent is one swizzle row
-            box.append(1 if not k else (buf.rows if d == kept[0] else buf.chunk_cols))
+        batch = self._batch(root, org, keep)
+        # one box per chunk: its inner extent is one swizzle row
+        box = [1] * (batch is not None) + [buf.rows, buf.chunk_cols]
+        coords = (batch,) * (batch is not None) + (self.k(org[-2]), self.k(org[-1]))
         tmap = f"tm_{root}_{buf.rows}x{buf.chunk_cols}"
         if tmap not in {t.name for t in plan.maps}:
             plan.maps.append(P.TmaMap(tmap, root, tuple(box), buf.swizzle))
-        ld = P.Load(self.en(o.ev), tmap, buf.name, tuple(self.k(x) for x in org), buf.chunks,
+        ld = P.Load(self.en(o.ev), tmap, buf.name, coords, buf.chunks,
                     self._stage(buf, dorg), o.bar.bar, self.pos(o.bar.stage))
         plan.loads.append(ld)
         return ld
@@ -112,6 +113,21 @@ class MemoryLowering:
         plan.epilogue.append(st)
         return st
 
+    def _batch(self, root: str, org: list[N.IExpr], keep: list[bool]) -> N.IExpr | None:
+        """The linear index of the dimensions a view sliced off ``root`` (None: none), which
+        must be its leading ones: the tensor is contiguous, so a [B, H, M, D] tensor is
+        addressed (and TMA-mapped) as [B·H, M, D] and piece [b][h] is batch b·H + h."""
+        dropped = [d for d, k in enumerate(keep) if not k]
+        if not dropped:
+            return None
+        if dropped != list(range(len(dropped))):
+            _refuse(f"%{root} is sliced along dimension(s) {dropped}; the backend slices leading dimensions")
+        shape = self.sym.allocs[root].shape
+        idx = org[0]
+        for d in dropped[1:]:
+            idx = N.ibin("+", N.ibin("*", idx, shape[d]), org[d])
+        return self.k(idx)
+
     def _store_direct(self, plan: P.KernelPlan, o: N.Call) -> P.StoreDirect:
         """``copy`` of an accumulator straight into its global tile, each thread its fragment."""
         f = self._fragment(plan, o.args[0])
@@ -121,7 +137,7 @@ class MemoryLowering:
             _refuse(f"copy of a register fragment into {fmt_view(dst)}, which is not laid out "
                     "like it")
         kept = [d for d, k in enumerate(keep) if k]
-        batch = [self.k(org[d]) for d, k in enumerate(keep) if not k]
+        batch = self._batch(root, org, keep)
         row0, col0 = self.k(org[kept[0]]), self.k(org[kept[1]])
         mem = self.sym.allocs[root].mem
         dt = self.sym.allocs[root].dtype
@@ -131,7 +147,7 @@ class MemoryLowering:
             _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
         if mem != "GLOBAL":
             _refuse(f"copy into {mem}")
-        st = P.StoreDirect(self.en(o.ev), f.name, root, row0, col0, batch[0] if batch else None, dt,
+        st = P.StoreDirect(self.en(o.ev), f.name, root, row0, col0, batch, dt,
                            self._when(root))
         plan.epilogue.append(st)
         return st
@@ -151,13 +167,13 @@ class MemoryLowering:
         kept = [d for d, k in enumerate(keep) if k]
         if kept != [len(keep) - 2, len(keep) - 1]:
             _refuse(f"{fmt_view(o.dst)}: a stored tile must span the two innermost dimensions")
-        batch = [self.k(org[d]) for d, k in enumerate(keep) if not k]
+        batch = self._batch(root, org, keep)
         tmap = f"tm_{root}_64x64"
         if tmap not in {t.name for t in plan.maps}:
-            plan.maps.append(P.TmaMap(tmap, root, tuple(1 if not k else 64 for k in keep)))
+            plan.maps.append(P.TmaMap(tmap, root, (1,) * (batch is not None) + (64, 64)))
         off = smem.get(sroot, (0, 0, 1))[0]
         st = P.TmaStore(self.en(o.ev), f.name, sroot, tmap, off, self.k(org[kept[0]]), self.k(org[kept[1]]),
-                        batch[0] if batch else None)
+                        batch)
         plan.epilogue.append(st)
         self._pending_stage = None
         return st

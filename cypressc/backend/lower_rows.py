@@ -15,7 +15,8 @@ from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["RowLowering", "ROW_LEAVES"]
 
-ROW_LEAVES = frozenset({"warpgroup_row_max", "warpgroup_row_sum", "exp2_diff", "scale_rows", "div_rows"})
+ROW_LEAVES = frozenset({"warpgroup_row_max", "warpgroup_row_sum", "exp2_diff", "scale_rows", "div_rows",
+                        "mask_columns", "mask_causal", "row_log_sum_exp"})
 """The leaves that only exist over accumulator rows (``fill``/``copy`` join them on a
 per-row vector)."""
 
@@ -42,6 +43,22 @@ class RowLowering:
         x = P.RowVector(a.name, rows)
         plan.row_vectors.append(x)
         return x
+
+    def _row_store(self, plan: P.KernelPlan, o: N.Copy) -> P.RowStore:
+        """The copy-out of a per-row vector into its rows of a global f32 vector after the main
+        loop (FlashAttention's log-sum-exp)."""
+        rv = self._row_vector(plan, o.src)
+        root, org, keep, mmas = self.origin(o.dst)
+        a = self.sym.allocs[root]
+        kept = [d for d, k in enumerate(keep) if k]
+        if a.mem != "GLOBAL" or a.dtype != "f32" or not mmas or kept != [len(keep) - 1]:
+            _refuse(f"copy of the per-row vector %{rv.name} into {fmt_view(o.dst)}: the backend stores "
+                    "per-row vectors into the rows of a global f32 vector laid out like them "
+                    "(partition_by_mma(..., \"C\"))")
+        st = P.RowStore(self.en(o.ev), rv.name, root, self.k(org[-1]), self._batch(root, org, keep),
+                        self._when(root))
+        plan.epilogue.append(st)
+        return st
 
     def _row_op(self, plan: P.KernelPlan, o: N.Call, sec: str) -> P.RowOp:
         """A leaf on per-row vectors and f32 accumulator fragments of one warpgroup tile."""

@@ -26,7 +26,7 @@ from cypressc.ir.sync import Guard
 __all__ = ["SWIZZLES", "swizzle_for", "GlobalTensor", "TmaMap", "StageBuffer", "Load", "Fragment", "Convert", "Mma",
            "Fill", "Add",
            "StoreDirect", "StageWrite", "TmaStore", "Barrier", "Sync", "RoleCode", "Vector", "FillVector",
-           "RowSum", "StoreVector", "RowVector", "RowOp", "KernelPlan", "COMPARISONS", "Require", "size_tree"]
+           "RowSum", "StoreVector", "RowVector", "RowOp", "RowStore", "KernelPlan", "COMPARISONS", "Require", "size_tree"]
 
 
 SWIZZLES = (128, 64, 32)  # TMA / wgmma swizzle modes, bytes per swizzled row, widest first
@@ -417,6 +417,22 @@ class StoreVector:
     when: IExpr | None
 
 
+@dataclass(frozen=True)
+class RowStore:
+    """A per-row vector ``vec`` to the f32 ``tensor`` (rank 1 once its leading dimensions are
+    sliced off at linear index ``batch``): the thread's row ``h`` of atom ``a`` is element
+    ``row0 + 64 a + 16 warp + lane / 4 + 8 h``; one lane of each quad stores (the other three
+    hold the same values), rows past the tensor's extent are skipped; only where ``when``
+    holds (``None``: always)."""
+
+    event: str
+    vec: str
+    tensor: str
+    row0: IExpr
+    batch: IExpr | None
+    when: IExpr | None = None
+
+
 @dataclass
 class KernelPlan:
     """Everything the emitter needs for one warp-specialized, pipelined block program."""
@@ -458,6 +474,7 @@ class KernelPlan:
     grid_exprs: list[IExpr] = field(default_factory=list)  # ``grid`` over the sizes (cypressc tune's model)
     trip_expr: IExpr | None = None  # ``trip_count`` over the sizes and block indices
     host_loop: str | None = None  # a parallelized HOST loop: its variable, as the last grid dim
+    floats: list[str] = field(default_factory=list)  # float entry parameters: kernel arguments after the sizes
 
     @property
     def pointer_tensors(self) -> list[GlobalTensor]:

@@ -10,7 +10,7 @@ from cypressc.ir.shapes import layout_key
 from cypressc.ir.subst import map_views, rename_events, walk_ops
 
 __all__ = ["Symbols", "views_of", "canon", "dim_procs", "forward_refs", "replace_event", "remove_ops",
-           "substitute_view", "module_ops", "ref_for", "free_vars", "dedup_refs"]
+           "substitute_view", "module_ops", "ref_for", "free_vars", "dedup_refs", "exprs_of"]
 
 
 class Symbols:
@@ -55,6 +55,28 @@ def free_vars(e) -> set[str]:
     if isinstance(e, N.IBin):
         return free_vars(e.a) | free_vars(e.b)
     return set()
+
+
+def exprs_of(op: N.Op) -> list[N.IExpr]:
+    """The scalar expressions one op holds (not those of ops in its loop body): shapes, Let
+    values, partition extents, view indices, a call's scalar operands, loop bounds."""
+    def view(v) -> list[N.IExpr]:
+        return list(v.idx) if isinstance(v, N.Piece) else []
+
+    if isinstance(op, N.Alloc):
+        return [*op.shape, *(view(op.layout) if op.layout is not None else [])]
+    if isinstance(op, N.Let):
+        return [op.value]
+    if isinstance(op, N.Partition):
+        return [*view(op.base), *(p for p in op.params if not isinstance(p, str)), *op.piece_shape]
+    if isinstance(op, N.Copy):
+        return [*view(op.src), *view(op.dst)]
+    if isinstance(op, N.Call):
+        return [x for a in op.args for x in (view(a) if isinstance(a, (N.TRef, N.Piece)) else
+                                              [a] if not isinstance(a, N.AtomArg) else [])]
+    if isinstance(op, (N.For, N.PFor)):
+        return [op.lo, op.hi, *(d.extent for d in op.dims)]
+    return []
 
 
 def views_of(op: N.Op) -> list[tuple[N.View, bool, bool]]:

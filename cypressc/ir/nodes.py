@@ -298,7 +298,9 @@ AsyncOp = (Copy, Call, For, PFor)
 @dataclass(frozen=True, slots=True)
 class Module:
     """A lowered program: ``params`` are the entrypoint's tensors (GLOBAL), ``scalars`` the
-    run-time sizes they introduce (``M``, ``N``, ``K``…), ``body`` the HOST-level block.
+    run-time sizes they introduce (``M``, ``N``, ``K``…) and its ``int`` parameters,
+    ``floats`` its ``float`` parameters (values such as a softmax scale, never indices),
+    ``body`` the HOST-level block.
 
     ``roles`` (from ``warp-specialization``, paper §4.2.5) pairs each copy and call event
     with the role that runs it (``producer`` / ``consumer``).  ``synchronized`` is set by
@@ -319,6 +321,7 @@ class Module:
     body: Block
     synchronized: bool = False
     roles: tuple[tuple[str, str], ...] = ()
+    floats: tuple[str, ...] = ()
     sites: Sites | None = field(default=None, compare=False)
     schedule: Schedule | None = field(default=None, compare=False)
     resources: Resources | None = field(default=None, compare=False)

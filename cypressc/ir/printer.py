@@ -127,7 +127,8 @@ def print_module(m: N.Module) -> str:
     params = ", ".join(f"%{a.name}: [{', '.join(fmt_expr(s) for s in a.shape)}] {a.dtype} @{a.mem}"
                        for a in m.params)
     sizes = ", ".join(f"%{s}" for s in m.scalars)
-    p.lines.append(f"module @{m.name}({params}) sizes({sizes}) {{")
+    floats = "".join(f" floats({', '.join(f'%{s}' for s in m.floats)})" if m.floats else "")
+    p.lines.append(f"module @{m.name}({params}) sizes({sizes}){floats} {{")
     p.block(m.body, 1)
     p.lines.append("}")
     p.lines += _results(m, p)

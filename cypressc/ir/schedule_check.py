@@ -59,11 +59,23 @@ def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
         if isinstance(op, (N.For, N.PFor)):
             stack += list(op.body.ops)
             h = op.hi
-            if isinstance(h, N.IBin) and h.op == "cdiv" and isinstance(h.a, N.IVar) and h.a.name in out:
+            if isinstance(h, N.IBin) and h.op == "cdiv" and isinstance(h.b, N.IConst):
                 # a sequential loop runs twice (barrier phases carry over); a pipeline wraps
                 trips = wraps * op.pipeline if getattr(op, "pipeline", 0) else 2
-                out[h.a.name] = max(out[h.a.name], trips * int(h.b.value))
+                for name in _bounding(h.a):
+                    if name in out:
+                        out[name] = max(out[name], trips * int(h.b.value))
     return out
+
+
+def _bounding(e: N.IExpr) -> list[str]:
+    """The scalars that bound ``e`` directly: ``e`` itself, or the plain-variable arguments of
+    a ``min``/``max`` (a causal key loop's ``min(N, q0 + U + ...)``)."""
+    if isinstance(e, N.IVar):
+        return [e.name]
+    if isinstance(e, N.IBin) and e.op in ("min", "max"):
+        return _bounding(e.a) + _bounding(e.b)
+    return []
 
 
 def written_params(m: N.Module) -> list[str]:
@@ -136,8 +148,10 @@ def check_schedules(m_sync: N.Module, m_ref: N.Module, *, sizes: dict[str, int] 
     schedule (and the first; none when ``value_every`` is 0) also evaluates values and
     compares the outputs with the sequential interpreter on ``m_ref`` (the
     pre-synchronization IR) on the same random inputs.  Stops at the first deadlock,
-    race or mismatch."""
+    race or mismatch.  A ``float`` parameter of the module not in ``sizes`` is 0.75 (a value
+    that neither vanishes nor leaves what it scales unchanged)."""
     sizes = sizes or small_sizes(m_sync)
+    sizes = {**sizes, **{f: 0.75 for f in m_sync.floats if f not in sizes}}
     inputs = random_inputs(m_ref, sizes, seed=seed)
     outs = written_params(m_ref)
     want = {k: v.copy() for k, v in inputs.items()}

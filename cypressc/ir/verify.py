@@ -23,7 +23,7 @@ def _ev_rank(op) -> int:
 def verify(m: N.Module) -> None:
     """Raise :class:`VerifyError` if ``m`` is malformed."""
     scope: list[dict[str, object]] = [{a.name: a for a in m.params}]
-    names = set(m.scalars)
+    names = set(m.scalars) | set(m.floats)
 
     def lookup(name: str):
         for s in reversed(scope):

@@ -55,7 +55,7 @@ def signature(v: S.Variant) -> Signature:
 class Binding:
     """What a name means inside one variant."""
 
-    kind: str  # tensor | partition | scalar | tunable_int | tunable_processor | tunable_atom | loopvar
+    kind: str  # tensor | partition | scalar | float | tunable_int | tunable_processor | tunable_atom | loopvar
     type: S.TensorType | None = None  # tensors; for partitions the *piece* type
     tensor: str | None = None  # partitions: the partitioned tensor
     pkind: str | None = None  # partitions: blocks | mma | slices
@@ -107,10 +107,7 @@ class _Checker:
     def variant(self, v: S.Variant) -> None:
         env: VariantEnv = {}
         for p in v.params:
-            if isinstance(p.type, S.TensorType):
-                env[p.name] = Binding("tensor", p.type, loc=p.loc)
-            else:
-                env[p.name] = Binding("scalar", loc=p.loc)
+            env[p.name] = _param_binding(p)
         for p in v.tensor_params:
             for d in p.type.dims or ():  # type: ignore[union-attr]
                 if d in env and env[d].kind != "scalar":
@@ -173,25 +170,31 @@ class _Checker:
                 self.leaf_call(v, s, env)
 
     # -- expressions -------------------------------------------------------------------
-    def scalar(self, e: S.Expr, env: VariantEnv) -> None:
-        """Check that ``e`` is well-typed scalar index arithmetic."""
+    def scalar(self, e: S.Expr, env: VariantEnv, value: bool = False) -> None:
+        """Check that ``e`` is well-typed scalar index arithmetic, or, with ``value``, a
+        number for a leaf's scalar operand or a ``float`` parameter (``float`` parameters
+        allowed: they are never indices, E035)."""
         if isinstance(e, S.Const):
             return
         if isinstance(e, S.Name):
             b = env.get(e.id)
             if b is None:
                 self.error("E026", f"'{e.id}' is not defined", e.loc)
-            elif b.kind not in ("scalar", "loopvar", "tunable_int"):
+            elif b.kind == "float" and not value:
+                self.error("E035", f"'{e.id}' is a float parameter, not an index", e.loc,
+                           "a float is a value for a leaf's scalar operand or a float parameter; "
+                           "extents, indices, offsets and int parameters take ints")
+            elif b.kind not in ("scalar", "loopvar", "tunable_int", "float"):
                 self.error("E035" if b.kind in ("tensor", "partition") else "E031",
                            f"'{e.id}' is a {b.kind.replace('_', ' ')}, not a number", e.loc)
         elif isinstance(e, S.BinOp):
-            self.scalar(e.lhs, env)
-            self.scalar(e.rhs, env)
+            self.scalar(e.lhs, env, value)
+            self.scalar(e.rhs, env, value)
         elif isinstance(e, S.Call):
             if len(e.args) != 2:
                 self.error("E035", f"{e.fn}() takes two arguments", e.loc)
             for a in e.args:
-                self.scalar(a, env)
+                self.scalar(a, env, value)
         elif isinstance(e, S.Shape):
             b = env.get(e.tensor)
             if b is None:
@@ -309,7 +312,7 @@ class _Checker:
         caller_reads, caller_writes = set(v.reads), set(v.writes)
         for arg, param in zip(s.args, callee.params):
             if isinstance(param.type, S.ScalarType):
-                self.scalar(arg, env)
+                self.scalar(arg, env, value=param.type.kind == "float")
                 continue
             ta = self.tensor_arg(arg, env)
             if ta is None:
@@ -381,7 +384,7 @@ class _Checker:
             if rule.kind == "atom":
                 self.atom_arg(arg, env)
             elif rule.kind == "scalar":
-                self.scalar(arg, env)
+                self.scalar(arg, env, value=True)
             else:
                 ta = self.tensor_arg(arg, env)
                 if ta is None:
@@ -404,13 +407,18 @@ class _Checker:
                                f"reads on '{root}'", arg.loc, f"add \"{root}\" to reads=")
 
 
+def _param_binding(p: S.Param) -> Binding:
+    if isinstance(p.type, S.TensorType):
+        return Binding("tensor", p.type, loc=p.loc)
+    return Binding("float" if p.type.kind == "float" else "scalar", loc=p.loc)
+
+
 def variant_env(v: S.Variant) -> VariantEnv:
     """The name bindings of a checked variant's top-level body (used by later stages)."""
     c = _Checker(S.Program(v.loc.file, (), (v,)))
     env: VariantEnv = {}
     for p in v.params:
-        env[p.name] = Binding("tensor", p.type, loc=p.loc) if isinstance(p.type, S.TensorType) \
-            else Binding("scalar", loc=p.loc)
+        env[p.name] = _param_binding(p)
     c.block(v, v.body, env, ())
     return env
 

@@ -104,10 +104,7 @@ def parse_external(p: "_Parser", fn: ast.FunctionDef, includes: list[tuple[str, 
         if arg.annotation is None:
             raise p.err("E014", f"parameter '{arg.arg}' has no type", arg,
                         "annotate it: `x: tensor[2, f32]`, `n: int` or `alpha: float`")
-        if isinstance(arg.annotation, ast.Name) and arg.annotation.id == "float":
-            params.append(S.Param(arg.arg, S.ScalarType("float"), p.loc(arg)))
-        else:
-            params.append(S.Param(arg.arg, p.type_(arg.annotation), p.loc(arg)))
+        params.append(S.Param(arg.arg, p.type_(arg.annotation), p.loc(arg)))
     for st in fn.body:
         if not (isinstance(st, ast.Pass) or isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant)):
             raise p.err("E014", "an external's body is its docstring (or ...): the code is the C++ function",

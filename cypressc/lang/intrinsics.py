@@ -185,6 +185,22 @@ def _div_rows(x: Operand, v: Operand) -> dict[int, np.ndarray]:
         return {0: x.value.astype(np.float64) / _rows_of(x, v)}
 
 
+def _mask_columns(x: Operand, n: int) -> dict[int, np.ndarray]:
+    cols = x.coords[-1]
+    return {0: np.where(cols < n, x.value.astype(np.float64), -np.inf)}
+
+
+def _mask_causal(x: Operand, d: int) -> dict[int, np.ndarray]:
+    rows, cols = x.coords
+    return {0: np.where(cols[None, :] <= rows[:, None] + d, x.value.astype(np.float64), -np.inf)}
+
+
+def _row_log_sum_exp(lse: Operand, m: Operand, l: Operand, scale: float) -> dict[int, np.ndarray]:
+    mm, ll = m.value.astype(np.float64)[lse.coords[0]], l.value.astype(np.float64)[lse.coords[0]]
+    with np.errstate(divide="ignore"):
+        return {0: mm * scale + np.log(ll)}
+
+
 _FLOAT = ("f16", "bf16", "f32")
 _MMA_IN = ("f16", "bf16")
 
@@ -209,6 +225,12 @@ def _broadcast_operands(v: str) -> tuple[OperandRule, ...]:
     per-row vector) and the per-row f32 vector ``v`` it reads."""
     return (OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",)),
             OperandRule(v, mems=("REGISTER",), dtypes=("f32",), rank=1))
+
+
+def _mask_operands(bound: str) -> tuple[OperandRule, ...]:
+    """A mask's operands: the f32 accumulator tile it writes -inf into and its int bound."""
+    return (OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
+            OperandRule(bound, kind="scalar"))
 
 
 LEAF_FUNCTIONS: dict[str, LeafFn] = {
@@ -270,6 +292,31 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
         LeafFn(
             "scale_rows", "cypress::scale_rows", _broadcast_operands("v"), "THREAD", _scale_rows, collective="WARPGROUP",
             doc="X[r, ...] *= v[r], v a per-row vector (the online softmax's rescale of O and l).",
+        ),
+        LeafFn(
+            "mask_columns", "cypress::mask_columns",
+            _mask_operands("n"), "THREAD", _mask_columns, collective="WARPGROUP",
+            doc="X[r, c] = -inf for every column c >= n of the warpgroup's accumulator tile X (keys "
+                "past the end of a ragged sequence); nothing to do, and nothing done, when n >= the "
+                "tile's columns.",
+        ),
+        LeafFn(
+            "mask_causal", "cypress::mask_causal",
+            _mask_operands("d"), "THREAD", _mask_causal, collective="WARPGROUP",
+            doc="X[r, c] = -inf where c > r + d (r, c the row and column in the warpgroup's "
+                "accumulator tile X; d = the tile's first query row minus its first key column: "
+                "a causal mask); nothing done when d >= the tile's columns - 1.",
+        ),
+        LeafFn(
+            "row_log_sum_exp", "cypress::row_log_sum_exp",
+            (OperandRule("lse", writes=True, reads=False, mems=("REGISTER",), dtypes=("f32",), rank=1),
+             OperandRule("m", mems=("REGISTER",), dtypes=("f32",), rank=1),
+             OperandRule("l", mems=("REGISTER",), dtypes=("f32",), rank=1),
+             OperandRule("scale", kind="scalar")),
+            "THREAD", _row_log_sum_exp, collective="WARPGROUP",
+            doc="lse[r] = m[r] * scale + ln(l[r]) over per-row vectors: the natural log-sum-exp of "
+                "a softmax row whose maximum is m (in score units, scale the softmax scale) and "
+                "whose sum of exp((s - m) * scale) is l.",
         ),
         LeafFn(
             "div_rows", "cypress::div_rows", _broadcast_operands("v"), "THREAD", _div_rows, collective="WARPGROUP",

@@ -153,7 +153,7 @@ class _Parser:
         if len(st.targets) != 1 or not isinstance(st.targets[0], ast.Name):
             raise self.err("E013", "a dtype parameter is one plain name", st, usage)
         name = st.targets[0].id
-        if name in S.DTYPES or name in ("int", "tensor"):
+        if name in S.DTYPES or name in ("int", "float", "tensor"):
             raise self.err("E013", f"'{name}' is a built-in type name", st.targets[0], usage)
         try:
             self._dtype_param(name, st, call, usage)
@@ -254,8 +254,8 @@ class _Parser:
         return name.value, kind.id.lower(), privs["reads"], privs["writes"]
 
     def type_(self, ann: ast.expr) -> S.Type:
-        if isinstance(ann, ast.Name) and ann.id == "int":
-            return S.ScalarType()
+        if isinstance(ann, ast.Name) and ann.id in ("int", "float"):
+            return S.ScalarType(ann.id)
         hint = "tensor types are written tensor[rank, dtype] or tensor[(M, K), dtype], dtype one of " + ", ".join(S.DTYPES)
         if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "tensor"):
             raise self.err("E005", "unsupported type annotation", ann, hint)

@@ -56,8 +56,10 @@ class TensorType:
 
 @dataclass(frozen=True, slots=True)
 class ScalarType:
-    """A scalar parameter: ``int`` (task parameters), or ``float`` (a scalar argument of an
-    ``@external`` leaf function, passed to the C++ function as a ``float``)."""
+    """A scalar parameter: ``int`` (index arithmetic: extents, indices, offsets) or ``float``
+    (a value for a leaf's scalar operand, e.g. the softmax scale; never an index).  An
+    entrypoint's scalars are the kernel's run-time arguments (a ``float`` is passed as a C
+    ``float``); an ``@external`` function's are passed to the C++ function."""
 
     kind: str = "int"
 

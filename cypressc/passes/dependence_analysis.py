@@ -349,7 +349,7 @@ class _DA:
         tensor_index = {p.name: j for j, p in enumerate(cv.tensor_params)}
         for arg, p in zip(args, cv.params):
             if isinstance(p.type, S.ScalarType):
-                env[p.name] = ("scalar", self.scalar(arg, sc))
+                env[p.name] = ("scalar", self.scalar(arg, sc, index=p.type.kind == "int"))
                 continue
             v = self.view(arg, sc)
             mem = child.mems[p.name]
@@ -445,6 +445,7 @@ class _DA:
         env: dict[str, tuple[str, object]] = {}
         params: list[N.Alloc] = []
         scalars: list[str] = []
+        floats: list[str] = []
         for p in v.params:
             if isinstance(p.type, S.TensorType):
                 dims = []
@@ -465,13 +466,14 @@ class _DA:
                 env[p.name] = ("tensor", N.TRef(name))
             else:
                 n = self.names.fresh(p.name)
-                scalars.append(n)
+                (floats if p.type.kind == "float" else scalars).append(n)
                 env[p.name] = ("scalar", N.IVar(n))
         f = _Frame(None)
         sc = _Scope(root, env)
         self.body(v.body, sc, f)
         return N.Module(self.tree.program.path.rsplit("/", 1)[-1].removesuffix(".cyp"),
-                        tuple(params), tuple(scalars), N.Block(tuple(f.ops)), sites=self.sites)
+                        tuple(params), tuple(scalars), N.Block(tuple(f.ops)), floats=tuple(floats),
+                        sites=self.sites)
 
 
 def dependence_analysis(tree: TaskTree) -> N.Module:

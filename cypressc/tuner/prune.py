@@ -65,7 +65,8 @@ def plan_features(plan) -> dict[str, Any]:
         except ValueError:
             return None
 
-    return {"sizes": list(plan.sizes), "grid": [tree(g) for g in plan.grid_exprs], "trip_count": tree(plan.trip_expr),
+    return {"sizes": list(plan.sizes), "floats": list(plan.floats),
+            "grid": [tree(g) for g in plan.grid_exprs], "trip_count": tree(plan.trip_expr),
             "flops": tree(plan.flops),
             "stage_bytes": sum(b.stage_bytes for b in plan.buffers), "stages": plan.stages,
             "smem_bytes": plan.smem_bytes, "consumers": plan.consumers,

@@ -23,17 +23,29 @@ from typing import Any
 from cypressc.tuner.cache import JsonStore, cache_dir, compiler_fingerprint, digest
 from cypressc.tuner.space import Space
 
-__all__ = ["Options", "Candidate", "Result", "search"]
+__all__ = ["Options", "Candidate", "Result", "search", "OptionError"]
+
+
+class OptionError(ValueError):
+    """Sizes or floats that do not fit the kernel; ``option`` names the command-line option
+    that sets them (``--size``, ``--float``)."""
+
+    def __init__(self, message: str, option: str) -> None:
+        super().__init__(message)
+        self.option = option
 
 
 @dataclass
 class Options:
-    """How to search: ``sizes`` bind every size the kernel takes; ``budget`` caps the
-    candidates compiled (the baseline comes on top); ``workers`` processes/threads for
-    pruning and nvcc (default: every core); ``reference`` a ``FILE.py:FUNC`` PyTorch
-    reference (default: the baseline kernel's outputs)."""
+    """How to search: ``sizes`` bind every size the kernel takes; ``floats`` the values of
+    its ``float`` parameters in the checking and timing runs (1.0 for one not given; not part
+    of the tuning cache's key: a scalar's value does not change which mapping is fastest);
+    ``budget`` caps the candidates compiled (the baseline comes on top); ``workers``
+    processes/threads for pruning and nvcc (default: every core); ``reference`` a
+    ``FILE.py:FUNC`` PyTorch reference (default: the baseline kernel's outputs)."""
 
     sizes: dict[str, int]
+    floats: dict[str, float] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
     compile_only: bool = False
     budget: int = 24
@@ -126,8 +138,9 @@ class Result:
 
 def search(program: str, mapping: str, opts: Options, *, progress=None) -> Result:
     """Tune ``mapping`` for ``program`` (paths).  Raises the compiler's errors for the
-    starting mapping itself (it must compile), ``ValueError`` for sizes that do not bind the
-    kernel's; ``progress`` is a :class:`~cypressc.tuner.report.Progress` or ``None``."""
+    starting mapping itself (it must compile), :class:`OptionError` (a ``ValueError``) for
+    sizes that do not bind the kernel's or floats it does not take; ``progress`` is a
+    :class:`~cypressc.tuner.report.Progress` or ``None``."""
     from cypressc.tuner.build import build_many
     from cypressc.tuner.prune import check_all, check_candidate, static_score
 
@@ -154,9 +167,14 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
     missing = [s for s in v["plan"]["sizes"] if s not in opts.sizes]
     extra = [s for s in opts.sizes if s not in v["plan"]["sizes"]]
     if missing or extra:
-        raise ValueError(f"the kernel's sizes are {', '.join(v['plan']['sizes'])}: "
-                         + (f"bind {', '.join(missing)} with --size NAME=N" if missing else
-                            f"it has no size {', '.join(extra)}"))
+        raise OptionError(f"the kernel's sizes are {', '.join(v['plan']['sizes'])}: "
+                          + (f"bind {', '.join(missing)} with --size NAME=N" if missing else
+                             f"it has no size {', '.join(extra)}"), "--size")
+    if bad := [f for f in opts.floats if f not in v["plan"].get("floats", [])]:
+        raise OptionError(f"the kernel has no float parameter {', '.join(bad)}"
+                          + (f" (it has {', '.join(v['plan']['floats'])})" if v["plan"].get("floats") else ""),
+                          "--float")
+    floats = {f: float(opts.floats.get(f, 1.0)) for f in v["plan"].get("floats", [])}
     base.score = static_score(v["plan"], opts.sizes, sms, smem_max)
 
     def run_round(rnd: int, points: list[dict[str, Any]], budget: int) -> list[Candidate]:
@@ -238,7 +256,7 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
                 progress.event(ev, c)
 
         res = time_candidates([{"label": c.label, "dir": c.dir, "name": c.name} for c in cands], opts.sizes,
-                              reference=opts.reference, baseline=base.label, rounds=opts.rounds,
+                              floats=floats, reference=opts.reference, baseline=base.label, rounds=opts.rounds,
                               reps=opts.reps, gpus=opts.gpus, on_event=on_event)
         for label, r in res.items():
             if label in by_label and (by_label[label].timing is None or r.get("ok")):

@@ -278,10 +278,11 @@ def _visible(gpu: int) -> str:
 
 
 def time_candidates(cands: Sequence[Mapping[str, str]], sizes: Mapping[str, int], *,
-                    reference: str | None = None, baseline: str | None = None, rounds: int = 5,
-                    reps: int = 10, gpus: int | None = None, deadline_s: float = CHECK_DEADLINE_S,
+                    floats: Mapping[str, float] | None = None, reference: str | None = None,
+                    baseline: str | None = None, rounds: int = 5, reps: int = 10, gpus: int | None = None, deadline_s: float = CHECK_DEADLINE_S,
                     on_event: Callable[[dict], None] | None = None) -> dict[str, dict]:
-    """Check and time ``cands`` (each ``{"label", "dir", "name"}``) at ``sizes``.
+    """Check and time ``cands`` (each ``{"label", "dir", "name"}``) at ``sizes``, passing
+    ``floats`` (the values of the kernel's ``float`` parameters) to every call.
 
     ``reference`` is a :func:`load_reference` spec; without one, outputs are compared with
     those of the candidate labelled ``baseline`` (checked first on every GPU; when it fails,
@@ -295,6 +296,8 @@ def time_candidates(cands: Sequence[Mapping[str, str]], sizes: Mapping[str, int]
         raise RuntimeError("no CUDA GPU is visible; use --compile-only on a machine without one")
     by_label = {c["label"]: c for c in cands}
     setup: dict[str, Any] = {"sizes": {k: int(v) for k, v in sizes.items()}, "reference": reference}
+    if floats:
+        setup["floats"] = {k: float(v) for k, v in floats.items()}
     if reference is None:
         if baseline not in by_label:
             raise ValueError("time_candidates: without a reference, the baseline must be one of the candidates")

@@ -14,11 +14,12 @@ request's ``id``), progress events (``"round"``) in between.  Requests:
     reply ``"timed"`` with the milliseconds of each label.
 ``{"op": "quit"}``
 
-``setup`` = ``{"sizes", "reference", "baseline"}`` names one (program, size): the inputs
-(``torch.randn`` on the GPU in each parameter's dtype, seed 0) and the reference outputs
-(``reference`` is a ``FILE.py:FUNC`` PyTorch function, else the ``baseline`` candidate's own
-outputs) are made once, when a check first names that setup, and dropped with every kept
-kernel when another setup comes.  A candidate that leaves the CUDA context unusable (a
+``setup`` = ``{"sizes", "reference", "baseline"}`` (and ``"floats"``, the values of the
+kernel's ``float`` parameters, passed by keyword to every call) names one (program, size):
+the inputs (``torch.randn`` on the GPU in each parameter's dtype, seed 0) and the reference
+outputs (``reference`` is a ``FILE.py:FUNC`` PyTorch function, called with the inputs and the
+floats in one dict, else the ``baseline`` candidate's own outputs) are made once, when a
+check first names that setup, and dropped with every kept kernel when another setup comes.  A candidate that leaves the CUDA context unusable (a
 crash, a launch error the context does not survive) or that does not finish within
 ``deadline_s`` (its kernel still occupies the GPU) is answered, then the process exits: the
 parent starts a fresh one for the next request.
@@ -53,6 +54,7 @@ class _State:
         self.key: str | None = None
         self.inputs: dict[str, Any] = {}
         self.outs: dict[str, Any] = {}
+        self.floats: dict[str, float] = {}
         self.ref: dict[str, Any] | None = None
         self.kept: dict[str, tuple[Any, Any, float]] = {}     # label -> (kernel, bound launch, flops)
         self.ref_fns: dict[str, Any] = {}                      # reference spec -> function (loaded once)
@@ -70,6 +72,7 @@ class _State:
         self.key, self.inputs, self.outs, self.ref, self.kept = None, {}, {}, None, {}
         torch.cuda.empty_cache()
         sizes = {k: int(v) for k, v in setup["sizes"].items()}
+        self.floats = {k: float(v) for k, v in setup.get("floats", {}).items()}
         gen = torch.Generator(device="cuda").manual_seed(0)
         for p in kernel.info.params:
             dt = runtime.DTYPES[p.dtype]
@@ -84,12 +87,12 @@ class _State:
             spec = setup["reference"]
             if spec not in self.ref_fns:
                 self.ref_fns[spec] = load_reference(spec)
-            got = self.ref_fns[spec](dict(self.inputs))
+            got = self.ref_fns[spec]({**self.inputs, **self.floats})
             self.ref = {n: t.float() for n, t in got.items()}
         else:                                   # the baseline kernel's outputs are the reference
             base = setup["baseline"]
             k = runtime.load(base["dir"], base.get("name"))
-            self._run(k.bind(*self._args(k)), 30.0)
+            self._run(k.bind(*self._args(k), **self.floats), 30.0)
             self.ref = {n: t.float().clone() for n, t in self.outs.items()}
             bad = [n for n, t in self.ref.items() if bool(torch.isnan(t).any())]
             if bad:
@@ -149,7 +152,7 @@ class _State:
             return failure("setup", e, label=label, fatal=not _healthy(torch))
         sizes = {k: int(v) for k, v in req["setup"]["sizes"].items()}
         try:
-            launch = kernel.bind(*self._args(kernel))
+            launch = kernel.bind(*self._args(kernel), **self.floats)
             ms = self._run(launch, float(req.get("deadline_s", 5.0)))
         except TimeoutError as e:
             return failure("timeout", e, label=label, fatal=True)

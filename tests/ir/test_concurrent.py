@@ -176,17 +176,37 @@ def test_sizes_wrap_every_pipeline_twice():
     assert small_sizes(m) == {"M": 128, "N": 256, "K": 384}
 
 
+# int parameters that select a shorter loop (the flag's 1): pinned so every pipeline wraps
+FLAGS = {"flash_attention2": {"causal": 0}}
+
+
+def _sizes(program: str, m: N.Module) -> dict:
+    return {**small_sizes(m), **FLAGS.get(Path(program).stem, {})}
+
+
 @pytest.mark.parametrize("program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS])
 def test_every_program_and_mapping_is_clean(program, mapping):
     snaps = _snaps(program, mapping)
     v = check_schedules(snaps["sync-insertion"], snaps["warp-specialization"], seed=11,
+                        sizes=_sizes(program, snaps["sync-insertion"]),
                         schedules=SCHEDULES, value_every=SCHEDULES)
     assert v.finding is None, v.line(program)
     assert v.schedules == SCHEDULES
 
 
-def _verdict(mutant: N.Module, ref: N.Module) -> str | None:
-    v = check_schedules(mutant, ref, seed=0, schedules=SCHEDULES, value_every=0)
+def test_causal_attention_blocks_of_different_trip_counts_are_clean():
+    """``causal = 1``: a query block's key loop stops at its diagonal, so block 0 of M = 256
+    runs 2 steps of 64 keys and block 1 runs 4 (its pipeline wraps); both run, values checked."""
+    snaps = _snaps("flash_attention2", "mappings/flash_attention2/h100_d64_w64.yaml")
+    m = snaps["sync-insertion"]
+    sizes = {**small_sizes(m), "causal": 1, "M": 256, "N": 256}
+    v = check_schedules(m, snaps["warp-specialization"], sizes=sizes, seed=3, schedules=10, value_every=5)
+    assert v.finding is None, v.line("flash_attention2")
+    assert v.schedules == 10
+
+
+def _verdict(mutant: N.Module, ref: N.Module, sizes: dict | None = None) -> str | None:
+    v = check_schedules(mutant, ref, sizes=sizes, seed=0, schedules=SCHEDULES, value_every=0)
     return None if v.finding is None else f"{v.finding.kind} at {v.finding.event} (seed {v.seed})"
 
 
@@ -199,7 +219,7 @@ def test_teeth_every_inserted_sync_op_is_needed(program, mapping, capsys):
     assert len(ops) >= 6, "sync-insertion inserted suspiciously few sync ops"
     for op in ops:
         mutant = replace(m, body=_drop(m.body, op))
-        caught = _verdict(mutant, ref)
+        caught = _verdict(mutant, ref, _sizes(program, m))
         try:
             verify_sync(mutant)
             refused = "accepted"

@@ -28,6 +28,11 @@ from cypressc.passes.sync_insertion import SyncInsertion
 ROOT = Path(__file__).resolve().parents[2]
 CASES = sorted((p.stem, m.relative_to(ROOT).as_posix()) for p in (ROOT / "programs").glob("*.cyp")
                for m in (ROOT / "mappings" / p.stem).glob("*.yaml"))
+# The GEMM-family programs, whose derived synchronization is compared with the template kernel
+# the backend used to fill.  FlashAttention's is not that template (a Q panel loaded once on a
+# one-stage barrier, two wgmma groups per step, register fences between them): the concurrent
+# interpreter and its teeth (tests/ir/test_concurrent.py) and test_cuda_from_sync.py check it.
+TEMPLATE = [(p, m) for p, m in CASES if p != "flash_attention2"]
 
 
 def compiled(program: str, mapping: str):
@@ -46,7 +51,7 @@ def in_loop(m: N.Module) -> list:
     return list(lp.body.ops)
 
 
-@pytest.mark.parametrize("program, mapping", CASES)
+@pytest.mark.parametrize("program, mapping", TEMPLATE)
 def test_the_synchronization_derived_from_the_events_is_the_templates(program, mapping):
     m, plan = compiled(program, mapping)
     assert m.synchronized

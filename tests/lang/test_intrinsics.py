@@ -39,7 +39,8 @@ def test_non_atoms(name):
 
 def test_registry_entries():
     assert set(LEAF_FUNCTIONS) == {"warpgroup_mma", "warpgroup_mma_bt", "fill", "copy", "add", "row_sum",
-                                   "warpgroup_row_max", "warpgroup_row_sum", "exp2_diff", "scale_rows", "div_rows"}
+                                   "warpgroup_row_max", "warpgroup_row_sum", "exp2_diff", "scale_rows", "div_rows",
+                                   "mask_columns", "mask_causal", "row_log_sum_exp"}
     for name, fn in LEAF_FUNCTIONS.items():
         assert fn.name == name and fn.cpp == f"cypress::{name}" and fn.proc == "THREAD" and fn.doc
         assert callable(fn.semantics)

@@ -189,7 +189,7 @@ ERRORS = [
     ("defaults", '@task("c", Leaf)\ndef c(n: int = 3):\n    pass\n', "E004", 2, 1, "plain positional"),
     ("dup_param", '@task("c", Leaf)\ndef c(n: int, n: int):\n    pass\n', "E004", 2, 15, "duplicate parameter 'n'"),
     ("untyped", '@task("c", Leaf)\ndef c(C):\n    pass\n', "E004", 2, 7, "has no type"),
-    ("float_param", '@task("c", Leaf)\ndef c(x: float):\n    pass\n', "E005", 2, 10, "unsupported type"),
+    ("bool_param", '@task("c", Leaf)\ndef c(x: bool):\n    pass\n', "E005", 2, 10, "unsupported type"),
     ("tensor_arity", '@task("c", Leaf)\ndef c(C: tensor[2]):\n    pass\n', "E005", 2, 10, "a rank and a dtype"),
     ("rank0", '@task("c", Leaf)\ndef c(C: tensor[0, f32]):\n    pass\n', "E005", 2, 17, "rank"),
     ("dtype", '@task("c", Leaf)\ndef c(C: tensor[2, f8]):\n    pass\n', "E005", 2, 20, "unknown dtype 'f8'"),

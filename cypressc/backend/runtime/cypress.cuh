@@ -389,6 +389,30 @@ template <int R> __device__ __forceinline__ void div_rows(float (&x)[R], const f
   for (int i = 0; i < R; ++i) x[i] *= r[(i / 2) % 2];
 }
 __device__ __forceinline__ void div_vec(float (&x)[2], const float (&v)[2]) { x[0] /= v[0]; x[1] /= v[1]; }
+// Masks: element i of the fragment lies in column 8 (i / 4) + 2 (lane % 4) + i % 2 of the
+// atom's N = 2R columns and in row 16 warp + lane / 4 + 8 ((i / 2) % 2) of its 64.  Each
+// returns at once when nothing can be masked (the branch is uniform over the warpgroup), so
+// only a ragged last tile or a causal diagonal tile pays for the compares.
+template <int R> __device__ __forceinline__ void mask_columns(float (&x)[R], int n) {
+  if (n >= 2 * R) return;
+  const int c0 = 2 * (threadIdx.x % 4);
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    if (8 * (i / 4) + c0 + i % 2 >= n) x[i] = -INFINITY;
+}
+template <int R> __device__ __forceinline__ void mask_causal(float (&x)[R], int d) {
+  if (d >= 2 * R - 1) return;
+  const int lane = threadIdx.x % 32, r0 = 16 * ((threadIdx.x / 32) % 4) + lane / 4 + d, c0 = 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    if (8 * (i / 4) + c0 + i % 2 > r0 + 8 * ((i / 2) % 2)) x[i] = -INFINITY;
+}
+// lse = m * scale + ln(l): the natural log-sum-exp of a row from its max and its exp2 sum
+__device__ __forceinline__ void row_log_sum_exp(float (&lse)[2], const float (&m)[2], const float (&l)[2],
+                                                float scale) {
+  lse[0] = fmaf(m[0], scale, __logf(l[0]));
+  lse[1] = fmaf(m[1], scale, __logf(l[1]));
+}
 
 // Round a shared pointer up to `align` bytes (swizzled TMA/wgmma tiles need 1024).
 __device__ __forceinline__ uint8_t* align_smem(uint8_t* p, uint32_t align) {
