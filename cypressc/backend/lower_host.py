@@ -203,7 +203,7 @@ class KernelInterface:
             bound = N.ibin("*", N.IConst(max(idx) + 1), block)
             r = self._require(extent, "<=", bound, "")
             out.append(replace(r, why=f"{self.sym.root(part.base)} is written in block(s) {sorted(idx)} of "
-                                      f"{cexpr(block)} along dimension {d} only: {r.c.split(' <= ')[0]} must be "
+                                      f"{cexpr(block)} along dimension {d} only: {cexpr(self._sized(extent))} must be "
                                       f"at most {cexpr(bound)}"))
         return out
 
