@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,21 @@ def mapping_variant(tmp_path):
         m.write_text(text.replace(old, new))
         return m
     return variant
+
+
+@pytest.fixture
+def wall_clock():
+    """A stand-in for ``cypressc.tuner.timing.interleaved`` on the CPU: the same rounds and the
+    same result shape (ms per call, by name), timed with the wall clock instead of CUDA events."""
+    def timed(torch_, fns, rounds, reps):
+        out = {k: [] for k in fns}
+        for _ in range(rounds):
+            for k, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                out[k].append((time.perf_counter() - t0) * 1e3 + 1e-6)
+        return out
+    return timed
 
 
 @pytest.fixture

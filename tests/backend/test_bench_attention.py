@@ -10,7 +10,6 @@ import dataclasses
 import importlib
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -93,15 +92,6 @@ def fake_triton(q, k, v, scale, causal, out=None, lse=None):
 fake_triton.best = lambda M, N, D, causal: "128x64 w4 s3"
 
 
-def _wall_clock(torch_, fns, rounds, reps):
-    out = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            out[k].append((time.perf_counter() - t0) * 1e3 + 1e-6)
-    return out
-
 
 def test_bench_attention_infers_d_and_checks_the_abi(ba, infos):
     assert ba.infer_d(infos["d64"]) == 64 and ba.infer_d(infos["d128"]) == 128
@@ -142,9 +132,9 @@ def test_bench_attention_reference_in_chunks(ba, monkeypatch, causal):
     assert (lse - other[1]).abs().max() > 0.1              # the mask matters at these sizes
 
 
-def test_bench_attention_group_rows_and_table(ba, infos, monkeypatch):
+def test_bench_attention_group_rows_and_table(ba, infos, monkeypatch, wall_clock):
     monkeypatch.setattr(ba, "DEVICE", "cpu")
-    monkeypatch.setattr(ba, "interleaved", _wall_clock)
+    monkeypatch.setattr(ba, "interleaved", wall_clock)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
 
     class Args:

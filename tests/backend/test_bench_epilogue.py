@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -140,19 +139,10 @@ def test_gpu_check_reference_info_only_where_asked(mods):
     assert gc.binding(WithBindings(epilogue_info(), {"ACT": "bias_silu"}), "ACT", "x") == "bias_silu"
 
 
-def _wall_clock(torch_, fns, rounds, reps):
-    out = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            out[k].append((time.perf_counter() - t0) * 1e3 + 1e-6)
-    return out
 
-
-def test_bench_epilogue_rows_and_table(on_cpu, monkeypatch):
+def test_bench_epilogue_rows_and_table(on_cpu, monkeypatch, wall_clock):
     _, ep = on_cpu
-    monkeypatch.setattr(ep, "interleaved", _wall_clock)
+    monkeypatch.setattr(ep, "interleaved", wall_clock)
 
     class Args:
         rounds, reps = 2, 1
