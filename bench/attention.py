@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""FlashAttention-2 forward (issue #11): programs/flash_attention2.cyp against torch SDPA and Triton.
+"""FlashAttention forward (issues #11, #12): programs/flash_attention2.cyp and flash_attention3.cyp
+against torch SDPA and Triton.
 
     PYTHONUNBUFFERED=1 python3 bench/attention.py --build DIR[:D] [--build DIR[:D] ...]
-        [--mapping h100_d64,h100_d128] [--mapping-dtypes f16,bf16] [--seqs 512,1024,2048,4096,8192,16384]
+        [--program flash_attention2|flash_attention3] [--mapping h100_d64,h100_d128] [--mapping-dtypes f16,bf16] [--seqs 512,1024,2048,4096,8192,16384]
         [--tokens 16384] [--causal both|0|1] [--gqa G] [--scale S] [--rounds 5] [--reps 10] [--no-triton]
 
 Each ``--build`` is a directory made by ``cypressc build programs/flash_attention2.cyp -m
 mappings/flash_attention2/<m>.yaml [--dtype T=bf16] -o DIR`` (``make`` is run on it here, a
-no-op when built); ``--mapping`` names are built that way into build/bench/flash_attention2-<m>
-[-<dtype>], once per ``--mapping-dtypes`` entry.  The head dimension D is not in the kernel
+no-op when built), or the same for flash_attention3 (one interface); ``--mapping`` names are built
+that way from ``--program`` (default flash_attention2) into build/bench/<program>-<m>[-<dtype>], once
+per ``--mapping-dtypes`` entry.  The head dimension D is not in the kernel
 info: ``DIR:128`` gives it; without it D = 128 when ``info.failed_requires`` accepts D = 128
 (the mapping's E is at least 128), else 64 when it accepts 64, else the build is reported and
 skipped.  T (f16/bf16) is the info's dtype of Q.
@@ -80,7 +82,7 @@ PEERS = ("flash", "cudnn", "triton")
 
 @dataclass
 class Build:
-    """One flash_attention2 build: its head dimension ``d`` (``d_from`` "given" or "inferred")
+    """One flash_attention2 / flash_attention3 build: its head dimension ``d`` (``d_from`` "given" or "inferred")
     and element type ``dtype`` (f16/bf16)."""
 
     label: str
@@ -124,7 +126,7 @@ def infer_d(info) -> int:
 
 
 def check_build(kern) -> str:
-    """T of a loaded flash_attention2 kernel; ``ValueError`` when it is not one."""
+    """T of a loaded flash_attention2 / flash_attention3 kernel; ``ValueError`` when it is not one."""
     info = kern.info
     names = [p.name for p in info.params]
     if names != PARAMS or "scale" not in info.floats or "causal" not in info.sizes:
@@ -136,15 +138,16 @@ def check_build(kern) -> str:
     return dts.pop()
 
 
-def load_builds(specs: list[str], mappings: list[str], dtypes: list[str], outroot: Path):
+def load_builds(specs: list[str], mappings: list[str], dtypes: list[str], outroot: Path,
+                program: str = "flash_attention2"):
     """Build (``--mapping``), make and load every build; (builds, {label: error})."""
     from cypressc import runtime
 
     todo: list[tuple[str, Callable[[], Path], int | None]] = []
     for m in mappings:
         for dt in dtypes:
-            label = f"flash_attention2-{Path(m).stem}" + ("" if dt == "f16" else f"-{dt}")
-            todo.append((label, lambda m=m, dt=dt: build_mapping(m, outroot, "flash_attention2", dt), None))
+            label = f"{program}-{Path(m).stem}" + ("" if dt == "f16" else f"-{dt}")
+            todo.append((label, lambda m=m, dt=dt: build_mapping(m, outroot, program, dt), None))
     labels = {t[0] for t in todo}
     for spec in specs:
         d, given = parse_build_spec(spec)
@@ -398,7 +401,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", action="append", default=[], metavar="DIR[:D]",
                     help="a programs/flash_attention2.cyp build directory, :D its head dimension; repeatable")
-    ap.add_argument("--mapping", default="", help="comma-separated mappings/flash_attention2/<m>.yaml to build here")
+    ap.add_argument("--program", default="flash_attention2", choices=("flash_attention2", "flash_attention3"),
+                    help="the program --mapping builds")
+    ap.add_argument("--mapping", default="", help="comma-separated mappings/<program>/<m>.yaml to build here")
     ap.add_argument("--mapping-dtypes", default="f16", help="T of each --mapping build: f16,bf16")
     ap.add_argument("--out", default=str(ROOT / "build" / "bench"), help="where --mapping builds go")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="sequence lengths (M = N)")
@@ -427,7 +432,7 @@ def main() -> int:
           f"cuDNN {torch.backends.cudnn.version()} | SDPA enable_gqa: {has_enable_gqa(torch)}", flush=True)
 
     builds, errors = load_builds(args.build, [m for m in args.mapping.split(",") if m],
-                                 [d for d in args.mapping_dtypes.split(",") if d], Path(args.out))
+                                 [d for d in args.mapping_dtypes.split(",") if d], Path(args.out), args.program)
     tri = None
     if not args.no_triton:
         try:

@@ -17,8 +17,8 @@
 #                                         # bench/epilogue.py (issue #14) on every gemm_epilogue-* (--build) and gemm-*
 #                                         # (--gemm-build) gpu_check built; or EPILOGUE_ARGS="--build DIR --sizes 4096"
 #   STEPS=attention ATTN_BUILDS="build/fa64 build/fa128:128" bash bench/gpu_all.sh
-#                                         # bench/attention.py (issue #11) on those flash_attention2 builds (DIR or
-#                                         # DIR:D); without ATTN_BUILDS every flash_attention2-* gpu_check built, else
+#                                         # bench/attention.py (issues #11, #12) on those flash_attention2/3 builds (DIR
+#                                         # or DIR:D); without ATTN_BUILDS every flash_attention[23]-* gpu_check built, else
 #                                         # it builds ATTN_MAPPINGS (default h100_d64,h100_d128) itself; extra options
 #                                         # in ATTN_ARGS, e.g. ATTN_ARGS="--seqs 4096,16384 --causal 1 --gqa 4"
 set -uo pipefail
@@ -86,10 +86,10 @@ if [[ " $STEPS " == *" epilogue "* ]]; then   # fused GEMM + bias + activation v
   timeout $((590 - ($(date +%s) - t0))) python3 bench/epilogue.py $EPILOGUE_ARGS 2>&1 | tee "$OUT/epilogue.txt"
   rc6=${PIPESTATUS[0]}
 fi
-if [[ " $STEPS " == *" attention "* ]]; then   # FlashAttention-2 forward vs SDPA Flash/cuDNN and Triton (issue #11)
-  if [ -z "${ATTN_BUILDS:-}" ]; then   # every flash_attention2 gpu_check built
-    for d in $B/flash_attention2-*; do
-      [ -f "$d/libflash_attention2.so" ] && ATTN_BUILDS="${ATTN_BUILDS:-} $d"
+if [[ " $STEPS " == *" attention "* ]]; then   # FlashAttention-2/3 forward vs SDPA Flash/cuDNN and Triton (#11, #12)
+  if [ -z "${ATTN_BUILDS:-}" ]; then   # every flash_attention2/3 gpu_check built
+    for d in $B/flash_attention2-* $B/flash_attention3-*; do
+      [ -f "$d/libflash_attention2.so" ] || [ -f "$d/libflash_attention3.so" ] && ATTN_BUILDS="${ATTN_BUILDS:-} $d"
     done
   fi
   ATTN_CMD=""

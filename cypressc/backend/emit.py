@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from cypressc.abi.dtypes import DTYPES
 from cypressc.backend import plan as P
 from cypressc.backend.cexpr import cexpr, mentions
+from cypressc.ir import nodes as N
 from cypressc.backend.emit_stmt import CTYPE, emit_stmts
 
 __all__ = ["emit_cuda", "emit_header", "launcher_signature", "build_info"]
@@ -126,6 +127,7 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w(f"const int tiles{i} = {cexpr(g)};")
     w(f"const int num_tiles = {' * '.join(f'tiles{i}' for i in range(nd))};")
     _trip_counts(w, p, per_tile=False)
+    longest = _growing_trips(p)
     w("// linear tile index -> block coordinates; the last two walk RASTER rows at a time")
     w(f"auto tile_coords = [&](int t, {', '.join(f'int& b{i}' for i in range(nd))}) {{")
     w.ind += 1
@@ -139,7 +141,7 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w(f"const int group = u / (RASTER * tiles{c}), first = group * RASTER;")
         w(f"const int rows = min(tiles{r} - first, RASTER), v = u % (RASTER * tiles{c});")
         w(f"b{r} = first + v % rows;")
-        w(f"b{c} = v / rows;")
+        w(f"b{c} = {f'tiles{c} - 1 - v / rows;  // longest tiles first: the trip count grows with b{c}' if c in longest else 'v / rows;'}")
     w.close("};")
     if p.barriers:
         w.open("if (threadIdx.x == 0)")
@@ -195,6 +197,40 @@ def emit_cuda(p: P.KernelPlan) -> str:
     w()
     _launcher(w, p)
     return "\n".join(w.lines) + "\n"
+
+
+def _growing_trips(p: P.KernelPlan) -> set[int]:
+    """The block coordinates a tile's main-loop trip counts grow with (never shrink with, and
+    depend on: a causal key loop ending at its query block's diagonal).  The tile walk takes
+    them from the last tile down, so the longest tiles start first and the short ones fill
+    the tail of the grid instead of one long tile running alone at the end."""
+    out = set()
+    for i in range(len(p.grid)):
+        signs = {_monotone(t, f"b{i}") for t in p.trips}
+        if signs and signs <= {0, 1} and 1 in signs:
+            out.add(i)
+    return out
+
+
+def _monotone(e, var: str) -> int | None:
+    """+1 when kernel expression ``e`` never decreases as ``var`` grows (and depends on it), -1
+    when it never increases, 0 when it does not depend on ``var``, None when unknown."""
+    if isinstance(e, N.IVar):
+        return 1 if e.name == var else 0
+    if not isinstance(e, N.IBin):
+        return 0 if not mentions(e, var) else None
+    a, b = _monotone(e.a, var), _monotone(e.b, var)
+    if e.op in ("-",) and b is not None:
+        b = -b
+    if e.op in ("+", "-", "min", "max"):
+        return None if a is None or b is None or a * b < 0 else (a or b)
+    if e.op in ("*", "cdiv", "/") and b == 0 and a is not None:
+        k = e.b.value if isinstance(e.b, N.IConst) else None
+        return a if a == 0 or (k is not None and k > 0) else None
+    if e.op == "*" and a == 0 and b is not None:
+        k = e.a.value if isinstance(e.a, N.IConst) else None
+        return b if b == 0 or (k is not None and k > 0) else None
+    return None if (a or b) else 0
 
 
 def _trip_counts(w: _W, p: P.KernelPlan, per_tile: bool) -> None:

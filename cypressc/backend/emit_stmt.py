@@ -83,6 +83,9 @@ def _sync(w, p: P.KernelPlan, st: P.Sync) -> None:
         _line(w, "__syncwarp();", st.who, st.note)
     elif isinstance(op, S.BarSync):
         _line(w, f"cypress::named_sync({_c(st.stage)}, {op.threads});", st.who, st.note)
+    elif isinstance(op, S.Turn):  # ping-pong: wait for this warpgroup's turn / hand it to the next
+        call = "named_sync" if op.kind == "take" else "named_arrive"
+        _line(w, f"cypress::{call}({_c(st.stage)}, {op.threads});", st.who, st.note)
     else:
         raise AssertionError(f"no CUDA for {type(op).__name__}")
     if st.when is not None:

@@ -329,7 +329,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         if isinstance(o, N.Copy):
             if sec == "loop":
                 return self._load(plan, o, smem)
-            if sec == "after":
+            if sec == "after" and not self._issues_loads(o):
                 if self._is_row_vector(o.src):
                     return self._row_store(plan, o)
                 return self._store(plan, o, smem)
@@ -342,6 +342,12 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                 return st
             if o.fn in ROW_LEAVES or o.fn in ("fill", "copy") and self._is_row_vector(o.args[0]):
                 return self._row_op(plan, o, sec)
+            if sec != "loop" and leaf_of(o).asynchronous:  # a step peeled off the loop (software pipelining)
+                self._whole_warpgroups(o)
+                return self._mma(plan, o)
+            if sec != "loop" and o.fn == "copy" and self.sym.mem(o.args[1]) == "REGISTER" \
+                    and not self._is_vector(o.args[0]):
+                return self._simt_loop(plan, o)
             if sec != "loop":
                 return self._simt(plan, o, sec == "before", smem)
             if o.fn == "row_sum":

@@ -216,6 +216,7 @@ class KernelInterface:
         total: N.IExpr | None = None
         # a register-sourced A (a converted accumulator) has the rows of the block's other products
         rows = next((shapes[src[mm.a_buf]] for mm in plan.body if not mm.a_frag), None)
+        seen: set = set()  # a product whose steps are peeled off the loop (a prologue) counts once
         for mm in plan.body:
             b = shapes[src[mm.b_buf]]
             if mm.b_kmajor:  # B stored N x K: its K is the last dimension
@@ -226,8 +227,13 @@ class KernelInterface:
                 a = (*rows[:-1], b[-2])
             else:
                 continue
+            dims = (*a[:-2], a[-2], b[-1], a[-1])
+            key = ("" if mm.a_frag else src[mm.a_buf], src[mm.b_buf], dims)
+            if key in seen:
+                continue
+            seen.add(key)
             term: N.IExpr = N.IConst(2.0)
-            for d in [*a[:-2], a[-2], b[-1], a[-1]]:
+            for d in dims:
                 term = N.IBin("*", term, self._sized(d))
             total = term if total is None else N.IBin("+", total, term)
         return N.IConst(0.0) if total is None else total

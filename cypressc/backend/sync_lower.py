@@ -131,6 +131,7 @@ def _note(op, names) -> str:
         src, dst = names.get(e.src, e.src), names.get(e.dst, e.dst) if e.dst else "end"
         what = (f"the TMA store reads %{e.tensor}" if e.hazard == "end" else
                 f"{e.hazard} %{e.tensor}" if e.tensor else e.hazard)
+        src = src or "start"
         if e.via == "carried":
             what += f", {e.distance} step(s) later"
         elif e.via in ("entry", "after"):
@@ -165,6 +166,8 @@ def lower_sync(lw, op, section: str, role: str) -> P.Sync | None:
         return P.Sync(op, note, who=run, accs=lw.fragments_of(op.edges))
     if isinstance(op, S.BarSync):
         return P.Sync(op, note, stage=lw.k(op.id), who=run)
+    if isinstance(op, S.Turn):  # every thread of the warpgroup: a named barrier counts warps
+        return P.Sync(op, note, stage=lw.k(op.id), when=when)
     return P.Sync(op, note, who=run, when=when)
 
 

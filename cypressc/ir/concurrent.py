@@ -84,6 +84,7 @@ class _Concurrent(OpSemantics):
         self.inflight: list[tuple] = []  # (kind, thread, payload) async completions
         self.named: dict[int, set] = {}
         self.named_gen: dict[int, int] = {}
+        self.turns: dict[int, list[int]] = {}
         self.scopes: dict[tuple, I._Scope] = {}
         self._define(self.vi.root, m.body)
         nwg = 1
@@ -152,6 +153,10 @@ class _Concurrent(OpSemantics):
         if isinstance(op, (S.Arrive, S.SyncWarp)) and op.when is not None:
             if self.vi.expr(op.when.a, scope, self.env0) < self.vi.expr(op.when.b, scope, self.env0):
                 return []
+        if isinstance(op, S.Turn) and op.when is not None:  # a guard over the warpgroup index
+            env = {**self.env0, next(p for p in procs if p.proc == WG): t.wg}
+            if self.vi.expr(op.when.a, scope, env) < self.vi.expr(op.when.b, scope, env):
+                return []
         free, fixed = [], dict(self.env0)
         for p, d in zip(procs, dims):
             if p.proc == BLOCK:
@@ -180,6 +185,10 @@ class _Concurrent(OpSemantics):
             if not choices:
                 live = [t for t in self.threads if not t.done]
                 if not live:
+                    left = {b: st[0] for b, st in self.turns.items() if st[0]}
+                    if left:  # a persistent block's next tile would find these phases half-full
+                        self.fail("deadlock", "end", "the block ends with arrivals on turn barrier(s) "
+                                  + ", ".join(f"{b} ({n} warpgroup(s))" for b, n in sorted(left.items())))
                     return
                 pos = "; ".join(f"{t.name} blocked at {t.pos}" for t in live)
                 self.fail("deadlock", live[0].pos.split(" (")[0], f"no thread can run: {pos}")

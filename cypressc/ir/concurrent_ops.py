@@ -20,7 +20,9 @@ class OpSemantics(RaceChecks):
     blocks) and completing asynchronous work.  The interpreter sets, besides
     :class:`RaceChecks`' attributes, ``bars`` ((barrier, stage) -> :class:`Bar`),
     ``reg_pending`` (register tensor and warpgroup -> wgmmas in flight on it), ``inflight``
-    (async completions), ``named`` / ``named_gen`` (named barriers) and ``values``."""
+    (async completions), ``named`` / ``named_gen`` (named barriers), ``turns`` (ping-pong
+    barriers: id -> [arrivals in the open phase, phases completed, takes in the open phase])
+    and ``values``."""
 
     def execute(self, t: Thread, op, scope, envs):
         vi = self.vi
@@ -71,6 +73,23 @@ class OpSemantics(RaceChecks):
                 self.named_gen[bid] = gen + 1
             else:
                 t.ready = lambda: self.named_gen.get(bid, 0) > gen
+                yield
+        elif isinstance(op, S.Turn):
+            # a named barrier of `threads`: each warpgroup's take (bar.sync) or pass (bar.arrive)
+            # is 128 of them; a phase completes at `threads`, and only a take waits for that
+            bid = int(vi.expr(op.id, scope, envs[0]))
+            # [warpgroups arrived in this phase, phases done, takes among the arrivals]
+            st = self.turns.setdefault(bid, [0, 0, 0])
+            gen = st[1]
+            st[0] += 1
+            st[2] += op.kind == "take"
+            if st[0] == max(1, op.threads // 128):
+                if not st[2]:  # passes alone completed it: two warpgroups hold the turn at once
+                    self.fail("race", op, f"turn barrier {bid} completes a phase that no warpgroup took: "
+                                          "the warpgroups' turns on the Tensor Core are out of step")
+                st[0], st[1], st[2] = 0, gen + 1, 0
+            elif op.kind == "take":
+                t.ready = lambda: st[1] > gen
                 yield
         elif isinstance(op, S.Fence):
             if op.kind == "wgmma":

@@ -55,6 +55,8 @@ def op_label(op, names: dict | None = None) -> str:
         return f"wait_group {op.unit} {op.pending}"
     if isinstance(op, S.BarSync):
         return f"bar_sync {fmt_expr(op.id)}, {op.threads}"
+    if isinstance(op, S.Turn):
+        return f"turn {op.kind} {fmt_expr(op.id)}, {op.threads}"
     return {S.CommitGroup: lambda: f"commit_group {op.unit}", S.Fence: lambda: f"fence {op.kind}",
             S.SyncWarp: lambda: "syncwarp"}.get(type(op), lambda: type(op).__name__)()
 

@@ -184,7 +184,7 @@ def _edges(edges, ev) -> str:
         groups.setdefault((e.src, e.dst, e.via, e.distance, e.tensor), []).append(e.hazard)
     srcs: dict[tuple, list[str]] = {}
     for (src, dst, via, dist, tensor), hz in groups.items():
-        srcs.setdefault((dst, via, dist, tensor, "+".join(hz)), []).append(ev(src))
+        srcs.setdefault((dst, via, dist, tensor, "+".join(hz)), []).append(ev(src) if src else "start")
     out = []
     for (dst, via, dist, tensor, hz), names in srcs.items():
         if via == "end":
@@ -192,6 +192,9 @@ def _edges(edges, ev) -> str:
             continue
         how = {"same": "", "entry": ", into the loop", "after": ", after the loop",
                "carried": f", {dist} iteration(s) later"}[via]
+        if hz == "turn":  # the Tensor Core, not a tensor: the previous warpgroup's run, then this one's
+            out.append(f"{', '.join(names)} -> {ev(dst)} (turn{how})")
+            continue
         out.append(f"{', '.join(names)} -> {ev(dst)} ({hz} %{tensor}{how})")
     return "  // from " + "; ".join(out)
 
@@ -221,6 +224,8 @@ def sync_line(op, ev, ty) -> str:
         return f"syncwarp{when}{per}  @{op.role}{_edges(op.edges, ev)}"
     if isinstance(op, S.BarSync):
         return f"bar_sync {fmt_expr(op.id)}, {op.threads}{per}  @{op.role}{_edges(op.edges, ev)}"
+    if isinstance(op, S.Turn):
+        return f"turn {op.kind} {fmt_expr(op.id)}, {op.threads}{when}{per}  @{op.role}{_edges(op.edges, ev)}"
     if isinstance(op, S.Fence):
         return f"fence {op.kind}{per}  @{op.role}{_edges(op.edges, ev)}"
     raise TypeError(op)

@@ -16,6 +16,9 @@ They are small frozen value types, like the rest of the IR (:mod:`cypressc.ir.no
             | WaitGroup(unit, pending, role)           -- wait until <= pending groups in flight
             | SyncWarp(role, when: Guard?)             -- __syncwarp
             | BarSync(id: IExpr, threads, role)        -- named barrier (bar.sync id, threads)
+            | Turn(kind, id: IExpr, threads, role, when: Guard?)
+                                                       -- ping-pong: take (bar.sync) or pass
+                                                       -- (bar.arrive) the Tensor Core turn
             | Fence(kind, role)                        -- wgmma.fence / fence.proxy.async
 
 Every op has ``dims`` (the processor instances that execute it, as for async ops: the
@@ -37,9 +40,15 @@ from typing import Union
 from cypressc.ir import nodes as N
 
 __all__ = ["Edge", "Guard", "BarIdx", "MBarrier", "ArriveExpectTx", "Wait", "Arrive", "CommitGroup",
-           "WaitGroup", "SyncWarp", "BarSync", "Fence", "SyncOp", "SYNC_OPS", "HAZARDS", "VIAS"]
+           "WaitGroup", "SyncWarp", "BarSync", "Turn", "Fence", "SyncOp", "SYNC_OPS", "HAZARDS", "VIAS"]
 
-HAZARDS = ("raw", "war", "waw", "end")
+# "turn": not a data hazard but the Tensor Core as a resource the consumer warpgroups take
+# turns on (a mapping's `pingpong`): warpgroup w's run of wgmma issues after w - 1's
+HAZARDS = ("raw", "war", "waw", "end", "turn")
+TURN_KINDS = ("take", "pass")
+# named barrier ids the kernel may use: 1..7 (cypress::named_sync goes through CUTLASS's
+# NamedBarrier, which adds the 8 ids it reserves; 0 is __syncthreads)
+NAMED_BARRIERS = 7
 VIAS = ("same", "entry", "after", "carried", "end")
 BARRIER_KINDS = ("full", "empty")
 GROUP_UNITS = ("wgmma", "bulk")
@@ -208,6 +217,33 @@ class BarSync:
 
 
 @dataclass(frozen=True, slots=True)
+class Turn:
+    """Ping-pong between consumer warpgroups (FlashAttention-3's warp scheduler barriers): a
+    run of wgmma issues of warpgroup ``w`` starts once warpgroup ``w - 1`` has issued its
+    run (warpgroup 0: once the last one issued its previous run), so one warpgroup's
+    wgmmas run on the Tensor Core while the others do their thread code.
+
+    ``take`` waits on named barrier ``id`` (``bar.sync id, threads``: the warpgroup's own
+    barrier, ``threads`` = two warpgroups), ``pass`` arrives on the next warpgroup's
+    (``bar.arrive``, no wait); ``when`` limits it to some warpgroups (the first turn of a
+    tile is passed by warpgroup 0 to itself; the last warpgroup passes nothing after the
+    tile's last run, so a tile leaves every turn barrier empty).  The edges are ``turn``
+    edges: the run's last wgmma (of the previous warpgroup) to its first."""
+
+    kind: str
+    id: N.IExpr
+    threads: int
+    role: str
+    when: Guard | None = None
+    edges: tuple[Edge, ...] = ()
+    dims: tuple[N.Dim, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self.kind in TURN_KINDS, f"turn kind {self.kind!r}")
+        _check(self.threads > 0 and self.threads % 32 == 0, "named barrier thread count")
+
+
+@dataclass(frozen=True, slots=True)
 class Fence:
     """``wgmma.fence`` (registers written by threads, then read by wgmma) or
     ``fence.proxy.async`` (shared memory written by threads, then read by TMA/wgmma)."""
@@ -221,5 +257,5 @@ class Fence:
         _check(self.kind in FENCE_KINDS, f"fence kind {self.kind!r}")
 
 
-SyncOp = Union[MBarrier, ArriveExpectTx, Wait, Arrive, CommitGroup, WaitGroup, SyncWarp, BarSync, Fence]
-SYNC_OPS = (MBarrier, ArriveExpectTx, Wait, Arrive, CommitGroup, WaitGroup, SyncWarp, BarSync, Fence)
+SyncOp = Union[MBarrier, ArriveExpectTx, Wait, Arrive, CommitGroup, WaitGroup, SyncWarp, BarSync, Turn, Fence]
+SYNC_OPS = (MBarrier, ArriveExpectTx, Wait, Arrive, CommitGroup, WaitGroup, SyncWarp, BarSync, Turn, Fence)

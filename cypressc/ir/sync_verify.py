@@ -20,8 +20,12 @@ and checks, against the hazards of :class:`cypressc.ir.hazards.Program`:
   between a wgmma and thread code touching its operands; ``wgmma.fence`` (with no
   mbarrier wait between it and the wgmma: ptxas re-fences after that control flow),
   ``fence.proxy.async``, ``syncwarp``, a named barrier of the right thread count (ids
-  1-15, disjoint); a bulk group waited before the block ends; or a path of realized
-  edges implies it.
+  1-7, disjoint); a bulk group waited before the block ends; or a path of realized
+  edges implies it;
+* **turns** (ping-pong, :mod:`cypressc.passes.sync_turns`): every ``turn`` op realizes
+  ``turn`` edges, its barriers are no other named barrier's, and the consumer
+  warpgroups' takes and passes, run as named barriers, neither deadlock nor leave an
+  arrival behind at the end of the tile.
 
 Raises :class:`cypressc.ir.verify.VerifyError` (a compiler bug, never a user error).
 """
@@ -233,17 +237,79 @@ def _structure(m: N.Module) -> dict[str, S.MBarrier]:
                 raise _error(f"{type(op).__name__} on %{op.bar}, which is not declared before it")
             elif isinstance(op, N.Copy) and op.bar is not None and op.bar.bar not in scope:
                 raise _error(f"copy %{op.ev} completes on %{op.bar.bar}, which is not declared before it")
+            elif isinstance(op, S.Turn):
+                wg = next((static(d.extent) for d in op.dims if d.proc == "WARPGROUP"), 1) or 1
+                if not op.edges or any(e.hazard != "turn" for e in op.edges):
+                    raise _error(f"turn {op.kind} realizes no turn edge")
+                for w in range(wg):
+                    i = _turn_val(op.id, w)
+                    if not 1 <= i <= S.NAMED_BARRIERS or not isinstance(ids.setdefault(i, "turn"), str):
+                        raise _error(f"turn barrier id {i} out of 1..{S.NAMED_BARRIERS} or used by a named barrier")
             elif isinstance(op, S.BarSync):
                 wg = next((static(d.extent) for d in op.dims if d.proc == "WARPGROUP"), 1) or 1
                 for w in range(wg):
                     i = _bar_id(op.id, w)
-                    if not 1 <= i <= 15 or ids.setdefault(i, op) is not op:
-                        raise _error(f"named barrier id {i} out of 1..15 or used by two barriers")
+                    if not 1 <= i <= S.NAMED_BARRIERS or ids.setdefault(i, op) is not op:
+                        raise _error(f"named barrier id {i} out of 1..{S.NAMED_BARRIERS} or used by two barriers")
             elif isinstance(op, (N.For, N.PFor)):
                 block(op.body, scope)
 
     block(m.body, set())
     return bars
+
+
+def _turn_val(e: N.IExpr, wg: int) -> int:
+    """A turn op's barrier id or guard operand for warpgroup ``wg``."""
+    if isinstance(e, N.IConst):
+        return int(e.value)
+    if isinstance(e, N.IProc) and e.proc == "WARPGROUP":
+        return wg
+    if isinstance(e, N.IBin) and e.op in ("+", "-", "*", "%"):
+        a, b = _turn_val(e.a, wg), _turn_val(e.b, wg)
+        return {"+": a + b, "-": a - b, "*": a * b, "%": a % b if b else 0}[e.op]
+    raise _error("a turn barrier id or guard that is not arithmetic over the warpgroup index")
+
+
+def _turns(run: "_Run") -> None:
+    """Run the consumer warpgroups' turn ops of one trip count as named barriers: a take
+    waits for its barrier's phase to complete (two warpgroups: it and a pass), a pass does
+    not wait.  Every warpgroup must get through, leaving no barrier half-arrived."""
+    ops = [op for op, _ in run.traces.get("consumer", []) if isinstance(op, S.Turn)]
+    if not ops:
+        return
+    wgs = next((static(d.extent) for d in ops[0].dims if d.proc == "WARPGROUP"), 1) or 1
+    seqs = [[(op.kind, _turn_val(op.id, w), op.threads // 128) for op in ops
+             if op.when is None or _turn_val(op.when.a, w) >= _turn_val(op.when.b, w)] for w in range(wgs)]
+    pos, arrived, phases, joined = [0] * wgs, {}, {}, [None] * wgs
+    progress = True
+    while progress:
+        progress = False
+        for w in range(wgs):
+            while pos[w] < len(seqs[w]):
+                kind, bid, need = seqs[w][pos[w]]
+                if joined[w] is not None:  # a take waiting for the phase it joined
+                    if phases.get(bid, 0) <= joined[w]:
+                        break
+                    joined[w] = None
+                    pos[w] += 1
+                    progress = True
+                    continue
+                arrived[bid] = arrived.get(bid, 0) + 1
+                gen = phases.get(bid, 0)
+                if arrived[bid] == need:
+                    arrived[bid], phases[bid] = 0, gen + 1
+                elif kind == "take":
+                    joined[w] = gen
+                    progress = True
+                    break
+                pos[w] += 1
+                progress = True
+    stuck = [w for w in range(wgs) if pos[w] < len(seqs[w])]
+    if stuck:
+        raise _error(f"turn barriers deadlock with {run.n} trip(s): warpgroup(s) {stuck} never get their turn")
+    left = sorted(b for b, n in arrived.items() if n)
+    if left:
+        raise _error(f"turn barrier(s) {left} keep an arrival at the end of the tile ({run.n} trip(s))")
 
 
 def _bar_id(e: N.IExpr, wg: int) -> int:
@@ -280,6 +346,7 @@ def _verify(m: N.Module, trips) -> None:
     for n in trips:
         run = _Run(m, prog, bars, n)
         run.barriers()
+        _turns(run)
         _releases(run, prog, deps)
         covered = []
         for d in deps:

@@ -16,7 +16,7 @@ def _label(n: TaskNode, color: bool) -> str:
     tun = ", ".join(f"{k}={v}" for k, v in n.tunables.items())
     inst, var, proc = n.instance.instance, n.variant.name, n.proc
     knobs = [f"{k}={getattr(n.instance, k)}" for k in
-             ("warpspecialize", "pipeline", "mma_in_flight", "smem_limit", "persistent", "raster")
+             ("warpspecialize", "pipeline", "mma_in_flight", "smem_limit", "persistent", "raster", "pingpong")
              if getattr(n.instance, k) is not None]
     # Labels are rich markup in both modes (Tree renders them), so user text and the
     # knob list "[...]" are escaped: unescaped, "[pipeline=4, ...]" would vanish as a tag.

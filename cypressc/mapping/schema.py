@@ -78,6 +78,8 @@ class Instance(BaseModel):
                                     description="BLOCK: one block per SM looping over tiles")
     raster: int | None = Field(default=None, ge=1, le=64,
                                description="BLOCK: grid rasterization group height (L2 reuse)")
+    pingpong: bool | None = Field(default=None,
+                                  description="BLOCK: consumer warpgroups take turns on the Tensor Core")
 
     @field_validator("smem_limit", mode="before")
     @classmethod

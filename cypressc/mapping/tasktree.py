@@ -26,7 +26,7 @@ from cypressc.mapping.schema import Instance
 __all__ = ["TaskNode", "TaskTree", "instantiate", "unused_knobs"]
 
 BLOCK_KNOBS = ("warpspecialize", "pipeline", "mma_in_flight", "smem_limit", "producer_registers",
-               "consumer_registers", "raster", "persistent")
+               "consumer_registers", "raster", "persistent", "pingpong")
 
 
 @dataclass(eq=False)

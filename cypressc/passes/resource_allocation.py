@@ -89,20 +89,9 @@ def _live(m: N.Module, persistent: bool) -> tuple[dict[str, tuple[int, int]], di
                 visit(o.body, loops + [o] if isinstance(o, N.For) else loops)
 
     visit(m.body, [])
-    from cypressc.ir.subst import map_views
-
+    parts = {x.name: x for x in order if isinstance(x, N.Partition)}
     for o in order:
-        names: list[str] = []
-
-        def grab(v):
-            while isinstance(v, N.Piece):
-                v = parts[v.partition].base
-            names.append(v.name)
-            return v
-
-        parts = {x.name: x for x in order if isinstance(x, N.Partition)}
-        if not isinstance(o, (N.For, N.PFor)):
-            map_views(o, grab)
+        names = [] if isinstance(o, (N.For, N.PFor)) else _roots(o, parts)
         if isinstance(o, N.Alloc):
             names.append(o.name)
         for n in names:
@@ -301,15 +290,67 @@ def _register_hint(m: N.Module, ctx, regs: int, consumer: int, most: int) -> str
     return _join(opts)
 
 
+def _roots(o: N.Op, parts: dict[str, N.Partition]) -> list[str]:
+    """The root tensors of the views op ``o`` names (its layouts included)."""
+    from cypressc.ir.subst import map_views
+
+    names: list[str] = []
+
+    def grab(v):
+        while isinstance(v, N.Piece):
+            v = parts[v.partition].base
+        names.append(v.name)
+        return v
+
+    map_views(o, grab)
+    return names
+
+
 def _registers(m: N.Module) -> int:
-    words = 0
-    for o in walk_ops(m.body):
-        if isinstance(o, N.Alloc) and o.mem == "REGISTER":
-            n = DTYPE_BYTES[o.dtype]
-            for s in o.shape:
-                n *= static(s) or 1
-            words += -(-n // 4)
-    return words + REGISTER_OVERHEAD
+    """Registers per consumer thread: the most 32-bit words of REGISTER tensors live at one
+    point of the block program (a tensor from its first to its last use; one made before a
+    loop and used in it, across the whole loop), plus :data:`REGISTER_OVERHEAD`."""
+    order = list(walk_ops(m.body))
+    pos = {id(o): i for i, o in enumerate(order)}
+    parts = {x.name: x for x in order if isinstance(x, N.Partition)}
+    regs = {o.name: o for o in order if isinstance(o, N.Alloc) and o.mem == "REGISTER"}
+    span: dict[str, list[int]] = {}
+    loops: dict[int, list[N.For]] = {}
+
+    def visit(b: N.Block, outer: list[N.For]) -> None:
+        for o in b.ops:
+            loops[id(o)] = outer
+            if isinstance(o, (N.For, N.PFor)):
+                visit(o.body, outer + [o] if isinstance(o, N.For) else outer)
+
+    visit(m.body, [])
+
+    def extent(lp: N.For) -> tuple[int, int]:
+        return pos[id(lp)], max([pos[id(x)] for x in walk_ops(lp.body)] + [pos[id(lp)]])
+
+    for o in order:
+        if isinstance(o, (N.For, N.PFor)):
+            continue
+        for n in _roots(o, parts):
+            if n not in regs:
+                continue
+            lo = hi = pos[id(o)]
+            for lp in loops[id(o)]:
+                if lp not in loops[id(regs[n])] and lp is not regs[n]:
+                    lo, hi = min(lo, extent(lp)[0]), max(hi, extent(lp)[1])
+                    break  # the outermost loop the tensor outlives
+            sp = span.setdefault(n, [lo, hi])
+            sp[0], sp[1] = min(sp[0], lo), max(sp[1], hi)
+
+    def words(a: N.Alloc) -> int:
+        n = DTYPE_BYTES[a.dtype]
+        for s in a.shape:
+            n *= static(s) or 1
+        return -(-n // 4)
+
+    events = sorted({p for lo, hi in span.values() for p in (lo, hi)})
+    peak = max((sum(words(regs[n]) for n, (lo, hi) in span.items() if lo <= p <= hi) for p in events), default=0)
+    return peak + REGISTER_OVERHEAD
 
 
 def _mapping_loc(ctx):

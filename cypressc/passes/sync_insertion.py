@@ -25,8 +25,11 @@ of :mod:`cypressc.ir.sync` next to them:
 * registers written by thread code and read by a wgmma → ``wgmma.fence``; shared memory
   written by threads and read by a TMA store or wgmma → ``fence.proxy.async``;
 * a hazard spanning the threads of one warp → ``syncwarp``; warps or warpgroups → a
-  named barrier (ids allocated in program order from 1; 0 is ``__syncthreads``);
+  named barrier (ids allocated in program order from 1 to 7; 0 is ``__syncthreads``);
 * a TMA store → a bulk ``commit_group``, and ``wait_group 0`` at the end of the block;
+* with the mapping's ``pingpong``, the ``turn`` edges between the consumer warpgroups' runs
+  of wgmma issues → ``turn take`` / ``turn pass`` named barriers
+  (:mod:`cypressc.passes.sync_turns`);
 * edges with no hazard, point-wise ones inside a thread, and edges implied by a path of
   synchronized ones → nothing.
 
@@ -52,8 +55,11 @@ from cypressc.passes.sync_placement import Ins as _Ins
 from cypressc.passes.sync_placement import Refuse as _Refuse
 from cypressc.passes.sync_placement import count_instances as _count
 from cypressc.passes.sync_prune import prune_wait_groups
+from cypressc.passes.sync_turns import place_turns
 
 __all__ = ["SyncInsertion", "sync_insertion"]
+
+INF = float("inf")
 
 
 class SyncInsertion:
@@ -62,14 +68,18 @@ class SyncInsertion:
 
     ``mma_in_flight`` is the mapping's P: wgmma groups left in flight before a stage is
     released (at most ``stages - 1``: a deeper one would stall the producer forever).
+    ``pingpong``: the consumer warpgroups take turns on the Tensor Core
+    (:mod:`cypressc.passes.sync_turns`).
     Raises :class:`CypressError` E050 for an edge it cannot synchronize yet.
     """
 
     name = "sync-insertion"
     section = "§4.2.6"
 
-    def __init__(self, mma_in_flight: int = 1, warp_threads: int = 32, warpgroup_warps: int = 4) -> None:
+    def __init__(self, mma_in_flight: int = 1, warp_threads: int = 32, warpgroup_warps: int = 4,
+                 pingpong: bool = False) -> None:
         self.mma_in_flight, self.warp_threads, self.warpgroup_warps = mma_in_flight, warp_threads, warpgroup_warps
+        self.pingpong = pingpong
 
     @classmethod
     def from_context(cls, ctx) -> "SyncInsertion":
@@ -77,7 +87,8 @@ class SyncInsertion:
         block = ctx.tree.block_node()
         p = block.instance.mma_in_flight if block is not None else None
         lim = ctx.tree.machine.limits
-        return cls(1 if p is None else p, lim.get("warp_threads", 32), lim.get("warpgroup_warps", 4))
+        return cls(1 if p is None else p, lim.get("warp_threads", 32), lim.get("warpgroup_warps", 4),
+                   bool(block is not None and block.instance.pingpong))
 
     def __call__(self, m: N.Module, ctx=None) -> N.Module:
         block = ctx.tree.block_node() if ctx is not None else None
@@ -135,8 +146,16 @@ class _Insert(TmaChannels):
 
     # -- the pass -------------------------------------------------------------------------
     def run(self) -> N.Module:
-        self._commits(self.m.body)
         deps = self.prog.deps()
+        # the first thread op of the same step that waits for each wgmma (a wait_group edge):
+        # wgmmas whose results are needed at different points get separate commit groups, so
+        # the earlier wait leaves the later group in flight (FlashAttention-3's wait_group 1)
+        self.first_use: dict[str, int] = {}
+        for d in deps:
+            c = self.prog.leaves.get(d.dst)
+            if d.via == "same" and c is not None and c.kind == "thread" and "wait_group" in self.prog.needs(d):
+                self.first_use[d.src] = min(self.first_use.get(d.src, INF), c.seq)
+        self._commits(self.m.body)
         full: dict[str, list[Dep]] = {}
         empty: dict[str, list[Dep]] = {}
         later = []
@@ -160,6 +179,8 @@ class _Insert(TmaChannels):
                               "stage release or thread-level synchronization inside one role")
             self.covered.append(d)
         body, _ = prune_wait_groups(self._rebuild(self.m.body), {})
+        if self.cfg.pingpong:
+            body, self.next_id = place_turns(body, self.prog, self.next_id)
         return replace(self.m, body=body, synchronized=True)
 
     def _commits(self, b: N.Block) -> None:
@@ -183,6 +204,9 @@ class _Insert(TmaChannels):
         for op in b.ops:
             lf = self.prog.leaves.get(getattr(op, "ev", ""))
             if lf is not None and lf.kind == "wgmma":
+                run = runs.get(lf.role, [])
+                if run and min(self.first_use.get(x.op.ev, INF) for x in run) < self.first_use.get(lf.op.ev, INF):
+                    close(lf.role)  # thread code needs the run so far before this wgmma: a group of its own
                 runs.setdefault(lf.role, []).append(lf)
             elif lf is not None and lf.kind == "thread":  # TMA issues leave the group open
                 close(lf.role)
@@ -242,8 +266,8 @@ class _Insert(TmaChannels):
             n = _count(tuple(d for d in dims if d.proc == "WARPGROUP"))
             ident = N.ibin("+", N.IConst(base), N.IProc("WARPGROUP"))
         self.next_id += n
-        if self.next_id > 16:
-            raise _Refuse("more than 15 named barriers")
+        if self.next_id > S.NAMED_BARRIERS + 1:
+            raise _Refuse(f"more than {S.NAMED_BARRIERS} named barriers")
         return S.BarSync(ident, threads, role, tuple(ins.edges), dims)
 
     def _wait_group(self, d: Dep, p: Leaf, c: Leaf, e: S.Edge) -> None:

@@ -54,7 +54,7 @@ _FLAG_KNOBS = ("warpspecialize", "persistent")
 _ATOM = re.compile(r"^WGMMA_64x(\d+)x16$")
 _TILE_MAX = 256
 # what the compiler does with an unset BLOCK knob (cypressc/backend/lower.py)
-_DEFAULTS = {"warpspecialize": False, "persistent": False, "raster": 16, "mma_in_flight": 1}
+_DEFAULTS = {"warpspecialize": False, "persistent": False, "raster": 16, "mma_in_flight": 1, "pingpong": False}
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,8 @@ def _atoms_around(name: str) -> list[str]:
 def _block_defaults(knob: str, cur: Any) -> list[Any]:
     if knob in _FLAG_KNOBS:
         return [True, False]
+    if knob == "pingpong":  # searched where the mapping names it: the GEMMs' loops refuse it
+        return [cur] if cur is None else [cur, not cur]
     if knob == "pipeline":
         return sorted({2, 3, 4, 5} | ({cur} if cur else set()))
     if knob == "raster":
@@ -116,7 +118,7 @@ def _block_defaults(knob: str, cur: Any) -> list[Any]:
 
 _BLOCK_KNOBS = {"pipeline": "tiles", "warpspecialize": "block", "persistent": "block",
                 "raster": "block", "mma_in_flight": "block", "producer_registers": "block",
-                "consumer_registers": "block"}
+                "consumer_registers": "block", "pingpong": "block"}
 
 
 class Space:

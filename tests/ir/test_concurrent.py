@@ -177,7 +177,7 @@ def test_sizes_wrap_every_pipeline_twice():
 
 
 # int parameters that select a shorter loop (the flag's 1): pinned so every pipeline wraps
-FLAGS = {"flash_attention2": {"causal": 0}}
+FLAGS = {"flash_attention2": {"causal": 0}, "flash_attention3": {"causal": 0}}
 
 
 def _sizes(program: str, m: N.Module) -> dict:

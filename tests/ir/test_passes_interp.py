@@ -100,6 +100,10 @@ CASES = {
     # snapshot (one schedule of this case costs what 20 of a GEMM's do)
     "flash_attention2": ("tests/mappings/flash_attention2_small.yaml", FA2_SIZES, ref_flash_attention2(FA2_SIZES),
                          ["O", "LSE"], 4),
+    # FlashAttention-3: the same program with step k + 1's scores issued beside step k's O += P V
+    # (the peeled first step, the carried P, the last O += P V after the loop)
+    "flash_attention3": ("tests/mappings/flash_attention3_small.yaml", FA2_SIZES, ref_flash_attention2(FA2_SIZES),
+                         ["O", "LSE"], 4),
     # a test program: two pipelined loops per block accumulating into one accumulator
     "tests/programs/gemm_two_loops.cyp": ("tests/mappings/gemm_two_loops_small.yaml",
                                           dict(M=40, N=24, K=24, J=16), ref_two_loops, ["C"]),

@@ -262,6 +262,32 @@ def test_wait_group_counts_the_groups_committed_in_between():
         verify_sync(drop(m, lambda o: isinstance(o, S.WaitGroup)))
 
 
+
+@pytest.mark.parametrize("first_read_before_b, expect", [
+    (True, ["Fence(wgmma)", "a", "CommitGroup(wgmma)", "Fence(wgmma)", "b", "CommitGroup(wgmma)",
+            "WaitGroup(wgmma 1)", "ra", "WaitGroup(wgmma 0)", "rb"]),
+    (False, ["Fence(wgmma)", "a", "Fence(wgmma)", "b", "CommitGroup(wgmma)", "WaitGroup(wgmma 0)", "rb", "ra"]),
+])
+def test_back_to_back_wgmmas_needed_at_different_points_get_their_own_groups(first_read_before_b, expect):
+    """Two wgmmas issued back to back on two accumulators: when thread code reads a's result
+    before b's, a's group is committed alone and the first read waits with b still in flight
+    (FlashAttention-3's S = Q·Kᵀ of step k + 1 beside O += P·V of step k); when b's result is
+    read first, nothing is gained by splitting and the run stays one group."""
+    sa, sb = N.Piece("SA#stage", (C(0),)), N.Piece("SB#stage", (C(0),))
+    reads = [N.Call("ra", "copy", (N.TRef("a1"), N.TRef("o1")), (ref("a", THREADS),), THREADS),
+             N.Call("rb", "copy", (N.TRef("a2"), N.TRef("o2")), (ref("b", THREADS),), THREADS)]
+    ops = [*staged("SA", 64, 64, 1), *staged("SB", 64, 64, 1), acc("a1"), acc("a2"), acc("o1"), acc("o2"),
+           N.Call("f1", "fill", (N.TRef("a1"), C(0)), (), THREADS),
+           N.Call("f2", "fill", (N.TRef("a2"), C(0)), (), THREADS),
+           N.Call("a", "warpgroup_mma", (ATOM, N.TRef("a1"), sa, sb), (ref("f1", THREADS),), THREADS),
+           N.Call("b", "warpgroup_mma", (ATOM, N.TRef("a2"), sa, sb), (ref("f2", THREADS),), THREADS),
+           *(reads if first_read_before_b else reads[::-1])]
+    m = run(module(ops, {}))
+    assert kinds(m.body.ops)[2:] == expect
+    if first_read_before_b:
+        with pytest.raises(VerifyError, match="no wait_group retires"):
+            verify_sync(drop(m, lambda o: isinstance(o, S.WaitGroup) and o.pending == 1))
+
 def shared_handoff(*idx) -> N.Module:
     """Threads write a SHARED tile, other threads read it, the edge indexed by ``idx``."""
     ops = [N.Alloc("T", (C(128),), "f32", "SHARED", dims=BLOCK),

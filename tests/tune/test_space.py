@@ -31,7 +31,7 @@ def test_gemm_knobs_and_default_candidates():
     k = sp.by_name
     assert [x.name for x in sp.knobs] == ["U", "V", "W", "WGS", "MMA", "copy_block.D", "pipeline", "warpspecialize",
                                           "persistent", "raster", "mma_in_flight", "producer_registers",
-                                          "consumer_registers"]
+                                          "consumer_registers", "pingpong"]
     assert k["U"].candidates == (64, 128, 256) and k["W"].candidates == (32, 64, 128)
     assert k["WGS"].candidates == (1, 2, 4) and len(k["WGS"].sites) == 3      # mma, clear, copy blocks
     assert k["MMA"].candidates == ("WGMMA_64x64x16", "WGMMA_64x128x16", "WGMMA_64x256x16")
@@ -41,6 +41,7 @@ def test_gemm_knobs_and_default_candidates():
     assert k["pipeline"].candidates == (2, 3, 4, 5)
     assert k["warpspecialize"].current is None and k["warpspecialize"].candidates == (True, False)
     assert not k["consumer_registers"].searched
+    assert k["pingpong"].current is None and not k["pingpong"].searched   # unset: GEMM loops refuse it
     assert "PIECES" not in k and "PROC" not in k      # bound to different values / a processor
 
 

@@ -36,7 +36,7 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     const int group = u / (RASTER * tiles2), first = group * RASTER;
     const int rows = min(tiles1 - first, RASTER), v = u % (RASTER * tiles2);
     b1 = first + v % rows;
-    b2 = v / rows;
+    b2 = tiles2 - 1 - v / rows;  // longest tiles first: the trip count grows with b2
   };
   if (threadIdx.x == 0) {
     for (int i = 0; i < 1; ++i) cypress::init(&full_Q_block[i], 1);
