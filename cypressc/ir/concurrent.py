@@ -150,13 +150,6 @@ class _Concurrent(OpSemantics):
         procs = dim_procs(dims)
         if t.role == "consumer" and not any(d.proc == WG for d in dims) and t.wg != 0:
             return []  # per-block op of the consumers: warpgroup 0 is the elected one
-        if isinstance(op, (S.Arrive, S.SyncWarp)) and op.when is not None:
-            if self.vi.expr(op.when.a, scope, self.env0) < self.vi.expr(op.when.b, scope, self.env0):
-                return []
-        if isinstance(op, S.Turn) and op.when is not None:  # a guard over the warpgroup index
-            env = {**self.env0, next(p for p in procs if p.proc == WG): t.wg}
-            if self.vi.expr(op.when.a, scope, env) < self.vi.expr(op.when.b, scope, env):
-                return []
         free, fixed = [], dict(self.env0)
         for p, d in zip(procs, dims):
             if p.proc == BLOCK:
@@ -165,6 +158,9 @@ class _Concurrent(OpSemantics):
                 fixed[p] = t.wg
             else:
                 free.append((p, range(int(self.vi.expr(d.extent, scope, self.env0)))))
+        when = getattr(op, "when", None)  # a guard over loop variables (and the warpgroup index)
+        if when is not None and self.vi.expr(when.a, scope, fixed) < self.vi.expr(when.b, scope, fixed):
+            return []
         out = []
         combos = itertools.product(*[r for _, r in free])
         if not self.values and not isinstance(op, (S.Arrive, S.ArriveExpectTx, N.Copy)):

@@ -16,6 +16,7 @@ from cypressc.ir import interp as I
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import Symbols, dim_procs
 from cypressc.ir.check import random_inputs
+from cypressc.ir.subst import walk_ops
 from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["small_sizes", "written_params", "grid_blocks", "Verdict", "check_schedules"]
@@ -53,34 +54,27 @@ def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
                 if isinstance(d, N.IVar) and d.name in tile and isinstance(b, N.IConst):
                     tile[d.name] = max(tile[d.name], int(b.value))
     out = dict(tile)
-    lets = {o.name: o.value for o in _walk(m.body) if isinstance(o, N.Let)}
-    stack = list(m.body.ops)
-    while stack:
-        op = stack.pop()
-        if isinstance(op, (N.For, N.PFor)):
-            stack += list(op.body.ops)
-            h, peeled = op.hi, 0
-            while isinstance(h, N.IVar) and h.name in lets:
-                h = lets[h.name]
-            # a loop over all steps but the peeled first ones: cdiv(S, t) - c
-            if isinstance(h, N.IBin) and h.op == "-" and isinstance(h.b, N.IConst):
-                h, peeled = h.a, int(h.b.value)
-                while isinstance(h, N.IVar) and h.name in lets:
-                    h = lets[h.name]
-            if isinstance(h, N.IBin) and h.op == "cdiv" and isinstance(h.b, N.IConst):
-                # a sequential loop runs twice (barrier phases carry over); a pipeline wraps
-                trips = wraps * op.pipeline if getattr(op, "pipeline", 0) else 2
-                for name in _bounding(h.a):
-                    if name in out:
-                        out[name] = max(out[name], (trips + peeled) * int(h.b.value))
+    lets = {o.name: o.value for o in walk_ops(m.body) if isinstance(o, N.Let)}
+
+    def unlet(h: N.IExpr) -> N.IExpr:
+        while isinstance(h, N.IVar) and h.name in lets:
+            h = lets[h.name]
+        return h
+
+    for op in walk_ops(m.body):
+        if not isinstance(op, (N.For, N.PFor)):
+            continue
+        h, peeled = unlet(op.hi), 0
+        # a loop over all steps but the peeled first ones: cdiv(S, t) - c
+        if isinstance(h, N.IBin) and h.op == "-" and isinstance(h.b, N.IConst):
+            h, peeled = unlet(h.a), int(h.b.value)
+        if isinstance(h, N.IBin) and h.op == "cdiv" and isinstance(h.b, N.IConst):
+            # a sequential loop runs twice (barrier phases carry over); a pipeline wraps
+            trips = wraps * op.pipeline if getattr(op, "pipeline", 0) else 2
+            for name in _bounding(h.a):
+                if name in out:
+                    out[name] = max(out[name], (trips + peeled) * int(h.b.value))
     return out
-
-
-def _walk(b: N.Block):
-    for o in b.ops:
-        yield o
-        if isinstance(o, (N.For, N.PFor)):
-            yield from _walk(o.body)
 
 
 def _bounding(e: N.IExpr) -> list[str]:

@@ -242,13 +242,13 @@ def _structure(m: N.Module) -> dict[str, S.MBarrier]:
                 if not op.edges or any(e.hazard != "turn" for e in op.edges):
                     raise _error(f"turn {op.kind} realizes no turn edge")
                 for w in range(wg):
-                    i = _turn_val(op.id, w)
+                    i = _wg_val(op.id, w)
                     if not 1 <= i <= S.NAMED_BARRIERS or not isinstance(ids.setdefault(i, "turn"), str):
                         raise _error(f"turn barrier id {i} out of 1..{S.NAMED_BARRIERS} or used by a named barrier")
             elif isinstance(op, S.BarSync):
                 wg = next((static(d.extent) for d in op.dims if d.proc == "WARPGROUP"), 1) or 1
                 for w in range(wg):
-                    i = _bar_id(op.id, w)
+                    i = _wg_val(op.id, w)
                     if not 1 <= i <= S.NAMED_BARRIERS or ids.setdefault(i, op) is not op:
                         raise _error(f"named barrier id {i} out of 1..{S.NAMED_BARRIERS} or used by two barriers")
             elif isinstance(op, (N.For, N.PFor)):
@@ -258,16 +258,16 @@ def _structure(m: N.Module) -> dict[str, S.MBarrier]:
     return bars
 
 
-def _turn_val(e: N.IExpr, wg: int) -> int:
-    """A turn op's barrier id or guard operand for warpgroup ``wg``."""
+def _wg_val(e: N.IExpr, wg: int) -> int:
+    """A named barrier's id (or a turn op's guard operand) for warpgroup ``wg``."""
     if isinstance(e, N.IConst):
         return int(e.value)
     if isinstance(e, N.IProc) and e.proc == "WARPGROUP":
         return wg
     if isinstance(e, N.IBin) and e.op in ("+", "-", "*", "%"):
-        a, b = _turn_val(e.a, wg), _turn_val(e.b, wg)
+        a, b = _wg_val(e.a, wg), _wg_val(e.b, wg)
         return {"+": a + b, "-": a - b, "*": a * b, "%": a % b if b else 0}[e.op]
-    raise _error("a turn barrier id or guard that is not arithmetic over the warpgroup index")
+    raise _error("a named barrier id or guard that is not arithmetic over the warpgroup index")
 
 
 def _turns(run: "_Run") -> None:
@@ -278,8 +278,8 @@ def _turns(run: "_Run") -> None:
     if not ops:
         return
     wgs = next((static(d.extent) for d in ops[0].dims if d.proc == "WARPGROUP"), 1) or 1
-    seqs = [[(op.kind, _turn_val(op.id, w), op.threads // 128) for op in ops
-             if op.when is None or _turn_val(op.when.a, w) >= _turn_val(op.when.b, w)] for w in range(wgs)]
+    seqs = [[(op.kind, _wg_val(op.id, w), op.threads // 128) for op in ops
+             if op.when is None or _wg_val(op.when.a, w) >= _wg_val(op.when.b, w)] for w in range(wgs)]
     pos, arrived, phases, joined = [0] * wgs, {}, {}, [None] * wgs
     progress = True
     while progress:
@@ -310,16 +310,6 @@ def _turns(run: "_Run") -> None:
     left = sorted(b for b, n in arrived.items() if n)
     if left:
         raise _error(f"turn barrier(s) {left} keep an arrival at the end of the tile ({run.n} trip(s))")
-
-
-def _bar_id(e: N.IExpr, wg: int) -> int:
-    if isinstance(e, N.IConst):
-        return e.value
-    if isinstance(e, N.IProc) and e.proc == "WARPGROUP":
-        return wg
-    if isinstance(e, N.IBin) and e.op == "+":
-        return _bar_id(e.a, wg) + _bar_id(e.b, wg)
-    raise _error("a named barrier id that is not a constant plus the warpgroup index")
 
 
 def verify_sync(m: N.Module, trips=None) -> None:

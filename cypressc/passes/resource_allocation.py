@@ -68,27 +68,41 @@ def _replicas(a: N.Alloc) -> int:
     return n
 
 
+class _ProgramOrder:
+    """The ops of a module in program order: each op's position, the sequential loops around it
+    (outermost first) and a loop's extent (its own position to its body's last op)."""
+
+    def __init__(self, m: N.Module) -> None:
+        self.ops = list(walk_ops(m.body))
+        self.pos = {id(o): i for i, o in enumerate(self.ops)}
+        self.loops: dict[int, list[N.For]] = {}
+
+        def visit(b: N.Block, outer: list[N.For]) -> None:
+            for o in b.ops:
+                self.loops[id(o)] = outer
+                if isinstance(o, (N.For, N.PFor)):
+                    visit(o.body, outer + [o] if isinstance(o, N.For) else outer)
+
+        visit(m.body, [])
+
+    def extent(self, lp: N.For) -> tuple[int, int]:
+        return self.pos[id(lp)], max([self.pos[id(x)] for x in walk_ops(lp.body)] + [self.pos[id(lp)]])
+
+
 def _live(m: N.Module, persistent: bool) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
     """Live range (first, last position in program order) and stage count per SHARED tensor."""
-    order = list(walk_ops(m.body))
-    pos = {id(o): i for i, o in enumerate(order)}
+    po = _ProgramOrder(m)
+    order, pos = po.ops, po.pos
     spans: dict[str, list[int]] = {}
     stages: dict[str, int] = {}
     loop_span: dict[str, tuple[int, int]] = {}
-
-    def visit(b: N.Block, loops: list[N.For]) -> None:
-        for o in b.ops:
-            if isinstance(o, N.Alloc) and o.mem == "SHARED":
-                pipe = [lp for lp in loops if lp.pipeline]
-                stages[o.name] = pipe[-1].pipeline if pipe else 1
-                if loops:
-                    lp = loops[0]
-                    end = max([pos[id(x)] for x in walk_ops(lp.body)] + [pos[id(lp)]])
-                    loop_span[o.name] = (pos[id(lp)], end)
-            if isinstance(o, (N.For, N.PFor)):
-                visit(o.body, loops + [o] if isinstance(o, N.For) else loops)
-
-    visit(m.body, [])
+    for o in order:
+        if isinstance(o, N.Alloc) and o.mem == "SHARED":
+            loops = po.loops[id(o)]
+            pipe = [lp for lp in loops if lp.pipeline]
+            stages[o.name] = pipe[-1].pipeline if pipe else 1
+            if loops:
+                loop_span[o.name] = po.extent(loops[0])
     parts = {x.name: x for x in order if isinstance(x, N.Partition)}
     for o in order:
         names = [] if isinstance(o, (N.For, N.PFor)) else _roots(o, parts)
@@ -310,23 +324,11 @@ def _registers(m: N.Module) -> int:
     """Registers per consumer thread: the most 32-bit words of REGISTER tensors live at one
     point of the block program (a tensor from its first to its last use; one made before a
     loop and used in it, across the whole loop), plus :data:`REGISTER_OVERHEAD`."""
-    order = list(walk_ops(m.body))
-    pos = {id(o): i for i, o in enumerate(order)}
+    po = _ProgramOrder(m)
+    order, pos, loops = po.ops, po.pos, po.loops
     parts = {x.name: x for x in order if isinstance(x, N.Partition)}
     regs = {o.name: o for o in order if isinstance(o, N.Alloc) and o.mem == "REGISTER"}
     span: dict[str, list[int]] = {}
-    loops: dict[int, list[N.For]] = {}
-
-    def visit(b: N.Block, outer: list[N.For]) -> None:
-        for o in b.ops:
-            loops[id(o)] = outer
-            if isinstance(o, (N.For, N.PFor)):
-                visit(o.body, outer + [o] if isinstance(o, N.For) else outer)
-
-    visit(m.body, [])
-
-    def extent(lp: N.For) -> tuple[int, int]:
-        return pos[id(lp)], max([pos[id(x)] for x in walk_ops(lp.body)] + [pos[id(lp)]])
 
     for o in order:
         if isinstance(o, (N.For, N.PFor)):
@@ -337,7 +339,7 @@ def _registers(m: N.Module) -> int:
             lo = hi = pos[id(o)]
             for lp in loops[id(o)]:
                 if lp not in loops[id(regs[n])] and lp is not regs[n]:
-                    lo, hi = min(lo, extent(lp)[0]), max(hi, extent(lp)[1])
+                    lo, hi = min(lo, po.extent(lp)[0]), max(hi, po.extent(lp)[1])
                     break  # the outermost loop the tensor outlives
             sp = span.setdefault(n, [lo, hi])
             sp[0], sp[1] = min(sp[0], lo), max(sp[1], hi)
