@@ -108,12 +108,20 @@ class Lines:
             stamp(f"{self.tag}:   {ev['tflops']:7.1f} TFLOP/s ({ev['ms']:.3f} ms, rel {ev.get('rel', 0):.1e}) {knobs}")
 
 
-def plain_mapping(program: str, args) -> Path:
-    """mappings/P/h100_plain.yaml, or a copy with --tune-section appended (under the cache)."""
-    mapping = ROOT / "mappings" / program / "h100_plain.yaml"
+def split_entry(entry: str) -> tuple[str, str]:
+    """``P`` -> (P, h100_plain); ``P:STEM`` -> (P, STEM): the start mapping mappings/P/STEM.yaml."""
+    program, _, stem = entry.partition(":")
+    return program, stem or "h100_plain"
+
+
+def plain_mapping(entry: str, args) -> Path:
+    """mappings/P/h100_plain.yaml (or mappings/P/STEM.yaml for ``P:STEM``), or a copy with
+    --tune-section appended (under the cache)."""
+    program, stem = split_entry(entry)
+    mapping = ROOT / "mappings" / program / f"{stem}.yaml"
     if not args.tune_section:
         return mapping
-    out = Path(os.environ["CYPRESSC_CACHE_DIR"]) / "tune_gpu" / f"{program}_plain.yaml"
+    out = Path(os.environ["CYPRESSC_CACHE_DIR"]) / "tune_gpu" / f"{program}_{stem}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     text = mapping.read_text() + "\n" + Path(args.tune_section).read_text()
     if not out.exists() or out.read_text() != text:
@@ -121,12 +129,13 @@ def plain_mapping(program: str, args) -> Path:
     return out
 
 
-def tune_one(program: str, n: int, args) -> dict:
+def tune_one(entry: str, n: int, args) -> dict:
     from cypressc.tuner import report
     from cypressc.tuner.search import Options, _space, search
 
     sizes = {"M": n, "N": n, "K": n}
-    prog, mapping = ROOT / "programs" / f"{program}.cyp", plain_mapping(program, args)
+    program, stem = split_entry(entry)
+    prog, mapping = ROOT / "programs" / f"{program}.cyp", plain_mapping(entry, args)
     lines = Lines(f"{program}@{n}", _space(str(prog), str(mapping), mapping.read_text(), {}))
     opts = Options(sizes=sizes, budget=args.budget, rounds=args.rounds, reps=args.reps,
                    compile_only=args.compile_only, workers=args.jobs,
@@ -137,7 +146,7 @@ def tune_one(program: str, n: int, args) -> dict:
         lines.close()
     print(report.table(res, 8), flush=True)
     print(report.closing_note(res), flush=True)
-    row = {"program": program, "n": n, "counts": res.counts(), "seconds": res.seconds, "device": res.device,
+    row = {"program": program, "start": stem, "n": n, "counts": res.counts(), "seconds": res.seconds, "device": res.device,
            "failures": report.failures(res)}
     if not args.compile_only:
         from cypressc.tuner.timing import workers
@@ -150,7 +159,7 @@ def tune_one(program: str, n: int, args) -> dict:
         return row
     text = report.best_yaml(res, str(prog.relative_to(ROOT)), os.path.relpath(mapping, ROOT))
     if OUT:
-        (Path(OUT) / f"tuned_{program}_{n}.yaml").write_text(text or "")
+        (Path(OUT) / f"tuned_{program}{'' if stem == 'h100_plain' else '_' + stem}_{n}.yaml").write_text(text or "")
     base = res.baseline
     row.update(knobs=res.space.describe(best.values), dir=best.dir, name=best.name, tflops=best.tflops,
                start_tflops=base.tflops if base else None,
@@ -201,7 +210,8 @@ BUGS = ("wrong", "crash", "timeout", "launch_error", "internal", "build")   # ne
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--programs", default="gemm,dual_gemm,gemm_reduction")
+    ap.add_argument("--programs", default="gemm,dual_gemm,gemm_reduction",
+                    help="comma-separated P or P:STEM (start from mappings/P/STEM.yaml, default h100_plain)")
     ap.add_argument("--sizes", default="4096,8192")
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
@@ -226,7 +236,8 @@ def main() -> int:
             left = args.time_limit - RESERVE_S - (time.time() - T0)
             if need > left:
                 stamp(f"skip {program}@{n}: {left:.0f} s left, a tune at this size took {need:.0f} s")
-                rows.append({"program": program, "n": n, "error": "skipped: out of time"})
+                rows.append({"program": split_entry(program)[0], "start": split_entry(program)[1], "n": n,
+                             "error": "skipped: out of time"})
                 continue
             print(flush=True)
             stamp(f"==== tune {program} at {n}^3")
@@ -235,7 +246,8 @@ def main() -> int:
                 rows.append(tune_one(program, n, args))
             except Exception as e:  # noqa: BLE001 - one program's failure is one row
                 traceback.print_exc()
-                rows.append({"program": program, "n": n, "error": f"{type(e).__name__}: {e}"[:300]})
+                rows.append({"program": split_entry(program)[0], "start": split_entry(program)[1], "n": n,
+                             "error": f"{type(e).__name__}: {e}"[:300]})
             took[n] = max(took.get(n, 0.0), time.time() - t)
             stamp(f"==== {program}@{n} took {time.time() - t:.1f} s")
     ops: dict = {}
@@ -260,6 +272,12 @@ def main() -> int:
     return summary(rows, ops, device)
 
 
+def label(row: dict) -> str:
+    """The program, and the start mapping when it is not h100_plain."""
+    start = row.get("start", "h100_plain")
+    return row["program"] if start == "h100_plain" else f"{row['program']} ({start})"
+
+
 def summary(rows: list[dict], ops: dict, device: str) -> int:
     """The final table, the failed candidates, the op checks; the exit status."""
     print(f"\n## cypressc tune from the plain mappings; {device}; {time.time() - T0:.0f}s")
@@ -272,7 +290,7 @@ def summary(rows: list[dict], ops: dict, device: str) -> int:
         bugs += [dict(f, program=r["program"], n=r["n"]) for f in r.get("failures", []) if f.get("kind") in BUGS]
         if r.get("error"):
             ok = False
-            print(f"| {r['program']} | {r['n']} | {r['error']} | | | | | | | | | | |")
+            print(f"| {label(r)} | {r['n']} | {r['error']} | | | | | | | | | | |")
             continue
         c, s = r["counts"], r["seconds"]
         ratio = r.get("ratio")
@@ -281,7 +299,7 @@ def summary(rows: list[dict], ops: dict, device: str) -> int:
             ok = False
             flag += " CHECK FAILED"
         failed = c["failed_check"] + c["build_failed"]
-        print(f"| {r['program']} | {r['n']} | {r['knobs']} | {fmt(r.get('bench_tflops') or r.get('tflops'))} | "
+        print(f"| {label(r)} | {r['n']} | {r['knobs']} | {fmt(r.get('bench_tflops') or r.get('tflops'))} | "
               f"{fmt(r.get('start_tflops'))} | {r.get('peer', '-')} | {fmt(r.get('peer_tflops'))} | "
               f"{fmt(ratio, '.3f')}{flag} | {c['compiled'] + c['cache_hits']}/{c['pruned']}/{c['timed']}/{failed} | "
               f"{s['prune']:.0f} | {s['compile']:.0f} | {s['timing']:.0f} | {s.get('total', 0):.0f} |")

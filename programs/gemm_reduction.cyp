@@ -12,12 +12,16 @@ copies Cacc to its tile of C and yacc to its piece of y.  "rowsum" splits the A 
 rows over the WGS warpgroups and then one row per thread (partition_by_blocks by (1,)
 and (1, K)); "clear_vec" and "copy_vec" distribute yacc the same way.
 
+Variant gemm_reduction_block_tc sums on the Tensor Core instead (an N = 8 wgmma per step
+against a shared tile of 1/8; mappings h100_tc, h100_tc_plain): measured slower than the SIMT
+sums on an H100 at 4096³ (bench/NOTES.md, session 11), kept as the mapping's choice.
+
 The column tiles are an srange on the HOST around a prange over row tiles, not one 2-D
 prange as in programs/gemm.cyp: every column tile j of a row i writes the same piece
 y[i], so a 2-D prange's writes are not disjoint (E030), and the language has no way to
-say "only column 0 writes y" or "these writes are equal".  Each column tile recomputes
-the row sums of its A panel (the same SIMT work a fused 2-D grid does) and stores the
-same values.
+say "only column 0 writes y" or "these writes are equal".  Sequentially the last column
+tile's y survives; the backend keeps only that store and skips the SIMT row sums whose
+value no other column tile stores.
 """
 
 T = dtype(f16, bf16)  # the 16-bit element type of A, B and C: --dtype T=bf16
@@ -50,6 +54,35 @@ def gemm_reduction_block(C: tensor[2, T], y: tensor[1, f32], A: tensor[2, T], B:
         launch("rowsum", yacc, Ap[0, k])
     launch("copy", Cacc, C)
     launch("copy_vec", yacc, y)
+
+
+@task("gemm_reduction", Inner, reads=["A", "B"], writes=["C", "y"])
+def gemm_reduction_block_tc(C: tensor[2, T], y: tensor[1, f32], A: tensor[2, T], B: tensor[2, T]):
+    """The same block with the row sums on the Tensor Core: y = A @ 1.
+
+    E is an 8 x W tile holding 1/8 everywhere (SHARED, written once before the K loop); every
+    step also launches "mma_sums" (Yacc += A_k @ Eᵀ, an N = 8 wgmma reading the shared A
+    tile the main wgmma reads), so each of Yacc's 8 columns (M x 8, f32 registers) holds
+    the running row sum / 8.  "store_sums" adds the 8 equal columns into y's rows (held in
+    registers, stored per row).  Scaling by a power of two commutes with rounding, and 8 equal values sum exactly
+    in the order either machine uses (pairs, then pairs of pairs), so y is the sum the
+    Tensor Core accumulated, with inf and NaN propagating as in a plain sum.  A ragged
+    last K tile is zero-filled by its load, so padding adds nothing."""
+    W = tunable(int)
+    M, N, K = C.shape[0], C.shape[1], A.shape[1]
+    Ap = partition_by_blocks(A, (M, W))
+    Bp = partition_by_blocks(B, (W, N))
+    Cacc: tensor[2, f32] = make_tensor(M, N)
+    Yacc: tensor[2, f32] = make_tensor(M, 8)
+    E: tensor[2, T] = make_tensor(8, W)
+    launch("clear", Cacc)
+    launch("clear_sums", Yacc)
+    launch("ones", E)
+    for k in srange(cdiv(K, W)):
+        launch("mma", Cacc, Ap[0, k], Bp[k, 0])
+        launch("mma_sums", Yacc, Ap[0, k], E)
+    launch("copy", Cacc, C)
+    launch("store_sums", Yacc, y)
 
 
 # ---- C += A @ B on the Tensor Core: block -> warpgroups -> warps -> threads
@@ -198,3 +231,114 @@ def copy_vec_rows(y: tensor[1, f32], z: tensor[1, f32]):
 @task("copy_vec", Leaf, reads=["y"], writes=["z"])
 def copy_vec_thread(y: tensor[1, f32], z: tensor[1, f32]):
     copy(y, z)
+
+
+# ---- the Tensor-Core row sums (gemm_reduction_block_tc), their atom the tunable SUMS (N = 8:
+# Yacc's columns), apart from the main product's MMA so that a tuner moves them separately.
+# Yacc = 0
+@task("clear_sums", Inner, writes=["C"])
+def clear_sums_tile(C: tensor[2, f32]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    for i in prange(WGS):
+        launch("clear_sums", Cp[i, 0])
+
+
+@task("clear_sums", Inner, writes=["C"])
+def clear_sums_inner(C: tensor[2, f32]):
+    PIECES, PROC, SUMS = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, SUMS, PROC, "C")
+    for i in prange(PIECES):
+        launch("clear_sums", Cp[i])
+
+
+@task("clear_sums", Leaf, writes=["C"])
+def clear_sums_thread(C: tensor[2, f32]):
+    fill(C, 0)
+
+
+# ---- E = 1/8: rows over the warpgroups, then over WARPS warps, PER columns per thread
+@task("ones", Inner, writes=["E"])
+def ones_tile(E: tensor[2, T]):
+    WGS = tunable(int)
+    R, K = E.shape[0], E.shape[1]
+    Ep = partition_by_blocks(E, (R / WGS, K))
+    for i in prange(WGS):
+        launch("ones", Ep[i, 0])
+
+
+@task("ones", Inner, writes=["E"])
+def ones_rows(E: tensor[2, T]):
+    WARPS = tunable(int)
+    R, K = E.shape[0], E.shape[1]
+    Ep = partition_by_blocks(E, (R / WARPS, K))
+    for w in prange(WARPS):
+        launch("ones", Ep[w, 0])
+
+
+@task("ones", Inner, writes=["E"])
+def ones_pieces(E: tensor[2, T]):
+    PER = tunable(int)
+    R, K = E.shape[0], E.shape[1]
+    Ep = partition_by_blocks(E, (R, PER))
+    for c in prange(K / PER):
+        launch("ones", Ep[0, c])
+
+
+@task("ones", Leaf, writes=["E"])
+def ones_thread(E: tensor[2, T]):
+    fill(E, 0.125)
+
+
+# ---- Yacc += A @ Eᵀ (E stored 8 x W, contiguous along K: a K-major B operand)
+@task("mma_sums", Inner, reads=["C", "A", "E"], writes=["C"])
+def mma_sums_tile(C: tensor[2, f32], A: tensor[2, T], E: tensor[2, T]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    Ap = partition_by_blocks(A, (M / WGS, A.shape[1]))
+    for i in prange(WGS):
+        launch("mma_sums", Cp[i, 0], Ap[i, 0], E)
+
+
+@task("mma_sums", Inner, reads=["C", "A", "E"], writes=["C"])
+def mma_sums_inner(C: tensor[2, f32], A: tensor[2, T], E: tensor[2, T]):
+    PIECES, PROC, SUMS = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, SUMS, PROC, "C")
+    Ap = partition_by_mma(A, SUMS, PROC, "A")
+    Ep = partition_by_mma(E, SUMS, PROC, "Bt")
+    for i in prange(PIECES):
+        launch("mma_sums", Cp[i], Ap[i], Ep[i])
+
+
+@task("mma_sums", Leaf, reads=["C", "A", "E"], writes=["C"])
+def mma_sums_thread(C: tensor[2, f32], A: tensor[2, T], E: tensor[2, T]):
+    SUMS = tunable(atom)
+    warpgroup_mma_bt(SUMS, C, A, E)
+
+
+# ---- y = the sum of Yacc's 8 columns (each y / 8): a per-row vector, stored from registers
+@task("store_sums", Inner, reads=["C"], writes=["y"])
+def store_sums_tile(C: tensor[2, f32], y: tensor[1, f32]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    yp = partition_by_blocks(y, (M / WGS,))
+    for i in prange(WGS):
+        launch("store_sums", Cp[i, 0], yp[i])
+
+
+@task("store_sums", Inner, reads=["C"], writes=["y"])
+def store_sums_inner(C: tensor[2, f32], y: tensor[1, f32]):
+    PIECES, PROC, SUMS = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, SUMS, PROC, "C")
+    yp = partition_by_mma(y, SUMS, PROC, "C")
+    for i in prange(PIECES):
+        launch("store_sums", Cp[i], yp[i])
+
+
+@task("store_sums", Leaf, reads=["C"], writes=["y"])
+def store_sums_thread(C: tensor[2, f32], y: tensor[1, f32]):
+    fill(y, 0)
+    warpgroup_row_sum(y, C)

@@ -15,7 +15,7 @@ from cypressc.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = {"gemm": (11, 4, 14, 4), "batched_gemm": (12, 5, 15, 5), "dual_gemm": (14, 5, 26, 5),
-            "gemm_reduction": (20, 7, 23, 7)}
+            "gemm_reduction": (34, 11, 23, 7)}
 
 
 def cli(*args: str, chdir: bool = True):

@@ -16,6 +16,7 @@ from dataclasses import replace
 from cypressc.backend import plan as P
 from cypressc.backend.cexpr import cexpr as _c
 from cypressc.backend.cexpr import is_zero
+from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 
 __all__ = ["CTYPE", "emit_stmt", "emit_stmts"]
@@ -189,6 +190,25 @@ def _row_sum(w, p: P.KernelPlan, op: P.RowSum) -> None:
     w(f"  {op.vec}[rr] += cypress::sw128_row_sum<{CTYPE[op.dtype]}>({base}{chunk}, ({_c(op.row)}) + rr, "
       f"{op.cols // 64}, {b.name}_CHUNK);")
     w.close()
+
+
+def _fill_shared(w, p: P.KernelPlan, op: P.FillShared) -> None:
+    b = next(x for x in p.buffers if x.name == op.buf)
+    w(f"// {op.event}: fill of %{op.buf}[{_c(op.row)}.., {_c(op.col)}..] ({op.rows}x{op.cols} per thread, SIMT)")
+    guarded = not (isinstance(op.active, N.IConst) and op.active.value is True)
+    if guarded:
+        w.open(f"if ({_cond(op.active)})")
+    w("#pragma unroll")
+    w.open(f"for (int r = 0; r < {op.rows}; ++r)")
+    w("#pragma unroll")
+    w.open(f"for (int c = 0; c < {op.cols}; ++c)")
+    w(f"const int row = ({_c(op.row)}) + r, col = ({_c(op.col)}) + c;")
+    w(f"*reinterpret_cast<{CTYPE[op.dtype]}*>(s_{b.name} + (col / {b.chunk_cols}) * {b.name}_CHUNK + "
+      f"cypress::sw_offset<{b.swizzle}>(row, col % {b.chunk_cols})) = {CTYPE[op.dtype]}({_c(op.value)});")
+    w.close()
+    w.close()
+    if guarded:
+        w.close()
 
 
 def _fill(w, p: P.KernelPlan, op) -> None:
@@ -372,6 +392,7 @@ def _row_store(w, p: P.KernelPlan, op: P.RowStore) -> None:
 
 
 _PRINT = {P.Sync: _sync, P.Load: _load, P.Mma: _mma, P.RowSum: _row_sum, P.Fill: _fill, P.FillVector: _fill,
+          P.FillShared: _fill_shared,
           P.Convert: _convert,
           P.Add: _add, P.External: _external, P.StoreDirect: _store_direct, P.StageWrite: _stage_write, P.TmaStore: _tma_store,
           P.StoreVector: _store_vector, P.RowOp: _row_op, P.RowStore: _row_store}

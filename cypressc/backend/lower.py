@@ -27,7 +27,7 @@ from cypressc.backend.lower_host import KernelInterface
 from cypressc.backend.lower_mem import MemoryLowering
 from cypressc.backend.lower_rows import ROW_LEAVES, RowLowering
 from cypressc.backend.lower_simt import SimtLowering
-from cypressc.backend.peephole import fold_zero_fills
+from cypressc.backend.peephole import fold_zero_fills, guard_dead_row_sums
 from cypressc.backend.refusal import REFUSAL_CODE
 from cypressc.backend.refusal import Refuse as _Refuse
 from cypressc.backend.refusal import refuse as _refuse
@@ -288,6 +288,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                     "on; map the block with `persistent: false`")
         if m.resources is not None and m.resources.war and plan.persistent:
             _refuse("shared tensors that share bytes in a persistent kernel")
+        guard_dead_row_sums(plan)
         plan.requires = self._requires(plan)
         plan.flops = self._flops(plan)
         return plan
@@ -497,6 +498,9 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
     def _simt(self, plan: P.KernelPlan, o: N.Call, before: bool, smem):
         if o.args and self._is_vector(o.args[0]):
             return self._simt_vector(plan, o, before)
+        if o.fn == "fill" and before and self.sym.mem(o.args[0]) == "SHARED":
+            plan.prologue.append(self._fill_shared(plan, o, smem))
+            return plan.prologue[-1]
         self._whole_warpgroups(o)
         if o.fn == "fill" and before:
             f = self._fragment(plan, o.args[0])

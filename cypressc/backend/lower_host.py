@@ -210,7 +210,9 @@ class KernelInterface:
     def _flops(self, plan: P.KernelPlan) -> N.IExpr:
         """Useful floating-point operations: for each wgmma, 2.0 x (rows of A) x (columns of
         B) x K, over the global tensors its operands are loaded from (batch dimensions
-        multiply); the double constant first keeps every product floating, as in C."""
+        multiply); a wgmma with a shared operand no load fills (a constant table the threads
+        write, such as the ones of a row sum) is not counted.  The double constant first keeps
+        every product floating, as in C."""
         src = {ld.buffer: next(m.tensor for m in plan.maps if m.name == ld.map) for ld in plan.loads}
         shapes = {a.name: a.shape for a in self.m.params}
         total: N.IExpr | None = None
@@ -218,6 +220,8 @@ class KernelInterface:
         rows = next((shapes[src[mm.a_buf]] for mm in plan.body if not mm.a_frag), None)
         seen: set = set()  # a product whose steps are peeled off the loop (a prologue) counts once
         for mm in plan.body:
+            if mm.b_buf not in src or not mm.a_frag and mm.a_buf not in src:
+                continue  # an operand the kernel writes itself (a table of constants): not the program's product
             b = shapes[src[mm.b_buf]]
             if mm.b_kmajor:  # B stored N x K: its K is the last dimension
                 b = (*b[:-2], b[-1], b[-2])

@@ -104,6 +104,27 @@ class SimtLowering:
         finally:
             self.thread_index = {}
 
+    def _fill_shared(self, plan: P.KernelPlan, o: N.Call, smem) -> P.FillShared:
+        """``fill`` of each thread's piece of a shared tile before the main loop (a constant
+        operand table a wgmma reads, e.g. a tile of ones).  The tile is laid out like a
+        TMA-written one (:meth:`_buffer`), so the stores go through the same swizzle.  A
+        persistent block's next tile writes it again: sync-insertion's ``tile`` edges (the
+        wgmmas retired, a barrier at the end of the tile) order that."""
+        where = f"fill of {fmt_view(o.args[0])} before the main loop"
+        if self.sym.allocs[self.sym.root(o.args[0])].dtype not in ("f16", "bf16"):
+            _refuse(f"{where}: a shared tile of {self.sym.allocs[self.sym.root(o.args[0])].dtype} "
+                    "(shared tiles are swizzled rows of 16-bit elements)")
+        active = self._threads(o)
+        try:
+            buf, org = self._buffer(plan, o.args[0], smem)
+            if buf.stages > 1 or len(org) != 2:
+                _refuse(f"{where}: a pipelined (staged) shared tile")
+            rows, cols = self.shape2(o.args[0])
+            return P.FillShared(self.en(o.ev), buf.name, self.k(org[0]), rows, self.k(org[1]), cols,
+                                self.k(o.args[1]), buf.dtype, active)
+        finally:
+            self.thread_index = {}
+
     def _simt_vector(self, plan: P.KernelPlan, o: N.Call, before: bool):
         active = self._threads(o)
         try:

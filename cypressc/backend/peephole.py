@@ -9,6 +9,13 @@ registers there while another wgmma group is still in flight makes ptxas inject 
 ``warpgroup.wait`` (C7517) that serializes the two products (FlashAttention's S = Q·Kᵀ of
 step k+1 behind O += P·V of step k); CUTLASS and FlashAttention-3 clear the S accumulator
 the same way.
+
+**Dead row sums** (a HOST loop's lastprivate result).  When a HOST loop around the blocks
+becomes a grid dimension, a 1-D result every iteration writes alike is stored only by the
+blocks of the last iteration (``when``: gemm_reduction's ``y``, written by every column
+tile).  A SIMT row sum whose vector nothing but such stores reads computes a value the other
+blocks throw away, so it runs under the same ``when`` (a condition uniform over the block:
+no divergence); its fills, stores and every synchronization stay as they are.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
-from cypressc.backend.cexpr import is_zero
+from cypressc.backend.cexpr import cexpr, is_zero
+from cypressc.ir import nodes as N
 
-__all__ = ["fold_zero_fills"]
+__all__ = ["fold_zero_fills", "guard_dead_row_sums"]
 
 _FIELDS = ("acc", "src", "dst", "other", "a_frag")
 
@@ -45,3 +53,41 @@ def fold_zero_fills(stmts: list) -> list:
                 continue
         i += 1
     return out
+
+
+def _lists(plan: P.KernelPlan) -> list[list]:
+    """Every statement list of ``plan`` (the lists themselves, to edit in place)."""
+    return [plan.prologue, plan.simt_body, plan.epilogue, plan.issue_ahead, plan.exit,
+            *plan.consumer.sections(), *plan.producer.sections()]
+
+
+def _mentions(x, name: str) -> bool:
+    """Whether ``name`` is the value of any string field of statement ``x`` (at any depth:
+    an external call's operands, a sync op's edges)."""
+    if isinstance(x, str):
+        return x == name
+    if isinstance(x, (tuple, list)):
+        return any(_mentions(y, name) for y in x)
+    if hasattr(x, "__dataclass_fields__"):
+        return any(_mentions(getattr(x, f), name) for f in x.__dataclass_fields__)
+    return False
+
+
+def guard_dead_row_sums(plan: P.KernelPlan) -> None:
+    """Run each ``RowSum`` whose vector only ``FillVector``, ``RowSum`` and ``StoreVector``
+    statements use, every store under the same ``when``, under that ``when`` too (in place,
+    in every list that holds it)."""
+    stmts = [st for lst in _lists(plan) for st in lst]
+    for rs in {id(st): st for st in stmts if isinstance(st, P.RowSum)}.values():
+        users = [st for st in stmts if _mentions(st, rs.vec)]
+        stores = [st for st in users if isinstance(st, P.StoreVector)]
+        if not stores or any(not isinstance(st, (P.RowSum, P.FillVector, P.StoreVector)) for st in users):
+            continue
+        conds = {cexpr(st.when) if st.when is not None else None for st in stores}
+        if len(conds) != 1 or None in conds:
+            continue
+        when = stores[0].when
+        active = when if isinstance(rs.active, N.IConst) and rs.active.value is True else N.IBin("&&", rs.active, when)
+        new = replace(rs, active=active)
+        for lst in _lists(plan):
+            lst[:] = [new if st is rs else st for st in lst]

@@ -26,7 +26,7 @@ from cypressc.ir.sync import Guard
 __all__ = ["SWIZZLES", "swizzle_for", "GlobalTensor", "TmaMap", "StageBuffer", "Load", "Fragment", "Convert", "Mma",
            "Fill", "Add",
            "StoreDirect", "StageWrite", "TmaStore", "Barrier", "Sync", "RoleCode", "Vector", "FillVector",
-           "RowSum", "StoreVector", "RowVector", "RowOp", "RowStore", "KernelPlan", "COMPARISONS", "Require", "size_tree"]
+           "FillShared", "RowSum", "StoreVector", "RowVector", "RowOp", "RowStore", "KernelPlan", "COMPARISONS", "Require", "size_tree"]
 
 
 SWIZZLES = (128, 64, 32)  # TMA / wgmma swizzle modes, bytes per swizzled row, widest first
@@ -383,6 +383,24 @@ class FillVector:
     event: str
     vec: str
     value: IExpr
+
+
+@dataclass(frozen=True)
+class FillShared:
+    """``buf[row + r][col + c] = value`` for r < ``rows``, c < ``cols`` on the threads where
+    ``active`` holds (``row``/``col`` are kernel expressions of their indices): SIMT stores into an
+    unstaged swizzled shared tile that a wgmma reads afterwards (the IR's proxy fence and
+    barrier order them)."""
+
+    event: str
+    buf: str
+    row: IExpr
+    rows: int
+    col: IExpr
+    cols: int
+    value: IExpr
+    dtype: str
+    active: IExpr = IConst(True)
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,8 @@ def _note(op, names) -> str:
             what += f", {e.distance} step(s) later"
         elif e.via in ("entry", "after"):
             what += ", into the loop" if e.via == "entry" else ", after the loop"
+        elif e.via == "tile":
+            what += ", the next tile"
         part = f"{src} -> {dst} ({what})"
         if part not in parts:
             parts.append(part)

@@ -9,7 +9,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir.shapes import layout_key
 from cypressc.ir.subst import map_views, rename_events, walk_ops
 
-__all__ = ["Symbols", "views_of", "canon", "dim_procs", "forward_refs", "replace_event", "remove_ops",
+__all__ = ["Symbols", "views_of", "canon", "dim_procs", "forward_refs", "replace_event", "remove_ops", "map_ops",
            "substitute_view", "module_ops", "ref_for", "free_vars", "dedup_refs", "exprs_of"]
 
 
@@ -170,6 +170,16 @@ def remove_ops(m: N.Module, pred) -> N.Module:
                 o = replace(o, body=blk(o.body))
             ops.append(o)
         return N.Block(tuple(ops), b.yields)
+
+    return replace(m, body=blk(m.body))
+
+
+def map_ops(m: N.Module, fn) -> N.Module:
+    """Replace every op that is not a loop (at any depth) by ``fn(op)``."""
+
+    def blk(b: N.Block) -> N.Block:
+        return N.Block(tuple(replace(o, body=blk(o.body)) if isinstance(o, (N.For, N.PFor)) else fn(o)
+                             for o in b.ops), b.yields)
 
     return replace(m, body=blk(m.body))
 

@@ -19,17 +19,18 @@ Hardware semantics modelled (PTX ISA, mbarrier / wgmma / cp.async.bulk):
 * a wgmma is issued asynchronously; its accumulator update lands when a ``wait_group``
   retires its (committed) group; TMA stores (``bulk`` groups) complete at a random later
   step, ``wait_group bulk N`` blocks until at most N groups are in flight;
-* ``bar_sync id, threads`` blocks until ``threads / 128`` warpgroups arrived;
+* ``bar_sync id, threads`` blocks until ``threads / 128`` warpgroups arrived, and releases
+  the finished reads of each to the others (as an mbarrier arrival does);
   ``syncwarp`` is a no-op (lanes run in lockstep); fences clear the proxy/register marks
   below.
 
 Findings (:class:`Finding`), first one wins: **deadlock** (no thread can run, nothing in
 flight; every thread's position), **race** — a shared stage read before the TMA writing
 it completed or before the reader observed the full-barrier phase it completed; a TMA
-issued into a stage whose earlier reader is still in flight or whose release (an
-arrival) the producer has not observed; a register accumulator touched while a wgmma on
+issued into a stage, or thread code writing shared memory, whose earlier reader is
+still in flight or whose release (an arrival, a named barrier) the writer has not observed; a register accumulator touched while a wgmma on
 it is in flight; a wgmma on registers written by threads without ``fence wgmma``; a TMA
-store of shared memory written by threads without ``fence proxy_async``; the block
+store or a wgmma reading shared memory written by threads without ``fence proxy_async``; the block
 exiting with a TMA store in flight — and **mismatch** (values differ from the sequential
 interpreter, :mod:`cypressc.ir.interp`, which supplies the value semantics of copies and
 leaf calls here).

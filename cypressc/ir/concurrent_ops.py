@@ -67,6 +67,11 @@ class OpSemantics(RaceChecks):
             need = max(1, op.threads // 128)
             arrived = self.named.setdefault(bid, set())
             gen = self.named_gen.get(bid, 0)
+            token = (("named", bid), gen)  # what the others observe once this generation completes
+            for r in self.regions.values():  # this thread's finished reads: released to the others
+                for rd in r.readers:
+                    if rd["thread"] is t and rd["retired"]:
+                        rd["tokens"].add(token)
             arrived.add(t.name)
             if len(arrived) >= need:
                 self.named[bid] = set()
@@ -74,6 +79,7 @@ class OpSemantics(RaceChecks):
             else:
                 t.ready = lambda: self.named_gen.get(bid, 0) > gen
                 yield
+            t.observed[token[0]] = max(t.observed.get(token[0], 0), gen + 1)
         elif isinstance(op, S.Turn):
             # a named barrier of `threads`: each warpgroup's take (bar.sync) or pass (bar.arrive)
             # is 128 of them; a phase completes at `threads`, and only a take waits for that
@@ -177,6 +183,9 @@ class OpSemantics(RaceChecks):
                         self.fail("race", op, f"wgmma on %{key[0]} written by threads without fence wgmma")
                     regs.add(rkey)
                 elif mem == "SHARED":
+                    if mma and any(key in u.dirty for u in self.threads):
+                        self.fail("race", op, f"wgmma reads %{key[0]} written by threads without fence "
+                                              "proxy_async (the async proxy may not see the writes)")
                     if rule is None or rule.reads:
                         recs.append(self.check_read(t, op, key, retired=not mma))
                     if writes:

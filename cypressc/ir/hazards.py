@@ -86,7 +86,7 @@ class Dep:
 
     src: str
     dst: str
-    via: str  # same | entry | after | carried | end
+    via: str  # same | entry | after | carried | end | tile
     loop: str  # the loop event of entry / after / carried ("" otherwise)
     distance: int
     hazard: str  # raw | war | waw | end
@@ -285,8 +285,37 @@ class Program:
             if lf.kind == "tma_store":  # its shared source must outlive the TMA's reads
                 root = self.sym.root(lf.op.src)
                 out[(lf.op.ev, "", "end")] = Dep(lf.op.ev, "", "end", "", 0, "end", root, root, "SHARED", ())
+        for d in self._tile_deps(list(out.values())):
+            out.setdefault((d.src, d.dst, d.via), d)
         return sorted(out.values(), key=lambda d: (self.leaves[d.dst].seq if d.dst else 1 << 30,
                                                    self.leaves[d.src].seq))
+
+    def _tile_deps(self, inside: list[Dep]) -> list[Dep]:
+        """WAR hazards into the next tile of the same block: a wgmma or thread code of this
+        tile reads a shared tensor that thread code writes (a table the threads fill before the
+        main loop), and the block's next tile (a persistent block's, or the next iteration of a
+        HOST loop around the blocks) writes it again.  Threads of other warpgroups may read what
+        each writes, so every reading wgmma's group must retire and readers and writers meet
+        before any writes (``via = "tile"``; the event IR of one tile has no edge for it).  The
+        processors it spans are those of the tile's own flow edges from that writer to that
+        reader (``inside``: the same elements, the other way round): a point-wise hand-off
+        needs nothing; with no such edge, every level the reader runs on."""
+        out = []
+        for p in self.leaves.values():
+            if p.kind not in ("wgmma", "thread"):
+                continue
+            for v, r, _ in views_of(p.op):
+                root = self.sym.root(v)
+                if not r or self.sym.allocs[root].mem != "SHARED":
+                    continue
+                for c in self.leaves.values():
+                    if c.kind == "thread" and any(w and self.sym.root(x) == root for x, _, w in views_of(c.op)):
+                        flows = [x.scope for x in inside if (x.src, x.dst, x.hazard) == (c.op.ev, p.op.ev, "raw")
+                                 and x.other == root]
+                        scope = tuple(lv for lv in LEVELS if any(lv in f for f in flows)) if flows \
+                            else self._scope(p, c, (), root, root)
+                        out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", root, root, "SHARED", scope))
+        return out
 
     def _hazards(self, p: Leaf, c: Leaf, via: str, lp, idx) -> list[Dep]:
         out = []
@@ -363,6 +392,9 @@ class Program:
         if d.hazard == "end":
             return ("bulk",)
         c = self.leaves[d.dst]
+        if d.via == "tile":
+            retire = ("wait_group",) if p.kind == "wgmma" else ()
+            return (retire + ((self.barrier(d),) if d.scope else ())) or ("none",)
         if p.kind == "tma_load":
             return ("full",) if d.hazard == "raw" and c.kind != "tma_load" else ("implied",)
         if c.kind == "tma_load":
@@ -426,7 +458,7 @@ def implied(dep: Dep, covered: list[Dep]) -> bool:
     goal = (dep.via, dep.loop, dep.distance)
     by_src: dict[str, list[Dep]] = {}
     for c in covered:
-        if c.hazard != "end":
+        if c.hazard != "end" and c.via != "tile":
             by_src.setdefault(c.src, []).append(c)
     for a in by_src.get(dep.src, []):
         for b in by_src.get(a.dst, []):

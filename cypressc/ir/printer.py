@@ -191,7 +191,7 @@ def _edges(edges, ev) -> str:
             out.append(f"{', '.join(names)} -> end (the TMA store reads %{tensor})")
             continue
         how = {"same": "", "entry": ", into the loop", "after": ", after the loop",
-               "carried": f", {dist} iteration(s) later"}[via]
+               "carried": f", {dist} iteration(s) later", "tile": ", the next tile"}[via]
         if hz == "turn":  # the Tensor Core, not a tensor: the previous warpgroup's run, then this one's
             out.append(f"{', '.join(names)} -> {ev(dst)} (turn{how})")
             continue

@@ -67,9 +67,11 @@ def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand
     rows, cols = s
     if operand == "A" and cols % atom.k:
         raise fail(f"the A tile's K extent {cols} is not a multiple of {atom.k}", shape[1])
-    if operand == "B":
-        if rows % atom.k:
-            raise fail(f"the B tile's K extent {rows} is not a multiple of {atom.k}", shape[0])
+    if operand in ("B", "Bt"):
+        # "Bt": the B operand stored N x K (warpgroup_mma_bt), so K runs along the columns
+        k_dim = 0 if operand == "B" else 1
+        if s[k_dim] % atom.k:
+            raise fail(f"the {operand} tile's K extent {s[k_dim]} is not a multiple of {atom.k}", shape[k_dim])
         return tuple(shape)
     if operand == "C" and (cols % 8 or cols % atom.n and atom.n % cols):
         raise fail(f"the accumulator tile has {cols} columns; {atom.name} needs a multiple of {atom.n}",
@@ -95,7 +97,7 @@ def mma_coords(shape: tuple[int, ...], proc: str, operand: str, index: int) -> t
     if len(shape) == 1:
         return mma_coords((shape[0], 8), proc, operand, index)[:1]
     rows, cols = shape
-    if operand == "B":
+    if operand in ("B", "Bt"):
         return np.arange(rows), np.arange(cols)
     if proc == "WARP":
         r = np.array([64 * q + 16 * index + x for q in range(rows // 64) for x in range(16)])

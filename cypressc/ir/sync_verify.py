@@ -20,8 +20,9 @@ and checks, against the hazards of :class:`cypressc.ir.hazards.Program`:
   between a wgmma and thread code touching its operands; ``wgmma.fence`` (with no
   mbarrier wait between it and the wgmma: ptxas re-fences after that control flow),
   ``fence.proxy.async``, ``syncwarp``, a named barrier of the right thread count (ids
-  1-7, disjoint); a bulk group waited before the block ends; or a path of realized
-  edges implies it;
+  1-7, disjoint); a bulk group waited before the block ends; a wgmma reading a shared
+  tensor the next tile's threads write retired and followed by the barrier they meet at
+  before the tile ends; or a path of realized edges implies it;
 * **turns** (ping-pong, :mod:`cypressc.passes.sync_turns`): every ``turn`` op realizes
   ``turn`` edges, its barriers are no other named barrier's, and the consumer
   warpgroups' takes and passes, run as named barriers, neither deadlock nor leave an
@@ -195,7 +196,7 @@ class _Run:
         """(src position, dst position) pairs of ``d`` in this run (dst None: block end)."""
         p, c = self.prog.leaves[d.src], self.prog.leaves.get(d.dst)
         for (ev, vals), at in list(self.where.items()):
-            if d.via == "end":
+            if d.via in ("end", "tile"):  # to the end of the tile (the next tile's writer comes after it)
                 if ev == d.src:
                     yield at, None
                 continue
@@ -401,8 +402,9 @@ def _retired(run: _Run, d: Dep, a: int, b: int, arrive: S.Arrive) -> None:
                          "with no barrier")
 
 
-def _waited(run: _Run, role: str, a: int, b: int | None, what: str) -> None:
-    """A wgmma at position ``a`` is committed and retired before position ``b``."""
+def _waited(run: _Run, role: str, a: int, b: int | None, what: str) -> int:
+    """A wgmma at position ``a`` is committed and retired before position ``b``; the position
+    of the ``wait_group`` that retires it."""
     tr = run.traces[role]
     commit = run.between(role, a, b, lambda o: isinstance(o, S.CommitGroup) and o.unit == "wgmma")
     if not commit:
@@ -410,7 +412,7 @@ def _waited(run: _Run, role: str, a: int, b: int | None, what: str) -> None:
     for y in run.between(role, commit[0], b, lambda o: isinstance(o, S.WaitGroup) and o.unit == "wgmma"):
         later = len(run.between(role, commit[0], y, lambda o: isinstance(o, S.CommitGroup) and o.unit == "wgmma"))
         if later >= tr[y][0].pending:
-            return
+            return y
     raise _error(f"{what}: no wait_group retires the wgmma's group")
 
 
@@ -424,6 +426,15 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
         if not c or not run.between(role, c[0], None, lambda o: isinstance(o, S.WaitGroup) and o.unit == "bulk"
                                     and o.pending == 0):
             raise _error(f"{name}: the TMA store's bulk group is not committed and waited before the end")
+        return
+    if d.via == "tile":  # the barrier must follow the retiring wait (a wgmma) or the read
+        start = _waited(run, role, pa, None, name) if "wait_group" in needs else pa
+        threads = 32 * (prog.warps(d) or 0)
+        if "bar_sync" in needs and not run.between(role, start, None, lambda o: isinstance(o, S.BarSync)
+                                                   and o.threads == threads):
+            raise _error(f"{name}: no named barrier of {threads} threads before the end of the tile")
+        if "syncwarp" in needs and not run.between(role, start, None, lambda o: isinstance(o, S.SyncWarp)):
+            raise _error(f"{name}: no syncwarp before the end of the tile")
         return
     crole, pc = b
     if "full" in needs:

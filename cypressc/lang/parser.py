@@ -381,11 +381,11 @@ class _Parser:
             args = tuple(self.expr(e) for e in rest[0].elts)
         elif kind == "mma":
             if len(rest) != 3:
-                raise self.err("E010", 'partition_by_mma(T, ATOM, PROC, "A"|"B"|"C") takes 4 arguments', call)
+                raise self.err("E010", 'partition_by_mma(T, ATOM, PROC, "A"|"B"|"Bt"|"C") takes 4 arguments', call)
             args = (self.expr(rest[0]), self.expr(rest[1]), self.expr(rest[2]))
             op = args[2]
-            if not (isinstance(op, S.Str) and op.value in ("A", "B", "C")):
-                raise self.err("E010", 'the operand of partition_by_mma must be "A", "B" or "C"', rest[2])
+            if not (isinstance(op, S.Str) and op.value in ("A", "B", "Bt", "C")):
+                raise self.err("E010", 'the operand of partition_by_mma must be "A", "B", "Bt" or "C"', rest[2])
         elif kind == "slices":
             if len(rest) != 1 or not (isinstance(rest[0], ast.Constant) and type(rest[0].value) is int):
                 raise self.err("E010", "partition_by_slices(T, dim) takes an integer dimension", call)

@@ -6,7 +6,9 @@ applied to a fixpoint in this order (synchronization-removing patterns first):
 1. **alias** (self copy, Fig. 10d): a fresh tensor in the same memory as the view it
    was copied from (or mapped to NONE) *is* that view: substitute it, and the copies
    become ``copy(t, t)``, removed with their events forwarded to their preconditions
-   (``b[e2/e1]``) — a collapsed ``e[:]`` survives, as it must;
+   (``b[e2/e1]``) — a collapsed ``e[:]`` survives, as it must.  A callee's fresh SHARED
+   tensor copied out whole into its caller's NONE tensor of the same processors (a table
+   the callee fills) makes the caller's tensor SHARED: the mapping put the data there;
 2. **spill hoisting** (Fig. 10b): a copy-in at the top of a ``for`` body and the
    matching copy-out at its bottom move to the preamble and postamble;
 3. **spill elimination** (Fig. 10a): a copy-out into a piece followed by a copy-in of
@@ -28,7 +30,7 @@ from dataclasses import replace
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import (Symbols, canon, forward_refs, free_vars, ref_for, remove_ops,
+from cypressc.ir.analysis import (Symbols, canon, forward_refs, free_vars, map_ops, ref_for, remove_ops,
                                   replace_event, substitute_view, views_of)
 from cypressc.ir.origin import Sites, TensorSite
 from cypressc.ir.subst import map_views, walk_ops
@@ -118,7 +120,8 @@ def _try_alias(m: N.Module) -> N.Module | None:
         if xa not in ix.m.params and ix.pos[id(xa)] > ix.pos[id(a)]:
             continue  # only a callee's fresh tensor stands for its caller's view
         xmem = ix.sym.mem(x)
-        if not (a.mem == xmem or a.mem == "NONE"):
+        promote = _promotes(ix, a, cin, cout, x, xa, xmem)
+        if not (a.mem == xmem or a.mem == "NONE" or promote):
             continue
         if not _same_shape(ix.sym.shape(x), a.shape):
             continue
@@ -129,8 +132,22 @@ def _try_alias(m: N.Module) -> N.Module | None:
             continue  # written but never copied back: it is a scratch tensor, not an alias
         if cout is None and not _readonly_after(ix, ix.sym.root(x), cin):
             continue
-        return _alias(m, ix, a, cin, cout, x)
+        m = _alias(m, ix, a, cin, cout, x)
+        if promote:
+            m = map_ops(m, lambda o: replace(o, mem=a.mem) if isinstance(o, N.Alloc) and o.name == xa.name else o)
+        return m
     return None
+
+
+def _promotes(ix: _Index, a: N.Alloc, cin: N.Copy | None, cout: N.Copy | None, x: N.View,
+              xa: object, xmem: str) -> bool:
+    """A task's fresh SHARED tensor whose whole value is copied out into its caller's
+    NONE tensor made on the same processors (``launch("fill_table", E)`` on a block-local
+    ``E``): the caller's tensor takes the callee's memory, as if the mapping had put it
+    there, so the readers that want it in that memory alias it instead of copying."""
+    return (cin is None and cout is not None and xmem == "NONE" and a.mem == "SHARED"
+            and a.layout is None and isinstance(x, N.TRef) and isinstance(xa, N.Alloc)
+            and xa not in ix.m.params and xa.dims == a.dims)
 
 
 def _find(m: N.Module, ev: str) -> N.Op:

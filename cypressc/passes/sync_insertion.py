@@ -27,6 +27,10 @@ of :mod:`cypressc.ir.sync` next to them:
 * a hazard spanning the threads of one warp → ``syncwarp``; warps or warpgroups → a
   named barrier (ids allocated in program order from 1 to 7; 0 is ``__syncthreads``);
 * a TMA store → a bulk ``commit_group``, and ``wait_group 0`` at the end of the block;
+* a wgmma reading a shared tensor that thread code writes (a constant table filled before
+  the main loop) → its group retired by the ``wait_group 0`` after its loop and a named
+  barrier of readers and writers at the end of the tile (``via = "tile"``: the block's next
+  tile writes the tensor again);
 * with the mapping's ``pingpong``, the ``turn`` edges between the consumer warpgroups' runs
   of wgmma issues → ``turn take`` / ``turn pass`` named barriers
   (:mod:`cypressc.passes.sync_turns`);
@@ -38,7 +42,8 @@ Anything else is refused (E050) rather than left unsynchronized.  The result set
 
 The TMA channels are built in :mod:`cypressc.passes.sync_channels`, every op is placed by
 :mod:`cypressc.passes.sync_placement`, and :mod:`cypressc.passes.sync_prune` drops the
-``wait_group`` ops an earlier wait made redundant.
+``wait_group`` ops an earlier wait made redundant and folds a ``fence wgmma`` that only wgmma
+issues separate from the previous one into it.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from cypressc.passes.sync_channels import TmaChannels
 from cypressc.passes.sync_placement import Ins as _Ins
 from cypressc.passes.sync_placement import Refuse as _Refuse
 from cypressc.passes.sync_placement import count_instances as _count
-from cypressc.passes.sync_prune import prune_wait_groups
+from cypressc.passes.sync_prune import merge_wgmma_fences, prune_wait_groups
 from cypressc.passes.sync_turns import place_turns
 
 __all__ = ["SyncInsertion", "sync_insertion"]
@@ -179,6 +184,7 @@ class _Insert(TmaChannels):
                               "stage release or thread-level synchronization inside one role")
             self.covered.append(d)
         body, _ = prune_wait_groups(self._rebuild(self.m.body), {})
+        body = merge_wgmma_fences(body)
         if self.cfg.pingpong:
             body, self.next_id = place_turns(body, self.prog, self.next_id)
         return replace(self.m, body=body, synchronized=True)
@@ -234,6 +240,9 @@ class _Insert(TmaChannels):
             self.put(blk, "end", 0, ("bulkwait", p.role),
                      lambda ins: S.WaitGroup("bulk", 0, p.role, tuple(ins.edges), p.op.dims), [e])
             return
+        if d.via == "tile":
+            self._tile(d, needs, p, c, e)
+            return
         if "wait_group" in needs:
             self._wait_group(d, p, c, e)
         where, side = self.anchor(d)
@@ -258,6 +267,36 @@ class _Insert(TmaChannels):
             per_wg = "WARPGROUP" not in d.scope and any(x.proc == "WARPGROUP" for x in dims)
             self.put(where, side, S.BarSync, ("bar", p.role, d.scope),
                      lambda ins: self._bar_sync(ins, p.role, dims, per_wg, 32 * warps), [e])
+
+    def _tile(self, d: Dep, needs: tuple[str, ...], p: Leaf, c: Leaf, e: S.Edge) -> None:
+        """A read (a wgmma's, or thread code's) of a thread-written shared tensor before the
+        next tile's writes (``via = "tile"``): a wgmma's group retires by the ``wait_group 0``
+        after its loop (or at the end of the tile), and readers and writers meet at a named
+        barrier at the end of the tile (one per warpgroup when the hazard stays inside each), so
+        no thread writes the tensor again while another thread or wgmma may still read it."""
+        top = p.loops[0] if p.loops else p.op
+        blk = next(b for b in self.blocks.values() if any(o is top for o in b.ops))
+        if "wait_group" in needs:
+            if p.op.ev not in self.groups:
+                raise _Refuse(f"wgmma %{p.op.ev} is in no commit group")
+            where, side = (p.loops[-1], "after") if p.loops else (blk, "end")
+            if p.loops and p.loops[-1] is not top:
+                raise _Refuse(f"a wgmma in a nested loop reading %{d.other}, which the next tile's threads write")
+            self.put(where, side, S.WaitGroup, ("wait_group", p.role),
+                     lambda ins: S.WaitGroup("wgmma", ins.pending, p.role, tuple(ins.edges),
+                                             self.prog.role_dims(p.role)),
+                     [e], pending=0)
+        if "bar_sync" in needs:
+            warps = self.prog.warps(d)
+            if warps is None:
+                raise _Refuse(f"a named barrier over a run-time number of threads (%{d.src} -> %{d.dst})")
+            dims = max(p.op.dims, c.op.dims, key=len)
+            per_wg = "WARPGROUP" not in d.scope and any(x.proc == "WARPGROUP" for x in dims)
+            self.put(blk, "end", 2, ("bar", p.role, d.scope, "tile"),
+                     lambda ins: self._bar_sync(ins, p.role, dims, per_wg, 32 * warps), [e])
+        elif "syncwarp" in needs:
+            self.put(blk, "end", 2, ("syncwarp", p.role, "tile"),
+                     lambda ins: S.SyncWarp(p.role, tuple(ins.edges), p.op.dims), [e])
 
     def _bar_sync(self, ins: _Ins, role: str, dims, per_wg: bool, threads: int) -> S.BarSync:
         base, n = self.next_id, 1

@@ -1,6 +1,7 @@
 """Dropping the ``wait_group N`` ops that sync-insertion placed but an earlier wait made
 redundant: at most N wgmma (or bulk) groups can be in flight there on any path, e.g. the wait
-after a loop whose every step ends waiting for 0."""
+after a loop whose every step ends waiting for 0; and merging a ``fence wgmma`` into the one
+before the same role's previous wgmma when only wgmma issues lie between them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import replace
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 
-__all__ = ["prune_wait_groups"]
+__all__ = ["prune_wait_groups", "merge_wgmma_fences"]
 
 _MANY = 1 << 16  # "any number of groups may be in flight"
 
@@ -62,3 +63,33 @@ def prune_wait_groups(b: N.Block, state: dict) -> tuple[N.Block, dict]:
             state = _join(state, out)
         ops.append(op)
     return N.Block(tuple(ops), b.yields), state
+
+
+def _async_mma(op) -> bool:
+    return isinstance(op, N.Call) and op.fn in ("warpgroup_mma", "warpgroup_mma_bt")
+
+
+def merge_wgmma_fences(b: N.Block) -> N.Block:
+    """Fold each ``fence wgmma`` into the same role's previous one in the block when only
+    wgmma issues (and ops that run no code: partitions, allocations) lie between them: no
+    thread touched a register since that fence, so it already orders what this one would
+    (PTX requires ``wgmma.fence`` between register accesses and the wgmmas that follow, not
+    before each wgmma).  The earlier fence takes over the edges."""
+    ops: list = []
+    last: dict[str, int] = {}  # role -> index in ops of a fence only wgmma issues follow
+    for op in b.ops:
+        if isinstance(op, S.Fence) and op.kind == "wgmma":
+            if op.role in last:
+                f = ops[last[op.role]]
+                ops[last[op.role]] = replace(f, edges=tuple(dict.fromkeys(f.edges + op.edges)))
+                continue
+            last[op.role] = len(ops)
+        elif isinstance(op, (N.For, N.PFor)):
+            op = replace(op, body=merge_wgmma_fences(op.body))
+            last.clear()
+        elif isinstance(op, S.SYNC_OPS):
+            last.pop(getattr(op, "role", None), None)  # the role's waits and commits end its run of issues
+        elif not (_async_mma(op) or isinstance(op, (N.Partition, N.Alloc, N.Let))):
+            last.clear()
+        ops.append(op)
+    return N.Block(tuple(ops), b.yields)

@@ -19,17 +19,21 @@ from cypressc.mapping.tasktree import instantiate
 from cypressc.passes.manager import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp")) + ["gemm_bf16"]
+# goldens of a program under another mapping or dtype: name -> (program, mapping, dtypes)
+EXTRA = {"gemm_bf16": ("gemm", "h100", {"T": "bf16"}),
+         # the Tensor-Core row sums: a shared table the threads fill (swizzled stores, proxy fence,
+         # the barriers before the loop and at the end of the tile), an N = 8 K-major wgmma
+         "gemm_reduction_tc": ("gemm_reduction", "h100_tc", {})}
+PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp")) + sorted(EXTRA)
 RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 LOWERED = {"gemm", "batched_gemm", "dual_gemm", "gemm_reduction"}  # must keep lowering: a refusal is a regression
 
 
 def _plan(program: str):
-    """``gemm_bf16`` is programs/gemm.cyp with ``--dtype T=bf16``."""
-    dtypes = {"T": "bf16"} if program.endswith("_bf16") else {}
-    program = program.removesuffix("_bf16")
+    """programs/<program>.cyp under mappings/<program>/h100.yaml, or an :data:`EXTRA` one."""
+    program, mapping, dtypes = EXTRA.get(program, (program, "h100", {}))
     tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp", dtypes)),
-                       load_mapping(ROOT / "mappings" / program / "h100.yaml"))
+                       load_mapping(ROOT / "mappings" / program / f"{mapping}.yaml"))
     try:
         return compile_module(tree)[-1][1].kernel
     except CypressError as e:

@@ -87,6 +87,10 @@ CASES = {
     "dual_gemm": ("tests/mappings/dual_gemm_small.yaml", dict(M=50, N=24, K=40), ref_dual, ["D"]),
     "gemm_reduction": ("tests/mappings/gemm_reduction_small.yaml", dict(M=50, N=40, K=40), ref_reduction,
                        ["C", "y"]),
+    # the same program's Tensor-Core row sums (variant gemm_reduction_block_tc: a shared tile of
+    # 1/8 filled by the threads, an N = 8 wgmma per step, the row sum of the 8 equal columns)
+    "programs/gemm_reduction.cyp": ("tests/mappings/gemm_reduction_tc_small.yaml", dict(M=50, N=40, K=40),
+                                    ref_reduction, ["C", "y"]),
     # a test program: the second wgmma's A operand is the first's result, converted in registers
     "tests/programs/chain_gemm.cyp": ("tests/mappings/chain_gemm_small.yaml", dict(M=40, E=12, D=64, N=24),
                                       ref_chain, ["O"]),

@@ -266,7 +266,8 @@ def test_wait_group_counts_the_groups_committed_in_between():
 @pytest.mark.parametrize("first_read_before_b, expect", [
     (True, ["Fence(wgmma)", "a", "CommitGroup(wgmma)", "Fence(wgmma)", "b", "CommitGroup(wgmma)",
             "WaitGroup(wgmma 1)", "ra", "WaitGroup(wgmma 0)", "rb"]),
-    (False, ["Fence(wgmma)", "a", "Fence(wgmma)", "b", "CommitGroup(wgmma)", "WaitGroup(wgmma 0)", "rb", "ra"]),
+    # one wgmma fence: nothing touches a register between the two issues (sync_prune folds b's into a's)
+    (False, ["Fence(wgmma)", "a", "b", "CommitGroup(wgmma)", "WaitGroup(wgmma 0)", "rb", "ra"]),
 ])
 def test_back_to_back_wgmmas_needed_at_different_points_get_their_own_groups(first_read_before_b, expect):
     """Two wgmmas issued back to back on two accumulators: when thread code reads a's result
@@ -305,13 +306,18 @@ def shared_handoff(*idx) -> N.Module:
     ((BX, WGI, WI, TI), None),                   # point-wise: program order in one thread
 ])
 def test_broadcasts_become_named_barriers_syncwarp_or_nothing(idx, expect):
+    """The same sync twice: before the read (RAW), and at the end of the tile (WAR into the next
+    tile's write, ``via = "tile"``, over the processors the RAW edge spans)."""
     m = run(shared_handoff(*idx))
     syncs = [o for o in m.body.ops if isinstance(o, S.SYNC_OPS)]
-    assert kinds(syncs) == ([expect] if expect else [])
+    assert kinds(syncs) == ([expect, expect] if expect else [])
+    if expect:
+        assert {e.via for e in syncs[1].edges} == {"tile"} and m.body.ops[-1] is syncs[1]
     if expect == "BarSync(128)":
         assert syncs[0].id == N.ibin("+", C(1), WGI)  # one barrier per warpgroup: ids 1, 2
+        assert syncs[1].id == N.ibin("+", C(3), WGI)  # and at the tile end: 3, 4
     if expect == "BarSync(256)":
-        assert syncs[0].id == C(1)
+        assert syncs[0].id == C(1) and syncs[1].id == C(2)
     if expect:
         with pytest.raises(VerifyError):
             verify_sync(drop(m, lambda o: True))

@@ -32,7 +32,11 @@ CASES = sorted((p.stem, m.relative_to(ROOT).as_posix()) for p in (ROOT / "progra
 # the backend used to fill.  FlashAttention's (2 and 3) is not that template (a Q panel loaded once on a
 # one-stage barrier, two wgmma groups per step, register fences between them): the concurrent
 # interpreter and its teeth (tests/ir/test_concurrent.py) and test_cuda_from_sync.py check it.
-TEMPLATE = [(p, m) for p, m in CASES if not p.startswith("flash_attention")]
+# gemm_reduction's Tensor-Core row sums (h100_tc, h100_tc_plain) add a shared table the threads
+# fill: their sync is checked on its own below.
+TENSOR_CORE_SUMS = ("gemm_reduction", "mappings/gemm_reduction/h100_tc.yaml")
+TEMPLATE = [(p, m) for p, m in CASES if not p.startswith("flash_attention")
+            and not m.startswith("mappings/gemm_reduction/h100_tc")]
 
 
 def compiled(program: str, mapping: str):
@@ -84,6 +88,30 @@ def test_the_synchronization_derived_from_the_events_is_the_templates(program, m
     assert bool([o for o in syncs(m, S.CommitGroup) if o.unit == "bulk"]) == staged
 
 
+def test_a_table_the_threads_fill_is_fenced_met_and_released_at_the_tile_end():
+    """h100_tc: the consumers fill the shared table E (1/8) before the main loop and every step's
+    N = 8 wgmma reads it.  Derived: fence.proxy.async, then a 256-thread barrier before the loop
+    (RAW: each warpgroup reads the rows the other wrote); the wgmmas' group retired after the
+    loop and a second 256-thread barrier at the end of the tile (WAR into the next tile's fill,
+    ``via = "tile"``); one wgmma fence per step for both accumulators."""
+    m, plan = compiled(*TENSOR_CORE_SUMS)
+    top = list(m.body.ops[-1].body.ops)  # the HOST loop's block program
+    loop = next(i for i, o in enumerate(top) if isinstance(o, N.For) and o.pipeline)
+    fill = next(i for i, o in enumerate(top) if isinstance(o, N.Call) and o.fn == "fill"
+                and Symbols(m).mem(o.args[0]) == "SHARED")
+    between = [o for o in top[fill + 1:loop] if isinstance(o, S.SYNC_OPS) and not isinstance(o, S.MBarrier)]
+    assert [type(o).__name__ for o in between] == ["Fence", "BarSync"]
+    assert between[0].kind == "proxy_async" and between[1].threads == 256
+    end = top[-1]
+    assert isinstance(end, S.BarSync) and end.threads == 256 and end.id != between[1].id
+    assert {(e.via, e.hazard, e.tensor) for e in end.edges} == {("tile", "war", "E")}
+    after = [o for o in top[loop + 1:] if isinstance(o, S.WaitGroup) and o.unit == "wgmma"]
+    assert after[0].pending == 0 and any(e.via == "tile" for e in after[0].edges)
+    fences = [o for o in in_loop(m) if isinstance(o, S.Fence) and o.kind == "wgmma"]
+    assert len(fences) == 1 and len({e.tensor for e in fences[0].edges}) == 2
+    assert any(isinstance(st, P.FillShared) for st in plan.prologue)
+
+
 def test_dual_gemm_channels_follow_the_wait_points():
     """A and B1 are first read by the first wgmma: one channel; B2 only by the second: its own,
     waited just before it (the template made the first wgmma wait for B2 too)."""
@@ -120,6 +148,7 @@ def _without(b: N.Block, path) -> N.Block:
 
 TEETH = [(p, f"mappings/{p}/h100.yaml", None) for p in ("gemm", "gemm_reduction", "dual_gemm", "batched_gemm")] + [
     ("gemm", "mappings/gemm/h100_alias.yaml", None), ("gemm", "mappings/gemm/h100_nows.yaml", None),
+    ("gemm_reduction", "mappings/gemm_reduction/h100_tc.yaml", None),
     ("gemm_reduction", "mappings/gemm_reduction/h100.yaml", 0), ("dual_gemm", "mappings/dual_gemm/h100.yaml", 2)]
 
 

@@ -23,6 +23,7 @@
 #include <cute/arch/copy_sm90_tma.hpp>  // SM90_TMA_LOAD_2D/3D, SM90_TMA_STORE_2D/3D
 #include <cute/arch/mma_sm90_desc.hpp>  // GmmaDescriptor
 #include <cute/arch/mma_sm90_gmma.hpp>  // SM90::GMMA::MMA_64xNx16_*, warpgroup_arrive/commit/wait
+#include <cute/swizzle.hpp>             // Swizzle<B, M, S>: the TMA/wgmma swizzle as an address map
 #if defined(CYP_GMMA_ALL_N)
 #include <cute/arch/mma_sm90_gmma_ext.hpp>  // the other N (24, 40, ..., 248): big, so opt-in
 #endif
@@ -303,6 +304,15 @@ __device__ __forceinline__ int2 acc_coord(int j) {
 // i.e. where a TMA store with CU_TENSOR_MAP_SWIZZLE_128B expects it. col must be even.
 __device__ __forceinline__ uint32_t sw128_offset(int row, int col) {
   return row * 128 + ((((col >> 3) ^ row) & 7) << 4) + ((col & 7) << 1);
+}
+
+// Byte offset of 16-bit element (row, col) in one chunk of an SW-byte-swizzled tile (rows of
+// SW bytes, as a TMA box with that swizzle writes it): CuTe's Swizzle<log2(SW/16), 4, 3> on
+// the byte offset (the 16-byte unit XORed with the row's position in its 1024-byte atom).
+template <int SW> __device__ __forceinline__ uint32_t sw_offset(int row, int col) {
+  static_assert(SW == 128 || SW == 64 || SW == 32, "TMA / wgmma swizzle rows of 128, 64 or 32 bytes");
+  constexpr int B = SW == 128 ? 3 : SW == 64 ? 2 : 1;
+  return cute::Swizzle<B, 4, 3>{}(uint32_t(row * SW + col * 2));
 }
 
 // Two 16-bit values packed in a word, as f32.

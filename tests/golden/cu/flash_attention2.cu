@@ -9,22 +9,22 @@ constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int Q_block_STAGE = 32768, Q_block_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_qk_STAGE = 32768, B_mma_qk_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_pv_STAGE = 32768, B_mma_pv_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
-constexpr int SMEM_BYTES = 164936;
+constexpr int SMEM_BYTES = 197704;
 }  // namespace
 
 __global__ void __launch_bounds__(THREADS, 1)
-flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const __grid_constant__ CUtensorMap tm_K_128x64, const __grid_constant__ CUtensorMap tm_V_128x64, __half* __restrict__ O, float* __restrict__ LSE, int B, int H, int M, int D, int HK, int N, int causal, float scale) {
+flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const __grid_constant__ CUtensorMap tm_K_128x64, const __grid_constant__ CUtensorMap tm_V_128x64, const __grid_constant__ CUtensorMap tm_O_64x64, __half* __restrict__ O, float* __restrict__ LSE, int B, int H, int M, int D, int HK, int N, int causal, float scale) {
   // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
   uint8_t* s_Q_block = smem + 0;  // %Q_block
   uint8_t* s_B_mma_qk = smem + 98304;  // %B_mma_qk
   uint8_t* s_B_mma_pv = smem + 32768;  // %B_mma_pv
-  cypress::bar_t* full_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 163840);  // full mbarrier[1], channel of %e1
-  cypress::bar_t* full_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 163848);  // full mbarrier[2], channel of %e7
-  cypress::bar_t* empty_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 163864);  // empty mbarrier[2], channel of %e7
-  cypress::bar_t* full_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 163880);  // full mbarrier[2], channel of %e19
-  cypress::bar_t* empty_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 163896);  // empty mbarrier[2], channel of %e19
+  cypress::bar_t* full_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 196608);  // full mbarrier[1], channel of %e1
+  cypress::bar_t* full_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 196616);  // full mbarrier[2], channel of %e7
+  cypress::bar_t* empty_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 196632);  // empty mbarrier[2], channel of %e7
+  cypress::bar_t* full_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 196648);  // full mbarrier[2], channel of %e19
+  cypress::bar_t* empty_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 196664);  // empty mbarrier[2], channel of %e19
   const int tiles0 = B;
   const int tiles1 = H;
   const int tiles2 = cdiv(M, 128);
@@ -102,6 +102,9 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       int b0, b1, b2;
       tile_coords(t, b0, b1, b2);
       const int num_k = cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128);
+      if (0 >= cw) {
+        cypress::named_arrive(3, 256);  // start -> %e20 (turn)
+      }
       // %e2: fill
       #pragma unroll
       for (int i = 0; i < 64; ++i) C_clear_thread[0][i] = 0;
@@ -112,6 +115,7 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       #pragma unroll
       for (int a = 0; a < 1; ++a) l_init_thread[a][0] = l_init_thread[a][1] = 0;
       cypress::wait(&full_Q_block[0], 0);  // %e1 -> %e8 (raw %Q_block, into the loop)
+      cypress::named_sync((3 + cw), 256);  // %e8 -> %e20 (turn, into the loop)
       for (int kb = 0; kb < num_k; ++kb) {
         cypress::wait(&full_B_mma_qk[stage], phase);  // %e7 -> %e8 (raw %B_mma_qk)
         // wgmma.fence: %e6 -> %e8 (raw %C_clear_thread_1); %e6 -> %e8 (waw %C_clear_thread_1); %e6 -> %e8 (waw %C_clear_thread_1, 1 step(s) later); %e8 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e8 (waw %C_clear_thread_1, 1 step(s) later); %e10 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e10 -> %e8 (waw %C_clear_thread_1, 1 step(s) later); %e12 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e14 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e14 -> %e8 (waw %C_clear_thread_1, 1 step(s) later); %e16 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e18 -> %e8 (war %C_clear_thread_1, 1 step(s) later)
@@ -125,6 +129,7 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, C_clear_thread_1[0], kk == 0);
         }
         cypress::commit();  // closes the group of %e8
+        cypress::named_arrive((3 + ((cw + 1) % 2)), 256);  // %e8 -> %e20 (turn)
         cypress::wait<0>();  // %e8 -> %e9 (raw %C_clear_thread_1); %e8 -> %e9 (war %C_clear_thread_1); %e8 -> %e9 (waw %C_clear_thread_1); %e8 -> %e9 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e9 (waw %C_clear_thread_1, 1 step(s) later); %e8 -> %e7 (war %B_mma_qk, 2 step(s) later); %e8 -> %e10 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e10 (waw %C_clear_thread_1, 1 step(s) later); %e8 -> %e14 (war %C_clear_thread_1); %e8 -> %e14 (waw %C_clear_thread_1); %e8 -> %e14 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e14 (waw %C_clear_thread_1, 1 step(s) later); %e20 -> %e17 (raw %C_clear_thread, 1 step(s) later); %e20 -> %e17 (war %C_clear_thread, 1 step(s) later); %e20 -> %e17 (waw %C_clear_thread, 1 step(s) later); %e20 -> %e18 (war %D_convert_thread, 1 step(s) later)
         cypress::fence_acc(C_clear_thread_1[0]);
         cypress::fence_acc(C_clear_thread[0]);
@@ -161,6 +166,7 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         #pragma unroll
         for (int a = 0; a < 1; ++a) cypress::acc_to_a<__half>(C_clear_thread_1[a], D_convert_thread[a]);
         cypress::wait(&full_B_mma_pv[stage], phase);  // %e19 -> %e20 (raw %B_mma_pv)
+        cypress::named_sync((3 + cw), 256);  // %e8 -> %e20 (turn)
         // wgmma.fence: %e2 -> %e20 (raw %C_clear_thread, into the loop); %e2 -> %e20 (waw %C_clear_thread, into the loop); %e17 -> %e20 (raw %C_clear_thread); %e17 -> %e20 (war %C_clear_thread); %e17 -> %e20 (waw %C_clear_thread); %e17 -> %e20 (war %C_clear_thread, 1 step(s) later); %e17 -> %e20 (waw %C_clear_thread, 1 step(s) later); %e18 -> %e20 (raw %D_convert_thread); %e20 -> %e20 (war %C_clear_thread, 1 step(s) later); %e20 -> %e20 (waw %C_clear_thread, 1 step(s) later)
         cypress::fence_acc(C_clear_thread[0]);
         cypress::fence_acc(D_convert_thread[0]);
@@ -176,6 +182,9 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           if (leader) cypress::arrive(&empty_B_mma_pv[(stage >= 1 ? stage - 1 : stage + 1)]);  // %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
         }
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
+      }
+      if (0 >= cw) {
+        cypress::named_arrive((3 + ((cw + 1) % 2)), 256);  // %e8 -> %e20 (turn, after the loop)
       }
       cypress::wait<0>();  // %e20 -> %e21 (raw %C_clear_thread, after the loop); %e20 -> %e21 (war %C_clear_thread, after the loop); %e20 -> %e21 (waw %C_clear_thread, after the loop); %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
       cypress::fence_acc(C_clear_thread[0]);
@@ -198,17 +207,27 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           for (int h = 0; h < 2; ++h)
             if (r0 + 64 * a + 8 * h < M) dst[r0 + 64 * a + 8 * h] = LSE_finish_thread[a][h];
       }
-      // %e24: copy %C_clear_thread -> O (f32 -> f16), each thread its fragment
+      // %e24: copy %C_clear_thread -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int a = 0; a < 1; ++a) {
         #pragma unroll
         for (int j = 0; j < 32; ++j) {
           const int2 rc = cypress::acc_coord(j);
-          const int r = (((b2 * 128) + (cw * 64))) + a * 64 + rc.x, c = (0) + rc.y;
-          if (r < M && c < D)
-            *reinterpret_cast<uint32_t*>((O + size_t(((b0 * H) + b1)) * M * D) + size_t(r) * D + c) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
+          uint8_t* box = smem + 163840 + cw * 16384 + (a * 2 + rc.y / 64) * 8192;
+          *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
         }
       }
+      cypress::fence_proxy_async();  // %e24 -> %e25 (raw %D_store_wg)
+      cypress::named_sync((1 + cw), 128);  // %e24 -> %e25 (raw %D_store_wg)
+      // %e25: copy %D_store_wg -> global (TMA store, 64x64 boxes)
+      if (leader) {
+        for (int a = 0; a < 1; ++a)
+          for (int b = 0; b < 2; ++b) {
+          cypress::tma_store_3d(&tm_O_64x64, smem + 163840 + cw * 16384 + (a * 2 + b) * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))) + 64 * a, ((b0 * H) + b1));
+        }
+      }
+      if (leader) cypress::tma_store_commit();  // closes the group of %e25
+      if (leader) cypress::tma_store_wait<0>();  // %e25 -> end (the TMA store reads %D_store_wg)
     }
   }
 }
@@ -221,7 +240,7 @@ extern "C" int flash_attention2_launch(void* O, void* LSE, const void* Q, const 
   if (HK < 0 || HK > INT32_MAX) return cudaErrorInvalidValue;
   if (N < 0 || N > INT32_MAX) return cudaErrorInvalidValue;
   if (causal < 0 || causal > INT32_MAX) return cudaErrorInvalidValue;
-  if (!(D % 2 == 0)) return cudaErrorInvalidValue;  // the innermost extent of O (D) must be even
+  if (!(D % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of O (D) must be a multiple of 8: TMA needs 16-byte row strides
   if (!(D % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of Q (D) must be a multiple of 8: TMA needs 16-byte row strides
   if (!(D % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of K (D) must be a multiple of 8: TMA needs 16-byte row strides
   if (!(HK > 0)) return cudaErrorInvalidValue;  // K is read through TMA, which needs a non-empty tensor (HK > 0)
@@ -240,6 +259,8 @@ extern "C" int flash_attention2_launch(void* O, void* LSE, const void* Q, const 
   if ((e = cypress::make_tma_map(&tm_K_128x64, K, false, D, N, B * HK, 64, 128, 3)) != cudaSuccess) return e;
   CUtensorMap tm_V_128x64;
   if ((e = cypress::make_tma_map(&tm_V_128x64, V, false, D, N, B * HK, 64, 128, 3)) != cudaSuccess) return e;
+  CUtensorMap tm_O_64x64;
+  if ((e = cypress::make_tma_map(&tm_O_64x64, O, false, D, M, B * H, 64, 64, 3)) != cudaSuccess) return e;
   static int configured_device = -1, sms = 0;
   int dev;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
@@ -250,6 +271,6 @@ extern "C" int flash_attention2_launch(void* O, void* LSE, const void* Q, const 
   }
   const long long tiles = (B) * (H) * (cdiv(M, 128));
   const long long grid = tiles;
-  flash_attention2_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
+  flash_attention2_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, tm_O_64x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
   return cudaGetLastError();
 }

@@ -99,7 +99,7 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
           if (threadIdx.x % 32 == 0) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
         }
         // %e8: row_sum of %A_mma_block rows (SIMT)
-        if (tw < 64) {
+        if (tw < 64 && b1 == tiles1 - 1) {
           #pragma unroll
           for (int rr = 0; rr < 1; ++rr)
             y_clear_vec_thread[rr] += cypress::sw128_row_sum<__half>(s_A_mma_block + (stage) * A_mma_block_STAGE, (((cw * 64) + tw)) + rr, 1, A_mma_block_CHUNK);
