@@ -37,7 +37,7 @@ import math
 from cypressc.ir import nodes as N
 from cypressc.ir.sync import Guard
 
-__all__ = ["ARITH", "CALLS", "COMPARE", "cexpr", "is_zero", "mentions"]
+__all__ = ["ARITH", "CALLS", "COMPARE", "cexpr", "is_true", "is_zero", "mentions"]
 
 ARITH = {"+": "+", "-": "-", "*": "*", "/": "/", "//": "/", "%": "%"}
 CALLS = ("cdiv", "min", "max")
@@ -121,6 +121,11 @@ def is_zero(e, *, exact: bool = True) -> bool:
     if exact:
         return isinstance(e.value, int) and e.value == 0
     return e.value == 0 and math.copysign(1.0, e.value) > 0
+
+
+def is_true(e) -> bool:
+    """Whether condition ``e`` is the constant ``true`` (every thread: no ``if`` to print)."""
+    return isinstance(e, N.IConst) and e.value is True
 
 
 def mentions(e, name: str) -> bool:

@@ -15,8 +15,7 @@ from dataclasses import replace
 
 from cypressc.backend import plan as P
 from cypressc.backend.cexpr import cexpr as _c
-from cypressc.backend.cexpr import is_zero
-from cypressc.ir import nodes as N
+from cypressc.backend.cexpr import is_true, is_zero
 from cypressc.ir import sync as S
 
 __all__ = ["CTYPE", "emit_stmt", "emit_stmts"]
@@ -195,7 +194,7 @@ def _row_sum(w, p: P.KernelPlan, op: P.RowSum) -> None:
 def _fill_shared(w, p: P.KernelPlan, op: P.FillShared) -> None:
     b = next(x for x in p.buffers if x.name == op.buf)
     w(f"// {op.event}: fill of %{op.buf}[{_c(op.row)}.., {_c(op.col)}..] ({op.rows}x{op.cols} per thread, SIMT)")
-    guarded = not (isinstance(op.active, N.IConst) and op.active.value is True)
+    guarded = not is_true(op.active)
     if guarded:
         w.open(f"if ({_cond(op.active)})")
     w("#pragma unroll")

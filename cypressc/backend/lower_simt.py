@@ -111,9 +111,9 @@ class SimtLowering:
         persistent block's next tile writes it again: sync-insertion's ``tile`` edges (the
         wgmmas retired, a barrier at the end of the tile) order that."""
         where = f"fill of {fmt_view(o.args[0])} before the main loop"
-        if self.sym.allocs[self.sym.root(o.args[0])].dtype not in ("f16", "bf16"):
-            _refuse(f"{where}: a shared tile of {self.sym.allocs[self.sym.root(o.args[0])].dtype} "
-                    "(shared tiles are swizzled rows of 16-bit elements)")
+        dtype = self.sym.allocs[self.sym.root(o.args[0])].dtype
+        if dtype not in ("f16", "bf16"):
+            _refuse(f"{where}: a shared tile of {dtype} (shared tiles are swizzled rows of 16-bit elements)")
         active = self._threads(o)
         try:
             buf, org = self._buffer(plan, o.args[0], smem)

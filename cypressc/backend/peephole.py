@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
-from cypressc.backend.cexpr import cexpr, is_zero
+from cypressc.backend.cexpr import cexpr, is_true, is_zero
 from cypressc.ir import nodes as N
 
 __all__ = ["fold_zero_fills", "guard_dead_row_sums"]
@@ -87,7 +87,7 @@ def guard_dead_row_sums(plan: P.KernelPlan) -> None:
         if len(conds) != 1 or None in conds:
             continue
         when = stores[0].when
-        active = when if isinstance(rs.active, N.IConst) and rs.active.value is True else N.IBin("&&", rs.active, when)
+        active = when if is_true(rs.active) else N.IBin("&&", rs.active, when)
         new = replace(rs, active=active)
         for lst in _lists(plan):
             lst[:] = [new if st is rs else st for st in lst]

@@ -256,8 +256,16 @@ class _Insert(TmaChannels):
         if "proxy" in needs:
             self.put(where, side, "proxy", ("fence", "proxy", p.role),
                      lambda ins: S.Fence("proxy_async", p.role, tuple(ins.edges), p.op.dims), [e])
+        self._meet(d, needs, p, c, e, where, side)
+
+    def _meet(self, d: Dep, needs: tuple[str, ...], p: Leaf, c: Leaf, e: S.Edge, where, side: str,
+              prio=None, tag: tuple = ()) -> None:
+        """The broadcast ``d`` needs at ``where``/``side``: a ``syncwarp`` over one warp's
+        threads, or a named barrier over warps or warpgroups (one id per warpgroup when the
+        hazard stays inside each).  ``prio``: the op's order in an ``end`` slot; ``tag`` keeps
+        its barrier apart from the same edge's other ones."""
         if "syncwarp" in needs:
-            self.put(where, side, S.SyncWarp, ("syncwarp", p.role),
+            self.put(where, side, S.SyncWarp if prio is None else prio, ("syncwarp", p.role, *tag),
                      lambda ins: S.SyncWarp(p.role, tuple(ins.edges), p.op.dims), [e])
         if "bar_sync" in needs:
             warps = self.prog.warps(d)
@@ -265,7 +273,7 @@ class _Insert(TmaChannels):
                 raise _Refuse(f"a named barrier over a run-time number of threads (%{d.src} -> %{d.dst})")
             dims = max(p.op.dims, c.op.dims, key=len)
             per_wg = "WARPGROUP" not in d.scope and any(x.proc == "WARPGROUP" for x in dims)
-            self.put(where, side, S.BarSync, ("bar", p.role, d.scope),
+            self.put(where, side, S.BarSync if prio is None else prio, ("bar", p.role, d.scope, *tag),
                      lambda ins: self._bar_sync(ins, p.role, dims, per_wg, 32 * warps), [e])
 
     def _tile(self, d: Dep, needs: tuple[str, ...], p: Leaf, c: Leaf, e: S.Edge) -> None:
@@ -286,17 +294,7 @@ class _Insert(TmaChannels):
                      lambda ins: S.WaitGroup("wgmma", ins.pending, p.role, tuple(ins.edges),
                                              self.prog.role_dims(p.role)),
                      [e], pending=0)
-        if "bar_sync" in needs:
-            warps = self.prog.warps(d)
-            if warps is None:
-                raise _Refuse(f"a named barrier over a run-time number of threads (%{d.src} -> %{d.dst})")
-            dims = max(p.op.dims, c.op.dims, key=len)
-            per_wg = "WARPGROUP" not in d.scope and any(x.proc == "WARPGROUP" for x in dims)
-            self.put(blk, "end", 2, ("bar", p.role, d.scope, "tile"),
-                     lambda ins: self._bar_sync(ins, p.role, dims, per_wg, 32 * warps), [e])
-        elif "syncwarp" in needs:
-            self.put(blk, "end", 2, ("syncwarp", p.role, "tile"),
-                     lambda ins: S.SyncWarp(p.role, tuple(ins.edges), p.op.dims), [e])
+        self._meet(d, needs, p, c, e, blk, "end", prio=2, tag=("tile",))
 
     def _bar_sync(self, ins: _Ins, role: str, dims, per_wg: bool, threads: int) -> S.BarSync:
         base, n = self.next_id, 1

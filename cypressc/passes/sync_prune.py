@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
+from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["prune_wait_groups", "merge_wgmma_fences"]
 
@@ -65,10 +66,6 @@ def prune_wait_groups(b: N.Block, state: dict) -> tuple[N.Block, dict]:
     return N.Block(tuple(ops), b.yields), state
 
 
-def _async_mma(op) -> bool:
-    return isinstance(op, N.Call) and op.fn in ("warpgroup_mma", "warpgroup_mma_bt")
-
-
 def merge_wgmma_fences(b: N.Block) -> N.Block:
     """Fold each ``fence wgmma`` into the same role's previous one in the block when only
     wgmma issues (and ops that run no code: partitions, allocations) lie between them: no
@@ -89,7 +86,8 @@ def merge_wgmma_fences(b: N.Block) -> N.Block:
             last.clear()
         elif isinstance(op, S.SYNC_OPS):
             last.pop(getattr(op, "role", None), None)  # the role's waits and commits end its run of issues
-        elif not (_async_mma(op) or isinstance(op, (N.Partition, N.Alloc, N.Let))):
+        elif not (isinstance(op, N.Call) and leaf_of(op).asynchronous
+                  or isinstance(op, (N.Partition, N.Alloc, N.Let))):
             last.clear()
         ops.append(op)
     return N.Block(tuple(ops), b.yields)
