@@ -19,7 +19,7 @@
 #   STEPS=attention ATTN_BUILDS="build/fa64 build/fa128:128" bash bench/gpu_all.sh
 #                                         # bench/attention.py (issues #11, #12) on those flash_attention2/3 builds (DIR
 #                                         # or DIR:D); without ATTN_BUILDS every flash_attention[23]-* gpu_check built, else
-#                                         # it builds ATTN_MAPPINGS (default h100_d64_pp_staged,h100_d128_pp_staged) itself; extra options
+#                                         # it builds ATTN_MAPPINGS (default h100_d64_pp_staged_persistent,h100_d128_pp_staged_persistent) itself; extra options
 #                                         # in ATTN_ARGS, e.g. ATTN_ARGS="--seqs 4096,16384 --causal 1 --gqa 4"
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -94,7 +94,7 @@ if [[ " $STEPS " == *" attention "* ]]; then   # FlashAttention-2/3 forward vs S
   fi
   ATTN_CMD=""
   for d in ${ATTN_BUILDS:-}; do ATTN_CMD="$ATTN_CMD --build $d"; done
-  [ -z "$ATTN_CMD" ] && ATTN_CMD="--mapping ${ATTN_MAPPINGS:-h100_d64_pp_staged,h100_d128_pp_staged}"   # built (nvcc) by attention.py
+  [ -z "$ATTN_CMD" ] && ATTN_CMD="--mapping ${ATTN_MAPPINGS:-h100_d64_pp_staged_persistent,h100_d128_pp_staged_persistent}"   # built (nvcc) by attention.py
   # shellcheck disable=SC2086
   timeout $((590 - ($(date +%s) - t0))) python3 bench/attention.py $ATTN_CMD ${ATTN_ARGS:-} 2>&1 | tee "$OUT/attention.txt"
   rc7=${PIPESTATUS[0]}

@@ -138,7 +138,17 @@ def emit_cuda(p: P.KernelPlan) -> str:
     w("// linear tile index -> block coordinates; the last two walk RASTER rows at a time")
     w(f"auto tile_coords = [&](int t, {', '.join(f'int& b{i}' for i in range(nd))}) {{")
     w.ind += 1
-    if nd == 1:
+    dealt = sorted(longest)[0] if p.persistent and len(longest) == 1 else None
+    if dealt is not None:
+        # a persistent block takes its tiles in pairs (see _tiles): the longest and the shortest
+        # of one row of b{dealt}, whose trip counts add up to about the same for every pair
+        others = [i for i in range(nd) if i != dealt]
+        w(f"const int j = t % tiles{dealt};")
+        w(f"b{dealt} = j % 2 ? j / 2 : tiles{dealt} - 1 - j / 2;  // the trip count grows with b{dealt}")
+        w(f"int u = t / tiles{dealt};")
+        for n, i in enumerate(reversed(others)):
+            w(f"b{i} = u % tiles{i};" + ("" if n == len(others) - 1 else f" u /= tiles{i};"))
+    elif nd == 1:
         w("b0 = t;")
     else:
         r, c = nd - 2, nd - 1
@@ -268,7 +278,15 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
               "across tiles")
     if "istage" in uses:
         w("int istage = 0, iphase = 0;  // the same for the step the issuer loads ahead")
-    w.open(f"for (int t = blockIdx.x; t < num_tiles; t += {'gridDim.x' if p.persistent else 'num_tiles'})")
+    if "tphase" in uses:
+        w("int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase")
+    if p.persistent and len(_growing_trips(p)) == 1:
+        # tiles of different lengths: pair after pair (a long and a short one, tile_coords), so
+        # the blocks' totals stay within a pair of each other (a static walk has no other balance)
+        w.open("for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; "
+               "++k, t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1))")
+    else:
+        w.open(f"for (int t = blockIdx.x; t < num_tiles; t += {'gridDim.x' if p.persistent else 'num_tiles'})")
     w(f"int {bdecl};")
     w(f"tile_coords(t, {bdecl});")
     _trip_counts(w, p, per_tile=True)
@@ -300,6 +318,8 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
     for s in sfx:
         if f"kbase{s}" in uses:
             w(f"kbase{s} += num_k{s};")
+    if "tphase" in uses:
+        w("tphase ^= 1;")
     w.close()
 
 

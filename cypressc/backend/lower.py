@@ -298,6 +298,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         sync-insertion reserved their bytes there)."""
         off = self.m.resources.barrier_offset if self.m.resources is not None else 0
         self.bar_kind = {}
+        self.tile_bars = S.once_per_tile(N.Block(tuple(body), ()))  # one phase per tile: `^ tphase`
         for b in self._mbarriers(body):
             plan.barriers.append(P.Barrier(b.name, b.kind, b.stages, b.count, off,
                                            "channel of " + ", ".join(self.en(e) for e in b.channel)))

@@ -54,17 +54,12 @@ class MemoryLowering:
         """A GLOBAL->SHARED copy before the main loop (a tile every step reads, like
         FlashAttention's Q): one TMA load per tile on its own unstaged buffer and barrier, phase
         0, issued by the producer (without one, by the issuer thread).  A persistent block runs
-        its tiles on the same barrier and buffer: the phase would be the count of tiles done so
-        far, and the next tile's load would overwrite the panel while the last steps of the
-        previous tile may still read it (a hazard across tiles the per-tile IR does not show),
-        so that is refused."""
+        its tiles on the same barrier and buffer: its waits flip parity per tile
+        (:mod:`cypressc.backend.sync_lower`), and the next tile's load waits on the empty
+        barrier its readers release (sync-insertion's ``tile`` edges)."""
         where = f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} before the main loop"
         if self.sym.mem(o.src) != "GLOBAL" or self.sym.mem(o.dst) != "SHARED":
             _refuse(where)
-        if self.persistent:
-            _refuse(f"{where} ({self.en(o.ev)}) in a persistent block: its tiles would share the "
-                    "copy's mbarrier and buffer, and the next tile's copy would overwrite the buffer "
-                    "while the previous tile may still read it; map the block with `persistent: false`")
         ld = self._load(plan, o, smem, where)
         if role != "producer" and not self.warpspecialize:
             ld = replace(ld, who=ISSUER)

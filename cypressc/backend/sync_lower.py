@@ -16,7 +16,9 @@ without its statement.  What the lowering decides is *how* an op runs on Hopper:
   phase parities, which the IR writes over one tile, are kept in running counters of the
   role (``stage``, ``phase``; ``istage``, ``iphase`` for loads issued ahead) advanced once
   per step -- :func:`counted` -- or, in any other form, printed over ``kbase + k``;
-  guards stay per tile;
+  guards stay per tile.  A barrier of copies outside the main loop (FlashAttention's Q
+  panel, its full and its empty barrier) completes one phase per tile, so its waits flip
+  their parity on the block's odd tiles (``^ tphase``);
 * **a TMA store's completion in a persistent block**: the IR's ``wait_group bulk`` for
   the edge to the end of the block program runs, in a block that goes on to another
   tile, before the next write of the staging tile (the edge's hazard is that write) and
@@ -32,9 +34,10 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.subst import subst_expr
 
-__all__ = ["KBASE", "LEADER", "at_step", "counted", "who", "lower_sync", "defer_store_waits"]
+__all__ = ["KBASE", "TPHASE", "LEADER", "at_step", "counted", "who", "lower_sync", "defer_store_waits"]
 
 KBASE = N.IVar("$kbase")  # printed `kbase`: pipeline steps of the block's earlier tiles
+TPHASE = N.IVar("tphase")  # the parity of the tiles a persistent block has run
 
 
 def _replace(e: N.IExpr, old: N.IExpr, new: N.IExpr) -> N.IExpr:
@@ -159,6 +162,9 @@ def lower_sync(lw, op, section: str, role: str) -> P.Sync | None:
     when = S.Guard(lw.k(guard.a), lw.k(guard.b)) if guard is not None else None
     if isinstance(op, (S.Wait, S.ArriveExpectTx, S.Arrive)):
         parity = lw.pos(op.parity, after) if isinstance(op, S.Wait) else None
+        if parity is not None and lw.persistent and op.bar in lw.tile_bars:
+            parity = N.IBin("^", parity, TPHASE)  # the IR's parity is the tile's: flipped on odd tiles
+            lw.plan.counters.add((role, "tphase"))
         return P.Sync(op, note, stage=lw.pos(op.stage, after), parity=parity, when=when, who=run, bar=op.bar)
     if isinstance(op, S.Fence) and op.kind == "wgmma":
         return P.Sync(op, note, who=run, accs=lw.fragments_of(op.edges))

@@ -55,7 +55,7 @@ from cypressc.ir.concurrent_ops import OpSemantics
 from cypressc.ir.concurrent_state import BLOCK, WG, Bar, Finding, Region, ScheduleFailure, Thread, op_label
 from cypressc.ir.printer import _Printer
 
-__all__ = ["Finding", "ScheduleFailure", "run_block", "block_ops", "op_label"]
+__all__ = ["Finding", "ScheduleFailure", "run_block", "block_ops", "op_label", "pipeline_ring", "tile_trips"]
 
 
 def block_ops(b: N.Block):
@@ -66,19 +66,34 @@ def block_ops(b: N.Block):
             yield from block_ops(op.body)
 
 
+def pipeline_ring(m: N.Module) -> int:
+    """Steps after which every mbarrier of ``m`` is back at its stage 0 and parity 0."""
+    return 2 * max([o.stages for o in block_ops(m.body) if isinstance(o, S.MBarrier)] + [1])
+
+
+def tile_trips(m: N.Module, vi: I._Interp, env: dict) -> list[int]:
+    """The trip count of each block-level loop of ``m`` in the tile at block indices ``env``
+    (``vi``: an interpreter at the sizes, its root scope holding the block program's lets)."""
+    return [int(vi.expr(op.hi, vi.root, env)) - int(vi.expr(op.lo, vi.root, env)) for op in block_ops(m.body)
+            if isinstance(op, N.For) and any(d.proc == BLOCK for d in op.dims)]
+
+
 class _Concurrent(OpSemantics):
     """One block of a synchronized module under one seeded schedule: the role instances as
     generators walking the program (:meth:`walk`), the ops' semantics and race checks in
     :class:`~cypressc.ir.concurrent_ops.OpSemantics`, the scheduler in :meth:`run`."""
 
-    def __init__(self, m: N.Module, sizes, arrays, block_env: dict, seed: int, values: bool) -> None:
+    def __init__(self, m: N.Module, sizes, arrays, tiles: list[dict], seed: int, values: bool) -> None:
         self.m, self.values, self.rng = m, values, random.Random(seed)
         self.vi = I._Interp(m, sizes, arrays, None)  # value semantics (views, leaf calls)
         self.sym = Symbols(m)
         pr = _Printer(None, m.body)  # the event names `explain` prints (%e1, %e2, ...)
         self.names = {ev: pr.ev(ev) for ev in list(pr.names)}
         self.roles: dict[str, str] = m.role_map()
-        self.env0 = dict(block_env)
+        self.tiles = [dict(e) for e in tiles]  # the block indices of the tiles, run in order
+        self.env0 = self.tiles[0]
+        # the IR's parity of these is the tile's own, flipped on odd tiles (the kernel's `tphase`)
+        self.tile_bars = S.once_per_tile(m.body)
         self.bars: dict[tuple, Bar] = {}
         self.regions: dict[tuple, Region] = {}
         self.reg_pending: dict[tuple, int] = {}
@@ -121,7 +136,15 @@ class _Concurrent(OpSemantics):
             return op.role
         return self.roles.get(op.ev, "consumer")
 
+    def walk_tiles(self, t: Thread):
+        """The thread's program once per tile of the block (a persistent block's tiles: the
+        barriers, shared buffers and registers carry over)."""
+        for i in range(len(self.tiles)):
+            t.tile = i
+            yield from self.walk(t, self.m.body, self.vi.root, f"tile {i}: " if len(self.tiles) > 1 else "")
+
     def walk(self, t: Thread, b: N.Block, scope: I._Scope, where: str):
+        env0 = self.tiles[t.tile]
         for op in b.ops:
             if isinstance(op, (N.Alloc, N.Let, N.Partition)):
                 continue
@@ -131,8 +154,8 @@ class _Concurrent(OpSemantics):
                     self.bars.setdefault((op.name, s), Bar(op.count))
                 continue
             if isinstance(op, (N.For, N.PFor)):
-                lo = int(self.vi.expr(op.lo, scope, self.env0))
-                hi = int(self.vi.expr(op.hi, scope, self.env0))
+                lo = int(self.vi.expr(op.lo, scope, env0))
+                hi = int(self.vi.expr(op.hi, scope, env0))
                 for k in range(lo, hi):
                     sc = self.scope_for(scope, (op.ev, k), op.body, op.var, k)
                     yield from self.walk(t, op.body, sc, f"{where}%{op.var}={k} ")
@@ -151,14 +174,14 @@ class _Concurrent(OpSemantics):
         procs = dim_procs(dims)
         if t.role == "consumer" and not any(d.proc == WG for d in dims) and t.wg != 0:
             return []  # per-block op of the consumers: warpgroup 0 is the elected one
-        free, fixed = [], dict(self.env0)
+        free, fixed = [], dict(self.tiles[t.tile])
         for p, d in zip(procs, dims):
             if p.proc == BLOCK:
                 continue
             if p.proc == WG:
                 fixed[p] = t.wg
             else:
-                free.append((p, range(int(self.vi.expr(d.extent, scope, self.env0)))))
+                free.append((p, range(int(self.vi.expr(d.extent, scope, fixed)))))
         when = getattr(op, "when", None)  # a guard over loop variables (and the warpgroup index)
         if when is not None and self.vi.expr(when.a, scope, fixed) < self.vi.expr(when.b, scope, fixed):
             return []
@@ -172,10 +195,21 @@ class _Concurrent(OpSemantics):
             out.append(e)
         return out
 
+    def check_positions_carry(self) -> None:
+        """Tiles run back to back on one pipeline only where each block-level loop's trip
+        count is a multiple of twice every barrier's stage count (stage and parity then
+        restart where the IR's per-tile positions do); ValueError otherwise."""
+        ring = pipeline_ring(self.m)
+        for env in self.tiles:
+            for n in tile_trips(self.m, self.vi, env):
+                if n % ring:
+                    raise ValueError(f"a main loop steps {n} time(s) in a tile, not a multiple of {ring}: "
+                                     "the tiles of one block would not restart the pipeline positions")
+
     # -- the scheduler ----------------------------------------------------------------
     def run(self) -> None:
         for t in self.threads:
-            t.gen = self.walk(t, self.m.body, self.vi.root, "")
+            t.gen = self.walk_tiles(t)
         while True:
             runnable = [t for t in self.threads if not t.done and (t.ready is None or t.ready())]
             choices = [("t", t) for t in runnable] + [("a", a) for a in self.inflight]
@@ -206,17 +240,27 @@ class _Concurrent(OpSemantics):
                                              "memory")
 
 
-def run_block(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], block: dict,
+def run_block(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], block: dict | list[dict],
               seed: int, values: bool = True) -> Finding | None:
     """Run one block (``block``: ``IProc`` → index, see
     :func:`cypressc.ir.schedule_check.grid_blocks`) of the
     synchronized module ``m`` under the random schedule ``seed``, in place on ``arrays``.
+    A list of blocks runs them as the tiles of one persistent block, in order: one set of
+    mbarriers, shared buffers and registers, a tile's roles starting the next tile while
+    the others still run the last one (what the kernel of a ``persistent`` mapping does);
+    each block-level loop must then step a whole number of wraps of every barrier's stages
+    per tile (the kernel's pipeline positions run on across tiles, the IR's restart),
+    else ValueError.
 
     Returns the first deadlock or race :class:`Finding`, or None.  With ``values=False``
     copies and leaf calls are not evaluated (only the synchronization is checked).
     """
+    tiles = block if isinstance(block, list) else [block]
     try:
-        _Concurrent(m, sizes, arrays, block, seed, values).run()
+        c = _Concurrent(m, sizes, arrays, tiles, seed, values)
+        if len(tiles) > 1:
+            c.check_positions_carry()
+        c.run()
     except ScheduleFailure as f:
         return f.finding
     return None

@@ -29,6 +29,8 @@ class OpSemantics(RaceChecks):
         if isinstance(op, S.Wait):
             bar = (op.bar, int(vi.expr(op.stage, scope, envs[0])))
             par = int(vi.expr(op.parity, scope, envs[0])) % 2
+            if op.bar in self.tile_bars:
+                par ^= t.tile % 2
             b = self.bars.get(bar) or self.fail("deadlock", op, f"%{op.bar} is not initialised")
             if b.phase % 2 == par:  # the phase of parity `par` has not completed yet
                 t.ready = lambda: b.phase % 2 != par

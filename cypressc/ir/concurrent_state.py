@@ -92,6 +92,7 @@ class Thread:
     gen: object = None
     ready: object = None  # callable -> bool while blocked
     pos: str = "start"
+    tile: int = 0  # the tile of a persistent block it runs (run_block with several blocks)
     done: bool = False
     observed: dict = field(default_factory=dict)  # (bar, stage) -> phases observed complete
     open_mma: list = field(default_factory=list)
@@ -105,7 +106,8 @@ class Thread:
 class RaceChecks:
     """Memory tracking of the interpreter: the shared/register region a view touches and the
     checks of each read and overwrite of a shared stage.  The interpreter sets ``vi`` (the
-    sequential interpreter), ``sym``, ``names`` (event -> printed name) and ``regions``."""
+    sequential interpreter), ``sym``, ``names`` (event -> printed name), ``regions`` and
+    ``tiles`` (the block indices of the tiles it runs: several share one block's memory)."""
 
     def fail(self, kind: str, op, msg: str):
         raise ScheduleFailure(Finding(kind, op_label(op, self.names) if not isinstance(op, str) else op, msg))
@@ -120,7 +122,9 @@ class RaceChecks:
             part = self.sym.parts[p.partition]
             if part.kind == "slices" and isinstance(part.base, N.TRef):
                 stage = int(self.vi.expr(p.idx[0], scope, env))
-        key = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc in (BLOCK, WG))
+        # the tiles of one persistent block share its shared memory and registers
+        procs = (WG,) if len(self.tiles) > 1 else (BLOCK, WG)
+        key = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc in procs)
         return alloc.mem, (root, key, stage)
 
     def check_read(self, t: Thread, op, key, retired: bool) -> dict:

@@ -315,7 +315,46 @@ class Program:
                         scope = tuple(lv for lv in LEVELS if any(lv in f for f in flows)) if flows \
                             else self._scope(p, c, (), root, root)
                         out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", root, root, "SHARED", scope))
+        if self.m.schedule is not None and self.m.schedule.persistent:
+            out += self._tile_loads()
         return out
+
+    def _tile_loads(self) -> list[Dep]:
+        """WAR hazards into the next tile from the readers of a TMA copy outside the main loop
+        (FlashAttention's Q panel, a peeled step's K tile) in a persistent block: its next tile
+        loads into the same buffer, so every read of this tile must be over first (``via =
+        "tile"``, realized by an *empty* mbarrier the readers release once per tile)."""
+        out = []
+        for c in self.leaves.values():
+            if c.kind != "tma_load" or c.loops:
+                continue
+            root = self.sym.root(c.op.dst)
+            for p in self.leaves.values():
+                if p is c or p.kind == "tma_load":
+                    continue
+                if any(r and self.sym.root(v) == root for v, r, _ in views_of(p.op)):
+                    out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", root, root, "SHARED", ()))
+        return out
+
+    def _earlier_load(self, d: Dep) -> Leaf | None:
+        """For a ``tile`` edge into a copy outside the main loop: an earlier such copy of the
+        same role that the same reader reads.  Its release comes after that read retired,
+        and the role issues this copy only after waiting for it, so the edge is implied
+        (FlashAttention-3's peeled K tile, read with the Q panel by S = Q·K[0]ᵀ)."""
+        p, c = self.leaves[d.src], self.leaves[d.dst]
+        for x in self.leaves.values():
+            if x.kind == "tma_load" and not x.loops and x.role == c.role and x.seq < c.seq \
+                    and x.hosts == c.hosts:
+                root = self.sym.root(x.op.dst)
+                if any(r and self.sym.root(v) == root for v, r, _ in views_of(p.op)):
+                    return x
+        return None
+
+    def tile_implied(self, d: Dep, covered: list[Dep]) -> bool:
+        """Whether a ``tile`` edge into a copy is implied by a synchronized ``tile`` edge from
+        the same reader into an earlier copy of the copy's role (:meth:`_earlier_load`)."""
+        x = self._earlier_load(d) if d.via == "tile" else None
+        return x is not None and any(c.via == "tile" and c.src == d.src and c.dst == x.op.ev for c in covered)
 
     def _hazards(self, p: Leaf, c: Leaf, via: str, lp, idx) -> list[Dep]:
         out = []
@@ -392,6 +431,8 @@ class Program:
         if d.hazard == "end":
             return ("bulk",)
         c = self.leaves[d.dst]
+        if d.via == "tile" and c.kind == "tma_load":
+            return ("implied",) if self._earlier_load(d) is not None else ("empty",)
         if d.via == "tile":
             retire = ("wait_group",) if p.kind == "wgmma" else ()
             return (retire + ((self.barrier(d),) if d.scope else ())) or ("none",)

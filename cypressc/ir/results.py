@@ -33,11 +33,15 @@ class Schedule:
     order.  ``stages``: SHARED buffer -> its pipeline depth D (only buffers of a pipelined
     loop are listed; the others have one stage).  ``warpspecialize``: the mapping asked
     for a DMA producer warpgroup (``warpspecialize: true`` on the BLOCK instance).
+    ``persistent``: one block walks several tiles (``persistent: true``), so a tile's reads of
+    a buffer its next tile loads again are hazards (``via = "tile"`` edges into the copies
+    outside the main loop); with one tile per block they are not.
     """
 
     channels: dict[str, tuple[str, ...]]
     stages: dict[str, int]
     warpspecialize: bool
+    persistent: bool = False
 
 
 class SmemSlot(NamedTuple):

@@ -149,11 +149,37 @@ def _compare(got, want, outs) -> str | None:
     return None
 
 
+def two_tile_sizes(m: N.Module, base: dict[str, int] | None = None) -> dict[str, int] | None:
+    """``base`` (default :func:`small_sizes`) with one size doubled so that the grid has two
+    blocks whose block-level loops step as often as the first block at ``base`` (the two
+    tiles a persistent block runs back to back), or None when no size does that."""
+    base = base or small_sizes(m)
+
+    def trips(sizes: dict, blocks: list[dict]) -> list[int]:
+        vi = I._Interp(m, sizes, {p.name: None for p in m.params}, None)
+        C._Concurrent._define(vi.root, m.body)
+        return [n for b in blocks for n in C.tile_trips(m, vi, b)]
+
+    want = trips(base, grid_blocks(m, base)[:1])
+    if any(n % C.pipeline_ring(m) for n in want):  # the pipeline positions would not restart with the tile
+        return None
+    for name in sorted(base):
+        sizes = {**base, name: 2 * base[name]}
+        try:
+            blocks = grid_blocks(m, sizes)
+            if len(blocks) == 2 and trips(sizes, blocks) == want * 2:
+                return sizes
+        except (I.InterpreterError, ArithmeticError, ValueError):  # a size the shapes do not admit
+            continue
+    return None
+
+
 def check_schedules(m_sync: N.Module, m_ref: N.Module, *, sizes: dict[str, int] | None = None,
                     seed: int = 0, schedules: int = 50, value_every: int = 10,
-                    max_blocks: int = 2) -> Verdict:
+                    max_blocks: int = 2, persistent: bool = False) -> Verdict:
     """Run ``schedules`` random schedules (seeds ``seed``, ``seed + 1`` …) of the
-    synchronized module ``m_sync`` on up to ``max_blocks`` blocks; every ``value_every``-th
+    synchronized module ``m_sync`` on up to ``max_blocks`` blocks (``persistent``: as the
+    tiles of one block, in order, see :func:`cypressc.ir.concurrent.run_block`); every ``value_every``-th
     schedule (and the first; none when ``value_every`` is 0) also evaluates values and
     compares the outputs with the sequential interpreter on ``m_ref`` (the
     pre-synchronization IR) on the same random inputs.  Stops at the first deadlock,
@@ -175,7 +201,7 @@ def check_schedules(m_sync: N.Module, m_ref: N.Module, *, sizes: dict[str, int] 
         got = {k: v.copy() for k, v in inputs.items()}
         for o in outs:
             got[o][...] = np.nan
-        for b in blocks:
+        for b in ([blocks] if persistent else blocks):
             f = C.run_block(m_sync, sizes, got, b, s, values=values)
             if f is not None:
                 return Verdict(f, s, n + 1, sizes)

@@ -40,7 +40,8 @@ from typing import Union
 from cypressc.ir import nodes as N
 
 __all__ = ["Edge", "Guard", "BarIdx", "MBarrier", "ArriveExpectTx", "Wait", "Arrive", "CommitGroup",
-           "WaitGroup", "SyncWarp", "BarSync", "Turn", "Fence", "SyncOp", "SYNC_OPS", "HAZARDS", "VIAS"]
+           "WaitGroup", "SyncWarp", "BarSync", "Turn", "Fence", "SyncOp", "SYNC_OPS", "HAZARDS", "VIAS",
+           "once_per_tile"]
 
 # "turn": not a data hazard but the Tensor Core as a resource the consumer warpgroups take
 # turns on (a mapping's `pingpong`): warpgroup w's run of wgmma issues after w - 1's
@@ -260,3 +261,11 @@ class Fence:
 
 SyncOp = Union[MBarrier, ArriveExpectTx, Wait, Arrive, CommitGroup, WaitGroup, SyncWarp, BarSync, Turn, Fence]
 SYNC_OPS = (MBarrier, ArriveExpectTx, Wait, Arrive, CommitGroup, WaitGroup, SyncWarp, BarSync, Turn, Fence)
+
+
+def once_per_tile(body: N.Block) -> set[str]:
+    """The mbarriers (names) of the copies outside the block program's main loops, declared
+    in ``body`` (the block program's top level): each completes one phase per tile, so a
+    persistent block's tile t waits them with the IR's parity flipped when t is odd."""
+    once = {o.ev for o in body.ops if isinstance(o, N.Copy)}
+    return {o.name for o in body.ops if isinstance(o, MBarrier) and set(o.channel) <= once}

@@ -22,7 +22,9 @@ and checks, against the hazards of :class:`cypressc.ir.hazards.Program`:
   ``fence.proxy.async``, ``syncwarp``, a named barrier of the right thread count (ids
   1-7, disjoint); a bulk group waited before the block ends; a wgmma reading a shared
   tensor the next tile's threads write retired and followed by the barrier they meet at
-  before the tile ends; or a path of realized edges implies it;
+  before the tile ends; the reads of a TMA copy outside the main loop released on its
+  one-stage empty barrier (after every instance of the read, retired) and that barrier
+  waited before the copy; or a path of realized edges implies it;
 * **turns** (ping-pong, :mod:`cypressc.passes.sync_turns`): every ``turn`` op realizes
   ``turn`` edges, its barriers are no other named barrier's, and the consumer
   warpgroups' takes and passes, run as named barriers, neither deadlock nor leave an
@@ -347,7 +349,7 @@ def _verify(m: N.Module, trips) -> None:
                     _check(run, prog, d, needs, a, b)
                 covered.append(d)
         for d in deps:
-            if "implied" in prog.needs(d) and not implied(d, covered):
+            if "implied" in prog.needs(d) and not (implied(d, covered) or prog.tile_implied(d, covered)):
                 raise _error(f"the {d.hazard.upper()} edge %{d.src} -> %{d.dst} on %{d.other} ({d.via}) is "
                              "not synchronized and no path of synchronized edges implies it")
 
@@ -378,6 +380,15 @@ def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
                 for d in readers.get(ev, []):
                     p = prog.leaves[d.src]
                     if p.role != role:
+                        continue
+                    if d.via == "tile":  # into the next tile: every read of this one comes first
+                        for (x, _), (r, i) in list(run.where.items()):
+                            if x != d.src or r != role:
+                                continue
+                            if i > pos:
+                                raise _error(f"%{op.bar}[{s}] is released to the next tile before its "
+                                             f"reader %{d.src} ran")
+                            _retired(run, d, i, pos, op)
                         continue
                     at = run.pos(d.src, tuple(fills[q].get(lp.var) for lp in p.loops))
                     if at is None or at[1] > pos:
@@ -426,6 +437,18 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
         if not c or not run.between(role, c[0], None, lambda o: isinstance(o, S.WaitGroup) and o.unit == "bulk"
                                     and o.pending == 0):
             raise _error(f"{name}: the TMA store's bulk group is not committed and waited before the end")
+        return
+    if d.via == "tile" and "empty" in needs:  # the readers release, the next tile's copy waits
+        ename = next((b.name for b in run.bars.values() if b.kind == "empty" and d.dst in b.channel
+                      and b.stages == 1), None)
+        if ename is None:
+            raise _error(f"{name}: no empty barrier hands the buffer to the next tile")
+        if not run.between(role, pa, None, lambda o: isinstance(o, S.Arrive) and o.bar == ename):
+            raise _error(f"{name}: the reader never releases %{ename} to the next tile")
+        crole = prog.leaves[d.dst].role
+        at = [i for (x, _), (r, i) in run.where.items() if x == d.dst]
+        if not at or not run.between(crole, -1, at[0], lambda o: isinstance(o, S.Wait) and o.bar == ename):
+            raise _error(f"{name}: the copy does not wait on %{ename} for the previous tile's release")
         return
     if d.via == "tile":  # the barrier must follow the retiring wait (a wgmma) or the read
         start = _waited(run, role, pa, None, name) if "wait_group" in needs else pa

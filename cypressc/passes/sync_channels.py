@@ -33,23 +33,133 @@ class TmaChannels(Placement):
     (the wgmma commit groups), ``covered`` (edges already synchronized), ``seqs`` and
     ``ops`` (leaves by program position, ops by id)."""
 
-    def _channels(self, full: dict[str, list[Dep]], empty: dict[str, list[Dep]]) -> None:
+    def _channels(self, full: dict[str, list[Dep]], empty: dict[str, list[Dep]],
+                  tile: dict[str, list[Dep]] | None = None) -> None:
         """Group the TMA copies into channels: one loop, stage index, role and shape, the same
-        wait point per consumer role and the same release point per reader role — sharing a
-        barrier then never makes an op wait longer or a stage come back later."""
+        wait point per consumer role and the same release point per reader role (in the loop,
+        and into the next tile for ``tile``'s copies outside it) — sharing a barrier then never
+        makes an op wait longer or a stage come back later."""
+        tile = tile or {}
         groups: dict[tuple, list[Leaf]] = {}
-        for ev in sorted(set(full) | set(empty), key=lambda x: self.prog.leaves[x].seq):
+        for ev in sorted(set(full) | set(empty) | set(tile), key=lambda x: self.prog.leaves[x].seq):
             lf = self.prog.leaves[ev]
             if len(lf.loops) > 1:
                 raise _Refuse(f"TMA copy %{ev} in a nested loop")
             stage, depth = self.prog.stage(lf)
             waits = self._wait_points(lf, full.get(ev, []))
             release = self._release_points(lf, empty.get(ev, []), depth)
+            nxt = self._tile_release(tile.get(ev, []))
             key = (id(lf.block), lf.loops, lf.role, lf.op.dims, stage, depth, waits,
-                   tuple(sorted((r, v[0], v[1], v[7]) for r, v in release.items())))
+                   tuple(sorted((r, v[0], v[1], v[7]) for r, v in release.items())),
+                   tuple(sorted((r, tuple((id(a), sd, n) for a, sd, n, _ in v[0])) for r, v in nxt.items())))
             groups.setdefault(key, []).append(lf)
-        for (_, _, _, _, stage, depth, _, _), copies in groups.items():
+        for (_, _, _, _, stage, depth, _, _, _), copies in groups.items():
             self._channel(copies, stage, depth, full, empty)
+            deps = [d for c in copies for d in tile.get(c.op.ev, [])]
+            if deps:
+                self._tile_channel(copies, deps)
+
+    def _tile_release(self, deps: list[Dep]) -> dict[str, tuple]:
+        """Per reader role of a copy outside the main loop (its ``tile`` edges): where every
+        read of the tile is over.  When the last reader is a wgmma in the main loop whose group
+        thread code of its step waits for anyway (FlashAttention-3's S = Q·Kᵀ before the
+        mask), right there in the loop's last step — and after the loop when it runs no step —
+        so the next tile's copy starts while this tile still works; else after the last reader
+        (after the commit of its wgmma group), or after the loop that holds it.  Returns
+        (places: [(anchor op, side, the ``wait_group`` N retiring every reading wgmma there or
+        None, the guard or None)], the arrival dims, the edges)."""
+        out: dict[str, tuple] = {}
+        for role in sorted({self.prog.leaves[d.src].role for d in deps}):
+            mine = [d for d in deps if self.prog.leaves[d.src].role == role]
+            readers = [self.prog.leaves[d.src] for d in mine]
+            if any(r.kind not in ("wgmma", "thread") for r in readers):
+                raise _Refuse(f"TMA copy %{mine[0].dst} outside the main loop read by a TMA store")
+            if any(len(r.loops) > 1 for r in readers):
+                raise _Refuse(f"TMA copy %{mine[0].dst} outside the main loop read in a nested loop")
+            mma = [r for r in readers if r.kind == "wgmma"]
+            for r in mma:
+                if r.op.ev not in self.groups:
+                    raise _Refuse(f"wgmma %{r.op.ev} is in no commit group")
+            unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
+            places = self._in_last_step(readers, mma) or [self._after_reads(readers, mma)]
+            out[role] = (places, self._arrivals(role, unit), tuple(d.edge() for d in mine))
+        return out
+
+    def _pending_before(self, mma: list[Leaf], rseq: int, anchor) -> int | None:
+        """The ``wait_group`` N at a point after the wgmmas ``mma`` (program position ``rseq``,
+        or right after loop ``anchor``) that retires all of them: the fewest groups committed
+        after one of theirs on every path there (None: no wgmma)."""
+        pending = None
+        for r in mma:
+            if r.loops:  # the loop's last step: the groups it commits after this one
+                n = self._after_group(r) if r.loops[0] is anchor else 0
+            else:  # commits of the tile after this one and no later than the release
+                bid, g = self.groups[r.op.ev]
+                n = sum(1 for s in self.commits[bid][g + 1:] if s <= rseq)
+            pending = n if pending is None else min(pending, n)
+        return pending
+
+    def _after_reads(self, readers: list[Leaf], mma: list[Leaf]) -> tuple:
+        last = max(readers, key=lambda r: r.seq)
+        if last.loops:
+            anchor, rseq = last.loops[0], self.prog.loops[last.loops[0].ev][2]
+        elif last.kind == "wgmma":  # after the commit that closes its group
+            anchor = self.seqs[self.commits[id(last.block)][self.groups[last.op.ev][1]]].op
+            rseq = self.prog.leaves[anchor.ev].seq
+        else:
+            anchor, rseq = last.op, last.seq
+        return (anchor, "after", self._pending_before(mma, rseq, anchor), None)
+
+    def _in_last_step(self, readers: list[Leaf], mma: list[Leaf]) -> list[tuple] | None:
+        inner = [r for r in readers if r.loops]
+        if not inner or any(r.kind != "wgmma" for r in inner):
+            return None
+        lp = inner[0].loops[0]
+        g = max(self.groups[r.op.ev][1] for r in inner)
+        early = self._retired_in_step(inner, g, inner)
+        if early is None:
+            return None
+        commits = self.commits[id(early.block)]
+        n = sum(1 for s in commits[g + 1:] if s < early.seq)
+        top = [r for r in mma if not r.loops]
+        last_step = S.Guard(N.IVar(lp.var), N.IBin("-", lp.hi, N.IConst(1)))
+        no_step = S.Guard(lp.lo, lp.hi)
+        return [(early.op, "before", n, last_step),
+                (lp, "after", self._pending_before(top, self.prog.loops[lp.ev][2], lp), no_step)]
+
+    def _tile_channel(self, copies: list[Leaf], deps: list[Dep]) -> None:
+        """The *empty* barrier of a channel outside the main loop: its copies wait for the
+        release of the block's previous tile (parity 1: a tile's first wait passes at once,
+        as a persistent block's first tile), its readers release it once their reads of the
+        tile are over (:meth:`_tile_release`)."""
+        first = copies[0]
+        release = self._tile_release(deps)
+        roots = "_".join(dict.fromkeys(self.prog.sym.root(c.op.dst) for c in copies))
+        ename = f"empty_{roots}"
+        evs = tuple(c.op.ev for c in copies)
+        ee = tuple(d.edge() for d in deps)
+        bdims = tuple(d for d in first.op.dims if d.proc == "BLOCK")
+        count = sum(_count(r[1]) for r in release.values())
+        self.put(first.op, "before", S.MBarrier, ("mbar", ename),
+                 lambda ins: S.MBarrier(ename, "empty", 1, count, ",".join(sorted(release)), first.role,
+                                        evs, ee, bdims))
+        self.put(first.op, "before", S.Wait, ("wait", ename),
+                 lambda ins: S.Wait(ename, N.IConst(0), N.IConst(1), first.role, ee, first.op.dims))
+        for role, (places, arr, edges) in release.items():
+            rdims = self.prog.role_dims(role)
+            for anchor, side, pending, when in places:
+                if pending is not None:
+                    self.put(anchor, side, S.WaitGroup, ("wait_group", role),
+                             lambda ins, role=role, rdims=rdims: S.WaitGroup("wgmma", ins.pending, role,
+                                                                             tuple(ins.edges), rdims),
+                             edges, pending=pending)
+                if any(d.proc == "WARP" for d in arr):
+                    self.put(anchor, side, S.SyncWarp, ("syncwarp", role),
+                             lambda ins, role=role, rdims=rdims, when=when: S.SyncWarp(role, tuple(ins.edges),
+                                                                                       rdims, when), edges)
+                self.put(anchor, side, S.Arrive, ("arrive", ename, role, N.IConst(0)),
+                         lambda ins, role=role, arr=arr, when=when: S.Arrive(ename, N.IConst(0), role, when,
+                                                                             tuple(ins.edges), arr), edges)
 
     def _wait_points(self, lf: Leaf, deps: list[Dep]) -> tuple:
         """(role, id of the op the wait goes before) per consumer role."""

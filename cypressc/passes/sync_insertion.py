@@ -27,6 +27,11 @@ of :mod:`cypressc.ir.sync` next to them:
 * a hazard spanning the threads of one warp → ``syncwarp``; warps or warpgroups → a
   named barrier (ids allocated in program order from 1 to 7; 0 is ``__syncthreads``);
 * a TMA store → a bulk ``commit_group``, and ``wait_group 0`` at the end of the block;
+* the reads of a TMA copy outside the main loop (FlashAttention's Q panel), against the
+  block's next tile loading the same buffer (``via = "tile"``) → an *empty* mbarrier of one
+  stage: the copy's role waits on it (parity ``(0 + 1) % 2``: the tile's first wait passes),
+  each reader role arrives once per tile where all its reads are over (after the main loop
+  when one is inside it; after ``wait_group`` retired a reading wgmma);
 * a wgmma reading a shared tensor that thread code writes (a constant table filled before
   the main loop) → its group retired by the ``wait_group 0`` after its loop and a named
   barrier of readers and writers at the end of the tile (``via = "tile"``: the block's next
@@ -163,6 +168,7 @@ class _Insert(TmaChannels):
         self._commits(self.m.body)
         full: dict[str, list[Dep]] = {}
         empty: dict[str, list[Dep]] = {}
+        tile: dict[str, list[Dep]] = {}  # a copy outside the main loop -> its readers (next tile)
         later = []
         for d in deps:
             needs = self.prog.needs(d)
@@ -171,14 +177,16 @@ class _Insert(TmaChannels):
                 continue
             if "full" in needs:
                 full.setdefault(d.src, []).append(d)
+            elif "empty" in needs and d.via == "tile":
+                tile.setdefault(d.dst, []).append(d)
             elif "empty" in needs:
                 empty.setdefault(d.dst, []).append(d)
             else:
                 self._direct(d, needs)
             self.covered.append(d)
-        self._channels(full, empty)
+        self._channels(full, empty, tile)
         for d in later:
-            if not implied(d, self.covered):
+            if not (implied(d, self.covered) or self.prog.tile_implied(d, self.covered)):
                 names = f"%{d.src} -> %{d.dst}"
                 raise _Refuse(f"the {d.hazard.upper()} edge {names} on %{d.other} is not a TMA channel, a "
                               "stage release or thread-level synchronization inside one role")

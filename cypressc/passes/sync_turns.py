@@ -21,9 +21,12 @@ named barriers, one per consumer warpgroup (ids after sync-insertion's own):
   mbarrier waits for its operands: a warpgroup holding the turn never waits for data the
   others could use the Tensor Core for), ``turn pass`` (``bar.arrive base + (w + 1) %
   WGS, 256``) after the commit that closes its last wgmma;
-* warpgroup 0 passes the tile's first turn to itself at the start of the block program,
-  and the last warpgroup does not pass the turn after the tile's last run: every turn
-  barrier is empty when the tile ends (a persistent block's next tile starts afresh).
+* the last warpgroup passes warpgroup 0 the tile's first turn at the start of the block
+  program, and does not pass the turn after the tile's last run: every turn barrier is empty
+  when the tile ends, and in a persistent block warpgroup 0 cannot take the next tile's first
+  turn (nor pass turns on) before the last warpgroup has taken all of this tile's turns
+  (with warpgroup 0 passing to itself, it could run a tile ahead and complete a barrier's
+  phase with two passes: a deadlock).
 
 Every warpgroup runs the same runs, so the takes and passes pair up and the ring cannot
 deadlock; :mod:`cypressc.ir.sync_verify` checks the pairing and the concurrent
@@ -212,11 +215,13 @@ def place_turns(body: N.Block, prog: Program, base: int) -> tuple[N.Block, int]:
     if not top:
         raise Refuse("pingpong: the tile's last run of wgmmas is inside a loop (its last pass would need "
                      "the iteration); issue a wgmma after the loop or drop pingpong")
-    # the last warpgroup passes nothing after the tile's last run; warpgroup 0 passes itself the first
+    # the last warpgroup passes nothing after the tile's last run, and passes warpgroup 0 the
+    # tile's first turn when it starts the tile: a persistent block's warpgroup 0 then takes the
+    # next tile's first turn only once the last one has taken all of this tile's turns
     ops = list(out.ops)
     ops[i] = replace(last, when=S.Guard(N.IConst(t.wgs - 2), WG))
     first = next(op for _, _, op in turns if op.kind == "take")
-    start = S.Turn("pass", N.IConst(base), TURN_THREADS, "consumer", S.Guard(N.IConst(0), WG),
+    start = S.Turn("pass", N.IConst(base), TURN_THREADS, "consumer", S.Guard(WG, N.IConst(t.wgs - 1)),
                    (S.Edge("", first.edges[0].dst, "turn"),), t.dims)
     return N.Block((start, *ops), out.yields), base + t.wgs
 

@@ -68,6 +68,7 @@ def warp_specialization(m: N.Module, ctx) -> N.Module:
     """Assign producer/consumer roles, derive channels, and pipeline loops (paper §4.2.5)."""
     block = ctx.tree.block_node()
     ws = bool(block is not None and block.instance.warpspecialize)
+    persistent = bool(block is not None and block.instance.persistent)
     stages: dict[str, int] = {}
     # staging one loop rebuilds the blocks around it (new loop objects): find each by its event
     for ev in [o.ev for o in walk_ops(m.body) if isinstance(o, N.For) and o.pipeline]:
@@ -87,4 +88,4 @@ def warp_specialization(m: N.Module, ctx) -> N.Module:
             for r in o.pre:
                 if roles.get(r.name) == "producer":
                     channels[r.name] = channels.get(r.name, ()) + (o.ev,)
-    return replace(m, schedule=N.Schedule(channels, stages, ws), roles=tuple(roles.items()))
+    return replace(m, schedule=N.Schedule(channels, stages, ws, persistent), roles=tuple(roles.items()))

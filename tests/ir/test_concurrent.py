@@ -16,7 +16,7 @@ from cypressc.cli import main
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.concurrent import op_label as _where
-from cypressc.ir.schedule_check import check_schedules, small_sizes
+from cypressc.ir.schedule_check import check_schedules, small_sizes, two_tile_sizes
 from cypressc.ir.sync_verify import verify_sync
 from cypressc.ir.verify import VerifyError
 from cypressc.lang.checker import check_program
@@ -28,6 +28,7 @@ from cypressc.passes.manager import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDULES = 50
+TILE_SCHEDULES = 20  # two tiles of a persistent block (each schedule runs twice the ops)
 PAIRS = sorted((p.stem, m.relative_to(ROOT).as_posix())
                for p in (ROOT / "programs").glob("*.cyp") for m in (ROOT / "mappings" / p.stem).glob("*.yaml"))
 # test programs (tests/programs, by path): a GLOBAL->SHARED copy before the main loop; two
@@ -46,11 +47,30 @@ MODEL_BLIND = {
 }
 
 
+def _tree(program: str, mapping: str):
+    path = ROOT / program if program.endswith(".cyp") else ROOT / "programs" / f"{program}.cyp"
+    return instantiate(check_program(parse_file(path)), load_mapping(ROOT / mapping))
+
+
 @functools.lru_cache(maxsize=None)
 def _snaps(program: str, mapping: str) -> dict[str, N.Module]:
-    path = ROOT / program if program.endswith(".cyp") else ROOT / "programs" / f"{program}.cyp"
-    tree = instantiate(check_program(parse_file(path)), load_mapping(ROOT / mapping))
-    return dict(compile_module(tree, until="sync-insertion"))
+    return dict(compile_module(_tree(program, mapping), until="sync-insertion"))
+
+
+@functools.lru_cache(maxsize=None)
+def _persistent(program: str, mapping: str) -> bool:
+    block = _tree(program, mapping).block_node()
+    return bool(block is not None and block.instance.persistent)
+
+
+def _tile_sizes(program: str, m: N.Module) -> list[dict]:
+    """Sizes for two tiles run back to back by one persistent block: the pipelines wrap twice
+    in each, and (second) the pipelined loops do not run at all, so the copies after the
+    loop follow the ones before it at once (no loop step orders them)."""
+    flags = FLAGS.get(Path(program).stem, {})
+    out = [two_tile_sizes(m, _sizes(program, m)), two_tile_sizes(m, {**small_sizes(m, wraps=0), **flags})]
+    assert out[0] is not None, "no size gives a persistent block two tiles"
+    return [x for x in out if x is not None]
 
 
 def _sync_ops(b: N.Block):
@@ -192,6 +212,11 @@ def test_every_program_and_mapping_is_clean(program, mapping):
                         schedules=SCHEDULES, value_every=SCHEDULES)
     assert v.finding is None, v.line(program)
     assert v.schedules == SCHEDULES
+    if _persistent(program, mapping):  # the kernel runs tiles back to back on one block
+        for sizes in _tile_sizes(program, snaps["sync-insertion"]):
+            v = check_schedules(snaps["sync-insertion"], snaps["warp-specialization"], seed=11, sizes=sizes,
+                                schedules=TILE_SCHEDULES, value_every=TILE_SCHEDULES, persistent=True)
+            assert v.finding is None, v.line(program + " (two tiles of one persistent block)")
 
 
 def test_causal_attention_blocks_of_different_trip_counts_are_clean():
@@ -205,8 +230,16 @@ def test_causal_attention_blocks_of_different_trip_counts_are_clean():
     assert v.schedules == 10
 
 
-def _verdict(mutant: N.Module, ref: N.Module, sizes: dict | None = None) -> str | None:
+def _verdict(mutant: N.Module, ref: N.Module, sizes: dict | None = None, tiles: list[dict] = ()) -> str | None:
+    """The first finding on one tile at ``sizes``, else on two tiles of one persistent block at
+    each of ``tiles``."""
     v = check_schedules(mutant, ref, sizes=sizes, seed=0, schedules=SCHEDULES, value_every=0)
+    for t in tiles:
+        if v.finding is not None:
+            break
+        v = check_schedules(mutant, ref, sizes=t, seed=0, schedules=TILE_SCHEDULES, value_every=0, persistent=True)
+        if v.finding is not None:
+            return f"{v.finding.kind} at {v.finding.event} (seed {v.seed}, two tiles)"
     return None if v.finding is None else f"{v.finding.kind} at {v.finding.event} (seed {v.seed})"
 
 
@@ -217,9 +250,10 @@ def test_teeth_every_inserted_sync_op_is_needed(program, mapping, capsys):
     rows, bad = [], []
     ops = list(_sync_ops(m.body))
     assert len(ops) >= 6, "sync-insertion inserted suspiciously few sync ops"
+    tiles = _tile_sizes(program, m) if _persistent(program, mapping) else []
     for op in ops:
         mutant = replace(m, body=_drop(m.body, op))
-        caught = _verdict(mutant, ref, _sizes(program, m))
+        caught = _verdict(mutant, ref, _sizes(program, m), tiles)
         try:
             verify_sync(mutant)
             refused = "accepted"

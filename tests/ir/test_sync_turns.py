@@ -38,7 +38,8 @@ def _turns(ops) -> list[str]:
     out = []
     for o in ops:
         if isinstance(o, S.Turn):
-            g = "" if o.when is None else f" if {o.when.a.value} >= wg"
+            side = lambda e: "wg" if isinstance(e, N.IProc) else str(e.value)  # noqa: E731
+            g = "" if o.when is None else f" if {side(o.when.a)} >= {side(o.when.b)}"
             out.append(f"{o.kind}{g}")
     return out
 
@@ -59,7 +60,7 @@ def _straight_line(dims=THREADS) -> N.Module:
 
 
 def test_each_run_of_wgmmas_is_one_turn():
-    """Warpgroup 0 passes itself the first turn; each run takes the turn after its operands'
+    """The last warpgroup passes warpgroup 0 the first turn; each run takes the turn after its operands'
     waits and before its first wgmma's fence, and passes it on after the commit of its last
     wgmma (before any wait_group); the last warpgroup passes nothing after the tile's last run."""
     m = run(_straight_line(), pingpong=True)
@@ -67,7 +68,7 @@ def test_each_run_of_wgmmas_is_one_turn():
         "Turn", "f1", "f2", "Turn", "Fence(wgmma)", "a", "CommitGroup(wgmma)", "Fence(wgmma)", "b",
         "CommitGroup(wgmma)", "Turn", "WaitGroup(wgmma 1)", "ra", "Turn", "Fence(wgmma)", "c", "CommitGroup(wgmma)",
         "Turn", "WaitGroup(wgmma 1)", "rb", "WaitGroup(wgmma 0)", "rc"]
-    assert _turns(m.body.ops) == ["pass if 0 >= wg", "take", "pass", "take", "pass if 0 >= wg"]
+    assert _turns(m.body.ops) == ["pass if wg >= 1", "take", "pass", "take", "pass if 0 >= wg"]
     t = [o for o in m.body.ops if isinstance(o, S.Turn)]
     assert t[0].id == C(1) and {o.threads for o in t} == {256}
     assert all(e.hazard == "turn" for o in t for e in o.edges)
@@ -113,7 +114,7 @@ def test_flash_attention3_takes_one_turn_per_step_for_both_gemms():
     first, one pass after the second's commit, the wait_group 1 after the pass; the peeled
     step 0 and the last O += P·V are runs of their own."""
     m = _snaps("flash_attention3", "mappings/flash_attention3/h100_d128_pp.yaml")["sync-insertion"]
-    assert _loop_turns(m) == (["pass if 0 >= wg", "take", "pass"], ["take", "pass"], ["take", "pass if 0 >= wg"])
+    assert _loop_turns(m) == (["pass if wg >= 1", "take", "pass"], ["take", "pass"], ["take", "pass if 0 >= wg"])
     body = kinds(next(o for o in m.body.ops if isinstance(o, N.For)).body.ops)
     take, pas = body.index("Turn"), len(body) - 1 - body[::-1].index("Turn")
     commits = [i for i, k in enumerate(body) if k == "CommitGroup(wgmma)"]
@@ -125,7 +126,7 @@ def test_flash_attention2_joins_the_runs_across_the_back_edge():
     loop's back edge, taken before the loop and before O += P·V, passed after S and after
     the loop."""
     m = _snaps("flash_attention2", "mappings/flash_attention2/h100_d128_pp.yaml")["sync-insertion"]
-    assert _loop_turns(m) == (["pass if 0 >= wg", "take"], ["pass", "take"], ["pass if 0 >= wg"])
+    assert _loop_turns(m) == (["pass if wg >= 1", "take"], ["pass", "take"], ["pass if 0 >= wg"])
 
 
 @pytest.mark.parametrize("program,mapping", [("flash_attention2", "h100_d64_pp"), ("flash_attention3", "h100_d128_pp"),
@@ -158,7 +159,7 @@ def test_the_cuda_takes_and_passes_on_each_warpgroups_own_barrier(tmp_path):
     assert arrives[0].startswith("cypress::named_arrive(1, 256);")
     assert all(ln.startswith("cypress::named_arrive((1 + ((cw + 1) % 3)), 256);") for ln in arrives[1:])
     assert len(syncs) == len(arrives) - 1 == 3  # step 0, the loop's step, the last O += P V
-    assert "if (0 >= cw) {" in cu and "if (1 >= cw) {" in cu  # the first turn; the last warpgroup's last pass
+    assert "if (cw >= 2) {" in cu and "if (1 >= cw) {" in cu  # the first turn, by the last warpgroup; its last pass
     plain, _ = _cuda(tmp_path, "flash_attention3", "h100_d128_wg3")
     assert "named_arrive" not in plain and "named_sync" not in plain
 

@@ -9,7 +9,7 @@ constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int Q_block_STAGE = 32768, Q_block_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_qk_STAGE = 32768, B_mma_qk_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_pv_STAGE = 32768, B_mma_pv_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
-constexpr int SMEM_BYTES = 197704;
+constexpr int SMEM_BYTES = 197712;
 }  // namespace
 
 __global__ void __launch_bounds__(THREADS, 1)
@@ -17,29 +17,30 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
   // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
-  uint8_t* s_Q_block = smem + 0;  // %Q_block
-  uint8_t* s_B_mma_qk = smem + 98304;  // %B_mma_qk
-  uint8_t* s_B_mma_pv = smem + 32768;  // %B_mma_pv
+  uint8_t* s_Q_block = smem + 163840;  // %Q_block
+  uint8_t* s_B_mma_qk = smem + 65536;  // %B_mma_qk
+  uint8_t* s_B_mma_pv = smem + 0;  // %B_mma_pv
   cypress::bar_t* full_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 196608);  // full mbarrier[1], channel of %e1
-  cypress::bar_t* full_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 196616);  // full mbarrier[2], channel of %e7
-  cypress::bar_t* empty_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 196632);  // empty mbarrier[2], channel of %e7
-  cypress::bar_t* full_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 196648);  // full mbarrier[2], channel of %e19
-  cypress::bar_t* empty_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 196664);  // empty mbarrier[2], channel of %e19
+  cypress::bar_t* empty_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 196616);  // empty mbarrier[1], channel of %e1
+  cypress::bar_t* full_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 196624);  // full mbarrier[2], channel of %e7
+  cypress::bar_t* empty_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 196640);  // empty mbarrier[2], channel of %e7
+  cypress::bar_t* full_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 196656);  // full mbarrier[2], channel of %e19
+  cypress::bar_t* empty_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 196672);  // empty mbarrier[2], channel of %e19
   const int tiles0 = B;
   const int tiles1 = H;
   const int tiles2 = cdiv(M, 128);
   const int num_tiles = tiles0 * tiles1 * tiles2;
   // linear tile index -> block coordinates; the last two walk RASTER rows at a time
   auto tile_coords = [&](int t, int& b0, int& b1, int& b2) {
-    const int per = tiles1 * tiles2, u = t % per;
-    b0 = t / per;
-    const int group = u / (RASTER * tiles2), first = group * RASTER;
-    const int rows = min(tiles1 - first, RASTER), v = u % (RASTER * tiles2);
-    b1 = first + v % rows;
-    b2 = tiles2 - 1 - v / rows;  // longest tiles first: the trip count grows with b2
+    const int j = t % tiles2;
+    b2 = j % 2 ? j / 2 : tiles2 - 1 - j / 2;  // the trip count grows with b2
+    int u = t / tiles2;
+    b1 = u % tiles1; u /= tiles1;
+    b0 = u % tiles0;
   };
   if (threadIdx.x == 0) {
     for (int i = 0; i < 1; ++i) cypress::init(&full_Q_block[i], 1);
+    for (int i = 0; i < 1; ++i) cypress::init(&empty_Q_block[i], 2);
     for (int i = 0; i < 2; ++i) cypress::init(&full_B_mma_qk[i], 1);
     for (int i = 0; i < 2; ++i) cypress::init(&empty_B_mma_qk[i], 2);
     for (int i = 0; i < 2; ++i) cypress::init(&full_B_mma_pv[i], 1);
@@ -55,11 +56,14 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       cypress::tma_prefetch(&tm_Q_128x64);
       cypress::tma_prefetch(&tm_K_128x64);
       cypress::tma_prefetch(&tm_V_128x64);
+      int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
       int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
-      for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
+      int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
+      for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; ++k, t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1)) {
         int b0, b1, b2;
         tile_coords(t, b0, b1, b2);
         const int num_k = cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128);
+        cypress::wait(&empty_Q_block[0], (1 ^ tphase));  // %e8 -> %e1 (war %Q_block, the next tile)
         cypress::arrive_expect_tx(&full_Q_block[0], 32768);  // %e1 -> %e8 (raw %Q_block, into the loop)
         // %e1: copy -> %Q_block[0] (TMA)
         #pragma unroll
@@ -83,6 +87,8 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           }
           if (++stage == STAGES) { stage = 0; phase ^= 1; }
         }
+        kbase += num_k;
+        tphase ^= 1;
       }
     }
   } else {
@@ -97,12 +103,14 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     float l_init_thread[1][2];  // %l_init_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float alpha_softmax_thread[1][2];  // %alpha_softmax_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float LSE_finish_thread[1][2];  // %LSE_finish_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
+    int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
     int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
-    for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
+    int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
+    for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; ++k, t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1)) {
       int b0, b1, b2;
       tile_coords(t, b0, b1, b2);
       const int num_k = cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128);
-      if (0 >= cw) {
+      if (cw >= 1) {
         cypress::named_arrive(3, 256);  // start -> %e20 (turn)
       }
       // %e2: fill
@@ -114,7 +122,7 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       // %e4: fill over accumulator rows
       #pragma unroll
       for (int a = 0; a < 1; ++a) l_init_thread[a][0] = l_init_thread[a][1] = 0;
-      cypress::wait(&full_Q_block[0], 0);  // %e1 -> %e8 (raw %Q_block, into the loop)
+      cypress::wait(&full_Q_block[0], (0 ^ tphase));  // %e1 -> %e8 (raw %Q_block, into the loop)
       cypress::named_sync((3 + cw), 256);  // %e8 -> %e20 (turn, into the loop)
       for (int kb = 0; kb < num_k; ++kb) {
         cypress::wait(&full_B_mma_qk[stage], phase);  // %e7 -> %e8 (raw %B_mma_qk)
@@ -130,10 +138,13 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         }
         cypress::commit();  // closes the group of %e8
         cypress::named_arrive((3 + ((cw + 1) % 2)), 256);  // %e8 -> %e20 (turn)
-        cypress::wait<0>();  // %e8 -> %e9 (raw %C_clear_thread_1); %e8 -> %e9 (war %C_clear_thread_1); %e8 -> %e9 (waw %C_clear_thread_1); %e8 -> %e9 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e9 (waw %C_clear_thread_1, 1 step(s) later); %e8 -> %e7 (war %B_mma_qk, 2 step(s) later); %e8 -> %e10 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e10 (waw %C_clear_thread_1, 1 step(s) later); %e8 -> %e14 (war %C_clear_thread_1); %e8 -> %e14 (waw %C_clear_thread_1); %e8 -> %e14 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e14 (waw %C_clear_thread_1, 1 step(s) later); %e20 -> %e17 (raw %C_clear_thread, 1 step(s) later); %e20 -> %e17 (war %C_clear_thread, 1 step(s) later); %e20 -> %e17 (waw %C_clear_thread, 1 step(s) later); %e20 -> %e18 (war %D_convert_thread, 1 step(s) later)
+        cypress::wait<0>();  // %e8 -> %e9 (raw %C_clear_thread_1); %e8 -> %e9 (war %C_clear_thread_1); %e8 -> %e9 (waw %C_clear_thread_1); %e8 -> %e9 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e9 (waw %C_clear_thread_1, 1 step(s) later); %e8 -> %e1 (war %Q_block, the next tile); %e8 -> %e7 (war %B_mma_qk, 2 step(s) later); %e8 -> %e10 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e10 (waw %C_clear_thread_1, 1 step(s) later); %e8 -> %e14 (war %C_clear_thread_1); %e8 -> %e14 (waw %C_clear_thread_1); %e8 -> %e14 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e14 (waw %C_clear_thread_1, 1 step(s) later); %e20 -> %e17 (raw %C_clear_thread, 1 step(s) later); %e20 -> %e17 (war %C_clear_thread, 1 step(s) later); %e20 -> %e17 (waw %C_clear_thread, 1 step(s) later); %e20 -> %e18 (war %D_convert_thread, 1 step(s) later)
         cypress::fence_acc(C_clear_thread_1[0]);
         cypress::fence_acc(C_clear_thread[0]);
         cypress::fence_acc(D_convert_thread[0]);
+        if (kb >= (num_k - 1)) {
+          if (leader) cypress::arrive(&empty_Q_block[0]);  // %e8 -> %e1 (war %Q_block, the next tile)
+        }
         if (leader) cypress::arrive(&empty_B_mma_qk[stage]);  // %e8 -> %e7 (war %B_mma_qk, 2 step(s) later)
         // %e9: mask_columns over accumulator rows
         #pragma unroll
@@ -188,6 +199,9 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       }
       cypress::wait<0>();  // %e20 -> %e21 (raw %C_clear_thread, after the loop); %e20 -> %e21 (war %C_clear_thread, after the loop); %e20 -> %e21 (waw %C_clear_thread, after the loop); %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
       cypress::fence_acc(C_clear_thread[0]);
+      if (0 >= num_k) {
+        if (leader) cypress::arrive(&empty_Q_block[0]);  // %e8 -> %e1 (war %Q_block, the next tile)
+      }
       if ((num_k - 1) >= 0) {
         if (leader) cypress::arrive(&empty_B_mma_pv[(stage >= 1 ? stage - 1 : stage + 1)]);  // %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
       }
@@ -207,13 +221,15 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           for (int h = 0; h < 2; ++h)
             if (r0 + 64 * a + 8 * h < M) dst[r0 + 64 * a + 8 * h] = LSE_finish_thread[a][h];
       }
+      if (leader) cypress::tma_store_wait<0>();  // %e25 -> end (the TMA store reads %D_store_wg) (persistent block: before the next tile writes %D_store_wg)
+      cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
       // %e24: copy %C_clear_thread -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int a = 0; a < 1; ++a) {
         #pragma unroll
         for (int j = 0; j < 32; ++j) {
           const int2 rc = cypress::acc_coord(j);
-          uint8_t* box = smem + 163840 + cw * 16384 + (a * 2 + rc.y / 64) * 8192;
+          uint8_t* box = smem + 131072 + cw * 16384 + (a * 2 + rc.y / 64) * 8192;
           *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
         }
       }
@@ -223,12 +239,14 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       if (leader) {
         for (int a = 0; a < 1; ++a)
           for (int b = 0; b < 2; ++b) {
-          cypress::tma_store_3d(&tm_O_64x64, smem + 163840 + cw * 16384 + (a * 2 + b) * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))) + 64 * a, ((b0 * H) + b1));
+          cypress::tma_store_3d(&tm_O_64x64, smem + 131072 + cw * 16384 + (a * 2 + b) * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))) + 64 * a, ((b0 * H) + b1));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e25
-      if (leader) cypress::tma_store_wait<0>();  // %e25 -> end (the TMA store reads %D_store_wg)
+      kbase += num_k;
+      tphase ^= 1;
     }
+    if (leader) cypress::tma_store_wait<0>();  // %e25 -> end (the TMA store reads %D_store_wg) (after the last tile)
   }
 }
 
@@ -270,7 +288,7 @@ extern "C" int flash_attention2_launch(void* O, void* LSE, const void* Q, const 
     configured_device = dev;
   }
   const long long tiles = (B) * (H) * (cdiv(M, 128));
-  const long long grid = tiles;
+  const long long grid = tiles < sms ? tiles : sms;
   flash_attention2_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, tm_O_64x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
   return cudaGetLastError();
 }

@@ -11,7 +11,7 @@ constexpr int B_mma_qk_STAGE = 32768, B_mma_qk_CHUNK = 16384;  // 128x128 f16, 2
 constexpr int B_mma_qk_1_STAGE = 32768, B_mma_qk_1_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_pv_STAGE = 32768, B_mma_pv_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_pv_1_STAGE = 32768, B_mma_pv_1_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
-constexpr int SMEM_BYTES = 230480;
+constexpr int SMEM_BYTES = 230504;
 }  // namespace
 
 __global__ void __launch_bounds__(THREADS, 1)
@@ -19,37 +19,42 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
   // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
-  uint8_t* s_Q_block = smem + 0;  // %Q_block
-  uint8_t* s_B_mma_qk = smem + 32768;  // %B_mma_qk
+  uint8_t* s_Q_block = smem + 196608;  // %Q_block
+  uint8_t* s_B_mma_qk = smem + 98304;  // %B_mma_qk
   uint8_t* s_B_mma_qk_1 = smem + 131072;  // %B_mma_qk_1
-  uint8_t* s_B_mma_pv = smem + 65536;  // %B_mma_pv
-  uint8_t* s_B_mma_pv_1 = smem + 196608;  // %B_mma_pv_1
-  cypress::bar_t* full_Q_block_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 229376);  // full mbarrier[1], channel of %e1, %e6
-  cypress::bar_t* full_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 229384);  // full mbarrier[2], channel of %e19
-  cypress::bar_t* empty_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 229400);  // empty mbarrier[2], channel of %e19
-  cypress::bar_t* full_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 229416);  // full mbarrier[2], channel of %e21
-  cypress::bar_t* empty_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 229432);  // empty mbarrier[2], channel of %e21
-  cypress::bar_t* full_B_mma_pv_1 = reinterpret_cast<cypress::bar_t*>(smem + 229448);  // full mbarrier[1], channel of %e33
+  uint8_t* s_B_mma_pv = smem + 0;  // %B_mma_pv
+  uint8_t* s_B_mma_pv_1 = smem + 65536;  // %B_mma_pv_1
+  cypress::bar_t* full_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 229376);  // full mbarrier[1], channel of %e1
+  cypress::bar_t* empty_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 229384);  // empty mbarrier[1], channel of %e1
+  cypress::bar_t* full_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 229392);  // full mbarrier[1], channel of %e6
+  cypress::bar_t* full_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 229400);  // full mbarrier[2], channel of %e19
+  cypress::bar_t* empty_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 229416);  // empty mbarrier[2], channel of %e19
+  cypress::bar_t* full_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 229432);  // full mbarrier[2], channel of %e21
+  cypress::bar_t* empty_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 229448);  // empty mbarrier[2], channel of %e21
+  cypress::bar_t* full_B_mma_pv_1 = reinterpret_cast<cypress::bar_t*>(smem + 229464);  // full mbarrier[1], channel of %e33
+  cypress::bar_t* empty_B_mma_pv_1 = reinterpret_cast<cypress::bar_t*>(smem + 229472);  // empty mbarrier[1], channel of %e33
   const int tiles0 = B;
   const int tiles1 = H;
   const int tiles2 = cdiv(M, 128);
   const int num_tiles = tiles0 * tiles1 * tiles2;
   // linear tile index -> block coordinates; the last two walk RASTER rows at a time
   auto tile_coords = [&](int t, int& b0, int& b1, int& b2) {
-    const int per = tiles1 * tiles2, u = t % per;
-    b0 = t / per;
-    const int group = u / (RASTER * tiles2), first = group * RASTER;
-    const int rows = min(tiles1 - first, RASTER), v = u % (RASTER * tiles2);
-    b1 = first + v % rows;
-    b2 = tiles2 - 1 - v / rows;  // longest tiles first: the trip count grows with b2
+    const int j = t % tiles2;
+    b2 = j % 2 ? j / 2 : tiles2 - 1 - j / 2;  // the trip count grows with b2
+    int u = t / tiles2;
+    b1 = u % tiles1; u /= tiles1;
+    b0 = u % tiles0;
   };
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 1; ++i) cypress::init(&full_Q_block_B_mma_qk[i], 1);
+    for (int i = 0; i < 1; ++i) cypress::init(&full_Q_block[i], 1);
+    for (int i = 0; i < 1; ++i) cypress::init(&empty_Q_block[i], 2);
+    for (int i = 0; i < 1; ++i) cypress::init(&full_B_mma_qk[i], 1);
     for (int i = 0; i < 2; ++i) cypress::init(&full_B_mma_qk_1[i], 1);
     for (int i = 0; i < 2; ++i) cypress::init(&empty_B_mma_qk_1[i], 2);
     for (int i = 0; i < 2; ++i) cypress::init(&full_B_mma_pv[i], 1);
     for (int i = 0; i < 2; ++i) cypress::init(&empty_B_mma_pv[i], 2);
     for (int i = 0; i < 1; ++i) cypress::init(&full_B_mma_pv_1[i], 1);
+    for (int i = 0; i < 1; ++i) cypress::init(&empty_B_mma_pv_1[i], 2);
     cypress::fence_barrier_init();
   }
   __syncthreads();  // every thread sees the initialized mbarriers
@@ -61,21 +66,25 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       cypress::tma_prefetch(&tm_Q_128x64);
       cypress::tma_prefetch(&tm_K_128x64);
       cypress::tma_prefetch(&tm_V_128x64);
+      int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
       int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
-      for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
+      int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
+      for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; ++k, t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1)) {
         int b0, b1, b2;
         tile_coords(t, b0, b1, b2);
         const int num_k = (cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128) - 1);
-        cypress::arrive_expect_tx(&full_Q_block_B_mma_qk[0], 65536);  // %e1 -> %e7 (raw %Q_block); %e1 -> %e20 (raw %Q_block, into the loop); %e6 -> %e7 (raw %B_mma_qk)
+        cypress::wait(&empty_Q_block[0], (1 ^ tphase));  // %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
+        cypress::arrive_expect_tx(&full_Q_block[0], 32768);  // %e1 -> %e7 (raw %Q_block); %e1 -> %e20 (raw %Q_block, into the loop)
         // %e1: copy -> %Q_block[0] (TMA)
         #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          cypress::tma_load_3d(s_Q_block + j * Q_block_CHUNK, &tm_Q_128x64, &full_Q_block_B_mma_qk[0], 0 + 64 * j, (b2 * 128), ((b0 * H) + b1));
+          cypress::tma_load_3d(s_Q_block + j * Q_block_CHUNK, &tm_Q_128x64, &full_Q_block[0], 0 + 64 * j, (b2 * 128), ((b0 * H) + b1));
         }
+        cypress::arrive_expect_tx(&full_B_mma_qk[0], 32768);  // %e6 -> %e7 (raw %B_mma_qk)
         // %e6: copy -> %B_mma_qk[0] (TMA)
         #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          cypress::tma_load_3d(s_B_mma_qk + j * B_mma_qk_CHUNK, &tm_K_128x64, &full_Q_block_B_mma_qk[0], 0 + 64 * j, 0, ((b0 * HK) + (b1 / (H / HK))));
+          cypress::tma_load_3d(s_B_mma_qk + j * B_mma_qk_CHUNK, &tm_K_128x64, &full_B_mma_qk[0], 0 + 64 * j, 0, ((b0 * HK) + (b1 / (H / HK))));
         }
         for (int kb = 0; kb < num_k; ++kb) {
           cypress::wait(&empty_B_mma_qk_1[stage], (phase ^ 1));  // %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later)
@@ -94,12 +103,15 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           }
           if (++stage == STAGES) { stage = 0; phase ^= 1; }
         }
+        cypress::wait(&empty_B_mma_pv_1[0], (1 ^ tphase));  // %e34 -> %e33 (war %B_mma_pv_1, the next tile)
         cypress::arrive_expect_tx(&full_B_mma_pv_1[0], 32768);  // %e33 -> %e34 (raw %B_mma_pv_1)
         // %e33: copy -> %B_mma_pv_1[0] (TMA)
         #pragma unroll
         for (int j = 0; j < 2; ++j) {
           cypress::tma_load_3d(s_B_mma_pv_1 + j * B_mma_pv_1_CHUNK, &tm_V_128x64, &full_B_mma_pv_1[0], 0 + 64 * j, (num_k * 128), ((b0 * HK) + (b1 / (H / HK))));
         }
+        kbase += num_k;
+        tphase ^= 1;
       }
     }
   } else {
@@ -116,8 +128,10 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     float alpha_softmax_thread[1][2];  // %alpha_softmax_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float alpha_softmax_thread_1[1][2];  // %alpha_softmax_thread_1: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float LSE_finish_thread[1][2];  // %LSE_finish_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
+    int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
     int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
-    for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
+    int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
+    for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; ++k, t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1)) {
       int b0, b1, b2;
       tile_coords(t, b0, b1, b2);
       const int num_k = (cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128) - 1);
@@ -130,7 +144,8 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       // %e4: fill over accumulator rows
       #pragma unroll
       for (int a = 0; a < 1; ++a) l_init_thread[a][0] = l_init_thread[a][1] = 0;
-      cypress::wait(&full_Q_block_B_mma_qk[0], 0);  // %e1 -> %e7 (raw %Q_block); %e1 -> %e20 (raw %Q_block, into the loop); %e6 -> %e7 (raw %B_mma_qk)
+      cypress::wait(&full_Q_block[0], (0 ^ tphase));  // %e1 -> %e7 (raw %Q_block); %e1 -> %e20 (raw %Q_block, into the loop)
+      cypress::wait(&full_B_mma_qk[0], (0 ^ tphase));  // %e6 -> %e7 (raw %B_mma_qk)
       // wgmma.fence: %e5 -> %e7 (raw %C_clear_thread_1); %e5 -> %e7 (waw %C_clear_thread_1)
       cypress::fence_acc(C_clear_thread_1[0]);
       cypress::wgmma_fence();
@@ -142,7 +157,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, C_clear_thread_1[0], kk == 0);
       }
       cypress::commit();  // closes the group of %e7
-      cypress::wait<0>();  // %e7 -> %e8 (raw %C_clear_thread_1); %e7 -> %e8 (war %C_clear_thread_1); %e7 -> %e8 (waw %C_clear_thread_1); %e7 -> %e13 (war %C_clear_thread_1); %e7 -> %e13 (waw %C_clear_thread_1); %e22 -> %e35 (war %C_clear_thread, after the loop); %e22 -> %e35 (waw %C_clear_thread, after the loop)
+      cypress::wait<0>();  // %e7 -> %e8 (raw %C_clear_thread_1); %e7 -> %e8 (war %C_clear_thread_1); %e7 -> %e8 (waw %C_clear_thread_1); %e7 -> %e13 (war %C_clear_thread_1); %e7 -> %e13 (waw %C_clear_thread_1); %e22 -> %e35 (war %C_clear_thread, after the loop); %e22 -> %e35 (waw %C_clear_thread, after the loop); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
       cypress::fence_acc(C_clear_thread_1[0]);
       cypress::fence_acc(C_clear_thread[0]);
       // %e8: mask_columns over accumulator rows
@@ -197,8 +212,11 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           cypress::wgmma_rs<128, __half>(&D_convert_thread[0][kk * 4], db, C_clear_thread[0]);
         }
         cypress::commit();  // closes the group of %e22
-        cypress::wait<1>();  // %e20 -> %e23 (raw %C_clear_thread_2); %e20 -> %e23 (war %C_clear_thread_2); %e20 -> %e23 (waw %C_clear_thread_2); %e20 -> %e23 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e23 (waw %C_clear_thread_2, 1 step(s) later); %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later); %e20 -> %e24 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e24 (waw %C_clear_thread_2, 1 step(s) later); %e20 -> %e28 (war %C_clear_thread_2); %e20 -> %e28 (waw %C_clear_thread_2); %e20 -> %e28 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e28 (waw %C_clear_thread_2, 1 step(s) later)
+        cypress::wait<1>();  // %e20 -> %e23 (raw %C_clear_thread_2); %e20 -> %e23 (war %C_clear_thread_2); %e20 -> %e23 (waw %C_clear_thread_2); %e20 -> %e23 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e23 (waw %C_clear_thread_2, 1 step(s) later); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile); %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later); %e20 -> %e24 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e24 (waw %C_clear_thread_2, 1 step(s) later); %e20 -> %e28 (war %C_clear_thread_2); %e20 -> %e28 (waw %C_clear_thread_2); %e20 -> %e28 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e28 (waw %C_clear_thread_2, 1 step(s) later)
         cypress::fence_acc(C_clear_thread_2[0]);
+        if (kb >= (num_k - 1)) {
+          if (leader) cypress::arrive(&empty_Q_block[0]);  // %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
+        }
         if (leader) cypress::arrive(&empty_B_mma_qk_1[stage]);  // %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later)
         // %e23: mask_columns over accumulator rows
         #pragma unroll
@@ -236,7 +254,10 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         for (int a = 0; a < 1; ++a) cypress::acc_to_a<__half>(C_clear_thread_2[a], D_convert_thread[a]);
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
-      cypress::wait(&full_B_mma_pv_1[0], 0);  // %e33 -> %e34 (raw %B_mma_pv_1)
+      if (0 >= num_k) {
+        if (leader) cypress::arrive(&empty_Q_block[0]);  // %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
+      }
+      cypress::wait(&full_B_mma_pv_1[0], (0 ^ tphase));  // %e33 -> %e34 (raw %B_mma_pv_1)
       // wgmma.fence: %e31 -> %e34 (raw %C_clear_thread, after the loop); %e31 -> %e34 (war %C_clear_thread, after the loop); %e31 -> %e34 (waw %C_clear_thread, after the loop); %e32 -> %e34 (raw %D_convert_thread, after the loop)
       cypress::fence_acc(C_clear_thread[0]);
       cypress::fence_acc(D_convert_thread[0]);
@@ -248,8 +269,9 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         cypress::wgmma_rs<128, __half>(&D_convert_thread[0][kk * 4], db, C_clear_thread[0]);
       }
       cypress::commit();  // closes the group of %e34
-      cypress::wait<0>();  // %e34 -> %e35 (raw %C_clear_thread); %e34 -> %e35 (war %C_clear_thread); %e34 -> %e35 (waw %C_clear_thread)
+      cypress::wait<0>();  // %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e34 -> %e35 (raw %C_clear_thread); %e34 -> %e35 (war %C_clear_thread); %e34 -> %e35 (waw %C_clear_thread)
       cypress::fence_acc(C_clear_thread[0]);
+      if (leader) cypress::arrive(&empty_B_mma_pv_1[0]);  // %e34 -> %e33 (war %B_mma_pv_1, the next tile)
       // %e35: div_rows over accumulator rows
       #pragma unroll
       for (int a = 0; a < 1; ++a) cypress::div_rows(C_clear_thread[a], l_init_thread[a]);
@@ -277,6 +299,8 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
             *reinterpret_cast<uint32_t*>((O + size_t(((b0 * H) + b1)) * M * D) + size_t(r) * D + c) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
         }
       }
+      kbase += num_k;
+      tphase ^= 1;
     }
   }
 }
@@ -317,7 +341,7 @@ extern "C" int flash_attention3_launch(void* O, void* LSE, const void* Q, const 
     configured_device = dev;
   }
   const long long tiles = (B) * (H) * (cdiv(M, 128));
-  const long long grid = tiles;
+  const long long grid = tiles < sms ? tiles : sms;
   flash_attention3_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
   return cudaGetLastError();
 }
