@@ -112,8 +112,8 @@ class TmaChannels(Placement):
 
     def _in_last_step(self, readers: list[Leaf], mma: list[Leaf]) -> list[tuple] | None:
         inner = [r for r in readers if r.loops]
-        if not inner or any(r.kind != "wgmma" for r in inner):
-            return None
+        if not inner or any(r.kind != "wgmma" for r in inner) or max(readers, key=lambda r: r.seq) not in inner:
+            return None  # thread code in the loop, or a read after it: released after the reads
         lp = inner[0].loops[0]
         g = max(self.groups[r.op.ev][1] for r in inner)
         early = self._retired_in_step(inner, g, inner)
