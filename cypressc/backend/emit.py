@@ -138,7 +138,7 @@ def emit_cuda(p: P.KernelPlan) -> str:
     w("// linear tile index -> block coordinates; the last two walk RASTER rows at a time")
     w(f"auto tile_coords = [&](int t, {', '.join(f'int& b{i}' for i in range(nd))}) {{")
     w.ind += 1
-    dealt = sorted(longest)[0] if p.persistent and len(longest) == 1 else None
+    dealt = _paired(p)
     if dealt is not None:
         # a persistent block takes its tiles in pairs (see _tiles): the longest and the shortest
         # of one row of b{dealt}, whose trip counts add up to about the same for every pair
@@ -216,6 +216,13 @@ def emit_cuda(p: P.KernelPlan) -> str:
     return "\n".join(w.lines) + "\n"
 
 
+def _paired(p: P.KernelPlan) -> int | None:
+    """The block coordinate a persistent block takes its tiles in long + short pairs of (the
+    one its trip counts grow with), or None: the tiles are dealt one by one."""
+    longest = _growing_trips(p)
+    return next(iter(longest)) if p.persistent and len(longest) == 1 else None
+
+
 def _growing_trips(p: P.KernelPlan) -> set[int]:
     """The block coordinates a tile's main-loop trip counts grow with (never shrink with, and
     depend on: a causal key loop ending at its query block's diagonal).  The tile walk takes
@@ -280,7 +287,7 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
         w("int istage = 0, iphase = 0;  // the same for the step the issuer loads ahead")
     if "tphase" in uses:
         w("int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase")
-    if p.persistent and len(_growing_trips(p)) == 1:
+    if _paired(p) is not None:
         # tiles of different lengths: pair after pair (a long and a short one, tile_coords), so
         # the blocks' totals stay within a pair of each other (a static walk has no other balance)
         w.open("for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; "

@@ -330,11 +330,12 @@ class Program:
                 continue
             root = self.sym.root(c.op.dst)
             for p in self.leaves.values():
-                if p is c or p.kind == "tma_load":
-                    continue
-                if any(r and self.sym.root(v) == root for v, r, _ in views_of(p.op)):
+                if p is not c and p.kind != "tma_load" and self._reads(p, root):
                     out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", root, root, "SHARED", ()))
         return out
+
+    def _reads(self, lf: Leaf, root: str) -> bool:
+        return any(r and self.sym.root(v) == root for v, r, _ in views_of(lf.op))
 
     def _earlier_load(self, d: Dep) -> Leaf | None:
         """For a ``tile`` edge into a copy outside the main loop: an earlier such copy of the
@@ -344,15 +345,16 @@ class Program:
         p, c = self.leaves[d.src], self.leaves[d.dst]
         for x in self.leaves.values():
             if x.kind == "tma_load" and not x.loops and x.role == c.role and x.seq < c.seq \
-                    and x.hosts == c.hosts:
-                root = self.sym.root(x.op.dst)
-                if any(r and self.sym.root(v) == root for v, r, _ in views_of(p.op)):
-                    return x
+                    and x.hosts == c.hosts and self._reads(p, self.sym.root(x.op.dst)):
+                return x
         return None
 
-    def tile_implied(self, d: Dep, covered: list[Dep]) -> bool:
-        """Whether a ``tile`` edge into a copy is implied by a synchronized ``tile`` edge from
-        the same reader into an earlier copy of the copy's role (:meth:`_earlier_load`)."""
+    def is_implied(self, d: Dep, covered: list[Dep]) -> bool:
+        """Whether ``d`` follows from the synchronized ``covered``: a path of them
+        (:func:`implied`), or, for a ``tile`` edge into a copy, the synchronized ``tile`` edge
+        from the same reader into an earlier copy of the copy's role (:meth:`_earlier_load`)."""
+        if implied(d, covered):
+            return True
         x = self._earlier_load(d) if d.via == "tile" else None
         return x is not None and any(c.via == "tile" and c.src == d.src and c.dst == x.op.ev for c in covered)
 

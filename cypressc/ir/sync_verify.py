@@ -39,7 +39,7 @@ import re
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
-from cypressc.ir.hazards import Dep, Program, implied, instances
+from cypressc.ir.hazards import Dep, Program, instances
 from cypressc.ir.shapes import static
 
 __all__ = ["verify_sync"]
@@ -349,7 +349,7 @@ def _verify(m: N.Module, trips) -> None:
                     _check(run, prog, d, needs, a, b)
                 covered.append(d)
         for d in deps:
-            if "implied" in prog.needs(d) and not (implied(d, covered) or prog.tile_implied(d, covered)):
+            if "implied" in prog.needs(d) and not prog.is_implied(d, covered):
                 raise _error(f"the {d.hazard.upper()} edge %{d.src} -> %{d.dst} on %{d.other} ({d.via}) is "
                              "not synchronized and no path of synchronized edges implies it")
 

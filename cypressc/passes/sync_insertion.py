@@ -58,7 +58,7 @@ from dataclasses import replace
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
-from cypressc.ir.hazards import Dep, Leaf, Program, implied
+from cypressc.ir.hazards import Dep, Leaf, Program
 from cypressc.ir.subst import walk_ops
 from cypressc.passes.sync_channels import TmaChannels
 from cypressc.passes.sync_placement import Ins as _Ins
@@ -186,7 +186,7 @@ class _Insert(TmaChannels):
             self.covered.append(d)
         self._channels(full, empty, tile)
         for d in later:
-            if not (implied(d, self.covered) or self.prog.tile_implied(d, self.covered)):
+            if not self.prog.is_implied(d, self.covered):
                 names = f"%{d.src} -> %{d.dst}"
                 raise _Refuse(f"the {d.hazard.upper()} edge {names} on %{d.other} is not a TMA channel, a "
                               "stage release or thread-level synchronization inside one role")
