@@ -118,7 +118,7 @@ def test_hints_name_the_programs_own_tunables_whatever_they_are_called(tmp_path)
     h = hint(r.stderr)
     assert "shrink the tile tunables TM, TN (gemm_host) or TK (gemm_block)" in h
     assert not re.search(r"\b(U|V|W|WGS)\b", h), h
-    r = cli("check", prog, "-m", write(tmp_path, "b.yaml", knob(mapping, "    consumer_registers: 160")))
+    r = cli("check", prog, "-m", write(tmp_path, "b.yaml", knob(mapping, "    consumer_registers: 144")))
     h = hint(r.stderr)
     assert "raise the warpgroup count NWG (clear_block, mma_block, copy_block)" in h
     assert "shrink the tile tunables TM, TN (gemm_host)" in h
@@ -127,16 +127,17 @@ def test_hints_name_the_programs_own_tunables_whatever_they_are_called(tmp_path)
 
 # ----------------------------------------------------------------------------- E047
 def test_e047_accumulators_name_the_warpgroup_tunable_and_register_tiles(tmp_path):
-    m = write(tmp_path, "m.yaml", knob(GEMM_MAP, "    consumer_registers: 160"))
+    m = write(tmp_path, "m.yaml", knob(GEMM_MAP, "    consumer_registers: 144"))
     r = cli("check", GEMM, "-m", m)
     assert r.exit_code == 1
-    assert r.stderr.startswith(f"{at(m, 'consumer_registers: 160', '160')}: error[E047]: the consumer threads "
-                               "need about 168 registers each")
+    # 128 accumulator words (a 64 x 256 f32 tile per warpgroup) + 24 overhead
+    assert r.stderr.startswith(f"{at(m, 'consumer_registers: 144', '144')}: error[E047]: the consumer threads "
+                               "need about 152 registers each")
     h = hint(r.stderr)
     assert h == (f"raise the warpgroup count {WGS_INSTANCES} so that each warpgroup holds fewer rows, "
-                 "shrink the tile tunables U, V (gemm_host), or raise `consumer_registers:` to 168 (at most 232)")
+                 "shrink the tile tunables U, V (gemm_host), or raise `consumer_registers:` to 152 (at most 232)")
     # the suggested budget works
-    m2 = write(tmp_path, "m2.yaml", knob(GEMM_MAP, "    consumer_registers: 168"))
+    m2 = write(tmp_path, "m2.yaml", knob(GEMM_MAP, "    consumer_registers: 152"))
     assert cli("check", GEMM, "-m", m2).exit_code == 0
 
 
