@@ -65,6 +65,18 @@ def test_e046_names_the_programs_tile_tunables_and_not_smem_limit_at_the_maximum
     assert "smem_limit" not in h and "WGS" not in h
 
 
+def test_e046_in_a_persistent_block_pipeline_stages_share_no_bytes(tmp_path):
+    """h100_alias fits only by giving the epilogue tile the bytes of the K-loop's stages; a
+    persistent block's next tile refills those stages while this one's epilogue still uses
+    them, so there it does not fit, and the hint says which tensors may share bytes."""
+    alias = (ROOT / "mappings" / "gemm" / "h100_alias.yaml").read_text()
+    assert cli("check", GEMM, "-m", write(tmp_path, "a.yaml", alias)).exit_code == 0
+    r = cli("check", GEMM, "-m", write(tmp_path, "p.yaml", alias.replace("persistent: false", "persistent: true")))
+    assert r.exit_code == 1 and "error[E046]" in r.stderr
+    assert "drop `persistent: true` (in a persistent block only a tensor copied in once per tile, outside " \
+           "the main loop, shares its bytes with one used after it)" in hint(r.stderr)
+
+
 def test_e046_without_smem_limit_does_not_suggest_raising_it(tmp_path):
     text = GEMM_MAP.replace("pipeline: 3", "pipeline: 8").replace("    smem_limit: 227KiB\n", "")
     r = cli("check", GEMM, "-m", write(tmp_path, "m.yaml", text))

@@ -287,7 +287,12 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                     "after the loop are folded to constants, which are wrong from the block's second tile "
                     "on; map the block with `persistent: false`")
         if m.resources is not None and m.resources.war and plan.persistent:
-            _refuse("shared tensors that share bytes in a persistent kernel")
+            # the next tile rewrites shared bytes only through a copy that waits on its tile
+            # channel's empty mbarrier (resource allocation shares only such a copy's bytes)
+            empties = {b.name for b in plan.barriers if b.kind == "empty"}
+            if any(not {f"empty_{x}" for x in pair} & empties for pair in m.resources.war):
+                _refuse("shared tensors that share bytes in a persistent kernel, neither of them "
+                        "loaded once per tile on an empty mbarrier")
         guard_dead_row_sums(plan)
         plan.requires = self._requires(plan)
         plan.flops = self._flops(plan)

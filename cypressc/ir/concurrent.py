@@ -52,7 +52,8 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.analysis import Symbols, dim_procs
 from cypressc.ir.concurrent_ops import OpSemantics
-from cypressc.ir.concurrent_state import BLOCK, WG, Bar, Finding, Region, ScheduleFailure, Thread, op_label
+from cypressc.ir.concurrent_state import (BLOCK, WG, Bar, Finding, Region, ScheduleFailure, Thread, alias_groups,
+                                         op_label)
 from cypressc.ir.printer import _Printer
 
 __all__ = ["Finding", "ScheduleFailure", "run_block", "block_ops", "op_label", "pipeline_ring", "tile_trips"]
@@ -87,6 +88,7 @@ class _Concurrent(OpSemantics):
         self.m, self.values, self.rng = m, values, random.Random(seed)
         self.vi = I._Interp(m, sizes, arrays, None)  # value semantics (views, leaf calls)
         self.sym = Symbols(m)
+        self.alias = alias_groups(m)
         pr = _Printer(None, m.body)  # the event names `explain` prints (%e1, %e2, ...)
         self.names = {ev: pr.ev(ev) for ev in list(pr.names)}
         self.roles: dict[str, str] = m.role_map()

@@ -128,29 +128,33 @@ class OpSemantics(RaceChecks):
 
     def copy(self, t: Thread, op: N.Copy, scope, envs) -> None:
         for e in envs:
-            src, dst = self.region(op.src, scope, e), self.region(op.dst, scope, e)
+            src, dst = self.regions_of(op.src, scope, e), self.regions_of(op.dst, scope, e)
             if op.bar is not None:  # TMA load: async, completes on the barrier
                 bar = (op.bar.bar, int(self.vi.expr(op.bar.stage, scope, e)))
-                r = self.check_overwrite(t, op, dst[1])
                 nbytes = self._bytes(op.dst, scope, e)
                 job = {"kind": "tma", "op": op_label(op, self.names), "done": False, "bar": bar,
                        "phase": None, "bytes": nbytes, "run": (op, scope, e)}
-                r.writer = job
+                for _, key in dst:
+                    self.check_overwrite(t, op, key).writer = job
                 self.inflight.append(("tma", t, job))
-            elif src is not None and src[0] == "SHARED" and dst is None:  # TMA store: bulk group
-                if src[1] in t.dirty:
-                    self.fail("race", op, f"TMA store reads %{src[1][0]} written by threads without "
-                                          "fence proxy_async")
-                rec = self.check_read(t, op, src[1], retired=False)
-                job = {"kind": "bulk", "done": False, "run": (op, scope, e), "rec": rec}
+            elif src and src[0][0] == "SHARED" and not dst:  # TMA store: bulk group
+                recs = []
+                for _, key in src:
+                    if key in t.dirty:
+                        self.fail("race", op, f"TMA store reads %{key[0]} written by threads without "
+                                              "fence proxy_async")
+                    recs.append(self.check_read(t, op, key, retired=False))
+                job = {"kind": "bulk", "done": False, "run": (op, scope, e), "recs": recs}
                 t.open_bulk.append(job)
                 self.inflight.append(("bulk", t, job))
             else:
-                if src is not None and src[0] == "SHARED":
-                    self.check_read(t, op, src[1], retired=True)
-                if dst is not None and dst[0] == "SHARED":
-                    self.check_overwrite(t, op, dst[1]).writer = {"kind": "simt"}
-                    t.dirty.add(dst[1])
+                for mem, key in src:
+                    if mem == "SHARED":
+                        self.check_read(t, op, key, retired=True)
+                for mem, key in dst:
+                    if mem == "SHARED":
+                        self.check_overwrite(t, op, key).writer = {"kind": "simt"}
+                        t.dirty.add(key)
                 if self.values:
                     self.do_copy(op, scope, e)
 
@@ -170,11 +174,8 @@ class OpSemantics(RaceChecks):
         views = [(i, a, fn.operands[i] if i < len(fn.operands) else None) for i, a in enumerate(op.args)
                  if isinstance(a, (N.TRef, N.Piece))]
         for e in envs[:1] if mma else envs:  # a wgmma's shared operands are the same per warpgroup
-            for i, a, rule in views:
-                reg = self.region(a, scope, e)
-                if reg is None:
-                    continue
-                mem, key = reg
+            for i, a, rule, (mem, key) in [(i, a, rule, reg) for i, a, rule in views
+                                           for reg in self.regions_of(a, scope, e)]:
                 writes = rule is not None and rule.writes
                 if mem == "REGISTER":
                     rkey = (key[0], t.wg)
@@ -231,4 +232,5 @@ class OpSemantics(RaceChecks):
             if self.values:
                 self.do_copy(op, scope, e)
             job["done"] = True
-            job["rec"]["retired"] = True
+            for rec in job["recs"]:
+                rec["retired"] = True

@@ -17,8 +17,11 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.analysis import dim_procs
 from cypressc.ir.printer import fmt_expr
+from cypressc.ir.shapes import static
+from cypressc.ir.subst import walk_ops
 
-__all__ = ["Finding", "ScheduleFailure", "op_label", "Bar", "Region", "Thread", "RaceChecks", "BLOCK", "WG"]
+__all__ = ["Finding", "ScheduleFailure", "op_label", "Bar", "Region", "Thread", "RaceChecks", "BLOCK", "WG",
+           "alias_groups"]
 
 BLOCK, WG = "BLOCK", "WARPGROUP"
 
@@ -103,11 +106,35 @@ class Thread:
     unfenced_regs: set = field(default_factory=set)
 
 
+def alias_groups(m: N.Module) -> dict[str, tuple[str, int | None]]:
+    """Tensors resource allocation let share bytes (``m.resources.war``), one-stage ones in a
+    single pair: tensor -> (the pair's region name, the warpgroup count of its per-warpgroup
+    member or None).  Pipeline stages sharing bytes with another tensor are not modelled."""
+    res = m.resources
+    if res is None:
+        return {}
+    count: dict[str, int] = {}
+    for a, b in res.war:
+        count[a] = count.get(a, 0) + 1
+        count[b] = count.get(b, 0) + 1
+    allocs = {o.name: o for o in walk_ops(m.body) if isinstance(o, N.Alloc)}
+    out = {}
+    for a, b in res.war:
+        pair = (a, b)
+        if any(count[x] > 1 or res.smem[x].stages != 1 or x not in allocs for x in pair):
+            continue
+        wgs = next((static(d.extent) for x in pair for d in allocs[x].dims if d.proc == WG), None)
+        for x in pair:
+            out[x] = ("|".join(sorted(pair)), wgs)
+    return out
+
+
 class RaceChecks:
     """Memory tracking of the interpreter: the shared/register region a view touches and the
     checks of each read and overwrite of a shared stage.  The interpreter sets ``vi`` (the
-    sequential interpreter), ``sym``, ``names`` (event -> printed name), ``regions`` and
-    ``tiles`` (the block indices of the tiles it runs: several share one block's memory)."""
+    sequential interpreter), ``sym``, ``names`` (event -> printed name), ``regions``, ``alias``
+    (:func:`alias_groups`) and ``tiles`` (the block indices of the tiles it runs: several share
+    one block's memory)."""
 
     def fail(self, kind: str, op, msg: str):
         raise ScheduleFailure(Finding(kind, op_label(op, self.names) if not isinstance(op, str) else op, msg))
@@ -126,6 +153,25 @@ class RaceChecks:
         procs = (WG,) if len(self.tiles) > 1 else (BLOCK, WG)
         key = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc in procs)
         return alloc.mem, (root, key, stage)
+
+    def regions_of(self, v: N.View, scope, env) -> list[tuple[str, tuple]]:
+        """The regions a view touches: :meth:`region`'s one, or for a tensor that shares its
+        bytes with another (``alias``, from resource allocation's ``war`` pairs of one-stage
+        tensors) the slices of their common bytes it covers — a per-warpgroup tensor its own
+        warpgroup's slice, a block-wide one every warpgroup's slice."""
+        reg = self.region(v, scope, env)
+        if reg is None:
+            return []
+        mem, (root, key, stage) = reg
+        grp = self.alias.get(root) if stage is None else None
+        if grp is None:
+            return [reg]
+        canon, wgs = grp
+        alloc = self.sym.allocs[root]
+        blk = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc == BLOCK) if len(self.tiles) <= 1 else ()
+        mine = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc == WG)
+        slices = [mine] if mine else [(w,) for w in range(wgs or 1)]
+        return [(mem, (canon, blk + w, None)) for w in slices]
 
     def check_read(self, t: Thread, op, key, retired: bool) -> dict:
         r = self.regions.setdefault(key, Region())

@@ -329,10 +329,21 @@ class Program:
             if c.kind != "tma_load" or c.loops:
                 continue
             root = self.sym.root(c.op.dst)
+            # a tensor that shares the copy's bytes (resource allocation: used after it in the
+            # tile) is read and written there too: the next copy also comes after those accesses
+            shared = [root] + sorted(next(iter(a - {root})) for a in self.alias if root in a)
             for p in self.leaves.values():
-                if p is not c and p.kind != "tma_load" and self._reads(p, root):
-                    out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", root, root, "SHARED", ()))
+                if p is c or p.kind == "tma_load":
+                    continue
+                for t in shared:
+                    if self._reads(p, t):
+                        out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", t, root, "SHARED", ()))
+                    elif t != root and self._writes(p, t):
+                        out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "waw", t, root, "SHARED", ()))
         return out
+
+    def _writes(self, lf: Leaf, root: str) -> bool:
+        return any(w and self.sym.root(v) == root for v, _, w in views_of(lf.op))
 
     def _reads(self, lf: Leaf, root: str) -> bool:
         return any(r and self.sym.root(v) == root for v, r, _ in views_of(lf.op))
@@ -434,6 +445,8 @@ class Program:
             return ("bulk",)
         c = self.leaves[d.dst]
         if d.via == "tile" and c.kind == "tma_load":
+            if d.hazard == "waw":  # thread code writing bytes the copy shares: a TMA store of them
+                return ("implied",)  # reads after the writes, and the copy waits for that read
             return ("implied",) if self._earlier_load(d) is not None else ("empty",)
         if d.via == "tile":
             retire = ("wait_group",) if p.kind == "wgmma" else ()
@@ -486,10 +499,12 @@ class Program:
 
 def implied(dep: Dep, covered: list[Dep]) -> bool:
     """Whether ``dep`` follows from a path of covered dependences through one or two ops
-    (each completes before the next starts): same-iteration steps compose with any step,
-    carried distances add up."""
+    (each completes before the next starts): same-iteration steps compose with any step
+    (with a ``tile`` step into the next tile too), carried distances add up."""
     def step(a: Dep, b: Dep) -> tuple | None:
         kinds = (a.via, b.via)
+        if "tile" in kinds and "same" not in kinds:
+            return None
         if a.via == "same":
             return (b.via, b.loop, b.distance)
         if b.via == "same":
@@ -501,7 +516,7 @@ def implied(dep: Dep, covered: list[Dep]) -> bool:
     goal = (dep.via, dep.loop, dep.distance)
     by_src: dict[str, list[Dep]] = {}
     for c in covered:
-        if c.hazard != "end" and c.via != "tile":
+        if c.hazard != "end":  # a tile edge composes with same-tile steps (into the next tile)
             by_src.setdefault(c.src, []).append(c)
     for a in by_src.get(dep.src, []):
         for b in by_src.get(a.dst, []):

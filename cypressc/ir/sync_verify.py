@@ -401,6 +401,12 @@ def _retired(run: _Run, d: Dep, a: int, b: int, arrive: S.Arrive) -> None:
     role = p.role
     if p.kind == "wgmma":
         _waited(run, role, a, b, f"the release of %{arrive.bar} after %{d.src}")
+    elif p.kind == "tma_store":  # its reads of shared memory retire with its bulk group
+        c = run.between(role, a, b, lambda o: isinstance(o, S.CommitGroup) and o.unit == "bulk")
+        if not c or not run.between(role, c[0], b, lambda o: isinstance(o, S.WaitGroup) and o.unit == "bulk"
+                                    and o.pending == 0):
+            raise _error(f"%{arrive.bar} is released after the TMA store %{d.src} before its bulk group "
+                         "retired its reads")
     elif any(x.proc in ("WARP", "THREAD") for x in p.op.dims):
         levels = {x.proc for x in arrive.dims}
         if "THREAD" in levels:

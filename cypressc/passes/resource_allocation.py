@@ -11,8 +11,12 @@ interference graph does not fit, the error tabulates every tensor, its bytes and
 live range, and names the knobs to turn: this program's own tile and warpgroup tunables
 (:mod:`cypressc.passes.hints`), and only mapping knobs that can still move.
 
-Buffers of a pipelined loop (``for … pipeline(D)``) count D times; in a persistent
-kernel every tensor is live for the whole tile loop.  The per-thread register
+Buffers of a pipelined loop (``for … pipeline(D)``) count D times.  In a persistent
+kernel the next tile writes every tensor again, so two tensors share bytes only when the
+earlier one is copied in from GLOBAL memory once per tile, outside every loop (its next
+copy then waits, through sync-insertion's ``tile`` edges, for the later one's readers too:
+FlashAttention-3's staged O over its last V tile), and neither is a pipeline buffer; among
+such pairs the one whose earlier tensor comes latest in the tile goes first.  The per-thread register
 footprint (REGISTER tensors plus a fixed overhead) is estimated and checked against
 the consumer register budget the same way.
 
@@ -29,6 +33,7 @@ import networkx as nx
 
 from cypressc.diagnostics import NO_LOC, CypressError
 from cypressc.ir import nodes as N
+from cypressc.ir.analysis import views_of
 from cypressc.ir.origin import Sites
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
@@ -93,8 +98,9 @@ class _ProgramOrder:
         return self.pos[id(lp)], max([self.pos[id(x)] for x in walk_ops(lp.body)] + [self.pos[id(lp)]])
 
 
-def _live(m: N.Module, persistent: bool) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
-    """Live range (first, last position in program order) and stage count per SHARED tensor."""
+def _live(m: N.Module) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    """Live range in one tile (first, last position in program order) and stage count per
+    SHARED tensor."""
     po = _ProgramOrder(m)
     order, pos = po.ops, po.pos
     spans: dict[str, list[int]] = {}
@@ -116,13 +122,45 @@ def _live(m: N.Module, persistent: bool) -> tuple[dict[str, tuple[int, int]], di
             if n in stages:
                 spans.setdefault(n, []).append(pos[id(o)])
     out = {}
-    last = len(order)
     for n, ps in spans.items():
         lo, hi = min(ps), max(ps)
         if n in loop_span:  # a loop buffer is live across all iterations of its loop
             lo, hi = min(lo, loop_span[n][0]), max(hi, loop_span[n][1])
-        out[n] = (0, last) if persistent else (lo, hi)
+        out[n] = (lo, hi)
     return out, stages
+
+
+def _loop_buffers(m: N.Module) -> list[str]:
+    """SHARED tensors allocated inside a loop (a pipeline's stages)."""
+    po = _ProgramOrder(m)
+    return [o.name for o in po.ops if isinstance(o, N.Alloc) and o.mem == "SHARED" and po.loops[id(o)]]
+
+
+def _tile_loaded(m: N.Module) -> set[str]:
+    """SHARED tensors outside every loop whose every write is a copy from GLOBAL memory (a
+    TMA load once per tile, like FlashAttention-3's peeled V tile).  In a persistent block the
+    next tile's copy into one waits on an *empty* mbarrier that sync-insertion gives it
+    (``tile`` edges), so a tensor used after it in the tile may share its bytes: that copy
+    then also waits for the later tensor's readers."""
+    po = _ProgramOrder(m)
+    out = {o.name for o in po.ops if isinstance(o, N.Alloc) and o.mem == "SHARED" and not po.loops[id(o)]}
+    parts = {x.name: x for x in po.ops if isinstance(x, N.Partition)}
+    allocs = {o.name: o for o in po.ops if isinstance(o, N.Alloc)}
+    copied = set()
+    for o in po.ops:
+        if isinstance(o, (N.For, N.PFor, N.Alloc, N.Partition)):
+            continue
+        for v, _, wr in views_of(o):
+            root = _root_name(v, parts)
+            if not wr or root not in out:
+                continue
+            src = getattr(o, "src", None)
+            if isinstance(o, N.Copy) and not po.loops[id(o)] and src is not None \
+                    and allocs.get(_root_name(src, parts)) is None:
+                copied.add(root)
+            else:
+                out.discard(root)
+    return out & copied
 
 
 def _assign(g: nx.Graph, size: dict[str, int], order: list[str]) -> tuple[dict[str, int], int]:
@@ -157,20 +195,28 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
                            "(the default is the machine's maximum)")
     persistent = bool(inst is not None and inst.persistent)
     allocs = {o.name: o for o in walk_ops(m.body) if isinstance(o, N.Alloc) and o.mem == "SHARED"}
-    live, stages = _live(m, persistent)
+    live, stages = _live(m)
     size = {n: _bytes(a, m.sites) * stages.get(n, 1) * _replicas(a) for n, a in allocs.items()}
     pipe = max(stages.values(), default=1)
     barrier_bytes = 2 * 8 * pipe + ALIGN  # full/empty mbarriers + alignment slack
     g = nx.Graph()
     g.add_nodes_from(allocs)
-    names = sorted(allocs, key=lambda n: (live.get(n, (0, 0))[0], n))
+    # (a persistent block's tensors are placed in name order, as when none could share bytes)
+    names = sorted(allocs, key=lambda n: (0 if persistent else live.get(n, (0, 0))[0], n))
+    reloaded = _tile_loaded(m) - set(_loop_buffers(m)) if persistent else set()
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             la, lb = live.get(a, (0, 0)), live.get(b, (0, 0))
-            real = not (la[1] < lb[0] or lb[1] < la[0])
-            g.add_edge(a, b, aux=not real)
+            apart = la[1] < lb[0] or lb[1] < la[0]
+            if persistent:  # the next tile writes the earlier one again: only a reloaded copy may
+                first = a if la[1] < lb[0] else b
+                apart = apart and first in reloaded and stages.get(a, 1) == stages.get(b, 1) == 1
+            g.add_edge(a, b, aux=apart)
+    # in a persistent block the earlier tensor's next-tile copy waits for the later one's
+    # readers: the later that copy comes in the tile, the less that wait can cost
     aux = sorted(((a, b) for a, b, d in g.edges(data=True) if d["aux"]),
-                 key=lambda e: -(size[e[0]] + size[e[1]]))
+                 key=lambda e: (-(size[e[0]] + size[e[1]]),
+                                -min(live[e[0]][0], live[e[1]][0]) if persistent else 0))
     off, total = _assign(g, size, names)
     while total + barrier_bytes > limit and aux:
         g.remove_edge(*aux.pop(0))
@@ -284,11 +330,11 @@ def _smem_hint(m: N.Module, ctx, pipe: int, limit: int, device_max: int) -> str:
             f"shrink the tile tunables {fmt_tunables(tiles)}" if tiles
             else "shrink the blocks the program partitions into shared memory"]
     if inst is not None and inst.persistent:
-        live, _ = _live(m, False)
+        live, _ = _live(m)
         spans = sorted(live.values())
         if any(a[1] < b[0] for a, b in zip(spans, spans[1:])):
-            opts.append("drop `persistent: true` (a persistent block keeps every shared tensor "
-                        "live, so none can share bytes)")
+            opts.append("drop `persistent: true` (in a persistent block only a tensor copied in once "
+                        "per tile, outside the main loop, shares its bytes with one used after it)")
     if limit < device_max:
         opts.append(f"raise `smem_limit:` (at most {_kib(device_max)} on {ctx.tree.machine.name})")
     return _join(opts)
@@ -306,6 +352,12 @@ def _register_hint(m: N.Module, ctx, regs: int, consumer: int, most: int) -> str
     if consumer < most and regs <= most:
         opts.append(f"raise `consumer_registers:` to {-(-regs // 8) * 8} (at most {most})")
     return _join(opts)
+
+
+def _root_name(v, parts: dict[str, N.Partition]) -> str:
+    while isinstance(v, N.Piece):
+        v = parts[v.partition].base
+    return v.name
 
 
 def _roots(o: N.Op, parts: dict[str, N.Partition]) -> list[str]:

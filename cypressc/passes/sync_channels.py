@@ -51,7 +51,7 @@ class TmaChannels(Placement):
             nxt = self._tile_release(tile.get(ev, []))
             key = (id(lf.block), lf.loops, lf.role, lf.op.dims, stage, depth, waits,
                    tuple(sorted((r, v[0], v[1], v[7]) for r, v in release.items())),
-                   tuple(sorted((r, tuple((id(a), sd, n) for a, sd, n, _ in v[0])) for r, v in nxt.items())))
+                   tuple(sorted((r, tuple((id(a), sd, n) for a, sd, n, *_ in v[0])) for r, v in nxt.items())))
             groups.setdefault(key, []).append(lf)
         for (_, _, _, _, stage, depth, _, _, _), copies in groups.items():
             self._channel(copies, stage, depth, full, empty)
@@ -72,8 +72,13 @@ class TmaChannels(Placement):
         for role in sorted({self.prog.leaves[d.src].role for d in deps}):
             mine = [d for d in deps if self.prog.leaves[d.src].role == role]
             readers = [self.prog.leaves[d.src] for d in mine]
+            stores = [r for r in readers if r.kind == "tma_store"]
+            if stores:  # a TMA store of bytes the copy shares (read after every other access)
+                out[role] = self._after_store(mine, readers, stores)
+                continue
             if any(r.kind not in ("wgmma", "thread") for r in readers):
-                raise _Refuse(f"TMA copy %{mine[0].dst} outside the main loop read by a TMA store")
+                raise _Refuse(f"TMA copy %{mine[0].dst} outside the main loop read by a "
+                              f"{next(r.kind for r in readers if r.kind not in ('wgmma', 'thread'))}")
             if any(len(r.loops) > 1 for r in readers):
                 raise _Refuse(f"TMA copy %{mine[0].dst} outside the main loop read in a nested loop")
             mma = [r for r in readers if r.kind == "wgmma"]
@@ -84,6 +89,25 @@ class TmaChannels(Placement):
             places = self._in_last_step(readers, mma) or [self._after_reads(readers, mma)]
             out[role] = (places, self._arrivals(role, unit), tuple(d.edge() for d in mine))
         return out
+
+    def _after_store(self, deps: list[Dep], readers: list[Leaf], stores: list[Leaf]) -> tuple:
+        """The release of a copy's bytes that a TMA store of this tile reads too (a staged
+        output tile sharing them, resource allocation): after the last store's bulk group
+        retires its reads of shared memory (``wait_group bulk 0``, each warpgroup's storing
+        thread), where every other read of the tile is over."""
+        last = max(stores, key=lambda r: r.seq)
+        if any(r.kind == "thread" for r in readers):  # one thread per warpgroup releases
+            raise _Refuse(f"TMA copy %{deps[0].dst} outside the main loop: thread code reads the bytes a "
+                          "TMA store of this tile reads too")
+        if last.loops or any(r.seq > last.seq for r in readers):
+            raise _Refuse(f"TMA copy %{deps[0].dst} outside the main loop: a read of its bytes after "
+                          f"the TMA store %{last.op.ev} of them")
+        mma = [r for r in readers if r.kind == "wgmma"]
+        for r in mma:
+            if r.op.ev not in self.groups:
+                raise _Refuse(f"wgmma %{r.op.ev} is in no commit group")
+        place = (last.op, "after", self._pending_before(mma, last.seq, last.op), None, "bulk")
+        return ([place], self._arrivals(last.role, "WARPGROUP"), tuple(d.edge() for d in deps))
 
     def _pending_before(self, mma: list[Leaf], rseq: int, anchor) -> int | None:
         """The ``wait_group`` N at a point after the wgmmas ``mma`` (program position ``rseq``,
@@ -147,7 +171,11 @@ class TmaChannels(Placement):
                  lambda ins: S.Wait(ename, N.IConst(0), N.IConst(1), first.role, ee, first.op.dims))
         for role, (places, arr, edges) in release.items():
             rdims = self.prog.role_dims(role)
-            for anchor, side, pending, when in places:
+            for anchor, side, pending, when, *bulk in places:
+                if bulk:  # the TMA store's group: its reads of shared memory retired
+                    self.put(anchor, side, S.WaitGroup, ("wait_group", "bulk", role),
+                             lambda ins, role=role, rdims=rdims: S.WaitGroup("bulk", 0, role, tuple(ins.edges),
+                                                                             rdims), edges)
                 if pending is not None:
                     self.put(anchor, side, S.WaitGroup, ("wait_group", role),
                              lambda ins, role=role, rdims=rdims: S.WaitGroup("wgmma", ins.pending, role,

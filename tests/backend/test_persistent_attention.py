@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FA3 = "flash_attention3"
 PERSISTENT = ROOT / "mappings" / FA3 / "h100_d128_persistent.yaml"
 PLAIN = ROOT / "mappings" / FA3 / "h100_d128.yaml"
+STAGED = ROOT / "mappings" / FA3 / "h100_d128_staged_persistent.yaml"
 
 
 @functools.lru_cache(maxsize=None)
@@ -187,3 +188,75 @@ def test_ping_pong_turns_do_not_run_into_the_next_tile():
     bad = check_schedules(mutant, snaps["warp-specialization"], sizes=sizes, seed=11, schedules=20, value_every=0,
                           persistent=True)
     assert bad.finding is not None and bad.finding.kind == "race" and "turn barrier" in bad.finding.message, bad
+
+
+# ----------------------------------------------------------------------------- O staged over the last V tile
+def test_a_persistent_block_shares_only_a_reloaded_tiles_bytes():
+    """With O staged, d = 128 needs 32 KiB more than a block has.  The staged O tile comes after
+    the last V tile in the tile and that V tile is copied in once per tile, outside the loop: in
+    a persistent block they may share bytes (the next V copy waits for the O store).  Of the
+    pairs that qualify, the one whose earlier tensor comes latest wins (not the peeled K tile,
+    whose next copy starts the next tile)."""
+    res = _snaps(STAGED)["resource-allocation"].resources
+    assert {frozenset(p) for p in res.war} == {frozenset(("B_mma_pv_1", "D_store_wg"))}
+    assert res.smem["B_mma_pv_1"].offset == res.smem["D_store_wg"].offset
+    plain = _snaps(PERSISTENT)["resource-allocation"].resources
+    assert not plain.war  # everything fits: nothing shares
+    assert [s.offset for s in plain.smem.values()] == [res.smem[n].offset for n in plain.smem]
+
+
+def test_the_next_v_tile_waits_for_the_o_stores_reads():
+    """The last V tile's empty barrier gets a ``tile`` edge from the TMA store of the bytes it
+    shares: the storing thread waits for its bulk group's reads (``wait_group bulk 0``) and then
+    arrives; the writes of the staged tile need no edge of their own (the store reads after
+    them); both warpgroups' last O += P·V read the whole V tile, so a 256-thread barrier comes
+    before either writes its O rows over it."""
+    m = _snaps(STAGED)["sync-insertion"]
+    ops = list(m.body.ops)
+    store = next(o for o in _top(m, N.Copy) if isinstance(o.src, N.TRef) and o.src.name == "D_store_wg")
+    arrive = next(o for o in _top(m, S.Arrive) if o.bar == "empty_B_mma_pv_1")
+    between = ops[ops.index(store) + 1:ops.index(arrive)]
+    assert [type(o) for o in between] == [S.CommitGroup, S.WaitGroup]
+    assert between[1].unit == "bulk" and between[1].pending == 0
+    assert {e.hazard for e in arrive.edges} == {"war"}
+    (pv,) = [o for o in _top(m, N.Call) if o.ev in {e.src for e in arrive.edges} - {store.ev}]
+    assert store.ev in {e.src for e in arrive.edges} and pv.fn == "warpgroup_mma"  # the last O += P·V
+    bar = next(o for o in _top(m, S.MBarrier) if o.name == "empty_B_mma_pv_1")
+    assert bar.count == 2  # one arrival per consumer warpgroup, from its storing thread
+    sync = [o for o in _top(m, S.BarSync) if o.threads == 256]
+    assert len(sync) == 1 and ops.index(sync[0]) < ops.index(store)
+
+
+def test_dropping_the_o_stores_retirement_is_refused_and_raced():
+    snaps = _snaps(STAGED)
+    m = snaps["sync-insertion"]
+    wait = next(o for o in _top(m, S.WaitGroup) if o.unit == "bulk")
+    mutant = replace(m, body=N.Block(tuple(o for o in m.body.ops if o is not wait), m.body.yields))
+    with pytest.raises(VerifyError, match="bulk group retired its reads"):
+        verify_sync(mutant)
+    found = [check_schedules(mutant, snaps["warp-specialization"], sizes=two_tile_sizes(m, base), seed=s,
+                             schedules=20, value_every=0, persistent=True).finding
+             for base in ({**small_sizes(m), "causal": 0}, {**small_sizes(m, wraps=0), "causal": 0})
+             for s in (0, 11)]
+    assert any(f is not None and f.kind == "race" for f in found), found
+
+
+def test_the_interpreter_sees_the_shared_bytes():
+    """Without the 256-thread barrier one warpgroup writes its O rows over V bytes the other's
+    last O += P·V may still read: only a model of the shared bytes sees it."""
+    snaps = _snaps(STAGED)
+    m = snaps["sync-insertion"]
+    sync = next(o for o in _top(m, S.BarSync) if o.threads == 256)
+    mutant = replace(m, body=N.Block(tuple(o for o in m.body.ops if o is not sync), m.body.yields))
+    v = check_schedules(mutant, snaps["warp-specialization"], sizes={**small_sizes(m), "causal": 0}, seed=0,
+                        schedules=20, value_every=0)
+    assert v.finding is not None and v.finding.kind == "race" and "D_store_wg" in v.finding.message, v.finding
+
+
+def test_the_staged_kernel_stores_o_through_the_v_tiles_bytes(tmp_path):
+    cu = _cu(tmp_path, STAGED)
+    v = cu.index("uint8_t* s_B_mma_pv_1 = smem + ")
+    off = cu[v:].split("smem + ", 1)[1].split(";", 1)[0]
+    assert f"uint8_t* box = smem + {off} + cw * 16384" in cu  # each warpgroup's 64 rows of O
+    tail = cu[cu.index("cypress::tma_store_commit();"):]
+    assert tail.index("cypress::tma_store_wait<0>();") < tail.index("cypress::arrive(&empty_B_mma_pv_1[0]);")

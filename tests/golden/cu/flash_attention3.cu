@@ -15,7 +15,7 @@ constexpr int SMEM_BYTES = 230504;
 }  // namespace
 
 __global__ void __launch_bounds__(THREADS, 1)
-flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const __grid_constant__ CUtensorMap tm_K_128x64, const __grid_constant__ CUtensorMap tm_V_128x64, __half* __restrict__ O, float* __restrict__ LSE, int B, int H, int M, int D, int HK, int N, int causal, float scale) {
+flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const __grid_constant__ CUtensorMap tm_K_128x64, const __grid_constant__ CUtensorMap tm_V_128x64, const __grid_constant__ CUtensorMap tm_O_64x64, __half* __restrict__ O, float* __restrict__ LSE, int B, int H, int M, int D, int HK, int N, int causal, float scale) {
   // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
@@ -103,7 +103,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           }
           if (++stage == STAGES) { stage = 0; phase ^= 1; }
         }
-        cypress::wait(&empty_B_mma_pv_1[0], (1 ^ tphase));  // %e34 -> %e33 (war %B_mma_pv_1, the next tile)
+        cypress::wait(&empty_B_mma_pv_1[0], (1 ^ tphase));  // %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e39 -> %e33 (war %D_store_wg, the next tile)
         cypress::arrive_expect_tx(&full_B_mma_pv_1[0], 32768);  // %e33 -> %e34 (raw %B_mma_pv_1)
         // %e33: copy -> %B_mma_pv_1[0] (TMA)
         #pragma unroll
@@ -269,9 +269,8 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         cypress::wgmma_rs<128, __half>(&D_convert_thread[0][kk * 4], db, C_clear_thread[0]);
       }
       cypress::commit();  // closes the group of %e34
-      cypress::wait<0>();  // %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e34 -> %e35 (raw %C_clear_thread); %e34 -> %e35 (war %C_clear_thread); %e34 -> %e35 (waw %C_clear_thread)
+      cypress::wait<0>();  // %e34 -> %e35 (raw %C_clear_thread); %e34 -> %e35 (war %C_clear_thread); %e34 -> %e35 (waw %C_clear_thread); %e34 -> %e38 (war %B_mma_pv_1); %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e39 -> %e33 (war %D_store_wg, the next tile)
       cypress::fence_acc(C_clear_thread[0]);
-      if (leader) cypress::arrive(&empty_B_mma_pv_1[0]);  // %e34 -> %e33 (war %B_mma_pv_1, the next tile)
       // %e35: div_rows over accumulator rows
       #pragma unroll
       for (int a = 0; a < 1; ++a) cypress::div_rows(C_clear_thread[a], l_init_thread[a]);
@@ -288,17 +287,29 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           for (int h = 0; h < 2; ++h)
             if (r0 + 64 * a + 8 * h < M) dst[r0 + 64 * a + 8 * h] = LSE_finish_thread[a][h];
       }
-      // %e38: copy %C_clear_thread -> O (f32 -> f16), each thread its fragment
+      cypress::named_sync(1, 256);  // %e34 -> %e38 (war %B_mma_pv_1)
+      // %e38: copy %C_clear_thread -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int a = 0; a < 1; ++a) {
         #pragma unroll
         for (int j = 0; j < 32; ++j) {
           const int2 rc = cypress::acc_coord(j);
-          const int r = (((b2 * 128) + (cw * 64))) + a * 64 + rc.x, c = (0) + rc.y;
-          if (r < M && c < D)
-            *reinterpret_cast<uint32_t*>((O + size_t(((b0 * H) + b1)) * M * D) + size_t(r) * D + c) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
+          uint8_t* box = smem + 65536 + cw * 16384 + (a * 2 + rc.y / 64) * 8192;
+          *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
         }
       }
+      cypress::fence_proxy_async();  // %e38 -> %e39 (raw %D_store_wg)
+      cypress::named_sync((2 + cw), 128);  // %e38 -> %e39 (raw %D_store_wg)
+      // %e39: copy %D_store_wg -> global (TMA store, 64x64 boxes)
+      if (leader) {
+        for (int a = 0; a < 1; ++a)
+          for (int b = 0; b < 2; ++b) {
+          cypress::tma_store_3d(&tm_O_64x64, smem + 65536 + cw * 16384 + (a * 2 + b) * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))) + 64 * a, ((b0 * H) + b1));
+        }
+      }
+      if (leader) cypress::tma_store_commit();  // closes the group of %e39
+      cypress::tma_store_wait<0>();  // %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e39 -> %e33 (war %D_store_wg, the next tile); %e39 -> end (the TMA store reads %D_store_wg)
+      if (leader) cypress::arrive(&empty_B_mma_pv_1[0]);  // %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e39 -> %e33 (war %D_store_wg, the next tile)
       kbase += num_k;
       tphase ^= 1;
     }
@@ -313,7 +324,7 @@ extern "C" int flash_attention3_launch(void* O, void* LSE, const void* Q, const 
   if (HK < 0 || HK > INT32_MAX) return cudaErrorInvalidValue;
   if (N < 0 || N > INT32_MAX) return cudaErrorInvalidValue;
   if (causal < 0 || causal > INT32_MAX) return cudaErrorInvalidValue;
-  if (!(D % 2 == 0)) return cudaErrorInvalidValue;  // the innermost extent of O (D) must be even
+  if (!(D % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of O (D) must be a multiple of 8: TMA needs 16-byte row strides
   if (!(D % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of Q (D) must be a multiple of 8: TMA needs 16-byte row strides
   if (!(D % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of K (D) must be a multiple of 8: TMA needs 16-byte row strides
   if (!(HK > 0)) return cudaErrorInvalidValue;  // K is read through TMA, which needs a non-empty tensor (HK > 0)
@@ -332,6 +343,8 @@ extern "C" int flash_attention3_launch(void* O, void* LSE, const void* Q, const 
   if ((e = cypress::make_tma_map(&tm_K_128x64, K, false, D, N, B * HK, 64, 128, 3)) != cudaSuccess) return e;
   CUtensorMap tm_V_128x64;
   if ((e = cypress::make_tma_map(&tm_V_128x64, V, false, D, N, B * HK, 64, 128, 3)) != cudaSuccess) return e;
+  CUtensorMap tm_O_64x64;
+  if ((e = cypress::make_tma_map(&tm_O_64x64, O, false, D, M, B * H, 64, 64, 3)) != cudaSuccess) return e;
   static int configured_device = -1, sms = 0;
   int dev;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
@@ -342,6 +355,6 @@ extern "C" int flash_attention3_launch(void* O, void* LSE, const void* Q, const 
   }
   const long long tiles = (B) * (H) * (cdiv(M, 128));
   const long long grid = tiles < sms ? tiles : sms;
-  flash_attention3_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
+  flash_attention3_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, tm_O_64x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
   return cudaGetLastError();
 }
