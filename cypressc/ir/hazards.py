@@ -323,7 +323,10 @@ class Program:
         """WAR hazards into the next tile from the readers of a TMA copy outside the main loop
         (FlashAttention's Q panel, a peeled step's K tile) in a persistent block: its next tile
         loads into the same buffer, so every read of this tile must be over first (``via =
-        "tile"``, realized by an *empty* mbarrier the readers release once per tile)."""
+        "tile"``, realized by an *empty* mbarrier the readers release once per tile).  The
+        readers (WAR) and writers (WAW) of a tensor sharing the copy's bytes
+        (``module.resources.war``: FlashAttention-3's staged O over its last V tile) get such
+        edges too; the writers' are implied through a TMA store that reads after them."""
         out = []
         for c in self.leaves.values():
             if c.kind != "tma_load" or c.loops:
