@@ -289,8 +289,9 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         if m.resources is not None and m.resources.war and plan.persistent:
             # the next tile rewrites shared bytes only through a copy that waits on its tile
             # channel's empty mbarrier (resource allocation shares only such a copy's bytes)
-            empties = {b.name for b in plan.barriers if b.kind == "empty"}
-            if any(not {f"empty_{x}" for x in pair} & empties for pair in m.resources.war):
+            reloaded = {self.sym.root(self.sym.events[ev].dst) for b in self._mbarriers(body)
+                        if b.kind == "empty" and b.stages == 1 for ev in b.channel}
+            if any(not set(pair) & reloaded for pair in m.resources.war):
                 _refuse("shared tensors that share bytes in a persistent kernel, neither of them "
                         "loaded once per tile on an empty mbarrier")
         guard_dead_row_sums(plan)

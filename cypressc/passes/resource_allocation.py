@@ -33,7 +33,7 @@ import networkx as nx
 
 from cypressc.diagnostics import NO_LOC, CypressError
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import views_of
+from cypressc.ir.analysis import Symbols, views_of
 from cypressc.ir.origin import Sites
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
@@ -130,33 +130,23 @@ def _live(m: N.Module) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
     return out, stages
 
 
-def _loop_buffers(m: N.Module) -> list[str]:
-    """SHARED tensors allocated inside a loop (a pipeline's stages)."""
-    po = _ProgramOrder(m)
-    return [o.name for o in po.ops if isinstance(o, N.Alloc) and o.mem == "SHARED" and po.loops[id(o)]]
-
-
 def _tile_loaded(m: N.Module) -> set[str]:
     """SHARED tensors outside every loop whose every write is a copy from GLOBAL memory (a
     TMA load once per tile, like FlashAttention-3's peeled V tile).  In a persistent block the
     next tile's copy into one waits on an *empty* mbarrier that sync-insertion gives it
     (``tile`` edges), so a tensor used after it in the tile may share its bytes: that copy
     then also waits for the later tensor's readers."""
-    po = _ProgramOrder(m)
+    po, sym = _ProgramOrder(m), Symbols(m)
     out = {o.name for o in po.ops if isinstance(o, N.Alloc) and o.mem == "SHARED" and not po.loops[id(o)]}
-    parts = {x.name: x for x in po.ops if isinstance(x, N.Partition)}
-    allocs = {o.name: o for o in po.ops if isinstance(o, N.Alloc)}
     copied = set()
     for o in po.ops:
         if isinstance(o, (N.For, N.PFor, N.Alloc, N.Partition)):
             continue
         for v, _, wr in views_of(o):
-            root = _root_name(v, parts)
+            root = sym.root(v)
             if not wr or root not in out:
                 continue
-            src = getattr(o, "src", None)
-            if isinstance(o, N.Copy) and not po.loops[id(o)] and src is not None \
-                    and allocs.get(_root_name(src, parts)) is None:
+            if isinstance(o, N.Copy) and not po.loops[id(o)] and sym.mem(o.src) == "GLOBAL":
                 copied.add(root)
             else:
                 out.discard(root)
@@ -203,7 +193,7 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
     g.add_nodes_from(allocs)
     # (a persistent block's tensors are placed in name order, as when none could share bytes)
     names = sorted(allocs, key=lambda n: (0 if persistent else live.get(n, (0, 0))[0], n))
-    reloaded = _tile_loaded(m) - set(_loop_buffers(m)) if persistent else set()
+    reloaded = _tile_loaded(m) if persistent else set()
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             la, lb = live.get(a, (0, 0)), live.get(b, (0, 0))
@@ -352,12 +342,6 @@ def _register_hint(m: N.Module, ctx, regs: int, consumer: int, most: int) -> str
     if consumer < most and regs <= most:
         opts.append(f"raise `consumer_registers:` to {-(-regs // 8) * 8} (at most {most})")
     return _join(opts)
-
-
-def _root_name(v, parts: dict[str, N.Partition]) -> str:
-    while isinstance(v, N.Piece):
-        v = parts[v.partition].base
-    return v.name
 
 
 def _roots(o: N.Op, parts: dict[str, N.Partition]) -> list[str]:

@@ -51,7 +51,7 @@ class TmaChannels(Placement):
             nxt = self._tile_release(tile.get(ev, []))
             key = (id(lf.block), lf.loops, lf.role, lf.op.dims, stage, depth, waits,
                    tuple(sorted((r, v[0], v[1], v[7]) for r, v in release.items())),
-                   tuple(sorted((r, tuple((id(a), sd, n) for a, sd, n, *_ in v[0])) for r, v in nxt.items())))
+                   tuple(sorted((r, tuple((id(a), sd, n) for a, sd, n, _, _ in v[0])) for r, v in nxt.items())))
             groups.setdefault(key, []).append(lf)
         for (_, _, _, _, stage, depth, _, _, _), copies in groups.items():
             self._channel(copies, stage, depth, full, empty)
@@ -67,30 +67,31 @@ class TmaChannels(Placement):
         so the next tile's copy starts while this tile still works; else after the last reader
         (after the commit of its wgmma group), or after the loop that holds it.  Returns
         (places: [(anchor op, side, the ``wait_group`` N retiring every reading wgmma there or
-        None, the guard or None)], the arrival dims, the edges)."""
+        None, the guard or None, whether a TMA store's bulk group retires there first)], the
+        arrival dims, the edges)."""
         out: dict[str, tuple] = {}
         for role in sorted({self.prog.leaves[d.src].role for d in deps}):
             mine = [d for d in deps if self.prog.leaves[d.src].role == role]
             readers = [self.prog.leaves[d.src] for d in mine]
+            mma = [r for r in readers if r.kind == "wgmma"]
+            for r in mma:
+                if r.op.ev not in self.groups:
+                    raise _Refuse(f"wgmma %{r.op.ev} is in no commit group")
             stores = [r for r in readers if r.kind == "tma_store"]
             if stores:  # a TMA store of bytes the copy shares (read after every other access)
-                out[role] = self._after_store(mine, readers, stores)
+                out[role] = self._after_store(mine, readers, stores, mma)
                 continue
             if any(r.kind not in ("wgmma", "thread") for r in readers):
                 raise _Refuse(f"TMA copy %{mine[0].dst} outside the main loop read by a "
                               f"{next(r.kind for r in readers if r.kind not in ('wgmma', 'thread'))}")
             if any(len(r.loops) > 1 for r in readers):
                 raise _Refuse(f"TMA copy %{mine[0].dst} outside the main loop read in a nested loop")
-            mma = [r for r in readers if r.kind == "wgmma"]
-            for r in mma:
-                if r.op.ev not in self.groups:
-                    raise _Refuse(f"wgmma %{r.op.ev} is in no commit group")
             unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
             places = self._in_last_step(readers, mma) or [self._after_reads(readers, mma)]
             out[role] = (places, self._arrivals(role, unit), tuple(d.edge() for d in mine))
         return out
 
-    def _after_store(self, deps: list[Dep], readers: list[Leaf], stores: list[Leaf]) -> tuple:
+    def _after_store(self, deps: list[Dep], readers: list[Leaf], stores: list[Leaf], mma: list[Leaf]) -> tuple:
         """The release of a copy's bytes that a TMA store of this tile reads too (a staged
         output tile sharing them, resource allocation): after the last store's bulk group
         retires its reads of shared memory (``wait_group bulk 0``, each warpgroup's storing
@@ -102,11 +103,7 @@ class TmaChannels(Placement):
         if last.loops or any(r.seq > last.seq for r in readers):
             raise _Refuse(f"TMA copy %{deps[0].dst} outside the main loop: a read of its bytes after "
                           f"the TMA store %{last.op.ev} of them")
-        mma = [r for r in readers if r.kind == "wgmma"]
-        for r in mma:
-            if r.op.ev not in self.groups:
-                raise _Refuse(f"wgmma %{r.op.ev} is in no commit group")
-        place = (last.op, "after", self._pending_before(mma, last.seq, last.op), None, "bulk")
+        place = (last.op, "after", self._pending_before(mma, last.seq, last.op), None, True)
         return ([place], self._arrivals(last.role, "WARPGROUP"), tuple(d.edge() for d in deps))
 
     def _pending_before(self, mma: list[Leaf], rseq: int, anchor) -> int | None:
@@ -132,7 +129,7 @@ class TmaChannels(Placement):
             rseq = self.prog.leaves[anchor.ev].seq
         else:
             anchor, rseq = last.op, last.seq
-        return (anchor, "after", self._pending_before(mma, rseq, anchor), None)
+        return (anchor, "after", self._pending_before(mma, rseq, anchor), None, False)
 
     def _in_last_step(self, readers: list[Leaf], mma: list[Leaf]) -> list[tuple] | None:
         inner = [r for r in readers if r.loops]
@@ -148,8 +145,8 @@ class TmaChannels(Placement):
         top = [r for r in mma if not r.loops]
         last_step = S.Guard(N.IVar(lp.var), N.IBin("-", lp.hi, N.IConst(1)))
         no_step = S.Guard(lp.lo, lp.hi)
-        return [(early.op, "before", n, last_step),
-                (lp, "after", self._pending_before(top, self.prog.loops[lp.ev][2], lp), no_step)]
+        return [(early.op, "before", n, last_step, False),
+                (lp, "after", self._pending_before(top, self.prog.loops[lp.ev][2], lp), no_step, False)]
 
     def _tile_channel(self, copies: list[Leaf], deps: list[Dep]) -> None:
         """The *empty* barrier of a channel outside the main loop: its copies wait for the
@@ -171,7 +168,7 @@ class TmaChannels(Placement):
                  lambda ins: S.Wait(ename, N.IConst(0), N.IConst(1), first.role, ee, first.op.dims))
         for role, (places, arr, edges) in release.items():
             rdims = self.prog.role_dims(role)
-            for anchor, side, pending, when, *bulk in places:
+            for anchor, side, pending, when, bulk in places:
                 if bulk:  # the TMA store's group: its reads of shared memory retired
                     self.put(anchor, side, S.WaitGroup, ("wait_group", "bulk", role),
                              lambda ins, role=role, rdims=rdims: S.WaitGroup("bulk", 0, role, tuple(ins.edges),
