@@ -23,7 +23,10 @@ fragment allocated per THREAD has no cross-thread hazards).
 :meth:`Program.needs` maps a dependence to what realizes it, by the kinds of its
 endpoints (a TMA copy, a Tensor Core call, thread code) — never by program shape.
 Edges across BLOCK instances (a HOST loop's iterations) are the grid's business, not a
-block's, and are not listed.
+block's, and are not listed.  Two kinds of hazard have no event edge and are added here:
+the next tile's (``tile``, a persistent block or a HOST loop around the blocks), and a TMA
+copy into bytes an earlier tensor of the tile shares (its source is GLOBAL, so no edge leads
+to it from that tensor's readers: :meth:`Program._alias_loads`).
 """
 
 from __future__ import annotations
@@ -287,6 +290,8 @@ class Program:
                 out[(lf.op.ev, "", "end")] = Dep(lf.op.ev, "", "end", "", 0, "end", root, root, "SHARED", ())
         for d in self._tile_deps(list(out.values())):
             out.setdefault((d.src, d.dst, d.via), d)
+        for d in self._alias_loads():
+            out.setdefault((d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d)
         return sorted(out.values(), key=lambda d: (self.leaves[d.dst].seq if d.dst else 1 << 30,
                                                    self.leaves[d.src].seq))
 
@@ -343,6 +348,25 @@ class Program:
                         out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", t, root, "SHARED", ()))
                     elif t != root and self._writes(p, t):
                         out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "waw", t, root, "SHARED", ()))
+        return out
+
+    def _alias_loads(self) -> list[Dep]:
+        """WAR hazards into a TMA copy outside every loop from the earlier readers, in the same
+        tile, of a tensor that shares its bytes (``module.resources.war``: FlashAttention-3's
+        peeled K tile under its last V tile).  The copy's source is GLOBAL, so no event edge
+        leads to it from those readers; the edge is the sharing's, not the program's."""
+        out = []
+        for c in self.leaves.values():
+            if c.kind != "tma_load" or c.loops:
+                continue
+            root = self.sym.root(c.op.dst)
+            for other in sorted(next(iter(a - {root})) for a in self.alias if root in a):
+                for p in self.leaves.values():
+                    if p.kind == "tma_load" or p.seq > c.seq or p.hosts != c.hosts or not self._reads(p, other):
+                        continue
+                    via, lp = ("after", p.loops[0]) if p.loops else ("same", None)
+                    out.append(Dep(p.op.ev, c.op.ev, via, lp.ev if lp is not None else "", 0, "war", other, root,
+                                   "SHARED", self._scope(p, c, (), other, root)))
         return out
 
     def _writes(self, lf: Leaf, root: str) -> bool:
@@ -457,6 +481,8 @@ class Program:
         if p.kind == "tma_load":
             return ("full",) if d.hazard == "raw" and c.kind != "tma_load" else ("implied",)
         if c.kind == "tma_load":
+            if d.hazard == "war" and d.tensor != d.other and d.via in ("same", "after") and p.role != c.role:
+                return ("empty",)  # bytes shared with an earlier tensor: its readers free them
             return ("empty",) if d.hazard == "war" and d.via == "carried" else ("implied",)
         if p.role != c.role or p.kind == "tma_store":
             return ("implied",)

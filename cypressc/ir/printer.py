@@ -206,7 +206,8 @@ def sync_line(op, ev, ty) -> str:
     at = lambda bar, stage: f"%{bar}[{fmt_expr(stage)}]"  # noqa: E731
     if isinstance(op, S.MBarrier):
         return (f"%{op.name} = mbarrier[{op.stages}] {op.kind} arrivals({op.count}) arrive @{op.arrive_role} "
-                f"wait @{op.wait_role}  // channel of {', '.join(ev(e) for e in op.channel)}")
+                f"wait @{op.wait_role}{' (this tile)' if op.same_tile else ''}  "
+                f"// channel of {', '.join(ev(e) for e in op.channel)}")
     if isinstance(op, S.ArriveExpectTx):
         return f"arrive_expect_tx {at(op.bar, op.stage)} {op.bytes} bytes{per}  @{op.role}{_edges(op.edges, ev)}"
     if isinstance(op, S.Wait):

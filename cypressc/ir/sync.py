@@ -106,7 +106,10 @@ class MBarrier:
     """``%name = mbarrier[stages] arrivals count``: an array of ``stages`` shared-memory
     barriers, each completing a phase after ``count`` arrivals (a *full* barrier also
     after its expected transaction bytes).  ``arrive_role`` arrives and ``wait_role``
-    waits; ``channel`` lists the TMA copies whose stages it guards."""
+    waits; ``channel`` lists the TMA copies whose stages it guards.  ``lag`` is the phases
+    the waits trail the arrivals: 1 for an *empty* barrier (its first wait passes: the
+    stage starts free), 0 for a *full* one and for an empty one whose copy waits for a
+    release earlier in the same tile (shared bytes, ``same_tile``)."""
 
     name: str
     kind: str
@@ -117,6 +120,11 @@ class MBarrier:
     channel: tuple[str, ...]
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
+    same_tile: bool = False
+
+    @property
+    def lag(self) -> int:
+        return 1 if self.kind == "empty" and not self.same_tile else 0
 
     def __post_init__(self) -> None:
         _check(self.kind in BARRIER_KINDS, f"mbarrier kind {self.kind!r}")

@@ -137,7 +137,7 @@ class _Run:
                     if isinstance(op, S.Wait):
                         j = waits.get((role,) + key, 0)
                         waits[(role,) + key] = j + 1
-                        q = j - (1 if bar.kind == "empty" else 0)
+                        q = j - bar.lag
                         if self.val(op.parity, env) != q % 2:
                             raise _error(f"wait #{j} on %{op.bar}[{s}] ({role}) has parity "
                                          f"{self.val(op.parity, env)}, phase {q} has parity {q % 2}")
@@ -170,7 +170,7 @@ class _Run:
                 raise _error(f"%{key[0]}[{key[1]}] ends with a phase of {a % count} of {count} arrivals")
             fills[key] = a // count
         for (role, name, s), j in waits.items():
-            need = j - (1 if self.bars[name].kind == "empty" else 0)
+            need = j - self.bars[name].lag
             if need > fills.get((name, s), 0):
                 raise _error(f"{role} waits for phase {need - 1} of %{name}[{s}], which completes "
                              f"{fills.get((name, s), 0)} phase(s)")
@@ -379,7 +379,7 @@ def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
             for ev in bar.channel:
                 for d in readers.get(ev, []):
                     p = prog.leaves[d.src]
-                    if p.role != role:
+                    if p.role != role or d.edge() not in bar.edges:  # another empty barrier of the copy's
                         continue
                     if d.via == "tile":  # into the next tile: every read of this one comes first
                         for (x, _), (r, i) in list(run.where.items()):
@@ -445,8 +445,8 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
             raise _error(f"{name}: the TMA store's bulk group is not committed and waited before the end")
         return
     if d.via == "tile" and "empty" in needs:  # the readers release, the next tile's copy waits
-        ename = next((b.name for b in run.bars.values() if b.kind == "empty" and d.dst in b.channel
-                      and b.stages == 1), None)
+        ename = next((b.name for b in run.bars.values() if b.kind == "empty" and d.edge() in b.edges
+                      and b.stages == 1 and not b.same_tile), None)
         if ename is None:
             raise _error(f"{name}: no empty barrier hands the buffer to the next tile")
         if not run.between(role, pa, None, lambda o: isinstance(o, S.Arrive) and o.bar == ename):
@@ -482,7 +482,7 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
             raise _error(f"{name}: no wait on %{bar.bar}[{s}] for its phase {q} before the reader")
         return
     if "empty" in needs:
-        ename = next((b.name for b in run.bars.values() if b.kind == "empty" and d.dst in b.channel), None)
+        ename = next((b.name for b in run.bars.values() if b.kind == "empty" and d.edge() in b.edges), None)
         if ename is None:
             raise _error(f"{name}: no empty barrier guards the stage")
         c = prog.leaves[d.dst].op

@@ -15,8 +15,12 @@ Buffers of a pipelined loop (``for … pipeline(D)``) count D times.  In a persi
 kernel the next tile writes every tensor again, so two tensors share bytes only when the
 earlier one is copied in from GLOBAL memory once per tile, outside every loop (its next
 copy then waits, through sync-insertion's ``tile`` edges, for the later one's readers too:
-FlashAttention-3's staged O over its last V tile), and neither is a pipeline buffer; among
-such pairs the one whose earlier tensor comes latest in the tile goes first.  The per-thread register
+FlashAttention-3's peeled K tile under its last V tile), and neither is a pipeline buffer.
+Among such pairs, those whose later tensor is copied in once per tile too go first: its copy
+then waits on an mbarrier the earlier tensor's readers release (sync-insertion's ``free``
+channel), where a later tensor that thread code writes (a staged output tile) needs a named
+barrier of every warpgroup that reads the earlier one; then the one whose earlier tensor
+comes latest in the tile (its next copy then waits least).  The per-thread register
 footprint (REGISTER tensors plus a fixed overhead) is estimated and checked against
 the consumer register budget the same way.
 
@@ -202,10 +206,12 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
                 first = a if la[1] < lb[0] else b
                 apart = apart and first in reloaded and stages.get(a, 1) == stages.get(b, 1) == 1
             g.add_edge(a, b, aux=apart)
-    # in a persistent block the earlier tensor's next-tile copy waits for the later one's
-    # readers: the later that copy comes in the tile, the less that wait can cost
+    # in a persistent block: a later tensor that a copy fills waits on an mbarrier the producer
+    # waits on, not a barrier of the consumer warpgroups; and the earlier tensor's next-tile
+    # copy waits for the later one's readers: the later that copy comes, the less it costs
     aux = sorted(((a, b) for a, b, d in g.edges(data=True) if d["aux"]),
                  key=lambda e: (-(size[e[0]] + size[e[1]]),
+                                -(e[0] in reloaded and e[1] in reloaded) if persistent else 0,
                                 -min(live[e[0]][0], live[e[1]][0]) if persistent else 0))
     off, total = _assign(g, size, names)
     while total + barrier_bytes > limit and aux:
@@ -219,7 +225,8 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
             f"{limit}\n{rows}\n  (+{barrier_bytes} B of mbarriers and alignment)",
             _knob_loc(ctx, inst, "smem_limit") if limit < device_max else _mapping_loc(ctx),
             hint=_smem_hint(m, ctx, pipe, limit, device_max))
-    war = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+    war = [(a, b) if live.get(a, (0, 0)) <= live.get(b, (0, 0)) else (b, a)  # the earlier one first
+           for i, a in enumerate(names) for b in names[i + 1:]
            if not g.has_edge(a, b) and off[a] < off[b] + size[b] and off[b] < off[a] + size[a]]
     regs = _registers(m)
     producer, consumer = _register_split(m, inst, machine, ctx)

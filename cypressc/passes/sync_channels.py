@@ -8,7 +8,9 @@ arrives once per warpgroup (Tensor Core readers) or once per warp after ``__sync
 (thread code), ``P = mma_in_flight`` steps later after ``wait_group`` retired the reading
 wgmma group (the last ``P`` releases drained after the loop), or right after a same-step
 ``wait_group`` thread code needs anyway.  Copies of one loop step share a channel when
-sharing never makes an op wait longer or a stage come back later.
+sharing never makes an op wait longer or a stage come back later.  A copy outside the main
+loop gets a one-stage empty barrier for the next tile (``_tile_channel``) and, when it fills
+bytes an earlier tensor of the tile shares, one for this tile (``_freed_channel``).
 """
 
 from __future__ import annotations
@@ -153,19 +155,51 @@ class TmaChannels(Placement):
         release of the block's previous tile (parity 1: a tile's first wait passes at once,
         as a persistent block's first tile), its readers release it once their reads of the
         tile are over (:meth:`_tile_release`)."""
-        first = copies[0]
-        release = self._tile_release(deps)
         roots = "_".join(dict.fromkeys(self.prog.sym.root(c.op.dst) for c in copies))
-        ename = f"empty_{roots}"
+        self._once_per_tile(copies, deps, self._tile_release(deps), f"empty_{roots}", 1)
+
+    def _freed_channel(self, copy: Leaf, deps: list[Dep]) -> None:
+        """The *empty* barrier of a copy outside the main loop into bytes that an earlier
+        tensor of the tile shares (resource allocation; ``deps``: that tensor's readers, WAR):
+        each reader role releases it once its reads of the tile are over (after the commit and
+        ``wait_group`` retiring a reading wgmma's group, or after the loop holding it), and the
+        copy waits for this tile's release (parity 0).  FlashAttention-3's last V tile in the
+        bytes of the peeled K tile: its copy waits for S = Q·K[0]ᵀ to retire."""
+        release = {}
+        for role in sorted({self.prog.leaves[d.src].role for d in deps}):
+            mine = [d for d in deps if self.prog.leaves[d.src].role == role]
+            readers = [self.prog.leaves[d.src] for d in mine]
+            bad = next((r for r in readers if r.kind not in ("wgmma", "thread") or len(r.loops) > 1), None)
+            if bad is not None:
+                raise _Refuse(f"TMA copy %{copy.op.ev} into bytes that %{bad.op.ev} reads earlier in the tile "
+                              "(a TMA store or a nested loop)")
+            mma = [r for r in readers if r.kind == "wgmma"]
+            for r in mma:
+                if r.op.ev not in self.groups:
+                    raise _Refuse(f"wgmma %{r.op.ev} is in no commit group")
+            unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
+            release[role] = ([self._after_reads(readers, mma)], self._arrivals(role, unit),
+                             tuple(d.edge() for d in mine))
+        tops = [(self.prog.loops[r.loops[0].ev][2], r.loops[0]) if r.loops else (r.seq, r.op)
+                for r in (self.prog.leaves[d.src] for d in deps)]
+        decl = min(tops, key=lambda t: t[0])[1]  # declared before its first release
+        self._once_per_tile([copy], deps, release, f"free_{self.prog.sym.root(copy.op.dst)}", 0, decl)
+
+    def _once_per_tile(self, copies: list[Leaf], deps: list[Dep], release: dict, ename: str, parity: int,
+                       decl=None) -> None:
+        """A one-stage empty mbarrier ``ename`` (declared before ``decl``, else the first copy)
+        the copies wait on (``parity`` 1: the previous tile's release, 0: this tile's) and
+        ``release``'s reader roles arrive on once per tile."""
+        first = copies[0]
         evs = tuple(c.op.ev for c in copies)
         ee = tuple(d.edge() for d in deps)
         bdims = tuple(d for d in first.op.dims if d.proc == "BLOCK")
         count = sum(_count(r[1]) for r in release.values())
-        self.put(first.op, "before", S.MBarrier, ("mbar", ename),
+        self.put(decl if decl is not None else first.op, "before", S.MBarrier, ("mbar", ename),
                  lambda ins: S.MBarrier(ename, "empty", 1, count, ",".join(sorted(release)), first.role,
-                                        evs, ee, bdims))
+                                        evs, ee, bdims, same_tile=parity == 0))
         self.put(first.op, "before", S.Wait, ("wait", ename),
-                 lambda ins: S.Wait(ename, N.IConst(0), N.IConst(1), first.role, ee, first.op.dims))
+                 lambda ins: S.Wait(ename, N.IConst(0), N.IConst(parity), first.role, ee, first.op.dims))
         for role, (places, arr, edges) in release.items():
             rdims = self.prog.role_dims(role)
             for anchor, side, pending, when, bulk in places:

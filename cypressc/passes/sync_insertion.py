@@ -32,6 +32,10 @@ of :mod:`cypressc.ir.sync` next to them:
   stage: the copy's role waits on it (parity ``(0 + 1) % 2``: the tile's first wait passes),
   each reader role arrives once per tile where all its reads are over (after the main loop
   when one is inside it; after ``wait_group`` retired a reading wgmma);
+* the reads of a tensor whose bytes a later TMA copy of the same tile fills (resource
+  allocation's sharing: FlashAttention-3's peeled K tile under its last V tile) → a *free*
+  empty mbarrier of one stage (``same_tile``): each reader role arrives once its reads of
+  the tile are over, the copy waits for this tile's phase (parity 0);
 * a wgmma reading a shared tensor that thread code writes (a constant table filled before
   the main loop) → its group retired by the ``wait_group 0`` after its loop and a named
   barrier of readers and writers at the end of the tile (``via = "tile"``: the block's next
@@ -169,6 +173,7 @@ class _Insert(TmaChannels):
         full: dict[str, list[Dep]] = {}
         empty: dict[str, list[Dep]] = {}
         tile: dict[str, list[Dep]] = {}  # a copy outside the main loop -> its readers (next tile)
+        freed: dict[str, list[Dep]] = {}  # a copy into shared bytes -> the earlier tensor's readers
         later = []
         for d in deps:
             needs = self.prog.needs(d)
@@ -179,12 +184,16 @@ class _Insert(TmaChannels):
                 full.setdefault(d.src, []).append(d)
             elif "empty" in needs and d.via == "tile":
                 tile.setdefault(d.dst, []).append(d)
+            elif "empty" in needs and d.via in ("same", "after"):
+                freed.setdefault(d.dst, []).append(d)
             elif "empty" in needs:
                 empty.setdefault(d.dst, []).append(d)
             else:
                 self._direct(d, needs)
             self.covered.append(d)
         self._channels(full, empty, tile)
+        for ev, ds in sorted(freed.items(), key=lambda x: self.prog.leaves[x[0]].seq):
+            self._freed_channel(self.prog.leaves[ev], ds)
         for d in later:
             if not self.prog.is_implied(d, self.covered):
                 names = f"%{d.src} -> %{d.dst}"

@@ -190,73 +190,125 @@ def test_ping_pong_turns_do_not_run_into_the_next_tile():
     assert bad.finding is not None and bad.finding.kind == "race" and "turn barrier" in bad.finding.message, bad
 
 
-# ----------------------------------------------------------------------------- O staged over the last V tile
-def test_a_persistent_block_shares_only_a_reloaded_tiles_bytes():
-    """With O staged, d = 128 needs 32 KiB more than a block has.  The staged O tile comes after
-    the last V tile in the tile and that V tile is copied in once per tile, outside the loop: in
-    a persistent block they may share bytes (the next V copy waits for the O store).  Of the
-    pairs that qualify, the one whose earlier tensor comes latest wins (not the peeled K tile,
-    whose next copy starts the next tile)."""
+# ----------------------------------------------------------------------------- the peeled K tile and the last V tile share bytes
+def test_a_persistent_block_shares_the_peeled_k_tiles_bytes_with_the_last_v_tile():
+    """With O staged, d = 128 needs 32 KiB more than a block has.  The peeled K tile (copied
+    first in the tile, read by S = Q·K[0]ᵀ) and the last V tile (copied after the main loop)
+    are both TMA-loaded once per tile outside every loop: of the pairs that qualify, that one
+    wins, and the staged O tile keeps bytes of its own."""
     res = _snaps(STAGED)["resource-allocation"].resources
-    assert {frozenset(p) for p in res.war} == {frozenset(("B_mma_pv_1", "D_store_wg"))}
-    assert res.smem["B_mma_pv_1"].offset == res.smem["D_store_wg"].offset
+    assert {frozenset(p) for p in res.war} == {frozenset(("B_mma_qk", "B_mma_pv_1"))}
+    k, v, o = res.smem["B_mma_qk"], res.smem["B_mma_pv_1"], res.smem["D_store_wg"]
+    assert k.offset == v.offset and k.bytes == v.bytes == 32768
+    for t in (k, v):  # O's bytes overlap neither
+        assert o.offset + o.bytes <= t.offset or t.offset + t.bytes <= o.offset, (o, t)
+    others = [n for n in res.smem if n not in ("B_mma_qk", "B_mma_pv_1")]
+    spans = sorted((res.smem[n].offset, res.smem[n].offset + res.smem[n].bytes) for n in others + ["B_mma_qk"])
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # nothing else shares
     plain = _snaps(PERSISTENT)["resource-allocation"].resources
     assert not plain.war  # everything fits: nothing shares
-    assert [s.offset for s in plain.smem.values()] == [res.smem[n].offset for n in plain.smem]
+    spans = sorted((s.offset, s.offset + s.bytes) for s in plain.smem.values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    end = lambda r: max(s.offset + s.bytes for s in r.smem.values())  # noqa: E731
+    assert end(res) == end(plain)  # O takes the 32 KiB the shared pair frees
 
 
-def test_the_next_v_tile_waits_for_the_o_stores_reads():
-    """The last V tile's empty barrier gets a ``tile`` edge from the TMA store of the bytes it
-    shares: the storing thread waits for its bulk group's reads (``wait_group bulk 0``) and then
-    arrives; the writes of the staged tile need no edge of their own (the store reads after
-    them); both warpgroups' last O += P·V read the whole V tile, so a 256-thread barrier comes
-    before either writes its O rows over it."""
+def test_the_last_v_copy_waits_for_s_q_k0_to_retire():
+    """The copy of the last V tile overwrites the peeled K tile's bytes: a ``war`` edge from
+    S = Q·K[0]ᵀ (outside the loop) to that copy, realized by a one-stage empty barrier of this
+    tile (its wait trails no phase: parity 0).  Each consumer warpgroup arrives once the
+    ``wait_group wgmma 0`` after S = Q·K[0]ᵀ retired it; no 256-thread barrier is left."""
     m = _snaps(STAGED)["sync-insertion"]
     ops = list(m.body.ops)
-    store = next(o for o in _top(m, N.Copy) if isinstance(o.src, N.TRef) and o.src.name == "D_store_wg")
-    arrive = next(o for o in _top(m, S.Arrive) if o.bar == "empty_B_mma_pv_1")
-    between = ops[ops.index(store) + 1:ops.index(arrive)]
-    assert [type(o) for o in between] == [S.CommitGroup, S.WaitGroup]
-    assert between[1].unit == "bulk" and between[1].pending == 0
-    assert {e.hazard for e in arrive.edges} == {"war"}
-    (pv,) = [o for o in _top(m, N.Call) if o.ev in {e.src for e in arrive.edges} - {store.ev}]
-    assert store.ev in {e.src for e in arrive.edges} and pv.fn == "warpgroup_mma"  # the last O += P·V
-    bar = next(o for o in _top(m, S.MBarrier) if o.name == "empty_B_mma_pv_1")
-    assert bar.count == 2  # one arrival per consumer warpgroup, from its storing thread
-    sync = [o for o in _top(m, S.BarSync) if o.threads == 256]
-    assert len(sync) == 1 and ops.index(sync[0]) < ops.index(store)
+    bar = next(o for o in _top(m, S.MBarrier) if o.name == "free_B_mma_pv_1")
+    assert bar.kind == "empty" and bar.stages == 1 and bar.same_tile and bar.lag == 0
+    assert bar.count == 2  # one arrival per consumer warpgroup
+    assert bar.arrive_role == "consumer" and bar.wait_role == "producer"
+    v = _copy(m, "B_mma_pv_1")
+    assert bar.channel == (v.ev,)
+    (arrive,) = [o for o in _top(m, S.Arrive) if o.bar == "free_B_mma_pv_1"]
+    assert arrive.when is None and arrive.role == "consumer"
+    assert {(e.hazard, e.dst, e.tensor, e.via) for e in arrive.edges} == {("war", v.ev, "B_mma_qk", "same")}
+    (src,) = {e.src for e in arrive.edges}
+    qk = next(o for o in _top(m, N.Call) if o.ev == src)  # top level: outside the loop
+    assert qk.fn == "warpgroup_mma_bt"
+    assert qk is next(o for o in _top(m, N.Call) if o.fn == "warpgroup_mma_bt")  # the first: S = Q·K[0]ᵀ
+    retire = next(o for o in ops[ops.index(qk):] if isinstance(o, S.WaitGroup))
+    assert retire.unit == "wgmma" and retire.pending == 0
+    assert ops.index(qk) < ops.index(retire) < ops.index(arrive)
+    (wait,) = [o for o in _top(m, S.Wait) if o.bar == "free_B_mma_pv_1"]
+    assert wait.role == "producer" and wait.parity == N.IConst(0) and wait.edges == arrive.edges
+    assert ops.index(wait) < ops.index(v)
+    assert not [o for o in ops[ops.index(wait):ops.index(v)] if isinstance(o, N.Copy)]  # right before the V copy
+    # the peeled K copy is handed to the next tile after the last O += P·V (its bytes are V's)
+    names = {b.name for b in _top(m, S.MBarrier)}
+    assert "empty_B_mma_qk" in names
+    assert not [o for o in _top(m, S.BarSync) if o.threads == 256]
 
 
-def test_dropping_the_o_stores_retirement_is_refused_and_raced():
+def _drop(m: N.Module, op) -> N.Module:
+    return replace(m, body=N.Block(tuple(o for o in m.body.ops if o is not op), m.body.yields))
+
+
+def _two_tiles(snaps, mutant):
+    m = snaps["sync-insertion"]
+    return [check_schedules(mutant, snaps["warp-specialization"], sizes=two_tile_sizes(m, base), seed=s,
+                            schedules=20, value_every=0, persistent=True).finding
+            for base in ({**small_sizes(m), "causal": 0}, {**small_sizes(m, wraps=0), "causal": 0})
+            for s in (0, 11)]
+
+
+def test_dropping_the_k_tiles_release_to_the_v_copy_is_refused_and_raced():
     snaps = _snaps(STAGED)
     m = snaps["sync-insertion"]
-    wait = next(o for o in _top(m, S.WaitGroup) if o.unit == "bulk")
-    mutant = replace(m, body=N.Block(tuple(o for o in m.body.ops if o is not wait), m.body.yields))
-    with pytest.raises(VerifyError, match="bulk group retired its reads"):
+    assert _two_tiles(snaps, m) == [None] * 4  # the unmutated block is clean
+    wait = next(o for o in _top(m, S.Wait) if o.bar == "free_B_mma_pv_1")
+    mutant = _drop(m, wait)
+    with pytest.raises(VerifyError, match=r"the copy does not wait for phase 0 of %free_B_mma_pv_1"):
         verify_sync(mutant)
-    found = [check_schedules(mutant, snaps["warp-specialization"], sizes=two_tile_sizes(m, base), seed=s,
-                             schedules=20, value_every=0, persistent=True).finding
-             for base in ({**small_sizes(m), "causal": 0}, {**small_sizes(m, wraps=0), "causal": 0})
-             for s in (0, 11)]
-    assert any(f is not None and f.kind == "race" for f in found), found
+    found = _two_tiles(snaps, mutant)
+    assert any(f is not None and f.kind == "race" and ("B_mma_pv_1" in f.message or "B_mma_qk" in f.message)
+               for f in found), found
+    arrive = next(o for o in _top(m, S.Arrive) if o.bar == "free_B_mma_pv_1")
+    mutant = _drop(m, arrive)
+    with pytest.raises(VerifyError, match=r"waits for phase 0 of %free_B_mma_pv_1\[0\], which completes 0"):
+        verify_sync(mutant)
+    found = _two_tiles(snaps, mutant)  # nobody releases the bytes: the producer waits forever
+    assert any(f is not None and f.kind == "deadlock" and "free_B_mma_pv_1" in f.message for f in found), found
 
 
 def test_the_interpreter_sees_the_shared_bytes():
-    """Without the 256-thread barrier one warpgroup writes its O rows over V bytes the other's
-    last O += P·V may still read: only a model of the shared bytes sees it."""
+    """Without the wait on ``free_B_mma_pv_1`` one tile suffices when the key loop runs no step:
+    the last V copy follows the peeled K copy at once and overwrites K[0] while S = Q·K[0]ᵀ may
+    still read it; only a model of the shared bytes sees it (the copies are of different
+    tensors)."""
     snaps = _snaps(STAGED)
     m = snaps["sync-insertion"]
-    sync = next(o for o in _top(m, S.BarSync) if o.threads == 256)
-    mutant = replace(m, body=N.Block(tuple(o for o in m.body.ops if o is not sync), m.body.yields))
-    v = check_schedules(mutant, snaps["warp-specialization"], sizes={**small_sizes(m), "causal": 0}, seed=0,
-                        schedules=20, value_every=0)
-    assert v.finding is not None and v.finding.kind == "race" and "D_store_wg" in v.finding.message, v.finding
+    wait = next(o for o in _top(m, S.Wait) if o.bar == "free_B_mma_pv_1")
+    mutant = _drop(m, wait)
+    sizes = {**small_sizes(m, wraps=0), "causal": 0}
+    ok = check_schedules(m, snaps["warp-specialization"], sizes=sizes, seed=0, schedules=20, value_every=0)
+    assert ok.finding is None, ok.line(FA3)
+    v = check_schedules(mutant, snaps["warp-specialization"], sizes=sizes, seed=0, schedules=20, value_every=0)
+    assert v.finding is not None and v.finding.kind == "race" and "B_mma_qk" in v.finding.message, v.finding
+    assert "%e7" in v.finding.message  # the reader: S = Q·K[0]ᵀ
 
 
-def test_the_staged_kernel_stores_o_through_the_v_tiles_bytes(tmp_path):
+def test_the_staged_kernel_loads_the_last_v_tile_into_the_k_tiles_bytes(tmp_path):
     cu = _cu(tmp_path, STAGED)
-    v = cu.index("uint8_t* s_B_mma_pv_1 = smem + ")
-    off = cu[v:].split("smem + ", 1)[1].split(";", 1)[0]
-    assert f"uint8_t* box = smem + {off} + cw * 16384" in cu  # each warpgroup's 64 rows of O
-    tail = cu[cu.index("cypress::tma_store_commit();"):]
-    assert tail.index("cypress::tma_store_wait<0>();") < tail.index("cypress::arrive(&empty_B_mma_pv_1[0]);")
+    off = lambda name: cu.split(f"uint8_t* {name} = smem + ", 1)[1].split(";", 1)[0]  # noqa: E731
+    assert off("s_B_mma_qk") == off("s_B_mma_pv_1")
+    o = cu.split("uint8_t* box = smem + ", 1)[1].split(" + cw * 16384", 1)[0]  # each warpgroup's 64 rows of O
+    assert o.isdigit() and o != off("s_B_mma_pv_1")
+    assert o not in {off(n) for n in ("s_Q_block", "s_B_mma_qk_1", "s_B_mma_pv")}  # O's bytes are its own
+    producer = cu[cu.index("// ---- producer warpgroup"):cu.index("// ---- consumer warpgroups")]
+    w = producer.index("cypress::wait(&free_B_mma_pv_1[0], (0 ^ tphase));")
+    assert w < producer.index("cypress::tma_load_3d(s_B_mma_pv_1")
+    assert "cypress::tma_load_3d(s_B_mma_pv_1" not in producer[:w]
+    consumer = cu[cu.index("// ---- consumer warpgroups"):]
+    qk = consumer.index("// %e7: warpgroup_mma")
+    retire = consumer.index("cypress::wait<0>();", qk)
+    a = consumer.index("cypress::arrive(&free_B_mma_pv_1[0]);")
+    assert qk < retire < a and consumer.count("cypress::arrive(&free_B_mma_pv_1[0]);") == 1
+    assert "cypress::commit();" not in consumer[retire:a]  # no other group in between
+    assert "named_sync(1, 256)" not in cu and ", 256);" not in cu

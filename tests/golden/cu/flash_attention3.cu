@@ -11,7 +11,7 @@ constexpr int B_mma_qk_STAGE = 32768, B_mma_qk_CHUNK = 16384;  // 128x128 f16, 2
 constexpr int B_mma_qk_1_STAGE = 32768, B_mma_qk_1_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_pv_STAGE = 32768, B_mma_pv_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_pv_1_STAGE = 32768, B_mma_pv_1_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
-constexpr int SMEM_BYTES = 230504;
+constexpr int SMEM_BYTES = 230520;
 }  // namespace
 
 __global__ void __launch_bounds__(THREADS, 1)
@@ -20,19 +20,21 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
   uint8_t* s_Q_block = smem + 196608;  // %Q_block
-  uint8_t* s_B_mma_qk = smem + 98304;  // %B_mma_qk
-  uint8_t* s_B_mma_qk_1 = smem + 131072;  // %B_mma_qk_1
+  uint8_t* s_B_mma_qk = smem + 65536;  // %B_mma_qk
+  uint8_t* s_B_mma_qk_1 = smem + 98304;  // %B_mma_qk_1
   uint8_t* s_B_mma_pv = smem + 0;  // %B_mma_pv
   uint8_t* s_B_mma_pv_1 = smem + 65536;  // %B_mma_pv_1
   cypress::bar_t* full_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 229376);  // full mbarrier[1], channel of %e1
   cypress::bar_t* empty_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 229384);  // empty mbarrier[1], channel of %e1
   cypress::bar_t* full_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 229392);  // full mbarrier[1], channel of %e6
-  cypress::bar_t* full_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 229400);  // full mbarrier[2], channel of %e19
-  cypress::bar_t* empty_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 229416);  // empty mbarrier[2], channel of %e19
-  cypress::bar_t* full_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 229432);  // full mbarrier[2], channel of %e21
-  cypress::bar_t* empty_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 229448);  // empty mbarrier[2], channel of %e21
-  cypress::bar_t* full_B_mma_pv_1 = reinterpret_cast<cypress::bar_t*>(smem + 229464);  // full mbarrier[1], channel of %e33
-  cypress::bar_t* empty_B_mma_pv_1 = reinterpret_cast<cypress::bar_t*>(smem + 229472);  // empty mbarrier[1], channel of %e33
+  cypress::bar_t* empty_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 229400);  // empty mbarrier[1], channel of %e6
+  cypress::bar_t* free_B_mma_pv_1 = reinterpret_cast<cypress::bar_t*>(smem + 229408);  // empty mbarrier[1], channel of %e33
+  cypress::bar_t* full_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 229416);  // full mbarrier[2], channel of %e19
+  cypress::bar_t* empty_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 229432);  // empty mbarrier[2], channel of %e19
+  cypress::bar_t* full_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 229448);  // full mbarrier[2], channel of %e21
+  cypress::bar_t* empty_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 229464);  // empty mbarrier[2], channel of %e21
+  cypress::bar_t* full_B_mma_pv_1 = reinterpret_cast<cypress::bar_t*>(smem + 229480);  // full mbarrier[1], channel of %e33
+  cypress::bar_t* empty_B_mma_pv_1 = reinterpret_cast<cypress::bar_t*>(smem + 229488);  // empty mbarrier[1], channel of %e33
   const int tiles0 = B;
   const int tiles1 = H;
   const int tiles2 = cdiv(M, 128);
@@ -49,6 +51,8 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     for (int i = 0; i < 1; ++i) cypress::init(&full_Q_block[i], 1);
     for (int i = 0; i < 1; ++i) cypress::init(&empty_Q_block[i], 2);
     for (int i = 0; i < 1; ++i) cypress::init(&full_B_mma_qk[i], 1);
+    for (int i = 0; i < 1; ++i) cypress::init(&empty_B_mma_qk[i], 2);
+    for (int i = 0; i < 1; ++i) cypress::init(&free_B_mma_pv_1[i], 2);
     for (int i = 0; i < 2; ++i) cypress::init(&full_B_mma_qk_1[i], 1);
     for (int i = 0; i < 2; ++i) cypress::init(&empty_B_mma_qk_1[i], 2);
     for (int i = 0; i < 2; ++i) cypress::init(&full_B_mma_pv[i], 1);
@@ -80,6 +84,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         for (int j = 0; j < 2; ++j) {
           cypress::tma_load_3d(s_Q_block + j * Q_block_CHUNK, &tm_Q_128x64, &full_Q_block[0], 0 + 64 * j, (b2 * 128), ((b0 * H) + b1));
         }
+        cypress::wait(&empty_B_mma_qk[0], (1 ^ tphase));  // %e34 -> %e6 (war %B_mma_pv_1, the next tile)
         cypress::arrive_expect_tx(&full_B_mma_qk[0], 32768);  // %e6 -> %e7 (raw %B_mma_qk)
         // %e6: copy -> %B_mma_qk[0] (TMA)
         #pragma unroll
@@ -103,7 +108,8 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           }
           if (++stage == STAGES) { stage = 0; phase ^= 1; }
         }
-        cypress::wait(&empty_B_mma_pv_1[0], (1 ^ tphase));  // %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e39 -> %e33 (war %D_store_wg, the next tile)
+        cypress::wait(&empty_B_mma_pv_1[0], (1 ^ tphase));  // %e34 -> %e33 (war %B_mma_pv_1, the next tile)
+        cypress::wait(&free_B_mma_pv_1[0], (0 ^ tphase));  // %e7 -> %e33 (war %B_mma_qk)
         cypress::arrive_expect_tx(&full_B_mma_pv_1[0], 32768);  // %e33 -> %e34 (raw %B_mma_pv_1)
         // %e33: copy -> %B_mma_pv_1[0] (TMA)
         #pragma unroll
@@ -157,9 +163,10 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, C_clear_thread_1[0], kk == 0);
       }
       cypress::commit();  // closes the group of %e7
-      cypress::wait<0>();  // %e7 -> %e8 (raw %C_clear_thread_1); %e7 -> %e8 (war %C_clear_thread_1); %e7 -> %e8 (waw %C_clear_thread_1); %e7 -> %e13 (war %C_clear_thread_1); %e7 -> %e13 (waw %C_clear_thread_1); %e22 -> %e35 (war %C_clear_thread, after the loop); %e22 -> %e35 (waw %C_clear_thread, after the loop); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
+      cypress::wait<0>();  // %e7 -> %e33 (war %B_mma_qk); %e7 -> %e8 (raw %C_clear_thread_1); %e7 -> %e8 (war %C_clear_thread_1); %e7 -> %e8 (waw %C_clear_thread_1); %e7 -> %e13 (war %C_clear_thread_1); %e7 -> %e13 (waw %C_clear_thread_1); %e22 -> %e35 (war %C_clear_thread, after the loop); %e22 -> %e35 (waw %C_clear_thread, after the loop); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
       cypress::fence_acc(C_clear_thread_1[0]);
       cypress::fence_acc(C_clear_thread[0]);
+      if (leader) cypress::arrive(&free_B_mma_pv_1[0]);  // %e7 -> %e33 (war %B_mma_qk)
       // %e8: mask_columns over accumulator rows
       #pragma unroll
       for (int a = 0; a < 1; ++a) cypress::mask_columns(C_clear_thread_1[a], N);
@@ -269,8 +276,10 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         cypress::wgmma_rs<128, __half>(&D_convert_thread[0][kk * 4], db, C_clear_thread[0]);
       }
       cypress::commit();  // closes the group of %e34
-      cypress::wait<0>();  // %e34 -> %e35 (raw %C_clear_thread); %e34 -> %e35 (war %C_clear_thread); %e34 -> %e35 (waw %C_clear_thread); %e34 -> %e38 (war %B_mma_pv_1); %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e39 -> %e33 (war %D_store_wg, the next tile)
+      cypress::wait<0>();  // %e34 -> %e6 (war %B_mma_pv_1, the next tile); %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e34 -> %e35 (raw %C_clear_thread); %e34 -> %e35 (war %C_clear_thread); %e34 -> %e35 (waw %C_clear_thread)
       cypress::fence_acc(C_clear_thread[0]);
+      if (leader) cypress::arrive(&empty_B_mma_qk[0]);  // %e34 -> %e6 (war %B_mma_pv_1, the next tile)
+      if (leader) cypress::arrive(&empty_B_mma_pv_1[0]);  // %e34 -> %e33 (war %B_mma_pv_1, the next tile)
       // %e35: div_rows over accumulator rows
       #pragma unroll
       for (int a = 0; a < 1; ++a) cypress::div_rows(C_clear_thread[a], l_init_thread[a]);
@@ -287,32 +296,32 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           for (int h = 0; h < 2; ++h)
             if (r0 + 64 * a + 8 * h < M) dst[r0 + 64 * a + 8 * h] = LSE_finish_thread[a][h];
       }
-      cypress::named_sync(1, 256);  // %e34 -> %e38 (war %B_mma_pv_1)
+      if (leader) cypress::tma_store_wait<0>();  // %e39 -> end (the TMA store reads %D_store_wg) (persistent block: before the next tile writes %D_store_wg)
+      cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
       // %e38: copy %C_clear_thread -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int a = 0; a < 1; ++a) {
         #pragma unroll
         for (int j = 0; j < 32; ++j) {
           const int2 rc = cypress::acc_coord(j);
-          uint8_t* box = smem + 65536 + cw * 16384 + (a * 2 + rc.y / 64) * 8192;
+          uint8_t* box = smem + 163840 + cw * 16384 + (a * 2 + rc.y / 64) * 8192;
           *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
         }
       }
       cypress::fence_proxy_async();  // %e38 -> %e39 (raw %D_store_wg)
-      cypress::named_sync((2 + cw), 128);  // %e38 -> %e39 (raw %D_store_wg)
+      cypress::named_sync((1 + cw), 128);  // %e38 -> %e39 (raw %D_store_wg)
       // %e39: copy %D_store_wg -> global (TMA store, 64x64 boxes)
       if (leader) {
         for (int a = 0; a < 1; ++a)
           for (int b = 0; b < 2; ++b) {
-          cypress::tma_store_3d(&tm_O_64x64, smem + 65536 + cw * 16384 + (a * 2 + b) * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))) + 64 * a, ((b0 * H) + b1));
+          cypress::tma_store_3d(&tm_O_64x64, smem + 163840 + cw * 16384 + (a * 2 + b) * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))) + 64 * a, ((b0 * H) + b1));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e39
-      cypress::tma_store_wait<0>();  // %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e39 -> %e33 (war %D_store_wg, the next tile); %e39 -> end (the TMA store reads %D_store_wg)
-      if (leader) cypress::arrive(&empty_B_mma_pv_1[0]);  // %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e39 -> %e33 (war %D_store_wg, the next tile)
       kbase += num_k;
       tphase ^= 1;
     }
+    if (leader) cypress::tma_store_wait<0>();  // %e39 -> end (the TMA store reads %D_store_wg) (after the last tile)
   }
 }
 
