@@ -141,11 +141,22 @@ def emit_cuda(p: P.KernelPlan) -> str:
     dealt = _paired(p)
     if dealt is not None:
         # a persistent block takes its tiles in pairs (see _tiles): the longest and the shortest
-        # of one row of b{dealt}, whose trip counts add up to about the same for every pair
+        # of one row of b{dealt}, whose trip counts add up to about the same for every pair.
+        # With an odd row the pairs go two rows at a time, the rows' middle tiles together: a
+        # pair straddling two rows instead would give a grid that is a multiple of the row (132
+        # blocks, 11 tiles) the same pair every time, long + long or short + short
         others = [i for i in range(nd) if i != dealt]
-        w(f"const int j = t % tiles{dealt};")
-        w(f"b{dealt} = j % 2 ? j / 2 : tiles{dealt} - 1 - j / 2;  // the trip count grows with b{dealt}")
-        w(f"int u = t / tiles{dealt};")
+        d = f"tiles{dealt}"
+        w(f"int u = t / {d};")
+        w.open(f"if ({d} % 2 && (u | 1) < num_tiles / {d})")
+        w(f"const int p = (t - (u & ~1) * {d}) >> 1, h = {d} / 2;  // the pair within the two rows")
+        w(f"if (p == 2 * h) {{ u = (u & ~1) + (t & 1); b{dealt} = h; }}  // the two middle tiles")
+        w(f"else {{ u = (u & ~1) + (p >= h); b{dealt} = t & 1 ? p % h : {d} - 1 - p % h; }}")
+        w.close("} else {")
+        w.ind += 1
+        w(f"const int j = t % {d};")
+        w(f"b{dealt} = j % 2 ? j / 2 : {d} - 1 - j / 2;  // the trip count grows with b{dealt}")
+        w.close()
         for n, i in enumerate(reversed(others)):
             w(f"b{i} = u % tiles{i};" + ("" if n == len(others) - 1 else f" u /= tiles{i};"))
     elif nd == 1:
@@ -218,7 +229,9 @@ def emit_cuda(p: P.KernelPlan) -> str:
 
 def _paired(p: P.KernelPlan) -> int | None:
     """The block coordinate a persistent block takes its tiles in long + short pairs of (the
-    one its trip counts grow with), or None: the tiles are dealt one by one."""
+    one its trip counts grow with), or None: the tiles are dealt one by one.  A pair is the
+    k-th longest and k-th shortest tile of one row of that coordinate; an odd row's pairs go
+    two rows at a time, the rows' middle tiles making the last pair (``tile_coords``)."""
     longest = _growing_trips(p)
     return next(iter(longest)) if p.persistent and len(longest) == 1 else None
 

@@ -11,6 +11,9 @@ interpreter runs two tiles of one block back to back and finds what a missing op
 from __future__ import annotations
 
 import functools
+import re
+import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -158,6 +161,51 @@ def test_the_persistent_kernel_takes_causal_tiles_in_long_and_short_pairs(tmp_pa
         assert sorted(seen) == list(range(tiles))
     for tiles2 in (1, 2, 5, 8):  # the pair order is a permutation of the query blocks
         assert sorted(j // 2 if j % 2 else tiles2 - 1 - j // 2 for j in range(tiles2)) == list(range(tiles2))
+
+
+WG3 = ROOT / "mappings" / FA3 / "h100_d64_wg3_staged_persistent.yaml"
+
+
+def _walk(tmp_path: Path, cu: str, shapes) -> dict:
+    """Run the kernel's own tile walk (its ``tile_coords`` lambda and its tile loop, compiled
+    for the host) for each (tiles0, tiles1, tiles2, grid): the block of each tile visited."""
+    lam = re.search(r"\n(\s*auto tile_coords = \[&\].*?\n\s*\};)\n", cu, re.S).group(1)
+    loop = re.search(r"for \(int k = 0, t = 2 \* blockIdx\.x;.*?\) \{", cu).group(0)
+    loop = loop.replace("blockIdx.x", "b").replace("gridDim.x", "grid")
+    src = tmp_path / "walk.cpp"
+    src.write_text("#include <cstdio>\n#include <cstdlib>\nint main(int argc, char** argv) {\n"
+                   "  const int tiles0 = atoi(argv[1]), tiles1 = atoi(argv[2]), tiles2 = atoi(argv[3]);\n"
+                   "  const int grid = atoi(argv[4]), num_tiles = tiles0 * tiles1 * tiles2;\n"
+                   f"{lam}\n  for (int b = 0; b < grid; ++b)\n    {loop}\n"
+                   "      int b0, b1, b2;\n      tile_coords(t, b0, b1, b2);\n"
+                   "      printf(\"%d %d %d %d\\n\", b, b0, b1, b2);\n    }\n}\n")
+    exe = tmp_path / "walk"
+    subprocess.run([shutil.which("g++") or "c++", "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True)
+    out = {}
+    for shape in shapes:
+        run = subprocess.run([str(exe), *map(str, shape)], check=True, capture_output=True, text=True)
+        out[shape] = [tuple(map(int, line.split())) for line in run.stdout.splitlines()]
+    return out
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="no host C++ compiler")
+def test_the_pairs_of_an_odd_row_stay_balanced(tmp_path):
+    """Three consumer warpgroups take 192-row tiles: seq 2048 has 11 per (batch, head) row.
+    Pairs straddling two rows would give every block of a 132-block grid (12 x 11) the same
+    pair each time (long + long or short + short: max/mean block work 1.4 by trip counts); the
+    walk pairs an odd row's tiles two rows at a time, the two middle tiles together.  The
+    kernel's own walk, compiled for the host: every tile once, blocks within 10 % of the mean."""
+    cu = _cu(tmp_path, WG3)
+    shapes = [(8, 32, 11, 132), (8, 32, 11, 131), (1, 3, 11, 4), (2, 5, 7, 3), (3, 1, 1, 2), (4, 4, 8, 132),
+              (1, 1, 5, 1)]
+    for shape, visits in _walk(tmp_path, cu, shapes).items():
+        t0, t1, t2, grid = shape
+        assert sorted(v[1:] for v in visits) == [(a, b, c) for a in range(t0) for b in range(t1) for c in range(t2)], shape
+        work = [0] * grid
+        for b, _, _, b2 in visits:
+            work[b] += b2 + 1  # the causal trip count grows with the query block
+        if shape[:3] == (8, 32, 11):
+            assert max(work) / (sum(work) / grid) < 1.1, (shape, max(work), sum(work) / grid)
 
 
 def test_a_one_tile_block_has_no_next_tile_to_release_to(tmp_path):

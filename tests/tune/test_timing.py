@@ -5,9 +5,11 @@ runtime's real exception types)."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
-from cypressc.tuner.timing import load_reference, stop_workers, time_candidates, workers
+from cypressc.tuner.timing import interleaved, load_reference, stop_workers, time_candidates, workers
 
 
 def test_load_reference_from_a_file_and_a_module(tmp_path):
@@ -46,3 +48,22 @@ def test_a_worker_without_a_gpu_fails_every_candidate_once_started():
 def test_timing_refuses_without_gpus():
     with pytest.raises(RuntimeError, match="--compile-only"):
         time_candidates([{"label": "a", "dir": "x"}], {"M": 1}, gpus=0)
+
+
+def test_interleaved_rotates_the_order_every_round():
+    """Round r starts at the r-th function, so no row is always timed last in a round (where
+    the others' heat costs it: bench/NOTES.md, 2026-11-26 session 14)."""
+    calls = []
+
+    class Event:
+        def record(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 1.0
+
+    cuda = types.SimpleNamespace(Event=lambda enable_timing=True: Event(), synchronize=lambda: None)
+    fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
+    out = interleaved(types.SimpleNamespace(cuda=cuda), fns, rounds=4, reps=2)
+    assert "".join(calls) == "aabbcc" "bbccaa" "ccaabb" "aabbcc"
+    assert {k: len(v) for k, v in out.items()} == {"a": 8, "b": 8, "c": 8}

@@ -41,9 +41,15 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
   const int num_tiles = tiles0 * tiles1 * tiles2;
   // linear tile index -> block coordinates; the last two walk RASTER rows at a time
   auto tile_coords = [&](int t, int& b0, int& b1, int& b2) {
-    const int j = t % tiles2;
-    b2 = j % 2 ? j / 2 : tiles2 - 1 - j / 2;  // the trip count grows with b2
     int u = t / tiles2;
+    if (tiles2 % 2 && (u | 1) < num_tiles / tiles2) {
+      const int p = (t - (u & ~1) * tiles2) >> 1, h = tiles2 / 2;  // the pair within the two rows
+      if (p == 2 * h) { u = (u & ~1) + (t & 1); b2 = h; }  // the two middle tiles
+      else { u = (u & ~1) + (p >= h); b2 = t & 1 ? p % h : tiles2 - 1 - p % h; }
+    } else {
+      const int j = t % tiles2;
+      b2 = j % 2 ? j / 2 : tiles2 - 1 - j / 2;  // the trip count grows with b2
+    }
     b1 = u % tiles1; u /= tiles1;
     b0 = u % tiles0;
   };
