@@ -290,7 +290,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             # the next tile rewrites shared bytes only through a copy that waits on its tile
             # channel's empty mbarrier (resource allocation shares only such a copy's bytes)
             reloaded = {self.sym.root(self.sym.events[ev].dst) for b in self._mbarriers(body)
-                        if b.kind == "empty" and b.stages == 1 for ev in b.channel}
+                        if b.kind == "empty" and b.stages == 1 and not b.same_tile for ev in b.channel}
             if any(not set(pair) & reloaded for pair in m.resources.war):
                 _refuse("shared tensors that share bytes in a persistent kernel, neither of them "
                         "loaded once per tile on an empty mbarrier")

@@ -95,7 +95,7 @@ class KernelInterface:
     RESERVED = {"s", "t", "r", "c", "a", "b", "e", "i", "j", "kb", "kk", "kn", "cw", "wg", "ls", "dev",
                 "grid", "sms", "full", "empty", "kbase", "it", "stage", "istage", "iphase", "smem", "smem_raw", "phase", "lphase", "prev_s", "leader",
                 "issuer", "num_k", "num_tiles", "tiles", "stage_c", "box", "rc", "da", "db", "per", "u",
-                "v", "group", "first", "rows", "stream", "cdiv", "min", "max", "tw", "rr", "STAGES", "CONSUMERS",
+                "v", "p", "h", "group", "first", "rows", "stream", "cdiv", "min", "max", "tw", "rr", "STAGES", "CONSUMERS",
                 "THREADS", "RASTER", "STAGE_TX", "SMEM_BYTES"}
 
     def _check_names(self, plan: P.KernelPlan) -> None:

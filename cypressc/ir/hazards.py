@@ -330,8 +330,9 @@ class Program:
         loads into the same buffer, so every read of this tile must be over first (``via =
         "tile"``, realized by an *empty* mbarrier the readers release once per tile).  The
         readers (WAR) and writers (WAW) of a tensor sharing the copy's bytes
-        (``module.resources.war``: FlashAttention-3's staged O over its last V tile) get such
-        edges too; the writers' are implied through a TMA store that reads after them."""
+        (``module.resources.war``: FlashAttention-3's peeled K tile, whose next copy waits for
+        the readers of the last V tile in its bytes) get such edges too; the writers' are
+        implied through a TMA store that reads after them."""
         out = []
         for c in self.leaves.values():
             if c.kind != "tma_load" or c.loops:

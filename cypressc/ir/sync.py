@@ -124,11 +124,14 @@ class MBarrier:
 
     @property
     def lag(self) -> int:
+        """Phases the waits on this barrier trail its completions (see the class docstring)."""
         return 1 if self.kind == "empty" and not self.same_tile else 0
 
     def __post_init__(self) -> None:
         _check(self.kind in BARRIER_KINDS, f"mbarrier kind {self.kind!r}")
         _check(self.stages >= 1 and self.count >= 1, "mbarrier with no stage or no arrival")
+        _check(not self.same_tile or (self.kind == "empty" and self.stages == 1),
+               "a same-tile mbarrier is a one-stage empty barrier")
 
 
 @dataclass(frozen=True, slots=True)

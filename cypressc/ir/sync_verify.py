@@ -6,8 +6,9 @@ trip count of the block-level loops up to two wrap-arounds of the deepest stage 
 and checks, against the hazards of :class:`cypressc.ir.hazards.Program`:
 
 * **barriers**: every mbarrier op names a declared barrier and a stage inside it; the
-  i-th wait of a role on a stage waits for phase i (full) or i - 1 (empty, whose first
-  wait passes at once) with the matching parity, and that phase gets its arrivals; each
+  i-th wait of a role on a stage waits for phase i - ``lag`` (:attr:`MBarrier.lag`: 0 for
+  a full barrier and a same-tile empty one, 1 for an empty one, whose first wait passes at
+  once) with the matching parity, and that phase gets its arrivals; each
   arrival op's instances divide the barrier's count; at the end every stage has
   completed whole phases and has been released as often as it was filled; the bytes an
   ``arrive_expect_tx`` announces are the bytes of the copies completing on that phase;
@@ -24,7 +25,9 @@ and checks, against the hazards of :class:`cypressc.ir.hazards.Program`:
   tensor the next tile's threads write retired and followed by the barrier they meet at
   before the tile ends; the reads of a TMA copy outside the main loop released on its
   one-stage empty barrier (after every instance of the read, retired) and that barrier
-  waited before the copy; or a path of realized edges implies it;
+  waited before the copy; the earlier readers of bytes a copy of the same tile fills
+  released on its one-stage *same-tile* empty barrier, waited for this tile's phase; or a
+  path of realized edges implies it;
 * **turns** (ping-pong, :mod:`cypressc.passes.sync_turns`): every ``turn`` op realizes
   ``turn`` edges, its barriers are no other named barrier's, and the consumer
   warpgroups' takes and passes, run as named barriers, neither deadlock nor leave an
@@ -177,7 +180,8 @@ class _Run:
         for name, bar in self.bars.items():
             if bar.kind != "empty":
                 continue
-            full = next((b for b in self.bars.values() if b.kind == "full" and b.channel == bar.channel), None)
+            full = next((b for b in self.bars.values() if b.kind == "full" and set(bar.channel) <= set(b.channel)),
+                        None)
             for s in range(bar.stages):
                 f = fills.get((full.name, s), 0) if full else 0
                 if fills.get((name, s), 0) != f:
@@ -370,7 +374,8 @@ def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
             if not isinstance(op, S.Arrive):
                 continue
             bar = run.bars[op.bar]
-            full = next((b for b in run.bars.values() if b.kind == "full" and b.channel == bar.channel), None)
+            full = next((b for b in run.bars.values() if b.kind == "full" and set(bar.channel) <= set(b.channel)),
+                        None)
             s = run.val(op.stage, env)
             q = run.phase[id(op), tuple(env.items())]
             fills = fill_of.get((full.name, s), []) if full else []
@@ -381,7 +386,7 @@ def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
                     p = prog.leaves[d.src]
                     if p.role != role or d.edge() not in bar.edges:  # another empty barrier of the copy's
                         continue
-                    if d.via == "tile":  # into the next tile: every read of this one comes first
+                    if d.via in ("tile", "after"):  # every read of the tile (or of the loop) comes first
                         for (x, _), (r, i) in list(run.where.items()):
                             if x != d.src or r != role:
                                 continue
@@ -445,6 +450,7 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
             raise _error(f"{name}: the TMA store's bulk group is not committed and waited before the end")
         return
     if d.via == "tile" and "empty" in needs:  # the readers release, the next tile's copy waits
+        # (a same-tile barrier of the copy orders this tile's earlier readers, not the next tile)
         ename = next((b.name for b in run.bars.values() if b.kind == "empty" and d.edge() in b.edges
                       and b.stages == 1 and not b.same_tile), None)
         if ename is None:

@@ -16,7 +16,8 @@ kernel the next tile writes every tensor again, so two tensors share bytes only 
 earlier one is copied in from GLOBAL memory once per tile, outside every loop (its next
 copy then waits, through sync-insertion's ``tile`` edges, for the later one's readers too:
 FlashAttention-3's peeled K tile under its last V tile), and neither is a pipeline buffer.
-Among such pairs, those whose later tensor is copied in once per tile too go first: its copy
+Among such pairs (with warp specialization), those whose later tensor is copied in once per
+tile too go first: its copy
 then waits on an mbarrier the earlier tensor's readers release (sync-insertion's ``free``
 channel), where a later tensor that thread code writes (a staged output tile) needs a named
 barrier of every warpgroup that reads the earlier one; then the one whose earlier tensor
@@ -188,6 +189,8 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
                            hint=f"lower `smem_limit:` to at most {_kib(device_max)}, or leave it out "
                            "(the default is the machine's maximum)")
     persistent = bool(inst is not None and inst.persistent)
+    # a copy's wait on its readers' release needs a producer role apart from those readers
+    ws = bool(inst is not None and inst.warpspecialize)
     allocs = {o.name: o for o in walk_ops(m.body) if isinstance(o, N.Alloc) and o.mem == "SHARED"}
     live, stages = _live(m)
     size = {n: _bytes(a, m.sites) * stages.get(n, 1) * _replicas(a) for n, a in allocs.items()}
@@ -211,7 +214,7 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
     # copy waits for the later one's readers: the later that copy comes, the less it costs
     aux = sorted(((a, b) for a, b, d in g.edges(data=True) if d["aux"]),
                  key=lambda e: (-(size[e[0]] + size[e[1]]),
-                                -(e[0] in reloaded and e[1] in reloaded) if persistent else 0,
+                                -(e[0] in reloaded and e[1] in reloaded) if persistent and ws else 0,
                                 -min(live[e[0]][0], live[e[1]][0]) if persistent else 0))
     off, total = _assign(g, size, names)
     while total + barrier_bytes > limit and aux:

@@ -161,32 +161,19 @@ class TmaChannels(Placement):
     def _freed_channel(self, copy: Leaf, deps: list[Dep]) -> None:
         """The *empty* barrier of a copy outside the main loop into bytes that an earlier
         tensor of the tile shares (resource allocation; ``deps``: that tensor's readers, WAR):
-        each reader role releases it once its reads of the tile are over (after the commit and
-        ``wait_group`` retiring a reading wgmma's group, or after the loop holding it), and the
-        copy waits for this tile's release (parity 0).  FlashAttention-3's last V tile in the
-        bytes of the peeled K tile: its copy waits for S = Q·K[0]ᵀ to retire."""
-        release = {}
-        for role in sorted({self.prog.leaves[d.src].role for d in deps}):
-            mine = [d for d in deps if self.prog.leaves[d.src].role == role]
-            readers = [self.prog.leaves[d.src] for d in mine]
-            bad = next((r for r in readers if r.kind not in ("wgmma", "thread") or len(r.loops) > 1), None)
-            if bad is not None:
-                raise _Refuse(f"TMA copy %{copy.op.ev} into bytes that %{bad.op.ev} reads earlier in the tile "
-                              "(a TMA store or a nested loop)")
-            mma = [r for r in readers if r.kind == "wgmma"]
-            for r in mma:
-                if r.op.ev not in self.groups:
-                    raise _Refuse(f"wgmma %{r.op.ev} is in no commit group")
-            unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
-            release[role] = ([self._after_reads(readers, mma)], self._arrivals(role, unit),
-                             tuple(d.edge() for d in mine))
+        each reader role releases it once its reads of the tile are over (in the main loop's last
+        step, after the reads, or after a TMA store's bulk group), and the copy waits for this
+        tile's release (parity 0).  FlashAttention-3's last V tile in the
+        bytes of the peeled K tile: its copy waits for S = Q·K[0]ᵀ to retire.  The releases are
+        placed as :meth:`_tile_release` places them."""
+        release = self._tile_release(deps)  # where this tile's reads are over, as for the next tile's
         tops = [(self.prog.loops[r.loops[0].ev][2], r.loops[0]) if r.loops else (r.seq, r.op)
                 for r in (self.prog.leaves[d.src] for d in deps)]
         decl = min(tops, key=lambda t: t[0])[1]  # declared before its first release
         self._once_per_tile([copy], deps, release, f"free_{self.prog.sym.root(copy.op.dst)}", 0, decl)
 
-    def _once_per_tile(self, copies: list[Leaf], deps: list[Dep], release: dict, ename: str, parity: int,
-                       decl=None) -> None:
+    def _once_per_tile(self, copies: list[Leaf], deps: list[Dep], release: dict[str, tuple], ename: str,
+                       parity: int, decl: N.For | N.Copy | N.Call | None = None) -> None:
         """A one-stage empty mbarrier ``ename`` (declared before ``decl``, else the first copy)
         the copies wait on (``parity`` 1: the previous tile's release, 0: this tile's) and
         ``release``'s reader roles arrive on once per tile."""

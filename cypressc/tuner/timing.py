@@ -75,12 +75,13 @@ def interleaved(torch, fns: Mapping[str, Callable[[], Any]], rounds: int, reps: 
                 on_round: Callable[[int], None] | None = None) -> dict[str, list[float]]:
     """Per-call milliseconds of each function over ``rounds`` interleaved rounds of ``reps``.
     Round ``r`` starts at the ``r``-th function (the order rotates): a function timed late in
-    every round would pay for the heat of the others (up to 4 % measured for one binary at
+    every round would pay for the heat of the others (up to 4.7 % measured for one binary at
     FlashAttention seq 16384, bench/NOTES.md 2026-11-26 session 14)."""
     samples: dict[str, list[float]] = {k: [] for k in fns}
     keys = list(fns)
     for r in range(rounds):
-        for k in keys[r % len(keys):] + keys[:r % len(keys)] if keys else ():
+        start = r % len(keys) if keys else 0
+        for k in keys[start:] + keys[:start]:
             samples[k] += timed(torch, fns[k], reps)
         if on_round:
             on_round(r)

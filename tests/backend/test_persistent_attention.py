@@ -360,3 +360,48 @@ def test_the_staged_kernel_loads_the_last_v_tile_into_the_k_tiles_bytes(tmp_path
     assert qk < retire < a and consumer.count("cypress::arrive(&free_B_mma_pv_1[0]);") == 1
     assert "cypress::commit();" not in consumer[retire:a]  # no other group in between
     assert "named_sync(1, 256)" not in cu and ", 256);" not in cu
+
+
+def test_a_reader_in_the_loop_releases_the_shared_bytes_after_it(monkeypatch):
+    """Were the Q panel (read by S = Q·Kᵀ in every step of the key loop) to share its bytes
+    with the last V tile, the V copy's ``free`` barrier would wait for the loop's reads (``via
+    after``): released in the loop's last step once its S = Q·Kᵀ retired, and after the loop
+    when it runs no step — accepted by the verifier (which once looked for the read at the
+    copy's own step and refused)."""
+    import cypressc.passes.resource_allocation as ra
+
+    real = ra.resource_allocation
+
+    def forced(m, ctx):
+        m = real(m, ctx)
+        return replace(m, resources=replace(m.resources, war=(("Q_block", "B_mma_pv_1"),)))
+
+    monkeypatch.setattr(ra, "resource_allocation", forced)
+    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{FA3}.cyp")), load_mapping(STAGED))
+    m = dict(compile_module(tree, until="sync-insertion"))["sync-insertion"]  # verifies the sync
+    (arrive,) = [o for o in _top(m, S.Arrive) if o.bar == "free_B_mma_pv_1"]
+    assert {(e.via, e.tensor) for e in arrive.edges} == {("same", "Q_block"), ("after", "Q_block")}
+    ops = list(m.body.ops)
+    loop = next(o for o in ops if isinstance(o, N.For))
+    assert ops.index(arrive) > ops.index(loop) and arrive.when is not None  # the loop ran no step
+    inner = [o for o in loop.body.ops if isinstance(o, S.Arrive) and o.bar == "free_B_mma_pv_1"]
+    assert len(inner) == 1 and inner[0].when is not None  # its last step
+    verify_sync(m)
+
+
+def test_without_a_producer_role_o_shares_the_last_v_tiles_bytes(tmp_path):
+    """``warpspecialize: false``: one role issues the copies and reads the tiles, so a copy
+    cannot wait on a release of its own role's reads; resource allocation keeps O over the last
+    V tile (the next V copy waits for the O store's reads) and the kernel builds."""
+    mapping = tmp_path / "nows.yaml"
+    mapping.write_text(STAGED.read_text().replace("warpspecialize: true", "warpspecialize: false"))
+    snaps = _snaps(mapping)
+    assert {frozenset(p) for p in snaps["resource-allocation"].resources.war} == \
+        {frozenset(("B_mma_pv_1", "D_store_wg"))}
+    m = snaps["sync-insertion"]
+    assert not [b for b in _top(m, S.MBarrier) if b.same_tile]
+    wait = next(o for o in _top(m, S.WaitGroup) if o.unit == "bulk")
+    arrive = next(o for o in _top(m, S.Arrive) if o.bar == "empty_B_mma_pv_1")
+    assert list(m.body.ops).index(wait) < list(m.body.ops).index(arrive)
+    cu = _cu(tmp_path, mapping)  # and lowers to CUDA
+    assert "free_B_mma_pv_1" not in cu and "cypress::arrive(&empty_B_mma_pv_1[0])" in cu
