@@ -340,7 +340,7 @@ class Program:
             root = self.sym.root(c.op.dst)
             # a tensor that shares the copy's bytes (resource allocation: used after it in the
             # tile) is read and written there too: the next copy also comes after those accesses
-            shared = [root] + sorted(next(iter(a - {root})) for a in self.alias if root in a)
+            shared = [root] + self._sharing(root)
             for p in self.leaves.values():
                 if p is c or p.kind == "tma_load":
                     continue
@@ -350,6 +350,10 @@ class Program:
                     elif t != root and self._writes(p, t):
                         out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "waw", t, root, "SHARED", ()))
         return out
+
+    def _sharing(self, root: str) -> list[str]:
+        """The tensors resource allocation let share ``root``'s bytes, by name."""
+        return sorted(next(iter(a - {root})) for a in self.alias if root in a)
 
     def _alias_loads(self) -> list[Dep]:
         """WAR hazards into a TMA copy outside every loop from the earlier readers, in the same
@@ -361,7 +365,7 @@ class Program:
             if c.kind != "tma_load" or c.loops:
                 continue
             root = self.sym.root(c.op.dst)
-            for other in sorted(next(iter(a - {root})) for a in self.alias if root in a):
+            for other in self._sharing(root):
                 for p in self.leaves.values():
                     if p.kind == "tma_load" or p.seq > c.seq or p.hosts != c.hosts or not self._reads(p, other):
                         continue

@@ -180,8 +180,7 @@ class _Run:
         for name, bar in self.bars.items():
             if bar.kind != "empty":
                 continue
-            full = next((b for b in self.bars.values() if b.kind == "full" and set(bar.channel) <= set(b.channel)),
-                        None)
+            full = _full_of(self.bars, bar)
             for s in range(bar.stages):
                 f = fills.get((full.name, s), 0) if full else 0
                 if fills.get((name, s), 0) != f:
@@ -226,6 +225,11 @@ class _Run:
     def between(self, role: str, a: int, b: int | None, pred) -> list[int]:
         tr = self.traces[role]
         return [i for i in range(a + 1, len(tr) if b is None else b) if pred(tr[i][0])]
+
+
+def _full_of(bars: dict[str, S.MBarrier], bar: S.MBarrier) -> S.MBarrier | None:
+    """The full barrier the copies of empty barrier ``bar`` complete on (it may hold more copies)."""
+    return next((b for b in bars.values() if b.kind == "full" and set(bar.channel) <= set(b.channel)), None)
 
 
 def _structure(m: N.Module) -> dict[str, S.MBarrier]:
@@ -374,8 +378,7 @@ def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
             if not isinstance(op, S.Arrive):
                 continue
             bar = run.bars[op.bar]
-            full = next((b for b in run.bars.values() if b.kind == "full" and set(bar.channel) <= set(b.channel)),
-                        None)
+            full = _full_of(run.bars, bar)
             s = run.val(op.stage, env)
             q = run.phase[id(op), tuple(env.items())]
             fills = fill_of.get((full.name, s), []) if full else []

@@ -17,11 +17,10 @@ earlier one is copied in from GLOBAL memory once per tile, outside every loop (i
 copy then waits, through sync-insertion's ``tile`` edges, for the later one's readers too:
 FlashAttention-3's peeled K tile under its last V tile), and neither is a pipeline buffer.
 Among such pairs (with warp specialization), those whose later tensor is copied in once per
-tile too go first: its copy
-then waits on an mbarrier the earlier tensor's readers release (sync-insertion's ``free``
-channel), where a later tensor that thread code writes (a staged output tile) needs a named
-barrier of every warpgroup that reads the earlier one; then the one whose earlier tensor
-comes latest in the tile (its next copy then waits least).  The per-thread register
+tile too go first: its copy then waits on an mbarrier the earlier tensor's readers release
+(sync-insertion's ``free`` channel), where a later tensor that thread code writes (a staged
+output tile) needs a named barrier of every warpgroup that reads the earlier one; then the
+one whose earlier tensor comes latest in the tile (its next copy then waits least).  The per-thread register
 footprint (REGISTER tensors plus a fixed overhead) is estimated and checked against
 the consumer register budget the same way.
 
