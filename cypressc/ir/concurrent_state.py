@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import networkx as nx
+
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.analysis import dim_procs
@@ -107,25 +109,23 @@ class Thread:
 
 
 def alias_groups(m: N.Module) -> dict[str, tuple[str, int | None]]:
-    """Tensors resource allocation let share bytes (``m.resources.war``), one-stage ones in a
-    single pair: tensor -> (the pair's region name, the warpgroup count of its per-warpgroup
-    member or None).  Pipeline stages sharing bytes with another tensor are not modelled."""
+    """Tensors resource allocation let share bytes (``m.resources.war``): each connected group
+    of one-stage tensors (two pairs with a tensor in common, e.g. FlashAttention-3's peeled K
+    tile under both its last V tile and the staged O tile) is one region: tensor -> (the
+    group's region name, the warpgroup count of its per-warpgroup member or None).  Pipeline
+    stages sharing bytes with another tensor are not modelled."""
     res = m.resources
     if res is None:
         return {}
-    count: dict[str, int] = {}
-    for a, b in res.war:
-        count[a] = count.get(a, 0) + 1
-        count[b] = count.get(b, 0) + 1
     allocs = {o.name: o for o in walk_ops(m.body) if isinstance(o, N.Alloc)}
+    g = nx.Graph()
+    g.add_edges_from((a, b) for a, b in res.war
+                     if all(x in allocs and res.smem[x].stages == 1 for x in (a, b)))
     out = {}
-    for a, b in res.war:
-        pair = (a, b)
-        if any(count[x] > 1 or res.smem[x].stages != 1 or x not in allocs for x in pair):
-            continue
-        wgs = next((static(d.extent) for x in pair for d in allocs[x].dims if d.proc == WG), None)
-        for x in pair:
-            out[x] = ("|".join(sorted(pair)), wgs)
+    for members in nx.connected_components(g):
+        wgs = next((static(d.extent) for x in sorted(members) for d in allocs[x].dims if d.proc == WG), None)
+        for x in members:
+            out[x] = ("|".join(sorted(members)), wgs)
     return out
 
 

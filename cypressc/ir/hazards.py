@@ -24,9 +24,11 @@ fragment allocated per THREAD has no cross-thread hazards).
 endpoints (a TMA copy, a Tensor Core call, thread code) — never by program shape.
 Edges across BLOCK instances (a HOST loop's iterations) are the grid's business, not a
 block's, and are not listed.  Two kinds of hazard have no event edge and are added here:
-the next tile's (``tile``, a persistent block or a HOST loop around the blocks), and a TMA
-copy into bytes an earlier tensor of the tile shares (its source is GLOBAL, so no edge leads
-to it from that tensor's readers: :meth:`Program._alias_loads`).
+the next tile's (``tile``, a persistent block or a HOST loop around the blocks), and a write
+into bytes an earlier tensor of the tile shares: by a TMA copy (its source is GLOBAL, so no
+edge leads to it from that tensor's readers: :meth:`Program._alias_loads`), or by thread code
+or a wgmma that the program orders after those readers only through other data, or not at
+all (:meth:`Program._alias_writes`).
 """
 
 from __future__ import annotations
@@ -290,7 +292,7 @@ class Program:
                 out[(lf.op.ev, "", "end")] = Dep(lf.op.ev, "", "end", "", 0, "end", root, root, "SHARED", ())
         for d in self._tile_deps(list(out.values())):
             out.setdefault((d.src, d.dst, d.via), d)
-        for d in self._alias_loads():
+        for d in self._alias_loads() + self._alias_writes():
             out.setdefault((d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d)
         return sorted(out.values(), key=lambda d: (self.leaves[d.dst].seq if d.dst else 1 << 30,
                                                    self.leaves[d.src].seq))
@@ -372,6 +374,34 @@ class Program:
                     via, lp = ("after", p.loops[0]) if p.loops else ("same", None)
                     out.append(Dep(p.op.ev, c.op.ev, via, lp.ev if lp is not None else "", 0, "war", other, root,
                                    "SHARED", self._scope(p, c, (), other, root)))
+        return out
+
+    def _alias_writes(self) -> list[Dep]:
+        """WAR and WAW hazards into thread code or a wgmma that writes a tensor sharing the bytes
+        of an earlier one (``module.resources.war``, earlier first: a staged output tile over a
+        tile loaded before it), from every access of the earlier tensor in the tile.  The
+        program orders the two through the data between them at best, and maybe on other
+        warpgroups (S = Q·K[0]ᵀ of every warpgroup before one warpgroup's O writes), so each
+        edge is the sharing's, with every level the two run on; where an event edge gives the
+        same dependence, that edge's scope is kept.  A TMA copy into the earlier tensor is not a
+        source: its readers wait for it and are sources themselves."""
+        out = []
+        for early, late in (self.m.resources.war if self.m.resources is not None else ()):
+            for c in self.leaves.values():
+                if c.kind == "tma_load" or not self._writes(c, late):
+                    continue
+                for p in self.leaves.values():
+                    if p.kind == "tma_load" or p.seq > c.seq or p.hosts != c.hosts or p is c:
+                        continue
+                    hazard = "war" if self._reads(p, early) else "waw" if self._writes(p, early) else None
+                    if hazard is None:
+                        continue
+                    if p.loops:  # resource allocation's live ranges span a tensor's outermost loop
+                        via, lp = "after", p.loops[0]
+                    else:
+                        via, lp = ("entry", c.loops[0]) if c.loops else ("same", None)
+                    out.append(Dep(p.op.ev, c.op.ev, via, lp.ev if lp is not None else "", 0, hazard, early, late,
+                                   "SHARED", self._scope(p, c, (), early, late)))
         return out
 
     def _writes(self, lf: Leaf, root: str) -> bool:
