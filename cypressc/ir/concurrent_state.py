@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.analysis import dim_procs
@@ -108,24 +106,24 @@ class Thread:
     unfenced_regs: set = field(default_factory=set)
 
 
-def alias_groups(m: N.Module) -> dict[str, tuple[str, int | None]]:
-    """Tensors resource allocation let share bytes (``m.resources.war``): each connected group
-    of one-stage tensors (two pairs with a tensor in common, e.g. FlashAttention-3's peeled K
-    tile under both its last V tile and the staged O tile) is one region: tensor -> (the
-    group's region name, the warpgroup count of its per-warpgroup member or None).  Pipeline
-    stages sharing bytes with another tensor are not modelled."""
+def alias_groups(m: N.Module) -> dict[str, tuple[tuple[str, int | None], ...]]:
+    """Tensors resource allocation let share bytes (``m.resources.war``), one-stage ones: each
+    pair is a region of the interpreter, and a tensor touches the region of every pair it is
+    in (FlashAttention-3's peeled K tile under both its last V tile and the staged O tile) —
+    two tensors that each share bytes with a third but not with each other never meet.
+    tensor -> ((the pair's region name, the warpgroup count of its per-warpgroup member or
+    None), ...).  Pipeline stages sharing bytes with another tensor are not modelled."""
     res = m.resources
     if res is None:
         return {}
     allocs = {o.name: o for o in walk_ops(m.body) if isinstance(o, N.Alloc)}
-    g = nx.Graph()
-    g.add_edges_from((a, b) for a, b in res.war
-                     if all(x in allocs and res.smem[x].stages == 1 for x in (a, b)))
-    out = {}
-    for members in nx.connected_components(g):
-        wgs = next((static(d.extent) for x in sorted(members) for d in allocs[x].dims if d.proc == WG), None)
-        for x in members:
-            out[x] = ("|".join(sorted(members)), wgs)
+    out: dict[str, tuple[tuple[str, int | None], ...]] = {}
+    for pair in res.war:
+        if any(x not in allocs or res.smem[x].stages != 1 for x in pair):
+            continue
+        wgs = next((static(d.extent) for x in pair for d in allocs[x].dims if d.proc == WG), None)
+        for x in pair:
+            out[x] = out.get(x, ()) + (("|".join(sorted(pair)), wgs),)
     return out
 
 
@@ -156,22 +154,24 @@ class RaceChecks:
 
     def regions_of(self, v: N.View, scope, env) -> list[tuple[str, tuple]]:
         """The regions a view touches: :meth:`region`'s one, or for a tensor that shares its
-        bytes with another (``alias``, from resource allocation's ``war`` pairs of one-stage
-        tensors) the slices of their common bytes it covers — a per-warpgroup tensor its own
-        warpgroup's slice, a block-wide one every warpgroup's slice."""
+        bytes with others (``alias``, from resource allocation's ``war`` pairs of one-stage
+        tensors) the slices it covers of each pair's common bytes — a per-warpgroup tensor its
+        own warpgroup's slice, a block-wide one every warpgroup's slice."""
         reg = self.region(v, scope, env)
         if reg is None:
             return []
         mem, (root, key, stage) = reg
-        grp = self.alias.get(root) if stage is None else None
-        if grp is None:
+        pairs = self.alias.get(root, ()) if stage is None else ()
+        if not pairs:
             return [reg]
-        canon, wgs = grp
         alloc = self.sym.allocs[root]
         blk = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc == BLOCK) if len(self.tiles) <= 1 else ()
         mine = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc == WG)
-        slices = [mine] if mine else [(w,) for w in range(wgs or 1)]
-        return [(mem, (canon, blk + w, None)) for w in slices]
+        out = []
+        for canon, wgs in pairs:
+            slices = [mine] if mine else [(i,) for i in range(wgs or 1)]
+            out += [(mem, (canon, blk + sl, None)) for sl in slices]
+        return out
 
     def check_read(self, t: Thread, op, key, retired: bool) -> dict:
         r = self.regions.setdefault(key, Region())

@@ -34,7 +34,7 @@ all (:meth:`Program._alias_writes`).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
@@ -293,7 +293,11 @@ class Program:
         for d in self._tile_deps(list(out.values())):
             out.setdefault((d.src, d.dst, d.via), d)
         for d in self._alias_loads() + self._alias_writes():
-            out.setdefault((d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d)
+            key = (d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other)
+            if key in out:  # an event edge's scope follows its index, which says nothing of the sharing
+                levels = set(out[key].scope) | set(d.scope)
+                d = replace(out[key], scope=tuple(lv for lv in LEVELS if lv in levels))
+            out[key] = d
         return sorted(out.values(), key=lambda d: (self.leaves[d.dst].seq if d.dst else 1 << 30,
                                                    self.leaves[d.src].seq))
 
@@ -383,7 +387,7 @@ class Program:
         program orders the two through the data between them at best, and maybe on other
         warpgroups (S = Q·K[0]ᵀ of every warpgroup before one warpgroup's O writes), so each
         edge is the sharing's, with every level the two run on; where an event edge gives the
-        same dependence, that edge's scope is kept.  A TMA copy into the earlier tensor is not a
+        same dependence, the two scopes merge.  A TMA copy into the earlier tensor is not a
         source: its readers wait for it and are sources themselves."""
         out = []
         for early, late in (self.m.resources.war if self.m.resources is not None else ()):

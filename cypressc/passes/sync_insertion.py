@@ -57,12 +57,14 @@ issues separate from the previous one into it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.hazards import Dep, Leaf, Program
+from cypressc.ir.printer import event_names
 from cypressc.ir.subst import walk_ops
 from cypressc.passes.sync_channels import TmaChannels
 from cypressc.passes.sync_placement import Ins as _Ins
@@ -111,7 +113,9 @@ class SyncInsertion:
         try:
             out = _Insert(m, self).run()
         except _Refuse as r:
-            raise CypressError("E050", f"the CUDA backend cannot synchronize this program yet: {r}", loc,
+            names = event_names(m)  # the %eN names `cypressc explain` prints, not internal ids
+            why = re.sub(r"%(ev#\d+)", lambda e: names.get(e.group(1), e.group(0)), str(r))
+            raise CypressError("E050", f"the CUDA backend cannot synchronize this program yet: {why}", loc,
                                hint="the IR passes before sync-insertion and `cypressc explain` still work; "
                                "see docs/language.md for the kernel shapes the backend generates") from None
         return _barrier_bytes(out, loc)
@@ -197,7 +201,8 @@ class _Insert(TmaChannels):
         for d in later:
             if not self.prog.is_implied(d, self.covered):
                 names = f"%{d.src} -> %{d.dst}"
-                raise _Refuse(f"the {d.hazard.upper()} edge {names} on %{d.other} is not a TMA channel, a "
+                on = f"%{d.other}" if d.tensor == d.other else f"%{d.tensor} (sharing its bytes with %{d.other})"
+                raise _Refuse(f"the {d.hazard.upper()} edge {names} on {on} is not a TMA channel, a "
                               "stage release or thread-level synchronization inside one role")
             self.covered.append(d)
         body, _ = prune_wait_groups(self._rebuild(self.m.body), {})
