@@ -361,12 +361,20 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
     else:
         frag_fn, vec_fn = _ROW_CALLS[op.fn]
         call = vec_fn if k0 == "row" and vec_fn else frag_fn
+        if op.partial:
+            call += "_partial"
         value = _c(op.value) if op.value is not None else None
         if op.fn == "mask_causal":
             value = f"{value} - 64 * a"  # the helper sees one atom's 64 rows: shift the diagonal to them
         args = [f"{n}[a]" for _, n in op.args] + ([value] if value is not None else [])
         stmt = f"cypress::{call}({', '.join(args)});"
-    w(f"// {op.event}: {op.fn} over accumulator rows")
+    for v in op.reduce:
+        n = next(x.rows for x in p.row_vectors if x.name == v) // 64
+        w(f"// the row sums in %{v} are per-lane parts until here: sum them across each quad")
+        w("#pragma unroll")
+        w(f"for (int a = 0; a < {n}; ++a) cypress::quad_reduce({v}[a]);")
+    part = " (this thread's part)" if op.partial else ""
+    w(f"// {op.event}: {op.fn} over accumulator rows{part}")
     w("#pragma unroll")
     w(f"for (int a = 0; a < {op.atoms}; ++a) {{ {stmt} }}" if op.fn == "copy" else
       f"for (int a = 0; a < {op.atoms}; ++a) {stmt}")

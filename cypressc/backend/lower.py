@@ -27,7 +27,7 @@ from cypressc.backend.lower_host import KernelInterface
 from cypressc.backend.lower_mem import MemoryLowering
 from cypressc.backend.lower_rows import ROW_LEAVES, RowLowering
 from cypressc.backend.lower_simt import SimtLowering
-from cypressc.backend.peephole import fold_zero_fills, guard_dead_row_sums
+from cypressc.backend.peephole import defer_row_sums, fold_zero_fills, guard_dead_row_sums
 from cypressc.backend.refusal import REFUSAL_CODE
 from cypressc.backend.refusal import Refuse as _Refuse
 from cypressc.backend.refusal import refuse as _refuse
@@ -295,6 +295,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                 _refuse("shared tensors that share bytes in a persistent kernel, neither of them "
                         "loaded once per tile on an empty mbarrier")
         guard_dead_row_sums(plan)
+        defer_row_sums(plan)
         plan.requires = self._requires(plan)
         plan.flops = self._flops(plan)
         return plan

@@ -16,6 +16,15 @@ blocks of the last iteration (``when``: gemm_reduction's ``y``, written by every
 tile).  A SIMT row sum whose vector nothing but such stores reads computes a value the other
 blocks throw away, so it runs under the same ``when`` (a condition uniform over the block:
 no divergence); its fills, stores and every synchronization stay as they are.
+
+**Deferred quad sums** (FlashAttention's row sum ``l``).  ``warpgroup_row_sum(l, x)`` adds a
+row's sum to ``l``: each thread sums its own elements of the row, and two xor-shuffles combine
+the 4 lanes of its quad.  When ``l`` starts at zero and, until it is first read, is only added
+to that way and scaled by quad-uniform per-row factors (``scale_rows(l, alpha)``), both of
+which distribute over the quad's lanes, each lane can keep its own part and the shuffles run
+once, where ``l`` is first read (FlashAttention-3 reduces its row sums at the end too): two
+shuffles and adds per row per main-loop step fewer, off the softmax's dependent chains.  The
+sum's association changes (as any reduction order does); the value does not.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from cypressc.backend import plan as P
 from cypressc.backend.cexpr import cexpr, is_true, is_zero
 from cypressc.ir import nodes as N
 
-__all__ = ["fold_zero_fills", "guard_dead_row_sums"]
+__all__ = ["fold_zero_fills", "guard_dead_row_sums", "defer_row_sums"]
 
 _FIELDS = ("acc", "src", "dst", "other", "a_frag")
 
@@ -91,3 +100,63 @@ def guard_dead_row_sums(plan: P.KernelPlan) -> None:
         new = replace(rs, active=active)
         for lst in _lists(plan):
             lst[:] = [new if st is rs else st for st in lst]
+
+
+def _row_ops_of(st, v: str) -> tuple[bool, bool]:
+    """(reads, writes) per-row vector ``v``: a ``RowOp`` writes its first operand (a ``copy``
+    its second) and reads the others (``warpgroup_row_sum`` and ``scale_rows`` read their first
+    too)."""
+    names = [n for k, n in st.args if k == "row"] if isinstance(st, P.RowOp) else []
+    if v not in names:
+        return False, False
+    dst = st.args[1] if st.fn == "copy" else st.args[0]
+    writes = dst == ("row", v)
+    reads = any(a == ("row", v) for a in st.args if a != dst or st.fn not in ("fill", "copy"))
+    return reads, writes
+
+
+def defer_row_sums(plan: P.KernelPlan) -> None:
+    """Keep each eligible row sum as per-lane parts (``RowOp.partial``) and sum them across the
+    quad once, right before the statement that first reads the vector (``RowOp.reduce``).
+    Eligible: the vector's first statement is a zero ``fill``; up to its first read only
+    ``warpgroup_row_sum`` into it and ``scale_rows`` of it by another per-row vector that is
+    not deferred itself touch it; that read is a row leaf outside every main loop (so it runs
+    once per tile), and nothing writes the vector after it.  Any other use (a store of the
+    vector, a read in a main loop, a write after the read) keeps the per-step reduction.
+    The consumers' sections give the program order; the rewritten statements replace the old
+    ones in every list of the plan (a statement may sit in two).  In place."""
+    code = plan.consumer
+    secs = code.sections()
+    in_loop = {id(sec) for sec in code.loops}
+    flat = [(st, id(sec) in in_loop) for sec in secs for st in sec if not isinstance(st, P.Sync)]
+    sums = {st.args[0][1] for st, _ in flat if isinstance(st, P.RowOp) and st.fn == "warpgroup_row_sum"}
+    new: dict[int, P.RowOp] = {}
+    for v in sorted(sums):
+        users = [(st, loop) for st, loop in flat if _mentions(st, v)]
+        first, *rest = users
+        if not (isinstance(first[0], P.RowOp) and first[0].fn == "fill" and is_zero(first[0].value, exact=False)):
+            continue
+        adds, read = [], None
+        for st, loop in rest:
+            reads, writes = _row_ops_of(st, v) if isinstance(st, P.RowOp) else (True, True)
+            if read is None:
+                if isinstance(st, P.RowOp) and st.fn == "warpgroup_row_sum" and st.args[0] == ("row", v):
+                    adds.append(st)
+                elif isinstance(st, P.RowOp) and st.fn == "scale_rows" and st.args[0] == ("row", v) \
+                        and st.args[1][0] == "row" and st.args[1][1] not in sums:
+                    continue
+                elif isinstance(st, P.RowOp) and reads and not writes and not loop:
+                    read = st
+                else:
+                    break
+            elif writes:
+                break
+        else:
+            if read is None or not adds:
+                continue
+            for st in adds:
+                new[id(st)] = replace(new.get(id(st), st), partial=True)
+            new[id(read)] = replace(new.get(id(read), read), reduce=new.get(id(read), read).reduce + (v,))
+    if new:
+        for lst in _lists(plan):
+            lst[:] = [new.get(id(st), st) for st in lst]

@@ -361,13 +361,16 @@ class RowOp:
     """A leaf over accumulator rows (``fn``: ``fill``, ``copy``, ``warpgroup_row_max``,
     ``warpgroup_row_sum``, ``exp2_diff``, ``scale_rows``, ``div_rows``): ``args`` are
     (``frag`` | ``row``, name) pairs for the tensor operands in order, ``value`` the scalar
-    (fill value, exp2 scale) if any; ``atoms`` the 64-row atoms per warpgroup."""
+    (fill value, exp2 scale) if any; ``atoms`` the 64-row atoms per warpgroup; ``partial`` and
+    ``reduce``: see :func:`cypressc.backend.peephole.defer_row_sums`."""
 
     event: str
     fn: str
     args: tuple[tuple[str, str], ...]
     atoms: int
     value: IExpr | None = None
+    partial: bool = False  # warpgroup_row_sum: add this thread's part only (peephole.defer_row_sums)
+    reduce: tuple[str, ...] = ()  # per-row vectors to sum across the quad first (the same)
 
 
 @dataclass(frozen=True)

@@ -377,6 +377,19 @@ template <int R> __device__ __forceinline__ void warpgroup_row_sum(float (&l)[2]
   l[0] += quad_sum(v[0]);
   l[1] += quad_sum(v[1]);
 }
+// l[h] += this thread's part of row h: the quad's other 3 lanes hold the rest, summed by
+// quad_reduce where l is first read (cypressc's defer_row_sums)
+template <int R> __device__ __forceinline__ void warpgroup_row_sum_partial(float (&l)[2], const float (&x)[R]) {
+  float v[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < R; ++i) v[(i / 2) % 2] += x[i];
+  l[0] += v[0];
+  l[1] += v[1];
+}
+__device__ __forceinline__ void quad_reduce(float (&v)[2]) {
+  v[0] = quad_sum(v[0]);
+  v[1] = quad_sum(v[1]);
+}
 // x = exp2((x - m[row]) * scale) as one FFMA + EX2; a row whose max is -inf subtracts 0
 __device__ __forceinline__ float exp2_offset(float m, float scale) { return m == -INFINITY ? 0.f : m * scale; }
 template <int R> __device__ __forceinline__ void exp2_diff(float (&x)[R], const float (&m)[2], float scale) {

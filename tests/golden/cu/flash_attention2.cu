@@ -173,9 +173,9 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         // %e15: scale_rows over accumulator rows
         #pragma unroll
         for (int a = 0; a < 1; ++a) cypress::scale_vec(l_init_thread[a], alpha_softmax_thread[a]);
-        // %e16: warpgroup_row_sum over accumulator rows
+        // %e16: warpgroup_row_sum over accumulator rows (this thread's part)
         #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::warpgroup_row_sum(l_init_thread[a], C_clear_thread_1[a]);
+        for (int a = 0; a < 1; ++a) cypress::warpgroup_row_sum_partial(l_init_thread[a], C_clear_thread_1[a]);
         // %e17: scale_rows over accumulator rows
         #pragma unroll
         for (int a = 0; a < 1; ++a) cypress::scale_rows(C_clear_thread[a], alpha_softmax_thread[a]);
@@ -211,6 +211,9 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       if ((num_k - 1) >= 0) {
         if (leader) cypress::arrive(&empty_B_mma_pv[(stage >= 1 ? stage - 1 : stage + 1)]);  // %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
       }
+      // the row sums in %l_init_thread are per-lane parts until here: sum them across each quad
+      #pragma unroll
+      for (int a = 0; a < 1; ++a) cypress::quad_reduce(l_init_thread[a]);
       // %e21: div_rows over accumulator rows
       #pragma unroll
       for (int a = 0; a < 1; ++a) cypress::div_rows(C_clear_thread[a], l_init_thread[a]);

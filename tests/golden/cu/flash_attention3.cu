@@ -194,9 +194,9 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       // %e14: scale_rows over accumulator rows
       #pragma unroll
       for (int a = 0; a < 1; ++a) cypress::scale_vec(l_init_thread[a], alpha_softmax_thread[a]);
-      // %e15: warpgroup_row_sum over accumulator rows
+      // %e15: warpgroup_row_sum over accumulator rows (this thread's part)
       #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::warpgroup_row_sum(l_init_thread[a], C_clear_thread_1[a]);
+      for (int a = 0; a < 1; ++a) cypress::warpgroup_row_sum_partial(l_init_thread[a], C_clear_thread_1[a]);
       // %e16: copy %C_clear_thread_1 -> %D_convert_thread (f32 -> f16, the A fragment of a wgmma)
       #pragma unroll
       for (int a = 0; a < 1; ++a) cypress::acc_to_a<__half>(C_clear_thread_1[a], D_convert_thread[a]);
@@ -252,9 +252,9 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         // %e29: scale_rows over accumulator rows
         #pragma unroll
         for (int a = 0; a < 1; ++a) cypress::scale_vec(l_init_thread[a], alpha_softmax_thread_1[a]);
-        // %e30: warpgroup_row_sum over accumulator rows
+        // %e30: warpgroup_row_sum over accumulator rows (this thread's part)
         #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::warpgroup_row_sum(l_init_thread[a], C_clear_thread_2[a]);
+        for (int a = 0; a < 1; ++a) cypress::warpgroup_row_sum_partial(l_init_thread[a], C_clear_thread_2[a]);
         cypress::wait<0>();  // %e22 -> %e31 (raw %C_clear_thread); %e22 -> %e31 (war %C_clear_thread); %e22 -> %e31 (waw %C_clear_thread); %e22 -> %e31 (war %C_clear_thread, 1 step(s) later); %e22 -> %e31 (waw %C_clear_thread, 1 step(s) later); %e22 -> %e21 (war %B_mma_pv, 2 step(s) later); %e22 -> %e32 (war %D_convert_thread); %e22 -> %e32 (war %D_convert_thread, 1 step(s) later)
         cypress::fence_acc(C_clear_thread[0]);
         cypress::fence_acc(D_convert_thread[0]);
@@ -286,6 +286,9 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       cypress::fence_acc(C_clear_thread[0]);
       if (leader) cypress::arrive(&empty_B_mma_qk[0]);  // %e34 -> %e6 (war %B_mma_pv_1, the next tile)
       if (leader) cypress::arrive(&empty_B_mma_pv_1[0]);  // %e34 -> %e33 (war %B_mma_pv_1, the next tile)
+      // the row sums in %l_init_thread are per-lane parts until here: sum them across each quad
+      #pragma unroll
+      for (int a = 0; a < 1; ++a) cypress::quad_reduce(l_init_thread[a]);
       // %e35: div_rows over accumulator rows
       #pragma unroll
       for (int a = 0; a < 1; ++a) cypress::div_rows(C_clear_thread[a], l_init_thread[a]);
