@@ -104,8 +104,8 @@ def guard_dead_row_sums(plan: P.KernelPlan) -> None:
 
 def _row_ops_of(st, v: str) -> tuple[bool, bool]:
     """(reads, writes) per-row vector ``v``: a ``RowOp`` writes its first operand (a ``copy``
-    its second) and reads the others (``warpgroup_row_sum`` and ``scale_rows`` read their first
-    too)."""
+    its second) and reads the others; except for ``fill`` and ``copy`` its first counts as read
+    too (true of the accumulating leaves, conservative for the rest)."""
     names = [n for k, n in st.args if k == "row"] if isinstance(st, P.RowOp) else []
     if v not in names:
         return False, False
@@ -115,20 +115,45 @@ def _row_ops_of(st, v: str) -> tuple[bool, bool]:
     return reads, writes
 
 
+# row leaves whose result is the same on the 4 lanes of a quad when their per-row operands are
+_UNIFORM = frozenset({"fill", "copy", "warpgroup_row_max", "warpgroup_row_sum", "exp2_diff", "scale_rows",
+                      "div_rows", "row_log_sum_exp"})
+
+
+def _quad_uniform(flat: list, v: str, sums: set[str]) -> bool:
+    """Whether every write of per-row vector ``v`` leaves the 4 lanes of a quad equal: each is a
+    row leaf of ``_UNIFORM`` (a row sum that may be deferred, or a copy of one, is not)."""
+    for st, _ in flat:
+        if not _mentions(st, v):
+            continue
+        if not isinstance(st, P.RowOp):
+            return False
+        reads, writes = _row_ops_of(st, v)
+        if writes and (st.fn not in _UNIFORM or v in sums
+                       or st.fn == "copy" and st.args[0][1] in sums):
+            return False
+    return True
+
+
 def defer_row_sums(plan: P.KernelPlan) -> None:
     """Keep each eligible row sum as per-lane parts (``RowOp.partial``) and sum them across the
     quad once, right before the statement that first reads the vector (``RowOp.reduce``).
     Eligible: the vector's first statement is a zero ``fill``; up to its first read only
-    ``warpgroup_row_sum`` into it and ``scale_rows`` of it by another per-row vector that is
-    not deferred itself touch it; that read is a row leaf outside every main loop (so it runs
-    once per tile), and nothing writes the vector after it.  Any other use (a store of the
-    vector, a read in a main loop, a write after the read) keeps the per-step reduction.
+    ``warpgroup_row_sum`` into it and ``scale_rows`` of it by another per-row vector whose
+    lanes are equal across the quad (every write of it a row leaf, none a possibly deferred
+    sum) touch it; that read is a row leaf outside every main loop (so it runs once per tile),
+    and nothing writes the vector after it.  Any other use (a store of the vector, a read in a
+    main loop, a write after the read) keeps the per-step reduction.  A finite scale keeps
+    each lane's part finite; an infinite one would turn a lane's zero part into NaN where the
+    reduced sum was infinite (FlashAttention's rescale factor lies in [0, 1]).
     The consumers' sections give the program order; the rewritten statements replace the old
     ones in every list of the plan (a statement may sit in two).  In place."""
     code = plan.consumer
     secs = code.sections()
     in_loop = {id(sec) for sec in code.loops}
     flat = [(st, id(sec) in in_loop) for sec in secs for st in sec if not isinstance(st, P.Sync)]
+    if any(isinstance(st, P.RowOp) and (st.partial or st.reduce) for st, _ in flat):
+        return  # already rewritten: a second pass would reduce the parts twice
     sums = {st.args[0][1] for st, _ in flat if isinstance(st, P.RowOp) and st.fn == "warpgroup_row_sum"}
     new: dict[int, P.RowOp] = {}
     for v in sorted(sums):
@@ -143,7 +168,7 @@ def defer_row_sums(plan: P.KernelPlan) -> None:
                 if isinstance(st, P.RowOp) and st.fn == "warpgroup_row_sum" and st.args[0] == ("row", v):
                     adds.append(st)
                 elif isinstance(st, P.RowOp) and st.fn == "scale_rows" and st.args[0] == ("row", v) \
-                        and st.args[1][0] == "row" and st.args[1][1] not in sums:
+                        and st.args[1][0] == "row" and _quad_uniform(flat, st.args[1][1], sums):
                     continue
                 elif isinstance(st, P.RowOp) and reads and not writes and not loop:
                     read = st

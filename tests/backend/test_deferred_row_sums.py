@@ -63,13 +63,32 @@ def test_uses_that_would_see_the_parts_keep_the_per_step_reduction():
                                       _op("%e10", "warpgroup_row_sum", ("row", "alpha"), ("frag", "S0"))],
                                      [_op("%e5", "scale_rows", ("row", "l"), ("row", "alpha")), SUM], [DIV]),
         "copied out": ([FILL_L, SUM0], [SUM], [P.RowStore("%e11", "l", "LSE", ZERO, None, None), DIV]),
-        "read by the max": ([FILL_L, SUM0], [SUM], [_op("%e12", "warpgroup_row_max", ("row", "l"), ("frag", "S"))]),
+        "written by the max": ([FILL_L, SUM0], [SUM], [_op("%e12", "warpgroup_row_max", ("row", "l"), ("frag", "S"))]),
+        "scaled by a vector of another leaf": ([FILL_L, SUM0, _op("%e13", "per_lane", ("row", "alpha"), ("frag", "S0"))],
+                                               [SCALE, SUM], [DIV]),
     }
     for what, (before, loop, after) in cases.items():
         plan = _plan(before, loop, after)
         defer_row_sums(plan)
         changed = [(ev, p, r) for ev, p, r in _fns(plan) if ev in ("%e3", "%e6", "%e7") and (p or r)]
         assert not changed, (what, changed)
+
+
+def test_a_second_pass_changes_nothing():
+    plan = _plan([FILL_L, FILL_M, SUM0], [MAX, SCALE, SUM], [DIV, LSE])
+    defer_row_sums(plan)
+    once = _fns(plan)
+    defer_row_sums(plan)  # the parts must not be reduced twice
+    assert _fns(plan) == once and sum(len(r) for _, _, r in once) == 1
+
+
+def test_the_reduced_sum_may_be_read_again_in_a_later_loop():
+    plan = _plan([FILL_L, SUM0], [SUM], [DIV])
+    plan.consumer.loops.append([_op("%e14", "div_rows", ("frag", "O2"), ("row", "l"))])
+    plan.consumer.afters.append([LSE])
+    defer_row_sums(plan)
+    got = {ev: (partial, red) for ev, partial, red in _fns(plan)}
+    assert got["%e7"] == (False, ("l",)) and got["%e14"] == (False, ()) and got["%e6"] == (True, ())
 
 
 def test_flash_attention_kernels_sum_their_row_sums_once_per_tile(tmp_path):
