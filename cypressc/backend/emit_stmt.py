@@ -368,11 +368,10 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
             value = f"{value} - 64 * a"  # the helper sees one atom's 64 rows: shift the diagonal to them
         args = [f"{n}[a]" for _, n in op.args] + ([value] if value is not None else [])
         stmt = f"cypress::{call}({', '.join(args)});"
-    for v in op.reduce:
-        n = next(x.rows for x in p.row_vectors if x.name == v) // 64
+    for v in op.reduce:  # an operand of this op: the same atoms (lower_rows refuses mixed rows)
         w(f"// the row sums in %{v} are per-lane parts until here: sum them across each quad")
         w("#pragma unroll")
-        w(f"for (int a = 0; a < {n}; ++a) cypress::quad_reduce({v}[a]);")
+        w(f"for (int a = 0; a < {op.atoms}; ++a) cypress::quad_reduce({v}[a]);")
     part = " (this thread's part)" if op.partial else ""
     w(f"// {op.event}: {op.fn} over accumulator rows{part}")
     w("#pragma unroll")

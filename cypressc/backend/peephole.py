@@ -116,21 +116,24 @@ def _row_ops_of(st, v: str) -> tuple[bool, bool]:
 
 
 # row leaves whose result is the same on the 4 lanes of a quad when their per-row operands are
-_UNIFORM = frozenset({"fill", "copy", "warpgroup_row_max", "warpgroup_row_sum", "exp2_diff", "scale_rows",
-                      "div_rows", "row_log_sum_exp"})
+# (a row sum is too, unless deferred: the candidates are excluded by name)
+_UNIFORM = frozenset({"fill", "copy", "warpgroup_row_max", "exp2_diff", "scale_rows", "div_rows",
+                      "row_log_sum_exp"})
 
 
 def _quad_uniform(flat: list, v: str, sums: set[str]) -> bool:
-    """Whether every write of per-row vector ``v`` leaves the 4 lanes of a quad equal: each is a
-    row leaf of ``_UNIFORM`` (a row sum that may be deferred, or a copy of one, is not)."""
+    """Whether every write of per-row vector ``v`` leaves the 4 lanes of a quad equal: ``v`` is
+    no row sum that may be deferred, and each write is a row leaf of ``_UNIFORM`` (a copy not
+    of such a sum)."""
+    if v in sums:
+        return False
     for st, _ in flat:
         if not _mentions(st, v):
             continue
         if not isinstance(st, P.RowOp):
             return False
-        reads, writes = _row_ops_of(st, v)
-        if writes and (st.fn not in _UNIFORM or v in sums
-                       or st.fn == "copy" and st.args[0][1] in sums):
+        _, writes = _row_ops_of(st, v)
+        if writes and (st.fn not in _UNIFORM or st.fn == "copy" and st.args[0][1] in sums):
             return False
     return True
 
@@ -179,8 +182,8 @@ def defer_row_sums(plan: P.KernelPlan) -> None:
         else:
             if read is None or not adds:
                 continue
-            for st in adds:
-                new[id(st)] = replace(new.get(id(st), st), partial=True)
+            for st in adds:  # a sum into v is no other vector's statement
+                new[id(st)] = replace(st, partial=True)
             new[id(read)] = replace(new.get(id(read), read), reduce=new.get(id(read), read).reduce + (v,))
     if new:
         for lst in _lists(plan):
