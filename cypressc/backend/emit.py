@@ -202,7 +202,7 @@ def emit_cuda(p: P.KernelPlan) -> str:
         _prefetch(w, p)
         w.close()
     w("// ---- consumer warpgroups: wgmma on the stages, accumulators in registers")
-    stmts = [*p.consumer.all(), *p.issue_ahead, *p.exit]
+    stmts = [*p.entry, *p.consumer.all(), *p.issue_ahead, *p.exit]
     if any(mentions(getattr(s, "who", None), "leader") or isinstance(s, P.TmaStore) for s in stmts):
         w("const bool leader = threadIdx.x % 128 == 0;")
     if p.vectors or p.simt_body or any(isinstance(s, P.FillShared) for s in stmts):
@@ -218,6 +218,10 @@ def emit_cuda(p: P.KernelPlan) -> str:
     for r in p.row_vectors:
         w(f"float {r.name}[{r.rows // 64}][2];  // %{r.name}: one f32 per row of a {r.rows}-row tile "
           "(this thread's 2 rows per atom)")
+    if ("consumer", "more") in p.counters:
+        first = "2 * blockIdx.x" if _paired(p) is not None else "blockIdx.x"
+        w(f"bool more = {first} < num_tiles;  // this block has a tile: before each tile, the one that follows")
+    emit_stmts(w, p, p.entry)
     _tiles(w, p, p.consumer, p.issue_ahead, "consumer")
     emit_stmts(w, p, p.exit)
     w.close()
@@ -309,6 +313,10 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
         w.open(f"for (int t = blockIdx.x; t < num_tiles; t += {'gridDim.x' if p.persistent else 'num_tiles'})")
     w(f"int {bdecl};")
     w(f"tile_coords(t, {bdecl});")
+    if "more" in uses:
+        nxt = ("2 * (blockIdx.x + ((k + 1) >> 1) * gridDim.x) + ((k + 1) & 1)" if _paired(p) is not None
+               else "t + gridDim.x")
+        w(f"more = {nxt} < num_tiles;  // this block goes on to another tile")
     _trip_counts(w, p, per_tile=True)
     emit_stmts(w, p, code.before)
     if ahead:

@@ -31,7 +31,7 @@ from cypressc.backend.peephole import defer_row_sums, fold_zero_fills, guard_dea
 from cypressc.backend.refusal import REFUSAL_CODE
 from cypressc.backend.refusal import Refuse as _Refuse
 from cypressc.backend.refusal import refuse as _refuse
-from cypressc.backend.sync_lower import KBASE, at_step, counted, defer_store_waits, lower_sync
+from cypressc.backend.sync_lower import KBASE, at_step, carry_turns, counted, defer_store_waits, lower_sync
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import Symbols
@@ -280,6 +280,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         if plan.persistent:
             try:
                 defer_store_waits(plan.consumer, plan.exit)
+                carry_turns(plan, body)
             except ValueError as e:
                 _refuse(str(e))
         if plan.persistent and any(static(x.hi) is not None for x in loops):

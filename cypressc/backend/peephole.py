@@ -66,7 +66,7 @@ def fold_zero_fills(stmts: list) -> list:
 
 def _lists(plan: P.KernelPlan) -> list[list]:
     """Every statement list of ``plan`` (the lists themselves, to edit in place)."""
-    return [plan.prologue, plan.simt_body, plan.epilogue, plan.issue_ahead, plan.exit,
+    return [plan.prologue, plan.simt_body, plan.epilogue, plan.issue_ahead, plan.entry, plan.exit,
             *plan.consumer.sections(), *plan.producer.sections()]
 
 

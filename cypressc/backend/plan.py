@@ -309,7 +309,8 @@ class Sync:
     """One synchronization op of the IR (``op``, a :mod:`cypressc.ir.sync` op) with its
     operands over the kernel's variables: ``stage``/``parity`` (in a persistent kernel over
     the block's running pipeline step; a named barrier's id in ``stage``), ``when`` (the
-    op's guard), ``who`` (which thread of the role runs it: ``leader`` of a warpgroup, lane
+    op's guard, or a condition over the kernel's variables: a carried turn's
+    ``guard && more``), ``who`` (which thread of the role runs it: ``leader`` of a warpgroup, lane
     0 of a warp; None: every thread), ``bar``
     (the mbarrier array), ``accs`` (the fragments a wgmma fence or wait orders), ``note``
     (the event edges, for the comment).  ``deferred``: a TMA store's completion wait that a
@@ -320,7 +321,7 @@ class Sync:
     note: str
     stage: IExpr | None = None
     parity: IExpr | None = None
-    when: Guard | None = None
+    when: Guard | IExpr | None = None
     who: IExpr | None = None
     bar: str = ""
     accs: tuple[str, ...] = ()
@@ -488,6 +489,7 @@ class KernelPlan:
     producer: RoleCode = field(default_factory=RoleCode)
     consumer: RoleCode = field(default_factory=RoleCode)
     issue_ahead: list = field(default_factory=list)  # no producer: the issuer's loads, STAGES - 1 steps ahead
+    entry: list = field(default_factory=list)  # consumer statements before the first tile
     exit: list = field(default_factory=list)  # consumer statements after the last tile
     counters: set = field(default_factory=set)  # (role, "stage" | "istage" | "kbase", suffixed per main loop: "stage_1", …) the code uses
     requires: list[Require] = field(default_factory=list)

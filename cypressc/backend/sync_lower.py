@@ -24,20 +24,30 @@ without its statement.  What the lowering decides is *how* an op runs on Hopper:
   tile, before the next write of the staging tile (the edge's hazard is that write) and
   once after the last tile; only the thread that committed the group can wait on it, so
   the warpgroup's named barrier that orders the writes before the store lets the other
-  writers go after it.
+  writers go after it;
+* **ping-pong turns in a persistent block** (:func:`carry_turns`): the IR passes the
+  tile's first turn to warpgroup 0 at the start of the tile program (the last warpgroup
+  passes nothing after the tile's last run).  A block that goes on to another tile runs
+  that pass once before its first tile and, for each next tile, right after the last
+  warpgroup's last run of the tile before: the same op on the same barrier, earlier, so
+  warpgroup 0 starts the next tile's GEMMs while the last warpgroup does its epilogue.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from cypressc.backend import plan as P
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.subst import subst_expr
 
-__all__ = ["KBASE", "TPHASE", "LEADER", "at_step", "counted", "who", "lower_sync", "defer_store_waits"]
+__all__ = ["KBASE", "TPHASE", "MORE", "LEADER", "at_step", "counted", "who", "lower_sync", "defer_store_waits",
+           "carry_turns"]
 
 KBASE = N.IVar("$kbase")  # printed `kbase`: pipeline steps of the block's earlier tiles
 TPHASE = N.IVar("tphase")  # the parity of the tiles a persistent block has run
+MORE = N.IVar("more")  # a persistent block goes on to another tile after this one
 
 
 def _replace(e: N.IExpr, old: N.IExpr, new: N.IExpr) -> N.IExpr:
@@ -214,3 +224,42 @@ def defer_store_waits(code: P.RoleCode, exit_code: list) -> None:
                     part.insert(part.index(stmts[first]), moved)
                     break
             exit_code.append(P.Sync(op, st.note + " (after the last tile)", who=st.who))
+
+
+def carry_turns(plan: P.KernelPlan, ops) -> None:
+    """In a persistent block with ping-pong, pass the next tile's first turn as soon as the
+    last warpgroup has issued this tile's last run (see the module docstring and
+    :func:`cypressc.ir.sync.carried_turns`, which finds the two ops among the block
+    program's top-level ``ops``): the tile's first pass moves to ``plan.entry`` (before the
+    block's first tile) and a copy of it follows the tile's last pass; both are guarded by
+    ``more`` as well, the kernel's flag that a tile follows (the first one: a block of the
+    grid may have none), so no pass is left over when the block ends.
+
+    The turn ops each warpgroup runs, and their order, are unchanged: the last warpgroup
+    has no turn op between its last pass of one tile and its first pass of the next, and a
+    pass (``bar.arrive``) never waits, so running it earlier cannot deadlock; warpgroup 0
+    took its last turn of the tile before the last warpgroup's last run could start, so the
+    early pass cannot complete a phase of warpgroup 0's barrier that no take opened.  No-op
+    without ping-pong.  Raises ValueError when the statements of the two ops are not found
+    once each outside the main loops."""
+    pair = S.carried_turns(ops)
+    if pair is None:
+        return
+    code = plan.consumer
+    tops = [sec for sec in code.sections() if all(sec is not lp for lp in code.loops)]
+    found = [[(sec, i) for sec in tops for i, st in enumerate(sec) if isinstance(st, P.Sync) and st.op is op]
+             for op in pair]
+    if any(len(f) != 1 for f in found) or found[0][0][0] is not code.before:
+        raise ValueError("ping-pong: the tile's first turn or its last pass is not one statement outside the "
+                         "main loops")
+    (_, i0), (sec, i1) = found[0][0], found[1][0]
+    first = code.before.pop(i0)
+    # `more`: the block has a tile (before the first; a block of the grid may have none) or
+    # another one after this, so no pass is left over when the block ends
+    when = N.IBin("&&", first.when, MORE)
+    plan.entry.append(replace(first, when=when, note=first.note + " (the block's first tile)"))
+    if sec is code.before and i0 < i1:
+        i1 -= 1
+    sec.insert(i1 + 1, replace(first, when=when,
+                               note=first.note + " (persistent block: the next tile's, after this tile's last run)"))
+    plan.counters.add(("consumer", "more"))

@@ -93,6 +93,8 @@ class _Concurrent(OpSemantics):
         self.names = {ev: pr.ev(ev) for ev in list(pr.names)}
         self.roles: dict[str, str] = m.role_map()
         self.tiles = [dict(e) for e in tiles]  # the block indices of the tiles, run in order
+        # a persistent block passes the next tile's first turn after this tile's last run
+        self.carry = S.carried_turns(m.body.ops) if len(self.tiles) > 1 else None
         self.env0 = self.tiles[0]
         # the IR's parity of these is the tile's own, flipped on odd tiles (the kernel's `tphase`)
         self.tile_bars = S.once_per_tile(m.body)
@@ -164,12 +166,21 @@ class _Concurrent(OpSemantics):
                 continue
             if self.role_of(op) != t.role:
                 continue
+            carried = self.carry is not None and b is self.m.body
+            if carried and op is self.carry[0] and t.tile > 0:
+                continue  # passed right after the tile before's last run (S.carried_turns)
             envs = self.instances(t, op, scope)
-            if not envs:
-                continue
-            t.pos = f"{op_label(op, self.names)} ({where.strip() or 'outside loops'})"
-            yield  # every sync op and async issue is a scheduling point
-            yield from self.execute(t, op, scope, envs)
+            if envs:
+                t.pos = f"{op_label(op, self.names)} ({where.strip() or 'outside loops'})"
+                yield  # every sync op and async issue is a scheduling point
+                yield from self.execute(t, op, scope, envs)
+            if carried and op is self.carry[1] and t.tile < len(self.tiles) - 1:
+                first = self.carry[0]  # the next tile's first turn, as the persistent kernel passes it
+                envs = self.instances(t, first, scope)
+                if envs:
+                    t.pos = f"{op_label(first, self.names)} ({where}the next tile's first turn)"
+                    yield
+                    yield from self.execute(t, first, scope, envs)
 
     def instances(self, t: Thread, op, scope) -> list[dict]:
         dims = getattr(op, "dims", ())
@@ -249,10 +260,11 @@ def run_block(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray],
     synchronized module ``m`` under the random schedule ``seed``, in place on ``arrays``.
     A list of blocks runs them as the tiles of one persistent block, in order: one set of
     mbarriers, shared buffers and registers, a tile's roles starting the next tile while
-    the others still run the last one (what the kernel of a ``persistent`` mapping does);
-    each block-level loop must then step a whole number of wraps of every barrier's stages
-    per tile (the kernel's pipeline positions run on across tiles, the IR's restart),
-    else ValueError.
+    the others still run the last one (what the kernel of a ``persistent`` mapping does;
+    with ping-pong, the next tile's first turn is passed right after the last warpgroup's
+    last run, :func:`cypressc.ir.sync.carried_turns`); each block-level loop must then
+    step a whole number of wraps of every barrier's stages per tile (the kernel's pipeline
+    positions run on across tiles, the IR's restart), else ValueError.
 
     Returns the first deadlock or race :class:`Finding`, or None.  With ``values=False``
     copies and leaf calls are not evaluated (only the synchronization is checked).

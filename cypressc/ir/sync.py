@@ -41,7 +41,7 @@ from cypressc.ir import nodes as N
 
 __all__ = ["Edge", "Guard", "BarIdx", "MBarrier", "ArriveExpectTx", "Wait", "Arrive", "CommitGroup",
            "WaitGroup", "SyncWarp", "BarSync", "Turn", "Fence", "SyncOp", "SYNC_OPS", "HAZARDS", "VIAS",
-           "once_per_tile"]
+           "once_per_tile", "carried_turns"]
 
 # "turn": not a data hazard but the Tensor Core as a resource the consumer warpgroups take
 # turns on (a mapping's `pingpong`): warpgroup w's run of wgmma issues after w - 1's
@@ -238,10 +238,11 @@ class Turn:
 
     ``take`` waits on named barrier ``id`` (``bar.sync id, threads``: the warpgroup's own
     barrier, ``threads`` = two warpgroups), ``pass`` arrives on the next warpgroup's
-    (``bar.arrive``, no wait); ``when`` limits it to some warpgroups (the first turn of a
-    tile is passed by warpgroup 0 to itself; the last warpgroup passes nothing after the
-    tile's last run, so a tile leaves every turn barrier empty).  The edges are ``turn``
-    edges: the run's last wgmma (of the previous warpgroup) to its first."""
+    (``bar.arrive``, no wait); ``when`` limits it to some warpgroups (the last warpgroup
+    passes warpgroup 0 the tile's first turn at the start of the tile and nothing after the
+    tile's last run, so a tile leaves every turn barrier empty; a persistent block carries
+    that first pass to the end of the tile before: :func:`carried_turns`).  The edges are
+    ``turn`` edges: the run's last wgmma (of the previous warpgroup) to its first."""
 
     kind: str
     id: N.IExpr
@@ -280,3 +281,25 @@ def once_per_tile(body: N.Block) -> set[str]:
     persistent block's tile t waits them with the IR's parity flipped when t is odd."""
     once = {o.ev for o in body.ops if isinstance(o, N.Copy)}
     return {o.name for o in body.ops if isinstance(o, MBarrier) and set(o.channel) <= once}
+
+
+def carried_turns(ops) -> tuple[Turn, Turn] | None:
+    """The two turn ops among the top-level ``ops`` of a block program with ping-pong that a
+    persistent block carries from one tile to the next: ``(first, last)``, the tile's first
+    turn, passed by the last warpgroup at the start of the tile (its edges come from the
+    start), and the pass after the tile's last run, which the last warpgroup skips.  A block
+    that goes on to another tile runs ``first`` once before its first tile and then right
+    after ``last`` of each tile but its last (the CUDA lowering,
+    :func:`cypressc.backend.sync_lower.carry_turns`; the concurrent interpreter runs the
+    tiles of a persistent block the same way): the ring of turns goes on without waiting for
+    the last warpgroup's epilogue.  None without turn ops; ValueError when the turns do not
+    have the shape ping-pong gives them (:mod:`cypressc.passes.sync_turns`)."""
+    passes = [op for op in ops if isinstance(op, Turn) and op.kind == "pass"]
+    firsts = [op for op in passes if op.edges and all(not e.src for e in op.edges)]
+    if not firsts:
+        return None
+    lasts = [op for op in passes if op.when is not None and all(op is not f for f in firsts)]
+    if len(firsts) != 1 or firsts[0].when is None or len(lasts) != 1:
+        raise ValueError("ping-pong: the tile's turns are not one guarded first pass from the start and one "
+                         "guarded pass after the tile's last run")
+    return firsts[0], lasts[0]

@@ -26,7 +26,9 @@ named barriers, one per consumer warpgroup (ids after sync-insertion's own):
   when the tile ends, and in a persistent block warpgroup 0 cannot take the next tile's first
   turn (nor pass turns on) before the last warpgroup has taken all of this tile's turns
   (with warpgroup 0 passing to itself, it could run a tile ahead and complete a barrier's
-  phase with two passes: a deadlock).
+  phase with two passes: a deadlock).  A persistent kernel runs that first pass right after
+  the last warpgroup's last run of the tile before, not after its epilogue
+  (:func:`cypressc.ir.sync.carried_turns`).
 
 Every warpgroup runs the same runs, so the takes and passes pair up and the ring cannot
 deadlock; :mod:`cypressc.ir.sync_verify` checks the pairing and the concurrent

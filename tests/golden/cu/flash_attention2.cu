@@ -109,16 +109,18 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     float l_init_thread[1][2];  // %l_init_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float alpha_softmax_thread[1][2];  // %alpha_softmax_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float LSE_finish_thread[1][2];  // %LSE_finish_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
+    bool more = 2 * blockIdx.x < num_tiles;  // this block has a tile: before each tile, the one that follows
+    if (cw >= 1 && more) {
+      cypress::named_arrive(3, 256);  // start -> %e20 (turn) (the block's first tile)
+    }
     int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
     int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
     int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
     for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; ++k, t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1)) {
       int b0, b1, b2;
       tile_coords(t, b0, b1, b2);
+      more = 2 * (blockIdx.x + ((k + 1) >> 1) * gridDim.x) + ((k + 1) & 1) < num_tiles;  // this block goes on to another tile
       const int num_k = cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128);
-      if (cw >= 1) {
-        cypress::named_arrive(3, 256);  // start -> %e20 (turn)
-      }
       // %e2: fill
       #pragma unroll
       for (int i = 0; i < 64; ++i) C_clear_thread[0][i] = 0;
@@ -202,6 +204,9 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       }
       if (0 >= cw) {
         cypress::named_arrive((3 + ((cw + 1) % 2)), 256);  // %e8 -> %e20 (turn, after the loop)
+      }
+      if (cw >= 1 && more) {
+        cypress::named_arrive(3, 256);  // start -> %e20 (turn) (persistent block: the next tile's, after this tile's last run)
       }
       cypress::wait<0>();  // %e20 -> %e21 (raw %C_clear_thread, after the loop); %e20 -> %e21 (war %C_clear_thread, after the loop); %e20 -> %e21 (waw %C_clear_thread, after the loop); %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
       cypress::fence_acc(C_clear_thread[0]);
