@@ -118,6 +118,8 @@ def emit_cuda(p: P.KernelPlan) -> str:
     ptrs = ", ".join(f"{'' if t.writes else 'const '}{CTYPE[t.dtype]}* __restrict__ {t.name}"
                      for t in p.pointer_tensors)
     sizes = ", ".join([f"int {s}" for s in p.sizes] + [f"float {f}" for f in p.floats])
+    if _paired(p) is not None:
+        w("template <bool kPairs>  // the tile walk: pairs, or one tile per block (see the tile loop)")
     w("__global__ void __launch_bounds__(THREADS, 1)")
     w(f"{p.name}_kernel({', '.join(x for x in (maps, ptrs, sizes) if x)}) {{")
     w.ind += 1
@@ -171,6 +173,11 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w(f"b{r} = first + v % rows;")
         w(f"b{c} = {f'tiles{c} - 1 - v / rows;  // longest tiles first: the trip count grows with b{c}' if c in longest else 'v / rows;'}")
     w.close("};")
+    if dealt is not None:
+        # pairs only while the blocks are fewer than the tiles: with a block for every tile,
+        # pairs would leave half of them without one and give the others two.  The launcher
+        # picks the instance: a walk chosen at run time costs the paired kernel 1-2 % (ptxas)
+        w("constexpr int P = kPairs;  // the launcher's num_tiles > gridDim.x: tiles 2j + {0, 1} go together")
     if p.barriers:
         w.open("if (threadIdx.x == 0)")
         for b in p.barriers:
@@ -219,7 +226,7 @@ def emit_cuda(p: P.KernelPlan) -> str:
         w(f"float {r.name}[{r.rows // 64}][2];  // %{r.name}: one f32 per row of a {r.rows}-row tile "
           "(this thread's 2 rows per atom)")
     if ("consumer", "more") in p.counters:
-        first = "2 * blockIdx.x" if _paired(p) is not None else "blockIdx.x"
+        first = "(blockIdx.x << P)" if _paired(p) is not None else "blockIdx.x"
         w(f"bool more = {first} < num_tiles;  // this block has a tile: before each tile, the one that follows")
     emit_stmts(w, p, p.entry)
     _tiles(w, p, p.consumer, p.issue_ahead, "consumer")
@@ -306,15 +313,16 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
         w("int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase")
     if _paired(p) is not None:
         # tiles of different lengths: pair after pair (a long and a short one, tile_coords), so
-        # the blocks' totals stay within a pair of each other (a static walk has no other balance)
-        w.open("for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; "
-               "++k, t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1))")
+        # the blocks' totals stay within a pair of each other (a static walk has no other
+        # balance); one tile per block when there is a block for every tile (P = 0)
+        w.open("for (int k = 0, t = blockIdx.x << P; t < num_tiles; "
+               "++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P))")
     else:
         w.open(f"for (int t = blockIdx.x; t < num_tiles; t += {'gridDim.x' if p.persistent else 'num_tiles'})")
     w(f"int {bdecl};")
     w(f"tile_coords(t, {bdecl});")
     if "more" in uses:
-        nxt = ("2 * (blockIdx.x + ((k + 1) >> 1) * gridDim.x) + ((k + 1) & 1)" if _paired(p) is not None
+        nxt = ("((blockIdx.x + ((k + 1) >> P) * gridDim.x) << P) + ((k + 1) & P)" if _paired(p) is not None
                else "t + gridDim.x")
         w(f"more = {nxt} < num_tiles;  // this block goes on to another tile")
     _trip_counts(w, p, per_tile=True)
@@ -388,8 +396,9 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
     w("int dev;")
     w("if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;")
     w.open("if (dev != configured_device)")
-    w(f"if ((e = cudaFuncSetAttribute({p.name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
-      "SMEM_BYTES)) != cudaSuccess) return e;")
+    for k in ([f"{p.name}_kernel<true>", f"{p.name}_kernel<false>"] if _paired(p) is not None else [f"{p.name}_kernel"]):
+        w(f"if ((e = cudaFuncSetAttribute({k}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+          "SMEM_BYTES)) != cudaSuccess) return e;")
     w("if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;")
     w("configured_device = dev;")
     w.close()
@@ -398,7 +407,12 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
     args = [m.name for m in p.maps] \
         + [f"static_cast<{'' if t.writes else 'const '}{CTYPE[t.dtype]}*>({t.name})" for t in p.pointer_tensors] \
         + [f"static_cast<int>({s})" for s in p.sizes] + list(p.floats)
-    w(f"{p.name}_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>({', '.join(args)});")
+    launch = f"<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>({', '.join(args)});"
+    if _paired(p) is not None:  # tiles in pairs while the blocks are fewer than the tiles
+        w(f"if (tiles > grid) {p.name}_kernel<true>{launch}")
+        w(f"else {p.name}_kernel<false>{launch}")
+    else:
+        w(f"{p.name}_kernel{launch}")
     w("return cudaGetLastError();")
     w.ind -= 1
     w("}")

@@ -257,7 +257,7 @@ def test_the_start_pass_runs_once_before_the_tile_loop_and_again_after_each_tile
     assert head.count(start_line) == 1 and tile.count(start_line) == 1 and cu.count(start_line) == 2
     assert re.search(r"if \(cw >= 1 && more\) \{\n\s*" + re.escape(start_line), head)
     # `more` before the tile loop: the block has a tile (a block of the paired walk may have none)
-    assert head.count("bool more = 2 * blockIdx.x < num_tiles;") == 1 and cu.count("bool more = ") == 1
+    assert head.count("bool more = (blockIdx.x << P) < num_tiles;") == 1 and cu.count("bool more = ") == 1
     # the tile's top: the more flag, then no pass before the tile's first take
     first_take = tile.index(take_line)
     assert "named_arrive(" not in tile[:first_take]
@@ -370,10 +370,13 @@ def test_the_model_finds_a_pass_left_at_the_end_or_run_a_tile_ahead():
 
 def test_more_says_whether_the_consumers_tile_loop_runs_again():
     """``more`` is read by the last warpgroup before its tile's epilogue: it must be true
-    exactly when the tile loop goes on.  The kernel's own loop header and ``more`` line, run
-    for the blocks of a few grids (tiles in long + short pairs: some blocks get none, some an
-    odd number)."""
+    exactly when the tile loop goes on.  The kernel's own loop header and ``more`` lines, run
+    for the blocks of a few grids with the instance the launcher picks (``P = 1``: tiles in
+    long + short pairs while the blocks are fewer than the tiles, some blocks getting none or
+    an odd number; ``P = 0``: one tile per block)."""
     cu = _cu(FA3, str(PP_PERSISTENT))
+    assert "constexpr int P = kPairs;" in cu
+    assert re.search(r"if \(tiles > grid\) flash_attention3_kernel<true><<<.*\n\s*else flash_attention3_kernel<false><<<", cu)
     consumer = cu[cu.index(CONSUMER):]
     head = re.search(r"for \(int k = 0, t = (.+?); t < num_tiles; \+\+k, t = (.+?)\) \{", consumer)
     more = re.search(r"\n\s*more = (.+?) < num_tiles;", consumer)
@@ -384,19 +387,22 @@ def test_more_says_whether_the_consumers_tile_loop_runs_again():
         return e.replace("blockIdx.x", "bx").replace("gridDim.x", "gx")
 
     init, step, nxt, has = py(head.group(1)), py(head.group(2)), py(more.group(1)), py(first.group(1))
-    for num_tiles, grid in ((7, 7), (5, 3), (264, 132), (301, 132), (1, 1), (2, 1)):
+    for num_tiles, grid in ((7, 7), (5, 3), (264, 132), (301, 132), (1, 1), (2, 1), (100, 100), (132, 132)):
         seen = []
         for bx in range(grid):
-            env = {"bx": bx, "gx": grid, "k": 0}
+            env = {"bx": bx, "gx": grid, "k": 0, "P": int(num_tiles > grid)}
             t = eval(init, {}, env)
             assert (eval(has, {}, env) < num_tiles) == (t < num_tiles), (num_tiles, grid, bx)
-            flags = []
+            tiles, flags = [], []
             while t < num_tiles:
-                seen.append(t)
+                tiles.append(t)
                 flags.append(eval(nxt, {}, {**env, "t": t}) < num_tiles)
                 env["k"] += 1
                 t = eval(step, {}, env)
-            assert flags == [True] * (len(flags) - 1) + [False] * bool(flags), (num_tiles, grid, bx, flags)
+            assert flags == [True] * (len(tiles) - 1) + [False] * bool(tiles), (num_tiles, grid, bx, flags)
+            if num_tiles <= grid:  # a block for every tile: one each (pairs would idle half the grid)
+                assert tiles == ([bx] if bx < num_tiles else []), (num_tiles, grid, bx, tiles)
+            seen += tiles
         assert sorted(seen) == list(range(num_tiles))
 
 

@@ -146,18 +146,28 @@ def test_the_persistent_kernel_flips_the_once_per_tile_parities(tmp_path):
 
 
 def test_the_persistent_kernel_takes_causal_tiles_in_long_and_short_pairs(tmp_path):
+    """Pairs while the grid has fewer blocks than tiles; with a block for every tile (the
+    launcher's grid is min(tiles, SMs)), one tile each: pairs would give half the blocks two
+    tiles and the others none (twice the time).  The launcher picks the kernel's instance
+    (``kPairs``), so the paired walk is the same code as without the choice."""
     cu = _cu(tmp_path, PERSISTENT)
-    assert "t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1)" in cu
+    assert "template <bool kPairs>" in cu and "constexpr int P = kPairs;" in cu
+    loop = "for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P))"
+    assert cu.count(loop) == 2
+    assert re.search(r"if \(tiles > grid\) flash_attention3_kernel<true><<<.*\n\s*else flash_attention3_kernel<false><<<", cu)
     assert "b2 = j % 2 ? j / 2 : tiles2 - 1 - j / 2;" in cu
-    # the walk visits every tile once, for any grid
-    for tiles, grid in ((2048, 132), (7, 132), (301, 132), (264, 132), (5, 3)):
-        seen = []
-        for b in range(min(tiles, grid)):
-            k, t = 0, 2 * b
+    # the walk visits every tile once, for any grid; one tile per block when the grid covers them
+    for tiles, sms in ((2048, 132), (7, 132), (301, 132), (264, 132), (5, 3), (132, 132), (100, 132)):
+        grid, seen = min(tiles, sms), []
+        P = int(tiles > grid)
+        for b in range(grid):
+            mine, k, t = [], 0, b << P
             while t < tiles:
-                seen.append(t)
+                mine.append(t)
                 k += 1
-                t = 2 * (b + (k >> 1) * grid) + (k & 1)
+                t = ((b + (k >> P) * grid) << P) + (k & P)
+            assert P or mine == [b], (tiles, grid, b, mine)
+            seen += mine
         assert sorted(seen) == list(range(tiles))
     for tiles2 in (1, 2, 5, 8):  # the pair order is a permutation of the query blocks
         assert sorted(j // 2 if j % 2 else tiles2 - 1 - j // 2 for j in range(tiles2)) == list(range(tiles2))
@@ -170,15 +180,16 @@ def _walk(tmp_path: Path, cu: str, shapes) -> dict:
     """Run the kernel's own tile walk (its ``tile_coords`` lambda and its tile loop, compiled
     for the host) for each (tiles0, tiles1, tiles2, grid): the block of each tile visited."""
     lam = re.search(r"\n(\s*auto tile_coords = \[&\].*?\n\s*\};)\n", cu, re.S).group(1)
-    loop = re.search(r"for \(int k = 0, t = 2 \* blockIdx\.x;.*?\) \{", cu).group(0)
+    loop = re.search(r"for \(int k = 0, t = blockIdx\.x << P;.*?\) \{", cu).group(0)
     loop = loop.replace("blockIdx.x", "b").replace("gridDim.x", "grid")
+    walk = "    const int P = num_tiles > grid;  // the launcher's choice of kPairs"
     src = tmp_path / "walk.cpp"
     src.write_text("#include <cstdio>\n#include <cstdlib>\nint main(int argc, char** argv) {\n"
                    "  const int tiles0 = atoi(argv[1]), tiles1 = atoi(argv[2]), tiles2 = atoi(argv[3]);\n"
                    "  const int grid = atoi(argv[4]), num_tiles = tiles0 * tiles1 * tiles2;\n"
-                   f"{lam}\n  for (int b = 0; b < grid; ++b)\n    {loop}\n"
+                   f"{lam}\n  for (int b = 0; b < grid; ++b) {{\n{walk}\n    {loop}\n"
                    "      int b0, b1, b2;\n      tile_coords(t, b0, b1, b2);\n"
-                   "      printf(\"%d %d %d %d\\n\", b, b0, b1, b2);\n    }\n}\n")
+                   "      printf(\"%d %d %d %d\\n\", b, b0, b1, b2);\n    }\n  }\n}\n")
     exe = tmp_path / "walk"
     subprocess.run([shutil.which("g++") or "c++", "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True)
     out = {}

@@ -12,6 +12,7 @@ constexpr int B_mma_pv_STAGE = 32768, B_mma_pv_CHUNK = 16384;  // 128x128 f16, 2
 constexpr int SMEM_BYTES = 197712;
 }  // namespace
 
+template <bool kPairs>  // the tile walk: pairs, or one tile per block (see the tile loop)
 __global__ void __launch_bounds__(THREADS, 1)
 flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const __grid_constant__ CUtensorMap tm_K_128x64, const __grid_constant__ CUtensorMap tm_V_128x64, const __grid_constant__ CUtensorMap tm_O_64x64, __half* __restrict__ O, float* __restrict__ LSE, int B, int H, int M, int D, int HK, int N, int causal, float scale) {
   // ---- prologue: shared memory and the mbarriers of the pipeline's channels
@@ -44,6 +45,7 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     b1 = u % tiles1; u /= tiles1;
     b0 = u % tiles0;
   };
+  constexpr int P = kPairs;  // the launcher's num_tiles > gridDim.x: tiles 2j + {0, 1} go together
   if (threadIdx.x == 0) {
     for (int i = 0; i < 1; ++i) cypress::init(&full_Q_block[i], 1);
     for (int i = 0; i < 1; ++i) cypress::init(&empty_Q_block[i], 2);
@@ -65,7 +67,7 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
       int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
       int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
-      for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; ++k, t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1)) {
+      for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P)) {
         int b0, b1, b2;
         tile_coords(t, b0, b1, b2);
         const int num_k = cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128);
@@ -109,17 +111,17 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     float l_init_thread[1][2];  // %l_init_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float alpha_softmax_thread[1][2];  // %alpha_softmax_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float LSE_finish_thread[1][2];  // %LSE_finish_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
-    bool more = 2 * blockIdx.x < num_tiles;  // this block has a tile: before each tile, the one that follows
+    bool more = (blockIdx.x << P) < num_tiles;  // this block has a tile: before each tile, the one that follows
     if (cw >= 1 && more) {
       cypress::named_arrive(3, 256);  // start -> %e20 (turn) (the block's first tile)
     }
     int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
     int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
     int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
-    for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; ++k, t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1)) {
+    for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P)) {
       int b0, b1, b2;
       tile_coords(t, b0, b1, b2);
-      more = 2 * (blockIdx.x + ((k + 1) >> 1) * gridDim.x) + ((k + 1) & 1) < num_tiles;  // this block goes on to another tile
+      more = ((blockIdx.x + ((k + 1) >> P) * gridDim.x) << P) + ((k + 1) & P) < num_tiles;  // this block goes on to another tile
       const int num_k = cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128);
       // %e2: fill
       #pragma unroll
@@ -297,12 +299,14 @@ extern "C" int flash_attention2_launch(void* O, void* LSE, const void* Q, const 
   int dev;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
   if (dev != configured_device) {
-    if ((e = cudaFuncSetAttribute(flash_attention2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES)) != cudaSuccess) return e;
+    if ((e = cudaFuncSetAttribute(flash_attention2_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES)) != cudaSuccess) return e;
+    if ((e = cudaFuncSetAttribute(flash_attention2_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES)) != cudaSuccess) return e;
     if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
     configured_device = dev;
   }
   const long long tiles = (B) * (H) * (cdiv(M, 128));
   const long long grid = tiles < sms ? tiles : sms;
-  flash_attention2_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, tm_O_64x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
+  if (tiles > grid) flash_attention2_kernel<true><<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, tm_O_64x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
+  else flash_attention2_kernel<false><<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, tm_O_64x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
   return cudaGetLastError();
 }

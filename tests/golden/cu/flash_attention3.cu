@@ -14,6 +14,7 @@ constexpr int B_mma_pv_1_STAGE = 32768, B_mma_pv_1_CHUNK = 16384;  // 128x128 f1
 constexpr int SMEM_BYTES = 230520;
 }  // namespace
 
+template <bool kPairs>  // the tile walk: pairs, or one tile per block (see the tile loop)
 __global__ void __launch_bounds__(THREADS, 1)
 flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const __grid_constant__ CUtensorMap tm_K_128x64, const __grid_constant__ CUtensorMap tm_V_128x64, const __grid_constant__ CUtensorMap tm_O_64x64, __half* __restrict__ O, float* __restrict__ LSE, int B, int H, int M, int D, int HK, int N, int causal, float scale) {
   // ---- prologue: shared memory and the mbarriers of the pipeline's channels
@@ -53,6 +54,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     b1 = u % tiles1; u /= tiles1;
     b0 = u % tiles0;
   };
+  constexpr int P = kPairs;  // the launcher's num_tiles > gridDim.x: tiles 2j + {0, 1} go together
   if (threadIdx.x == 0) {
     for (int i = 0; i < 1; ++i) cypress::init(&full_Q_block[i], 1);
     for (int i = 0; i < 1; ++i) cypress::init(&empty_Q_block[i], 2);
@@ -79,7 +81,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
       int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
       int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
-      for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; ++k, t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1)) {
+      for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P)) {
         int b0, b1, b2;
         tile_coords(t, b0, b1, b2);
         const int num_k = (cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128) - 1);
@@ -143,7 +145,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
     int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
     int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
-    for (int k = 0, t = 2 * blockIdx.x; t < num_tiles; ++k, t = 2 * (blockIdx.x + (k >> 1) * gridDim.x) + (k & 1)) {
+    for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P)) {
       int b0, b1, b2;
       tile_coords(t, b0, b1, b2);
       const int num_k = (cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128) - 1);
@@ -367,12 +369,14 @@ extern "C" int flash_attention3_launch(void* O, void* LSE, const void* Q, const 
   int dev;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
   if (dev != configured_device) {
-    if ((e = cudaFuncSetAttribute(flash_attention3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES)) != cudaSuccess) return e;
+    if ((e = cudaFuncSetAttribute(flash_attention3_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES)) != cudaSuccess) return e;
+    if ((e = cudaFuncSetAttribute(flash_attention3_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES)) != cudaSuccess) return e;
     if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
     configured_device = dev;
   }
   const long long tiles = (B) * (H) * (cdiv(M, 128));
   const long long grid = tiles < sms ? tiles : sms;
-  flash_attention3_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, tm_O_64x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
+  if (tiles > grid) flash_attention3_kernel<true><<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, tm_O_64x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
+  else flash_attention3_kernel<false><<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_Q_128x64, tm_K_128x64, tm_V_128x64, tm_O_64x64, static_cast<__half*>(O), static_cast<float*>(LSE), static_cast<int>(B), static_cast<int>(H), static_cast<int>(M), static_cast<int>(D), static_cast<int>(HK), static_cast<int>(N), static_cast<int>(causal), scale);
   return cudaGetLastError();
 }
