@@ -247,6 +247,13 @@ def _paired(p: P.KernelPlan) -> int | None:
     return next(iter(longest)) if p.persistent and len(longest) == 1 else None
 
 
+def _paired_tile(k: str) -> str:
+    """The linear index of a persistent block's ``k``-th tile (C expression ``k``) in the
+    paired walk: with ``P`` = 1, tiles 2j and 2j + 1 of pair j = block + (k >> 1)·grid; with
+    ``P`` = 0, tile block + k·grid."""
+    return f"((blockIdx.x + ({k} >> P) * gridDim.x) << P) + ({k} & P)"
+
+
 def _growing_trips(p: P.KernelPlan) -> set[int]:
     """The block coordinates a tile's main-loop trip counts grow with (never shrink with, and
     depend on: a causal key loop ending at its query block's diagonal).  The tile walk takes
@@ -315,15 +322,13 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
         # tiles of different lengths: pair after pair (a long and a short one, tile_coords), so
         # the blocks' totals stay within a pair of each other (a static walk has no other
         # balance); one tile per block when there is a block for every tile (P = 0)
-        w.open("for (int k = 0, t = blockIdx.x << P; t < num_tiles; "
-               "++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P))")
+        w.open(f"for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = {_paired_tile('k')})")
     else:
         w.open(f"for (int t = blockIdx.x; t < num_tiles; t += {'gridDim.x' if p.persistent else 'num_tiles'})")
     w(f"int {bdecl};")
     w(f"tile_coords(t, {bdecl});")
     if "more" in uses:
-        nxt = ("((blockIdx.x + ((k + 1) >> P) * gridDim.x) << P) + ((k + 1) & P)" if _paired(p) is not None
-               else "t + gridDim.x")
+        nxt = _paired_tile("(k + 1)") if _paired(p) is not None else "t + gridDim.x"
         w(f"more = {nxt} < num_tiles;  // this block goes on to another tile")
     _trip_counts(w, p, per_tile=True)
     emit_stmts(w, p, code.before)
@@ -396,7 +401,9 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
     w("int dev;")
     w("if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;")
     w.open("if (dev != configured_device)")
-    for k in ([f"{p.name}_kernel<true>", f"{p.name}_kernel<false>"] if _paired(p) is not None else [f"{p.name}_kernel"]):
+    # a paired walk has two instances: tiles in pairs (tiles > grid), one tile per block
+    kernels = [f"{p.name}_kernel<true>", f"{p.name}_kernel<false>"] if _paired(p) is not None else [f"{p.name}_kernel"]
+    for k in kernels:
         w(f"if ((e = cudaFuncSetAttribute({k}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
           "SMEM_BYTES)) != cudaSuccess) return e;")
     w("if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;")
@@ -408,11 +415,11 @@ def _launcher(w: _W, p: P.KernelPlan) -> None:
         + [f"static_cast<{'' if t.writes else 'const '}{CTYPE[t.dtype]}*>({t.name})" for t in p.pointer_tensors] \
         + [f"static_cast<int>({s})" for s in p.sizes] + list(p.floats)
     launch = f"<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>({', '.join(args)});"
-    if _paired(p) is not None:  # tiles in pairs while the blocks are fewer than the tiles
-        w(f"if (tiles > grid) {p.name}_kernel<true>{launch}")
-        w(f"else {p.name}_kernel<false>{launch}")
+    if len(kernels) == 2:
+        w(f"if (tiles > grid) {kernels[0]}{launch}")
+        w(f"else {kernels[1]}{launch}")
     else:
-        w(f"{p.name}_kernel{launch}")
+        w(f"{kernels[0]}{launch}")
     w("return cudaGetLastError();")
     w.ind -= 1
     w("}")
