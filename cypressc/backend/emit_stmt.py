@@ -365,7 +365,9 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
             call += "_partial"
         value = _c(op.value) if op.value is not None else None
         if op.fn == "mask_causal":
-            value = f"{value} - 64 * a"  # the helper sees one atom's 64 rows: shift the diagonal to them
+            # the helper counts rows from its atom's first: atom a's start 64·a rows further down
+            # the tile, so the diagonal offset (first row minus first key) grows by 64·a
+            value = f"{value} + 64 * a"
         args = [f"{n}[a]" for _, n in op.args] + ([value] if value is not None else [])
         stmt = f"cypress::{call}({', '.join(args)});"
     for v in op.reduce:  # an operand of this op: the same atoms (lower_rows refuses mixed rows)

@@ -180,7 +180,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       for (int a = 0; a < 1; ++a) cypress::mask_columns(C_clear_thread_1[a], N);
       // %e9: mask_causal over accumulator rows
       #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::mask_causal(C_clear_thread_1[a], (((b2 * 128) + ((1 - causal) * (N + 128))) + (cw * 64)) - 64 * a);
+      for (int a = 0; a < 1; ++a) cypress::mask_causal(C_clear_thread_1[a], (((b2 * 128) + ((1 - causal) * (N + 128))) + (cw * 64)) + 64 * a);
       // %e10: copy over accumulator rows
       #pragma unroll
       for (int a = 0; a < 1; ++a) { alpha_softmax_thread[a][0] = m_init_thread[a][0]; alpha_softmax_thread[a][1] = m_init_thread[a][1]; }
@@ -238,7 +238,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         for (int a = 0; a < 1; ++a) cypress::mask_columns(C_clear_thread_2[a], (N - ((kb + 1) * 128)));
         // %e24: mask_causal over accumulator rows
         #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::mask_causal(C_clear_thread_2[a], ((((b2 * 128) - ((kb + 1) * 128)) + ((1 - causal) * (N + 128))) + (cw * 64)) - 64 * a);
+        for (int a = 0; a < 1; ++a) cypress::mask_causal(C_clear_thread_2[a], ((((b2 * 128) - ((kb + 1) * 128)) + ((1 - causal) * (N + 128))) + (cw * 64)) + 64 * a);
         // %e25: copy over accumulator rows
         #pragma unroll
         for (int a = 0; a < 1; ++a) { alpha_softmax_thread_1[a][0] = m_init_thread[a][0]; alpha_softmax_thread_1[a][1] = m_init_thread[a][1]; }
