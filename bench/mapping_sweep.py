@@ -5,7 +5,8 @@
     PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --mappings DIR/a.yaml,DIR/b.yaml,... --programs ...
 
 Takes the committed attention mappings and changes the knobs a kernel author turns: the query
-block U (128, 256: one or two 64-row wgmma atoms per consumer warpgroup), the key block W (64,
+block U (128-384) and the consumer warpgroups WGS (2, 3) sharing it (U / WGS rows each: one or
+two 64-row wgmma atoms per warpgroup), the key block W (64,
 128, 192, with every S-shaped atom ``WGMMA_64xWx16``), the pipeline depth (2-4), ping-pong,
 persistent blocks.  Each variant goes through the whole compiler; those the
 compiler builds (``cypressc build``, in process, into a scratch directory) are written to ``DIR/<program>/<base>__<knobs>.yaml`` (``--count`` of them,
@@ -36,11 +37,12 @@ from cypressc.cli import main  # noqa: E402
 
 BASES = {
     "flash_attention3": ["h100_d64_pp_staged_persistent.yaml", "h100_d128_pp_staged_persistent.yaml",
-                         "h100_d64.yaml", "h100_d128.yaml"],
-    "flash_attention2": ["h100_d64.yaml", "h100_d128.yaml"],
+                         "h100_d64.yaml", "h100_d128.yaml", "h100_d64_wg3_staged_persistent.yaml",
+                         "h100_d128_wg3_pp.yaml"],
+    "flash_attention2": ["h100_d64.yaml", "h100_d128.yaml", "h100_d64_wg3.yaml", "h100_d128_w176_pp.yaml"],
 }
-KNOBS = {"U": (128, 256), "W": (64, 128, 192), "pipeline": (2, 3, 4), "pingpong": (False, True),
-         "persistent": (False, True)}
+KNOBS = {"U": (128, 192, 256, 384), "WGS": (2, 3), "W": (64, 128, 192), "pipeline": (2, 3, 4),
+         "pingpong": (False, True), "persistent": (False, True)}
 
 
 def _flag(src: str, key: str, on: bool) -> str:
@@ -55,6 +57,7 @@ def variant(src: str, knobs: dict) -> str:
     The base's S atoms are ``WGMMA_64x<W>x16`` for its own W; they follow the new W."""
     w0 = int(re.search(r"\{W: (\d+)\}", src).group(1))
     src = re.sub(r"\{U: \d+, E: (\d+)\}", rf"{{U: {knobs['U']}, E: \1}}", src)
+    src = re.sub(r"\bWGS: \d+", f"WGS: {knobs['WGS']}", src)
     src = src.replace(f"{{W: {w0}}}", f"{{W: {knobs['W']}}}")
     e = int(re.search(r"E: (\d+)\}", src).group(1))
     if w0 != e:  # S atoms are 64 x W; O's are 64 x E (when W = E they cannot be told apart: keep)
@@ -67,7 +70,8 @@ def variant(src: str, knobs: dict) -> str:
 
 
 def _base_knobs(src: str) -> dict:
-    return {"U": int(re.search(r"\{U: (\d+)", src).group(1)), "W": int(re.search(r"\{W: (\d+)\}", src).group(1)),
+    return {"U": int(re.search(r"\{U: (\d+)", src).group(1)), "WGS": int(re.search(r"\bWGS: (\d+)", src).group(1)),
+            "W": int(re.search(r"\{W: (\d+)\}", src).group(1)),
             "pipeline": int(re.search(r"pipeline: (\d+)", src).group(1)),
             "pingpong": "pingpong: true" in src, "persistent": "persistent: true" in src}
 
