@@ -27,7 +27,8 @@ for d in "$@"; do
   name=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['name'])" "$d"/*.json 2>/dev/null)
   label=$(basename "$d")
   [ -x "$d/$name" ] || make -C "$d" >/dev/null 2>&1 || { echo "no harness binary in $d (make failed)"; continue; }
-  ncu --clock-control none --launch-skip 3 --launch-count 1 $SECTIONS $METRICS --page details \
+  # -k: the harness also launches its random-fill kernels, which are not the ones to profile
+  ncu --clock-control none -k regex:"$name" --launch-skip 3 --launch-count 1 $SECTIONS $METRICS --page details \
     "$d/$name" "$B" "$H" "$M" "$D" "$HK" "$N" "$CAUSAL" "$SCALE" --warmup 3 --iters 3 > "$OUT/ncu_$label.txt" 2>&1
   echo "== $label ($B x $H x $M x $D, causal $CAUSAL)"; show "$OUT/ncu_$label.txt"
 done
