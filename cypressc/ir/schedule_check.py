@@ -184,7 +184,10 @@ def check_schedules(m_sync: N.Module, m_ref: N.Module, *, sizes: dict[str, int] 
     compares the outputs with the sequential interpreter on ``m_ref`` (the
     pre-synchronization IR) on the same random inputs.  Stops at the first deadlock,
     race or mismatch.  A ``float`` parameter of the module not in ``sizes`` is 0.75 (a value
-    that neither vanishes nor leaves what it scales unchanged)."""
+    that neither vanishes nor leaves what it scales unchanged).  With ``persistent``, raises
+    ValueError where :func:`cypressc.ir.concurrent.run_block` does (a main loop whose steps
+    per tile are not a whole number of wraps of a barrier's stages, or ping-pong turns not in
+    the shape :func:`cypressc.ir.sync.carried_turns` expects)."""
     sizes = sizes or small_sizes(m_sync)
     sizes = {**sizes, **{f: 0.75 for f in m_sync.floats if f not in sizes}}
     inputs = random_inputs(m_ref, sizes, seed=seed)
