@@ -1,31 +1,34 @@
 #!/usr/bin/env python3
 """Mapping variants for a GPU correctness sweep: "a mapping change changes speed, never results".
 
-    python3 bench/mapping_sweep.py --out DIR [--count 24] [--seed 1] [--programs flash_attention2,flash_attention3]
-    PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --mappings DIR/a.yaml,DIR/b.yaml,... --programs ...
+    python3 bench/mapping_sweep.py --out DIR [--count 24] [--seed 1] [--programs gemm,flash_attention3,...]
+    PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --programs P --mappings DIR/P/a.yaml,DIR/P/b.yaml,...
 
-Takes the committed attention mappings and changes the knobs a kernel author turns: the query
-block U (128-384) and the consumer warpgroups WGS (2, 3) sharing it (U / WGS rows each: one or
-two 64-row wgmma atoms per warpgroup), the key block W (64,
-128, 192, with every S-shaped atom ``WGMMA_64xWx16``), the pipeline depth (2-4), ping-pong,
-persistent blocks.  Each variant goes through the whole compiler; those the
-compiler builds (``cypressc build``, in process, into a scratch directory) are written to ``DIR/<program>/<base>__<knobs>.yaml`` (``--count`` of them,
-drawn with ``--seed`` from every combination, the base mappings' own values left out) and their
-paths printed, one per line, for ``bench/gpu_check.py --mappings`` (which builds each, checks it
-against PyTorch on NaN-poisoned outputs at ragged, causal and grouped shapes, and runs the
-sanitizers).  Variants the compiler refuses are counted, not written: a refusal is a clear
-error, not a wrong kernel (their diagnostic codes are counted on stderr).  Exit status 1 when none is accepted.
+Starts from every committed mapping of each program and turns the knobs ``cypressc tune``
+turns (:mod:`cypressc.tuner.space`: each tunable bound to one value everywhere — tiles ``U``,
+``V``, ``W``, consumer warpgroups ``WGS`` —, tied atoms, epilogue staging, the BLOCK knobs
+``pipeline``, ``persistent``, ``pingpong``, ``raster``, …), with the tuner's candidates plus
+1.5× each int tunable (192-row query blocks, 3 warpgroups); the atoms whose N is a changed
+tunable's value are tried both as they are and moved with it (FlashAttention's S atoms, 64 × W,
+follow W; its O atoms, 64 × E, stay), the first text the compiler builds kept.  A variant sets one to three knobs to another of their candidates,
+rendered by the tuner's in-place editor; each goes through the whole compiler (``cypressc build``, in process,
+into a scratch directory) and those it builds are written to ``DIR/<program>/<base>__<knobs>.yaml``
+(``--count`` in all, drawn with ``--seed``) and their paths printed, one per line, for
+``bench/gpu_check.py --mappings``, which builds each, checks it against PyTorch on
+NaN-poisoned outputs at its ragged, causal and grouped shapes, and runs the sanitizers.
+Variants the compiler refuses are counted by diagnostic code on stderr, not written: a
+refusal is a located error, not a wrong kernel.  Exit status 1 when none is accepted.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import random
 import re
 import sys
 import tempfile
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -34,46 +37,59 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cypressc.cli import main  # noqa: E402
+from cypressc.lang.checker import check_program  # noqa: E402
+from cypressc.lang.parser import parse_file  # noqa: E402
+from cypressc.mapping.loader import load_mapping_source  # noqa: E402
+from cypressc.mapping.tasktree import instantiate  # noqa: E402
+from cypressc.tuner.space import Space, derive_space  # noqa: E402
 
-BASES = {
-    "flash_attention3": ["h100_d64_pp_staged_persistent.yaml", "h100_d128_pp_staged_persistent.yaml",
-                         "h100_d64.yaml", "h100_d128.yaml", "h100_d64_wg3_staged_persistent.yaml",
-                         "h100_d128_wg3_pp.yaml"],
-    "flash_attention2": ["h100_d64.yaml", "h100_d128.yaml", "h100_d64_wg3.yaml", "h100_d128_w176_pp.yaml"],
-}
-KNOBS = {"U": (128, 192, 256, 384), "WGS": (2, 3), "W": (64, 128, 192), "pipeline": (2, 3, 4),
-         "pingpong": (False, True), "persistent": (False, True)}
-
-
-def _flag(src: str, key: str, on: bool) -> str:
-    """Set the block instance's boolean key ``key`` (added after ``pipeline`` when absent)."""
-    if re.search(rf"\b{key}: (true|false)", src):
-        return re.sub(rf"\b{key}: (true|false)", f"{key}: {'true' if on else 'false'}", src)
-    return re.sub(r"(pipeline: \d+)", rf"\1, {key}: {'true' if on else 'false'}", src, count=1) if on else src
-
-
-def variant(src: str, knobs: dict) -> str:
-    """The mapping text ``src`` with ``knobs`` applied (U, W, pipeline, pingpong, persistent).
-    The base's S atoms are ``WGMMA_64x<W>x16`` for its own W; they follow the new W."""
-    w0 = int(re.search(r"\{W: (\d+)\}", src).group(1))
-    src = re.sub(r"\{U: \d+, E: (\d+)\}", rf"{{U: {knobs['U']}, E: \1}}", src)
-    src = re.sub(r"\bWGS: \d+", f"WGS: {knobs['WGS']}", src)
-    src = src.replace(f"{{W: {w0}}}", f"{{W: {knobs['W']}}}")
-    e = int(re.search(r"E: (\d+)\}", src).group(1))
-    if w0 != e:  # S atoms are 64 x W; O's are 64 x E (when W = E they cannot be told apart: keep)
-        src = src.replace(f"WGMMA_64x{w0}x16", f"WGMMA_64x{knobs['W']}x16")
-    elif knobs["W"] != w0:
-        return ""  # which atoms are S's is not recoverable from the text
-    src = re.sub(r"pipeline: \d+", f"pipeline: {knobs['pipeline']}", src)
-    src = _flag(src, "pingpong", knobs["pingpong"])
-    return _flag(src, "persistent", knobs["persistent"])
+def space_of(program: Path, mapping: Path) -> Space:
+    """The tuner's search space of ``mapping`` for ``program`` (int tunables also get 1.5×
+    their value as a candidate)."""
+    text = mapping.read_text()
+    space = derive_space(instantiate(check_program(parse_file(str(program), {})),
+                                     load_mapping_source(text, str(mapping))), text)
+    knobs = [replace(k, candidates=tuple(sorted({*k.candidates, k.current * 3 // 2})))
+             if k.kind == "tunable" and isinstance(k.current, int) and k.current % 2 == 0 else k
+             for k in space.knobs]
+    return Space(space.lm, space.text, knobs)
 
 
-def _base_knobs(src: str) -> dict:
-    return {"U": int(re.search(r"\{U: (\d+)", src).group(1)), "WGS": int(re.search(r"\bWGS: (\d+)", src).group(1)),
-            "W": int(re.search(r"\{W: (\d+)\}", src).group(1)),
-            "pipeline": int(re.search(r"pipeline: (\d+)", src).group(1)),
-            "pingpong": "pingpong: true" in src, "persistent": "persistent: true" in src}
+def variants(space: Space, values: dict) -> list[str]:
+    """The mapping texts of ``values``: the tuner's rendering, then for each int tunable that
+    ``values`` changes, the same with every atom ``WGMMA_64xNx16`` whose N is that tunable's
+    base value moved to its new value (FlashAttention's S atoms are 64 x W: they follow W; its
+    O atoms, 64 x E, do not).  Which atoms belong to which tunable is not written anywhere, so
+    the caller keeps the first text the compiler builds."""
+    text = space.render(values)
+    out = [text]
+    for name, old in space.base.items():
+        new = values.get(name, old)
+        if isinstance(old, int) and not isinstance(old, bool) and new != old and f"WGMMA_64x{old}x16" in text:
+            out.append(text.replace(f"WGMMA_64x{old}x16", f"WGMMA_64x{new}x16"))
+    return out
+
+
+def label(space: Space, values: dict) -> str:
+    """``U256_W64_pipeline3_pingpong1``: the knobs ``values`` changes from the base."""
+    out = []
+    for k in space.knobs:
+        v = values.get(k.name, k.current)
+        if v != k.current:
+            v = int(v) if isinstance(v, bool) else v
+            out.append(re.sub(r"[^A-Za-z0-9]", "", f"{k.name.split('.')[-1]}{v}"))
+    return "_".join(out)
+
+
+def draw(space: Space, rng: random.Random) -> dict:
+    """One to three searched knobs (not atoms: :func:`variants` moves those) set to
+    another of their candidates, the rest as in the base: most mappings far from a committed
+    one exceed shared memory or registers, or break an atom's shape, and are refused."""
+    vals = dict(space.base)
+    knobs = [k for k in space.knobs if k.searched and k.kind != "atom"]
+    for k in rng.sample(knobs, min(len(knobs), rng.randint(1, 3))):
+        vals[k.name] = rng.choice([c for c in k.candidates if c != k.current])
+    return vals
 
 
 def main_(argv=None) -> int:
@@ -81,33 +97,36 @@ def main_(argv=None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--count", type=int, default=24)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--programs", default=",".join(BASES))
+    ap.add_argument("--programs", default=",".join(sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))))
+    ap.add_argument("--tries", type=int, default=8, help="random draws per committed mapping")
     a = ap.parse_args(argv)
     rng = random.Random(a.seed)
     cands = []
     for prog in a.programs.split(","):
-        for base in BASES[prog]:
-            src = (ROOT / "mappings" / prog / base).read_text()
-            own = _base_knobs(src)
-            for combo in itertools.product(*KNOBS.values()):
-                knobs = dict(zip(KNOBS, combo))
-                if knobs != own:
-                    cands.append((prog, base, knobs))
+        program = ROOT / "programs" / f"{prog}.cyp"
+        for mapping in sorted((ROOT / "mappings" / prog).glob("*.yaml")):
+            space = space_of(program, mapping)
+            for _ in range(a.tries):
+                vals = draw(space, rng)
+                if vals != space.base:
+                    cands.append((prog, program, mapping, space, vals))
     rng.shuffle(cands)
-    runner, written, refused = CliRunner(), [], Counter()
-    for prog, base, knobs in cands:
+    runner, written, refused, seen = CliRunner(), [], Counter(), set()
+    for prog, program, mapping, space, vals in cands:
         if len(written) >= a.count:
             break
-        text = variant((ROOT / "mappings" / prog / base).read_text(), knobs)
-        if not text:
+        name = f"{mapping.stem}__{label(space, vals)}.yaml"
+        if (prog, name) in seen:
             continue
-        name = Path(base).stem + "__" + "_".join(f"{k}{int(v)}" for k, v in knobs.items()) + ".yaml"
+        seen.add((prog, name))
         path = a.out / prog / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        with tempfile.TemporaryDirectory() as tmp:
-            r = runner.invoke(main, ["build", str(ROOT / "programs" / f"{prog}.cyp"), "-m", str(path),
-                                     "-o", str(Path(tmp) / "k")])
+        for text in variants(space, vals):
+            path.write_text(text)
+            with tempfile.TemporaryDirectory() as tmp:
+                r = runner.invoke(main, ["build", str(program), "-m", str(path), "-o", str(Path(tmp) / "k")])
+            if r.exit_code == 0:
+                break
         if r.exit_code != 0:  # by the diagnostic code (E046 shared memory, E047 registers, …)
             refused.update(set(re.findall(r"error\[(\w+)\]", r.output)) or {f"exit {r.exit_code}"})
             path.unlink()

@@ -231,6 +231,13 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         if not ws and plan.mma_in_flight > 1:
             _refuse("`mma_in_flight` above 1 without warp specialization (thread 0 refills the stage "
                     "of the previous step)")
+        if not ws and any(isinstance(o, S.Turn) for o in walk_ops(m.body)):
+            # the IR's turns and the concurrent interpreter do not see the issuer's loads, which
+            # the backend moves into a consumer warpgroup (found hanging on an H100)
+            _refuse("`pingpong` without warp specialization: the issuer thread, in a consumer warpgroup, "
+                    "loads STAGES - 1 steps ahead and waits there for the other warpgroup to release a "
+                    "stage, while its warpgroup holds the turn that the other one waits for (a deadlock); "
+                    "map the block with `warpspecialize: true`, or drop `pingpong`")
         regs = m.resources.register_budget if m.resources is not None else None
         if regs is not None:
             plan.producer_registers, plan.consumer_registers = regs

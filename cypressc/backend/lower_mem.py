@@ -103,6 +103,10 @@ class MemoryLowering:
         if not mmas or dt not in ("f16", "bf16"):
             _refuse(f"copy of a register fragment into {fmt_view(o.args[1])}: the backend stages "
                     "16-bit tiles laid out like the fragment")
+        if f.cols % 64:  # emit_stmt writes and TMA-stores 64 x 64 boxes (128-byte swizzled rows)
+            _refuse(f"a staged epilogue tile of {f.cols} columns ({fmt_view(o.args[1])}): the backend stages "
+                    "boxes of 64 columns; make the tile's columns a multiple of 64, or store it from "
+                    "registers (GLOBAL instead of SHARED in the mems of the store's instances)")
         self._pending_stage = (o, f, root, dt)
         st = P.StageWrite(self.en(o.ev), f.name, root, smem.get(root, (0, 0, 1))[0], dt)
         plan.epilogue.append(st)
