@@ -2,16 +2,20 @@
 of 128-byte swizzled rows.  A tile narrower than 64 columns (flash_attention3 with E = 32 and O
 staged in SHARED, found by bench/mapping_sweep.py on an H100: an illegal shared-memory address,
 since the boxes ran past the 64 x 32 tile) is refused with a located E050 that says what to
-change; the same mapping with O stored from registers builds."""
+change; the same mapping with O stored from registers builds, and bench/gpu_check.py runs its
+harness at a size the kernel accepts."""
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from cypressc.cli import main
+from cypressc.runtime import KernelInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 FA3 = ROOT / "programs" / "flash_attention3.cyp"
@@ -47,3 +51,15 @@ def test_the_same_tile_stored_from_registers_builds(tmp_path):
     assert r.exit_code == 0, r.output
     cu = (tmp_path / "k" / "flash_attention3.cu").read_text()
     assert "64x32 f32 per warpgroup" in cu and "tma_store" not in cu
+    # bench/gpu_check.py times such a build at a size its launcher accepts (D <= E = 32), not at
+    # its table's D = 64 run size, which the kernel refuses
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        gc = importlib.import_module("gpu_check")
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    info = KernelInfo.load_json(tmp_path / "k" / "flash_attention3.json")
+    table = gc.PROGRAMS["flash_attention3"]
+    assert info.failed_requires(table.run)
+    _, check, _, run, why = gc.program_for("flash_attention3", info)
+    assert why == "" and not info.failed_requires(run) and run in check and run["D"] <= 32
