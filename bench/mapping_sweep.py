@@ -5,15 +5,16 @@
     PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --programs P --mappings DIR/P/a.yaml,DIR/P/b.yaml,...
 
 Starts from every committed mapping of each program and turns the knobs ``cypressc tune``
-turns (:mod:`cypressc.tuner.space`: each tunable bound to one value everywhere — tiles ``U``,
-``V``, ``W``, consumer warpgroups ``WGS`` —, tied atoms, epilogue staging, the BLOCK knobs
-``pipeline``, ``persistent``, ``pingpong``, ``raster``, …), with the tuner's candidates plus
-1.5× each int tunable (192-row query blocks, 3 warpgroups); the atoms whose N is a changed
-tunable's value are tried both as they are and moved with it (FlashAttention's S atoms, 64 × W,
-follow W; its O atoms, 64 × E, stay), the first text the compiler builds kept.  A variant sets one to three knobs to another of their candidates,
-rendered by the tuner's in-place editor; each goes through the whole compiler (``cypressc build``, in process,
-into a scratch directory) and those it builds are written to ``DIR/<program>/<base>__<knobs>.yaml``
-(``--count`` in all, drawn with ``--seed``) and their paths printed, one per line, for
+turns (:mod:`cypressc.tuner.space`): each tunable bound to one value everywhere (tiles ``U``,
+``V``, ``W``, consumer warpgroups ``WGS``), tied atoms, epilogue staging and the BLOCK knobs
+(``pipeline``, ``persistent``, ``pingpong``, ``raster``, …).  The candidates are the tuner's
+plus 1.5× each int tunable (192-row query blocks, 3 warpgroups).  A variant sets one to three
+knobs to another of their candidates, rendered by the tuner's in-place editor; the atoms whose
+N is a changed tunable's value are tried both as they are and moved with it (FlashAttention's
+S atoms, 64 × W, follow W; its O atoms, 64 × E, stay), and the first text the compiler builds
+is kept.  Each goes through the whole compiler (``cypressc build``, in process, into a scratch
+directory); those it builds are written to ``DIR/<program>/<base>__<knobs>.yaml`` (``--count``
+in all, drawn with ``--seed``) and their paths printed, one per line, for
 ``bench/gpu_check.py --mappings``, which builds each, checks it against PyTorch on
 NaN-poisoned outputs at its ragged, causal and grouped shapes, and runs the sanitizers.
 Variants the compiler refuses are counted by diagnostic code on stderr, not written: a
@@ -42,6 +43,7 @@ from cypressc.lang.parser import parse_file  # noqa: E402
 from cypressc.mapping.loader import load_mapping_source  # noqa: E402
 from cypressc.mapping.tasktree import instantiate  # noqa: E402
 from cypressc.tuner.space import Space, derive_space  # noqa: E402
+
 
 def space_of(program: Path, mapping: Path) -> Space:
     """The tuner's search space of ``mapping`` for ``program`` (int tunables also get 1.5×
