@@ -16,13 +16,16 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 @pytest.fixture
 def mapping_variant(tmp_path):
-    """``variant(base, old, new)``: a copy of mapping file ``base`` in ``tmp_path`` with the text
-    ``old`` (which must occur) replaced by ``new`` -- one knob changed, the rest as shipped."""
-    def variant(base: Path, old: str, new: str) -> Path:
+    """``variant(base, old, new, *more)``: a copy of mapping file ``base`` in ``tmp_path`` with
+    every ``old`` (which must occur) replaced by ``new`` -- one knob changed, the rest as shipped;
+    ``more`` gives further ``(old, new)`` pairs, applied in order."""
+    def variant(base: Path, old: str, new: str, *more: tuple[str, str]) -> Path:
         text = base.read_text()
-        assert old in text
+        for o, n in ((old, new), *more):
+            assert o in text, o
+            text = text.replace(o, n)
         m = tmp_path / "m.yaml"
-        m.write_text(text.replace(old, new))
+        m.write_text(text)
         return m
     return variant
 

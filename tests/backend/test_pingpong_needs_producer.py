@@ -23,11 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("program, mapping", [("flash_attention2", "h100_d128_pp_staged_persistent"),
                                               ("flash_attention3", "h100_d64_pp")])
-def test_pingpong_without_a_producer_warpgroup_is_refused(tmp_path, program, mapping):
-    src = (ROOT / "mappings" / program / f"{mapping}.yaml").read_text()
-    assert "warpspecialize: true" in src and "pingpong: true" in src
-    path = tmp_path / f"{mapping}_nows.yaml"
-    path.write_text(src.replace("warpspecialize: true", "warpspecialize: false"))
+def test_pingpong_without_a_producer_warpgroup_is_refused(tmp_path, mapping_variant, program, mapping):
+    base = ROOT / "mappings" / program / f"{mapping}.yaml"
+    path = mapping_variant(base, "warpspecialize: true", "warpspecialize: false")
     cyp = ROOT / "programs" / f"{program}.cyp"
     r = CliRunner().invoke(main, ["build", str(cyp), "-m", str(path), "-o", str(tmp_path / "k")])
     assert r.exit_code == 1, r.output
@@ -35,8 +33,7 @@ def test_pingpong_without_a_producer_warpgroup_is_refused(tmp_path, program, map
                      r"specialization: .*deadlock.*`warpspecialize: true`", r.output, re.M), r.output
     assert not (tmp_path / "k").exists()
     # without ping-pong the same mapping builds: the refusal is about the two together
-    path.write_text(src.replace("warpspecialize: true", "warpspecialize: false").replace("pingpong: true",
-                                                                                         "pingpong: false"))
+    path = mapping_variant(base, "warpspecialize: true", "warpspecialize: false", ("pingpong: true", "pingpong: false"))
     r = CliRunner().invoke(main, ["build", str(cyp), "-m", str(path), "-o", str(tmp_path / "k2")])
     assert r.exit_code == 0, r.output
     assert "(turn" not in (tmp_path / "k2" / f"{program}.cu").read_text()  # no turn barrier

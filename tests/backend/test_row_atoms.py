@@ -33,15 +33,8 @@ CXX = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
 
 
-def _tall(program: str, base: str, tmp_path: Path) -> Path:
-    """``base`` with U = 256 query rows (two 64-row atoms per consumer warpgroup) and W = 64 keys."""
-    src = (ROOT / "mappings" / program / base).read_text()
-    src = re.sub(r"\{U: 128, E: 64\}", "{U: 256, E: 64}", src)
-    src = src.replace("{W: 128}", "{W: 64}").replace("WGMMA_64x128x16", "WGMMA_64x64x16")
-    assert "U: 256" in src and "W: 64" in src
-    out = tmp_path / f"{program}_tall.yaml"
-    out.write_text(src)
-    return out
+# U = 256 query rows (two 64-row atoms per consumer warpgroup), W = 64 keys, S's atoms 64 x W
+TALL = (("{U: 128, E: 64}", "{U: 256, E: 64}"), ("{W: 128}", "{W: 64}"), ("WGMMA_64x128x16", "WGMMA_64x64x16"))
 
 
 def _build(tmp_path: Path, program: str, mapping: Path) -> str:
@@ -133,10 +126,11 @@ CASES = [(1000, 1, 0, 0), (1000, 1, 1, 2), (1000, 1, 3, 12), (333, 1, 1, 3), (10
 @pytest.mark.parametrize("program, base", [("flash_attention3", "h100_d64_pp_staged_persistent.yaml"),
                                            ("flash_attention2", "h100_d64.yaml")])
 @pytest.mark.parametrize("tall", [False, True], ids=["one-atom", "two-atoms"])
-def test_each_atom_masks_its_own_rows(tmp_path, program, base, tall):
+def test_each_atom_masks_its_own_rows(tmp_path, mapping_variant, program, base, tall):
     """Every masked element is a key past N or after its query row, and every such key is
     masked, for each consumer warpgroup and atom, on the diagonal tile and off it."""
-    mapping = _tall(program, base, tmp_path) if tall else ROOT / "mappings" / program / base
+    mapping = ROOT / "mappings" / program / base
+    mapping = mapping_variant(mapping, *TALL[0], *TALL[1:]) if tall else mapping
     rows, keys = (256, 64) if tall else (128, 128)
     cu = _build(tmp_path, program, mapping)
     res = _run_masks(tmp_path, cu, rows, 2, keys, CASES)
@@ -146,12 +140,12 @@ def test_each_atom_masks_its_own_rows(tmp_path, program, base, tall):
         assert got == want, (program, j, case, sorted(got ^ want)[:8])
 
 
-def test_the_old_offset_masks_whole_rows_of_the_second_atom(tmp_path):
+def test_the_old_offset_masks_whole_rows_of_the_second_atom(tmp_path, mapping_variant):
     """Teeth: the diagonal shifted the wrong way for atom 1 (``d - 64·a``, the backend before
     this test) masks every key of rows 64-127 of the first query tile -- softmax rows of
     -inf, NaN outputs on the GPU -- and the comparison above catches it."""
-    cu = _build(tmp_path, "flash_attention3", _tall("flash_attention3", "h100_d64_pp_staged_persistent.yaml",
-                                                   tmp_path))
+    base = ROOT / "mappings" / "flash_attention3" / "h100_d64_pp_staged_persistent.yaml"
+    cu = _build(tmp_path, "flash_attention3", mapping_variant(base, *TALL[0], *TALL[1:]))
     bad = cu.replace(") + 64 * a);", ") - 64 * a);")
     assert bad != cu
     res = _run_masks(tmp_path, bad, 256, 2, 64, [(1000, 1, 0, 0)])

@@ -21,22 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 FA3 = ROOT / "programs" / "flash_attention3.cyp"
 
 
-def _e32(tmp_path: Path, staged: bool) -> Path:
-    """h100_d64_pp_staged with E = 32 (O: 64 x 32 per warpgroup), O staged or not."""
-    src = (ROOT / "mappings" / "flash_attention3" / "h100_d64_pp_staged.yaml").read_text()
-    assert "{U: 128, E: 64}" in src and "mems: [NONE, SHARED]" in src
-    src = src.replace("{U: 128, E: 64}", "{U: 128, E: 32}")
-    src = src.replace("WGMMA_64x64x16", "WGMMA_64x32x16")  # O's atoms, 64 x E; S's are 64 x W = 128
-    if not staged:
-        src = src.replace("mems: [NONE, SHARED]", "mems: [NONE, GLOBAL]").replace(
-            "mems: [REGISTER, SHARED]}", "mems: [REGISTER, GLOBAL]}")
-    path = tmp_path / f"e32_{'staged' if staged else 'direct'}.yaml"
-    path.write_text(src)
-    return path
+BASE = ROOT / "mappings" / "flash_attention3" / "h100_d64_pp_staged.yaml"
+# E = 32: O is 64 x 32 per warpgroup; O's atoms are 64 x E (S's, 64 x W = 128, stay)
+E32 = (("{U: 128, E: 64}", "{U: 128, E: 32}"), ("WGMMA_64x64x16", "WGMMA_64x32x16"))
+DIRECT = (("mems: [NONE, SHARED]", "mems: [NONE, GLOBAL]"), ("mems: [REGISTER, SHARED]}", "mems: [REGISTER, GLOBAL]}"))
 
 
-def test_a_staged_tile_narrower_than_a_box_is_refused(tmp_path):
-    mapping = _e32(tmp_path, staged=True)
+def test_a_staged_tile_narrower_than_a_box_is_refused(tmp_path, mapping_variant):
+    mapping = mapping_variant(BASE, *E32[0], *E32[1:])
     r = CliRunner().invoke(main, ["build", str(FA3), "-m", str(mapping), "-o", str(tmp_path / "k")])
     assert r.exit_code == 1, r.output
     assert re.search(rf"^{re.escape(str(mapping))}:\d+:\d+: error\[E050\]: .*a staged epilogue tile of 32 "
@@ -45,8 +37,8 @@ def test_a_staged_tile_narrower_than_a_box_is_refused(tmp_path):
     assert not (tmp_path / "k").exists()  # nothing half-written
 
 
-def test_the_same_tile_stored_from_registers_builds(tmp_path):
-    mapping = _e32(tmp_path, staged=False)
+def test_the_same_tile_stored_from_registers_builds(tmp_path, mapping_variant):
+    mapping = mapping_variant(BASE, *E32[0], *E32[1:], *DIRECT)
     r = CliRunner().invoke(main, ["build", str(FA3), "-m", str(mapping), "-o", str(tmp_path / "k")])
     assert r.exit_code == 0, r.output
     cu = (tmp_path / "k" / "flash_attention3.cu").read_text()
