@@ -30,6 +30,23 @@ def mapping_variant(tmp_path):
     return variant
 
 
+def ring_joins_off(mp: pytest.MonkeyPatch) -> None:
+    """Compile with no ring joins (:mod:`cypressc.passes.rings`) while ``mp`` is active."""
+    import cypressc.passes.resource_allocation as ra
+    import cypressc.passes.warp_specialization as ws
+
+    mp.setattr(ra, "ring_joins", lambda m, warpspecialize: {})
+    mp.setattr(ws, "ring_joins", lambda m, warpspecialize: {})
+
+
+@pytest.fixture
+def no_ring_joins(monkeypatch):
+    """Compile with no ring joins (:mod:`cypressc.passes.rings`): FlashAttention-3's peeled K
+    tile and last V tile keep buffers of their own, as for the tests of what such buffers
+    need (byte sharing, free and next-tile barriers) that no other program reaches."""
+    ring_joins_off(monkeypatch)
+
+
 @pytest.fixture
 def wall_clock():
     """A stand-in for ``cypressc.tuner.timing.interleaved`` on the CPU: the same rounds and the

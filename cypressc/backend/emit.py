@@ -356,9 +356,14 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
                 w(advance[f"stage{s}"])
             w.close()
         emit_stmts(w, p, after)
-    for s in sfx:
+    for n, s in enumerate(sfx):
+        extra = p.ring_extra[n] if n < len(p.ring_extra) and p.persistent else 0
+        if extra and f"stage{s}" in advance:  # the stage rings' positions taken outside the loop
+            w(f"// ring positions of the tiles copied outside main loop {n}: {extra} per tile")
+            for _ in range(extra):
+                w(advance[f"stage{s}"])
         if f"kbase{s}" in uses:
-            w(f"kbase{s} += num_k{s};")
+            w(f"kbase{s} += num_k{s}{f' + {extra}' if extra else ''};")
     if "tphase" in uses:
         w("tphase ^= 1;")
     w.close()

@@ -67,6 +67,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         self.kname = "kb"  # the main-loop variable in the kernel ("kn": a load issued STAGES - 1 steps ahead)
         self.lp: N.For | None = None  # the main loop whose statements are being lowered
         self.loop_no = 0  # ... its place among the block's main loops
+        self.section = "loop"  # before / loop / after: where in the tile the statement lies
         self.persistent = False
         self.warpspecialize = True
         self.plan: P.KernelPlan | None = None
@@ -113,13 +114,17 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         """The kernel variable ``base`` (num_k, stage, phase, kbase) of the main loop being lowered."""
         return base + P.KernelPlan.loop_suffix(self.loop_no)
 
-    def pos(self, e: N.IExpr, after: bool = False) -> N.IExpr:
+    def pos(self, e: N.IExpr, after: bool | None = None) -> N.IExpr:
         """A pipeline position of the IR (stage index, phase parity) over the kernel's
         variables: the role's running counters, or the block's running step in a persistent
-        block (see :mod:`cypressc.backend.sync_lower`)."""
+        block (see :mod:`cypressc.backend.sync_lower`); ``after`` (default: the section being
+        lowered) says the position is counted from the loop's end."""
+        if after is None:
+            after = self.section == "after"
         if self.lp is not None and self.lp.pipeline and static(self.lp.lo) == 0:
             names = ("istage", "iphase") if self.kname == "kn" else (self._loop_var("stage"), self._loop_var("phase"))
-            out = counted(e, self.kvar, self.lp.hi, self.lp.pipeline, after, *names)
+            before = self.lp.lo if self.section == "before" else None
+            out = counted(e, self.kvar, self.lp.hi, self.lp.pipeline, after, *names, before=before)
             if out is not None:
                 self.plan.counters.add((self.role, names[0]))
                 return out
@@ -254,7 +259,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             code.loops, code.afters = [[] for _ in loops], [[] for _ in loops]
         roles = m.role_map()
         for sec, n, ops in sections:
-            self.lp, self.kvar, self.loop_no = loops[n], loops[n].var, n
+            self.lp, self.kvar, self.loop_no, self.section = loops[n], loops[n].var, n, sec
             for o in ops:
                 if isinstance(o, N.For):
                     _refuse("a sequential loop inside the main loop")
@@ -274,7 +279,8 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                 else:
                     code = plan.producer if role == "producer" else plan.consumer
                     (code.before if sec == "before" else (code.loops if sec == "loop" else code.afters)[n]).append(st)
-        self.lp, self.kvar, self.loop_no = lp, lp.var, 0
+        self.lp, self.kvar, self.loop_no, self.section = lp, lp.var, 0, "loop"
+        plan.ring_extra = [x.ring_extra for x in loops]
         for code in (plan.consumer, plan.producer):
             code.before = fold_zero_fills(code.before)
             code.loops = [fold_zero_fills(x) for x in code.loops]

@@ -491,6 +491,7 @@ class KernelPlan:
     issue_ahead: list = field(default_factory=list)  # no producer: the issuer's loads, STAGES - 1 steps ahead
     entry: list = field(default_factory=list)  # consumer statements before the first tile
     exit: list = field(default_factory=list)  # consumer statements after the last tile
+    ring_extra: list = field(default_factory=list)  # per main loop: ring positions per tile besides its steps
     counters: set = field(default_factory=set)  # (role, "stage" | "istage" | "kbase", suffixed per main loop: "stage_1", …) the code uses
     requires: list[Require] = field(default_factory=list)
     flops: IExpr = IConst(0.0)  # useful floating-point operations of one launch, over the sizes

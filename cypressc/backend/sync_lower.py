@@ -76,18 +76,32 @@ def _offset(e: N.IExpr, kvar: str) -> int | None:
     return None
 
 
+def _from_lo(e: N.IExpr, lo: N.IExpr, kvar: str) -> N.IExpr:
+    """``e`` with each unfolded ``lo + c`` (a stage ring member's position before the loop,
+    :mod:`cypressc.passes.rings`) counted from the loop variable: ``kvar + c``."""
+    if isinstance(e, N.IBin):
+        if e.op == "+" and e.a == lo and isinstance(e.b, N.IConst):
+            return N.IBin("+", N.IVar(kvar), e.b)
+        return N.IBin(e.op, _from_lo(e.a, lo, kvar), _from_lo(e.b, lo, kvar))
+    return e
+
+
 def counted(e: N.IExpr, kvar: str, hi: N.IExpr, depth: int, after: bool,
-            stage: str, phase: str) -> N.IExpr | None:
+            stage: str, phase: str, before: N.IExpr | None = None) -> N.IExpr | None:
     """Pipeline position ``e`` through the running counters of the role: ``stage`` =
     (steps so far) mod ``depth`` and ``phase`` = its parity, which the kernel advances once
     per step (so a persistent block's tiles run on).  Matches the forms sync-insertion writes
     -- ``(k + c) % D`` and ``((k + c) // D + p) % 2`` for ``|c| < D``, over the loop bound
-    ``hi`` after the loop -- and returns None for any other (then kept as it is).  The
+    ``hi`` after the loop, over ``before`` (the loop's lower bound) before it, where the
+    counters still hold the tile's first position -- and returns None for any other (then
+    kept as it is).  The
     result is a kernel expression over the counters, without a division: ``stage + c``
     wrapped by a select, the parity flipped (``^``) where that step crossed a wrap."""
     st, ph = N.IVar(stage), N.IVar(phase)
     if after:
         e = _replace(e, hi, N.IVar(kvar))
+    elif before is not None:
+        e = _from_lo(e, before, kvar)
     if not (isinstance(e, N.IBin) and e.op == "%" and isinstance(e.b, N.IConst)):
         return None
     if e.b.value == depth and (c := _offset(e.a, kvar)) is not None and abs(c) < depth:
@@ -151,6 +165,8 @@ def _note(op, names) -> str:
             what += ", into the loop" if e.via == "entry" else ", after the loop"
         elif e.via == "tile":
             what += ", the next tile"
+        elif e.via == "ring":
+            what += f", {e.distance} ring position(s) on"
         part = f"{src} -> {dst} ({what})"
         if part not in parts:
             parts.append(part)

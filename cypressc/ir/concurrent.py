@@ -56,7 +56,8 @@ from cypressc.ir.concurrent_state import (BLOCK, WG, Bar, Finding, Region, Sched
                                          op_label)
 from cypressc.ir.printer import _Printer
 
-__all__ = ["Finding", "ScheduleFailure", "run_block", "block_ops", "op_label", "pipeline_ring", "tile_trips"]
+__all__ = ["Finding", "ScheduleFailure", "run_block", "block_ops", "op_label", "pipeline_ring", "tile_trips",
+           "ring_steps"]
 
 
 def block_ops(b: N.Block):
@@ -77,6 +78,14 @@ def tile_trips(m: N.Module, vi: I._Interp, env: dict) -> list[int]:
     (``vi``: an interpreter at the sizes, its root scope holding the block program's lets)."""
     return [int(vi.expr(op.hi, vi.root, env)) - int(vi.expr(op.lo, vi.root, env)) for op in block_ops(m.body)
             if isinstance(op, N.For) and any(d.proc == BLOCK for d in op.dims)]
+
+
+def ring_steps(m: N.Module, vi: I._Interp, env: dict) -> list[int]:
+    """The stage-ring positions each block-level loop of ``m`` advances in the tile at
+    ``env``: its trip count plus the positions its ring members outside it take
+    (``ring_extra``, :mod:`cypressc.passes.rings`)."""
+    loops = [op for op in block_ops(m.body) if isinstance(op, N.For) and any(d.proc == BLOCK for d in op.dims)]
+    return [n + op.ring_extra for n, op in zip(tile_trips(m, vi, env), loops)]
 
 
 class _Concurrent(OpSemantics):
@@ -210,13 +219,14 @@ class _Concurrent(OpSemantics):
 
     def check_positions_carry(self) -> None:
         """Tiles run back to back on one pipeline only where each block-level loop's trip
-        count is a multiple of twice every barrier's stage count (stage and parity then
+        count (with its ring members' positions, :func:`ring_steps`) is a multiple of twice
+        every barrier's stage count (stage and parity then
         restart where the IR's per-tile positions do); ValueError otherwise."""
         ring = pipeline_ring(self.m)
         for env in self.tiles:
-            for n in tile_trips(self.m, self.vi, env):
+            for n in ring_steps(self.m, self.vi, env):
                 if n % ring:
-                    raise ValueError(f"a main loop steps {n} time(s) in a tile, not a multiple of {ring}: "
+                    raise ValueError(f"a main loop steps {n} ring position(s) in a tile, not a multiple of {ring}: "
                                      "the tiles of one block would not restart the pipeline positions")
 
     # -- the scheduler ----------------------------------------------------------------

@@ -10,7 +10,11 @@ block program, with the data hazard it protects.  Edges are read off the IR only
 * ``after``: ``c`` waits for a loop, i.e. for the leaves its body yields (last iteration);
 * ``carried``: a loop's yields at iteration k precede every op of iteration k + d; ``d``
   is the first distance at which the two ops touch the same data (a stage buffer of
-  depth D gives d = D: the write-after-read back edge of pipelining, §4.2.5).
+  depth D gives d = D: the write-after-read back edge of pipelining, §4.2.5);
+* ``ring``: a read of a stage ring that has members outside its loop (FlashAttention-3's
+  peeled K tile in the key loop's K ring) and the copy that refills the stage D positions
+  later (:meth:`Program._ring_deps`); event edges between a member's ops and the loop's on
+  that ring touch different positions and are dropped.
 
 An edge protects a hazard when the two ops touch overlapping views of one tensor (or two
 tensors that resource allocation let share bytes, ``module.resources.war``) and one of
@@ -124,6 +128,7 @@ class Program:
         self.leaves: dict[str, Leaf] = {}
         self.loops: dict[str, tuple[N.For | N.PFor, tuple[N.For, ...], int]] = {}
         self.pfor = False
+        self._rings: dict[str, list[Leaf]] | None = None
         self._walk(m.body, (), (), itertools.count())
 
     # -- structure ------------------------------------------------------------------------
@@ -162,6 +167,64 @@ class Program:
     def under(self, lp: N.For) -> list[Leaf]:
         """The leaves inside loop ``lp`` (at any depth)."""
         return [lf for lf in self.leaves.values() if lp in lf.loops]
+
+    # -- stage rings with members outside their loop (warp specialization's ring joins) ------
+    def ring_member(self, lf: Leaf) -> bool:
+        """A TMA copy outside every loop into a stage ring (a peeled step's tile that joined
+        the loop's ring, :mod:`cypressc.passes.rings`)."""
+        return lf.kind == "tma_load" and not lf.loops and self.sym.root(lf.op.dst) in self.stages
+
+    def rings(self) -> dict[str, list[Leaf]]:
+        """Stage ring (root) -> its member copies outside the loop, in program order."""
+        if self._rings is None:
+            self._rings = {}
+            for lf in sorted(self.leaves.values(), key=lambda x: x.seq):
+                if self.ring_member(lf):
+                    self._rings.setdefault(self.sym.root(lf.op.dst), []).append(lf)
+        return self._rings
+
+    def ring_loop(self, root: str) -> N.For | None:
+        """The loop whose steps fill stage ring ``root``."""
+        return next((lf.loops[0] for lf in self.leaves.values() if lf.kind == "tma_load" and lf.loops
+                     and self.sym.root(lf.op.dst) == root), None)
+
+    def _ring_class(self, lf: Leaf, root: str) -> str:
+        """Which ring positions a leaf touching ring ``root`` can touch: ``loop`` (a step's),
+        ``pre`` / ``post`` (a member's, before / after the loop)."""
+        if lf.loops:
+            return "loop"
+        lp = self.ring_loop(root)
+        return "pre" if lp is None or lf.seq < self.loops[lp.ev][2] else "post"
+
+    def _ring_deps(self) -> list[Dep]:
+        """WAR hazards of a stage ring with members: a read of one ring position and the copy
+        that next fills its stage, D positions on (in this tile or, past the last positions, the
+        next).  Which reader and copy those are depends on the trip count, so every pair of a
+        reader and a copy of the ring with a member among them gets one (``via = "ring"``):
+        the ring's empty mbarrier realizes them all, each copy waiting for the phase of its
+        position and each reader releasing the stage it read."""
+        out = []
+        for root in self.rings():
+            lp = self.ring_loop(root)
+            depth = self.stages[root]
+            copies = [c for c in self.leaves.values() if c.kind == "tma_load" and self.sym.root(c.op.dst) == root]
+            for p in self.leaves.values():
+                if p.kind == "tma_load" or not self._reads(p, root):
+                    continue
+                for c in copies:
+                    if p.loops and c.loops:
+                        continue  # the loop's own ring: carried edges
+                    out.append(Dep(p.op.ev, c.op.ev, "ring", lp.ev if lp is not None else "", depth, "war",
+                                   root, root, "SHARED", self._scope(p, c, (), root, root)))
+        return out
+
+    def _across_ring(self, d: Dep) -> bool:
+        """An event edge between ops of different position classes of a ring with members (a
+        member's and the loop's, or before and after the loop): its positions differ, so the
+        edge is no hazard, and the ring's WAR hazards are :meth:`_ring_deps`'."""
+        if d.tensor != d.other or d.tensor not in self.rings() or not d.dst:
+            return False
+        return self._ring_class(self.leaves[d.src], d.tensor) != self._ring_class(self.leaves[d.dst], d.tensor)
 
     def stage(self, lf: Leaf) -> tuple[N.IExpr, int]:
         """The stage index and depth of the staged SHARED buffer a TMA copy writes
@@ -285,7 +348,10 @@ class Program:
         out: dict[tuple, Dep] = {}
         for p, c, via, lp, idx in self._routes():
             for d in self._hazards(p, c, via, lp, idx):
-                out.setdefault((d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d)
+                if not self._across_ring(d):
+                    out.setdefault((d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d)
+        for d in self._ring_deps():
+            out.setdefault((d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d)
         for lf in self.leaves.values():
             if lf.kind == "tma_store":  # its shared source must outlive the TMA's reads
                 root = self.sym.root(lf.op.src)
@@ -341,7 +407,7 @@ class Program:
         implied through a TMA store that reads after them."""
         out = []
         for c in self.leaves.values():
-            if c.kind != "tma_load" or c.loops:
+            if c.kind != "tma_load" or c.loops or self.ring_member(c):  # a ring's next tile: _ring_deps
                 continue
             root = self.sym.root(c.op.dst)
             # a tensor that shares the copy's bytes (resource allocation: used after it in the
@@ -510,6 +576,8 @@ class Program:
         if d.hazard == "end":
             return ("bulk",)
         c = self.leaves[d.dst]
+        if d.via == "ring":  # the ring's empty mbarrier: readers release, the next fill waits
+            return ("empty",)
         if d.via == "tile" and c.kind == "tma_load":
             if d.hazard == "waw":  # thread code writing bytes the copy shares: a TMA store of them
                 return ("implied",)  # reads after the writes, and the copy waits for that read

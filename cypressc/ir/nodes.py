@@ -277,6 +277,9 @@ class For:
     body: Block
     dims: tuple[Dim, ...] = ()
     pipeline: int = 0  # stage depth requested by the mapping (0: not pipelined)
+    # positions of the loop's stage rings that copies outside it take per tile (a peeled step's
+    # tile: warp-specialization's ring joins, :mod:`cypressc.passes.rings`)
+    ring_extra: int = 0
 
 
 @dataclass(frozen=True, slots=True)

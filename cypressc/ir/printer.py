@@ -107,6 +107,7 @@ class _Printer:
                               f"{self.pre(op.pre)}{self.role(op.ev)}")
         elif isinstance(op, N.For):
             pipe = f" pipeline({op.pipeline})" if op.pipeline else ""
+            pipe += f" ring(+{op.ring_extra} per tile)" if op.ring_extra else ""
             self.lines.append(f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = for %{op.var} in "
                               f"[{fmt_expr(op.lo)}, {fmt_expr(op.hi)}){pipe} {self.pre(op.pre)} do")
             self.block(op.body, ind + 1)
@@ -191,7 +192,8 @@ def _edges(edges, ev) -> str:
             out.append(f"{', '.join(names)} -> end (the TMA store reads %{tensor})")
             continue
         how = {"same": "", "entry": ", into the loop", "after": ", after the loop",
-               "carried": f", {dist} iteration(s) later", "tile": ", the next tile"}[via]
+               "carried": f", {dist} iteration(s) later", "tile": ", the next tile",
+               "ring": f", its stage's next fill, {dist} ring position(s) on"}[via]
         if hz == "turn":  # the Tensor Core, not a tensor: the previous warpgroup's run, then this one's
             out.append(f"{', '.join(names)} -> {ev(dst)} (turn{how})")
             continue

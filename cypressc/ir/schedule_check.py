@@ -70,7 +70,8 @@ def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
             h, peeled = unlet(h.a), int(h.b.value)
         if isinstance(h, N.IBin) and h.op == "cdiv" and isinstance(h.b, N.IConst):
             # a sequential loop runs twice (barrier phases carry over); a pipeline wraps
-            trips = wraps * op.pipeline if getattr(op, "pipeline", 0) else 2
+            # (members of its stage rings outside it take ring_extra positions per tile)
+            trips = wraps * op.pipeline - getattr(op, "ring_extra", 0) if getattr(op, "pipeline", 0) else 2
             for name in _bounding(h.a):
                 if name in out:
                     out[name] = max(out[name], (trips + peeled) * int(h.b.value))
@@ -158,7 +159,7 @@ def two_tile_sizes(m: N.Module, base: dict[str, int] | None = None) -> dict[str,
     def trips(sizes: dict, blocks: list[dict]) -> list[int]:
         vi = I._Interp(m, sizes, {p.name: None for p in m.params}, None)
         C._Concurrent._define(vi.root, m.body)
-        return [n for b in blocks for n in C.tile_trips(m, vi, b)]
+        return [n for b in blocks for n in C.ring_steps(m, vi, b)]
 
     want = trips(base, grid_blocks(m, base)[:1])
     if any(n % C.pipeline_ring(m) for n in want):  # the pipeline positions would not restart with the tile

@@ -50,7 +50,7 @@ TURN_KINDS = ("take", "pass")
 # named barrier ids the kernel may use: 1..7 (cypress::named_sync goes through CUTLASS's
 # NamedBarrier, which adds the 8 ids it reserves; 0 is __syncthreads)
 NAMED_BARRIERS = 7
-VIAS = ("same", "entry", "after", "carried", "end", "tile")
+VIAS = ("same", "entry", "after", "carried", "end", "tile", "ring")
 BARRIER_KINDS = ("full", "empty")
 GROUP_UNITS = ("wgmma", "bulk")
 FENCE_KINDS = ("wgmma", "proxy_async")
@@ -69,7 +69,8 @@ class Edge:
     block program); ``hazard`` is what the edge protects (``raw``/``war``/``waw`` on
     ``tensor``, or ``end``); ``via`` how the edge reaches ``dst`` (``same`` iteration,
     ``entry`` into a loop, ``after`` a loop, ``carried`` ``distance`` iterations later,
-    ``tile``: into the block's next tile).
+    ``tile``: into the block's next tile; ``ring``: a stage ring's next fill of a stage,
+    D positions on, where the ring has members outside its loop).
     """
 
     src: str

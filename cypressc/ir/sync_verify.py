@@ -352,7 +352,10 @@ def _verify(m: N.Module, trips) -> None:
         covered = []
         for d in deps:
             needs = prog.needs(d)
-            if "implied" not in needs:
+            if d.via == "ring":
+                _check_ring(run, prog, d, deps)
+                covered.append(d)
+            elif "implied" not in needs:
                 for a, b in run.instances(d):
                     _check(run, prog, d, needs, a, b)
                 covered.append(d)
@@ -362,12 +365,60 @@ def _verify(m: N.Module, trips) -> None:
                              "not synchronized and no path of synchronized edges implies it")
 
 
+def _fills(run: _Run) -> dict[tuple, list[tuple[str, dict]]]:
+    """(full barrier, stage) -> the (copy event, loop values) of each fill, in order."""
+    out: dict[tuple, list[tuple[str, dict]]] = {}
+    for role, tr in run.traces.items():
+        for op, env in tr:
+            if isinstance(op, N.Copy) and op.bar is not None:
+                out.setdefault((op.bar.bar, run.val(op.bar.stage, env)), []).append((op.ev, env))
+    return out
+
+
+def _raw_readers(prog: Program, deps: list[Dep]) -> dict[str, set[str]]:
+    """TMA copy -> the events that read its bytes (its full-barrier edges)."""
+    out: dict[str, set[str]] = {}
+    for d in deps:
+        if d.dst and "full" in prog.needs(d):
+            out.setdefault(d.src, set()).add(d.dst)
+    return out
+
+
+def _check_ring(run: _Run, prog: Program, d: Dep, deps: list[Dep]) -> None:
+    """A ``ring`` edge (:meth:`Program._ring_deps`): wherever the copy ``d.dst`` refills a
+    stage whose previous fill ``d.src`` read, the copy's role waits first on the ring's empty
+    barrier for the phase that previous fill's release completes (the release itself, after
+    the read retired, :func:`_releases` checks)."""
+    name = f"the WAR edge %{d.src} -> %{d.dst} on %{d.other} (ring)"
+    ename = next((b.name for b in run.bars.values() if b.kind == "empty" and d.edge() in b.edges), None)
+    if ename is None:
+        raise _error(f"{name}: no empty barrier guards the ring")
+    readers, fills = _raw_readers(prog, deps), _fills(run)
+    for (ev, _), (role, i) in list(run.where.items()):
+        if ev != d.dst:
+            continue
+        op, env = run.traces[role][i]
+        s = run.val(op.bar.stage, env)
+        seq = fills.get((op.bar.bar, s), [])
+        n = next(j for j, (e, v) in enumerate(seq) if e == ev and v is env)
+        if n == 0 or d.src not in readers.get(seq[n - 1][0], ()):
+            continue
+        ok = [j for j in run.between(role, -1, i, lambda o: isinstance(o, S.Wait) and o.bar == ename)
+              if run.val(run.traces[role][j][0].stage, run.traces[role][j][1]) == s
+              and run.phase[id(run.traces[role][j][0]), tuple(run.traces[role][j][1].items())] >= n - 1]
+        if not ok:
+            raise _error(f"{name}: fill #{n} of %{ename}[{s}] does not wait for phase {n - 1}")
+
+
 def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
-    """Every arrival on an empty barrier comes after the readers of the fill it releases."""
+    """Every arrival on an empty barrier comes after the readers of the fill it releases (on
+    a stage ring with members outside its loop: the readers of that fill's copy)."""
     readers: dict[str, list[Dep]] = {}
     for d in deps:
         if prog.needs(d) == ("empty",):
             readers.setdefault(d.dst, []).append(d)
+    members = {lf.op.ev for ms in prog.rings().values() for lf in ms}
+    copy_fills, raw = _fills(run), _raw_readers(prog, deps)
     fill_of: dict[tuple, list[dict]] = {}  # (full barrier, stage) -> loop env of each fill, in order
     for role, tr in run.traces.items():
         for op, env in tr:
@@ -384,6 +435,17 @@ def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
             fills = fill_of.get((full.name, s), []) if full else []
             if q >= len(fills):
                 raise _error(f"arrival on %{op.bar}[{s}] releases fill #{q}, which never happens")
+            if members & set(bar.channel):  # the fill's own copy says who read it
+                fev, fenv = copy_fills[(full.name, s)][q]
+                for d in {d for ev in bar.channel for d in readers.get(ev, [])}:
+                    p = prog.leaves[d.src]
+                    if p.role != role or d.src not in raw.get(fev, ()) or d.edge() not in bar.edges:
+                        continue
+                    at = run.pos(d.src, tuple(fenv.get(lp.var) for lp in p.loops))
+                    if at is None or at[1] > pos:
+                        raise _error(f"%{op.bar}[{s}] is released before its reader %{d.src} ran")
+                    _retired(run, d, at[1], pos, op)
+                continue
             for ev in bar.channel:
                 for d in readers.get(ev, []):
                     p = prog.leaves[d.src]

@@ -11,7 +11,9 @@ interference graph does not fit, the error tabulates every tensor, its bytes and
 live range, and names the knobs to turn: this program's own tile and warpgroup tunables
 (:mod:`cypressc.passes.hints`), and only mapping knobs that can still move.
 
-Buffers of a pipelined loop (``for … pipeline(D)``) count D times.  In a persistent
+Buffers of a pipelined loop (``for … pipeline(D)``) count D times; a tile that joins a stage
+ring (:mod:`cypressc.passes.rings`: FlashAttention-3's peeled K and last V tiles) has no bytes
+of its own and widens its ring's live range.  In a persistent
 kernel the next tile writes every tensor again, so two tensors share bytes only when the
 earlier one is copied in from GLOBAL memory once per tile, outside every loop (its next
 copy then waits, through sync-insertion's ``tile`` edges, for the later one's readers too:
@@ -42,6 +44,7 @@ from cypressc.ir.origin import Sites
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
 from cypressc.passes.hints import fmt_tunables, tunable_roles
+from cypressc.passes.rings import ring_joins
 
 __all__ = ["resource_allocation", "DTYPE_BYTES", "REGISTER_OVERHEAD"]
 
@@ -102,9 +105,9 @@ class _ProgramOrder:
         return self.pos[id(lp)], max([self.pos[id(x)] for x in walk_ops(lp.body)] + [self.pos[id(lp)]])
 
 
-def _live(m: N.Module) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+def _live(m: N.Module, joins: dict | None = None) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
     """Live range in one tile (first, last position in program order) and stage count per
-    SHARED tensor."""
+    SHARED tensor; a ring member's (``joins``, :mod:`cypressc.passes.rings`) widens its ring's."""
     po = _ProgramOrder(m)
     order, pos = po.ops, po.pos
     spans: dict[str, list[int]] = {}
@@ -131,6 +134,11 @@ def _live(m: N.Module) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
         if n in loop_span:  # a loop buffer is live across all iterations of its loop
             lo, hi = min(lo, loop_span[n][0]), max(hi, loop_span[n][1])
         out[n] = (lo, hi)
+    for name, j in (joins or {}).items():
+        if name in out and j.ring in out:
+            a, b = out.pop(name), out[j.ring]
+            out[j.ring] = (min(a[0], b[0]), max(a[1], b[1]))
+        stages.pop(name, None)
     return out, stages
 
 
@@ -190,8 +198,10 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
     persistent = bool(inst is not None and inst.persistent)
     # a copy's wait on its readers' release needs a producer role apart from those readers
     ws = bool(inst is not None and inst.warpspecialize)
-    allocs = {o.name: o for o in walk_ops(m.body) if isinstance(o, N.Alloc) and o.mem == "SHARED"}
-    live, stages = _live(m)
+    joins = ring_joins(m, ws)  # tiles that take a position of a stage ring have no bytes of their own
+    allocs = {o.name: o for o in walk_ops(m.body)
+              if isinstance(o, N.Alloc) and o.mem == "SHARED" and o.name not in joins}
+    live, stages = _live(m, joins)
     size = {n: _bytes(a, m.sites) * stages.get(n, 1) * _replicas(a) for n, a in allocs.items()}
     pipe = max(stages.values(), default=1)
     barrier_bytes = 2 * 8 * pipe + ALIGN  # full/empty mbarriers + alignment slack

@@ -36,15 +36,18 @@ class TmaChannels(Placement):
     ``ops`` (leaves by program position, ops by id)."""
 
     def _channels(self, full: dict[str, list[Dep]], empty: dict[str, list[Dep]],
-                  tile: dict[str, list[Dep]] | None = None) -> None:
+                  tile: dict[str, list[Dep]] | None = None, ring: dict[str, list[Dep]] | None = None) -> None:
         """Group the TMA copies into channels: one loop, stage index, role and shape, the same
         wait point per consumer role and the same release point per reader role (in the loop,
         and into the next tile for ``tile``'s copies outside it) — sharing a barrier then never
         makes an op wait longer or a stage come back later."""
-        tile = tile or {}
+        tile, ring = tile or {}, ring or {}
+        members = {lf.op.ev for ms in self.prog.rings().values() for lf in ms}
         groups: dict[tuple, list[Leaf]] = {}
-        for ev in sorted(set(full) | set(empty) | set(tile), key=lambda x: self.prog.leaves[x].seq):
+        for ev in sorted(set(full) | set(empty) | set(tile) | set(ring), key=lambda x: self.prog.leaves[x].seq):
             lf = self.prog.leaves[ev]
+            if ev in members:  # on its ring's channel (_channel)
+                continue
             if len(lf.loops) > 1:
                 raise _Refuse(f"TMA copy %{ev} in a nested loop")
             stage, depth = self.prog.stage(lf)
@@ -56,7 +59,7 @@ class TmaChannels(Placement):
                    tuple(sorted((r, tuple((id(a), sd, n) for a, sd, n, _, _ in v[0])) for r, v in nxt.items())))
             groups.setdefault(key, []).append(lf)
         for (_, _, _, _, stage, depth, _, _, _), copies in groups.items():
-            self._channel(copies, stage, depth, full, empty)
+            self._channel(copies, stage, depth, full, empty, ring)
             deps = [d for c in copies for d in tile.get(c.op.ev, [])]
             if deps:
                 self._tile_channel(copies, deps)
@@ -187,6 +190,12 @@ class TmaChannels(Placement):
                                         evs, ee, bdims, same_tile=parity == 0))
         self.put(first.op, "before", S.Wait, ("wait", ename),
                  lambda ins: S.Wait(ename, N.IConst(0), N.IConst(parity), first.role, ee, first.op.dims))
+        self._put_releases(release, ename, N.IConst(0))
+
+    def _put_releases(self, release: dict[str, tuple], ename: str, stage: N.IExpr) -> None:
+        """Each reader role's release of stage ``stage`` of empty mbarrier ``ename`` at the
+        places :meth:`_tile_release` found: the ``wait_group`` retiring its reads there (a
+        TMA store's bulk group first), a ``syncwarp`` when warps arrive, the arrival."""
         for role, (places, arr, edges) in release.items():
             rdims = self.prog.role_dims(role)
             for anchor, side, pending, when, bulk in places:
@@ -203,8 +212,8 @@ class TmaChannels(Placement):
                     self.put(anchor, side, S.SyncWarp, ("syncwarp", role),
                              lambda ins, role=role, rdims=rdims, when=when: S.SyncWarp(role, tuple(ins.edges),
                                                                                        rdims, when), edges)
-                self.put(anchor, side, S.Arrive, ("arrive", ename, role, N.IConst(0)),
-                         lambda ins, role=role, arr=arr, when=when: S.Arrive(ename, N.IConst(0), role, when,
+                self.put(anchor, side, S.Arrive, ("arrive", ename, role, stage),
+                         lambda ins, role=role, arr=arr, when=when: S.Arrive(ename, stage, role, when,
                                                                              tuple(ins.edges), arr), edges)
 
     def _wait_points(self, lf: Leaf, deps: list[Dep]) -> tuple:
@@ -283,21 +292,33 @@ class TmaChannels(Placement):
             out = out + (N.Dim(N.IConst(warps), "WARP"),)
         return out
 
-    def _channel(self, copies: list[Leaf], stage: N.IExpr, depth: int, full, empty) -> None:
-        """The full (and, with readers to release, empty) barrier of one channel."""
+    def _channel(self, copies: list[Leaf], stage: N.IExpr, depth: int, full, empty, ring=None) -> None:
+        """The full (and, with readers to release, empty) barrier of one channel; a stage ring's
+        members outside the loop (:meth:`_member`) take positions on the same barriers."""
+        ring = ring or {}
         first = copies[0]
         release = self._release_points(first, [d for c in copies for d in empty.get(c.op.ev, [])], depth)
         lp = first.loops[-1] if first.loops else None
-        roots = "_".join(dict.fromkeys(self.prog.sym.root(c.op.dst) for c in copies))
+        rootset = list(dict.fromkeys(self.prog.sym.root(c.op.dst) for c in copies))
+        members = [x for r in rootset for x in self.prog.rings().get(r, [])] if lp is not None else []
+        if members and len(rootset) > 1:
+            raise _Refuse(f"the stage ring of TMA copy %{first.op.ev}, with copies outside its loop, shares a "
+                          "channel with another ring")
+        roots = "_".join(rootset)
         fname, ename = f"full_{roots}", f"empty_{roots}"
         fdeps = [d for c in copies for d in full.get(c.op.ev, [])]
         edeps = [d for c in copies for d in empty.get(c.op.ev, [])]
+        rdeps = [d for c in copies for d in ring.get(c.op.ev, [])]  # members' readers: the ring's WAR
+        mfull = [d for c in members for d in full.get(c.op.ev, [])]
+        mring = [d for c in members for d in ring.get(c.op.ev, [])]
         nbytes = [self.prog.nbytes(c.op.dst) for c in copies]
         if None in nbytes:
             raise _Refuse(f"TMA copy %{first.op.ev} of a tile with a run-time shape")
-        evs = tuple(c.op.ev for c in copies)
-        decl = lp if lp is not None else first.op
-        fe, ee = tuple(d.edge() for d in fdeps), tuple(d.edge() for d in edeps)
+        evs = tuple(c.op.ev for c in copies) + tuple(c.op.ev for c in members)
+        pre = [x for x in members if x.seq < self.prog.loops[lp.ev][2]] if lp is not None else []
+        decl = pre[0].op if pre else lp if lp is not None else first.op  # declared before the ring's first use
+        fe = tuple(d.edge() for d in fdeps + mfull)
+        ee = tuple(dict.fromkeys(d.edge() for d in edeps + rdeps + mring))
         wait_roles = sorted({self.prog.leaves[d.dst].role for d in fdeps})
         bdims = tuple(d for d in first.op.dims if d.proc == "BLOCK")
         self.put(decl, "before", S.MBarrier, ("mbar", fname),
@@ -305,18 +326,27 @@ class TmaChannels(Placement):
                                         ",".join(wait_roles) or first.role, evs, fe, bdims))
         k = N.IVar(lp.var) if lp is not None else None
         phase = N.ibin("//", N.ibin("-", k, lp.lo), N.IConst(depth)) if lp is not None else N.IConst(0)
+        if members:  # step k takes ring position k + (the members before the loop)
+            phase = N.ibin("//", stage.a, N.IConst(depth))
         for c in copies:
             self.bars[c.op.ev] = S.BarIdx(fname, stage)
-        if edeps:
+        if edeps or rdeps or mring:
+            if not release:
+                raise _Refuse(f"the stage ring of TMA copy %{first.op.ev} has members outside its loop but "
+                              "no release inside it")
             count = sum(_count(r[3]) for r in release.values())
             self.put(decl, "before", S.MBarrier, ("mbar", ename),
                      lambda ins: S.MBarrier(ename, "empty", depth, count, ",".join(sorted(release)), first.role,
                                             evs, ee, bdims))
+            we = tuple(d.edge() for d in edeps + rdeps)
             self.put(first.op, "before", S.Wait, ("wait", ename),
                      lambda ins: S.Wait(ename, stage, N.ibin("%", N.ibin("+", phase, N.IConst(1)), N.IConst(2)),
-                                        first.role, ee, first.op.dims))
+                                        first.role, we, first.op.dims))
+            for x in members:
+                self._member(x, fname, ename, depth, count, full.get(x.op.ev, []), ring)
+        own = tuple(d.edge() for d in fdeps)
         self.put(first.op, "before", S.ArriveExpectTx, ("atx", fname),
-                 lambda ins: S.ArriveExpectTx(fname, stage, sum(nbytes), first.role, fe, first.op.dims))
+                 lambda ins: S.ArriveExpectTx(fname, stage, sum(nbytes), first.role, own, first.op.dims))
         for role, w in self._wait_points(first, fdeps):
             self.put(self.ops[w], "before", S.Wait, ("wait", fname, role),
                      lambda ins, role=role: S.Wait(fname, stage, N.ibin("%", phase, N.IConst(2)), role,
@@ -325,6 +355,44 @@ class TmaChannels(Placement):
                                                    self.prog.role_dims(role)))
         for role, (lag, _, n, arr, edges, anchor, mma, side) in release.items():
             self._release(lp, stage, ename, role, lag, anchor, n, arr, edges, mma, side)
+
+    def _member(self, m: Leaf, fname: str, ename: str, depth: int, count: int, fdeps: list[Dep],
+                ring: dict[str, list[Dep]]) -> None:
+        """A ring member's copy (a tile outside the loop at ring position ``pos``: its stage
+        ``pos % D``, :mod:`cypressc.passes.rings`) on the ring's barriers: it waits on the empty
+        barrier for the phase of its position (``(pos // D + 1) % 2``: its first fill passes at
+        once) when an earlier read of the stage is a hazard (``ring`` edges into it), announces
+        its bytes on the full barrier; each reader role waits for that phase before its first
+        read and releases the stage where its reads are over (:meth:`_tile_release`'s places);
+        the release must arrive as often as the loop's (``count``)."""
+        stage, _ = self.prog.stage(m)
+        if not (isinstance(stage, N.IBin) and stage.op == "%"):
+            raise _Refuse(f"TMA copy %{m.op.ev} into a stage ring at no ring position")
+        phase = N.IBin("//", stage.a, N.IConst(depth))  # unfolded: it names the loop's bound
+        self.bars[m.op.ev] = S.BarIdx(fname, stage)
+        into = ring.get(m.op.ev, [])
+        if into:
+            self.put(m.op, "before", S.Wait, ("wait", ename, stage),
+                     lambda ins: S.Wait(ename, stage, N.IBin("%", N.IBin("+", phase, N.IConst(1)), N.IConst(2)),
+                                        m.role, tuple(d.edge() for d in into), m.op.dims))
+        nbytes = self.prog.nbytes(m.op.dst)
+        if nbytes is None:
+            raise _Refuse(f"TMA copy %{m.op.ev} of a tile with a run-time shape")
+        self.put(m.op, "before", S.ArriveExpectTx, ("atx", fname, stage),
+                 lambda ins: S.ArriveExpectTx(fname, stage, nbytes, m.role, tuple(d.edge() for d in fdeps),
+                                              m.op.dims))
+        for role, w in self._wait_points(m, fdeps):
+            self.put(self.ops[w], "before", S.Wait, ("wait", fname, role, stage),
+                     lambda ins, role=role: S.Wait(fname, stage, N.IBin("%", phase, N.IConst(2)), role,
+                                                   tuple(d.edge() for d in fdeps
+                                                         if self.prog.leaves[d.dst].role == role),
+                                                   self.prog.role_dims(role)))
+        readers = {d.dst for d in fdeps}
+        release = self._tile_release([d for ds in ring.values() for d in ds if d.src in readers])
+        if sum(_count(r[1]) for r in release.values()) != count:
+            raise _Refuse(f"the readers of TMA copy %{m.op.ev} release its ring stage with other arrivals "
+                          "than the loop's")
+        self._put_releases(release, ename, stage)
 
     def _release(self, lp: N.For, stage, ename: str, role: str, lag: int, anchor: Leaf, n: int, arr,
                  edges, mma: bool, side: str = "after") -> None:

@@ -178,6 +178,7 @@ class _Insert(TmaChannels):
         empty: dict[str, list[Dep]] = {}
         tile: dict[str, list[Dep]] = {}  # a copy outside the main loop -> its readers (next tile)
         freed: dict[str, list[Dep]] = {}  # a copy into shared bytes -> the earlier tensor's readers
+        ring: dict[str, list[Dep]] = {}  # a copy into a stage ring with members -> readers of the ring
         later = []
         for d in deps:
             needs = self.prog.needs(d)
@@ -186,6 +187,8 @@ class _Insert(TmaChannels):
                 continue
             if "full" in needs:
                 full.setdefault(d.src, []).append(d)
+            elif "empty" in needs and d.via == "ring":
+                ring.setdefault(d.dst, []).append(d)
             elif "empty" in needs and d.via == "tile":
                 tile.setdefault(d.dst, []).append(d)
             elif "empty" in needs and d.via in ("same", "after"):
@@ -195,7 +198,7 @@ class _Insert(TmaChannels):
             else:
                 self._direct(d, needs)
             self.covered.append(d)
-        self._channels(full, empty, tile)
+        self._channels(full, empty, tile, ring)
         for ev, ds in sorted(freed.items(), key=lambda x: self.prog.leaves[x[0]].seq):
             self._freed_channel(self.prog.leaves[ev], ds)
         for d in later:

@@ -33,6 +33,10 @@ from cypressc.mapping.tasktree import instantiate
 from cypressc.passes.manager import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
+# these tests are about a peeled step's tiles in buffers of their own (what they share, the
+# barriers they need); with ring joins FlashAttention-3's take stage-ring positions instead
+# (tests/backend/test_ring_joins.py)
+pytestmark = pytest.mark.usefixtures("no_ring_joins")
 FA3 = "flash_attention3"
 PERSISTENT = ROOT / "mappings" / FA3 / "h100_d128_persistent.yaml"
 PLAIN = ROOT / "mappings" / FA3 / "h100_d128.yaml"

@@ -16,6 +16,7 @@ from cypressc.cli import main
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.concurrent import op_label as _where
+from cypressc.ir.hazards import Program
 from cypressc.ir.schedule_check import check_schedules, small_sizes, two_tile_sizes
 from cypressc.ir.sync_verify import verify_sync
 from cypressc.ir.verify import VerifyError
@@ -165,6 +166,33 @@ def _fence_between_wgmmas(m: N.Module, op) -> bool:
     return all(e.src in mma and e.dst in mma for e in op.edges)
 
 
+def _ring_member_wait_implied(m: N.Module, op) -> str | None:
+    """Proof that the wait of a stage ring's member copy before its loop (a peeled K[0] in the K
+    ring, cypressc/passes/rings.py) is implied: its first fill in a tile passes at once (a
+    member before the loop takes a position below the ring's depth), and every edge it carries
+    runs from a reader that also reads a tensor copied once per tile whose next-tile empty wait
+    the same role passes earlier in the tile (the Q panel: its readers release it after those
+    reads).  Returns that barrier's name."""
+    if not isinstance(op, S.Wait) or op.role != "producer" or not op.edges \
+            or any(e.via != "ring" for e in op.edges):
+        return None
+    prog = Program(m)
+    if not any(lf.op.ev == e.dst for e in op.edges for lf in prog.rings().get(e.tensor, [])):
+        return None
+    ops = list(m.body.ops)
+    if not any(o is op for o in ops):
+        return None
+    if not m.schedule.persistent:  # one tile per block: the stage's first fill, on a fresh barrier
+        return "(none: the block's first fill of the stage, whose wait passes at once)"
+    earlier = [w for w in ops[:[i for i, o in enumerate(ops) if o is op][0]]
+               if isinstance(w, S.Wait) and w.role == op.role and all(e.via == "tile" for e in w.edges)
+               and w.edges]
+    for w in earlier:
+        if {e.src for e in op.edges} <= {e.src for e in w.edges}:
+            return w.bar
+    return None
+
+
 def _implied_wait(m: N.Module, op) -> str | None:
     """Proof that a wait on an empty barrier is implied by an earlier wait of the same role
     on another empty barrier, same stage and parity, whose consumers arrive right before
@@ -273,6 +301,10 @@ def test_teeth_every_inserted_sync_op_is_needed(program, mapping, capsys):
             elif (bar := _retires_for_last_release(m, op)) is not None:
                 reason = (f"proven redundant in one tile: it retires the group only for the last release "
                           f"on %{bar}, which nothing in the block waits on (a persistent block's next tile does)")
+            elif (other := _ring_member_wait_implied(m, op)) is not None:
+                reason = (f"proven redundant in this program: its readers also read the tile %{other} "
+                          "releases to the next tile, which the producer waits for first"
+                          if not other.startswith("(") else f"proven redundant: {other[1:-1]}")
             elif (other := _implied_wait(m, op)) is not None:
                 reason = (f"proven redundant: implied by the wait on %{other} (same stage and parity; "
                           f"the consumers arrive on %{other} right before %{op.bar})")

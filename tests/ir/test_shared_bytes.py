@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import ring_joins_off
 import yaml
 
 from cypressc.ir import nodes as N
@@ -32,6 +33,10 @@ from cypressc.mapping.tasktree import instantiate
 from cypressc.passes.manager import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
+# these tests are about a peeled step's tiles in buffers of their own (what they share, the
+# barriers they need); with ring joins FlashAttention-3's take stage-ring positions instead
+# (tests/backend/test_ring_joins.py)
+pytestmark = pytest.mark.usefixtures("no_ring_joins")
 FA3 = ROOT / "programs" / "flash_attention3.cyp"
 PP = ROOT / "mappings" / "flash_attention3" / "h100_d64_pp_staged_persistent.yaml"
 EARLY, LATE = "B_mma_qk", "D_store_wg"
@@ -118,7 +123,9 @@ def three_way(tmp_path_factory) -> dict[str, N.Module]:
     block["smem_limit"] = 115743
     path = tmp_path_factory.mktemp("three") / "limit.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))
-    return _snaps(path)
+    with pytest.MonkeyPatch.context() as mp:  # a module fixture: no_ring_joins is not active yet
+        ring_joins_off(mp)
+        return _snaps(path)
 
 
 def test_three_tensors_in_one_byte_range_meet_pair_by_pair_in_the_interpreter(three_way):

@@ -7,11 +7,9 @@ __host__ __device__ constexpr long long cdiv(long long a, long long b) { return 
 constexpr int STAGES = 2, CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int Q_block_STAGE = 32768, Q_block_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
-constexpr int B_mma_qk_STAGE = 32768, B_mma_qk_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_qk_1_STAGE = 32768, B_mma_qk_1_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_pv_STAGE = 32768, B_mma_pv_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
-constexpr int B_mma_pv_1_STAGE = 32768, B_mma_pv_1_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
-constexpr int SMEM_BYTES = 230520;
+constexpr int SMEM_BYTES = 197712;
 }  // namespace
 
 template <bool kPairs>  // the tile walk: pairs, or one tile per block (see the tile loop)
@@ -20,22 +18,15 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
   // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
-  uint8_t* s_Q_block = smem + 196608;  // %Q_block
-  uint8_t* s_B_mma_qk = smem + 65536;  // %B_mma_qk
-  uint8_t* s_B_mma_qk_1 = smem + 98304;  // %B_mma_qk_1
+  uint8_t* s_Q_block = smem + 163840;  // %Q_block
+  uint8_t* s_B_mma_qk_1 = smem + 65536;  // %B_mma_qk_1
   uint8_t* s_B_mma_pv = smem + 0;  // %B_mma_pv
-  uint8_t* s_B_mma_pv_1 = smem + 65536;  // %B_mma_pv_1
-  cypress::bar_t* full_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 229376);  // full mbarrier[1], channel of %e1
-  cypress::bar_t* empty_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 229384);  // empty mbarrier[1], channel of %e1
-  cypress::bar_t* full_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 229392);  // full mbarrier[1], channel of %e6
-  cypress::bar_t* empty_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 229400);  // empty mbarrier[1], channel of %e6
-  cypress::bar_t* free_B_mma_pv_1 = reinterpret_cast<cypress::bar_t*>(smem + 229408);  // empty mbarrier[1], channel of %e33
-  cypress::bar_t* full_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 229416);  // full mbarrier[2], channel of %e19
-  cypress::bar_t* empty_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 229432);  // empty mbarrier[2], channel of %e19
-  cypress::bar_t* full_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 229448);  // full mbarrier[2], channel of %e21
-  cypress::bar_t* empty_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 229464);  // empty mbarrier[2], channel of %e21
-  cypress::bar_t* full_B_mma_pv_1 = reinterpret_cast<cypress::bar_t*>(smem + 229480);  // full mbarrier[1], channel of %e33
-  cypress::bar_t* empty_B_mma_pv_1 = reinterpret_cast<cypress::bar_t*>(smem + 229488);  // empty mbarrier[1], channel of %e33
+  cypress::bar_t* full_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 196608);  // full mbarrier[1], channel of %e1
+  cypress::bar_t* empty_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 196616);  // empty mbarrier[1], channel of %e1
+  cypress::bar_t* full_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 196624);  // full mbarrier[2], channel of %e19, %e6
+  cypress::bar_t* empty_B_mma_qk_1 = reinterpret_cast<cypress::bar_t*>(smem + 196640);  // empty mbarrier[2], channel of %e19, %e6
+  cypress::bar_t* full_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 196656);  // full mbarrier[2], channel of %e21, %e33
+  cypress::bar_t* empty_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 196672);  // empty mbarrier[2], channel of %e21, %e33
   const int tiles0 = B;
   const int tiles1 = H;
   const int tiles2 = cdiv(M, 128);
@@ -58,15 +49,10 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
   if (threadIdx.x == 0) {
     for (int i = 0; i < 1; ++i) cypress::init(&full_Q_block[i], 1);
     for (int i = 0; i < 1; ++i) cypress::init(&empty_Q_block[i], 2);
-    for (int i = 0; i < 1; ++i) cypress::init(&full_B_mma_qk[i], 1);
-    for (int i = 0; i < 1; ++i) cypress::init(&empty_B_mma_qk[i], 2);
-    for (int i = 0; i < 1; ++i) cypress::init(&free_B_mma_pv_1[i], 2);
     for (int i = 0; i < 2; ++i) cypress::init(&full_B_mma_qk_1[i], 1);
     for (int i = 0; i < 2; ++i) cypress::init(&empty_B_mma_qk_1[i], 2);
     for (int i = 0; i < 2; ++i) cypress::init(&full_B_mma_pv[i], 1);
     for (int i = 0; i < 2; ++i) cypress::init(&empty_B_mma_pv[i], 2);
-    for (int i = 0; i < 1; ++i) cypress::init(&full_B_mma_pv_1[i], 1);
-    for (int i = 0; i < 1; ++i) cypress::init(&empty_B_mma_pv_1[i], 2);
     cypress::fence_barrier_init();
   }
   __syncthreads();  // every thread sees the initialized mbarriers
@@ -92,22 +78,22 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         for (int j = 0; j < 2; ++j) {
           cypress::tma_load_3d(s_Q_block + j * Q_block_CHUNK, &tm_Q_128x64, &full_Q_block[0], 0 + 64 * j, (b2 * 128), ((b0 * H) + b1));
         }
-        cypress::wait(&empty_B_mma_qk[0], (1 ^ tphase));  // %e34 -> %e6 (war %B_mma_pv_1, the next tile)
-        cypress::arrive_expect_tx(&full_B_mma_qk[0], 32768);  // %e6 -> %e7 (raw %B_mma_qk)
-        // %e6: copy -> %B_mma_qk[0] (TMA)
+        cypress::wait(&empty_B_mma_qk_1[stage], (phase ^ 1));  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e20 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on)
+        cypress::arrive_expect_tx(&full_B_mma_qk_1[stage], 32768);  // %e6 -> %e7 (raw %B_mma_qk_1)
+        // %e6: copy -> %B_mma_qk_1[stage] (TMA)
         #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          cypress::tma_load_3d(s_B_mma_qk + j * B_mma_qk_CHUNK, &tm_K_128x64, &full_B_mma_qk[0], 0 + 64 * j, 0, ((b0 * HK) + (b1 / (H / HK))));
+          cypress::tma_load_3d(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE + j * B_mma_qk_1_CHUNK, &tm_K_128x64, &full_B_mma_qk_1[stage], 0 + 64 * j, 0, ((b0 * HK) + (b1 / (H / HK))));
         }
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty_B_mma_qk_1[stage], (phase ^ 1));  // %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later)
-          cypress::arrive_expect_tx(&full_B_mma_qk_1[stage], 32768);  // %e19 -> %e20 (raw %B_mma_qk_1)
-          // %e19: copy -> %B_mma_qk_1[stage] (TMA)
+          cypress::wait(&empty_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)], (phase ^ (stage + 1 >= 2) ^ 1));  // %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on)
+          cypress::arrive_expect_tx(&full_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)], 32768);  // %e19 -> %e20 (raw %B_mma_qk_1)
+          // %e19: copy -> %B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)] (TMA)
           #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_3d(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE + j * B_mma_qk_1_CHUNK, &tm_K_128x64, &full_B_mma_qk_1[stage], 0 + 64 * j, ((kb + 1) * 128), ((b0 * HK) + (b1 / (H / HK))));
+            cypress::tma_load_3d(s_B_mma_qk_1 + ((stage + 1 < 2 ? stage + 1 : stage - 1)) * B_mma_qk_1_STAGE + j * B_mma_qk_1_CHUNK, &tm_K_128x64, &full_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)], 0 + 64 * j, ((kb + 1) * 128), ((b0 * HK) + (b1 / (H / HK))));
           }
-          cypress::wait(&empty_B_mma_pv[stage], (phase ^ 1));  // %e22 -> %e21 (war %B_mma_pv, 2 step(s) later)
+          cypress::wait(&empty_B_mma_pv[stage], (phase ^ 1));  // %e22 -> %e21 (war %B_mma_pv, 2 step(s) later); %e34 -> %e21 (war %B_mma_pv, 2 ring position(s) on)
           cypress::arrive_expect_tx(&full_B_mma_pv[stage], 32768);  // %e21 -> %e22 (raw %B_mma_pv)
           // %e21: copy -> %B_mma_pv[stage] (TMA)
           #pragma unroll
@@ -116,15 +102,16 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           }
           if (++stage == STAGES) { stage = 0; phase ^= 1; }
         }
-        cypress::wait(&empty_B_mma_pv_1[0], (1 ^ tphase));  // %e34 -> %e33 (war %B_mma_pv_1, the next tile)
-        cypress::wait(&free_B_mma_pv_1[0], (0 ^ tphase));  // %e7 -> %e33 (war %B_mma_qk)
-        cypress::arrive_expect_tx(&full_B_mma_pv_1[0], 32768);  // %e33 -> %e34 (raw %B_mma_pv_1)
-        // %e33: copy -> %B_mma_pv_1[0] (TMA)
+        cypress::wait(&empty_B_mma_pv[stage], (phase ^ 1));  // %e22 -> %e33 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e33 (war %B_mma_pv, 2 ring position(s) on)
+        cypress::arrive_expect_tx(&full_B_mma_pv[stage], 32768);  // %e33 -> %e34 (raw %B_mma_pv)
+        // %e33: copy -> %B_mma_pv[stage] (TMA)
         #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          cypress::tma_load_3d(s_B_mma_pv_1 + j * B_mma_pv_1_CHUNK, &tm_V_128x64, &full_B_mma_pv_1[0], 0 + 64 * j, (num_k * 128), ((b0 * HK) + (b1 / (H / HK))));
+          cypress::tma_load_3d(s_B_mma_pv + (stage) * B_mma_pv_STAGE + j * B_mma_pv_CHUNK, &tm_V_128x64, &full_B_mma_pv[stage], 0 + 64 * j, (num_k * 128), ((b0 * HK) + (b1 / (H / HK))));
         }
-        kbase += num_k;
+        // ring positions of the tiles copied outside main loop 0: 1 per tile
+        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+        kbase += num_k + 1;
         tphase ^= 1;
       }
     }
@@ -159,22 +146,22 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       #pragma unroll
       for (int a = 0; a < 1; ++a) l_init_thread[a][0] = l_init_thread[a][1] = 0;
       cypress::wait(&full_Q_block[0], (0 ^ tphase));  // %e1 -> %e7 (raw %Q_block); %e1 -> %e20 (raw %Q_block, into the loop)
-      cypress::wait(&full_B_mma_qk[0], (0 ^ tphase));  // %e6 -> %e7 (raw %B_mma_qk)
+      cypress::wait(&full_B_mma_qk_1[stage], phase);  // %e6 -> %e7 (raw %B_mma_qk_1)
       // wgmma.fence: %e5 -> %e7 (raw %C_clear_thread_1); %e5 -> %e7 (waw %C_clear_thread_1)
       cypress::fence_acc(C_clear_thread_1[0]);
       cypress::wgmma_fence();
       // %e7: warpgroup_mma, 8 k16 step(s), B K-major (fill %e5 folded in: scale-d off on the first step)
       #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
-        const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk + (kk / 4) * B_mma_qk_CHUNK + (kk % 4) * 32);
+        const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE + (kk / 4) * B_mma_qk_1_CHUNK + (kk % 4) * 32);
         const uint64_t da = cypress::desc_k_sw128(s_Q_block + (kk / 4) * Q_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
         cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, C_clear_thread_1[0], kk == 0);
       }
       cypress::commit();  // closes the group of %e7
-      cypress::wait<0>();  // %e7 -> %e33 (war %B_mma_qk); %e7 -> %e8 (raw %C_clear_thread_1); %e7 -> %e8 (war %C_clear_thread_1); %e7 -> %e8 (waw %C_clear_thread_1); %e7 -> %e13 (war %C_clear_thread_1); %e7 -> %e13 (waw %C_clear_thread_1); %e22 -> %e35 (war %C_clear_thread, after the loop); %e22 -> %e35 (waw %C_clear_thread, after the loop); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
+      cypress::wait<0>();  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e8 (raw %C_clear_thread_1); %e7 -> %e8 (war %C_clear_thread_1); %e7 -> %e8 (waw %C_clear_thread_1); %e7 -> %e13 (war %C_clear_thread_1); %e7 -> %e13 (waw %C_clear_thread_1); %e22 -> %e35 (war %C_clear_thread, after the loop); %e22 -> %e35 (waw %C_clear_thread, after the loop); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
       cypress::fence_acc(C_clear_thread_1[0]);
       cypress::fence_acc(C_clear_thread[0]);
-      if (leader) cypress::arrive(&free_B_mma_pv_1[0]);  // %e7 -> %e33 (war %B_mma_qk)
+      if (leader) cypress::arrive(&empty_B_mma_qk_1[stage]);  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on)
       // %e8: mask_columns over accumulator rows
       #pragma unroll
       for (int a = 0; a < 1; ++a) cypress::mask_columns(C_clear_thread_1[a], N);
@@ -203,14 +190,14 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       #pragma unroll
       for (int a = 0; a < 1; ++a) cypress::acc_to_a<__half>(C_clear_thread_1[a], D_convert_thread[a]);
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full_B_mma_qk_1[stage], phase);  // %e19 -> %e20 (raw %B_mma_qk_1)
+        cypress::wait(&full_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)], (phase ^ (stage + 1 >= 2)));  // %e19 -> %e20 (raw %B_mma_qk_1)
         // wgmma.fence: %e18 -> %e20 (raw %C_clear_thread_2); %e18 -> %e20 (waw %C_clear_thread_2); %e18 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e20 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e24 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e24 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e26 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e28 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e28 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e30 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e32 -> %e20 (war %C_clear_thread_2, 1 step(s) later)
         cypress::fence_acc(C_clear_thread_2[0]);
         cypress::wgmma_fence();
         // %e20: warpgroup_mma, 8 k16 step(s), B K-major (fill %e18 folded in: scale-d off on the first step)
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-          const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE + (kk / 4) * B_mma_qk_1_CHUNK + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk_1 + ((stage + 1 < 2 ? stage + 1 : stage - 1)) * B_mma_qk_1_STAGE + (kk / 4) * B_mma_qk_1_CHUNK + (kk % 4) * 32);
           const uint64_t da = cypress::desc_k_sw128(s_Q_block + (kk / 4) * Q_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, C_clear_thread_2[0], kk == 0);
         }
@@ -232,7 +219,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         if (kb >= (num_k - 1)) {
           if (leader) cypress::arrive(&empty_Q_block[0]);  // %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
         }
-        if (leader) cypress::arrive(&empty_B_mma_qk_1[stage]);  // %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later)
+        if (leader) cypress::arrive(&empty_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)]);  // %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later)
         // %e23: mask_columns over accumulator rows
         #pragma unroll
         for (int a = 0; a < 1; ++a) cypress::mask_columns(C_clear_thread_2[a], (N - ((kb + 1) * 128)));
@@ -272,7 +259,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       if (0 >= num_k) {
         if (leader) cypress::arrive(&empty_Q_block[0]);  // %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
       }
-      cypress::wait(&full_B_mma_pv_1[0], (0 ^ tphase));  // %e33 -> %e34 (raw %B_mma_pv_1)
+      cypress::wait(&full_B_mma_pv[stage], phase);  // %e33 -> %e34 (raw %B_mma_pv)
       // wgmma.fence: %e31 -> %e34 (raw %C_clear_thread, after the loop); %e31 -> %e34 (war %C_clear_thread, after the loop); %e31 -> %e34 (waw %C_clear_thread, after the loop); %e32 -> %e34 (raw %D_convert_thread, after the loop)
       cypress::fence_acc(C_clear_thread[0]);
       cypress::fence_acc(D_convert_thread[0]);
@@ -280,14 +267,13 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       // %e34: warpgroup_mma, A from registers %D_convert_thread, 8 k16 step(s)
       #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
-        const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv_1 + kk * 16 * 128, B_mma_pv_1_CHUNK);
+        const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv + (stage) * B_mma_pv_STAGE + kk * 16 * 128, B_mma_pv_CHUNK);
         cypress::wgmma_rs<128, __half>(&D_convert_thread[0][kk * 4], db, C_clear_thread[0]);
       }
       cypress::commit();  // closes the group of %e34
-      cypress::wait<0>();  // %e34 -> %e6 (war %B_mma_pv_1, the next tile); %e34 -> %e33 (war %B_mma_pv_1, the next tile); %e34 -> %e35 (raw %C_clear_thread); %e34 -> %e35 (war %C_clear_thread); %e34 -> %e35 (waw %C_clear_thread)
+      cypress::wait<0>();  // %e34 -> %e21 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e33 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e35 (raw %C_clear_thread); %e34 -> %e35 (war %C_clear_thread); %e34 -> %e35 (waw %C_clear_thread)
       cypress::fence_acc(C_clear_thread[0]);
-      if (leader) cypress::arrive(&empty_B_mma_qk[0]);  // %e34 -> %e6 (war %B_mma_pv_1, the next tile)
-      if (leader) cypress::arrive(&empty_B_mma_pv_1[0]);  // %e34 -> %e33 (war %B_mma_pv_1, the next tile)
+      if (leader) cypress::arrive(&empty_B_mma_pv[stage]);  // %e34 -> %e21 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e33 (war %B_mma_pv, 2 ring position(s) on)
       // the row sums in %l_init_thread are per-lane parts until here: sum them across each quad
       #pragma unroll
       for (int a = 0; a < 1; ++a) cypress::quad_reduce(l_init_thread[a]);
@@ -315,7 +301,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         #pragma unroll
         for (int j = 0; j < 32; ++j) {
           const int2 rc = cypress::acc_coord(j);
-          uint8_t* box = smem + 163840 + cw * 16384 + (a * 2 + rc.y / 64) * 8192;
+          uint8_t* box = smem + 131072 + cw * 16384 + (a * 2 + rc.y / 64) * 8192;
           *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
         }
       }
@@ -325,11 +311,13 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       if (leader) {
         for (int a = 0; a < 1; ++a)
           for (int b = 0; b < 2; ++b) {
-          cypress::tma_store_3d(&tm_O_64x64, smem + 163840 + cw * 16384 + (a * 2 + b) * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))) + 64 * a, ((b0 * H) + b1));
+          cypress::tma_store_3d(&tm_O_64x64, smem + 131072 + cw * 16384 + (a * 2 + b) * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))) + 64 * a, ((b0 * H) + b1));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e39
-      kbase += num_k;
+      // ring positions of the tiles copied outside main loop 0: 1 per tile
+      if (++stage == STAGES) { stage = 0; phase ^= 1; }
+      kbase += num_k + 1;
       tphase ^= 1;
     }
     if (leader) cypress::tma_store_wait<0>();  // %e39 -> end (the TMA store reads %D_store_wg) (after the last tile)
