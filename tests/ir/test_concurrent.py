@@ -172,7 +172,7 @@ def _ring_member_wait_implied(m: N.Module, op) -> str | None:
     member before the loop takes a position below the ring's depth), and every edge it carries
     runs from a reader that also reads a tensor copied once per tile whose next-tile empty wait
     the same role passes earlier in the tile (the Q panel: its readers release it after those
-    reads).  Returns that barrier's name."""
+    reads).  Returns why, as the teeth table prints it."""
     if not isinstance(op, S.Wait) or op.role != "producer" or not op.edges \
             or any(e.via != "ring" for e in op.edges):
         return None
@@ -183,13 +183,14 @@ def _ring_member_wait_implied(m: N.Module, op) -> str | None:
     if not any(o is op for o in ops):
         return None
     if not m.schedule.persistent:  # one tile per block: the stage's first fill, on a fresh barrier
-        return "(none: the block's first fill of the stage, whose wait passes at once)"
+        return "proven redundant: the block's first fill of the stage, whose wait passes at once"
     earlier = [w for w in ops[:[i for i, o in enumerate(ops) if o is op][0]]
                if isinstance(w, S.Wait) and w.role == op.role and all(e.via == "tile" for e in w.edges)
                and w.edges]
     for w in earlier:
         if {e.src for e in op.edges} <= {e.src for e in w.edges}:
-            return w.bar
+            return (f"proven redundant in this program: its readers also read the tile %{w.bar} "
+                    "releases to the next tile, which the producer waits for first")
     return None
 
 
@@ -301,10 +302,8 @@ def test_teeth_every_inserted_sync_op_is_needed(program, mapping, capsys):
             elif (bar := _retires_for_last_release(m, op)) is not None:
                 reason = (f"proven redundant in one tile: it retires the group only for the last release "
                           f"on %{bar}, which nothing in the block waits on (a persistent block's next tile does)")
-            elif (other := _ring_member_wait_implied(m, op)) is not None:
-                reason = (f"proven redundant in this program: its readers also read the tile %{other} "
-                          "releases to the next tile, which the producer waits for first"
-                          if not other.startswith("(") else f"proven redundant: {other[1:-1]}")
+            elif (why := _ring_member_wait_implied(m, op)) is not None:
+                reason = why
             elif (other := _implied_wait(m, op)) is not None:
                 reason = (f"proven redundant: implied by the wait on %{other} (same stage and parity; "
                           f"the consumers arrive on %{other} right before %{op.bar})")
