@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cypressc.backend.emit import emit_cuda
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.schedule_check import check_schedules, small_sizes, two_tile_sizes
@@ -113,12 +114,9 @@ def test_two_tiles_on_one_ring_are_clean_and_a_missing_member_wait_races():
     assert bad.finding is not None and bad.finding.kind == "race", bad.line("mutant")
 
 
-def test_the_kernel_counts_member_positions_on_the_running_counters(tmp_path):
-    from cypressc.api import build
-
-    out = tmp_path / "fa3"
-    build(ROOT / "programs" / "flash_attention3.cyp", PPS, out)
-    cu = (out / "flash_attention3.cu").read_text()
+def test_the_kernel_counts_member_positions_on_the_running_counters():
+    tree = instantiate(check_program(parse_file(ROOT / "programs" / "flash_attention3.cyp")), load_mapping(PPS))
+    cu = emit_cuda(dict(compile_module(tree))["cuda-lowering"].kernel)
     assert "tma_load_3d(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE" in cu  # K[0] at the ring's position
     assert "cypress::wait(&full_B_mma_qk_1[stage], phase);" in cu
     assert "kbase += num_k + 1;" in cu
