@@ -35,10 +35,13 @@ PPS = ROOT / "mappings" / "flash_attention3" / "h100_d128_pp_staged_persistent.y
 K_RING, V_RING = "B_mma_qk_1", "B_mma_pv"
 
 
+def _tree(program: str, mapping: Path):
+    return instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")), load_mapping(mapping))
+
+
 @functools.lru_cache(maxsize=None)
 def _snaps(program: str, mapping: Path) -> dict[str, N.Module]:
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")), load_mapping(mapping))
-    return dict(compile_module(tree, until="sync-insertion"))
+    return dict(compile_module(_tree(program, mapping), until="sync-insertion"))
 
 
 def _top(m: N.Module, kind) -> list:
@@ -115,8 +118,7 @@ def test_two_tiles_on_one_ring_are_clean_and_a_missing_member_wait_races():
 
 
 def test_the_kernel_counts_member_positions_on_the_running_counters():
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / "flash_attention3.cyp")), load_mapping(PPS))
-    cu = emit_cuda(dict(compile_module(tree))["cuda-lowering"].kernel)
+    cu = emit_cuda(dict(compile_module(_tree("flash_attention3", PPS)))["cuda-lowering"].kernel)
     assert "tma_load_3d(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE" in cu  # K[0] at the ring's position
     assert "cypress::wait(&full_B_mma_qk_1[stage], phase);" in cu
     assert "kbase += num_k + 1;" in cu
