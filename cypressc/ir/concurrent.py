@@ -52,6 +52,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.analysis import Symbols, dim_procs
 from cypressc.ir.concurrent_ops import OpSemantics
+from cypressc.ir.happens_before import HappensBefore
 from cypressc.ir.concurrent_state import (BLOCK, WG, Bar, Finding, Region, ScheduleFailure, Thread, alias_groups,
                                          op_label)
 from cypressc.ir.printer import _Printer
@@ -93,7 +94,8 @@ class _Concurrent(OpSemantics):
     generators walking the program (:meth:`walk`), the ops' semantics and race checks in
     :class:`~cypressc.ir.concurrent_ops.OpSemantics`, the scheduler in :meth:`run`."""
 
-    def __init__(self, m: N.Module, sizes, arrays, tiles: list[dict], seed: int, values: bool) -> None:
+    def __init__(self, m: N.Module, sizes, arrays, tiles: list[dict], seed: int, values: bool,
+                 happens_before: bool = False) -> None:
         self.m, self.values, self.rng = m, values, random.Random(seed)
         self.vi = I._Interp(m, sizes, arrays, None)  # value semantics (views, leaf calls)
         self.sym = Symbols(m)
@@ -125,6 +127,7 @@ class _Concurrent(OpSemantics):
             getattr(o, "role", "") == "producer" for o in block_ops(m.body))
         self.threads = ([Thread("producer", "producer", 0)] if producer else []) + [
             Thread(f"consumer wg{w}", "consumer", w) for w in range(nwg)]
+        self.hb = HappensBefore(self) if happens_before else None
 
     # -- walking the program, per thread --------------------------------------------
     def scope_for(self, parent: I._Scope, key: tuple, block: N.Block, var: str | None, k) -> I._Scope:
@@ -264,7 +267,7 @@ class _Concurrent(OpSemantics):
 
 
 def run_block(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], block: dict | list[dict],
-              seed: int, values: bool = True) -> Finding | None:
+              seed: int, values: bool = True, happens_before: bool = False) -> Finding | None:
     """Run one block (``block``: ``IProc`` → index, see
     :func:`cypressc.ir.schedule_check.grid_blocks`) of the
     synchronized module ``m`` under the random schedule ``seed``, in place on ``arrays``.
@@ -277,11 +280,13 @@ def run_block(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray],
     positions run on across tiles, the IR's restart), else ValueError.
 
     Returns the first deadlock or race :class:`Finding`, or None.  With ``values=False``
-    copies and leaf calls are not evaluated (only the synchronization is checked).
+    copies and leaf calls are not evaluated (only the synchronization is checked); with
+    ``happens_before`` every pair of conflicting accesses must also be ordered by a chain of
+    synchronization (:mod:`cypressc.ir.happens_before`).
     """
     tiles = block if isinstance(block, list) else [block]
     try:
-        c = _Concurrent(m, sizes, arrays, tiles, seed, values)
+        c = _Concurrent(m, sizes, arrays, tiles, seed, values, happens_before)
         if len(tiles) > 1:
             c.check_positions_carry()
         c.run()

@@ -36,6 +36,8 @@ class OpSemantics(RaceChecks):
                 t.ready = lambda: b.phase % 2 != par
                 yield
             t.observed[bar] = max(t.observed.get(bar, 0), b.phase)
+            if self.hb is not None:
+                self.hb.on_wait(t, bar, b.phase)
         elif isinstance(op, (S.Arrive, S.ArriveExpectTx)):
             for e in envs:
                 bar = (op.bar, int(vi.expr(op.stage, scope, e)))
@@ -46,6 +48,8 @@ class OpSemantics(RaceChecks):
                     for rd in r.readers:
                         if rd["thread"] is t and rd["retired"]:
                             rd["tokens"].add((bar, b.phase))
+                if self.hb is not None:
+                    self.hb.on_arrive(t, bar, b.phase)
                 self.arrive(op, bar, b, 1)
         elif isinstance(op, S.CommitGroup):
             if op.unit == "wgmma":
@@ -59,11 +63,18 @@ class OpSemantics(RaceChecks):
                 while len(t.mma_groups) > op.pending:
                     for job in t.mma_groups.pop(0):
                         self.retire_mma(job)
+                        if self.hb is not None:
+                            self.hb.on_retire(t, job)
             else:
                 live = lambda: sum(any(not j["done"] for j in g) for g in t.bulk_groups)  # noqa: E731
                 if live() > op.pending:
                     t.ready = lambda: live() <= op.pending
                     yield
+                if self.hb is not None:  # every group but the newest `pending` has completed
+                    for g in t.bulk_groups[:max(0, len(t.bulk_groups) - op.pending)]:
+                        for j in g:
+                            if j["done"]:
+                                self.hb.on_retire(t, j)
         elif isinstance(op, S.BarSync):
             bid = int(vi.expr(op.id, scope, envs[0]))
             need = max(1, op.threads // 128)
@@ -74,6 +85,8 @@ class OpSemantics(RaceChecks):
                 for rd in r.readers:
                     if rd["thread"] is t and rd["retired"]:
                         rd["tokens"].add(token)
+            if self.hb is not None:
+                self.hb.on_named_arrive(t, ("named", bid, gen))
             arrived.add(t.name)
             if len(arrived) >= need:
                 self.named[bid] = set()
@@ -82,6 +95,8 @@ class OpSemantics(RaceChecks):
                 t.ready = lambda: self.named_gen.get(bid, 0) > gen
                 yield
             t.observed[token[0]] = max(t.observed.get(token[0], 0), gen + 1)
+            if self.hb is not None:
+                self.hb.on_named_pass(t, ("named", bid, gen))
         elif isinstance(op, S.Turn):
             # a named barrier of `threads`: each warpgroup's take (bar.sync) or pass (bar.arrive)
             # is 128 of them; a phase completes at `threads`, and only a take waits for that
@@ -89,6 +104,8 @@ class OpSemantics(RaceChecks):
             # [warpgroups arrived in this phase, phases done, takes among the arrivals]
             st = self.turns.setdefault(bid, [0, 0, 0])
             gen = st[1]
+            if self.hb is not None:
+                self.hb.on_named_arrive(t, ("turn", bid, gen))
             st[0] += 1
             st[2] += op.kind == "take"
             if st[0] == max(1, op.threads // 128):
@@ -99,6 +116,8 @@ class OpSemantics(RaceChecks):
             elif op.kind == "take":
                 t.ready = lambda: st[1] > gen
                 yield
+            if self.hb is not None and op.kind == "take":
+                self.hb.on_named_pass(t, ("turn", bid, gen))
         elif isinstance(op, S.Fence):
             if op.kind == "wgmma":
                 t.unfenced_regs.clear()
@@ -136,6 +155,9 @@ class OpSemantics(RaceChecks):
                        "phase": None, "bytes": nbytes, "run": (op, scope, e)}
                 for _, key in dst:
                     self.check_overwrite(t, op, key).writer = job
+                if self.hb is not None:
+                    lbl = op_label(op, self.names)
+                    self.hb.on_issue(t, job, [(op.src, scope, e, False, lbl), (op.dst, scope, e, True, lbl)])
                 self.inflight.append(("tma", t, job))
             elif src and src[0][0] == "SHARED" and not dst:  # TMA store: bulk group
                 recs = []
@@ -145,6 +167,9 @@ class OpSemantics(RaceChecks):
                                               "fence proxy_async")
                     recs.append(self.check_read(t, op, key, retired=False))
                 job = {"kind": "bulk", "done": False, "run": (op, scope, e), "recs": recs}
+                if self.hb is not None:
+                    lbl = op_label(op, self.names)
+                    self.hb.on_issue(t, job, [(op.src, scope, e, False, lbl), (op.dst, scope, e, True, lbl)])
                 t.open_bulk.append(job)
                 self.inflight.append(("bulk", t, job))
             else:
@@ -155,6 +180,10 @@ class OpSemantics(RaceChecks):
                     if mem == "SHARED":
                         self.check_overwrite(t, op, key).writer = {"kind": "simt"}
                         t.dirty.add(key)
+                if self.hb is not None and e is envs[0]:  # the lanes' union: one instance's stripped view
+                    lbl = op_label(op, self.names)
+                    self.hb.thread_access(t, op.src, scope, e, False, lbl)
+                    self.hb.thread_access(t, op.dst, scope, e, True, lbl)
                 if self.values:
                     self.do_copy(op, scope, e)
 
@@ -194,11 +223,22 @@ class OpSemantics(RaceChecks):
                     if writes:
                         self.check_overwrite(t, op, key).writer = {"kind": "simt"}
                         t.dirty.add(key)
+        if self.hb is not None:
+            lbl = op_label(op, self.names)
+            acc = [(a, scope, envs[0], w, lbl) for _, a, rule in views
+                   for w in ((False,) if rule is None or rule.reads else ()) + ((True,) if rule is not None and rule.writes
+                                                                                else ())]
         if mma:
             for rk in regs:
                 self.reg_pending[rk] = self.reg_pending.get(rk, 0) + 1
-            t.open_mma.append({"run": (op, scope, envs), "regs": regs, "recs": recs})
+            job = {"run": (op, scope, envs), "regs": regs, "recs": recs, "op": op_label(op, self.names)}
+            if self.hb is not None:
+                self.hb.on_issue(t, job, acc)
+            t.open_mma.append(job)
             return
+        if self.hb is not None:
+            for a, sc, e, w, lbl in acc:
+                self.hb.thread_access(t, a, sc, e, w, lbl)
         for i, a, rule in views:
             if rule is not None and rule.writes and self.sym.allocs[self.sym.root(a)].mem == "REGISTER":
                 t.unfenced_regs.add((self.sym.root(a), t.wg))
@@ -224,6 +264,8 @@ class OpSemantics(RaceChecks):
             b = self.bars[job["bar"]]
             job["phase"] = b.phase
             job["done"] = True
+            if self.hb is not None:
+                self.hb.on_complete_tma(job, job["bar"], b.phase)
             if self.values:
                 self.do_copy(op, scope, e)
             b.tx -= job["bytes"]

@@ -38,20 +38,20 @@ all (:meth:`Program._alias_writes`).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.analysis import Symbols, free_vars, views_of
+from cypressc.ir.intsets import AtLeast, IndexSpace, may_be_empty, may_meet
 from cypressc.ir.shapes import static
-from cypressc.ir.subst import subst_expr
 from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["LEVELS", "Leaf", "Dep", "Program", "evaluate", "implied", "instances", "DTYPE_BYTES"]
 
 LEVELS = ("WARPGROUP", "WARP", "THREAD")
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
-_SAMPLES = 12  # loop-variable values tried when deciding whether two indices can be equal
 
 
 def evaluate(e: N.IExpr, env: dict[str, int], lets: dict[str, N.IExpr] | None = None):
@@ -108,6 +108,21 @@ class Dep:
         return S.Edge(self.src, self.dst, self.hazard, self.tensor, self.via, self.distance)
 
 
+def free_vars_through(e: N.IExpr, lets: Mapping[str, N.IExpr]) -> set[str]:
+    """The variables ``e`` depends on, through the Lets it names."""
+    out: set[str] = set()
+    todo, seen = list(free_vars(e)), set()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        out.add(v)
+        if v in lets:
+            todo += free_vars(lets[v])
+    return out
+
+
 def _procs(e: N.IExpr) -> bool:
     if isinstance(e, N.IProc):
         return True
@@ -130,6 +145,7 @@ class Program:
         self.pfor = False
         self._rings: dict[str, list[Leaf]] | None = None
         self._walk(m.body, (), (), itertools.count())
+        self.space = IndexSpace.of_module(m)
 
     # -- structure ------------------------------------------------------------------------
     def _walk(self, b: N.Block, loops, hosts, seq) -> None:
@@ -248,46 +264,82 @@ class Program:
         return n
 
     # -- views ------------------------------------------------------------------------------
-    def _chain(self, v: N.View, shift: dict) -> list[tuple[str, tuple]]:
-        return [(p.partition, tuple(subst_expr(i, shift) for i in p.idx)) for p in reversed(self.sym.chain(v))]
+    def _chain(self, v: N.View) -> list[tuple[str, tuple]]:
+        return [(p.partition, p.idx) for p in reversed(self.sym.chain(v))]
 
-    def _differ(self, a: N.IExpr, b: N.IExpr) -> bool:
-        """Provably different for every value of the loop variables and sizes."""
-        if a == b or _procs(a) or _procs(b):
-            return False
-        names = sorted(free_vars(a) | free_vars(b))
-        for t in range(_SAMPLES):
-            env = {n: (t if i == 0 else 1009 + 97 * i + t) for i, n in enumerate(names)}
-            try:
-                if evaluate(a, env, self.lets) == evaluate(b, env, self.lets):
-                    return False
-            except (KeyError, ZeroDivisionError):
-                return False
-        return True
+    def _unshared(self, p: Leaf | None, c: Leaf | None) -> frozenset[str]:
+        """Loop variables bound by a loop only one of ``p`` and ``c`` runs in: on the two
+        sides of an overlap query they are independent iterations."""
+        if p is None or c is None:
+            return frozenset()
+        lp, lc = set(map(id, p.loops + p.hosts)), set(map(id, c.loops + c.hosts))
+        return frozenset(x.var for x in p.loops + p.hosts + c.loops + c.hosts if (id(x) in lp) != (id(x) in lc))
 
-    def overlap(self, va: N.View, vb: N.View, shift: dict) -> bool:
-        """Whether ``va`` and ``vb`` (the latter with loop variables shifted) may share
-        elements: same tensor (or tensors sharing bytes) and no blocks/slices index on the
-        common partition chain provably apart."""
+    def _variant(self, part: N.Partition, private: frozenset[str], shift: Mapping[str, int]) -> bool:
+        """Whether a partition's tiling (block extents, piece shape) may differ between the
+        two sides of a query: its pieces at different indices then need not be disjoint."""
+        moving = private | set(shift)
+        exprs = [x for x in (*part.params, *part.piece_shape) if not isinstance(x, str)]
+        return any(free_vars_through(e, self.lets) & moving for e in exprs)
+
+    def overlap(self, va: N.View, vb: N.View, p: Leaf | None = None, c: Leaf | None = None,
+                shift: Mapping[str, int] | None = None) -> bool:
+        """Whether ``va`` (touched by ``p``) and ``vb`` (by ``c``, ``shift``-ed iterations later:
+        loop variable -> distance) may share elements: same tensor (or tensors sharing bytes)
+        and no execution in which every blocks/slices index on their common partition chain
+        is equal is proven impossible (:func:`cypressc.ir.intsets.may_meet`, an SMT query over
+        the loop ranges and sizes).  Indices naming a processor are left unconstrained: the
+        two accesses may run on different instances."""
+        shift = shift or {}
         ra, rb = self.sym.root(va), self.sym.root(vb)
         if ra != rb:
             return frozenset((ra, rb)) in self.alias
-        for (pa, ia), (pb, ib) in zip(self._chain(va, {}), self._chain(vb, shift)):
+        private = self._unshared(p, c)
+        pairs = []
+        for (pa, ia), (pb, ib) in zip(self._chain(va), self._chain(vb)):
             if pa != pb:
-                return True
-            kind = self.sym.parts[pa].kind
-            if kind in ("blocks", "slices") and any(self._differ(x, y) for x, y in zip(ia, ib)):
-                return False
-        return True
+                break
+            part = self.sym.parts[pa]
+            if part.kind not in ("blocks", "slices"):
+                continue
+            if self._variant(part, private, shift):
+                break
+            pairs += [(x, y) for x, y in zip(ia, ib) if not (_procs(x) or _procs(y))]
+        return may_meet(pairs, self.space, private=private, shift=shift)
 
     def covers(self, w: Leaf, wv: N.View, v: N.View) -> bool:
-        """Whether every instance of ``w`` together writes all of ``v`` (its pieces indexed by
-        its own processor indices cover their base)."""
-        cw, cv = self._chain(wv, {}), self._chain(v, {})
-        levels = {d.proc for d in w.op.dims}
-        while cw and all(isinstance(i, N.IProc) and i.proc in levels for i in cw[-1][1]):
+        """Whether every instance of ``w`` together writes all of ``v``: ``wv``'s piece chain,
+        less its outermost levels indexed by ``w``'s own processor indices, is ``v``'s chain
+        or a prefix of it (structurally equal indices: equal values in one environment).  A
+        level counts as written whole only when its indices are distinct processor indices
+        of ``w`` and each processor's static extent reaches the level's static piece count
+        on its axis; otherwise the answer is no (keep the edge)."""
+        cw, cv = self._chain(wv), self._chain(v)
+        ext = {}
+        for d in w.op.dims:  # a level's grid dimensions in order: BLOCK x, y, z
+            ext[(d.proc, sum(1 for k in ext if k[0] == d.proc))] = static(d.extent)
+        while cw:
+            part, idx = cw[-1]
+            keys = [(i.proc, i.dim) for i in idx if isinstance(i, N.IProc)]
+            counts = self._piece_counts(part)
+            if len(keys) != len(idx) or len(set(keys)) != len(keys) or counts is None \
+                    or any((ext.get(k) or 0) < n for k, n in zip(keys, counts)):
+                break
             cw.pop()
         return self.sym.root(wv) == self.sym.root(v) and cv[:len(cw)] == cw
+
+    def _piece_counts(self, name: str) -> list[int] | None:
+        """How many pieces a partition has along each index (None when not static)."""
+        part = self.sym.parts[name]
+        if part.kind == "blocks":
+            shape = [static(x) for x in self.sym.shape(part.base)]
+            blocks = [static(b) for b in part.params]
+            if None in shape or None in blocks or 0 in blocks or len(blocks) != len(shape):
+                return None
+            return [-(-n // b) for n, b in zip(shape, blocks)]
+        if part.kind == "mma":
+            return {"THREAD": [self.warp_threads], "WARP": [self.warpgroup_warps]}.get(part.params[1])
+        return None
 
     def _private(self, root: str) -> set[str]:
         return {d.proc for d in self.sym.allocs[root].dims}
@@ -511,11 +563,13 @@ class Program:
                     continue
                 dist = 0
                 if via == "carried":
-                    dist = next((d for d in range(1, period + 1)
-                                 if self.overlap(vp, vc, {lp.var: N.ibin("+", N.IVar(lp.var), N.IConst(d))})), 0)
+                    dist = next((d for d in range(1, period + 1) if self.overlap(vp, vc, p, c, {lp.var: d})), 0)
+                    if not dist and self.overlap(vp, vc, p, c, {lp.var: AtLeast(period + 1)}):
+                        dist = period + 1  # they meet further on, not within a ring's turn: an edge at
+                        # period + 1 orders every later meeting too (the consumer's program order)
                     if not dist:
                         continue
-                elif not self.overlap(vp, vc, {}):
+                elif not self.overlap(vp, vc, p, c):
                     continue
                 for h in hz:
                     if h == "raw" and self._killed(p, c, vc, via, lp):
@@ -541,9 +595,14 @@ class Program:
                 between = self.loops[lp.ev][2] < w.seq < c.seq and lp not in w.loops
             else:
                 between = p.seq < w.seq < c.seq and w.loops == c.loops
-            if between and any(wr and self.covers(w, v, vc) for v, _, wr in views_of(w.op)):
+            if between and self._always_runs(w, c) and any(wr and self.covers(w, v, vc) for v, _, wr in views_of(w.op)):
                 return True
         return False
+
+    def _always_runs(self, w: Leaf, c: Leaf) -> bool:
+        """Whether ``w`` runs whenever ``c`` does: every loop around ``w`` that is not around
+        ``c`` provably runs at least once (:func:`cypressc.ir.intsets.may_be_empty`)."""
+        return all(not may_be_empty(lp.lo, lp.hi, self.space) for lp in w.loops if all(x is not lp for x in c.loops))
 
     def _scope(self, p: Leaf, c: Leaf, idx: tuple, rp: str, rc: str) -> tuple[str, ...]:
         levels = set()

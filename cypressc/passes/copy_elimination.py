@@ -35,7 +35,7 @@ from cypressc.ir.analysis import (Symbols, canon, forward_refs, free_vars, map_o
 from cypressc.ir.origin import Sites, TensorSite
 from cypressc.ir.subst import map_views, walk_ops
 
-__all__ = ["copy_elimination"]
+__all__ = ["copy_elimination", "rewrite_to_fixpoint", "NotConverged", "PATTERNS"]
 
 
 # ----------------------------------------------------------------------------- queries
@@ -613,19 +613,36 @@ def _none_error(m: N.Module, ix: _Index, o: N.Op, v: N.View, root: str, ctx) -> 
 PATTERNS = (_try_self, _try_alias, _try_hoist, _try_spill, _try_duplicate, _try_dead, _try_snapshot, _try_rotate)
 
 
-def copy_elimination(m: N.Module, ctx=None) -> N.Module:
-    """Remove copy-in/copy-out copies and the synchronization they imply (paper §4.2.3).
+class NotConverged(RuntimeError):
+    """The rewrite patterns kept firing past the bound of :func:`rewrite_to_fixpoint`: a
+    compiler bug (the pass manager reports it as an internal error of copy-elimination)."""
 
-    Raises :class:`CypressError` E044 when a tensor mapped to NONE would have to be
-    materialized.
-    """
-    for _ in range(10000):
+
+def rewrite_to_fixpoint(m: N.Module) -> tuple[N.Module, int]:
+    """Apply :data:`PATTERNS` (the first that fires, then from the start again) until none
+    fires; return the module and the number of rewrites.  The bundled programs take about
+    one rewrite per three ops of the vectorized module; past ``2 * ops + 64`` rewrites the
+    patterns are cycling, which raises :class:`NotConverged` rather than stopping silently
+    with whatever module the last rewrite left."""
+    limit = 2 * sum(1 for _ in walk_ops(m.body)) + 64
+    for rounds in range(limit + 1):
         for pat in PATTERNS:
             nm = pat(m)
             if nm is not None:
                 m = nm
                 break
         else:
-            break
+            return m, rounds
+    raise NotConverged(f"copy-elimination: the rewrite patterns did not reach a fixpoint in {limit} rewrites")
+
+
+def copy_elimination(m: N.Module, ctx=None) -> N.Module:
+    """Remove copy-in/copy-out copies and the synchronization they imply (paper §4.2.3).
+
+    Raises :class:`CypressError` E044 when a tensor mapped to NONE would have to be
+    materialized, :class:`NotConverged` (an internal error) when the rewrites do not reach a
+    fixpoint.
+    """
+    m, _ = rewrite_to_fixpoint(m)
     _check_none(m, ctx)
     return m

@@ -128,6 +128,7 @@ def compile_module(tree: TaskTree, *, until: str | None = None, verify: bool = T
     in :class:`PassError`.
     """
     from cypressc.ir import nodes as N
+    from cypressc.ir.happens_before import verify_happens_before
     from cypressc.ir.verify import verify as verify_module
 
     ctx = PassContext(tree)
@@ -139,6 +140,8 @@ def compile_module(tree: TaskTree, *, until: str | None = None, verify: bool = T
             m = p.run(m, ctx)
             if verify:
                 verify_module(m)
+                if p.name == "sync-insertion":  # independent of the analysis sync-insertion used
+                    verify_happens_before(m)
         except (CypressError, CypressErrors):
             raise
         except Exception as e:  # noqa: BLE001 - wrapped with the pass name

@@ -367,3 +367,15 @@ def test_flipped_parity_or_short_wait_group_is_caught(program):
         v = check_schedules(replace(m, body=_swap(m.body, old, new)), ref, schedules=SCHEDULES,
                             value_every=0)
         assert v.finding is not None and v.finding.kind in ("race", "deadlock"), _where(old)
+
+
+@pytest.mark.parametrize("program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS])
+def test_every_conflicting_pair_is_ordered_by_synchronization(program, mapping):
+    """The independent verifier (:mod:`cypressc.ir.happens_before`, issue #33): every pair of
+    conflicting accesses of the block, over every iteration, two tiles of a persistent block
+    and both values of the int flags, has a chain of sync ops between them."""
+    from cypressc.ir.happens_before import check_happens_before
+
+    m = _snaps(program, mapping)["sync-insertion"]
+    assert check_happens_before(m) is None
+    assert check_happens_before(m, sizes=_sizes(program, m)) is None

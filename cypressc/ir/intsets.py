@@ -1,0 +1,291 @@
+"""Exact answers to "can these two tile indices ever be equal?" over the loop ranges and
+sizes a module gives (Cypress paper §4.2.1: dependences between tasks are decided by
+whether their sub-tensors can alias).  The dependence analysis drops an event edge only
+when this module *proves* two accesses apart; anything else keeps the edge.
+
+Each question is one SMT query to Z3 (``z3-solver``, the solver Exo uses for the same
+job): is there an integer assignment of the free variables that satisfies
+
+* every loop variable ``v`` within its loop, ``lo <= v < hi`` (bounds are themselves
+  index expressions over sizes, outer loop variables and Lets),
+* every run-time size between 0 and ``INT32_MAX`` (what the launcher accepts),
+* the definition of every Let the expressions use (substituted),
+* a shifted variable (a pipelined loop's iteration ``k + d``) inside its loop too,
+
+and makes every pair of indices equal?  ``//``, ``%``, ``cdiv``, ``min`` and ``max`` are
+encoded exactly with Python's floor semantics (a fresh quotient ``q`` with
+``b*q <= a < b*q + b`` for ``b > 0``, the mirror for ``b < 0``); products of variables are
+left to Z3's non-linear arithmetic.  *unsat* is the only answer that means "apart";
+*sat*, *unknown*, a timeout (:data:`TIMEOUT_MS`), or an expression the encoding does not
+cover (a float, a kernel condition) all mean "may meet".  A processor index is an
+unconstrained non-negative integer: one value on both sides for BLOCK (both accesses run
+in one block; edges across blocks are the grid's), one per side below it.
+
+Why Z3 rather than isl: index expressions multiply run-time sizes by loop variables
+(``k * K``) and guard trip counts by ``min(N, q0 + U + (1 - causal) * N)``, which are not
+quasi-affine; isl would have to refuse them, Z3 decides most of them and answers
+*unknown* (kept as an edge) for the rest.
+
+Variables bound by a loop that only one side runs in (an access before a loop and one in
+it, or two different loops) are renamed apart: the same name on the two sides is then two
+independent values, each within its own loop's range.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import z3
+
+from cypressc.ir import nodes as N
+
+__all__ = ["IndexSpace", "AtLeast", "may_meet", "may_be_empty", "Unsupported", "TIMEOUT_MS", "INT32_MAX", "stats"]
+
+TIMEOUT_MS = 2000  # per query; a timeout answers "may meet"
+INT32_MAX = 2**31 - 1
+
+# queries asked / answered from the cache / answered apart / unknown (for tests and --timings)
+stats = {"queries": 0, "cached": 0, "apart": 0, "unknown": 0}
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    """A shift of any distance ``>= n`` (some later iteration, however far)."""
+
+    n: int
+
+
+class Unsupported(Exception):
+    """An expression the encoding does not cover: the caller answers "may meet"."""
+
+
+@dataclass(frozen=True)
+class IndexSpace:
+    """The integer constraints a module puts on its index variables.
+
+    ``loops``: loop variable -> ``(lo, hi)`` (``lo <= v < hi``); ``lets``: Let name -> value;
+    ``sizes``: run-time sizes (``0 <= s <= INT32_MAX``).  Any other variable is an
+    unconstrained integer.  Built from a module with :meth:`of_module`; tests build one
+    by hand."""
+
+    loops: Mapping[str, tuple[N.IExpr, N.IExpr]] = field(default_factory=dict)
+    lets: Mapping[str, N.IExpr] = field(default_factory=dict)
+    sizes: frozenset[str] = frozenset()
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def of_module(cls, m: N.Module) -> "IndexSpace":
+        """Every loop (``for``/``pfor``, at any depth), Let and run-time size of ``m``."""
+        loops: dict[str, tuple[N.IExpr, N.IExpr]] = {}
+        lets: dict[str, N.IExpr] = {}
+
+        def walk(b: N.Block) -> None:
+            for op in b.ops:
+                if isinstance(op, N.Let):
+                    lets[op.name] = op.value
+                elif isinstance(op, (N.For, N.PFor)):
+                    loops[op.var] = (op.lo, op.hi)
+                    walk(op.body)
+
+        walk(m.body)
+        return cls(loops, lets, frozenset(m.scalars))
+
+
+class _Encoder:
+    """Index expressions of one side of a query as Z3 terms, collecting the constraints
+    (loop ranges, size bounds, division definitions) the terms rely on."""
+
+    def __init__(self, space: IndexSpace, facts: list, side: str, private: frozenset[str],
+                 shift: Mapping[str, int], shared: dict) -> None:
+        self.space, self.facts, self.side = space, facts, side
+        self.private, self.shift, self.shared = private, shift, shared
+        self.memo: dict = {}
+
+    def var(self, name: str):
+        sp = self.space
+        if name in sp.lets:
+            return self.enc(sp.lets[name])
+        private = name in self.private
+        key = f"{name}@{self.side}" if private else name
+        if key not in self.shared:
+            v = z3.Int(key)
+            self.shared[key] = v
+            if name in sp.loops:
+                lo, hi = sp.loops[name]
+                # the bounds are read on the side the variable is bound on: an inner loop's
+                # bounds may use outer variables, private or not
+                self.facts += [self.enc(lo) <= v, v < self.enc(hi)]
+            elif name in sp.sizes:
+                self.facts += [v >= 0, v <= INT32_MAX]
+        v = self.shared[key]
+        d = self.shift.get(name, 0)
+        if d:
+            lo, hi = sp.loops[name]
+            if isinstance(d, AtLeast):
+                dist = self.shared.setdefault(f"{name}+", z3.Int(f"{name}+"))
+                self.facts.append(dist >= d.n)
+                d = dist
+            shifted = v + d
+            self.facts += [self.enc(lo) <= shifted, shifted < self.enc(hi)]
+            return shifted
+        return v
+
+    def enc(self, e: N.IExpr):
+        key = e
+        if key in self.memo:
+            return self.memo[key]
+        out = self._enc(e)
+        self.memo[key] = out
+        return out
+
+    def _div(self, a, b):
+        """Floor quotient ``a // b`` (Python's) as a fresh variable with its definition."""
+        q = z3.FreshInt("q")
+        if z3.is_int_value(b):
+            c = b.as_long()
+            if c == 0:
+                raise Unsupported("division by zero")
+            self.facts += ([c * q <= a, a < c * q + c] if c > 0 else [c * q >= a, a > c * q + c])
+        else:
+            self.facts += [b != 0, z3.Implies(b > 0, z3.And(b * q <= a, a < b * q + b)),
+                           z3.Implies(b < 0, z3.And(b * q >= a, a > b * q + b))]
+        return q
+
+    def _enc(self, e: N.IExpr):
+        if isinstance(e, N.IConst):
+            if not isinstance(e.value, int) or isinstance(e.value, bool):
+                raise Unsupported(f"non-integer constant {e.value!r}")
+            return z3.IntVal(e.value)
+        if isinstance(e, N.IVar):
+            return self.var(e.name)
+        if isinstance(e, N.IProc):
+            # one block: both sides run in it (edges across blocks are the grid's); below
+            # BLOCK, the two sides may be different instances
+            key = f"{e.proc}.{e.dim}" + ("" if e.proc == "BLOCK" else f"@{self.side}")
+            if key not in self.shared:
+                self.shared[key] = z3.Int(key)
+                self.facts.append(self.shared[key] >= 0)
+            return self.shared[key]
+        if not isinstance(e, N.IBin):
+            raise Unsupported(type(e).__name__)  # ISelect: a kernel condition, not an index
+        a, b = self.enc(e.a), self.enc(e.b)
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        if e.op == "min":
+            return z3.If(a <= b, a, b)
+        if e.op == "max":
+            return z3.If(a >= b, a, b)
+        if e.op == "//":
+            return self._div(a, b)
+        if e.op == "%":
+            return a - b * self._div(a, b)
+        if e.op == "cdiv":
+            return -self._div(-a, b)
+        if e.op == "/":  # exact division (shapes); with a remainder it is no integer index
+            q = self._div(a, b)
+            self.facts.append(b * q == a)
+            return q
+        raise Unsupported(f"operator {e.op!r}")
+
+
+def _loop_vars(e: N.IExpr, space: IndexSpace, seen: set | None = None) -> set[str]:
+    seen = set() if seen is None else seen
+    if isinstance(e, N.IVar):
+        if e.name in seen:
+            return set()
+        seen.add(e.name)
+        if e.name in space.lets:
+            return _loop_vars(space.lets[e.name], space, seen)
+        return {e.name}
+    if isinstance(e, N.IBin):
+        return _loop_vars(e.a, space, seen) | _loop_vars(e.b, space, seen)
+    return set()
+
+
+def may_meet(pairs: Iterable[tuple[N.IExpr, N.IExpr]], space: IndexSpace, *,
+             private: Iterable[str] = (), shift: Mapping[str, int | AtLeast] | None = None) -> bool:
+    """Whether some execution makes ``a == b`` for every ``(a, b)`` in ``pairs`` at once.
+
+    ``space`` gives the loop ranges, Lets and sizes.  Loop variables in ``private`` are
+    bound separately on the two sides (each side its own iteration); the others are one
+    value.  ``shift`` maps a loop variable to ``d``: on the ``b`` side the variable stands
+    for ``v + d`` (iteration ``d`` later, also inside the loop); ``AtLeast(n)``: any
+    ``d >= n``.  False only when Z3
+    proves the conjunction unsatisfiable; True on *sat*, *unknown*, a timeout or an
+    expression it cannot encode.  Raises nothing."""
+    pairs = tuple(pairs)
+    shift = {k: v for k, v in (shift or {}).items() if v}
+    if not pairs:
+        return True
+    if all(a == b for a, b in pairs) and not shift:
+        return True
+    if all(isinstance(a, N.IConst) and isinstance(b, N.IConst) for a, b in pairs):
+        return all(a.value == b.value for a, b in pairs)
+    used = set()
+    for a, b in pairs:
+        used |= _loop_vars(a, space) | _loop_vars(b, space)
+    private = frozenset(private) & frozenset(space.loops)
+    key = (pairs, private & used, tuple(sorted(shift.items(), key=repr)))
+    with _lock:
+        stats["queries"] += 1
+        if key in space._cache:
+            stats["cached"] += 1
+            return space._cache[key]
+    result = _decide(pairs, space, private, shift)
+    with _lock:
+        space._cache[key] = result
+        stats["apart"] += not result
+    return result
+
+
+def _decide(pairs: Sequence[tuple[N.IExpr, N.IExpr]], space: IndexSpace, private: frozenset[str],
+            shift: Mapping[str, int]) -> bool:
+    facts: list = []
+    shared: dict = {}
+    ea = _Encoder(space, facts, "a", private, {}, shared)
+    eb = _Encoder(space, facts, "b", private, shift, shared)
+    try:
+        eqs = [ea.enc(a) == eb.enc(b) for a, b in pairs]
+    except (Unsupported, z3.Z3Exception, RecursionError):
+        return True
+    s = z3.Solver()
+    s.set("timeout", TIMEOUT_MS)
+    s.add(*facts, *eqs)
+    try:
+        r = s.check()
+    except z3.Z3Exception:
+        return True
+    if r == z3.unknown:
+        with _lock:
+            stats["unknown"] += 1
+    return r != z3.unsat
+
+
+def may_be_empty(lo: N.IExpr, hi: N.IExpr, space: IndexSpace) -> bool:
+    """Whether a loop ``[lo, hi)`` may run no iteration (``lo >= hi`` satisfiable over
+    ``space``).  False only when Z3 proves it always runs; raises nothing."""
+    key = ("empty", lo, hi)
+    if key in space._cache:
+        return space._cache[key]
+    facts: list = []
+    enc = _Encoder(space, facts, "a", frozenset(), {}, {})
+    try:
+        cond = enc.enc(lo) >= enc.enc(hi)
+    except (Unsupported, z3.Z3Exception, RecursionError):
+        return True
+    s = z3.Solver()
+    s.set("timeout", TIMEOUT_MS)
+    s.add(*facts, cond)
+    try:
+        r = s.check() != z3.unsat
+    except z3.Z3Exception:
+        r = True
+    space._cache[key] = r
+    return r
