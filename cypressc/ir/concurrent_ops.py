@@ -10,7 +10,7 @@ import numpy as np
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.concurrent_state import Bar, RaceChecks, Thread, op_label
-from cypressc.lang.intrinsics import NUMPY_DTYPES, leaf_of
+from cypressc.lang.intrinsics import DTYPE_BYTES, leaf_of
 
 __all__ = ["OpSemantics"]
 
@@ -190,7 +190,7 @@ class OpSemantics(RaceChecks):
     def _bytes(self, v: N.View, scope, env) -> int:
         shape = self.sym.shape(v)
         n = int(np.prod([int(self.vi.expr(x, scope, env)) for x in shape]))
-        return n * np.dtype(NUMPY_DTYPES[self.sym.allocs[self.sym.root(v)].dtype]).itemsize
+        return n * DTYPE_BYTES[self.sym.allocs[self.sym.root(v)].dtype]  # the GPU's bytes: what expect_tx counts
 
     def do_copy(self, op: N.Copy, scope, env) -> None:
         src, dst = self.vi.view(op.src, scope, env), self.vi.view(op.dst, scope, env)

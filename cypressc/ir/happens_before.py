@@ -42,6 +42,7 @@ import numpy as np
 
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import dim_procs
+from cypressc.lang.intrinsics import DTYPE_BYTES
 
 __all__ = ["HappensBefore", "Access", "check_happens_before", "verify_happens_before"]
 
@@ -187,7 +188,7 @@ class HappensBefore:
         alloc = self.ci.sym.allocs[root]
         wg = next((env.get(p, 0) for p in dim_procs(alloc.dims) if p.proc == "WARPGROUP"), 0)
         stage = arr.size // max(1, slot.stages)
-        isz = arr.itemsize
+        isz = DTYPE_BYTES[alloc.dtype]
         base = slot.offset + wg * arr.size * isz
         return (base + int(flat[0]) // stage * stage * isz, base + (int(flat[-1]) // stage + 1) * stage * isz - 1)
 

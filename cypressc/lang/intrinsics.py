@@ -28,6 +28,8 @@ __all__ = ["Operand", "OperandRule", "LeafFn", "MmaAtom", "LEAF_FUNCTIONS", "ato
 NUMPY_DTYPES = {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "i32": np.int32}
 """NumPy storage per dtype.  bf16 has no NumPy type: it is stored in f32 and rounded to
 bf16's 8-bit mantissa whenever a value is stored (:func:`round_to`)."""
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
+"""Bytes per element on the GPU (not NumPy's storage: bf16 is 2 bytes there, 4 here)."""
 
 
 def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
