@@ -46,12 +46,11 @@ from cypressc.ir import sync as S
 from cypressc.ir.analysis import Symbols, free_vars, views_of
 from cypressc.ir.intsets import AtLeast, IndexSpace, may_be_empty, may_meet
 from cypressc.ir.shapes import static
-from cypressc.lang.intrinsics import leaf_of
+from cypressc.lang.intrinsics import DTYPE_BYTES, leaf_of
 
 __all__ = ["LEVELS", "Leaf", "Dep", "Program", "evaluate", "implied", "instances", "DTYPE_BYTES"]
 
 LEVELS = ("WARPGROUP", "WARP", "THREAD")
-DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
 
 
 def evaluate(e: N.IExpr, env: dict[str, int], lets: dict[str, N.IExpr] | None = None):

@@ -49,6 +49,9 @@ INT32_MAX = 2**31 - 1
 # queries asked / answered from the cache / answered apart / unknown (for tests and --timings)
 stats = {"queries": 0, "cached": 0, "apart": 0, "unknown": 0}
 _lock = threading.Lock()
+# Z3's default context is not thread-safe (the tuner compiles candidates on threads): every
+# term and solver of this module is made and used under this lock
+_z3_lock = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -238,7 +241,8 @@ def may_meet(pairs: Iterable[tuple[N.IExpr, N.IExpr]], space: IndexSpace, *,
         if key in space._cache:
             stats["cached"] += 1
             return space._cache[key]
-    result = _decide(pairs, space, private, shift)
+    with _z3_lock:
+        result = _decide(pairs, space, private, shift)
     with _lock:
         space._cache[key] = result
         stats["apart"] += not result
@@ -274,6 +278,13 @@ def may_be_empty(lo: N.IExpr, hi: N.IExpr, space: IndexSpace) -> bool:
     key = ("empty", lo, hi)
     if key in space._cache:
         return space._cache[key]
+    with _z3_lock:
+        r = _empty(lo, hi, space)
+    space._cache[key] = r
+    return r
+
+
+def _empty(lo: N.IExpr, hi: N.IExpr, space: IndexSpace) -> bool:
     facts: list = []
     enc = _Encoder(space, facts, "a", frozenset(), {}, {})
     try:
@@ -284,8 +295,6 @@ def may_be_empty(lo: N.IExpr, hi: N.IExpr, space: IndexSpace) -> bool:
     s.set("timeout", TIMEOUT_MS)
     s.add(*facts, cond)
     try:
-        r = s.check() != z3.unsat
+        return s.check() != z3.unsat
     except z3.Z3Exception:
-        r = True
-    space._cache[key] = r
-    return r
+        return True

@@ -43,12 +43,12 @@ from cypressc.ir.analysis import Symbols, views_of
 from cypressc.ir.origin import Sites
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
+from cypressc.lang.intrinsics import DTYPE_BYTES
 from cypressc.passes.hints import fmt_tunables, tunable_roles
 from cypressc.passes.rings import ring_joins
 
 __all__ = ["resource_allocation", "DTYPE_BYTES", "REGISTER_OVERHEAD"]
 
-DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
 ALIGN = 1024  # 128-byte-swizzled tiles must start on a 1024-byte boundary
 # Addresses, loop counters, descriptors, barrier phases.  ptxas -v (nvcc 13.0, sm_90a) with the
 # consumers' setmaxnreg budget B: FA3 d64 with three consumer warpgroups (accumulators 134) spills
