@@ -12,8 +12,9 @@ install:
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
+# only the tests that read a golden file run (tests/conftest.py), on two workers
 golden: install
-	$(PY) -m pytest -q tests --update-golden
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests --update-golden
 
 demo: install
 	cypressc check programs/gemm.cyp -m mappings/gemm/h100.yaml

@@ -82,6 +82,16 @@ def pytest_addoption(parser):
                      help="rewrite tests/golden/* from the current output (then read the diff!)")
 
 
+def pytest_collection_modifyitems(config, items):
+    """``--update-golden`` runs only the tests that read a golden file (``make golden``): the
+    rest of the suite has nothing to rewrite."""
+    if not config.getoption("--update-golden"):
+        return
+    keep = [it for it in items if "golden" in getattr(it, "fixturenames", ())]
+    config.hook.pytest_deselected(items=[it for it in items if it not in keep])
+    items[:] = keep
+
+
 class Golden:
     """Compare text against ``tests/golden/<rel>``; a mismatch fails with a unified diff."""
 

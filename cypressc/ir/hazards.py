@@ -122,6 +122,14 @@ def free_vars_through(e: N.IExpr, lets: Mapping[str, N.IExpr]) -> set[str]:
     return out
 
 
+def _proc_names(e: N.IExpr) -> set[str]:
+    if isinstance(e, N.IProc):
+        return {e.proc}
+    if isinstance(e, N.IBin):
+        return _proc_names(e.a) | _proc_names(e.b)
+    return set()
+
+
 def _procs(e: N.IExpr) -> bool:
     if isinstance(e, N.IProc):
         return True
@@ -359,8 +367,59 @@ class Program:
         """A reference that waits for other blocks (a broadcast over a BLOCK dimension)."""
         return any(d.proc == "BLOCK" and (not r.idx or r.idx[i] is None) for i, d in enumerate(dims))
 
+    def _same_preds(self, c: Leaf) -> list[tuple[Leaf, tuple]]:
+        """The leaves ``c`` names in its preconditions in the same iteration (and tile)."""
+        out = []
+        for r in c.op.pre:
+            p = self.leaves.get(r.name)
+            if p is not None and not self._grid(r, p.op.dims) and p.hosts == c.hosts and p.loops == c.loops:
+                out.append((p, r.idx))
+        return out
+
+    @staticmethod
+    def _compose(outer: tuple, p: Leaf, inner: tuple) -> tuple:
+        """The index by which ``c`` waits for ``x`` through ``p``: ``c`` waits for instances
+        ``outer`` of ``p``, each of which waits for instances ``inner`` of ``x``.  An entry of
+        ``inner`` stays a point only where it names processors that ``outer`` passes through
+        unchanged; anything else is the broadcast ``:`` (every instance)."""
+        through = {}
+        for i, d in enumerate(p.op.dims):
+            e = outer[i] if i < len(outer) else None
+            through[d.proc] = isinstance(e, N.IProc) and e.proc == d.proc
+        out = []
+        for e in inner:
+            if e is None or not all(through.get(x, False) for x in _proc_names(e)):
+                out.append(None)
+            else:
+                out.append(e)
+        return tuple(out)
+
+    def _transitive_same(self):
+        """(x, c, "same", None, idx) for every leaf ``x`` that ``c`` waits for only through a
+        chain of same-iteration event edges: dependence analysis names only a tensor's last
+        writer, so the op ``c`` conflicts with may sit further up the chain, behind links that
+        touch other pieces (a TMA into ``R[0]``, one into ``R[1]`` after it, a read of ``R[0]``)."""
+        for c in self.leaves.values():
+            direct = self._same_preds(c)
+            seen = {id(p) for p, _ in direct} | {id(c)}
+            todo = list(direct)
+            while todo:
+                p, idx = todo.pop()
+                for x, inner in self._same_preds(p):
+                    if id(x) in seen:
+                        continue
+                    seen.add(id(x))
+                    comp = self._compose(idx, p, inner)
+                    yield x, c, "same", None, comp
+                    todo.append((x, comp))
+
     def _routes(self):
-        """(src leaf, dst leaf, via, loop, idx) for every event edge between two leaves."""
+        """(src leaf, dst leaf, via, loop, idx) for every event edge between two leaves, and
+        the same-iteration chains of them (:meth:`_transitive_same`)."""
+        yield from self._direct_routes()
+        yield from self._transitive_same()
+
+    def _direct_routes(self):
         for c in self.leaves.values():
             for r in c.op.pre:
                 if r.name in self.leaves:

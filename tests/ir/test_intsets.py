@@ -151,3 +151,16 @@ def test_a_writer_in_a_loop_that_may_not_run_does_not_kill_the_flow_edge():
     c = N.Copy("c", N.TRef("V"), N.TRef("Z"), pre=(N.EvRef("L1", bi), N.EvRef("L2", bi)), dims=B)
     m = N.Module("t", (X,), ("n", "m"), N.Block((Vt, Y, Z, L1, L2, c)))
     assert ("p", "c", "raw", "after", 0) in _deps(m)  # m = 0: c reads what p wrote
+
+
+def test_a_hazard_behind_a_chain_of_edges_on_other_pieces_is_found():
+    # dependence analysis names only R's last writer: the read of R[0] waits for the TMA into
+    # R[1], which waits for the TMA into R[0]; neither link conflicts, the chain does
+    X = N.Alloc("X", (C(2), C(64)), "f16", "GLOBAL")
+    R, Y = N.Alloc("R", (C(2), C(64)), "f16", "SHARED"), N.Alloc("Y", (C(64),), "f16", "SHARED")
+    PX = N.Partition("PX", N.TRef("X"), "slices", (C(0),), (C(64),))
+    PR = N.Partition("PR", N.TRef("R"), "slices", (C(0),), (C(64),))
+    ops = (R, Y, PX, PR, N.Copy("e1", N.Piece("PX", (C(0),)), N.Piece("PR", (C(0),))),
+           N.Copy("e2", N.Piece("PX", (C(1),)), N.Piece("PR", (C(1),)), pre=(N.EvRef("e1"),)),
+           N.Copy("e3", N.Piece("PR", (C(0),)), N.TRef("Y"), pre=(N.EvRef("e2"),)))
+    assert ("e1", "e3", "raw", "same", 0) in _deps(N.Module("t", (X,), (), N.Block(ops)))

@@ -158,7 +158,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, C_clear_thread_1[0], kk == 0);
       }
       cypress::commit();  // closes the group of %e7
-      cypress::wait<0>();  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e8 (raw %C_clear_thread_1); %e7 -> %e8 (war %C_clear_thread_1); %e7 -> %e8 (waw %C_clear_thread_1); %e7 -> %e13 (war %C_clear_thread_1); %e7 -> %e13 (waw %C_clear_thread_1); %e22 -> %e35 (war %C_clear_thread, after the loop); %e22 -> %e35 (waw %C_clear_thread, after the loop); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
+      cypress::wait<0>();  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e8 (raw %C_clear_thread_1); %e7 -> %e8 (war %C_clear_thread_1); %e7 -> %e8 (waw %C_clear_thread_1); %e7 -> %e9 (war %C_clear_thread_1); %e7 -> %e9 (waw %C_clear_thread_1); %e7 -> %e13 (war %C_clear_thread_1); %e7 -> %e13 (waw %C_clear_thread_1); %e22 -> %e35 (war %C_clear_thread, after the loop); %e22 -> %e35 (waw %C_clear_thread, after the loop); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
       cypress::fence_acc(C_clear_thread_1[0]);
       cypress::fence_acc(C_clear_thread[0]);
       if (leader) cypress::arrive(&empty_B_mma_qk_1[stage]);  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on)
@@ -214,7 +214,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
           cypress::wgmma_rs<128, __half>(&D_convert_thread[0][kk * 4], db, C_clear_thread[0]);
         }
         cypress::commit();  // closes the group of %e22
-        cypress::wait<1>();  // %e20 -> %e23 (raw %C_clear_thread_2); %e20 -> %e23 (war %C_clear_thread_2); %e20 -> %e23 (waw %C_clear_thread_2); %e20 -> %e23 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e23 (waw %C_clear_thread_2, 1 step(s) later); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile); %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later); %e20 -> %e24 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e24 (waw %C_clear_thread_2, 1 step(s) later); %e20 -> %e28 (war %C_clear_thread_2); %e20 -> %e28 (waw %C_clear_thread_2); %e20 -> %e28 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e28 (waw %C_clear_thread_2, 1 step(s) later)
+        cypress::wait<1>();  // %e20 -> %e23 (raw %C_clear_thread_2); %e20 -> %e23 (war %C_clear_thread_2); %e20 -> %e23 (waw %C_clear_thread_2); %e20 -> %e23 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e23 (waw %C_clear_thread_2, 1 step(s) later); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile); %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later); %e20 -> %e24 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e24 (waw %C_clear_thread_2, 1 step(s) later); %e20 -> %e24 (war %C_clear_thread_2); %e20 -> %e24 (waw %C_clear_thread_2); %e20 -> %e28 (war %C_clear_thread_2); %e20 -> %e28 (waw %C_clear_thread_2); %e20 -> %e28 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e28 (waw %C_clear_thread_2, 1 step(s) later)
         cypress::fence_acc(C_clear_thread_2[0]);
         if (kb >= (num_k - 1)) {
           if (leader) cypress::arrive(&empty_Q_block[0]);  // %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
