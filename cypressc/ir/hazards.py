@@ -538,20 +538,27 @@ class Program:
         return sorted(next(iter(a - {root})) for a in self.alias if root in a)
 
     def _alias_loads(self) -> list[Dep]:
-        """WAR hazards into a TMA copy outside every loop from the earlier readers, in the same
-        tile, of a tensor that shares its bytes (``module.resources.war``: FlashAttention-3's
+        """WAR hazards into a TMA copy from the earlier readers, in the same tile, of a tensor that
+        shares its bytes (``module.resources.war``: FlashAttention-3's
         peeled K tile under its last V tile).  The copy's source is GLOBAL, so no event edge
         leads to it from those readers; the edge is the sharing's, not the program's."""
         out = []
         for c in self.leaves.values():
-            if c.kind != "tma_load" or c.loops:
+            if c.kind != "tma_load":
                 continue
             root = self.sym.root(c.op.dst)
             for other in self._sharing(root):
                 for p in self.leaves.values():
                     if p.kind == "tma_load" or p.seq > c.seq or p.hosts != c.hosts or not self._reads(p, other):
                         continue
-                    via, lp = ("after", p.loops[0]) if p.loops else ("same", None)
+                    if c.loops:  # a copy in a loop after the reader (their live ranges are apart): the
+                        # reader is done before the loop starts; only a path of synchronized edges
+                        # can realize that, else sync-insertion refuses
+                        if any(x is c.loops[0] for x in p.loops):
+                            continue
+                        via, lp = "entry", c.loops[0]
+                    else:
+                        via, lp = ("after", p.loops[0]) if p.loops else ("same", None)
                     out.append(Dep(p.op.ev, c.op.ev, via, lp.ev if lp is not None else "", 0, "war", other, root,
                                    "SHARED", self._scope(p, c, (), other, root)))
         return out

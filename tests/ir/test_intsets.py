@@ -164,3 +164,19 @@ def test_a_hazard_behind_a_chain_of_edges_on_other_pieces_is_found():
            N.Copy("e2", N.Piece("PX", (C(1),)), N.Piece("PR", (C(1),)), pre=(N.EvRef("e1"),)),
            N.Copy("e3", N.Piece("PR", (C(0),)), N.TRef("Y"), pre=(N.EvRef("e2"),)))
     assert ("e1", "e3", "raw", "same", 0) in _deps(N.Module("t", (X,), (), N.Block(ops)))
+
+
+def test_a_loop_copy_into_bytes_an_earlier_tile_used_waits_for_its_readers():
+    # resource allocation let E (read before the loop) and the loop's buffer L share bytes: the
+    # loop's TMA into L comes after E's reader
+    B, bi = (N.Dim(C(1), "BLOCK"),), (N.IProc("BLOCK", 0),)
+    X = N.Alloc("X", (C(64),), "f16", "GLOBAL")
+    E, L, Z, Z2 = (N.Alloc(x, (C(64),), "f16", "SHARED", dims=B) for x in ("E", "L", "Z", "Z2"))
+    body = N.Block((N.Copy("w", N.TRef("X"), N.TRef("L"), dims=B),
+                    N.Copy("r", N.TRef("L"), N.TRef("Z2"), pre=(N.EvRef("w", bi),), dims=B)), (N.EvRef("r", bi),))
+    ops = (E, L, Z, Z2, N.Copy("e0", N.TRef("X"), N.TRef("E"), dims=B),
+           N.Copy("er", N.TRef("E"), N.TRef("Z"), pre=(N.EvRef("e0", bi),), dims=B),
+           N.For("Lp", "k", C(0), V("n"), (), body, dims=B))
+    res = N.Resources(smem={}, smem_bytes=0, barrier_offset=0, barrier_bytes=0, smem_limit=0, war=(("E", "L"),),
+                      registers=0, register_budget=(0, 0))
+    assert ("er", "w", "war", "entry", 0) in _deps(N.Module("t", (X,), ("n",), N.Block(ops), resources=res))
