@@ -13,15 +13,34 @@ __all__ = ["compile", "tune", "bind_dtypes"]
 
 def bind_dtypes(program: str | Path, dtype: str | Mapping[str, str] | None) -> dict[str, str]:
     """``dtype="bf16"`` binds every dtype parameter of ``program`` that allows bf16;
-    a mapping (``{"T": "bf16"}``) is taken as is; ``None`` keeps the defaults."""
+    a mapping (``{"T": "bf16"}``) binds each named parameter; ``None`` keeps the defaults.
+
+    Raises ``ValueError`` for a dtype no parameter allows (``"f64"``), a name that is no
+    dtype parameter of the program, or a value its parameter does not allow (the message
+    lists what each parameter allows); the program's own errors as
+    :class:`~cypressc.diagnostics.CypressErrors`."""
     if dtype is None:
         return {}
-    if not isinstance(dtype, str):
-        return dict(dtype)
     from cypressc.lang.parser import parse_file
 
-    prog = parse_file(str(program), {})
-    return {d.name: dtype for d in prog.dtype_params if dtype in d.allowed}
+    params = {d.name: tuple(d.allowed) for d in parse_file(str(program), {}).dtype_params}
+    allowed = "; ".join(f"{n}: {', '.join(a)}" for n, a in params.items()) or "none"
+    if isinstance(dtype, str):
+        bound = {n: dtype for n, a in params.items() if dtype in a}
+        if not bound:
+            raise ValueError(f"dtype={dtype!r}: no dtype parameter of {program} allows it "
+                             f"(its dtype parameters allow {allowed})")
+        return bound
+    if not isinstance(dtype, Mapping):
+        raise ValueError(f"dtype must be a dtype name or a mapping of dtype parameter to name, not "
+                         f"{type(dtype).__name__}")
+    for n, v in dtype.items():
+        if n not in params:
+            raise ValueError(f"dtype={{{n!r}: ...}}: {program} has no dtype parameter {n!r} "
+                             f"(its dtype parameters allow {allowed})")
+        if v not in params[n]:
+            raise ValueError(f"dtype={{{n!r}: {v!r}}}: {n} allows {', '.join(params[n])}")
+    return dict(dtype)
 
 
 def compile(program: str | Path, mapping: str | Path, dtype: str | Mapping[str, str] | None = None, *,
@@ -34,14 +53,25 @@ def compile(program: str | Path, mapping: str | Path, dtype: str | Mapping[str, 
     tuning cache holds for (program, mapping, this GPU, dtypes, sizes), tuning now (on the
     GPU, ``tune_options`` as for :func:`tune`) when it holds none.  Raises the compiler's
     :class:`~cypressc.diagnostics.CypressErrors`/``CypressError`` for a bad program or
-    mapping and :class:`~cypressc.tuner.build.BuildError` when nvcc fails.  Needs nvcc; loading
-    needs no GPU, calling the kernel does."""
-    from cypressc import runtime
-    from cypressc.tuner.build import build_kernel
-    from cypressc.tuner.search import _front_from_text
+    mapping (a missing or unreadable mapping file included: M000, as ``cypressc check`` says),
+    ``ValueError`` for a dtype the program does not allow (:func:`bind_dtypes`), ``TypeError``
+    for a keyword :func:`tune` does not take (or any tuning keyword without ``tuned=True``) and
+    :class:`~cypressc.tuner.build.BuildError` when nvcc fails.  Needs nvcc; loading needs no
+    GPU, calling the kernel does."""
+    from dataclasses import fields
 
+    from cypressc import runtime
+    from cypressc.mapping.loader import read_mapping_text
+    from cypressc.tuner.build import build_kernel
+    from cypressc.tuner.search import Options, _front_from_text
+
+    if tune_options and not tuned:
+        raise TypeError(f"compile() got tuning keyword(s) {', '.join(sorted(tune_options))} without tuned=True")
+    unknown = set(tune_options) - {f.name for f in fields(Options)}
+    if unknown:
+        raise TypeError(f"compile() got unexpected keyword argument(s): {', '.join(sorted(unknown))}")
     dtypes = bind_dtypes(program, dtype)
-    text = Path(mapping).read_text()
+    text = read_mapping_text(mapping)
     if tuned:
         if not sizes:
             raise ValueError("compile(tuned=True) needs sizes=, e.g. {'M': 4096, 'N': 4096, 'K': 4096}")

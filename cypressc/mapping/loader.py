@@ -308,6 +308,12 @@ def _hint(err: dict) -> str | None:
 
 def load_mapping(path: str | Path) -> LoadedMapping:
     """Read and validate a mapping file; missing/unreadable/non-UTF-8 files are located errors."""
+    return load_mapping_source(read_mapping_text(path), str(path))
+
+
+def read_mapping_text(path: str | Path) -> str:
+    """A mapping file's text; a missing, unreadable (a directory), binary or non-UTF-8 file is
+    a located M000 (:class:`CypressErrors`)."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -324,4 +330,4 @@ def load_mapping(path: str | Path) -> LoadedMapping:
         line, col = decode_error_position(data, e.start)
         raise CypressErrors([CypressError("M000", "the mapping is not UTF-8 text", Loc(str(path), line, col, col + 1),
                                           hint="save the mapping as UTF-8")]) from None
-    return load_mapping_source(text, str(path))
+    return text
