@@ -25,7 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/cyp_out}
 mkdir -p "$OUT"
-if ! python3 -c "import pydantic, cutlass_library" 2>/dev/null; then
+if ! python3 -c "import pydantic, cutlass_library, z3" 2>/dev/null; then
   if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
       || { echo "gpu_all: installing .whl/*.whl failed" >&2; exit 1; }

@@ -55,6 +55,7 @@ class _State:
         self.inputs: dict[str, Any] = {}
         self.outs: dict[str, Any] = {}
         self.floats: dict[str, float] = {}
+        self.sizes: dict[str, int] = {}
         self.ref: dict[str, Any] | None = None
         self.kept: dict[str, tuple[Any, Any, float]] = {}     # label -> (kernel, bound launch, flops)
         self.ref_fns: dict[str, Any] = {}                      # reference spec -> function (loaded once)
@@ -72,6 +73,7 @@ class _State:
         self.key, self.inputs, self.outs, self.ref, self.kept = None, {}, {}, None, {}
         torch.cuda.empty_cache()
         sizes = {k: int(v) for k, v in setup["sizes"].items()}
+        self.sizes = sizes
         self.floats = {k: float(v) for k, v in setup.get("floats", {}).items()}
         gen = torch.Generator(device="cuda").manual_seed(0)
         for p in kernel.info.params:
@@ -92,13 +94,20 @@ class _State:
         else:                                   # the baseline kernel's outputs are the reference
             base = setup["baseline"]
             k = runtime.load(base["dir"], base.get("name"))
-            self._run(k.bind(*self._args(k), **self.floats), 30.0)
+            self._run(k.bind(*self._args(k), **self._keywords(k)), 30.0)
             self.ref = {n: t.float().clone() for n, t in self.outs.items()}
             bad = [n for n, t in self.ref.items() if bool(torch.isnan(t).any())]
             if bad:
                 raise RuntimeError(f"no reference: the baseline kernel left NaN in {', '.join(bad)}")
         torch.cuda.synchronize()
         self.key = key
+
+    def _keywords(self, kernel) -> dict:
+        """The keyword arguments of a call: the ``float`` parameters, and the int sizes that fix
+        no tensor's shape (FlashAttention's ``causal``), which the kernel takes by keyword."""
+        shaped = {d for p in kernel.info.params for d in p.dims if isinstance(d, str)}
+        ints = {s: self.sizes[s] for s in kernel.info.sizes if s not in shaped and s in self.sizes}
+        return {**ints, **self.floats}
 
     def _args(self, kernel) -> list:
         """The kernel's arguments: inputs as drawn, outputs NaN-poisoned (an element nobody
@@ -152,7 +161,7 @@ class _State:
             return failure("setup", e, label=label, fatal=not _healthy(torch))
         sizes = {k: int(v) for k, v in req["setup"]["sizes"].items()}
         try:
-            launch = kernel.bind(*self._args(kernel), **self.floats)
+            launch = kernel.bind(*self._args(kernel), **self._keywords(kernel))
             ms = self._run(launch, float(req.get("deadline_s", 5.0)))
         except TimeoutError as e:
             return failure("timeout", e, label=label, fatal=True)
