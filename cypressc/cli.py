@@ -299,8 +299,9 @@ def _parse_sizes(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     out: dict[str, int] = {}
     for v in values:
         name, eq, n = v.partition("=")
-        if not eq or not name.isidentifier() or not n.strip().isdigit() or int(n) <= 0:
-            raise click.BadParameter(f"'{v}': write NAME=N with N a positive integer, e.g. --size M=4096",
+        # 0 is a size too: an int flag such as FlashAttention's causal=0
+        if not eq or not name.isidentifier() or not n.strip().isdigit():
+            raise click.BadParameter(f"'{v}': write NAME=N with N a non-negative integer, e.g. --size M=4096",
                                      param=param)
         if name in out and out[name] != int(n):
             raise click.BadParameter(f"'{name}' is bound twice ({out[name]} and {n})", param=param)

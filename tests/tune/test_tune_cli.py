@@ -107,3 +107,16 @@ def test_output_never_overwrites_a_users_mapping(tmp_path, tune_cache):
                                "`cypressc tune`"), r.stderr
     assert "candidates" not in r.stdout  # refused before any search
     assert mine.read_text() == before
+
+
+def test_a_size_of_zero_is_a_size_and_malformed_ones_are_usage_errors():
+    """``--size causal=0`` binds FlashAttention's flag (it was refused as not positive)."""
+    import click
+
+    from cypressc.cli import _parse_sizes
+
+    param = click.Option(["--size"])
+    assert _parse_sizes(None, param, ("causal=0", "M=1024")) == {"causal": 0, "M": 1024}
+    for bad in ("causal=-1", "M=abc", "M", "1M=4"):
+        with pytest.raises(click.BadParameter, match="non-negative integer"):
+            _parse_sizes(None, param, (bad,))
