@@ -270,13 +270,14 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
         else:
             first = {k.name: k.candidates[0] for k in space.knobs if k.group == "block"}
             tiles = [k.name for k in space.knobs if k.group == "tiles"]
-            n1 = max(1, (2 * opts.budget + 2) // 3)
+            n1, n2 = round_budgets(opts.budget)
             ok = run_round(1, list(space.product(tiles, {**space.base, **first})), n1)
             measured = [c for c in ok if c.tflops]
             top = sorted(measured, key=lambda c: -c.tflops)[:opts.keep] if measured else ok[:opts.keep]  # type: ignore[operator]
             flags = [k.name for k in space.knobs if k.group == "block"]
             points = [p for c in top for p in space.product(flags, c.values)]
-            run_round(2, points, max(1, opts.budget - n1))
+            if n2:
+                run_round(2, points, n2)
     except KeyboardInterrupt:
         partial = True
         from cypressc.tuner.timing import stop_workers
@@ -284,6 +285,14 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
         stop_workers()
     secs["total"] = time.perf_counter() - t_start
     return Result(space, opts, list(seen.values()), device, secs, partial)
+
+
+def round_budgets(budget: int) -> tuple[int, int]:
+    """How a large space's two rounds (tiles, then block knobs on the best tiles) share
+    ``budget`` compiled candidates: about two thirds to the first; together never more than
+    ``budget`` (the starting mapping comes on top)."""
+    n1 = max(1, min(budget, (2 * budget + 2) // 3))
+    return n1, budget - n1
 
 
 def _label(text: str) -> str:

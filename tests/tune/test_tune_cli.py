@@ -120,3 +120,13 @@ def test_a_size_of_zero_is_a_size_and_malformed_ones_are_usage_errors():
     for bad in ("causal=-1", "M=abc", "M", "1M=4"):
         with pytest.raises(click.BadParameter, match="non-negative integer"):
             _parse_sizes(None, param, (bad,))
+
+
+def test_the_budget_is_an_upper_bound_across_both_rounds():
+    """``--budget 2`` compiled three candidates besides the start on FlashAttention-3's space."""
+    from cypressc.tuner.search import round_budgets
+
+    for budget in range(1, 40):
+        n1, n2 = round_budgets(budget)
+        assert n1 >= 1 and n2 >= 0 and n1 + n2 == budget
+    assert round_budgets(24) == (16, 8)
