@@ -225,9 +225,12 @@ class OpSemantics(RaceChecks):
                         t.dirty.add(key)
         if self.hb is not None:
             lbl = op_label(op, self.names)
-            acc = [(a, scope, envs[0], w, lbl) for _, a, rule in views
-                   for w in ((False,) if rule is None or rule.reads else ()) + ((True,) if rule is not None and rule.writes
-                                                                                else ())]
+            acc = []  # (view, scope, env, writes, label): reads first, then writes
+            for _, a, rule in views:
+                if rule is None or rule.reads:
+                    acc.append((a, scope, envs[0], False, lbl))
+                if rule is not None and rule.writes:
+                    acc.append((a, scope, envs[0], True, lbl))
         if mma:
             for rk in regs:
                 self.reg_pending[rk] = self.reg_pending.get(rk, 0) + 1
