@@ -191,10 +191,8 @@ class _Encoder:
             return a - b * self._div(a, b)
         if e.op == "cdiv":
             return -self._div(-a, b)
-        if e.op == "/":  # exact division (shapes); with a remainder it is no integer index
-            q = self._div(a, b)
-            self.facts.append(b * q == a)
-            return q
+        if e.op == "/":  # on integers the IR's `/` floors, like `//` (ir.interp)
+            return self._div(a, b)
         raise Unsupported(f"operator {e.op!r}")
 
 
