@@ -10,7 +10,8 @@ from cypressc.ir.shapes import layout_key
 from cypressc.ir.subst import map_views, rename_events, walk_ops
 
 __all__ = ["Symbols", "views_of", "canon", "dim_procs", "forward_refs", "replace_event", "remove_ops", "map_ops",
-           "substitute_view", "module_ops", "ref_for", "free_vars", "dedup_refs", "exprs_of"]
+           "substitute_view", "module_ops", "ref_for", "free_vars", "free_vars_through", "proc_names", "dedup_refs",
+           "exprs_of"]
 
 
 class Symbols:
@@ -54,6 +55,28 @@ def free_vars(e) -> set[str]:
         return {e.name}
     if isinstance(e, N.IBin):
         return free_vars(e.a) | free_vars(e.b)
+    return set()
+
+
+def free_vars_through(e, lets) -> set[str]:
+    """The variables ``e`` depends on, through the Lets (name -> value) it names."""
+    out: set[str] = set()
+    todo = list(free_vars(e))
+    while todo:
+        v = todo.pop()
+        if v not in out:
+            out.add(v)
+            if v in lets:
+                todo += free_vars(lets[v])
+    return out
+
+
+def proc_names(e) -> set[str]:
+    """The processor levels (``WARPGROUP``, ``THREAD``, ...) whose index ``e`` uses."""
+    if isinstance(e, N.IProc):
+        return {e.proc}
+    if isinstance(e, N.IBin):
+        return proc_names(e.a) | proc_names(e.b)
     return set()
 
 

@@ -41,12 +41,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import dim_procs
+from cypressc.ir.analysis import dim_procs, proc_names
 from cypressc.lang.intrinsics import DTYPE_BYTES
 
 __all__ = ["HappensBefore", "Access", "check_happens_before", "verify_happens_before"]
 
-_LANES = ("WARP", "THREAD")
+_LANES = {"WARP", "THREAD"}
 
 
 @dataclass(eq=False)
@@ -86,9 +86,6 @@ class HappensBefore:
         self.named: dict[tuple, dict] = {}  # (named barrier id, generation) -> released clocks
         self.locs: dict[tuple, list[Access]] = {}
         self.shared_bytes = {x for pair in (ci.m.resources.war if ci.m.resources is not None else ()) for x in pair}
-        self.pairs = {x: tuple(sorted(frozenset(p) for p in ci.m.resources.war if x in p)) for x in self.shared_bytes} \
-            if ci.m.resources is not None else {}
-        self.checked = 0
         self.mma_chain: dict[int, list] = {}  # thread -> its wgmma agents and their registers
 
     # -- agents and clocks ----------------------------------------------------------------
@@ -152,9 +149,10 @@ class HappensBefore:
             self._join(self.thread(t).vc, job["hb"].vc)
 
     # -- accesses -------------------------------------------------------------------------------
-    def location(self, v: N.View, scope, env) -> tuple[tuple, np.ndarray | None, int]:
-        """The location a view touches, the flat indices of its elements in that location's
-        array (None: the whole location) and the array's size.  A view into a fragment of
+    def location(self, v: N.View, scope, env) -> tuple[tuple, np.ndarray | None, tuple[int, int] | None]:
+        """The location a view touches and, in it, the flat indices of its elements, or
+        (None, a byte interval) for a tensor sharing bytes with another, or (None, None) for
+        the whole location.  A view into a fragment of
         the warpgroup's lanes (a piece indexed by a warp or lane index) stands for the
         union over the lanes: the piece's base."""
         ci = self.ci
@@ -163,22 +161,17 @@ class HappensBefore:
         key = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc != "BLOCK" or len(ci.tiles) <= 1)
         if alloc.mem == "REGISTER":
             wg = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc == "WARPGROUP")
-            return ("REGISTER", root, wg), None, 1
+            return ("REGISTER", root, wg), None, None
         for piece in reversed(ci.sym.chain(v)):  # from the root outwards
-            if any(_mentions(i, _LANES) for i in piece.idx):
+            if any(proc_names(i) & _LANES for i in piece.idx):
                 v = ci.sym.parts[piece.partition].base
                 break
         view = ci.vi.view(v, scope, env)
-        grids = np.ix_(*view.ix)
-        full = [len(i) for i in view.ix]
-        mask = np.ones(full, dtype=bool)
-        for g in grids:
-            mask &= g >= 0
-        idx = tuple(np.broadcast_to(g, full)[mask] for g in grids)
+        idx, _ = view.cells()
         flat = np.unique(np.ravel_multi_index(idx, view.arr.shape)) if idx else np.zeros(0, dtype=np.int64)
         if root in self.shared_bytes and len(flat):
             return ("SMEM",), None, self._bytes(root, env, view.arr, flat)
-        return (alloc.mem, root, key), flat, view.arr.size
+        return (alloc.mem, root, key), flat, None
 
     def _bytes(self, root: str, env: dict, arr: np.ndarray, flat: np.ndarray) -> tuple[int, int]:
         """The byte interval of the block's shared memory that elements ``flat`` of a tensor
@@ -193,18 +186,17 @@ class HappensBefore:
         return (base + int(flat[0]) // stage * stage * isz, base + (int(flat[-1]) // stage + 1) * stage * isz - 1)
 
     def access(self, a: _Agent, v: N.View, scope, env, write: bool, label: str) -> None:
-        loc, elems, extra = self.location(v, scope, env)
+        loc, elems, interval = self.location(v, scope, env)
         if elems is not None and not len(elems):
             return
         if elems is not None:
             lo, hi = int(elems[0]), int(elems[-1])
         else:
-            lo, hi = extra if isinstance(extra, tuple) else (0, 1 << 62)
+            lo, hi = interval or (0, 1 << 62)
         new = Access(a.id, a.clock, write, elems, label, lo, hi)
         recs = self.locs.setdefault(loc, [])
         keep = []
         for r in recs:
-            self.checked += 1
             if r.agent == a.id or not (write or r.write) or r.hi < lo or hi < r.lo:
                 keep.append(r)
                 continue
@@ -214,7 +206,7 @@ class HappensBefore:
             if r.clock > a.vc.get(r.agent, 0):
                 what = "write" if write else "read"
                 then = "write" if r.write else "read"
-                self.ci.fail("race", label, f"its {what} of %{_name(loc)} is not ordered after the {then} by "
+                self.ci.fail("race", label, f"its {what} of %{self.ci.sym.root(v)} is not ordered after the {then} by "
                                             f"{r.label} ({self.agents[r.agent].name}): no chain of "
                                             "synchronization leads from one to the other")
             # an earlier access this write covers and is ordered after: later accesses that are
@@ -228,18 +220,6 @@ class HappensBefore:
 
     def thread_access(self, t, v: N.View, scope, env, write: bool, label: str) -> None:
         self.access(self.thread(t), v, scope, env, write, label)
-
-
-def _mentions(e: N.IExpr, procs) -> bool:
-    if isinstance(e, N.IProc):
-        return e.proc in procs
-    return isinstance(e, N.IBin) and (_mentions(e.a, procs) or _mentions(e.b, procs))
-
-
-def _name(loc: tuple) -> str:
-    if loc[0] == "SHARED" and isinstance(loc[1], tuple):
-        return " / %".join(sorted({x for p in loc[1] for x in p}))
-    return loc[1]
 
 
 def _flags(m: N.Module) -> list[str]:

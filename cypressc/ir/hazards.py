@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
-from cypressc.ir.analysis import Symbols, free_vars, views_of
+from cypressc.ir.analysis import Symbols, free_vars_through, proc_names, views_of
 from cypressc.ir.intsets import AtLeast, IndexSpace, may_be_empty, may_meet
 from cypressc.ir.shapes import static
 from cypressc.lang.intrinsics import DTYPE_BYTES, leaf_of
@@ -107,33 +107,6 @@ class Dep:
         return S.Edge(self.src, self.dst, self.hazard, self.tensor, self.via, self.distance)
 
 
-def free_vars_through(e: N.IExpr, lets: Mapping[str, N.IExpr]) -> set[str]:
-    """The variables ``e`` depends on, through the Lets it names."""
-    out: set[str] = set()
-    todo, seen = list(free_vars(e)), set()
-    while todo:
-        v = todo.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        out.add(v)
-        if v in lets:
-            todo += free_vars(lets[v])
-    return out
-
-
-def _proc_names(e: N.IExpr) -> set[str]:
-    if isinstance(e, N.IProc):
-        return {e.proc}
-    if isinstance(e, N.IBin):
-        return _proc_names(e.a) | _proc_names(e.b)
-    return set()
-
-
-def _procs(e: N.IExpr) -> bool:
-    if isinstance(e, N.IProc):
-        return True
-    return isinstance(e, N.IBin) and (_procs(e.a) or _procs(e.b))
 
 
 class Program:
@@ -152,7 +125,8 @@ class Program:
         self.pfor = False
         self._rings: dict[str, list[Leaf]] | None = None
         self._walk(m.body, (), (), itertools.count())
-        self.space = IndexSpace.of_module(m)
+        self.space = IndexSpace({lp.var: (lp.lo, lp.hi) for lp, _, _ in self.loops.values()}, self.lets,
+                                frozenset(m.scalars))
 
     # -- structure ------------------------------------------------------------------------
     def _walk(self, b: N.Block, loops, hosts, seq) -> None:
@@ -311,7 +285,7 @@ class Program:
                 continue
             if self._variant(part, private, shift):
                 break
-            pairs += [(x, y) for x, y in zip(ia, ib) if not (_procs(x) or _procs(y))]
+            pairs += [(x, y) for x, y in zip(ia, ib) if not (proc_names(x) or proc_names(y))]
         return may_meet(pairs, self.space, private=private, shift=shift)
 
     def covers(self, w: Leaf, wv: N.View, v: N.View) -> bool:
@@ -388,7 +362,7 @@ class Program:
             through[d.proc] = isinstance(e, N.IProc) and e.proc == d.proc
         out = []
         for e in inner:
-            if e is None or not all(through.get(x, False) for x in _proc_names(e)):
+            if e is None or not all(through.get(x, False) for x in proc_names(e)):
                 out.append(None)
             else:
                 out.append(e)

@@ -78,14 +78,19 @@ class _View:
         out = np.where(mask, self.arr[safe], 0).astype(self.arr.dtype)
         return out.reshape(self.shape)
 
-    def write(self, value: np.ndarray) -> None:
+    def cells(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """The in-bounds elements of the view: their indices into ``arr`` (one array per
+        storage dim) and the mask of them over the view's full index grid."""
         full = [len(i) for i in self.ix]
-        value = round_to(np.asarray(value).reshape(full), self.dtype)
         grids = np.ix_(*self.ix)
         mask = np.ones(full, dtype=bool)
         for g in grids:
             mask &= g >= 0
-        idx = tuple(np.broadcast_to(g, full)[mask] for g in grids)
+        return tuple(np.broadcast_to(g, full)[mask] for g in grids), mask
+
+    def write(self, value: np.ndarray) -> None:
+        value = round_to(np.asarray(value).reshape([len(i) for i in self.ix]), self.dtype)
+        idx, mask = self.cells()
         self.arr[idx] = value[mask]
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import z3
 
 from cypressc.ir import nodes as N
+from cypressc.ir.analysis import free_vars_through
 
 __all__ = ["IndexSpace", "AtLeast", "may_meet", "may_be_empty", "Unsupported", "TIMEOUT_MS", "INT32_MAX", "stats"]
 
@@ -71,30 +72,13 @@ class IndexSpace:
 
     ``loops``: loop variable -> ``(lo, hi)`` (``lo <= v < hi``); ``lets``: Let name -> value;
     ``sizes``: run-time sizes (``0 <= s <= INT32_MAX``).  Any other variable is an
-    unconstrained integer.  Built from a module with :meth:`of_module`; tests build one
-    by hand."""
+    unconstrained integer.  :class:`cypressc.ir.hazards.Program` builds one from its walk of
+    a module; tests build one by hand."""
 
     loops: Mapping[str, tuple[N.IExpr, N.IExpr]] = field(default_factory=dict)
     lets: Mapping[str, N.IExpr] = field(default_factory=dict)
     sizes: frozenset[str] = frozenset()
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def of_module(cls, m: N.Module) -> "IndexSpace":
-        """Every loop (``for``/``pfor``, at any depth), Let and run-time size of ``m``."""
-        loops: dict[str, tuple[N.IExpr, N.IExpr]] = {}
-        lets: dict[str, N.IExpr] = {}
-
-        def walk(b: N.Block) -> None:
-            for op in b.ops:
-                if isinstance(op, N.Let):
-                    lets[op.name] = op.value
-                elif isinstance(op, (N.For, N.PFor)):
-                    loops[op.var] = (op.lo, op.hi)
-                    walk(op.body)
-
-        walk(m.body)
-        return cls(loops, lets, frozenset(m.scalars))
 
 
 class _Encoder:
@@ -196,20 +180,6 @@ class _Encoder:
         raise Unsupported(f"operator {e.op!r}")
 
 
-def _loop_vars(e: N.IExpr, space: IndexSpace, seen: set | None = None) -> set[str]:
-    seen = set() if seen is None else seen
-    if isinstance(e, N.IVar):
-        if e.name in seen:
-            return set()
-        seen.add(e.name)
-        if e.name in space.lets:
-            return _loop_vars(space.lets[e.name], space, seen)
-        return {e.name}
-    if isinstance(e, N.IBin):
-        return _loop_vars(e.a, space, seen) | _loop_vars(e.b, space, seen)
-    return set()
-
-
 def may_meet(pairs: Iterable[tuple[N.IExpr, N.IExpr]], space: IndexSpace, *,
              private: Iterable[str] = (), shift: Mapping[str, int | AtLeast] | None = None) -> bool:
     """Whether some execution makes ``a == b`` for every ``(a, b)`` in ``pairs`` at once.
@@ -231,7 +201,7 @@ def may_meet(pairs: Iterable[tuple[N.IExpr, N.IExpr]], space: IndexSpace, *,
         return all(a.value == b.value for a, b in pairs)
     used = set()
     for a, b in pairs:
-        used |= _loop_vars(a, space) | _loop_vars(b, space)
+        used |= free_vars_through(a, space.lets) | free_vars_through(b, space.lets)
     private = frozenset(private) & frozenset(space.loops)
     key = (pairs, private & used, tuple(sorted(shift.items(), key=repr)))
     with _lock:
