@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -80,6 +83,22 @@ def clean_ptxas():
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="rewrite tests/golden/* from the current output (then read the diff!)")
+
+
+def pytest_configure(config):
+    """The session's compile cache (tests/compiled.py): a directory the controller makes
+    before any worker starts (the workers inherit the environment) and removes at the end."""
+    if os.environ.get("CYPRESSC_TEST_CACHE") or hasattr(config, "workerinput"):
+        return
+    config._cypressc_cache = tempfile.mkdtemp(prefix="cypressc-test-cache-")
+    os.environ["CYPRESSC_TEST_CACHE"] = config._cypressc_cache
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_cypressc_cache", None)
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+        os.environ.pop("CYPRESSC_TEST_CACHE", None)
 
 
 def pytest_collection_modifyitems(config, items):

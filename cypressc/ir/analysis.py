@@ -3,6 +3,7 @@ forwarding with index composition, and dead-op removal."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from cypressc.ir import nodes as N
@@ -126,16 +127,21 @@ def canon(v: N.View, sym: Symbols) -> tuple:
     return (v.name, tuple(reversed(chain)))
 
 
-def dim_procs(dims: tuple[N.Dim, ...]) -> list[N.IProc]:
+def dim_procs(dims: tuple[N.Dim, ...]) -> tuple[N.IProc, ...]:
     """The processor-index expression of each dimension (BLOCK dims numbered in order)."""
+    return _procs_of(tuple(d.proc for d in dims))
+
+
+@functools.cache
+def _procs_of(procs: tuple[str, ...]) -> tuple[N.IProc, ...]:
     out, g = [], 0
-    for d in dims:
-        if d.proc == "BLOCK":
+    for proc in procs:
+        if proc == "BLOCK":
             out.append(N.IProc("BLOCK", g))
             g += 1
         else:
-            out.append(N.IProc(d.proc, 0))
-    return out
+            out.append(N.IProc(proc, 0))
+    return tuple(out)
 
 
 def ref_for(ev: str, ev_dims: tuple[N.Dim, ...], user_dims: tuple[N.Dim, ...]) -> N.EvRef:

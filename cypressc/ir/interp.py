@@ -16,6 +16,7 @@ previous iteration's yields have completed.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -28,7 +29,10 @@ from cypressc.ir.shapes import mma_coords
 from cypressc.ir.sync import SYNC_OPS
 from cypressc.lang.intrinsics import NUMPY_DTYPES, Operand, leaf_of, round_to
 
-__all__ = ["run", "evaluate", "InterpreterError"]
+__all__ = ["run", "evaluate", "InterpreterError", "LATEST_FIRST"]
+
+
+LATEST_FIRST = "latest-first"
 
 
 class InterpreterError(RuntimeError):
@@ -57,41 +61,83 @@ class _Scope:
         raise InterpreterError(f"%{name} is not defined")
 
 
-@dataclass
-class _View:
-    arr: np.ndarray
-    ix: list[np.ndarray]  # per storage dim; -1 = out of bounds
-    keep: list[bool]  # logical dims (False: dropped by partition_by_slices)
-    coords: list[np.ndarray]  # per logical dim, inside the tile partition_by_mma split
-    dtype: str
+class _Plan:
+    """The index structure of a view, shared by every view of the same shape of chain (the
+    same partitions at the same indices over storage of the same shape): which elements of
+    the storage it covers, computed once."""
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(len(i) for i, k in zip(self.ix, self.keep) if k)
+    __slots__ = ("_cells", "_gather", "coords", "full", "ix", "keep", "shape")
+
+    def __init__(self, ix: list[np.ndarray], keep: list[bool], coords: list[np.ndarray]) -> None:
+        self.ix, self.keep, self.coords = ix, keep, coords
+        self.full = tuple(len(i) for i in ix)
+        self.shape = tuple(n for n, k in zip(self.full, keep) if k)
+        self._gather = self._cells = None
+
+    def gather(self) -> tuple[tuple, np.ndarray | None]:
+        """Indices that read the whole index grid (out-of-bounds ones clamped to 0) and the
+        mask of the in-bounds ones (None: every element is in bounds)."""
+        if self._gather is None:
+            grids = np.ix_(*self.ix)
+            if all((i >= 0).all() for i in self.ix):
+                self._gather = (grids, None)
+            else:
+                mask = np.ones(self.full, dtype=bool)
+                for g in grids:
+                    mask &= g >= 0
+                self._gather = (tuple(np.where(g >= 0, g, 0) for g in grids), mask)
+        return self._gather
+
+    def cells(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        if self._cells is None:
+            grids = np.ix_(*self.ix)
+            mask = np.ones(self.full, dtype=bool)
+            for g in grids:
+                mask &= g >= 0
+            self._cells = (tuple(np.broadcast_to(g, self.full)[mask] for g in grids), mask)
+        return self._cells
+
+
+class _View:
+    """A tensor view resolved to its storage ``arr`` and the :class:`_Plan` of the elements
+    it covers: ``ix`` per storage dim (-1 = out of bounds), ``keep`` per logical dim (False:
+    dropped by partition_by_slices), ``coords`` per logical dim inside the tile
+    partition_by_mma split."""
+
+    __slots__ = ("arr", "dtype", "key", "plan")
+
+    def __init__(self, arr: np.ndarray, plan: _Plan, dtype: str, key: tuple) -> None:
+        self.arr, self.plan, self.dtype, self.key = arr, plan, dtype, key
+
+    ix = property(lambda self: self.plan.ix)
+    keep = property(lambda self: self.plan.keep)
+    coords = property(lambda self: self.plan.coords)
+    shape = property(lambda self: self.plan.shape)
 
     def read(self) -> np.ndarray:
-        grids = np.ix_(*self.ix)
-        mask = np.ones([len(i) for i in self.ix], dtype=bool)
-        for d, g in enumerate(grids):
-            mask &= g >= 0
-        safe = tuple(np.where(g >= 0, g, 0) for g in grids)
-        out = np.where(mask, self.arr[safe], 0).astype(self.arr.dtype)
-        return out.reshape(self.shape)
+        idx, mask = self.plan.gather()
+        out = self.arr[idx]
+        if mask is not None:
+            out = np.where(mask, out, 0).astype(self.arr.dtype)
+        return out.reshape(self.plan.shape)
 
     def cells(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """The in-bounds elements of the view: their indices into ``arr`` (one array per
         storage dim) and the mask of them over the view's full index grid."""
-        full = [len(i) for i in self.ix]
-        grids = np.ix_(*self.ix)
-        mask = np.ones(full, dtype=bool)
-        for g in grids:
-            mask &= g >= 0
-        return tuple(np.broadcast_to(g, full)[mask] for g in grids), mask
+        return self.plan.cells()
 
     def write(self, value: np.ndarray) -> None:
-        value = round_to(np.asarray(value).reshape([len(i) for i in self.ix]), self.dtype)
-        idx, mask = self.cells()
-        self.arr[idx] = value[mask]
+        value = round_to(np.asarray(value).reshape(self.plan.full), self.dtype)
+        idx, mask = self.plan.gather()
+        if mask is None:
+            self.arr[idx] = value
+        else:
+            cells, mask = self.plan.cells()
+            self.arr[cells] = value[mask]
+
+
+def _matches(t: tuple, pattern: tuple) -> bool:
+    return all(p is None or p == x for x, p in zip(t, pattern))
 
 
 @dataclass(eq=False)
@@ -104,17 +150,31 @@ class _Task:
     on_done: object = None
     seq: int = 0
     missing: int = 0
+    rank: int = 0  # the order key of a deterministic schedule (lowest first)
+
+    def __lt__(self, other: _Task) -> bool:
+        return self.rank < other.rank
 
 
 class _Interp:
     def __init__(self, m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], seed) -> None:
         self.m = m
-        self.rng = random.Random(seed) if seed is not None else None
+        if seed is not None and seed != LATEST_FIRST and not isinstance(seed, int):
+            raise ValueError(f"seed must be None, an int or {LATEST_FIRST!r}, not {seed!r}")
+        self.rng = random.Random(seed) if isinstance(seed, int) else None
+        self.sign = -1 if seed == LATEST_FIRST else 1
         self.views: dict[tuple, _View] = {}
+        self.plans: dict[tuple, _Plan] = {}
+        self.env_ids: dict[int, tuple[dict, int]] = {}
+        self.env_keys: dict[tuple, int] = {}
         self.pending = 0
         self.ready_list: list[_Task] = []
         self.waiting: dict[tuple, list[_Task]] = {}
         self.done: set[tuple] = set()
+        self.done_by: dict[tuple, list[tuple]] = {}  # (scope, event) -> completed instances
+        self.patterns: dict[tuple, list[tuple]] = {}  # (scope, event) -> the patterns waited on
+        self.counts: dict[tuple, int] = {}  # (scope, event, pattern) -> its instances completed
+        self.agg: dict[tuple, set[int]] = {}  # pattern -> the counts tasks wait for
         self.seq = itertools.count()
         self.joins: dict[tuple, list[tuple[_Scope, dict]]] = {}
         self.root = _Scope(None)
@@ -146,11 +206,28 @@ class _Interp:
 
     def view(self, v: N.View, scope: _Scope, env: dict) -> _View:
         # views are pure functions of (scope, processor indices): memoize the chain walk
-        key = (scope.uid, v, tuple(env.items()))
+        key = (scope.uid, id(v), self._env_id(env))
         hit = self.views.get(key)
         if hit is None:
             hit = self.views[key] = self._view(v, scope, env)
         return hit
+
+    def _env_id(self, env: dict) -> int:
+        """A number for the processor indices ``env`` (equal numbers: equal indices), looked
+        up by the dict's identity: the table keeps each dict alive, so no other reuses its id
+        (an ``env`` is never changed once an op instance holds it)."""
+        hit = self.env_ids.get(id(env))
+        if hit is not None and hit[0] is env:
+            return hit[1]
+        k = self.env_keys.setdefault(tuple(env.items()), len(self.env_keys))
+        self.env_ids[id(env)] = (env, k)
+        return k
+
+    def _plan(self, key: tuple, make) -> _Plan:
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.plans[key] = _Plan(*make())
+        return plan
 
     def _view(self, v: N.View, scope: _Scope, env: dict) -> _View:
         if isinstance(v, N.TRef):
@@ -164,22 +241,34 @@ class _Interp:
                 dt = NUMPY_DTYPES[alloc.dtype]
                 arr = np.full(shape, np.nan, dtype=dt) if np.issubdtype(dt, np.floating) else np.zeros(shape, dt)
                 s.storage[key] = arr
-            ix = [np.arange(n) for n in arr.shape]
-            coords = [np.arange(n) for n in arr.shape]
-            view = _View(arr, ix, [True] * arr.ndim, coords, alloc.dtype)
-            if alloc.layout is not None:
-                view.coords = self.view(alloc.layout, s, env).coords
-            return view
+            layout = self.view(alloc.layout, s, env) if alloc.layout is not None else None
+            pkey = (arr.shape, layout.key if layout is not None else None)
+            plan = self._plan(pkey, lambda: ([np.arange(n) for n in arr.shape], [True] * arr.ndim,
+                                             layout.coords if layout is not None
+                                             else [np.arange(n) for n in arr.shape]))
+            return _View(arr, plan, alloc.dtype, pkey)
         s = scope.find(v.partition)
         part = s.defs[v.partition]
         assert isinstance(part, N.Partition)
         base = self.view(part.base, s, env)
-        idx = [int(self.expr(i, scope, env)) for i in v.idx]
+        idx = tuple(int(self.expr(i, scope, env)) for i in v.idx)
+        if part.kind == "blocks":
+            params = tuple(int(self.expr(b, s, env)) for b in part.params)
+        elif part.kind == "slices":
+            params = ()
+        else:
+            params = tuple(int(self.expr(x, s, env)) for x in self._shape_of(part.base, s))
+        pkey = (id(part), base.key, idx, params)
+        return _View(base.arr, self._plan(pkey, lambda: self._piece(part, base.plan, idx, params)), base.dtype, pkey)
+
+    @staticmethod
+    def _piece(part: N.Partition, base: _Plan, idx: tuple[int, ...], params: tuple[int, ...]):
+        """The (ix, keep, coords) of piece ``idx`` of ``part`` over a view of plan ``base``
+        (``params``: the block sizes, or the mma tile's shape)."""
         logical = [d for d, k in enumerate(base.keep) if k]
         ix, keep, coords = list(base.ix), list(base.keep), list(base.coords)
         if part.kind == "blocks":
-            blocks = [int(self.expr(b, s, env)) for b in part.params]
-            for j, (d, b, i) in enumerate(zip(logical, blocks, idx)):
+            for j, (d, b, i) in enumerate(zip(logical, params, idx)):
                 pos = np.arange(i * b, (i + 1) * b)
                 src = base.ix[d]
                 valid = pos < len(src)
@@ -193,13 +282,12 @@ class _Interp:
             keep[d] = False
             coords = [c for j, c in enumerate(base.coords) if j != dim]
         else:
-            atom_name, proc, operand = part.params
-            shape = tuple(int(self.expr(x, s, env)) for x in self._shape_of(part.base, s))
-            rc = mma_coords(shape, proc, operand, idx[0])
+            _, proc, operand = part.params
+            rc = mma_coords(params, proc, operand, idx[0])
             for j, (d, x) in enumerate(zip(logical, rc)):
                 ix[d] = base.ix[d][x]
                 coords[j] = base.coords[j][x]
-        return _View(base.arr, ix, keep, coords, base.dtype)
+        return ix, keep, coords
 
     def _shape_of(self, v: N.View, scope: _Scope):
         if isinstance(v, N.TRef):
@@ -209,22 +297,29 @@ class _Interp:
 
     # -- events ----------------------------------------------------------------------
     def required(self, refs, scope: _Scope, env: dict) -> set[tuple]:
-        """The event instances (scope, event, index) a list of references waits for."""
+        """The event keys a list of references waits for: ``(scope, event, index)`` of one
+        instance, or ``(scope, event, pattern, count)`` for every instance matching
+        ``pattern`` (``None`` where a reference spans a whole dimension: ``count`` instances)
+        -- one key however many threads the event has."""
         out: set[tuple] = set()
         for r in refs:
             s = scope.find(r.name)
             op = s.defs[r.name]
             dims = self._ev_dims(op)
-            ranges = []
-            for d, i in zip(dims, r.idx):
+            idx = r.idx or (None,) * len(dims)
+            if len(idx) != len(dims):
+                raise InterpreterError(f"%{r.name} has {len(dims)} dimension(s), used with {len(idx)}")
+            pattern, count = [], 1
+            for d, i in zip(dims, idx):
                 if i is None:
-                    ranges.append(range(int(self.expr(d.extent, s, env))))
+                    pattern.append(None)
+                    count *= max(int(self.expr(d.extent, s, env)), 0)
                 else:
-                    ranges.append((int(self.expr(i, scope, env)),))
-            if not r.idx:
-                ranges = [range(int(self.expr(d.extent, s, env))) for d in dims]
-            for t in itertools.product(*ranges):
-                out.add((s.uid, r.name, t))
+                    pattern.append(int(self.expr(i, scope, env)))
+            if None in pattern:
+                out.add((s.uid, r.name, tuple(pattern), count))
+            else:
+                out.add((s.uid, r.name, tuple(pattern)))
         return out
 
     @staticmethod
@@ -233,15 +328,35 @@ class _Interp:
             return op.dims + (N.Dim(N.ibin("-", op.hi, op.lo), op.proc),)
         return op.dims
 
+    def _met(self, key: tuple) -> bool:
+        if len(key) == 3:
+            return key in self.done
+        pk = key[:3]
+        if pk not in self.counts:  # a pattern's first waiter: count what has completed so far
+            self.counts[pk] = sum(_matches(t, pk[2]) for t in self.done_by.get(pk[:2], ()))
+            self.patterns.setdefault(pk[:2], []).append(pk[2])
+        return self.counts[pk] >= key[3]
+
     def complete(self, op, scope: _Scope, env: dict, extra: tuple = ()) -> None:
-        key = (scope.uid, op.ev, tuple(env[p] for p in dim_procs(op.dims)) + extra)
+        t = tuple(env[p] for p in dim_procs(op.dims)) + extra
+        key = (scope.uid, op.ev, t)
         if key in self.done:
             return
         self.done.add(key)
+        self.done_by.setdefault(key[:2], []).append(t)
+        self._wake(key)
+        for pat in self.patterns.get(key[:2], ()):
+            if _matches(t, pat):
+                pk = key[:2] + (pat,)
+                n = self.counts[pk] = self.counts[pk] + 1
+                if n in self.agg.get(pk, ()):
+                    self._wake(pk + (n,))
+
+    def _wake(self, key: tuple) -> None:
         for t in self.waiting.pop(key, ()):
             t.missing -= 1
             if t.missing == 0:
-                self.ready_list.append(t)
+                self._ready(t)
 
     # -- scheduling ------------------------------------------------------------------
     def spawn_block(self, b: N.Block, scope: _Scope, env: dict, on_done) -> None:
@@ -261,22 +376,30 @@ class _Interp:
 
     def add(self, t: _Task) -> None:
         pre = t.block.yields if t.kind == "yield" else t.op.pre  # type: ignore[union-attr]
-        missing = [k for k in self.required(pre, t.scope, t.env) if k not in self.done]
+        missing = [k for k in self.required(pre, t.scope, t.env) if not self._met(k)]
         t.missing = len(missing)
         self.pending += 1
         for k in missing:
             self.waiting.setdefault(k, []).append(t)
+            if len(k) == 4:
+                self.agg.setdefault(k[:3], set()).add(k[3])
         if not missing:
+            self._ready(t)
+
+    def _ready(self, t: _Task) -> None:
+        if self.rng is None:  # the ready task of the lowest (or, latest first, highest) sequence number
+            t.rank = self.sign * t.seq
+            heapq.heappush(self.ready_list, t)
+        else:
             self.ready_list.append(t)
 
     def step(self) -> bool:
         if not self.ready_list:
             return False
         if self.rng is not None:
-            k = self.rng.randrange(len(self.ready_list))
+            t = self.ready_list.pop(self.rng.randrange(len(self.ready_list)))
         else:
-            k = min(range(len(self.ready_list)), key=lambda i: self.ready_list[i].seq)
-        t = self.ready_list.pop(k)
+            t = heapq.heappop(self.ready_list)
         self.pending -= 1
         self.execute(t)
         if self._collective(t):
@@ -286,8 +409,13 @@ class _Interp:
             key = self._group(t.op, t.scope, t.env)[0]
             mates = [u for u in self.ready_list if u.op is t.op and self._collective(u)
                      and self._group(u.op, u.scope, u.env)[0] == key]
+            if mates and self.rng is None:
+                gone = {id(u) for u in mates}
+                self.ready_list[:] = [u for u in self.ready_list if id(u) not in gone]
+                heapq.heapify(self.ready_list)
             for u in mates:
-                self.ready_list.remove(u)
+                if self.rng is not None:
+                    self.ready_list.remove(u)
                 self.pending -= 1
                 self.execute(u)
         return True
@@ -414,11 +542,16 @@ def evaluate(e: N.IExpr, sizes: dict[str, int]):
     return dummy.expr(e, dummy.root, {})
 
 
-def run(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], seed: int | None = None) -> None:
+def run(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray],
+        seed: int | str | None = None) -> None:
     """Execute ``m`` in place on ``arrays`` (one per module parameter, by name).
 
     ``sizes`` binds the module's size scalars (``C_d0`` …); ``seed=None`` runs in program
-    order, an integer in a random order that respects only the events.  Raises
-    :class:`InterpreterError` on a deadlock or a malformed module.
+    order, an integer in a random order that respects only the events, and
+    :data:`LATEST_FIRST` always runs the ready task that comes last in program order (an
+    adversary: wherever an edge is missing and both ends are ready, the later one goes
+    first -- a write before the read it should follow, a read before the write it
+    needs).  Raises :class:`InterpreterError` on a deadlock or a malformed module,
+    ValueError for another ``seed``.
     """
     _Interp(m, sizes, arrays, seed).run()

@@ -129,9 +129,11 @@ def atom(name: str) -> MmaAtom:
 def _mma(atom_name: str, c: Operand, a: Operand, b: Operand) -> dict[int, np.ndarray]:
     # C's coordinates locate this fragment inside the warpgroup tile that A's rows and
     # B's columns span, so the per-thread update is the matching block of A @ B.
-    prod = a.value.astype(np.float64) @ b.value.astype(np.float64)
+    # Only the fragment's block is computed: each of a warpgroup's 128 members calls this on
+    # the same whole tiles.
     rows, cols = c.coords
-    return {1: (c.value.astype(np.float64) + prod[np.ix_(rows, cols)]).astype(np.float32)}
+    prod = a.value[rows].astype(np.float64) @ b.value[:, cols].astype(np.float64)
+    return {1: (c.value.astype(np.float64) + prod).astype(np.float32)}
 
 
 def _mma_bt(atom_name: str, c: Operand, a: Operand, b: Operand) -> dict[int, np.ndarray]:

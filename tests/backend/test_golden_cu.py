@@ -12,11 +12,7 @@ import pytest
 
 from cypressc.backend.emit import emit_cuda
 from cypressc.diagnostics import CypressError
-from cypressc.lang.checker import check_program
-from cypressc.lang.parser import parse_file
-from cypressc.mapping.loader import load_mapping
-from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import compile_module
+from tests.compiled import snapshots
 
 ROOT = Path(__file__).resolve().parents[2]
 # goldens of a program under another mapping or dtype: name -> (program, mapping, dtypes)
@@ -32,10 +28,8 @@ LOWERED = {"gemm", "batched_gemm", "dual_gemm", "gemm_reduction"}  # must keep l
 def _plan(program: str):
     """programs/<program>.cyp under mappings/<program>/h100.yaml, or an :data:`EXTRA` one."""
     program, mapping, dtypes = EXTRA.get(program, (program, "h100", {}))
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp", dtypes)),
-                       load_mapping(ROOT / "mappings" / program / f"{mapping}.yaml"))
     try:
-        return compile_module(tree)[-1][1].kernel
+        return snapshots(program, ROOT / "mappings" / program / f"{mapping}.yaml", dtypes=dtypes)[-1][1].kernel
     except CypressError as e:
         assert e.code == "E050" and program not in LOWERED, e
         pytest.skip(f"{program}: backend refuses it ({e.message}) — tracked as an open issue")

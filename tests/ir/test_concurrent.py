@@ -25,7 +25,7 @@ from cypressc.lang.intrinsics import LEAF_FUNCTIONS
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import compile_module
+from tests.compiled import modules
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDULES = 50
@@ -53,9 +53,8 @@ def _tree(program: str, mapping: str):
     return instantiate(check_program(parse_file(path)), load_mapping(ROOT / mapping))
 
 
-@functools.lru_cache(maxsize=None)
 def _snaps(program: str, mapping: str) -> dict[str, N.Module]:
-    return dict(compile_module(_tree(program, mapping), until="sync-insertion"))
+    return modules(program, mapping, until="sync-insertion")
 
 
 @functools.lru_cache(maxsize=None)

@@ -8,24 +8,19 @@ import pytest
 
 from cypressc.diagnostics import CypressError
 from cypressc.ir.printer import print_module
-from cypressc.lang.checker import check_program
-from cypressc.lang.parser import parse_file
-from cypressc.mapping.loader import load_mapping
-from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import compile_module, pass_names
+from cypressc.passes.manager import pass_names
+from tests import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))
 
 
 def snapshots(program: str):
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")),
-                       load_mapping(ROOT / "mappings" / program / "h100.yaml"))
+    mapping = ROOT / "mappings" / program / "h100.yaml"
     out = []
     try:
-        for name, m in compile_module(tree, until="sync-insertion"):
-            out.append((name, m))
-        out += compile_module(tree)[-1:]
+        out += compiled.snapshots(program, mapping, until="sync-insertion")
+        out += compiled.snapshots(program, mapping)[-1:]
     except CypressError as e:  # a program the backend refuses (E050) keeps its IR goldens
         assert e.code == "E050" and program not in ("gemm", "batched_gemm", "dual_gemm", "gemm_reduction"), e
     return out

@@ -1,0 +1,123 @@
+"""Each (program, mapping, dtypes) through the passes once per test session (issue #34).
+
+:func:`snapshots` compiles a program under a mapping and keeps the result twice: in this
+process (a dict) and, for the other xdist workers, as a pickle in the session's directory
+(``CYPRESSC_TEST_CACHE``, made by tests/conftest.py on the controller and removed at its
+end).  The key is the content, not the path: the program and every file under its include
+directory, the mapping's text, the dtypes, and the source of cypressc itself
+-- a test that writes a mapping variant to a temporary file gets its own entry, and an
+edit to the compiler never reads an old result.  Writes are atomic (a temporary file
+renamed over the entry), so two workers that compile the same key at once both succeed.
+
+A test that compiles under a monkeypatch (``no_ring_joins``) must not come here: the key
+does not see the patch.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+from cypressc.diagnostics import CypressError, CypressErrors
+from cypressc.ir import nodes as N
+from cypressc.lang.checker import check_program
+from cypressc.lang.parser import parse_file
+from cypressc.mapping.loader import load_mapping
+from cypressc.mapping.tasktree import instantiate
+from cypressc.passes.manager import compile_module
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "programs"
+_MEMO: dict[str, tuple[list[tuple[str, N.Module]], Exception | None]] = {}
+
+
+@functools.cache
+def _tree_digest(root: Path) -> str:
+    """A digest of every file under ``root`` (names and bytes)."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _path(program: str | Path) -> Path:
+    """``gemm`` is programs/gemm.cyp; a path ending in .cyp is relative to the repository."""
+    p = Path(program)
+    if p.suffix != ".cyp":
+        return PROGRAMS / f"{program}.cyp"
+    return p if p.is_absolute() else ROOT / p
+
+
+def _key(program: Path, mapping: Path, dtypes: dict[str, str]) -> str:
+    h = hashlib.sha256()
+    for part in (_tree_digest(ROOT / "cypressc"), _tree_digest(PROGRAMS), _tree_digest(program.parent),
+                 program.as_posix(), program.read_text(), mapping.read_text(), repr(sorted(dtypes.items()))):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def _compile(program: Path, mapping: Path, dtypes: dict[str, str]) -> tuple[list, Exception | None]:
+    """Every pass's snapshot, up to the first that raises a :class:`CypressError` (a
+    refusal), and that error."""
+    out: list[tuple[str, N.Module]] = []
+    try:
+        tree = instantiate(check_program(parse_file(program, dtypes, include_path=(PROGRAMS,))),
+                           load_mapping(mapping))
+        compile_module(tree, hook=lambda name, m, _dt: out.append((name, m)))
+    except (CypressError, CypressErrors) as e:
+        return out, e
+    return out, None
+
+
+def snapshots(program: str | Path, mapping: str | Path, *, until: str | None = None,
+              dtypes: dict[str, str] | None = None) -> list[tuple[str, N.Module]]:
+    """``compile_module(instantiate(...), until=until)`` for ``program`` (a name under
+    programs/ or a path ending in .cyp) under ``mapping`` (a path, relative to the
+    repository or absolute), with ``dtypes`` bound (``--dtype``), programs/ on the include
+    path: the (pass name, module) pairs.  The whole pipeline runs at most once per session
+    for the three; ``until`` takes a prefix.  Raises the :class:`CypressError` compiling
+    raised where the prefix reaches the pass that raised it."""
+    program = _path(program)
+    mapping = Path(mapping) if Path(mapping).is_absolute() else ROOT / mapping
+    dtypes = dict(dtypes or {})
+    key = _key(program, mapping, dtypes)
+    hit = _MEMO.get(key)
+    if hit is None:
+        shared = os.environ.get("CYPRESSC_TEST_CACHE")
+        entry = Path(shared) / f"{key}.pickle" if shared else None
+        if entry is not None and entry.exists():
+            hit = pickle.loads(entry.read_bytes())
+        else:
+            hit = _compile(program, mapping, dtypes)
+            # a refusal stays in this process (CypressError does not survive pickling), and so
+            # does a module holding a user function's NumPy semantics (a closure)
+            if entry is not None and entry.parent.is_dir() and hit[1] is None:
+                try:
+                    data = pickle.dumps(hit, protocol=pickle.HIGHEST_PROTOCOL)
+                except (pickle.PicklingError, AttributeError, TypeError):
+                    data = None
+                if data is not None:
+                    fd, tmp = tempfile.mkstemp(dir=entry.parent, suffix=".tmp")
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(data)
+                    os.replace(tmp, entry)
+        _MEMO[key] = hit
+    snaps, error = hit
+    names = [n for n, _ in snaps]
+    if until is not None and until in names:
+        return snaps[:names.index(until) + 1]
+    if error is not None:
+        raise error
+    if until is not None:
+        raise KeyError(f"no pass named {until!r}")
+    return snaps
+
+
+def modules(program: str | Path, mapping: str | Path, **kw) -> dict[str, N.Module]:
+    """:func:`snapshots` as a dict by pass name."""
+    return dict(snapshots(program, mapping, **kw))
