@@ -2,7 +2,7 @@
 PY ?= python3
 PIP ?= $(PY) -m pip
 
-.PHONY: install test golden demo gpu-test bench lint
+.PHONY: install test test-full golden demo gpu-test bench lint
 # torch==2.13.0 is a CPU build found locally (any other spec downloads GBs): the tests of the
 # PyTorch op (tests/tune/test_torch_op.py) need it; cypressc itself does not.
 install:
@@ -11,6 +11,10 @@ install:
 
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+# releases, and changes to the passes or the backend: more random schedules (tests/budget.py)
+test-full: install
+	CYPRESSC_TEST_FULL=1 $(PY) -m pytest -q -n 2 --dist loadgroup
 
 # only the tests that read a golden file run (tests/conftest.py), on two workers
 golden: install

@@ -86,19 +86,29 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    """The session's compile cache (tests/compiled.py): a directory the controller makes
-    before any worker starts (the workers inherit the environment) and removes at the end."""
+    """The session's caches, made by the controller before any worker starts (the workers
+    inherit the environment) and removed at its end: compiled modules (tests/compiled.py)
+    and nvcc's outputs (tests/tools/nvcc, put first on PATH)."""
     if os.environ.get("CYPRESSC_TEST_CACHE") or hasattr(config, "workerinput"):
         return
+    config._cypressc_env = dict(os.environ)
     config._cypressc_cache = tempfile.mkdtemp(prefix="cypressc-test-cache-")
-    os.environ["CYPRESSC_TEST_CACHE"] = config._cypressc_cache
+    os.environ["CYPRESSC_TEST_CACHE"] = str(Path(config._cypressc_cache) / "modules")
+    os.mkdir(os.environ["CYPRESSC_TEST_CACHE"])
+    real = shutil.which("nvcc")
+    if real is not None:
+        os.environ["CYPRESSC_REAL_NVCC"] = real
+        os.environ["CYPRESSC_NVCC_CACHE"] = str(Path(config._cypressc_cache) / "nvcc")
+        os.mkdir(os.environ["CYPRESSC_NVCC_CACHE"])
+        os.environ["PATH"] = str(ROOT / "tests" / "tools") + os.pathsep + os.environ["PATH"]
 
 
 def pytest_unconfigure(config):
     made = getattr(config, "_cypressc_cache", None)
     if made is not None:
         shutil.rmtree(made, ignore_errors=True)
-        os.environ.pop("CYPRESSC_TEST_CACHE", None)
+        os.environ.clear()
+        os.environ.update(config._cypressc_env)
 
 
 def pytest_collection_modifyitems(config, items):

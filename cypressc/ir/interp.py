@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 import random
 from dataclasses import dataclass, field
 
@@ -40,6 +41,10 @@ class InterpreterError(RuntimeError):
 
 
 _UIDS = itertools.count()
+_UNSET = object()
+_BINOPS = {"+": operator.add, "-": operator.sub, "*": operator.mul,
+           "/": lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) else a / b,
+           "//": operator.floordiv, "%": operator.mod, "cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
 _LANES = ("WARP", "THREAD")  # the levels a collective leaf's issuing group spans
 
 
@@ -185,24 +190,23 @@ class _Interp:
 
     # -- values ----------------------------------------------------------------------
     def expr(self, e: N.IExpr, scope: _Scope, env: dict):
-        if isinstance(e, N.IConst):
+        t = type(e)
+        if t is N.IConst:
             return e.value
-        if isinstance(e, N.IProc):
-            if e not in env:
-                raise InterpreterError(f"processor index {e} is not bound here")
-            return env[e]
-        if isinstance(e, N.IVar):
+        if t is N.IVar:
             s = scope.find(e.name)
-            if e.name in s.vars:
-                return s.vars[e.name]
+            v = s.vars.get(e.name, _UNSET)
+            if v is not _UNSET:
+                return v
             op = s.defs[e.name]
             assert isinstance(op, N.Let)
             return self.expr(op.value, s, env)
-        a, b = self.expr(e.a, scope, env), self.expr(e.b, scope, env)
-        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
-                "/": lambda: a // b if isinstance(a, int) and isinstance(b, int) else a / b,
-                "//": lambda: a // b, "%": lambda: a % b, "cdiv": lambda: -(-a // b),
-                "min": lambda: min(a, b), "max": lambda: max(a, b)}[e.op]()
+        if t is N.IProc:
+            v = env.get(e, _UNSET)
+            if v is _UNSET:
+                raise InterpreterError(f"processor index {e} is not bound here")
+            return v
+        return _BINOPS[e.op](self.expr(e.a, scope, env), self.expr(e.b, scope, env))
 
     def view(self, v: N.View, scope: _Scope, env: dict) -> _View:
         # views are pure functions of (scope, processor indices): memoize the chain walk

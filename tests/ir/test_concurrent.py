@@ -1,7 +1,8 @@
 """The concurrent interpreter (cypressc/ir/concurrent.py) on the synchronized IR: every
 bundled program x mapping is clean under 50 random schedules (one of them with values,
-compared with the sequential interpreter), and removing any one sync op that
-``sync-insertion`` inserted is caught (issue #10 items 3 and 4)."""
+compared with the sequential interpreter; ``make test-full``: 200, four with values), and
+removing any one sync op that ``sync-insertion`` inserted is caught (issue #10 items 3
+and 4)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,13 @@ from cypressc.lang.intrinsics import LEAF_FUNCTIONS
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
+from tests.budget import pick
 from tests.compiled import modules
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEDULES = 50
-TILE_SCHEDULES = 20  # two tiles of a persistent block (each schedule runs twice the ops)
+SCHEDULES = pick(50, 200)
+TILE_SCHEDULES = pick(20, 80)  # two tiles of a persistent block (each schedule runs twice the ops)
+VALUES = pick(1, 4)  # schedules that also compare values with the sequential interpreter, per check
 PAIRS = sorted((p.stem, m.relative_to(ROOT).as_posix())
                for p in (ROOT / "programs").glob("*.cyp") for m in (ROOT / "mappings" / p.stem).glob("*.yaml"))
 # test programs (tests/programs, by path): a GLOBAL->SHARED copy before the main loop; two
@@ -237,13 +240,13 @@ def test_every_program_and_mapping_is_clean(program, mapping):
     snaps = _snaps(program, mapping)
     v = check_schedules(snaps["sync-insertion"], snaps["warp-specialization"], seed=11,
                         sizes=_sizes(program, snaps["sync-insertion"]),
-                        schedules=SCHEDULES, value_every=SCHEDULES)
+                        schedules=SCHEDULES, value_every=SCHEDULES // VALUES)
     assert v.finding is None, v.line(program)
     assert v.schedules == SCHEDULES
     if _persistent(program, mapping):  # the kernel runs tiles back to back on one block
         for sizes in _tile_sizes(program, snaps["sync-insertion"]):
             v = check_schedules(snaps["sync-insertion"], snaps["warp-specialization"], seed=11, sizes=sizes,
-                                schedules=TILE_SCHEDULES, value_every=TILE_SCHEDULES, persistent=True)
+                                schedules=TILE_SCHEDULES, value_every=TILE_SCHEDULES // VALUES, persistent=True)
             assert v.finding is None, v.line(program + " (two tiles of one persistent block)")
 
 

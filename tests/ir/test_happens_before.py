@@ -3,7 +3,6 @@ edges forced both ways (item 4), and copy elimination's fixpoint (item 3)."""
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
 from cypressc.passes import copy_elimination as CE
 from cypressc.passes.manager import PassError, compile_module
+from tests.compiled import modules
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))
@@ -34,9 +34,8 @@ def _tree(program: str, mapping: str = "h100"):
                        load_mapping(ROOT / "mappings" / program / f"{mapping}.yaml"))
 
 
-@functools.lru_cache(maxsize=None)
 def _snaps(program: str, mapping: str = "h100") -> dict[str, N.Module]:
-    return dict(compile_module(_tree(program, mapping), until="sync-insertion"))
+    return modules(program, f"mappings/{program}/{mapping}.yaml", until="sync-insertion")
 
 
 def _blind_interpreter(monkeypatch):
@@ -85,7 +84,7 @@ def test_every_apart_forced_to_may_overlap_only_adds_synchronization(program, mo
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_copy_elimination_converges_in_far_fewer_rounds_than_its_bound(program):
-    m = dict(compile_module(_tree(program), until="vectorization"))["vectorization"]
+    m = modules(program, f"mappings/{program}/h100.yaml", until="vectorization")["vectorization"]
     ops = sum(1 for _ in walk_ops(m.body))
     out, rounds = CE.rewrite_to_fixpoint(m)
     assert 0 < rounds < ops // 2

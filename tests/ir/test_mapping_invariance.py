@@ -11,11 +11,7 @@ import numpy as np
 import pytest
 
 from cypressc.ir.check import random_inputs, run_module
-from cypressc.lang.checker import check_program
-from cypressc.lang.parser import parse_file
-from cypressc.mapping.loader import load_mapping
-from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import compile_module
+from tests.compiled import snapshots
 
 ROOT = Path(__file__).resolve().parents[2]
 MAPPINGS = sorted((ROOT / "mappings" / "gemm").glob("*.yaml"))
@@ -24,8 +20,7 @@ SIZES = dict(M=100, N=72, K=136)  # partial tiles in every dimension, several K 
 
 @pytest.fixture(scope="module")
 def inputs():
-    tree = instantiate(check_program(parse_file(ROOT / "programs/gemm.cyp")), load_mapping(MAPPINGS[0]))
-    m = compile_module(tree, until="dependence-analysis")[-1][1]
+    m = snapshots("gemm", MAPPINGS[0], until="dependence-analysis")[-1][1]
     return random_inputs(m, SIZES, seed=11)
 
 
@@ -35,8 +30,7 @@ def test_at_least_six_mappings():
 
 @pytest.mark.parametrize("mapping", MAPPINGS, ids=lambda p: p.stem)
 def test_mapping_changes_speed_not_results(mapping, inputs):
-    tree = instantiate(check_program(parse_file(ROOT / "programs/gemm.cyp")), load_mapping(mapping))
-    m = compile_module(tree, until="warp-specialization")[-1][1]
+    m = snapshots("gemm", mapping, until="warp-specialization")[-1][1]
     ref = inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)
     results = []
     for seed in (None, 5):

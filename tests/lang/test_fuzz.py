@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cypressc.cli import main
+from tests.budget import pick
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["gemm", "batched_gemm", "dual_gemm", "gemm_reduction"]
@@ -104,7 +105,8 @@ def work(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
 
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# make test-full runs the long fuzz (tests/budget.py)
+FUZZ = settings(max_examples=pick(60, 600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize("name", NAMES)
