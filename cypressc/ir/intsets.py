@@ -49,6 +49,7 @@ INT32_MAX = 2**31 - 1
 
 # queries asked / answered from the cache / answered apart / unknown (for tests and --timings)
 stats = {"queries": 0, "cached": 0, "apart": 0, "unknown": 0}
+_ANSWERS: dict[tuple, dict] = {}  # the answers of each set of constraints (IndexSpace._cache), oldest first
 _lock = threading.Lock()
 # Z3's default context is not thread-safe (the tuner compiles candidates on threads): every
 # term and solver of this module is made and used under this lock
@@ -79,6 +80,16 @@ class IndexSpace:
     lets: Mapping[str, N.IExpr] = field(default_factory=dict)
     sizes: frozenset[str] = frozenset()
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # answers depend only on the constraints: spaces with equal ones share them (a module
+        # and its variants with a sync op more or less, as the verifier sees them in turn)
+        content = (tuple(sorted(self.loops.items())), tuple(sorted(self.lets.items())), self.sizes)
+        with _lock:
+            shared = _ANSWERS.setdefault(content, self._cache)
+            while len(_ANSWERS) > 256:
+                _ANSWERS.pop(next(iter(_ANSWERS)))
+        object.__setattr__(self, "_cache", shared)
 
 
 class _Encoder:
