@@ -171,6 +171,8 @@ class _Interp:
         self.views: dict[tuple, _View] = {}
         self.plans: dict[tuple, _Plan] = {}
         self.env_ids: dict[int, tuple[dict, int]] = {}
+        self.procs: dict[int, tuple] = {}  # id(dims) -> (dims, their processor indices)
+        self.ev_dims: dict[int, tuple] = {}  # id(op) -> (op, its event's dims)
         self.env_keys: dict[tuple, int] = {}
         self.pending = 0
         self.ready_list: list[_Task] = []
@@ -238,7 +240,7 @@ class _Interp:
             s = scope.find(v.name)
             alloc = s.defs[v.name]
             assert isinstance(alloc, N.Alloc)
-            key = (v.name, tuple(env[p] for p in dim_procs(alloc.dims)))
+            key = (v.name, tuple([env[p] for p in self._procs(alloc.dims)]))
             arr = s.storage.get(key)
             if arr is None:
                 shape = tuple(int(self.expr(x, s, env)) for x in alloc.shape)
@@ -309,7 +311,7 @@ class _Interp:
         for r in refs:
             s = scope.find(r.name)
             op = s.defs[r.name]
-            dims = self._ev_dims(op)
+            dims = self._ev_dims_of(op)
             idx = r.idx or (None,) * len(dims)
             if len(idx) != len(dims):
                 raise InterpreterError(f"%{r.name} has {len(dims)} dimension(s), used with {len(idx)}")
@@ -325,6 +327,19 @@ class _Interp:
             else:
                 out.add((s.uid, r.name, tuple(pattern)))
         return out
+
+    def _procs(self, dims: tuple[N.Dim, ...]) -> tuple[N.IProc, ...]:
+        """:func:`dim_procs`, looked up by the tuple's identity (the module keeps it alive)."""
+        hit = self.procs.get(id(dims))
+        if hit is None or hit[0] is not dims:
+            hit = self.procs[id(dims)] = (dims, dim_procs(dims))
+        return hit[1]
+
+    def _ev_dims_of(self, op) -> tuple[N.Dim, ...]:
+        hit = self.ev_dims.get(id(op))
+        if hit is None or hit[0] is not op:
+            hit = self.ev_dims[id(op)] = (op, self._ev_dims(op))
+        return hit[1]
 
     @staticmethod
     def _ev_dims(op) -> tuple[N.Dim, ...]:
@@ -342,7 +357,7 @@ class _Interp:
         return self.counts[pk] >= key[3]
 
     def complete(self, op, scope: _Scope, env: dict, extra: tuple = ()) -> None:
-        t = tuple(env[p] for p in dim_procs(op.dims)) + extra
+        t = tuple([env[p] for p in self._procs(op.dims)]) + extra
         key = (scope.uid, op.ev, t)
         if key in self.done:
             return
@@ -370,7 +385,7 @@ class _Interp:
             scope.defs[getattr(op, "name", None) or op.ev] = op  # type: ignore[union-attr]
         for op in b.ops:
             if isinstance(op, N.AsyncOp):
-                free = [(p, d) for p, d in zip(dim_procs(op.dims), op.dims) if p not in env]
+                free = [(p, d) for p, d in zip(self._procs(op.dims), op.dims) if p not in env]
                 extents = [range(int(self.expr(d.extent, scope, env))) for _, d in free]
                 for t in itertools.product(*extents):
                     e = dict(env)
