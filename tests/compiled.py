@@ -10,7 +10,8 @@ edit to the compiler never reads an old result.  Writes are atomic (a temporary 
 renamed over the entry), so two workers that compile the same key at once both succeed.
 
 A test that compiles under a monkeypatch (``no_ring_joins``) must not come here: the key
-does not see the patch.
+does not see the patch; nor a test that edits files under programs/ or a program's folder
+during the session (their digests are taken once per process).
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def snapshots(program: str | Path, mapping: str | Path, *, until: str | None = N
         raise error
     if until is not None:
         raise KeyError(f"no pass named {until!r}")
-    return snaps
+    return list(snaps)  # a copy: the caller may change its list, never the cache's
 
 
 def modules(program: str | Path, mapping: str | Path, **kw) -> dict[str, N.Module]:

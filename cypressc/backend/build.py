@@ -38,18 +38,20 @@ class RenderedBuild:
     files: dict[str, str]
 
 
-def render_build(tree: TaskTree) -> RenderedBuild:
+def render_build(tree: TaskTree, compiled: list[tuple[str, object]] | None = None) -> RenderedBuild:
     """Run every pass and every backend step (emission, harness, ABI) in memory.
 
     This is everything ``build`` does except writing files, so ``cypressc check`` refuses
-    exactly what ``build`` refuses.  Raises :class:`CypressError` (E040–E050) from the passes.
+    exactly what ``build`` refuses.  ``compiled``: the passes' output for ``tree``
+    (``compile_module(tree)``) where the caller has it already.  Raises
+    :class:`CypressError` (E040–E050) from the passes.
     """
     import json
 
     from cypressc.backend.harness import render_main, render_makefile
     from cypressc.runtime import KernelInfo
 
-    snaps = compile_module(tree)
+    snaps = compiled if compiled is not None else compile_module(tree)
     m = snaps[-1][1]
     plan = m.kernel
     info = build_info(plan, str(RUNTIME_DIR), tree.program.bindings)

@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 import z3
 
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import free_vars_through
 
 __all__ = ["IndexSpace", "AtLeast", "may_meet", "may_be_empty", "Unsupported", "TIMEOUT_MS", "INT32_MAX", "stats"]
 
@@ -49,7 +48,7 @@ INT32_MAX = 2**31 - 1
 
 # queries asked / answered from the cache / answered apart / unknown (for tests and --timings)
 stats = {"queries": 0, "cached": 0, "apart": 0, "unknown": 0}
-_ANSWERS: dict[tuple, dict] = {}  # the answers of each set of constraints (IndexSpace._cache), oldest first
+_ANSWERS: dict[str, dict] = {}  # the answers of each set of constraints (IndexSpace._cache), oldest first
 _lock = threading.Lock()
 # Z3's default context is not thread-safe (the tuner compiles candidates on threads): every
 # term and solver of this module is made and used under this lock
@@ -84,7 +83,8 @@ class IndexSpace:
     def __post_init__(self) -> None:
         # answers depend only on the constraints: spaces with equal ones share them (a module
         # and its variants with a sync op more or less, as the verifier sees them in turn)
-        content = (tuple(sorted(self.loops.items())), tuple(sorted(self.lets.items())), self.sizes)
+        # repr, not ==: IConst(1) == IConst(1.0) == IConst(True), which encode differently
+        content = repr((sorted(self.loops.items()), sorted(self.lets.items()), sorted(self.sizes)))
         with _lock:
             shared = _ANSWERS.setdefault(content, self._cache)
             while len(_ANSWERS) > 256:
@@ -210,11 +210,10 @@ def may_meet(pairs: Iterable[tuple[N.IExpr, N.IExpr]], space: IndexSpace, *,
         return True
     if all(isinstance(a, N.IConst) and isinstance(b, N.IConst) for a, b in pairs):
         return all(a.value == b.value for a, b in pairs)
-    used = set()
-    for a, b in pairs:
-        used |= free_vars_through(a, space.lets) | free_vars_through(b, space.lets)
     private = frozenset(private) & frozenset(space.loops)
-    key = (pairs, private & used, tuple(sorted(shift.items(), key=repr)))
+    # the whole private set in the key: a private loop variable can enter through another's
+    # bounds (k in [m, m + 1)), not only through the pairs
+    key = (pairs, private, tuple(sorted(shift.items(), key=repr)))
     with _lock:
         stats["queries"] += 1
         if key in space._cache:

@@ -180,3 +180,18 @@ def test_a_loop_copy_into_bytes_an_earlier_tile_used_waits_for_its_readers():
     res = N.Resources(smem={}, smem_bytes=0, barrier_offset=0, barrier_bytes=0, smem_limit=0, war=(("E", "L"),),
                       registers=0, register_budget=(0, 0))
     assert ("er", "w", "war", "entry", 0) in _deps(N.Module("t", (X,), ("n",), N.Block(ops), resources=res))
+
+
+def test_a_cached_answer_is_not_reused_for_another_private_set():
+    """``k`` in ``[m, m + 1)``: with ``k`` private and ``m`` shared, ``k == k - 1`` across the
+    two sides is impossible; with ``m`` private too it holds (m one apart).  The variable ``m``
+    reaches the query only through ``k``'s bounds, and spaces with equal constraints share
+    their answers, so the key must hold the whole private set."""
+    def space():
+        return IndexSpace(loops={"m": (N.IConst(0), N.IConst(4)),
+                                 "k": (N.IVar("m"), N.ibin("+", N.IVar("m"), N.IConst(1)))})
+
+    pairs = [(N.IVar("k"), N.ibin("-", N.IVar("k"), N.IConst(1)))]
+    assert may_meet(pairs, space(), private={"k"}) is False
+    assert may_meet(pairs, space(), private={"k", "m"}) is True
+    assert may_meet(pairs, space(), private={"k"}) is False
