@@ -122,3 +122,15 @@ def snapshots(program: str | Path, mapping: str | Path, *, until: str | None = N
 def modules(program: str | Path, mapping: str | Path, **kw) -> dict[str, N.Module]:
     """:func:`snapshots` as a dict by pass name."""
     return dict(snapshots(program, mapping, **kw))
+
+
+def rendered(program: str | Path, mapping: str | Path):
+    """What ``cypressc check`` renders for ``program`` under ``mapping`` (every backend step:
+    CUDA, header, harness, Makefile, ABI; :func:`cypressc.backend.build.render_build`), from
+    the session's compile."""
+    from cypressc.backend.build import render_build
+
+    path = _path(program)
+    mapping = Path(mapping) if Path(mapping).is_absolute() else ROOT / mapping
+    tree = instantiate(check_program(parse_file(path, include_path=(PROGRAMS,))), load_mapping(mapping))
+    return render_build(tree, snapshots(path, mapping))

@@ -18,14 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from cypressc.abi.info import KernelInfo
-from cypressc.backend.build import render_build
 from cypressc.cli import main
-from cypressc.lang.checker import check_program
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS, Operand
-from cypressc.lang.parser import parse_file
-from cypressc.mapping.loader import load_mapping
-from cypressc.mapping.tasktree import instantiate
-from tests.compiled import snapshots
+from tests.compiled import rendered
 
 ROOT = Path(__file__).resolve().parents[2]
 FA2 = ROOT / "programs" / "flash_attention2.cyp"
@@ -47,8 +42,7 @@ def _sizes(**kw) -> dict:
 def test_every_mapping_lowers(tmp_path):
     assert {m.stem for m in MAPPINGS} >= {"h100_d64", "h100_d128", "h100_d128_wg3", "h100_d64_w64"}
     for m in MAPPINGS:  # everything `check` does, on the session's compile (tests/compiled.py)
-        tree = instantiate(check_program(parse_file(FA2, include_path=(ROOT / "programs",))), load_mapping(m))
-        assert render_build(tree, snapshots(FA2, m)).files
+        assert rendered(FA2, m).files
     m = ROOT / "mappings" / "flash_attention2" / "h100.yaml"  # and through the command, as a user checks one
     r = CliRunner().invoke(main, ["check", str(FA2), "-m", str(m)])
     assert r.exit_code == 0, (m.name, r.output)

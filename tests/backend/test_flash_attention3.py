@@ -19,7 +19,6 @@ import pytest
 from click.testing import CliRunner
 
 from cypressc.abi.info import KernelInfo
-from cypressc.backend.build import render_build
 from cypressc.cli import main
 from cypressc.ir.check import random_inputs, run_module
 from cypressc.lang.checker import check_program
@@ -27,7 +26,7 @@ from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
 from cypressc.passes.manager import compile_module
-from tests.compiled import snapshots
+from tests.compiled import rendered
 
 ROOT = Path(__file__).resolve().parents[2]
 FA3 = ROOT / "programs" / "flash_attention3.cyp"
@@ -60,8 +59,7 @@ def _consumer_loop(cu: str) -> list[str]:
 def test_every_mapping_lowers():
     assert {m.stem for m in MAPPINGS} >= {"h100_d64", "h100_d128", "h100_d128_wg3", "h100_d64_w64", "h100_d64_p3"}
     for m in MAPPINGS:  # everything `check` does, on the session's compile (tests/compiled.py)
-        tree = instantiate(check_program(parse_file(FA3, include_path=(ROOT / "programs",))), load_mapping(m))
-        assert render_build(tree, snapshots(FA3, m)).files
+        assert rendered(FA3, m).files
     m = ROOT / "mappings" / "flash_attention3" / "h100.yaml"  # and through the command, as a user checks one
     r = CliRunner().invoke(main, ["check", str(FA3), "-m", str(m)])
     assert r.exit_code == 0, (m.name, r.output)
