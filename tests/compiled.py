@@ -54,6 +54,18 @@ def _path(program: str | Path) -> Path:
     return p if p.is_absolute() else ROOT / p
 
 
+def _mapping(mapping: str | Path) -> Path:
+    return Path(mapping) if Path(mapping).is_absolute() else ROOT / mapping
+
+
+def tree(program: str | Path, mapping: str | Path, dtypes: dict[str, str] | None = None):
+    """The task tree of ``program`` (a name under programs/ or a path ending in .cyp) under
+    ``mapping`` (relative to the repository or absolute), ``dtypes`` bound, programs/ on the
+    include path; raises what parsing, checking and instantiating raise."""
+    return instantiate(check_program(parse_file(_path(program), dtypes or {}, include_path=(PROGRAMS,))),
+                       load_mapping(_mapping(mapping)))
+
+
 def _key(program: Path, mapping: Path, dtypes: dict[str, str]) -> str:
     h = hashlib.sha256()
     for part in (_tree_digest(ROOT / "cypressc"), _tree_digest(PROGRAMS), _tree_digest(program.parent),
@@ -67,9 +79,7 @@ def _compile(program: Path, mapping: Path, dtypes: dict[str, str]) -> tuple[list
     refusal), and that error."""
     out: list[tuple[str, N.Module]] = []
     try:
-        tree = instantiate(check_program(parse_file(program, dtypes, include_path=(PROGRAMS,))),
-                           load_mapping(mapping))
-        compile_module(tree, hook=lambda name, m, _dt: out.append((name, m)))
+        compile_module(tree(program, mapping, dtypes), hook=lambda name, m, _dt: out.append((name, m)))
     except (CypressError, CypressErrors) as e:
         return out, e
     return out, None
@@ -83,9 +93,7 @@ def snapshots(program: str | Path, mapping: str | Path, *, until: str | None = N
     path: the (pass name, module) pairs.  The whole pipeline runs at most once per session
     for the three; ``until`` takes a prefix.  Raises the :class:`CypressError` compiling
     raised where the prefix reaches the pass that raised it."""
-    program = _path(program)
-    mapping = Path(mapping) if Path(mapping).is_absolute() else ROOT / mapping
-    dtypes = dict(dtypes or {})
+    program, mapping, dtypes = _path(program), _mapping(mapping), dict(dtypes or {})
     key = _key(program, mapping, dtypes)
     hit = _MEMO.get(key)
     if hit is None:
@@ -130,7 +138,4 @@ def rendered(program: str | Path, mapping: str | Path):
     the session's compile."""
     from cypressc.backend.build import render_build
 
-    path = _path(program)
-    mapping = Path(mapping) if Path(mapping).is_absolute() else ROOT / mapping
-    tree = instantiate(check_program(parse_file(path, include_path=(PROGRAMS,))), load_mapping(mapping))
-    return render_build(tree, snapshots(path, mapping))
+    return render_build(tree(program, mapping), snapshots(program, mapping))

@@ -141,6 +141,15 @@ class _View:
             self.arr[cells] = value[mask]
 
 
+def _by_identity(table: dict, obj, make):
+    """``make(obj)``, kept in ``table`` by the object's identity (the table keeps ``obj``
+    alive, so no other object takes its id while the entry lasts)."""
+    hit = table.get(id(obj))
+    if hit is None or hit[0] is not obj:
+        hit = table[id(obj)] = (obj, make(obj))
+    return hit[1]
+
+
 def _matches(t: tuple, pattern: tuple) -> bool:
     return all(p is None or p == x for x, p in zip(t, pattern))
 
@@ -329,23 +338,12 @@ class _Interp:
         return out
 
     def _procs(self, dims: tuple[N.Dim, ...]) -> tuple[N.IProc, ...]:
-        """:func:`dim_procs`, looked up by the tuple's identity (the module keeps it alive)."""
-        hit = self.procs.get(id(dims))
-        if hit is None or hit[0] is not dims:
-            hit = self.procs[id(dims)] = (dims, dim_procs(dims))
-        return hit[1]
+        return _by_identity(self.procs, dims, dim_procs)
 
     def _ev_dims_of(self, op) -> tuple[N.Dim, ...]:
-        hit = self.ev_dims.get(id(op))
-        if hit is None or hit[0] is not op:
-            hit = self.ev_dims[id(op)] = (op, self._ev_dims(op))
-        return hit[1]
-
-    @staticmethod
-    def _ev_dims(op) -> tuple[N.Dim, ...]:
-        if isinstance(op, N.PFor):
-            return op.dims + (N.Dim(N.ibin("-", op.hi, op.lo), op.proc),)
-        return op.dims
+        """The dims of ``op``'s event (a ``pfor``'s has one more: its iterations)."""
+        return _by_identity(self.ev_dims, op, lambda o: o.dims + (N.Dim(N.ibin("-", o.hi, o.lo), o.proc),)
+                            if isinstance(o, N.PFor) else o.dims)
 
     def _met(self, key: tuple) -> bool:
         if len(key) == 3:

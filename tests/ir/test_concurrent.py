@@ -21,13 +21,9 @@ from cypressc.ir.hazards import Program
 from cypressc.ir.schedule_check import check_schedules, small_sizes, two_tile_sizes
 from cypressc.ir.sync_verify import verify_sync
 from cypressc.ir.verify import VerifyError
-from cypressc.lang.checker import check_program
 from cypressc.lang.intrinsics import leaf_of
-from cypressc.lang.parser import parse_file
-from cypressc.mapping.loader import load_mapping
-from cypressc.mapping.tasktree import instantiate
 from tests.budget import pick
-from tests.compiled import modules
+from tests.compiled import modules, tree
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDULES = pick(50, 200)
@@ -52,18 +48,13 @@ MODEL_BLIND = {
 }
 
 
-def _tree(program: str, mapping: str):
-    path = ROOT / program if program.endswith(".cyp") else ROOT / "programs" / f"{program}.cyp"
-    return instantiate(check_program(parse_file(path)), load_mapping(ROOT / mapping))
-
-
 def _snaps(program: str, mapping: str) -> dict[str, N.Module]:
     return modules(program, mapping, until="sync-insertion")
 
 
 @functools.lru_cache(maxsize=None)
 def _persistent(program: str, mapping: str) -> bool:
-    block = _tree(program, mapping).block_node()
+    block = tree(program, mapping).block_node()
     return bool(block is not None and block.instance.persistent)
 
 

@@ -16,13 +16,9 @@ from cypressc.ir.concurrent_state import RaceChecks, Region
 from cypressc.ir.happens_before import check_happens_before
 from cypressc.ir.schedule_check import check_schedules, small_sizes
 from cypressc.ir.subst import walk_ops
-from cypressc.lang.checker import check_program
-from cypressc.lang.parser import parse_file
-from cypressc.mapping.loader import load_mapping
-from cypressc.mapping.tasktree import instantiate
 from cypressc.passes import copy_elimination as CE
 from cypressc.passes.manager import PassError, compile_module
-from tests.compiled import modules
+from tests.compiled import modules, tree
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))
@@ -30,8 +26,7 @@ FLAGS = {"flash_attention2": {"causal": 0}, "flash_attention3": {"causal": 0}}
 
 
 def _tree(program: str, mapping: str = "h100"):
-    return instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")),
-                       load_mapping(ROOT / "mappings" / program / f"{mapping}.yaml"))
+    return tree(program, f"mappings/{program}/{mapping}.yaml")
 
 
 def _snaps(program: str, mapping: str = "h100") -> dict[str, N.Module]:
