@@ -90,13 +90,8 @@ def write_build(tree: TaskTree, outdir: Path | None, dtypes: dict[str, str] | No
     plan, m = r.plan, r.module
     outdir = Path(os.path.abspath(outdir if outdir is not None else Path("build") / plan.name))
 
-    def write(tmp: Path) -> None:
-        for name, text in r.files.items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / name).write_text(text)
-
-    replace_build_dir(outdir, write, program=str(tree.program.path), mapping=str(tree.mapping.path),
-                      inputs=_inputs_hash(tree, dtypes), products=(plan.name, f"lib{plan.name}.so"))
+    left = replace_build_dir(outdir, r.files, program=str(tree.program.path), mapping=str(tree.mapping.path),
+                             inputs=_inputs_hash(tree, dtypes), kernel=plan.name)
     threads = 128 * (plan.consumers + (1 if plan.warpspecialize else 0))
     roles = ("producer warpgroup (TMA) + " if plan.warpspecialize else "thread 0 issues TMA; ") + \
         f"{plan.consumers} consumer warpgroup(s)"
@@ -110,4 +105,6 @@ def write_build(tree: TaskTree, outdir: Path | None, dtypes: dict[str, str] | No
         f"  registers producer {plan.producer_registers}, consumers {plan.consumer_registers} "
         f"(estimated need {m.resources.registers if m.resources is not None else None})",
         f"next: make -C {outdir} && {outdir}/{plan.name} " + " ".join(_example_sizes(plan)),
+        *(f"note: {p} holds what was written into the old build while this one ran; cypressc left it"
+          for p in left),
     ])
