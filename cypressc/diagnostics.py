@@ -20,7 +20,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Loc", "CypressError", "CypressErrors", "Warning_", "render", "NO_LOC"]
+__all__ = ["Loc", "CypressError", "CypressErrors", "VerifyError", "Warning_", "render", "NO_LOC"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +81,11 @@ class CypressErrors(Exception):
 
     def __str__(self) -> str:
         return "\n".join(render(e) for e in self.errors)
+
+
+class VerifyError(AssertionError):
+    """The IR is malformed (:mod:`cypressc.ir.verify`, :mod:`cypressc.ir.sync_verify`,
+    :mod:`cypressc.ir.happens_before`): a compiler bug, never a user error."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ def render_build(tree: TaskTree, compiled: list[tuple[str, object]] | None = Non
     import json
 
     from cypressc.backend.harness import render_main, render_makefile
-    from cypressc.runtime import KernelInfo
+    from cypressc.abi.info import KernelInfo
 
     snaps = compiled if compiled is not None else compile_module(tree)
     m = snaps[-1][1]

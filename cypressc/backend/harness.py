@@ -36,7 +36,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cypressc.runtime import DTYPES, KernelInfo
+from cypressc.abi.dtypes import DTYPES
+from cypressc.abi.info import KernelInfo
 
 __all__ = ["write_harness", "render_main", "render_makefile"]
 

@@ -506,6 +506,21 @@ class KernelPlan:
         loads element by element (an external leaf function's per-column vector)."""
         return [t for t in self.tensors if t.writes or t.name in self.pointer_reads]
 
+    def summary(self) -> list[str]:
+        """The ``// kernel: …`` lines ``cypressc explain`` prints after cuda-lowering (the IR
+        printer calls this: it does not know the plan's types)."""
+        grid = " x ".join(cexpr(g) for g in self.grid)
+        out = [f"// kernel: grid {grid} tiles, {128 * (1 + self.consumers)} threads, "
+               f"{self.stages} stages, TMA maps {', '.join(t.name for t in self.maps)}"]
+        if self.host_loop:
+            kept = sorted({op.tensor for op in self.epilogue if getattr(op, "when", None)})
+            out.append(f"// kernel: HOST loop %{self.host_loop} runs as the last grid dimension"
+                       + (f"; {', '.join('%' + t for t in kept)} kept from its last iteration" if kept else ""))
+        if self.simt_body:
+            out.append("// kernel: SIMT on each stage after the wgmmas issue: "
+                       + ", ".join(f"{op.event} row_sum" for op in self.simt_body))
+        return out
+
     @property
     def flops_c(self) -> str:
         """``flops`` as C, in the launcher's scope."""

@@ -52,7 +52,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.analysis import Symbols, dim_procs
 from cypressc.ir.concurrent_ops import OpSemantics
-from cypressc.ir.happens_before import HappensBefore
+from cypressc.ir.clocks import HappensBefore
 from cypressc.ir.concurrent_state import (BLOCK, WG, Bar, Finding, Region, ScheduleFailure, Thread, alias_groups,
                                          op_label)
 from cypressc.ir.printer import _Printer

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Union
 from cypressc.ir.results import Resources, Schedule, SmemSlot
 
 if TYPE_CHECKING:
-    from cypressc.backend.plan import KernelPlan
     from cypressc.ir.origin import Sites
     from cypressc.ir.sync import BarIdx
 
@@ -316,7 +315,8 @@ class Module:
     allocation and partition came from, :class:`~cypressc.ir.origin.Sites`), ``schedule``
     (warp specialization, :class:`~cypressc.ir.results.Schedule`), ``resources`` (resource
     allocation and sync-insertion's mbarrier bytes, :class:`~cypressc.ir.results.Resources`)
-    and ``kernel`` (CUDA lowering, :class:`~cypressc.backend.plan.KernelPlan`)."""
+    and ``kernel`` (CUDA lowering, :class:`~cypressc.backend.plan.KernelPlan`; the IR layer never
+    looks inside it)."""
 
     name: str
     params: tuple[Alloc, ...]
@@ -328,7 +328,7 @@ class Module:
     sites: Sites | None = field(default=None, compare=False)
     schedule: Schedule | None = field(default=None, compare=False)
     resources: Resources | None = field(default=None, compare=False)
-    kernel: KernelPlan | None = field(default=None, compare=False)
+    kernel: object | None = field(default=None, compare=False)  # the backend's KernelPlan: opaque here
 
     def role_map(self) -> dict[str, str]:
         """``roles`` as a dict: event -> ``producer`` / ``consumer`` (empty before

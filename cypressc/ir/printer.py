@@ -158,20 +158,8 @@ def _results(m: N.Module, p: _Printer) -> list[str]:
         for prod, cons in m.schedule.channels.items():
             out.append(f"// channel {p.ev(prod)} -> {', '.join(p.ev(c) for c in cons)}: full/empty "
                        f"mbarrier pair per stage")
-    if m.kernel is not None:
-        k = m.kernel
-        from cypressc.backend.cexpr import cexpr  # the backend's printer (a kernel's expressions)
-
-        grid = " x ".join(cexpr(g) for g in k.grid)
-        out.append(f"// kernel: grid {grid} tiles, {128 * (1 + k.consumers)} threads, "
-                   f"{k.stages} stages, TMA maps {', '.join(t.name for t in k.maps)}")
-        if k.host_loop:
-            kept = sorted({op.tensor for op in k.epilogue if getattr(op, "when", None)})
-            out.append(f"// kernel: HOST loop %{k.host_loop} runs as the last grid dimension"
-                       + (f"; {', '.join('%' + t for t in kept)} kept from its last iteration" if kept else ""))
-        if k.simt_body:
-            out.append("// kernel: SIMT on each stage after the wgmmas issue: "
-                       + ", ".join(f"{op.event} row_sum" for op in k.simt_body))
+    if m.kernel is not None:  # the backend's plan describes itself
+        out += m.kernel.summary()
     return out
 
 

@@ -33,13 +33,14 @@ and checks, against the hazards of :class:`cypressc.ir.hazards.Program`:
   warpgroups' takes and passes, run as named barriers, neither deadlock nor leave an
   arrival behind at the end of the tile.
 
-Raises :class:`cypressc.ir.verify.VerifyError` (a compiler bug, never a user error).
+Raises :class:`cypressc.diagnostics.VerifyError` (a compiler bug, never a user error).
 """
 
 from __future__ import annotations
 
 import re
 
+from cypressc.diagnostics import VerifyError
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.hazards import Dep, Program, instances
@@ -50,8 +51,6 @@ __all__ = ["verify_sync"]
 
 
 def _error(msg: str):
-    from cypressc.ir.verify import VerifyError
-
     return VerifyError(f"sync: {msg}")
 
 
@@ -329,7 +328,6 @@ def verify_sync(m: N.Module, trips=None) -> None:
     for every block-level loop (default 0 .. 2D + 2 for the deepest barrier, D stages: every
     stage wraps around twice)."""
     from cypressc.ir.printer import event_names
-    from cypressc.ir.verify import VerifyError
 
     try:
         _verify(m, trips)

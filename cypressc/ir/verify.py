@@ -5,15 +5,13 @@ run (``Module.synchronized``), the synchronization checks of :mod:`cypressc.ir.s
 
 from __future__ import annotations
 
+from cypressc.diagnostics import VerifyError
 from cypressc.ir import nodes as N
 from cypressc.ir.sync import SYNC_OPS
+from cypressc.ir.sync_verify import verify_sync
 from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["verify", "VerifyError"]
-
-
-class VerifyError(AssertionError):
-    """The IR is malformed: a compiler bug, never a user error."""
 
 
 def _ev_rank(op) -> int:
@@ -89,6 +87,4 @@ def verify(m: N.Module) -> None:
 
     block(m.body)
     if m.synchronized:
-        from cypressc.ir.sync_verify import verify_sync
-
         verify_sync(m)

@@ -35,18 +35,34 @@ import ast
 import importlib.util
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
-from cypressc.diagnostics import CypressError
+from cypressc.diagnostics import CypressError, Loc
 from cypressc.lang import syntax as S
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS, LeafFn, Operand, OperandRule
 
-if TYPE_CHECKING:
-    from cypressc.lang.parser import _Parser
+__all__ = ["ParserHost", "parse_external", "parse_choice", "leaf_functions", "leaf_fn", "find_header"]
 
-__all__ = ["parse_external", "parse_choice", "leaf_functions", "leaf_fn", "find_header"]
+
+class ParserHost(Protocol):
+    """What this module needs of the parser that calls it (:class:`cypressc.lang.parser._Parser`):
+    the program's dtype bindings and declarations so far, the errors it collects, and its way
+    of locating and typing AST nodes."""
+
+    bindings: dict[str, str]  # --dtype/--param NAME=VALUE
+    choices: dict[str, S.ChoiceParam]
+    choice_args: dict[tuple[str, str], Loc]  # (choice, function) -> where it is listed
+    dtype_params: dict[str, S.DtypeParam]
+    errors: list[CypressError]
+
+    def loc(self, node: ast.AST) -> Loc: ...
+
+    def err(self, code: str, msg: str, node: ast.AST, hint: str | None = None) -> CypressError: ...
+
+    def type_(self, ann: ast.expr) -> S.Type: ...
+
 
 _USAGE = 'write @external("ns::cpp_name", writes=["x"]) over a def with typed parameters and no body'
 # a C++ id-expression: qualified names, template arguments (numbers, names, ::)
@@ -69,7 +85,7 @@ def _base_name(cpp: str) -> str:
     return cpp.split("<", 1)[0].rsplit("::", 1)[-1]
 
 
-def parse_external(p: "_Parser", fn: ast.FunctionDef, includes: list[tuple[str, Path | None]]) -> S.External:
+def parse_external(p: ParserHost, fn: ast.FunctionDef, includes: list[tuple[str, Path | None]]) -> S.External:
     """An ``@external(...)`` def -> :class:`~cypressc.lang.syntax.External` (E014 if malformed)."""
     dec = fn.decorator_list[0]
     assert isinstance(dec, ast.Call)
@@ -144,7 +160,7 @@ def parse_external(p: "_Parser", fn: ast.FunctionDef, includes: list[tuple[str, 
                       str(header.resolve()) if header is not None else None)
 
 
-def _declaring_header(p: "_Parser", fn: ast.FunctionDef, cpp: str,
+def _declaring_header(p: ParserHost, fn: ast.FunctionDef, cpp: str,
                       includes: list[tuple[str, Path | None]]) -> Path | None:
     """The included header that mentions the C++ function's name (E014 if none does)."""
     if not includes:
@@ -172,7 +188,7 @@ class _NoFunction(AttributeError):
     """The reference file loads but has no function of the external's name."""
 
 
-def _load_reference(p: "_Parser", fn: ast.FunctionDef, path: str, shown: str) -> Callable:
+def _load_reference(p: ParserHost, fn: ast.FunctionDef, path: str, shown: str) -> Callable:
     """Load the reference at ``path`` (``shown`` as the user wrote its folder) or raise E014."""
     try:
         return reference(path, fn.name)
@@ -205,7 +221,7 @@ def reference(path: str, name: str) -> Callable:
     return f
 
 
-def parse_choice(p: "_Parser", st: ast.Assign) -> S.ChoiceParam:
+def parse_choice(p: ParserHost, st: ast.Assign) -> S.ChoiceParam:
     """``ACT = choice(f, g)`` -> :class:`~cypressc.lang.syntax.ChoiceParam` bound to
     ``p.bindings[ACT]`` or ``f`` (E015)."""
     call = st.value
@@ -231,7 +247,7 @@ def parse_choice(p: "_Parser", st: ast.Assign) -> S.ChoiceParam:
     return S.ChoiceParam(name, tuple(allowed), bound, p.loc(st))
 
 
-def check_choices(p: "_Parser", choices: list[S.ChoiceParam], externals: list[S.External]) -> None:
+def check_choices(p: ParserHost, choices: list[S.ChoiceParam], externals: list[S.External]) -> None:
     """Every function a choice lists exists (E015, at the function's name in the choice)."""
     known = set(LEAF_FUNCTIONS) | {e.name for e in externals}
     declared = ", ".join(e.name for e in externals) or "none"
