@@ -63,7 +63,8 @@ def compile(program: str | Path, mapping: str | Path, dtype: str | Mapping[str, 
     from cypressc import runtime
     from cypressc.mapping.loader import read_mapping_text
     from cypressc.tuner.build import build_kernel
-    from cypressc.tuner.search import Options, _front_from_text
+    from cypressc.frontend import front_end
+    from cypressc.tuner.search import Options
 
     if tune_options and not tuned:
         raise TypeError(f"compile() got tuning keyword(s) {', '.join(sorted(tune_options))} without tuned=True")
@@ -87,7 +88,7 @@ def compile(program: str | Path, mapping: str | Path, dtype: str | Mapping[str, 
             text = res.best.text
         else:
             text = hit["best"]["mapping"]
-    tree = _front_from_text(str(program), text, str(mapping), dtypes)
+    tree = front_end(program, mapping, dtypes=dtypes, mapping_text=text)
     built = build_kernel(tree, Path(kernel_root) if kernel_root else None)
     return runtime.load(built.dir, built.name)
 

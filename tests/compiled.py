@@ -25,10 +25,7 @@ from pathlib import Path
 
 from cypressc.diagnostics import CypressError, CypressErrors
 from cypressc.ir import nodes as N
-from cypressc.lang.checker import check_program
-from cypressc.lang.parser import parse_file
-from cypressc.mapping.loader import load_mapping
-from cypressc.mapping.tasktree import instantiate
+from cypressc.frontend import front_end
 from cypressc.passes.manager import compile_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,8 +59,7 @@ def tree(program: str | Path, mapping: str | Path, dtypes: dict[str, str] | None
     """The task tree of ``program`` (a name under programs/ or a path ending in .cyp) under
     ``mapping`` (relative to the repository or absolute), ``dtypes`` bound, programs/ on the
     include path; raises what parsing, checking and instantiating raise."""
-    return instantiate(check_program(parse_file(_path(program), dtypes or {}, include_path=(PROGRAMS,))),
-                       load_mapping(_mapping(mapping)))
+    return front_end(_path(program), _mapping(mapping), dtypes=dtypes, include_dirs=(PROGRAMS,))
 
 
 def _key(program: Path, mapping: Path, dtypes: dict[str, str]) -> str:
