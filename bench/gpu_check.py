@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from cypressc.runtime import DTYPES, KernelInfo
+from cypressc.runtime import DTYPES, KernelInfo  # noqa: E402 - after the sys.path line above
 
 OUT = os.environ.get("OUT")
 TOL = 1e-2

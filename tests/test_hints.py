@@ -219,7 +219,7 @@ def test_dtype_hint_names_the_programs_dtype_parameter(tmp_path):
     m = write(tmp_path, "m.yaml", GEMM_MAP)
     r = cli("check", GEMM, "-m", m, "--dtype", "U=bf16")
     assert r.exit_code == 1 and "error[E013]: --dtype binds 'U'" in r.stderr
-    assert f"programs/gemm.cyp:6:1: note: 'T' is declared here" in r.stderr
+    assert "programs/gemm.cyp:6:1: note: 'T' is declared here" in r.stderr
     h = hint(r.stderr)
     assert h == "this program's dtype parameters: T (f16 or bf16); e.g. `--dtype T=bf16`"
     name, dt = re.search(r"`--dtype (\w+)=(\w+)`", h).groups()
