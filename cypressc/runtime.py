@@ -33,6 +33,8 @@ module's own part being the ctypes launcher and the PyTorch side (:class:`Kernel
 from __future__ import annotations
 
 import ctypes
+import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,8 @@ from .abi.dtypes import DTYPES, DType
 from .abi.errors import KernelError, LaunchError, cuda_error_name
 from .abi.exprs import eval_expr, expr_names
 from .abi.info import KernelInfo, Param, Requirement
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 __all__ = [
     "DTYPES", "DType", "Param", "KernelInfo", "KernelError", "LaunchError", "TensorDesc",
@@ -199,7 +203,9 @@ class Kernel:
         return self._prepare(tensors, 0, keywords, False, require_floats=False)[1]
 
     def flops(self, sizes: Mapping[str, int]) -> float:
-        """Floating-point operations of one launch at ``sizes`` (the info's ``flops``)."""
+        """Floating-point operations of one launch at ``sizes`` (the info's ``flops``).
+        Raises :class:`KernelError` for a size the expression reads that is missing or not an
+        int (:meth:`KernelInfo.flops_at`)."""
         return self.info.flops_at(sizes)
 
 
@@ -207,8 +213,21 @@ def load(outdir: str | Path, name: str | None = None) -> Kernel:
     """Load the kernel built in ``outdir``: ``<name>.json`` and ``lib<name>.so``.
 
     ``name`` may be omitted when ``outdir`` holds exactly one ``<name>.json`` with a
-    ``lib<name>.so`` (or one ``.json`` at all).  Raises ``FileNotFoundError`` with what to
-    run when a file is missing, ``ValueError`` for a malformed info file."""
+    ``lib<name>.so`` (or one ``.json`` at all).  The info is read and validated in full
+    (:meth:`KernelInfo.load_json`) before the library is looked for.  Raises:
+
+    * ``TypeError`` when ``outdir`` is not a path (``str`` or ``os.PathLike``) or ``name`` is
+      neither ``None`` nor a string;
+    * ``FileNotFoundError``, with what to run, when ``<name>.json`` or ``lib<name>.so`` is
+      missing; ``OSError`` when a file cannot be read or the library cannot be loaded;
+    * ``ValueError`` naming the file and the bad field for a malformed info file (whatever
+      it holds), for a ``name`` that is not a C identifier or differs from the info's own
+      ``"name"``, and when ``name`` is omitted and ``outdir`` holds several kernels."""
+    if isinstance(outdir, bool) or not isinstance(outdir, (str, os.PathLike)):
+        raise TypeError(f"load: outdir must be a path (str or os.PathLike) of a `cypressc build` "
+                        f"output directory, got {type(outdir).__name__}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"load: name must be a kernel name (str) or None, got {type(name).__name__}")
     outdir = Path(outdir)
     if name is None:
         cands = sorted(p.stem for p in outdir.glob("*.json"))
@@ -220,10 +239,15 @@ def load(outdir: str | Path, name: str | None = None) -> Kernel:
         if len(pick) != 1:
             raise ValueError(f"{outdir} holds several kernels ({', '.join(cands)}); pass name=")
         name = pick[0]
+    if not _IDENT.match(name):
+        raise ValueError(f"load: name {name!r} is not a kernel name (a C identifier)")
     info_path = outdir / f"{name}.json"
     if not info_path.exists():
         raise FileNotFoundError(f"{info_path} not found; run `cypressc build` into {outdir}")
     info = KernelInfo.load_json(info_path)
+    if info.name != name:
+        raise ValueError(f"{info_path}: the kernel info names the kernel {info.name!r}, not {name!r}; "
+                         "a build writes <name>.json with its own name: rebuild, or load that name")
     lib = outdir / f"lib{info.name}.so"
     if not lib.exists():
         raise FileNotFoundError(f"{lib} not found; run `make -C {outdir}` (needs nvcc)")

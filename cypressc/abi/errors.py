@@ -4,9 +4,25 @@
 from __future__ import annotations
 
 import ctypes
+import reprlib
 from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["KernelError", "LaunchError", "cuda_error_name"]
+__all__ = ["KernelError", "LaunchError", "cuda_error_name", "brief"]
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong = 3, 60, 60, 40
+_BRIEF.maxlist = _BRIEF.maxdict = _BRIEF.maxtuple = 4
+
+
+def brief(v: Any) -> str:
+    """``repr(v)`` cut short, for messages: bounded in length and nesting, so a value read
+    from a malformed file (a list nested a thousand deep, a megabyte string) cannot make an
+    error message fail or flood the terminal."""
+    try:
+        return _BRIEF.repr(v)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        return f"<{type(v).__name__} of {v.bit_length()} bits>" if isinstance(v, int) else f"<{type(v).__name__}>"
 
 
 class KernelError(ValueError):

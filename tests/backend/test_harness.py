@@ -147,19 +147,19 @@ def test_main_has_every_dtype_and_inout():
 
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d.update(name="1gemm"), "not a C identifier"),
-    (lambda d: d["params"][0].update(dtype="f64"), "dtype 'f64'"),
-    (lambda d: d["params"][1].update(dims=["M", "Q"]), "dim 'Q'"),
+    (lambda d: d["params"][0].update(dtype="f64"), "params[0].dtype (param 'C') is 'f64'"),
+    (lambda d: d["params"][1].update(dims=["M", "Q"]), "params[1].dims[1] (param 'A') is 'Q'"),
     (lambda d: d["params"][1].update(reads=False), "at least one true"),
     (lambda d: d.update(flops=expr("2.0 * M * N * P", ("*", ("*", ("*", 2.0, "M"), "N"), "P"))),
-     "kernel info: expression '2.0 * M * N * P' uses P, not among the sizes (M, N, K)"),
+     "kernel info: flops.tree ('2.0 * M * N * P') uses P, not among the sizes (M, N, K)"),
     (lambda d: d["requires"][1].pop("why"), "requires[1] must be an object with 'c', 'tree' and 'why'"),
     (lambda d: d["requires"][0].update(tree=tree(("**", "N", 8))),
-     "requires[0] ('N % 8 == 0'): unknown operator '**' in an expression tree"),
+     "requires[0].tree ('N % 8 == 0'): unknown operator '**' in an expression tree"),
     (lambda d: d["requires"][0].update(tree={"op": "%", "a": {"var": "N"}}), "malformed expression tree node"),
     (lambda d: d["requires"][0].update(tree=tree(("==", ("%", "N", True), 0))), "malformed expression tree node"),
     # an info written before the trees (C text only) is refused with what to do
     (lambda d: d.update(requires=[["N % 8 == 0", "x"]]), "older cypressc: rebuild the kernel with `cypressc build`"),
-    (lambda d: d.update(flops="2.0 * M * N * K"), "'flops' must be an object with 'c' (C text) and 'tree'"),
+    (lambda d: d.update(flops="2.0 * M * N * K"), "kernel info: flops must be an object with 'c' (C text) and 'tree'"),
     (lambda d: d.update(sizes=["M", "N", "K", "M"]), "duplicate size"),
     (lambda d: d.pop("params"), "missing 'params'"),
 ])

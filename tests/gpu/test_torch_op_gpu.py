@@ -67,3 +67,22 @@ def test_cuda_graph_of_ten_calls_replays(gemm_op):
         torch.cuda.synchronize()
         for B, C in zip(Bs, outs):
             assert _rel(C, A.float() @ B.float()) < 1e-2
+
+
+@pytest.mark.parametrize("a, b", [(((8, 16), "cuda"), ((24, 8), "cuda")), (((8, 16), "cuda"), ((16, 8), "cpu"))],
+                         ids=["sizes", "cuda-cpu"])
+def test_refusals_match_the_fake_implementation(gemm_op, a, b):
+    """Disagreeing sizes and mixed devices: the CUDA implementation raises what the fake one
+    raises under FakeTensorMode, class and message (issue #35)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from cypressc.runtime import KernelError
+
+    def call():
+        return gemm_op(*(torch.empty(shape, dtype=torch.float16, device=dev) for shape, dev in (a, b)))
+
+    with pytest.raises(KernelError) as real:
+        call()
+    with FakeTensorMode(), pytest.raises(KernelError) as fake:
+        call()
+    assert str(real.value) == str(fake.value)
