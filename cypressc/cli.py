@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from cypressc.diagnostics import CypressError, CypressErrors, Loc, render
-from cypressc.passes.manager import pass_names  # light: the --after choices are the registry's
+from cypressc.pipeline import step_names  # light: the --after choices are the pipeline's steps
 
 EXIT_USER, EXIT_INTERNAL = 1, 70
 
@@ -147,7 +147,7 @@ def check(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tupl
     and exits 1.
     """
     from cypressc.backend.build import render_build
-    from cypressc.passes.manager import pass_names
+    from cypressc.pipeline import step_names
 
     tree = _front_end(program, mapping, dtypes, include_dirs)
     r = render_build(tree)
@@ -155,7 +155,7 @@ def check(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tupl
     tasks = {n.variant.task for n in nodes}
     click.echo(f"ok: {program} with {mapping}: {len(tree.program.variants)} variants of "
                f"{len(tree.program.tasks())} tasks, {len(nodes)} instantiated task(s) over "
-               f"{len(tasks)} task(s) on {tree.machine.name}; {len(pass_names())} passes and the "
+               f"{len(tasks)} task(s) on {tree.machine.name}; {len(step_names())} passes and the "
                f"CUDA backend accept it ({len(r.files)} files of build/{r.plan.name}, none written)")
 
 
@@ -163,7 +163,7 @@ def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
     """``explain --check-schedule``: one verdict line; exit status 1 on a finding."""
     from cypressc.ir.schedule_check import check_schedules
     from cypressc.lang.syntax import LeafCall, walk
-    from cypressc.passes.manager import compile_module
+    from cypressc.pipeline import compile_module
 
     snaps = dict(compile_module(t, until="sync-insertion"))
     v = check_schedules(snaps["sync-insertion"], snaps["warp-specialization"], seed=seed, schedules=schedules)
@@ -182,7 +182,7 @@ def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
 @_mapping_opt
 @_dtype_opt
 @_include_opt
-@click.option("--after", "after", type=click.Choice(pass_names()), help="Print only the IR after this pass.")
+@click.option("--after", "after", type=click.Choice(step_names()), help="Print only the IR after this pass.")
 @click.option("--tree/--no-tree", default=True, show_default=True, help="Print the task tree first.")
 @click.option("--graph", is_flag=True, help="Print the event graph (of --after, or the last pass) "
               "as DOT instead of IR.")
@@ -214,7 +214,7 @@ def explain(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tu
     from cypressc.ir.graph import to_dot, render_svg
     from cypressc.ir.printer import print_module
     from cypressc.mapping.render import print_task_tree
-    from cypressc.passes.manager import compile_module
+    from cypressc.pipeline import compile_module
 
     t = _front_end(program, mapping, dtypes, include_dirs)
     if check_schedule:
@@ -238,7 +238,7 @@ def explain(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tu
         times.clear()
         snaps = compile_module(t, until=done[-1], hook=lambda name, m, dt: times.append((name, dt)))
     if dump_ir:
-        from cypressc.passes.manager import dump_snapshots
+        from cypressc.pipeline import dump_snapshots
 
         dump_snapshots(Path(dump_ir), snaps)
     shown = snaps[-1:] if after else snaps

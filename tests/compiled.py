@@ -26,7 +26,7 @@ from pathlib import Path
 from cypressc.diagnostics import CypressError, CypressErrors
 from cypressc.ir import nodes as N
 from cypressc.frontend import front_end
-from cypressc.passes.manager import compile_module
+from cypressc.pipeline import compile_module
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "programs"

@@ -21,8 +21,8 @@ PKG = Path(__file__).resolve().parent.parent / "cypressc"
 LAYERS = {"diagnostics": 0, "abi": 0, "lang": 1, "mapping": 2, "ir": 3, "passes": 4, "backend": 5}
 TOP = 9
 
-# the pass list still names the backend's cuda-lowering (#36 step 1 moves the driver up)
-KNOWN_UPWARD = {("cypressc.passes.manager", "cypressc.backend.lower")}
+# backend/build.py compiles and writes a build: a driver, to move up beside the pipeline
+KNOWN_UPWARD = {("cypressc.backend.build", "cypressc.pipeline")}
 
 
 def _modules() -> dict[str, Path]:

@@ -12,7 +12,7 @@ from cypressc.backend.cexpr import cexpr
 from cypressc.backend.emit import build_info, emit_cuda, emit_header, header_copy
 from cypressc.backend.outdir import replace_build_dir
 from cypressc.mapping.tasktree import TaskTree
-from cypressc.passes.manager import compile_module
+from cypressc.pipeline import compile_module
 
 __all__ = ["write_build", "render_build", "RenderedBuild", "RUNTIME_DIR"]
 

@@ -32,8 +32,10 @@ from cypressc.backend.refusal import REFUSAL_CODE
 from cypressc.backend.refusal import Refuse as _Refuse
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.backend.sync_lower import KBASE, at_step, carry_turns, counted, defer_store_waits, lower_sync
-from cypressc.diagnostics import CypressError, Loc
+from cypressc.diagnostics import CypressError
 from cypressc.ir import nodes as N
+from cypressc.passes.base import ModulePass
+from cypressc.ir.target import Target
 from cypressc.ir.analysis import Symbols
 from cypressc.ir.hazards import evaluate
 from cypressc.ir.printer import event_names, fmt_view
@@ -52,11 +54,11 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
     """The lowering of one warp-specialized module to a :class:`~cypressc.backend.plan.KernelPlan`
     (state of the walk; raises :class:`~cypressc.backend.refusal.Refuse` for E050)."""
 
-    def __init__(self, m: N.Module, ctx) -> None:
-        self.m, self.ctx = m, ctx
+    def __init__(self, m: N.Module) -> None:
+        self.m = m
+        self.target = m.target or Target.default(m.name)
         self.sym = Symbols(m)
         self.lets = {o.name: o.value for o in walk_ops(m.body) if isinstance(o, N.Let)}
-        self.block = ctx.tree.block_node()
         self.names = event_names(m)
         self.kvar: str | None = None
         self.host_var: str | None = None  # a parallelized HOST loop (see _host_loop)
@@ -197,7 +199,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             if (other.pipeline or 1) != (lp.pipeline or 1):
                 _refuse("main loops with different pipeline depths (one `pipeline:` per block)")
         self.host_dim = len(grid_dims)
-        inst = self.block.instance
+        inst = self.target.block
         ws = bool(m.schedule is not None and m.schedule.warpspecialize)
         stages = lp.pipeline or 1
         tensors = [P.GlobalTensor(a.name, a.dtype, tuple(cexpr(self.k(s)) for s in a.shape),
@@ -540,14 +542,24 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         return plan.epilogue[-1] if not before else plan.prologue[-1]
 
 
-def cuda_lowering(m: N.Module, ctx) -> N.Module:
-    """Lower events and views to a :class:`KernelPlan` (paper §4.2.6); E050 if unsupported."""
+def cuda_lowering(m: N.Module) -> N.Module:
+    """Lower events and views to a :class:`KernelPlan` (paper §4.2.6) for ``m.target``; E050,
+    located at the mapping's BLOCK instance, if unsupported."""
     try:
-        plan = _Lower(m, ctx).run()
+        plan = _Lower(m).run()
     except _Refuse as r:
-        block = ctx.tree.block_node()
-        loc = ctx.tree.mapping.instance_loc(block.instance.instance, "instance") if block else Loc(ctx.mapping_path)
-        raise CypressError(REFUSAL_CODE, f"the CUDA backend cannot lower this program yet: {r}", loc,
+        raise CypressError(REFUSAL_CODE, f"the CUDA backend cannot lower this program yet: {r}",
+                           (m.target or Target.default(m.name)).loc,
                            hint="the IR passes and `cypressc explain` still work; see docs/language.md "
                            "for the kernel shapes the backend generates") from None
     return replace(m, kernel=plan)
+
+
+class CudaLowering(ModulePass):
+    """The pass object of :func:`cuda_lowering`: the last step of the pipeline (paper §4.2.6),
+    the module's ``kernel`` set to its :class:`KernelPlan`."""
+
+    name, section = "cuda-lowering", "§4.2.6"
+
+    def apply(self, m: N.Module) -> N.Module:
+        return cuda_lowering(m)

@@ -22,7 +22,7 @@ __all__ = ["KernelInterface"]
 
 class KernelInterface:
     """The HOST-loop and parameter half of the lowering (needs ``self.m``, ``self.sym``,
-    ``self.lets``, ``self.ctx``, ``self.lp`` and the host-loop fields of :class:`_Lower`)."""
+    ``self.lets``, ``self.target``, ``self.lp`` and the host-loop fields of :class:`_Lower`)."""
 
     def _mentions(self, e: N.IExpr, var: str) -> bool:
         """Whether ``e`` depends on ``var``, through Lets too."""
@@ -254,9 +254,8 @@ class KernelInterface:
         kernel takes it and leaves it alone."""
         reads, writes = self._reads(name), self._writes(name)
         if not (reads or writes):
-            root = self.ctx.tree.root.variant
-            writes = name in root.writes
-            reads = not writes or name in root.reads
+            declared_reads, writes = self.target.declared.get(name, (True, False))
+            reads = not writes or declared_reads
         return reads, writes
 
     def _reads(self, name: str) -> bool:

@@ -44,6 +44,7 @@ from cypressc.ir.results import Resources, Schedule, SmemSlot
 if TYPE_CHECKING:
     from cypressc.ir.origin import Sites
     from cypressc.ir.sync import BarIdx
+    from cypressc.ir.target import Target
 
 __all__ = [
     "IConst", "IVar", "IProc", "IBin", "ISelect", "IExpr", "TRef", "Piece", "View", "AtomArg", "EvRef",
@@ -316,7 +317,9 @@ class Module:
     (warp specialization, :class:`~cypressc.ir.results.Schedule`), ``resources`` (resource
     allocation and sync-insertion's mbarrier bytes, :class:`~cypressc.ir.results.Resources`)
     and ``kernel`` (CUDA lowering, :class:`~cypressc.backend.plan.KernelPlan`; the IR layer never
-    looks inside it)."""
+    looks inside it).  ``target`` (:class:`~cypressc.ir.target.Target`, set by the lowering from
+    the task tree) is the machine and the BLOCK knobs: what passes read instead of the mapping;
+    None for IR written by hand (:meth:`Target.default` applies)."""
 
     name: str
     params: tuple[Alloc, ...]
@@ -329,6 +332,7 @@ class Module:
     schedule: Schedule | None = field(default=None, compare=False)
     resources: Resources | None = field(default=None, compare=False)
     kernel: object | None = field(default=None, compare=False)  # the backend's KernelPlan: opaque here
+    target: Target | None = field(default=None, compare=False)
 
     def role_map(self) -> dict[str, str]:
         """``roles`` as a dict: event -> ``producer`` / ``consumer`` (empty before

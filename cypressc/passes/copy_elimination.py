@@ -30,6 +30,8 @@ from dataclasses import replace
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
+from cypressc.passes.base import ModulePass
+from cypressc.ir.target import Target
 from cypressc.ir.analysis import (Symbols, canon, forward_refs, free_vars, map_ops, ref_for, remove_ops,
                                   replace_event, substitute_view, views_of)
 from cypressc.ir.origin import Sites, TensorSite
@@ -554,13 +556,13 @@ def _all_views(o: N.Op) -> list[N.View]:
     return out
 
 
-def _check_none(m: N.Module, ctx) -> None:
+def _check_none(m: N.Module) -> None:
     ix = _Index(m)
     for o in ix.order:
         for v, _, _ in views_of(o):
             root = ix.sym.root(v)
             if ix.sym.allocs[root].mem == "NONE":
-                raise _none_error(m, ix, o, v, root, ctx)
+                raise _none_error(m, ix, o, v, root)
 
 
 def _copy_notes(ix: _Index, sites: Sites, users: list[tuple[N.Op, N.View]]) -> list[tuple[str, Loc]]:
@@ -583,7 +585,7 @@ def _copy_notes(ix: _Index, sites: Sites, users: list[tuple[N.Op, N.View]]) -> l
     return notes
 
 
-def _none_error(m: N.Module, ix: _Index, o: N.Op, v: N.View, root: str, ctx) -> CypressError:
+def _none_error(m: N.Module, ix: _Index, o: N.Op, v: N.View, root: str) -> CypressError:
     """E044 at the ``mems`` entry that keeps ``v`` NONE, with notes at the launches whose
     copies still touch the tensor — ``o``'s first; the users that partition it differently
     are among them (dependence analysis' sites, ``m.sites``).  At the mapping file
@@ -600,7 +602,7 @@ def _none_error(m: N.Module, ix: _Index, o: N.Op, v: N.View, root: str, ctx) -> 
     if made is not None and made.mem_loc is None:
         notes.append((f"%{root} is made here, in instance '{made.instance}'", made.loc))
     loc = entry.mem_loc if entry and entry.mem_loc else made.loc if made else \
-        Loc(getattr(ctx, "mapping_path", "<mapping>"))
+        (m.target or Target.default(m.name)).loc
     return CypressError(
         "E044", f"tensor %{root} is mapped to NONE{here} but must be materialized: an "
         f"operation still copies {'from' if out else 'into'} it after copy elimination", loc,
@@ -636,7 +638,7 @@ def rewrite_to_fixpoint(m: N.Module) -> tuple[N.Module, int]:
     raise NotConverged(f"copy-elimination: the rewrite patterns did not reach a fixpoint in {limit} rewrites")
 
 
-def copy_elimination(m: N.Module, ctx=None) -> N.Module:
+def copy_elimination(m: N.Module) -> N.Module:
     """Remove copy-in/copy-out copies and the synchronization they imply (paper §4.2.3).
 
     Raises :class:`CypressError` E044 when a tensor mapped to NONE would have to be
@@ -644,5 +646,14 @@ def copy_elimination(m: N.Module, ctx=None) -> N.Module:
     fixpoint.
     """
     m, _ = rewrite_to_fixpoint(m)
-    _check_none(m, ctx)
+    _check_none(m)
     return m
+
+
+class CopyElimination(ModulePass):
+    """The pass object of :func:`copy_elimination`."""
+
+    name, section = "copy-elimination", "§4.2.3"
+
+    def apply(self, m: N.Module) -> N.Module:
+        return copy_elimination(m)

@@ -18,12 +18,13 @@ becomes ``pfor`` whose event array later users wait on with a broadcast ``e[:]``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import dedup_refs
 from cypressc.ir.origin import Origin, PartitionSite, Sites, TensorSite
+from cypressc.ir.target import target_of
 from cypressc.ir.shapes import mma_piece_shape
 from cypressc.lang import syntax as S
 from cypressc.lang.externals import leaf_functions
@@ -487,4 +488,4 @@ def dependence_analysis(tree: TaskTree) -> N.Module:
     non-positive extent (:mod:`cypressc.passes.extents`).  The module's
     ``sites`` traces its allocations and partitions back to the program and mapping.
     """
-    return _DA(tree).run()
+    return replace(_DA(tree).run(), target=target_of(tree))

@@ -39,6 +39,8 @@ import networkx as nx
 
 from cypressc.diagnostics import NO_LOC, CypressError
 from cypressc.ir import nodes as N
+from cypressc.passes.base import ModulePass
+from cypressc.ir.target import Target
 from cypressc.ir.analysis import Symbols, views_of
 from cypressc.ir.origin import Sites
 from cypressc.ir.shapes import static
@@ -179,25 +181,25 @@ def _assign(g: nx.Graph, size: dict[str, int], order: list[str]) -> tuple[dict[s
     return off, total
 
 
-def resource_allocation(m: N.Module, ctx) -> N.Module:
-    """Allocate shared memory and check registers (paper §4.2.4).
+def resource_allocation(m: N.Module) -> N.Module:
+    """Allocate shared memory and check registers (paper §4.2.4) for ``m.target`` (the
+    machine and the BLOCK knobs; :meth:`Target.default` for a module written by hand).
 
     Raises :class:`CypressError` E046 (shared memory) or E047 (registers) with a table of
     every tensor, its bytes and live range, and the mapping knobs to turn.
     """
-    block = ctx.tree.block_node()
-    inst = block.instance if block is not None else None
-    machine = ctx.tree.machine
-    device_max = machine.memory_bytes["SHARED"] or 0
-    limit = inst.smem_limit if inst is not None and inst.smem_limit is not None else device_max
+    target = m.target or Target.default(m.name)
+    knobs = target.block
+    device_max = target.smem_max
+    limit = knobs.smem_limit if knobs.smem_limit is not None else device_max
     if limit > device_max:
         raise CypressError("E046", f"smem_limit {limit} exceeds the {device_max} bytes a block can have "
-                           f"on {machine.name}", _knob_loc(ctx, inst, "smem_limit"),
+                           f"on {target.machine.name}", target.knob_loc("smem_limit"),
                            hint=f"lower `smem_limit:` to at most {_kib(device_max)}, or leave it out "
                            "(the default is the machine's maximum)")
-    persistent = bool(inst is not None and inst.persistent)
+    persistent = bool(knobs.persistent)
     # a copy's wait on its readers' release needs a producer role apart from those readers
-    ws = bool(inst is not None and inst.warpspecialize)
+    ws = bool(knobs.warpspecialize)
     joins = ring_joins(m, ws)  # tiles that take a position of a stage ring have no bytes of their own
     allocs = {o.name: o for o in walk_ops(m.body)
               if isinstance(o, N.Alloc) and o.mem == "SHARED" and o.name not in joins}
@@ -235,19 +237,19 @@ def resource_allocation(m: N.Module, ctx) -> N.Module:
         raise CypressError(
             "E046", f"shared memory does not fit: {total + barrier_bytes} bytes needed, the limit is "
             f"{limit}\n{rows}\n  (+{barrier_bytes} B of mbarriers and alignment)",
-            _knob_loc(ctx, inst, "smem_limit") if limit < device_max else _mapping_loc(ctx),
-            hint=_smem_hint(m, ctx, pipe, limit, device_max))
+            target.knob_loc("smem_limit") if limit < device_max else target.loc,
+            hint=_smem_hint(m, target, pipe, limit, device_max))
     war = [(a, b) if live.get(a, (0, 0)) <= live.get(b, (0, 0)) else (b, a)  # the earlier one first
            for i, a in enumerate(names) for b in names[i + 1:]
            if not g.has_edge(a, b) and off[a] < off[b] + size[b] and off[b] < off[a] + size[a]]
     regs = _registers(m)
-    producer, consumer = _register_split(m, inst, machine, ctx)
+    producer, consumer = _register_split(m, target)
     if regs > consumer:
         raise CypressError(
             "E047", f"the consumer threads need about {regs} registers each (accumulators "
             f"{regs - REGISTER_OVERHEAD} + {REGISTER_OVERHEAD} overhead); the budget is {consumer}",
-            _knob_loc(ctx, inst, "consumer_registers"),
-            hint=_register_hint(m, ctx, regs, consumer, _max_consumer(m, inst, machine, producer)))
+            target.knob_loc("consumer_registers"),
+            hint=_register_hint(m, target, regs, consumer, _max_consumer(m, target, producer)))
     return replace(m, resources=N.Resources(
         smem={n: N.SmemSlot(off[n], size[n], stages.get(n, 1)) for n in names},
         smem_bytes=total + barrier_bytes, barrier_offset=total, barrier_bytes=barrier_bytes - ALIGN,
@@ -278,20 +280,21 @@ def _register_pool(wgs: int, ws: bool, file: int) -> tuple[int, int]:
     return per_thread, groups * per_thread
 
 
-def _register_split(m: N.Module, inst, machine, ctx) -> tuple[int, int]:
+def _register_split(m: N.Module, target: Target) -> tuple[int, int]:
     """Registers per producer / consumer thread (``setmaxnreg``), checked against what the
     block is launched with (:func:`_register_pool`): 128 x (producer + WGS x consumer) <=
     THREADS x the per-thread launch registers."""
     wgs = _warpgroups(m)
-    ws = bool(inst is not None and inst.warpspecialize)
-    file = machine.limits.get("registers_per_block", 65536)
-    producer = (inst.producer_registers if inst is not None and inst.producer_registers else 40) if ws else 0
+    knobs = target.block
+    ws = bool(knobs.warpspecialize)
+    file = target.machine.limits.get("registers_per_block", 65536)
+    producer = (knobs.producer_registers or 40) if ws else 0
     launch, pool = _register_pool(wgs, ws, file)
     default = min(240, ((pool - producer) // wgs) // 8 * 8)
-    consumer = inst.consumer_registers if inst is not None and inst.consumer_registers else default
+    consumer = knobs.consumer_registers or default
     if 128 * (producer + wgs * consumer) > 128 * pool:
-        knobs = [f"`{k}: {getattr(inst, k)}`" for k in ("consumer_registers", "producer_registers")
-                 if inst is not None and getattr(inst, k)]
+        named = [f"`{k}: {getattr(knobs, k)}`" for k in ("consumer_registers", "producer_registers")
+                 if getattr(knobs, k)]
         wg = tunable_roles(m).warpgroups
         fewer = f"lower the warpgroup count {fmt_tunables(wg, 'and')}" if wg else "use fewer consumer warpgroups"
         threads = 128 * (wgs + (1 if ws else 0))
@@ -299,23 +302,23 @@ def _register_split(m: N.Module, inst, machine, ctx) -> tuple[int, int]:
             "E047", f"registers: {wgs} consumer warpgroup(s) x {consumer} + a producer warpgroup x "
             f"{producer} per thread need {128 * (producer + wgs * consumer)} of the {128 * pool} registers "
             f"a block of {threads} threads is launched with ({launch} per thread of the {file}; "
-            "setmaxnreg cannot take more)", _knob_loc(ctx, inst, "consumer_registers", "producer_registers"),
-            hint=_join([f"lower {' or '.join(knobs)}" if knobs else "", fewer]))
+            "setmaxnreg cannot take more)", target.knob_loc("consumer_registers", "producer_registers"),
+            hint=_join([f"lower {' or '.join(named)}" if named else "", fewer]))
     if ws and producer > consumer:
         raise CypressError(
             "E047", f"the producer warpgroup gets {producer} registers per thread, more than the "
             f"consumers' {consumer}: it only issues TMA copies, and setmaxnreg gives what it frees "
-            "to the consumers", _knob_loc(ctx, inst, "producer_registers", "consumer_registers"),
+            "to the consumers", target.knob_loc("producer_registers", "consumer_registers"),
             hint="lower `producer_registers:` (default 40) or raise `consumer_registers:`")
     return producer, consumer
 
 
-def _max_consumer(m: N.Module, inst, machine, producer: int) -> int:
+def _max_consumer(m: N.Module, target: Target, producer: int) -> int:
     """The most registers per consumer thread that setmaxnreg (<= 256) and the registers the
     block is launched with (:func:`_register_pool`) allow."""
-    ws = bool(inst is not None and inst.warpspecialize)
+    ws = bool(target.block.warpspecialize)
     wgs = _warpgroups(m)
-    _, pool = _register_pool(wgs, ws, machine.limits.get("registers_per_block", 65536))
+    _, pool = _register_pool(wgs, ws, target.machine.limits.get("registers_per_block", 65536))
     return min(256, ((pool - producer) // wgs) // 8 * 8)
 
 
@@ -329,27 +332,26 @@ def _join(opts: list[str]) -> str:
     return opts[0] if len(opts) == 1 else ", ".join(opts[:-1]) + ", or " + opts[-1]
 
 
-def _smem_hint(m: N.Module, ctx, pipe: int, limit: int, device_max: int) -> str:
+def _smem_hint(m: N.Module, target: Target, pipe: int, limit: int, device_max: int) -> str:
     """E046's remedies, in this program's and this mapping's own terms: the pipeline depth
     if the loop is pipelined, the tunables that size its shared tiles, ``persistent`` when
     it is what keeps tensors from sharing bytes, ``smem_limit`` only if it can still grow."""
-    inst = ctx.tree.block_node().instance if ctx.tree.block_node() is not None else None
     tiles = tunable_roles(m).tiles("SHARED")
     opts = [f"lower `pipeline: {pipe}`" if pipe > 1 else "",
             f"shrink the tile tunables {fmt_tunables(tiles)}" if tiles
             else "shrink the blocks the program partitions into shared memory"]
-    if inst is not None and inst.persistent:
+    if target.block.persistent:
         live, _ = _live(m)
         spans = sorted(live.values())
         if any(a[1] < b[0] for a, b in zip(spans, spans[1:])):
             opts.append("drop `persistent: true` (in a persistent block only a tensor copied in once "
                         "per tile, outside the main loop, shares its bytes with one used after it)")
     if limit < device_max:
-        opts.append(f"raise `smem_limit:` (at most {_kib(device_max)} on {ctx.tree.machine.name})")
+        opts.append(f"raise `smem_limit:` (at most {_kib(device_max)} on {target.machine.name})")
     return _join(opts)
 
 
-def _register_hint(m: N.Module, ctx, regs: int, consumer: int, most: int) -> str:
+def _register_hint(m: N.Module, target: Target, regs: int, consumer: int, most: int) -> str:
     """E047's remedies for accumulators that do not fit: more warpgroups (the program's own
     warpgroup-count tunable), smaller register tiles, or a larger budget if setmaxnreg allows."""
     roles = tunable_roles(m)
@@ -414,18 +416,10 @@ def _registers(m: N.Module) -> int:
     return peak + REGISTER_OVERHEAD
 
 
-def _mapping_loc(ctx):
-    block = ctx.tree.block_node()
-    if block is None:
-        from cypressc.diagnostics import Loc
+class ResourceAllocation(ModulePass):
+    """The pass object of :func:`resource_allocation`."""
 
-        return Loc(ctx.mapping_path)
-    return ctx.tree.mapping.instance_loc(block.instance.instance, "instance")
+    name, section = "resource-allocation", "§4.2.4"
 
-
-def _knob_loc(ctx, inst, *knobs: str):
-    """The value of the first of ``knobs`` the block instance sets, else the instance."""
-    for k in knobs:
-        if inst is not None and getattr(inst, k) is not None:
-            return ctx.tree.mapping.instance_loc(inst.instance, k)
-    return _mapping_loc(ctx)
+    def apply(self, m: N.Module) -> N.Module:
+        return resource_allocation(m)

@@ -62,6 +62,8 @@ from dataclasses import replace
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
+from cypressc.passes.base import ModulePass
+from cypressc.ir.target import Target
 from cypressc.ir import sync as S
 from cypressc.ir.hazards import Dep, Leaf, Program
 from cypressc.ir.printer import event_names
@@ -78,7 +80,7 @@ __all__ = ["SyncInsertion", "sync_insertion"]
 INF = float("inf")
 
 
-class SyncInsertion:
+class SyncInsertion(ModulePass):
     """The ``sync-insertion`` pass (paper §4.2.6) as an object: ``SyncInsertion()(module)``
     runs it on any module after warp specialization (hand-written IR included).
 
@@ -98,18 +100,22 @@ class SyncInsertion:
         self.pingpong = pingpong
 
     @classmethod
-    def from_context(cls, ctx) -> "SyncInsertion":
-        """The knobs of the mapping's BLOCK instance and the machine's warp geometry."""
-        block = ctx.tree.block_node()
-        p = block.instance.mma_in_flight if block is not None else None
-        lim = ctx.tree.machine.limits
+    def from_target(cls, target: Target) -> "SyncInsertion":
+        """The BLOCK knobs ``mma_in_flight`` and ``pingpong`` and the machine's warp geometry."""
+        lim = target.machine.limits
+        p = target.block.mma_in_flight
         return cls(1 if p is None else p, lim.get("warp_threads", 32), lim.get("warpgroup_warps", 4),
-                   bool(block is not None and block.instance.pingpong))
+                   bool(target.block.pingpong))
 
-    def __call__(self, m: N.Module, ctx=None) -> N.Module:
-        block = ctx.tree.block_node() if ctx is not None else None
-        loc = (ctx.tree.mapping.instance_loc(block.instance.instance, "instance") if block
-               else Loc(ctx.mapping_path if ctx is not None else m.name))
+    @classmethod
+    def for_module(cls, m: N.Module) -> "SyncInsertion":
+        return cls.from_target(m.target or Target.default(m.name))
+
+    def apply(self, m: N.Module) -> N.Module:
+        return self(m)
+
+    def __call__(self, m: N.Module) -> N.Module:
+        loc = (m.target or Target.default(m.name)).loc
         try:
             out = _Insert(m, self).run()
         except _Refuse as r:
@@ -137,9 +143,9 @@ def _barrier_bytes(m: N.Module, loc: Loc) -> N.Module:
     return replace(m, resources=replace(res, smem_bytes=total, barrier_bytes=need))
 
 
-def sync_insertion(m: N.Module, ctx) -> N.Module:
-    """The registered pass function: :class:`SyncInsertion` with the mapping's knobs."""
-    return SyncInsertion.from_context(ctx)(m, ctx)
+def sync_insertion(m: N.Module) -> N.Module:
+    """:class:`SyncInsertion` with the knobs of ``m.target`` (the mapping's)."""
+    return SyncInsertion.from_target(m.target or Target.default(m.name))(m)
 
 
 class _Insert(TmaChannels):

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from cypressc.ir import nodes as N
+from cypressc.passes.base import ModulePass
 from cypressc.ir.subst import subst_op
 
 __all__ = ["vectorize"]
@@ -120,3 +121,12 @@ def vectorize(m: N.Module) -> N.Module:
     v = _Vec()
     ops, _ = v.block(m.body, _Ctx(), {}, (), 0)
     return replace(m, body=N.Block(tuple(ops), ()))
+
+
+class Vectorization(ModulePass):
+    """The pass object of :func:`vectorize`."""
+
+    name, section = "vectorization", "§4.2.2"
+
+    def apply(self, m: N.Module) -> N.Module:
+        return vectorize(m)

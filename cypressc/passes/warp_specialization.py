@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.ir import nodes as N
+from cypressc.passes.base import ModulePass
+from cypressc.ir.target import Target
 from cypressc.ir.analysis import Symbols, ref_for
 from cypressc.ir.subst import map_views, walk_ops
 from cypressc.passes.rings import Join, ring_extra, ring_joins
@@ -94,11 +96,11 @@ def _stage_loop(m: N.Module, lp: N.For, joins: dict[str, Join]) -> tuple[N.Modul
     return replace(m, body=place(m.body)), {b.name: d for b in bufs}
 
 
-def warp_specialization(m: N.Module, ctx) -> N.Module:
-    """Assign producer/consumer roles, derive channels, and pipeline loops (paper §4.2.5)."""
-    block = ctx.tree.block_node()
-    ws = bool(block is not None and block.instance.warpspecialize)
-    persistent = bool(block is not None and block.instance.persistent)
+def warp_specialization(m: N.Module) -> N.Module:
+    """Assign producer/consumer roles, derive channels, and pipeline loops (paper §4.2.5), as
+    the BLOCK knobs ``warpspecialize`` and ``persistent`` of ``m.target`` say."""
+    knobs = (m.target or Target.default(m.name)).block
+    ws, persistent = bool(knobs.warpspecialize), bool(knobs.persistent)
     stages: dict[str, int] = {}
     joins = ring_joins(m, ws)
     # staging one loop rebuilds the blocks around it (new loop objects): find each by its event
@@ -120,3 +122,12 @@ def warp_specialization(m: N.Module, ctx) -> N.Module:
                 if roles.get(r.name) == "producer":
                     channels[r.name] = channels.get(r.name, ()) + (o.ev,)
     return replace(m, schedule=N.Schedule(channels, stages, ws, persistent), roles=tuple(roles.items()))
+
+
+class WarpSpecialization(ModulePass):
+    """The pass object of :func:`warp_specialization`."""
+
+    name, section = "warp-specialization", "§4.2.5"
+
+    def apply(self, m: N.Module) -> N.Module:
+        return warp_specialization(m)

@@ -39,7 +39,7 @@ def check_candidate(job: tuple[str, Mapping[str, str], str, str]) -> dict[str, A
     from cypressc.lang.parser import parse_file
     from cypressc.mapping.loader import load_mapping_source
     from cypressc.mapping.tasktree import instantiate
-    from cypressc.passes.manager import compile_module
+    from cypressc.pipeline import compile_module
 
     program, dtypes, text, mpath = job
     try:

@@ -348,7 +348,7 @@ def _front_from_text(program: str, text: str, mpath: str, dtypes: Mapping[str, s
 
 def _front_and_compile(program: str, mapping: str, dtypes: Mapping[str, str]) -> None:
     """Re-run the starting mapping through the compiler so its refusal propagates located."""
-    from cypressc.passes.manager import compile_module
+    from cypressc.pipeline import compile_module
 
     compile_module(_front_from_text(program, Path(mapping).read_text(), mapping, dtypes))
     raise RuntimeError("the starting mapping was refused by a pruning check but compiles")

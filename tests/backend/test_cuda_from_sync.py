@@ -19,7 +19,7 @@ from cypressc.lang.checker import check_program
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import PassContext, compile_module
+from cypressc.pipeline import compile_module
 from cypressc.passes.sync_insertion import sync_insertion
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,14 +32,13 @@ PAIRS = [(p.stem, f"mappings/{p.stem}/h100.yaml") for p in sorted((ROOT / "progr
 def _compiled(program: str, mapping: str):
     path = ROOT / program if program.endswith(".cyp") else ROOT / "programs" / f"{program}.cyp"
     tree = instantiate(check_program(parse_file(path)), load_mapping(ROOT / mapping))
-    snaps = dict(compile_module(tree, until="sync-insertion"))
-    return snaps, PassContext(tree)
+    return dict(compile_module(tree, until="sync-insertion"))
 
 
-def _cuda(m: N.Module, ctx) -> str | None:
+def _cuda(m: N.Module) -> str | None:
     """The kernel's CUDA, or None when the lowering refuses the module."""
     try:
-        return emit_cuda(cuda_lowering(m, ctx).kernel)
+        return emit_cuda(cuda_lowering(m).kernel)
     except CypressError:
         return None
 
@@ -60,15 +59,15 @@ def _drop(b: N.Block, victim) -> N.Block:
 
 @pytest.mark.parametrize("program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS])
 def test_every_sync_op_reaches_the_cuda(program, mapping):
-    snaps, ctx = _compiled(program, mapping)
+    snaps = _compiled(program, mapping)
     m = snaps["sync-insertion"]
-    base = _cuda(m, ctx)
+    base = _cuda(m)
     assert base is not None
     ops = list(_sync_ops(m.body))
     assert len(ops) >= 8
     same = []
     for op in ops:
-        out = _cuda(replace(m, body=_drop(m.body, op)), ctx)
+        out = _cuda(replace(m, body=_drop(m.body, op)))
         if out == base:
             same.append(f"{type(op).__name__} {getattr(op, 'bar', getattr(op, 'unit', ''))}")
     assert not same, f"removing these sync ops leaves the CUDA unchanged: {same}"
@@ -78,7 +77,7 @@ def test_every_sync_op_reaches_the_cuda(program, mapping):
 def test_deleting_every_edge_changes_the_cuda(program):
     """Preconditions, yields and roles gone after warp specialization: sync-insertion finds
     no edge to realize, and the kernel it leads to differs (or is refused)."""
-    snaps, ctx = _compiled(program, f"mappings/{program}/h100.yaml")
+    snaps = _compiled(program, f"mappings/{program}/h100.yaml")
     ws = snaps["warp-specialization"]
 
     def strip(b: N.Block) -> N.Block:
@@ -93,10 +92,10 @@ def test_deleting_every_edge_changes_the_cuda(program):
 
     bare = replace(ws, body=strip(ws.body), roles=(), schedule=replace(ws.schedule, channels={}))
     try:
-        out = _cuda(sync_insertion(bare, ctx), ctx)
+        out = _cuda(sync_insertion(bare))
     except CypressError:
         out = None
-    assert out != _cuda(snaps["sync-insertion"], ctx)
+    assert out != _cuda(snaps["sync-insertion"])
 
 
 @pytest.mark.parametrize("name", ["stage", "istage", "kbase"])

@@ -27,7 +27,7 @@ from cypressc import runtime as rt
 from cypressc.backend.build import RUNTIME_DIR, render_build
 from cypressc.backend.emit import build_info
 from cypressc.cli import _front_end, main
-from cypressc.passes.manager import compile_module
+from cypressc.pipeline import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
 ALPHA = ROOT / "tests" / "programs" / "gemm_alpha.cyp"

@@ -40,7 +40,7 @@ from cypressc.lang.checker import check_program
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import compile_module
+from cypressc.pipeline import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
 # these tests are about a peeled step's tiles in buffers of their own (what they share, the
@@ -62,8 +62,8 @@ def _compile(monkeypatch, mapping: Path, war: tuple, snaps: dict | None = None) 
     ``war`` pairs replaced by ``war``.  ``snaps`` collects each pass's snapshot as it
     completes, so that they survive a refusal."""
 
-    def forced(m, ctx):
-        m = _REAL(m, ctx)
+    def forced(m):
+        m = _REAL(m)
         return replace(m, resources=replace(m.resources, war=war))
 
     monkeypatch.setattr(ra, "resource_allocation", forced)

@@ -18,7 +18,7 @@ from cypressc.lang.checker import check_program
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import PassContext, compile_module
+from cypressc.pipeline import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,8 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _compile(mapping: str):
     tree = instantiate(check_program(parse_file(ROOT / "programs/gemm_reduction.cyp")),
                        load_mapping(ROOT / "mappings/gemm_reduction" / mapping))
-    m = compile_module(tree, until="sync-insertion")[-1][1]
-    return m, PassContext(tree)
+    return compile_module(tree, until="sync-insertion")[-1][1]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +46,8 @@ def _with_host_body(m: N.Module, ops) -> N.Module:
 
 
 def test_host_loop_becomes_the_last_grid_dimension(reduction):
-    m, ctx = reduction
-    plan: P.KernelPlan = cuda_lowering(m, ctx).kernel
+    m = reduction
+    plan: P.KernelPlan = cuda_lowering(m).kernel
     assert plan.host_loop == "j" and [cexpr(g) for g in plan.grid] == ["cdiv(M, 128)", "cdiv(N, 256)"]
     (c,) = [e for e in plan.epilogue if isinstance(e, P.StoreDirect)]
     (y,) = [e for e in plan.epilogue if isinstance(e, P.StoreVector)]
@@ -67,36 +66,36 @@ def test_host_loop_becomes_the_last_grid_dimension(reduction):
 def test_staged_c_store_with_the_host_loop():
     """mappings/gemm_reduction/h100.yaml stages C in shared memory: C needs no guard (its
     pieces are disjoint per j), y keeps the last-iteration guard."""
-    plan = cuda_lowering(*_compile("h100.yaml")).kernel
+    plan = cuda_lowering(_compile("h100.yaml")).kernel
     assert [type(e) for e in plan.epilogue] == [P.StageWrite, P.TmaStore, P.StoreVector]
     assert cexpr(plan.epilogue[2].when, top=True) == "b1 == tiles1 - 1" and plan.persistent
 
 
-def _refusal(m, ctx) -> str:
+def _refusal(m) -> str:
     with pytest.raises(CypressError) as ei:
-        cuda_lowering(m, ctx)
+        cuda_lowering(m)
     assert ei.value.code == "E050"
     return ei.value.message
 
 
 def test_an_iteration_reading_what_another_writes_stays_sequential(reduction):
-    m, ctx = reduction
+    m = reduction
     hl = _host_loop(m)
     reader = N.Copy("ev#read_y", N.TRef("y"), N.TRef("y"))  # y read inside the loop
-    msg = _refusal(_with_host_body(m, [reader, *hl.body.ops]), ctx)
+    msg = _refusal(_with_host_body(m, [reader, *hl.body.ops]))
     assert "read y, which iterations write" in msg
 
 
 def test_a_loop_bound_that_depends_on_the_host_variable_is_refused(reduction):
-    m, ctx = reduction
+    m = reduction
     hl = _host_loop(m)
     ops = [replace(o, hi=N.ibin("+", o.hi, N.IVar("j"))) if isinstance(o, N.For) else o
            for o in hl.body.ops]
-    assert "depends on j" in _refusal(_with_host_body(m, ops), ctx)
+    assert "depends on j" in _refusal(_with_host_body(m, ops))
 
 
 def test_a_write_indexed_by_an_expression_of_j_is_refused(reduction):
-    m, ctx = reduction
+    m = reduction
     hl = _host_loop(m)
     ops = []
     for o in hl.body.ops:
@@ -104,7 +103,7 @@ def test_a_write_indexed_by_an_expression_of_j_is_refused(reduction):
             idx = tuple(N.ibin("+", i, N.IConst(1)) if i == N.IVar("j") else i for i in o.base.idx)
             o = replace(o, base=replace(o.base, idx=idx))
         ops.append(o)
-    assert "indexes with an expression of j" in _refusal(_with_host_body(m, ops), ctx)
+    assert "indexes with an expression of j" in _refusal(_with_host_body(m, ops))
 
 
 def test_a_parameter_nothing_touches_keeps_its_declared_privilege(tmp_path):

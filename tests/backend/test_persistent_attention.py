@@ -30,7 +30,7 @@ from cypressc.lang.checker import check_program
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import compile_module
+from cypressc.pipeline import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
 # these tests are about a peeled step's tiles in buffers of their own (what they share, the
@@ -387,8 +387,8 @@ def test_a_reader_in_the_loop_releases_the_shared_bytes_after_it(monkeypatch):
 
     real = ra.resource_allocation
 
-    def forced(m, ctx):
-        m = real(m, ctx)
+    def forced(m):
+        m = real(m)
         return replace(m, resources=replace(m.resources, war=(("Q_block", "B_mma_pv_1"),)))
 
     monkeypatch.setattr(ra, "resource_allocation", forced)

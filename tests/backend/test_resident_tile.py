@@ -26,7 +26,7 @@ from cypressc.lang.checker import check_program
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import compile_module
+from cypressc.pipeline import compile_module
 from cypressc.tuner.build import cutlass_include
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ from cypressc.lang.checker import check_program
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import compile_module
+from cypressc.pipeline import compile_module
 from cypressc.passes.rings import ring_joins
 
 ROOT = Path(__file__).resolve().parents[2]

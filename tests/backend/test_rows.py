@@ -24,7 +24,7 @@ from cypressc.lang.intrinsics import LEAF_FUNCTIONS, Operand
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import compile_module
+from cypressc.pipeline import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
 ATT = ROOT / "tests" / "programs" / "attention.cyp"

@@ -8,7 +8,7 @@ import pytest
 
 from cypressc.diagnostics import CypressError
 from cypressc.ir.printer import print_module
-from cypressc.passes.manager import pass_names
+from cypressc.pipeline import step_names as pass_names
 from tests import compiled
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from cypressc.ir.happens_before import check_happens_before
 from cypressc.ir.schedule_check import check_schedules, small_sizes
 from cypressc.ir.subst import walk_ops
 from cypressc.passes import copy_elimination as CE
-from cypressc.passes.manager import PassError, compile_module
+from cypressc.pipeline import PassError, compile_module
 from tests.compiled import modules, tree
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,7 +30,7 @@ from cypressc.lang.checker import check_program
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
-from cypressc.passes.manager import compile_module
+from cypressc.pipeline import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
 # these tests are about a peeled step's tiles in buffers of their own (what they share, the
@@ -54,8 +54,8 @@ def _forced(monkeypatch) -> dict[str, N.Module]:
 
     real = ra.resource_allocation
 
-    def forced(m, ctx):
-        m = real(m, ctx)
+    def forced(m):
+        m = real(m)
         return replace(m, resources=replace(m.resources, war=((EARLY, LATE),)))
 
     monkeypatch.setattr(ra, "resource_allocation", forced)

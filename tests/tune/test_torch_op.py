@@ -20,7 +20,7 @@ import cypressc.torch as ctorch  # noqa: E402
 from cypressc.backend.build import RUNTIME_DIR  # noqa: E402
 from cypressc.backend.emit import build_info  # noqa: E402
 from cypressc.cli import _front_end  # noqa: E402
-from cypressc.passes.manager import compile_module  # noqa: E402
+from cypressc.pipeline import compile_module  # noqa: E402
 from cypressc.runtime import Kernel, KernelError, KernelInfo  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

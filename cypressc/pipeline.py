@@ -1,0 +1,84 @@
+"""The whole compiler as one function: the task tree lowered to event IR (the dependence
+analysis, paper §4.2.1), the registered passes (:mod:`cypressc.passes.manager`, §4.2.2–§4.2.6),
+then the CUDA lowering (:mod:`cypressc.backend.lower`).
+
+:func:`compile_module` verifies the IR after each step (:mod:`cypressc.ir.verify`; after
+``sync-insertion`` also the independent happens-before check), keeps a snapshot per step
+(``cypressc explain``, ``--dump-ir``) and times them (``--timings``).  An exception escaping
+a step that is not a user error is re-raised as :class:`PassError` naming the step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable
+
+from cypressc.diagnostics import CypressError, CypressErrors
+from cypressc.passes.base import PassError
+from cypressc.passes.manager import pass_names
+
+if TYPE_CHECKING:
+    from cypressc.ir import nodes as N
+    from cypressc.mapping.tasktree import TaskTree
+
+__all__ = ["LOWERING", "BACKEND", "step_names", "compile_module", "dump_snapshots", "PassError"]
+
+LOWERING = "dependence-analysis"  # task tree -> event IR: not a pass on a module, the first step
+BACKEND = "cuda-lowering"
+
+
+def step_names() -> list[str]:
+    """Every step's name in order: the lowering, the passes, the CUDA lowering (the choices of
+    ``cypressc explain --after``)."""
+    return [LOWERING, *pass_names(), BACKEND]
+
+
+def dump_snapshots(out, snaps: list[tuple[str, N.Module]]) -> None:
+    """Write ``NN-<step>.ir`` per snapshot into directory ``out`` (``--dump-ir``); E061 when
+    the directory cannot be written."""
+    from cypressc.diagnostics import Loc
+    from cypressc.ir.printer import print_module
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for i, (name, m) in enumerate(snaps, 1):
+            (out / f"{i:02d}-{name}.ir").write_text(print_module(m))
+    except OSError as e:
+        raise CypressError("E061", f"cannot write --dump-ir {out}: {e.strerror}", Loc(str(out))) from None
+
+
+def compile_module(tree: TaskTree, *, until: str | None = None, verify: bool = True,
+                   hook: Callable[[str, N.Module, float], None] | None = None) -> list[tuple[str, N.Module]]:
+    """Run every step on ``tree`` in order (up to and including ``until``); return (name,
+    snapshot) pairs.  User errors (:class:`CypressError`, :class:`CypressErrors`) propagate
+    unchanged; anything else is wrapped in :class:`PassError`."""
+    from cypressc.backend.lower import CudaLowering
+    from cypressc.ir.happens_before import verify_happens_before
+    from cypressc.ir.verify import verify as verify_module
+    from cypressc.passes.dependence_analysis import dependence_analysis
+    from cypressc.passes.manager import PASSES
+
+    steps: list[tuple[str, Callable]] = [(LOWERING, lambda _m: dependence_analysis(tree))]
+    steps += [(p.name, lambda m, p=p: p.load().for_module(m).apply(m)) for p in PASSES]
+    steps.append((BACKEND, lambda m: CudaLowering().apply(m)))
+    m = None
+    out: list[tuple[str, N.Module]] = []
+    for name, step in steps:
+        t0 = time.perf_counter()
+        try:
+            m = step(m)
+            if verify:
+                verify_module(m)
+                if name == "sync-insertion":  # independent of the analysis sync-insertion used
+                    verify_happens_before(m)
+        except (CypressError, CypressErrors):
+            raise
+        except Exception as e:  # noqa: BLE001 - wrapped with the step's name
+            raise PassError(name, e) from e
+        dt = time.perf_counter() - t0
+        out.append((name, m))
+        if hook is not None:
+            hook(name, m, dt)
+        if name == until:
+            break
+    return out
