@@ -37,6 +37,35 @@ def _stage_base(buf: P.StageBuffer, stage) -> str:
     return f"s_{buf.name}" if is_zero(stage) else f"s_{buf.name} + ({_c(stage)}) * {buf.name}_STAGE"
 
 
+def _each(w, var: str, n: int, *, unroll: bool = True) -> str:
+    """Open ``for (int var = 0; var < n; ++var)`` (a block: close it with :func:`_done`) and
+    return the index to write, ``var``; for ``n == 1`` open nothing and return ``"0"``: a
+    warpgroup of one 64-row atom, a tile of one box, has no loop to show."""
+    if n == 1:
+        return "0"
+    if unroll:
+        w("#pragma unroll")
+    w.open(f"for (int {var} = 0; {var} < {n}; ++{var})")
+    return var
+
+
+def _done(w, n: int) -> None:
+    """Close what :func:`_each` opened for ``n``."""
+    if n != 1:
+        w.close()
+
+
+def _each_line(var: str, n: int) -> str:
+    """The one-statement form of :func:`_each`: the loop header to put before the statement
+    ('' for ``n == 1``)."""
+    return "" if n == 1 else f"for (int {var} = 0; {var} < {n}; ++{var}) "
+
+
+def _times(k: int | str, i: str) -> str:
+    """``k * i`` as a term of a sum: '' when the index ``i`` is the folded 0."""
+    return "" if i == "0" else f" + {k} * {i}"
+
+
 def _fence_acc(w, p: P.KernelPlan, accs) -> None:
     """Order the compiler's accesses of the accumulators around an async wgmma point."""
     for a in accs:
@@ -229,15 +258,19 @@ def _fill(w, p: P.KernelPlan, op) -> None:
 def _convert(w, p: P.KernelPlan, op: P.Convert) -> None:
     f = _frag(p, op.src)
     w(f"// {op.event}: copy %{op.src} -> %{op.dst} (f32 -> {op.dtype}, the A fragment of a wgmma)")
-    w("#pragma unroll")
-    w(f"for (int a = 0; a < {f.rows // 64}; ++a) cypress::acc_to_a<{CTYPE[op.dtype]}>({op.src}[a], {op.dst}[a]);")
+    n = f.rows // 64
+    i = "a" if n > 1 else "0"
+    if n > 1:
+        w("#pragma unroll")
+    w(f"{_each_line('a', n)}cypress::acc_to_a<{CTYPE[op.dtype]}>({op.src}[{i}], {op.dst}[{i}]);")
 
 
 def _add(w, p: P.KernelPlan, op: P.Add) -> None:
     f = _frag(p, op.acc)
     w(f"// {op.event}: add")
-    w(f"for (int a = 0; a < {f.rows // 64}; ++a)")
-    w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {op.acc}[a][i] += {op.other}[a][i];")
+    a = _each(w, "a", f.rows // 64, unroll=False)
+    w(f"for (int i = 0; i < {f.cols // 2}; ++i) {op.acc}[{a}][i] += {op.other}[{a}][i];")
+    _done(w, f.rows // 64)
 
 
 def _external(w, p: P.KernelPlan, op: P.External) -> None:
@@ -246,8 +279,7 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
     are never stored), scalars as given."""
     f = _frag(p, op.acc)
     w(f"// {op.event}: {op.fn}() — user C++ {op.cpp} ({op.header}), per element")
-    w("#pragma unroll")
-    w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
+    a = _each(w, "a", f.rows // 64)
     w("#pragma unroll")
     w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
     w("const int c = cypress::acc_coord(j).y;")
@@ -255,7 +287,7 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
     for i, x in enumerate(op.args):
         if x.kind == "frag":
             for e in (0, 1):
-                calls[e].append(f"{x.name}[a][2 * j + {e}]")
+                calls[e].append(f"{x.name}[{a}][2 * j + {e}]")
         elif x.kind == "vec":
             ct, col = CTYPE[x.dtype], f"({_c(x.col0)}) + c"
             w(f"const {ct} v{i}_0 = {col} < {x.extent} ? {x.name}[{col}] : {ct}{{}};")
@@ -268,7 +300,7 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
     for e in (0, 1):
         w(f"{op.cpp}({', '.join(calls[e])});")
     w.close()
-    w.close()
+    _done(w, f.rows // 64)
 
 
 def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
@@ -279,17 +311,16 @@ def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
     w(f"// {op.event}: copy %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment")
     if op.when is not None:
         w.open(f"if ({_cond(op.when)})  // last host-loop iteration only")
-    w("#pragma unroll")
-    w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
+    a = _each(w, "a", f.rows // 64)
     w("#pragma unroll")
     w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
     w("const int2 rc = cypress::acc_coord(j);")
-    w(f"const int r = ({_c(op.row0)}) + a * 64 + rc.x, c = ({_c(op.col0)}) + rc.y;")
+    w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
     w(f"if (r < {rows} && c < {cols})")
     w(f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
-      f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[a][2 * j], {op.acc}[a][2 * j + 1]);")
+      f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[{a}][2 * j], {op.acc}[{a}][2 * j + 1]);")
     w.close()
-    w.close()
+    _done(w, f.rows // 64)
     if op.when is not None:
         w.close()
 
@@ -303,16 +334,16 @@ def _stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
     f = _frag(p, op.acc)
     boxes = f.cols // 64
     w(f"// {op.event}: copy %{op.acc} -> %{op.tensor} (this warpgroup's tile, swizzled 64x64 boxes)")
-    w("#pragma unroll")
-    w.open(f"for (int a = 0; a < {f.rows // 64}; ++a)")
+    a = _each(w, "a", f.rows // 64)
     w("#pragma unroll")
     w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
     w("const int2 rc = cypress::acc_coord(j);")
-    w(f"uint8_t* box = {_staging(p, op.acc, op.offset)} + (a * {boxes} + rc.y / 64) * 8192;")
+    box = "rc.y / 64" if a == "0" else f"a * {boxes} + rc.y / 64"
+    w(f"uint8_t* box = {_staging(p, op.acc, op.offset)} + ({box}) * 8192;")
     w(f"*reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = "
-      f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[a][2 * j], {op.acc}[a][2 * j + 1]);")
+      f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[{a}][2 * j], {op.acc}[{a}][2 * j + 1]);")
     w.close()
-    w.close()
+    _done(w, f.rows // 64)
 
 
 def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
@@ -321,15 +352,19 @@ def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
     boxes = f.cols // 64
     w(f"// {op.event}: copy %{op.tensor} -> global (TMA store, 64x64 boxes)")
     w.open("if (leader)")
-    w(f"for (int a = 0; a < {f.rows // 64}; ++a)")
-    w.open(f"  for (int b = 0; b < {boxes}; ++b)")
-    src = f"{_staging(p, op.acc, op.offset)} + (a * {boxes} + b) * 8192"
+    atoms = f.rows // 64
+    a = _each(w, "a", atoms, unroll=False)
+    b = _each(w, "b", boxes, unroll=False)
+    box = " + ".join(t for t in (f"{a} * {boxes}" if a != "0" else "", b if b != "0" else "") if t) or "0"
+    src = _staging(p, op.acc, op.offset) + ("" if box == "0" else f" + ({box}) * 8192" if " " in box
+                                             else f" + {box} * 8192")
+    col, row = f"({_c(op.col0)}){_times(64, b)}", f"({_c(op.row0)}){_times(64, a)}"
     if len(m.box) == 2:
-        w(f"cypress::tma_store_2d(&{m.name}, {src}, ({_c(op.col0)}) + 64 * b, ({_c(op.row0)}) + 64 * a);")
+        w(f"cypress::tma_store_2d(&{m.name}, {src}, {col}, {row});")
     else:
-        w(f"cypress::tma_store_3d(&{m.name}, {src}, ({_c(op.col0)}) + 64 * b, ({_c(op.row0)}) + 64 * a, "
-          f"{_c(op.batch)});")
-    w.close()
+        w(f"cypress::tma_store_3d(&{m.name}, {src}, {col}, {row}, {_c(op.batch)});")
+    _done(w, boxes)
+    _done(w, atoms)
     w.close()
 
 
@@ -354,10 +389,11 @@ _ROW_CALLS = {"warpgroup_row_max": ("warpgroup_row_max", None), "warpgroup_row_s
 def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
     """A leaf over accumulator rows, once per 64-row atom (cypress.cuh's row helpers)."""
     (k0, x), rest = op.args[0], op.args[1:]
+    a = "a" if op.atoms > 1 else "0"
     if op.fn == "fill":
-        stmt = f"{x}[a][0] = {x}[a][1] = {_c(op.value)};"
+        stmt = f"{x}[{a}][0] = {x}[{a}][1] = {_c(op.value)};"
     elif op.fn == "copy":
-        stmt = f"{rest[0][1]}[a][0] = {x}[a][0]; {rest[0][1]}[a][1] = {x}[a][1];"
+        stmt = f"{rest[0][1]}[{a}][0] = {x}[{a}][0]; {rest[0][1]}[{a}][1] = {x}[{a}][1];"
     else:
         frag_fn, vec_fn = _ROW_CALLS[op.fn]
         call = vec_fn if k0 == "row" and vec_fn else frag_fn
@@ -367,18 +403,22 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
         if op.fn == "mask_causal":
             # the helper counts rows from its atom's first: atom a's start 64·a rows further down
             # the tile, so the diagonal offset (first row minus first key) grows by 64·a
-            value = f"{value} + 64 * a"
-        args = [f"{n}[a]" for _, n in op.args] + ([value] if value is not None else [])
+            value = f"{value}{_times(64, a)}"
+        args = [f"{n}[{a}]" for _, n in op.args] + ([value] if value is not None else [])
         stmt = f"cypress::{call}({', '.join(args)});"
     for v in op.reduce:  # an operand of this op: the same atoms (lower_rows refuses mixed rows)
         w(f"// the row sums in %{v} are per-lane parts until here: sum them across each quad")
-        w("#pragma unroll")
-        w(f"for (int a = 0; a < {op.atoms}; ++a) cypress::quad_reduce({v}[a]);")
+        if op.atoms > 1:
+            w("#pragma unroll")
+        w(f"{_each_line('a', op.atoms)}cypress::quad_reduce({v}[{a}]);")
     part = " (this thread's part)" if op.partial else ""
     w(f"// {op.event}: {op.fn} over accumulator rows{part}")
-    w("#pragma unroll")
-    w(f"for (int a = 0; a < {op.atoms}; ++a) {{ {stmt} }}" if op.fn == "copy" else
-      f"for (int a = 0; a < {op.atoms}; ++a) {stmt}")
+    if op.atoms > 1:
+        w("#pragma unroll")
+        w(f"for (int a = 0; a < {op.atoms}; ++a) {{ {stmt} }}" if op.fn == "copy" else
+          f"for (int a = 0; a < {op.atoms}; ++a) {stmt}")
+    else:
+        w(stmt)
 
 
 def _row_store(w, p: P.KernelPlan, op: P.RowStore) -> None:
@@ -391,11 +431,12 @@ def _row_store(w, p: P.KernelPlan, op: P.RowStore) -> None:
     w.open(f"if ({cond})")
     w(f"float* __restrict__ dst = {base};")
     w(f"const int r0 = {_c(op.row0)} + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;")
+    a = _each(w, "a", atoms)
     w("#pragma unroll")
-    w(f"for (int a = 0; a < {atoms}; ++a)")
-    w("#pragma unroll")
-    w("  for (int h = 0; h < 2; ++h)")
-    w(f"    if (r0 + 64 * a + 8 * h < {n}) dst[r0 + 64 * a + 8 * h] = {op.vec}[a][h];")
+    w("for (int h = 0; h < 2; ++h)")
+    r = f"r0{_times(64, a)} + 8 * h"
+    w(f"  if ({r} < {n}) dst[{r}] = {op.vec}[{a}][h];")
+    _done(w, atoms)
     w.close()
 
 

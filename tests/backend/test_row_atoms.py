@@ -57,12 +57,15 @@ def _masks(cu: str) -> list[tuple[str, int, str, str, str]]:
     mask_causal d, the key of the tile's first column as a C expression of the kernel's own
     variables, read off the program's n = N - key0)."""
     out = []
-    cols = re.findall(r"for \(int a = 0; a < (\d+); \+\+a\) cypress::mask_columns\((\w+)\[a\], (.*?)\);\n", cu)
+    # one atom: no loop, the atom index folded to 0
+    cols = re.findall(r"(?:for \(int a = 0; a < (\d+); \+\+a\) )?cypress::mask_columns\((\w+)\[[a0]\], (.*?)\);\n",
+                      cu)
     for atoms, frag, n in cols:
-        d = re.search(rf"for \(int a = 0; a < {atoms}; \+\+a\) cypress::mask_causal\({frag}\[a\], (.*?)\);\n", cu)
+        loop = rf"for \(int a = 0; a < {atoms}; \+\+a\) " if atoms else ""
+        d = re.search(rf"{loop}cypress::mask_causal\({frag}\[[a0]\], (.*?)\);\n", cu)
         assert d, frag
         key0 = "0" if n == "N" else re.fullmatch(r"\(N - (.*)\)", n).group(1)
-        out.append((frag, int(atoms), n, d.group(1), key0))
+        out.append((frag, int(atoms or 1), n, d.group(1), key0))
     return out
 
 

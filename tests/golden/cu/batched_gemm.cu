@@ -106,21 +106,17 @@ batched_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gri
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
       // %e6: copy %C_clear_thread -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
-      for (int a = 0; a < 1; ++a) {
-        #pragma unroll
-        for (int j = 0; j < 64; ++j) {
-          const int2 rc = cypress::acc_coord(j);
-          uint8_t* box = smem + 147456 + cw * 32768 + (a * 4 + rc.y / 64) * 8192;
-          *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
-        }
+      for (int j = 0; j < 64; ++j) {
+        const int2 rc = cypress::acc_coord(j);
+        uint8_t* box = smem + 147456 + cw * 32768 + (rc.y / 64) * 8192;
+        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[0][2 * j], C_clear_thread[0][2 * j + 1]);
       }
       cypress::fence_proxy_async();  // %e6 -> %e7 (raw %D_copy_warpgroup)
       cypress::named_sync((1 + cw), 128);  // %e6 -> %e7 (raw %D_copy_warpgroup)
       // %e7: copy %D_copy_warpgroup -> global (TMA store, 64x64 boxes)
       if (leader) {
-        for (int a = 0; a < 1; ++a)
-          for (int b = 0; b < 4; ++b) {
-          cypress::tma_store_3d(&tm_C_64x64, smem + 147456 + cw * 32768 + (a * 4 + b) * 8192, ((b2 * 256)) + 64 * b, (((b1 * 128) + (cw * 64))) + 64 * a, b0);
+        for (int b = 0; b < 4; ++b) {
+          cypress::tma_store_3d(&tm_C_64x64, smem + 147456 + cw * 32768 + b * 8192, ((b2 * 256)) + 64 * b, (((b1 * 128) + (cw * 64))), b0);
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e7

@@ -133,18 +133,14 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
         if (leader) cypress::arrive(&empty_B_mma_block_1[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
       }
       // %e9: add
-      for (int a = 0; a < 1; ++a)
-        for (int i = 0; i < 64; ++i) C_clear_thread[a][i] += C_clear_thread_1[a][i];
+      for (int i = 0; i < 64; ++i) C_clear_thread[0][i] += C_clear_thread_1[0][i];
       // %e10: copy %C_clear_thread -> D (f32 -> f16), each thread its fragment
       #pragma unroll
-      for (int a = 0; a < 1; ++a) {
-        #pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          const int2 rc = cypress::acc_coord(j);
-          const int r = (((b0 * 128) + (cw * 64))) + a * 64 + rc.x, c = ((b1 * 128)) + rc.y;
-          if (r < M && c < N)
-            *reinterpret_cast<uint32_t*>(D + size_t(r) * N + c) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
-        }
+      for (int j = 0; j < 32; ++j) {
+        const int2 rc = cypress::acc_coord(j);
+        const int r = (((b0 * 128) + (cw * 64))) + rc.x, c = ((b1 * 128)) + rc.y;
+        if (r < M && c < N)
+          *reinterpret_cast<uint32_t*>(D + size_t(r) * N + c) = cypress::pack2<__half>(C_clear_thread[0][2 * j], C_clear_thread[0][2 * j + 1]);
       }
     }
   }

@@ -140,11 +140,9 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       #pragma unroll
       for (int i = 0; i < 64; ++i) C_clear_thread[0][i] = 0;
       // %e3: fill over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) m_init_thread[a][0] = m_init_thread[a][1] = -1e+30;
+      m_init_thread[0][0] = m_init_thread[0][1] = -1e+30;
       // %e4: fill over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) l_init_thread[a][0] = l_init_thread[a][1] = 0;
+      l_init_thread[0][0] = l_init_thread[0][1] = 0;
       cypress::wait(&full_Q_block[0], (0 ^ tphase));  // %e1 -> %e7 (raw %Q_block); %e1 -> %e20 (raw %Q_block, into the loop)
       cypress::wait(&full_B_mma_qk_1[stage], phase);  // %e6 -> %e7 (raw %B_mma_qk_1)
       // wgmma.fence: %e5 -> %e7 (raw %C_clear_thread_1); %e5 -> %e7 (waw %C_clear_thread_1)
@@ -163,32 +161,23 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       cypress::fence_acc(C_clear_thread[0]);
       if (leader) cypress::arrive(&empty_B_mma_qk_1[stage]);  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on)
       // %e8: mask_columns over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::mask_columns(C_clear_thread_1[a], N);
+      cypress::mask_columns(C_clear_thread_1[0], N);
       // %e9: mask_causal over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::mask_causal(C_clear_thread_1[a], (((b2 * 128) + ((1 - causal) * (N + 128))) + (cw * 64)) + 64 * a);
+      cypress::mask_causal(C_clear_thread_1[0], (((b2 * 128) + ((1 - causal) * (N + 128))) + (cw * 64)));
       // %e10: copy over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) { alpha_softmax_thread[a][0] = m_init_thread[a][0]; alpha_softmax_thread[a][1] = m_init_thread[a][1]; }
+      alpha_softmax_thread[0][0] = m_init_thread[0][0]; alpha_softmax_thread[0][1] = m_init_thread[0][1];
       // %e11: warpgroup_row_max over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::warpgroup_row_max(m_init_thread[a], C_clear_thread_1[a]);
+      cypress::warpgroup_row_max(m_init_thread[0], C_clear_thread_1[0]);
       // %e12: exp2_diff over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::exp2_diff_vec(alpha_softmax_thread[a], m_init_thread[a], (scale * 1.4426950408889634));
+      cypress::exp2_diff_vec(alpha_softmax_thread[0], m_init_thread[0], (scale * 1.4426950408889634));
       // %e13: exp2_diff over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::exp2_diff(C_clear_thread_1[a], m_init_thread[a], (scale * 1.4426950408889634));
+      cypress::exp2_diff(C_clear_thread_1[0], m_init_thread[0], (scale * 1.4426950408889634));
       // %e14: scale_rows over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::scale_vec(l_init_thread[a], alpha_softmax_thread[a]);
+      cypress::scale_vec(l_init_thread[0], alpha_softmax_thread[0]);
       // %e15: warpgroup_row_sum over accumulator rows (this thread's part)
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::warpgroup_row_sum_partial(l_init_thread[a], C_clear_thread_1[a]);
+      cypress::warpgroup_row_sum_partial(l_init_thread[0], C_clear_thread_1[0]);
       // %e16: copy %C_clear_thread_1 -> %D_convert_thread (f32 -> f16, the A fragment of a wgmma)
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::acc_to_a<__half>(C_clear_thread_1[a], D_convert_thread[a]);
+      cypress::acc_to_a<__half>(C_clear_thread_1[0], D_convert_thread[0]);
       for (int kb = 0; kb < num_k; ++kb) {
         cypress::wait(&full_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)], (phase ^ (stage + 1 >= 2)));  // %e19 -> %e20 (raw %B_mma_qk_1)
         // wgmma.fence: %e18 -> %e20 (raw %C_clear_thread_2); %e18 -> %e20 (waw %C_clear_thread_2); %e18 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e20 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e24 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e24 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e26 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e28 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e28 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e30 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e32 -> %e20 (war %C_clear_thread_2, 1 step(s) later)
@@ -221,39 +210,29 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         }
         if (leader) cypress::arrive(&empty_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)]);  // %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later)
         // %e23: mask_columns over accumulator rows
-        #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::mask_columns(C_clear_thread_2[a], (N - ((kb + 1) * 128)));
+        cypress::mask_columns(C_clear_thread_2[0], (N - ((kb + 1) * 128)));
         // %e24: mask_causal over accumulator rows
-        #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::mask_causal(C_clear_thread_2[a], ((((b2 * 128) - ((kb + 1) * 128)) + ((1 - causal) * (N + 128))) + (cw * 64)) + 64 * a);
+        cypress::mask_causal(C_clear_thread_2[0], ((((b2 * 128) - ((kb + 1) * 128)) + ((1 - causal) * (N + 128))) + (cw * 64)));
         // %e25: copy over accumulator rows
-        #pragma unroll
-        for (int a = 0; a < 1; ++a) { alpha_softmax_thread_1[a][0] = m_init_thread[a][0]; alpha_softmax_thread_1[a][1] = m_init_thread[a][1]; }
+        alpha_softmax_thread_1[0][0] = m_init_thread[0][0]; alpha_softmax_thread_1[0][1] = m_init_thread[0][1];
         // %e26: warpgroup_row_max over accumulator rows
-        #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::warpgroup_row_max(m_init_thread[a], C_clear_thread_2[a]);
+        cypress::warpgroup_row_max(m_init_thread[0], C_clear_thread_2[0]);
         // %e27: exp2_diff over accumulator rows
-        #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::exp2_diff_vec(alpha_softmax_thread_1[a], m_init_thread[a], (scale * 1.4426950408889634));
+        cypress::exp2_diff_vec(alpha_softmax_thread_1[0], m_init_thread[0], (scale * 1.4426950408889634));
         // %e28: exp2_diff over accumulator rows
-        #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::exp2_diff(C_clear_thread_2[a], m_init_thread[a], (scale * 1.4426950408889634));
+        cypress::exp2_diff(C_clear_thread_2[0], m_init_thread[0], (scale * 1.4426950408889634));
         // %e29: scale_rows over accumulator rows
-        #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::scale_vec(l_init_thread[a], alpha_softmax_thread_1[a]);
+        cypress::scale_vec(l_init_thread[0], alpha_softmax_thread_1[0]);
         // %e30: warpgroup_row_sum over accumulator rows (this thread's part)
-        #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::warpgroup_row_sum_partial(l_init_thread[a], C_clear_thread_2[a]);
+        cypress::warpgroup_row_sum_partial(l_init_thread[0], C_clear_thread_2[0]);
         cypress::wait<0>();  // %e22 -> %e31 (raw %C_clear_thread); %e22 -> %e31 (war %C_clear_thread); %e22 -> %e31 (waw %C_clear_thread); %e22 -> %e31 (war %C_clear_thread, 1 step(s) later); %e22 -> %e31 (waw %C_clear_thread, 1 step(s) later); %e22 -> %e21 (war %B_mma_pv, 2 step(s) later); %e22 -> %e32 (war %D_convert_thread); %e22 -> %e32 (war %D_convert_thread, 1 step(s) later)
         cypress::fence_acc(C_clear_thread[0]);
         cypress::fence_acc(D_convert_thread[0]);
         if (leader) cypress::arrive(&empty_B_mma_pv[stage]);  // %e22 -> %e21 (war %B_mma_pv, 2 step(s) later)
         // %e31: scale_rows over accumulator rows
-        #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::scale_rows(C_clear_thread[a], alpha_softmax_thread_1[a]);
+        cypress::scale_rows(C_clear_thread[0], alpha_softmax_thread_1[0]);
         // %e32: copy %C_clear_thread_2 -> %D_convert_thread (f32 -> f16, the A fragment of a wgmma)
-        #pragma unroll
-        for (int a = 0; a < 1; ++a) cypress::acc_to_a<__half>(C_clear_thread_2[a], D_convert_thread[a]);
+        cypress::acc_to_a<__half>(C_clear_thread_2[0], D_convert_thread[0]);
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
       if (0 >= num_k) {
@@ -275,43 +254,34 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       cypress::fence_acc(C_clear_thread[0]);
       if (leader) cypress::arrive(&empty_B_mma_pv[stage]);  // %e34 -> %e21 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e33 (war %B_mma_pv, 2 ring position(s) on)
       // the row sums in %l_init_thread are per-lane parts until here: sum them across each quad
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::quad_reduce(l_init_thread[a]);
+      cypress::quad_reduce(l_init_thread[0]);
       // %e35: div_rows over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::div_rows(C_clear_thread[a], l_init_thread[a]);
+      cypress::div_rows(C_clear_thread[0], l_init_thread[0]);
       // %e36: row_log_sum_exp over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::row_log_sum_exp(LSE_finish_thread[a], m_init_thread[a], l_init_thread[a], scale);
+      cypress::row_log_sum_exp(LSE_finish_thread[0], m_init_thread[0], l_init_thread[0], scale);
       // %e37: copy %LSE_finish_thread -> LSE (f32), one lane of each quad
       if (threadIdx.x % 4 == 0) {
         float* __restrict__ dst = LSE + size_t(((b0 * H) + b1)) * M;
         const int r0 = ((b2 * 128) + (cw * 64)) + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
         #pragma unroll
-        for (int a = 0; a < 1; ++a)
-        #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (r0 + 64 * a + 8 * h < M) dst[r0 + 64 * a + 8 * h] = LSE_finish_thread[a][h];
+        for (int h = 0; h < 2; ++h)
+          if (r0 + 8 * h < M) dst[r0 + 8 * h] = LSE_finish_thread[0][h];
       }
       if (leader) cypress::tma_store_wait<0>();  // %e39 -> end (the TMA store reads %D_store_wg) (persistent block: before the next tile writes %D_store_wg)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
       // %e38: copy %C_clear_thread -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
-      for (int a = 0; a < 1; ++a) {
-        #pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          const int2 rc = cypress::acc_coord(j);
-          uint8_t* box = smem + 131072 + cw * 16384 + (a * 2 + rc.y / 64) * 8192;
-          *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
-        }
+      for (int j = 0; j < 32; ++j) {
+        const int2 rc = cypress::acc_coord(j);
+        uint8_t* box = smem + 131072 + cw * 16384 + (rc.y / 64) * 8192;
+        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[0][2 * j], C_clear_thread[0][2 * j + 1]);
       }
       cypress::fence_proxy_async();  // %e38 -> %e39 (raw %D_store_wg)
       cypress::named_sync((1 + cw), 128);  // %e38 -> %e39 (raw %D_store_wg)
       // %e39: copy %D_store_wg -> global (TMA store, 64x64 boxes)
       if (leader) {
-        for (int a = 0; a < 1; ++a)
-          for (int b = 0; b < 2; ++b) {
-          cypress::tma_store_3d(&tm_O_64x64, smem + 131072 + cw * 16384 + (a * 2 + b) * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))) + 64 * a, ((b0 * H) + b1));
+        for (int b = 0; b < 2; ++b) {
+          cypress::tma_store_3d(&tm_O_64x64, smem + 131072 + cw * 16384 + b * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))), ((b0 * H) + b1));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e39

@@ -103,35 +103,28 @@ gemm_epilogue_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gr
       }
       // %e6: bias_gelu() — user C++ cypress_ops::bias_gelu (ops/epilogue.cuh), per element
       #pragma unroll
-      for (int a = 0; a < 1; ++a) {
-        #pragma unroll
-        for (int j = 0; j < 64; ++j) {
-          const int c = cypress::acc_coord(j).y;
-          const float v1_0 = ((b1 * 256)) + c < N ? bias[((b1 * 256)) + c] : float{};
-          const float v1_1 = ((b1 * 256)) + c + 1 < N ? bias[((b1 * 256)) + c + 1] : float{};
-          cypress_ops::bias_gelu(C_clear_thread[a][2 * j + 0], v1_0);
-          cypress_ops::bias_gelu(C_clear_thread[a][2 * j + 1], v1_1);
-        }
+      for (int j = 0; j < 64; ++j) {
+        const int c = cypress::acc_coord(j).y;
+        const float v1_0 = ((b1 * 256)) + c < N ? bias[((b1 * 256)) + c] : float{};
+        const float v1_1 = ((b1 * 256)) + c + 1 < N ? bias[((b1 * 256)) + c + 1] : float{};
+        cypress_ops::bias_gelu(C_clear_thread[0][2 * j + 0], v1_0);
+        cypress_ops::bias_gelu(C_clear_thread[0][2 * j + 1], v1_1);
       }
       if (leader) cypress::tma_store_wait<0>();  // %e8 -> end (the TMA store reads %D_copy_warpgroup) (persistent block: before the next tile writes %D_copy_warpgroup)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
       // %e7: copy %C_clear_thread -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
-      for (int a = 0; a < 1; ++a) {
-        #pragma unroll
-        for (int j = 0; j < 64; ++j) {
-          const int2 rc = cypress::acc_coord(j);
-          uint8_t* box = smem + 147456 + cw * 32768 + (a * 4 + rc.y / 64) * 8192;
-          *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
-        }
+      for (int j = 0; j < 64; ++j) {
+        const int2 rc = cypress::acc_coord(j);
+        uint8_t* box = smem + 147456 + cw * 32768 + (rc.y / 64) * 8192;
+        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[0][2 * j], C_clear_thread[0][2 * j + 1]);
       }
       cypress::fence_proxy_async();  // %e7 -> %e8 (raw %D_copy_warpgroup)
       cypress::named_sync((1 + cw), 128);  // %e7 -> %e8 (raw %D_copy_warpgroup)
       // %e8: copy %D_copy_warpgroup -> global (TMA store, 64x64 boxes)
       if (leader) {
-        for (int a = 0; a < 1; ++a)
-          for (int b = 0; b < 4; ++b) {
-          cypress::tma_store_2d(&tm_C_64x64, smem + 147456 + cw * 32768 + (a * 4 + b) * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))) + 64 * a);
+        for (int b = 0; b < 4; ++b) {
+          cypress::tma_store_2d(&tm_C_64x64, smem + 147456 + cw * 32768 + b * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e8

@@ -132,39 +132,31 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
       cypress::named_sync((2 + cw), 128);  // the other writers learn the store is done
       // %e10: copy %C_clear_thread -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
-      for (int a = 0; a < 1; ++a) {
-        #pragma unroll
-        for (int j = 0; j < 64; ++j) {
-          const int2 rc = cypress::acc_coord(j);
-          uint8_t* box = smem + 147456 + cw * 32768 + (a * 4 + rc.y / 64) * 8192;
-          *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[a][2 * j], C_clear_thread[a][2 * j + 1]);
-        }
+      for (int j = 0; j < 64; ++j) {
+        const int2 rc = cypress::acc_coord(j);
+        uint8_t* box = smem + 147456 + cw * 32768 + (rc.y / 64) * 8192;
+        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[0][2 * j], C_clear_thread[0][2 * j + 1]);
       }
       cypress::fence_proxy_async();  // %e10 -> %e11 (raw %D_copy_warpgroup)
       cypress::named_sync((2 + cw), 128);  // %e10 -> %e11 (raw %D_copy_warpgroup)
       // %e11: copy %D_copy_warpgroup -> global (TMA store, 64x64 boxes)
       if (leader) {
-        for (int a = 0; a < 1; ++a)
-          for (int b = 0; b < 4; ++b) {
-          cypress::tma_store_2d(&tm_C_64x64, smem + 147456 + cw * 32768 + (a * 4 + b) * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))) + 64 * a);
+        for (int b = 0; b < 4; ++b) {
+          cypress::tma_store_2d(&tm_C_64x64, smem + 147456 + cw * 32768 + b * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e11
       // %e12: fill over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) y_store_sums_thread[a][0] = y_store_sums_thread[a][1] = 0;
+      y_store_sums_thread[0][0] = y_store_sums_thread[0][1] = 0;
       // %e13: warpgroup_row_sum over accumulator rows
-      #pragma unroll
-      for (int a = 0; a < 1; ++a) cypress::warpgroup_row_sum(y_store_sums_thread[a], C_clear_sums_thread[a]);
+      cypress::warpgroup_row_sum(y_store_sums_thread[0], C_clear_sums_thread[0]);
       // %e14: copy %y_store_sums_thread -> y (f32), one lane of each quad
       if (threadIdx.x % 4 == 0 && b1 == tiles1 - 1) {
         float* __restrict__ dst = y;
         const int r0 = ((b0 * 128) + (cw * 64)) + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
         #pragma unroll
-        for (int a = 0; a < 1; ++a)
-        #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (r0 + 64 * a + 8 * h < M) dst[r0 + 64 * a + 8 * h] = y_store_sums_thread[a][h];
+        for (int h = 0; h < 2; ++h)
+          if (r0 + 8 * h < M) dst[r0 + 8 * h] = y_store_sums_thread[0][h];
       }
       cypress::named_sync(4, 256);  // %e9 -> %e4 (war %E, the next tile)
     }
