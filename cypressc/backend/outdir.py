@@ -40,6 +40,7 @@ import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Callable
 
 from cypressc.diagnostics import CypressError, Loc
 
@@ -398,34 +399,33 @@ def _keep_unchanged(old: _Checked, tfd: int, files: dict[str, str]) -> None:
                 _move_if_same(old.fd, tfd, n, old.entries[n])
 
 
+def _in_parent(root: int, rel: str, action: Callable[[int, str], None]) -> None:
+    """``action(fd, name)`` on entry ``rel`` under directory ``root`` (``fd`` open on its
+    parent); nothing when the parent is gone or the action fails (the entry stays)."""
+    head, tail = _split(rel)
+    try:
+        d = _open_rel(root, head)
+    except OSError:
+        return
+    try:
+        action(d, tail)
+    except OSError:
+        pass
+    finally:
+        os.close(d)
+
+
 def _delete_checked(old: _Checked) -> bool:
     """Delete what was checked in the old build (through its descriptor, wherever it now is);
     True when it is now empty.  Entries that changed or appeared since are left."""
     for rel, ident in old.entries.items():
-        head, tail = _split(rel)
-        try:
-            d = _open_rel(old.fd, head)
-        except OSError:
-            continue
-        try:
-            if _ident(os.stat(tail, dir_fd=d, follow_symlinks=False)) == ident:
-                os.unlink(tail, dir_fd=d)
-        except OSError:
-            pass
-        finally:
-            os.close(d)
+        def unlink_same(d: int, name: str, ident: _ID = ident) -> None:
+            if _ident(os.stat(name, dir_fd=d, follow_symlinks=False)) == ident:
+                os.unlink(name, dir_fd=d)
+
+        _in_parent(old.fd, rel, unlink_same)
     for rel in reversed(old.dirs):
-        head, tail = _split(rel)
-        try:
-            d = _open_rel(old.fd, head)
-        except OSError:
-            continue
-        try:
-            os.rmdir(tail, dir_fd=d)
-        except OSError:
-            pass
-        finally:
-            os.close(d)
+        _in_parent(old.fd, rel, lambda d, name: os.rmdir(name, dir_fd=d))
     with os.scandir(old.fd) as it:
         return next(iter(it), None) is None
 
