@@ -33,150 +33,22 @@ Directories are created with the user's umask.  A name or path the OS refuses is
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
 import os
 import secrets
 import stat
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Callable
 
+from cypressc.backend.stamp import DIR_FLAGS, STAMP, Stamp, read_at, read_stamp, sha256, stamp_at
 from cypressc.diagnostics import CypressError, Loc
 
 __all__ = ["REFUSED", "STAMP", "Stamp", "replace_build_dir", "read_stamp"]
 
 REFUSED = "E062"  # an output path cypressc will not replace (build -o, tune -o)
-STAMP = ".cypressc-build"  # JSON, but no .json suffix: a build directory's *.json is its kernel ABI
-_TOOL = "cypressc"
 _ELF = b"\x7fELF"
 _HINT = "pass -o a new directory (or an empty one, or one an earlier `cypressc build` wrote)"
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _ID = tuple[int, int]  # (st_dev, st_ino): a file's identity
-
-
-def products_of(kernel: str) -> tuple[str, ...]:
-    """The files the generated Makefile of kernel ``kernel`` builds (harness, shared library)."""
-    return (kernel, f"lib{kernel}.so")
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _valid_rel(name: str) -> bool:
-    """A stamp's file name: relative, POSIX, no ``.``/``..``/empty components."""
-    parts = name.split("/")
-    return bool(name) and "\\" not in name and "\0" not in name and \
-        all(p not in ("", ".", "..") for p in parts) and not PurePosixPath(name).is_absolute()
-
-
-@dataclass(frozen=True)
-class Stamp:
-    """What a build directory holds.
-
-    ``files`` maps each written file (POSIX path relative to the directory, any depth) to its
-    SHA-256 (hex); ``kernel`` is the kernel's name (a C identifier), whose Makefile products
-    (:func:`products_of`) are the only other files the directory may hold; ``inputs`` is the
-    SHA-256 of the program text, the mapping text and the dtype bindings.
-    """
-
-    program: str
-    mapping: str
-    inputs: str
-    files: dict[str, str]
-    kernel: str
-
-    @property
-    def products(self) -> tuple[str, ...]:
-        return products_of(self.kernel)
-
-    def to_json(self) -> str:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            v = version("cypressc")
-        except PackageNotFoundError:  # running from a source tree
-            v = "unknown"
-        return json.dumps({"tool": _TOOL, "version": v, "program": self.program, "mapping": self.mapping,
-                           "inputs": self.inputs, "kernel": self.kernel, "files": self.files,
-                           "products": list(self.products)}, indent=2) + "\n"
-
-
-def _parse_stamp(text: str) -> Stamp | None:
-    """The stamp in ``text``, or None when it is not a well-formed cypressc stamp.
-
-    The kernel is named by ``kernel`` (or, in stamps before #35, by ``products`` =
-    ``[NAME, libNAME.so]``); it must be an identifier whose ``NAME.cu`` and ``Makefile`` the
-    stamp lists, so a stamp can make no file a product but a kernel's harness and library.
-    """
-    try:
-        raw = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(raw, dict) or raw.get("tool") != _TOOL:
-        return None
-    files = raw.get("files")
-    if not (isinstance(files, dict) and all(isinstance(k, str) and _valid_rel(k) and isinstance(v, str)
-                                            for k, v in files.items())):
-        return None
-    kernel = raw.get("kernel")
-    if kernel is None:
-        products = raw.get("products")
-        if isinstance(products, list) and len(products) == 2 and isinstance(products[0], str):
-            kernel = products[0]
-            if products != list(products_of(kernel)):
-                return None
-    if not (isinstance(kernel, str) and kernel.isidentifier() and f"{kernel}.cu" in files
-            and "Makefile" in files):
-        return None
-    return Stamp(str(raw.get("program")), str(raw.get("mapping")), str(raw.get("inputs")), dict(files),
-                 kernel)
-
-
-def read_stamp(d: Path) -> Stamp | None:
-    """The stamp of directory ``d``, or None when it has none or it is not cypressc's (a
-    symbolic link, not a regular file, not JSON, another tool's, or naming a product that is
-    not its kernel's).  Never raises."""
-    try:
-        fd = os.open(d, _DIR_FLAGS)
-    except OSError:
-        return None
-    try:
-        return _stamp_at(fd)
-    finally:
-        os.close(fd)
-
-
-def _stamp_at(dfd: int) -> Stamp | None:
-    try:
-        data = _read_at(dfd, STAMP)
-    except OSError:
-        return None
-    if data is None:
-        return None
-    try:
-        return _parse_stamp(data.decode())
-    except UnicodeDecodeError:
-        return None
-
-
-def _read_at(dfd: int, name: str) -> bytes | None:
-    """The bytes of regular file ``name`` in directory ``dfd`` (None: not a regular file, e.g.
-    a symbolic link or a directory)."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
-            return None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read()
-    finally:
-        os.close(fd)
 
 
 def _refuse(outdir: Path, why: str, hint: str = _HINT) -> CypressError:
@@ -210,7 +82,7 @@ def _walk(dfd: int, prefix: str = ""):
         st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
         yield rel, st
         if stat.S_ISDIR(st.st_mode):
-            sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+            sub = os.open(name, DIR_FLAGS, dir_fd=dfd)
             try:
                 if _ident(os.fstat(sub)) == _ident(st):
                     yield from _walk(sub, rel + "/")
@@ -224,7 +96,7 @@ def _open_rel(dfd: int, rel: str) -> int:
     fd = os.dup(dfd)
     for part in [p for p in rel.split("/") if p]:
         try:
-            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
         finally:
             os.close(fd)
         fd = nxt
@@ -269,7 +141,7 @@ def _check(outdir: Path, pfd: int) -> _Checked | None:
     if not stat.S_ISDIR(st.st_mode):
         raise _refuse(outdir, "it is a file, not a directory")
     try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
+        fd = os.open(name, DIR_FLAGS, dir_fd=pfd)
     except OSError as e:
         if e.errno == errno.ELOOP:  # became a link since the stat
             raise _refuse(outdir, "it is a symbolic link; cypressc never follows a link out of the output "
@@ -289,7 +161,7 @@ def _check_open(outdir: Path, fd: int) -> _Checked:
     listing = list(_walk(fd))
     if not listing:
         return _Checked(ident, fd, None)
-    stamp = _stamp_at(fd)
+    stamp = stamp_at(fd)
     if stamp is None:
         top = [rel for rel, _ in listing if "/" not in rel]
         shown = ", ".join(top[:4]) + (f", … ({len(top)} entries)" if len(top) > 4 else "")
@@ -308,10 +180,10 @@ def _check_open(outdir: Path, fd: int) -> _Checked:
             head, tail = _split(rel)
             sub = _open_rel(fd, head)
             try:
-                data = _read_at(sub, tail)
+                data = read_at(sub, tail)
             finally:
                 os.close(sub)
-            if stat.S_ISLNK(st.st_mode) or data is None or _sha256(data) != stamp.files[rel]:
+            if stat.S_ISLNK(st.st_mode) or data is None or sha256(data) != stamp.files[rel]:
                 raise _refuse(outdir, f"{rel} was changed after cypressc wrote it",
                               f"move {p} away (or delete it) if the change is not needed, or pass -o "
                               "another directory")
@@ -360,7 +232,7 @@ def _write_files(tfd: int, files: dict[str, bytes]) -> None:
                     os.mkdir(part, 0o777, dir_fd=dfd)
                 except FileExistsError:
                     pass
-                nxt = os.open(part, _DIR_FLAGS, dir_fd=dfd)
+                nxt = os.open(part, DIR_FLAGS, dir_fd=dfd)
                 os.close(dfd)
                 dfd = nxt
             fd = os.open(tail, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=dfd)
@@ -470,9 +342,9 @@ def _replace(outdir: Path, files: dict[str, str], program: str, mapping: str, in
     try:
         old = _check(outdir, pfd)
         data = {rel: text.encode() for rel, text in files.items()}
-        hashes = {rel: _sha256(b) for rel, b in sorted(data.items())}
+        hashes = {rel: sha256(b) for rel, b in sorted(data.items())}
         tmp = _mkdir_fresh(pfd, ".cyp-")
-        tfd = os.open(tmp, _DIR_FLAGS, dir_fd=pfd)
+        tfd = os.open(tmp, DIR_FLAGS, dir_fd=pfd)
         _write_files(tfd, data)
         _write_files(tfd, {STAMP: Stamp(program, mapping, inputs, hashes, kernel).to_json().encode()})
         if old is None:
@@ -481,7 +353,7 @@ def _replace(outdir: Path, files: dict[str, str], program: str, mapping: str, in
             tmp = None
             return left
         trash = _mkdir_fresh(pfd, ".cyp-old-")
-        xfd = os.open(trash, _DIR_FLAGS, dir_fd=pfd)
+        xfd = os.open(trash, DIR_FLAGS, dir_fd=pfd)
         try:
             os.rename(name, "d", src_dir_fd=pfd, dst_dir_fd=xfd)
         except FileNotFoundError:
