@@ -161,12 +161,28 @@ def check(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tupl
 
 def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
     """``explain --check-schedule``: one verdict line; exit status 1 on a finding."""
-    from cypressc.ir.schedule_check import check_schedules
+    from cypressc.backend.lower import REFUSAL_CODE
+    from cypressc.backend.sizes import check_sizes, shown
+    from cypressc.ir.schedule_check import check_schedules, small_sizes
     from cypressc.lang.syntax import LeafCall, walk
     from cypressc.pipeline import compile_module
 
-    snaps = dict(compile_module(t, until="sync-insertion"))
-    v = check_schedules(snaps["sync-insertion"], snaps["warp-specialization"], seed=seed, schedules=schedules)
+    done: list[tuple[str, object]] = []
+    try:  # through the CUDA lowering, for the launcher's `requires` on the sizes
+        compile_module(t, hook=lambda name, m, _dt: done.append((name, m)))
+    except CypressError as e:
+        if e.code != REFUSAL_CODE or "sync-insertion" not in dict(done):
+            raise
+    snaps = dict(done)
+    plan = getattr(snaps.get("cuda-lowering"), "kernel", None)
+    requires = [{"tree": r.tree(), "why": r.why} for r in plan.requires] if plan is not None else []
+    m = snaps["sync-insertion"]
+    sizes = check_sizes(m, requires, small_sizes(m))
+    sizes = {**sizes, **{f: 0.75 for f in m.floats}}
+    _stderr(f"checking {program}: {schedules} random schedule(s) (seeds {seed}..{seed + schedules - 1}) of the "
+            f"IR after sync-insertion in the concurrent interpreter, one block at a time, at {shown(sizes)} "
+            "(one block, two trips around each pipeline, sizes the launcher accepts); this can take a minute")
+    v = check_schedules(m, snaps["warp-specialization"], sizes=sizes, seed=seed, schedules=schedules)
     click.echo(v.line(program))
     called = {s.fn for var in t.program.variants for s in walk(var.body) if isinstance(s, LeafCall)}
     unref = [e for e in t.program.externals if e.name in called and e.reference is None]

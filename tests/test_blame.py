@@ -69,6 +69,8 @@ AT_MAPPING = [
     ("mapping_none_partitioned_twice", "NONE", ("clear_inner", 'launch("clear", Cp[i])')),
     ("mapping_tunable_overflow", "1000000000000000000000", ("gemm_host", "Cp = partition_by_blocks(C, (U, V))")),
     ("mapping_shared_runtime_extent", "SHARED", ("gemm_host", 'launch("gemm", Cp[i, j], Ap[i, 0], Bp[0, j])')),
+    ("mapping_wgmma_atom_wider_than_tile", "WGMMA_64x256x16", ("mma_thread", "warpgroup_mma(MMA, C, A, B)")),
+    ("mapping_mma_piece_on_other_level", "WARPGROUP", ("mma_inner", 'launch("mma", Cp[i], Ap[i], Bp[i])')),
 ]
 
 
@@ -147,3 +149,54 @@ def test_folding_keeps_the_origins_of_both_operands():
     inexact = N.ibin("/", N.IConst(128, (u,)), N.IConst(3, (wgs,)))
     assert isinstance(inexact, N.IBin) and origins_of(inexact) == (wgs, u)
     assert subst_expr(N.ibin("-", N.IVar("x"), N.IConst(2, (wgs,))), {"x": N.IConst(2, (u,))}).origin == (u, wgs)
+
+
+# ---- issue #35: what a newcomer hit
+
+def _check(program: str, mapping: Path) -> str:
+    r = CliRunner().invoke(main, ["check", program, "-m", str(mapping)], catch_exceptions=False)
+    assert r.exit_code == 1, r.output
+    return r.stderr
+
+
+def test_a_narrower_tile_blames_the_wgmma_atom_and_names_the_one_that_fits(monkeypatch):
+    """V: 128 under WGMMA_64x256x16: not the backend's "cannot lower yet" (E050 at the BLOCK
+    instance) but E040 at the atom the wgmma issues, naming WGMMA_64x128x16, the instance to
+    change and the ones that only partition with the atom (their layout does not depend on N)."""
+    monkeypatch.chdir(ROOT)
+    err = (ROOT / "tests/golden/diagnostics/mapping_wgmma_atom_wider_than_tile.txt").read_text()
+    assert "E050" not in err and "WGMMA_64x128x16 fits" in err
+    assert "hint: set MMA: WGMMA_64x128x16 in instance 'mma_thread'; mma_warpgroup, mma_warp, clear_warpgroup, " \
+           "clear_warp, copy_warpgroup and copy_warp bind WGMMA_64x256x16 only to partition tiles" in err
+
+
+def test_every_instance_issuing_a_misfit_atom_is_named(tmp_path, monkeypatch, mapping_variant):
+    """Two wgmmas, two atoms, two tiles (gemm_reduction's Tensor-Core row sums): the error is at
+    the first, a note at the second, and the hint fixes both; nothing is keyed to the program."""
+    monkeypatch.chdir(ROOT)
+    m = mapping_variant(ROOT / "mappings/gemm_reduction/h100_tc.yaml", "V: 256", "V: 128",
+                        ("    tunables: {SUMS: WGMMA_64x8x16}\n\n", "    tunables: {SUMS: WGMMA_64x16x16}\n\n"))
+    err = _check("programs/gemm_reduction.cyp", m)
+    first, *notes = [x for x in err.splitlines() if HEAD.match(x)]
+    assert "error[E040]: warpgroup_mma() issues WGMMA_64x256x16 on a 64x128 accumulator tile" in first
+    assert any("note: instance 'mma_sums_thread' also issues WGMMA_64x16x16 on a 64x8 accumulator tile "
+               "(WGMMA_64x8x16 fits)" in n for n in notes), notes
+    assert "hint: set MMA: WGMMA_64x128x16 in instance 'mma_thread'; set SUMS: WGMMA_64x8x16 in instance " \
+           "'mma_sums_thread'" in err
+
+
+def test_an_atom_the_program_writes_blames_the_tile(tmp_path, monkeypatch):
+    """With the atom a literal of the program, the mapping value that made the tile narrower
+    (V) is blamed, and the hint says what to write in the program."""
+    monkeypatch.chdir(ROOT)
+    prog = tmp_path / "gemm.cyp"
+    prog.write_text((ROOT / "programs/gemm.cyp").read_text().replace(
+        "    MMA = tunable(atom)\n    warpgroup_mma(MMA, C, A, B)", "    warpgroup_mma(WGMMA_64x256x16(), C, A, B)"))
+    m = tmp_path / "m.yaml"
+    m.write_text((ROOT / "mappings/gemm/h100.yaml").read_text().replace("V: 256", "V: 128").replace(
+        "    mems: [REGISTER, SHARED, SHARED]\n    tunables: {MMA: WGMMA_64x256x16}\n", "    mems: [REGISTER, SHARED, SHARED]\n"))
+    err = _check(str(prog), m)
+    first = err.splitlines()[0]
+    assert first.startswith(f"{m}:") and "error[E040]" in first
+    assert err.splitlines()[1].endswith("tunables: {U: 128, V: 128}")
+    assert "hint: write WGMMA_64x128x16() in variant 'mma_thread'" in err

@@ -14,28 +14,31 @@ from cypressc.backend.outdir import replace_build_dir
 from cypressc.mapping.tasktree import TaskTree
 from cypressc.pipeline import compile_module
 
-__all__ = ["write_build", "render_build", "RenderedBuild", "RUNTIME_DIR"]
+__all__ = ["write_build", "render_build", "example_sizes", "RenderedBuild", "RUNTIME_DIR"]
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 
 
-def _example_sizes(plan) -> list[str]:
-    """Arguments for the suggested harness run: 4096 for tile dimensions, 8 for a size that
-    only ever appears as an outer (batch) dimension, so the tensors fit in memory; 1.0 for
+def example_sizes(r: RenderedBuild) -> list[str]:
+    """Arguments for the suggested harness run (:func:`cypressc.backend.sizes.example_sizes`:
+    every ``requires`` condition of the kernel holds, the tensors fit a GPU), then 1.0 for
     each float parameter."""
-    inner = {d for t in plan.tensors for d in t.dims[-2:]}
-    return ["4096" if s in inner else "8" for s in plan.sizes] + ["1.0" for _ in plan.floats]
+    from cypressc.backend.sizes import example_sizes as sizes
+
+    return [str(v) for v in sizes(r.info, r.module).values()] + ["1.0" for _ in r.plan.floats]
 
 
 @dataclass(frozen=True)
 class RenderedBuild:
     """A compiled program as text, before anything is written: ``files`` maps each file name of
     the build directory (``NAME.cu``, ``NAME.h``, ``main.cu``, ``Makefile``, ``NAME.json``) to
-    its content; ``plan`` is the kernel plan and ``module`` the IR after the last pass."""
+    its content; ``plan`` is the kernel plan, ``module`` the IR after the last pass and
+    ``info`` the kernel's ABI (a :class:`cypressc.runtime.KernelInfo`)."""
 
     plan: object
     module: object
     files: dict[str, str]
+    info: object = None
 
 
 def render_build(tree: TaskTree, compiled: list[tuple[str, object]] | None = None) -> RenderedBuild:
@@ -61,7 +64,7 @@ def render_build(tree: TaskTree, compiled: list[tuple[str, object]] | None = Non
              f"{plan.name}.json": json.dumps(dict(info), indent=2) + "\n"}
     for name, path in plan.headers.items():  # the user's C++, so the directory builds elsewhere
         files[header_copy(name)] = Path(path).read_text()
-    return RenderedBuild(plan, m, files)
+    return RenderedBuild(plan, m, files, ki)
 
 
 def _inputs_hash(tree: TaskTree, dtypes: dict[str, str] | None) -> str:
@@ -76,6 +79,20 @@ def _inputs_hash(tree: TaskTree, dtypes: dict[str, str] | None) -> str:
         h.update(b"\0")
     h.update(repr(sorted((dtypes or {}).items())).encode())
     return h.hexdigest()
+
+
+def dtype_line(plan, program) -> str:
+    """The element types of the summary: each dtype with the tensors of it (most tensors
+    first), what the register accumulators hold, and the program's dtype parameters as bound
+    (``f16 (C, A, B); accumulate f32 (T=f16)``)."""
+    by: dict[str, list[str]] = {}
+    for t in plan.tensors:
+        by.setdefault(t.dtype, []).append(t.name)
+    parts = [f"{d} ({', '.join(ns)})" for d, ns in sorted(by.items(), key=lambda kv: -len(kv[1]))]
+    acc = any(f.dtype == "f32" for f in plan.fragments)  # the wgmma accumulators
+    line = ", ".join(parts) + ("; accumulate f32" if acc else "")
+    bound = [f"{d.name}={d.bound}" for d in program.dtype_params]
+    return line + (f" ({', '.join(bound)})" if bound else "")
 
 
 def write_build(tree: TaskTree, outdir: Path | None, dtypes: dict[str, str] | None = None) -> str:
@@ -100,11 +117,12 @@ def write_build(tree: TaskTree, outdir: Path | None, dtypes: dict[str, str] | No
         f"built {plan.name} into {outdir}",
         f"  grid      {grid} tiles{' (persistent: one block per SM)' if plan.persistent else ''}",
         f"  block     {threads} threads: {roles}",
+        f"  dtype     {dtype_line(plan, tree.program)}",
         f"  stages    {plan.stages} (mma groups in flight: {plan.mma_in_flight})",
         f"  shared    {plan.smem_bytes} bytes",
         f"  registers producer {plan.producer_registers}, consumers {plan.consumer_registers} "
         f"(estimated need {m.resources.registers if m.resources is not None else None})",
-        f"next: make -C {outdir} && {outdir}/{plan.name} " + " ".join(_example_sizes(plan)),
+        f"next: make -C {outdir} && {outdir}/{plan.name} " + " ".join(example_sizes(r)),
         *(f"note: {p} holds what was written into the old build while this one ran; cypressc left it"
           for p in left),
     ])

@@ -132,9 +132,10 @@ class Verdict:
     sizes: dict
 
     def line(self, name: str) -> str:
+        sizes = " ".join(f"{k}={v}" for k, v in self.sizes.items())
         if self.finding is None:
-            return f"{name}: clean ({self.schedules} schedule(s), sizes {self.sizes})"
-        return f"{name}: {self.finding} (schedule seed {self.seed}, sizes {self.sizes})"
+            return f"{name}: clean ({self.schedules} schedule(s), sizes {sizes})"
+        return f"{name}: {self.finding} (schedule seed {self.seed}, sizes {sizes})"
 
 
 def _compare(got, want, outs) -> str | None:

@@ -249,4 +249,4 @@ def test_check_schedule_binds_the_float():
     r = CliRunner().invoke(main, ["explain", str(ALPHA), "-m", str(ROOT / "tests/mappings/gemm_small.yaml"),
                                   "--check-schedule", "--schedules", "2"])
     assert r.exit_code == 0, r.output
-    assert r.stdout.strip().endswith("clean (2 schedule(s), sizes {'M': 64, 'N': 32, 'K': 64, 'alpha': 0.75})")
+    assert r.stdout.strip().endswith("clean (2 schedule(s), sizes M=64 N=32 K=64 alpha=0.75)")

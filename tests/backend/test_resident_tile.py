@@ -130,7 +130,7 @@ def test_without_a_producer_the_schedule_is_clean(tmp_path, mapping_variant):
     r = CliRunner().invoke(main, ["explain", str(PROG), "-m", str(m), "--check-schedule",
                                   "--schedules", "20"])
     assert r.exit_code == 0, r.output
-    assert r.output.strip().endswith("clean (20 schedule(s), sizes {'M': 64, 'N': 64, 'K': 128})")
+    assert r.output.strip().endswith("clean (20 schedule(s), sizes M=64 N=64 K=128)")
 
 
 def test_a_persistent_block_with_a_static_trip_count_is_refused(tmp_path, mapping_variant):

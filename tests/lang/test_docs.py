@@ -158,3 +158,127 @@ def test_the_old_example_is_caught(tmp_path, monkeypatch):
     assert _unmarked_complete(doc) == [3]
     doc.write_text(f"{MARKER}\n```python\n{OLD_EXAMPLE[0]}```\n\n```yaml\n{OLD_EXAMPLE[1]}```\n")
     assert _unmarked_complete(doc) == [] and _blocks(doc)[0][3]
+
+
+# ---- quoted tool output (issue #35): every fenced block of the docs that shows what cypressc
+# prints follows an `<!-- output: … -->` comment naming the command (and the edit of a bundled
+# file it runs on); the command is run here and its output compared.
+
+OUTPUT = re.compile(r"^<!-- output: (.*?)-->[ \t]*\n```[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+# what only a tool prints: a located diagnostic, a file-level one, explain's task tree
+PRINTED = re.compile(r"^(\S+:\d+:\d+: (error|warning|note)\[?|\S+: (error|warning)\[[EMW]\d{3}\]|task tree \(|"
+                     r"\S+\.cyp: (clean|deadlock|race|mismatch) |checking \S+\.cyp: |built \S+ into |ok: \S+\.cyp)",
+                     re.MULTILINE)
+
+
+def _outputs(path: Path) -> list[tuple[str, list[str], list[tuple[str, str, str, str]], str]]:
+    """The marked output blocks of ``path``: (id, command argv, edits, expected text).  An edit
+    ``FILE: SOURCE with OLD -> NEW`` writes FILE as the bundled SOURCE with the first OLD
+    (which must occur) replaced by NEW."""
+    import shlex
+
+    text = path.read_text()
+    out = []
+    for m in OUTPUT.finditer(text):
+        lines = [x.strip() for x in m.group(1).strip().splitlines()]
+        argv = shlex.split(lines[0])
+        assert argv[0] == "cypressc", lines[0]
+        edits = []
+        for e in lines[1:]:
+            em = re.fullmatch(r"(\S+): (\S+) with (.*?) -> (.*)", e)
+            assert em, f"{path.name}: an edit is FILE: SOURCE with OLD -> NEW, not {e!r}"
+            edits.append(em.groups())
+        out.append((f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}", argv[1:], edits, m.group(2)))
+    return out
+
+
+QUOTED = [q for doc in DOCS for q in _outputs(doc)]
+
+
+def _matches(expected: list[str], got: list[str]) -> bool:
+    """``expected`` equals ``got`` line by line, a line ``…`` standing for any number of lines."""
+    if not expected:
+        return not got
+    if expected[0].strip() == "…":
+        return any(_matches(expected[1:], got[i:]) for i in range(len(got) + 1))
+    return bool(got) and expected[0] == got[0] and _matches(expected[1:], got[1:])
+
+
+def test_docs_quote_tool_output():
+    """The convention is in use, and no fenced block shows tool output without its command."""
+    assert any(name.startswith("language.md:") for name, *_ in QUOTED)
+    for doc in DOCS:
+        text = doc.read_text()
+        marked = {m.start(2) for m in OUTPUT.finditer(text)}
+        for m in FENCE.finditer(text):
+            if m.start(2) not in marked and PRINTED.search(m.group(2)):
+                line = text.count("\n", 0, m.start()) + 1
+                raise AssertionError(f"{doc.name}:{line}: a block of tool output without <!-- output: … -->")
+
+
+@pytest.mark.parametrize("name, args, edits, expected", QUOTED, ids=[q[0] for q in QUOTED])
+def test_quoted_output_is_what_the_tool_prints(name, args, edits, expected, tmp_path, monkeypatch):
+    """Run in a copy of programs/ and mappings/, so the paths print as the docs show them."""
+    import shutil
+
+    for d in ("programs", "mappings"):
+        shutil.copytree(ROOT / d, tmp_path / d)
+    for file, source, old, new in edits:
+        text = (ROOT / source).read_text()
+        assert old in text, f"{name}: {old!r} is not in {source}"
+        (tmp_path / file).write_text(text.replace(old, new, 1))
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, args, catch_exceptions=False)
+    got = r.output.splitlines()  # stdout and stderr as a terminal shows them
+    assert _matches(expected.splitlines(), got), f"{name}: cypressc {' '.join(args)} printed:\n" + "\n".join(got)
+
+
+def _table_examples(path: Path) -> list[tuple[str, str]]:
+    """(code, example) for each backticked example of a table whose last column is `example`."""
+    out, example_table = [], False
+    for line in path.read_text().splitlines():
+        if line.startswith("| code |"):
+            example_table = line.rstrip(" |").endswith("example")
+        elif not line.startswith("|"):
+            example_table = False
+        elif example_table and (m := re.match(r"^\| ([EMW]\d{3}) \|", line)):
+            last = line.rstrip().removesuffix("|").rsplit(" | ", 1)[-1]
+            out += [(m.group(1), s) for s in re.findall(r"`([^`]+)`", last)]
+    return out
+
+
+def test_table_examples_are_tool_output():
+    """Each example message in the code tables is printed by `cypressc check` on some case of
+    tests/corpus (its golden output, compared by tests/lang/test_corpus.py), or, for the codes
+    `check` never reaches (`tune`'s M024), by the test named in KNOWN."""
+    printed = "\n".join(p.read_text() for p in sorted((ROOT / "tests" / "golden" / "diagnostics").glob("*.txt")))
+    examples = _table_examples(ROOT / "docs" / "language.md")
+    assert len(examples) > 50, examples
+    missing = [(c, s) for c, s in examples if s not in printed and (c, s) not in KNOWN]
+    assert not missing, f"table examples no test prints: {missing}"
+
+
+# examples printed by a command `check` is not: the test that runs it asserts the message
+KNOWN = {("M024", "tune: 'UU' is not a knob of this mapping"): "tests/tune/test_space.py"}
+
+
+def test_known_examples_are_asserted():
+    for (code, message), test in KNOWN.items():
+        assert message in (ROOT / test).read_text(), (code, message, test)
+
+
+def test_a_stale_quote_is_caught(tmp_path, monkeypatch):
+    """The comparison has teeth: §1's example as printed before issue #35 (24:16, no error
+    count) is not what the tool prints."""
+    name, args, edits, expected = next(q for q in QUOTED if "error[E021]" in q[3])
+    stale = expected.replace("27:9", "24:16").replace("   27 |", "   24 |").replace("1 error\n", "")
+    with pytest.raises(AssertionError, match="printed"):
+        test_quoted_output_is_what_the_tool_prints(name, args, edits, stale, tmp_path, monkeypatch)
+    assert _matches(["a", "…", "d"], ["a", "b", "c", "d"]) and not _matches(["a", "…", "d"], ["a", "b"])
+
+
+def test_every_bundled_program_is_in_section_10():
+    """§10's table lists every program under programs/."""
+    section = DOC.split("## 10. The bundled programs", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `programs/(\w+)\.cyp` \|", section, re.MULTILINE))
+    assert rows == {p.stem for p in (ROOT / "programs").glob("*.cyp")}, rows
