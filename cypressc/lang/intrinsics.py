@@ -118,6 +118,12 @@ def is_atom_name(name: str) -> bool:
     return bool(m) and 8 <= int(m.group(1)) <= 256 and int(m.group(1)) % 8 == 0
 
 
+def atom_name(m: int, n: int, k: int) -> str:
+    """The name of the wgmma atom of shape ``m`` x ``n`` x ``k`` (it may not exist: see
+    :func:`is_atom_name`)."""
+    return f"WGMMA_{m}x{n}x{k}"
+
+
 def atom(name: str) -> MmaAtom:
     """Look up an atom by name; raises ``KeyError`` for an unknown one."""
     if not is_atom_name(name):

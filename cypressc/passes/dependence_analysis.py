@@ -29,7 +29,7 @@ from cypressc.ir.target import target_of
 from cypressc.lang import syntax as S
 from cypressc.lang.externals import leaf_functions
 from cypressc.lang.intrinsics import atom as lookup_atom
-from cypressc.lang.intrinsics import is_atom_name
+from cypressc.lang.intrinsics import atom_name, is_atom_name
 from cypressc.mapping.tasktree import TaskNode, TaskTree
 from cypressc.passes.extents import check_block, check_division, check_extent, check_value
 from cypressc.passes.levels import check_mma_pieces, check_processors, here, loop_proc
@@ -160,8 +160,9 @@ class _Misfit:
     origin: tuple[Origin, ...]
 
     def fit(self) -> str | None:
-        """The atom whose N is the tile's width, if there is one."""
-        name = f"WGMMA_64x{self.cols}x16"
+        """The atom of the same M and K whose N is the tile's width, if there is one."""
+        a = lookup_atom(self.atom)
+        name = atom_name(a.m, self.cols, a.k)
         return name if is_atom_name(name) else None
 
     def shape(self) -> str:
