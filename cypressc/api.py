@@ -77,8 +77,9 @@ def compile(program: str | Path, mapping: str | Path, dtype: str | Mapping[str, 
         if not sizes:
             raise ValueError("compile(tuned=True) needs sizes=, e.g. {'M': 4096, 'N': 4096, 'K': 4096}")
         from cypressc.tuner.report import cached_result, store_result, best_yaml
-        from cypressc.tuner.search import _device_name
+        from cypressc.tuner.search import _device_name, bind_sizes, kernel_sizes
 
+        sizes = bind_sizes(sizes, *kernel_sizes(front_end(program, mapping, dtypes=dtypes, mapping_text=text)))
         hit = cached_result(Path(program).read_text(), text, _device_name(), dtypes, dict(sizes))
         if hit is None:
             res = tune(program, mapping, sizes, dtype=dtypes, **tune_options)

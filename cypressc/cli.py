@@ -75,26 +75,10 @@ def _parse_dtypes(ctx: click.Context, param: click.Parameter, values: tuple[str,
 
 def _front_end(program: str, mapping: str, dtypes: dict[str, str] | None = None,
                include_dirs: tuple[str, ...] = ()):
-    """Parse + check the program (its dtype parameters bound by ``dtypes``), load +
-    validate the mapping, instantiate the task tree."""
-    from cypressc.lang.checker import check_program
-    from cypressc.lang.parser import parse_file
-    from cypressc.mapping.loader import load_mapping
-    from cypressc.mapping.tasktree import instantiate
+    """:func:`cypressc.frontend.front_end`, its warnings shown on stderr."""
+    from cypressc.frontend import front_end
 
-    errors: list[CypressError] = []
-    prog = lm = None
-    try:
-        prog = check_program(parse_file(program, dtypes, include_dirs))
-    except CypressErrors as e:
-        errors += e.errors
-    try:
-        lm = load_mapping(mapping)
-    except CypressErrors as e:
-        errors += e.errors
-    if errors:
-        raise CypressErrors(errors)
-    tree = instantiate(prog, lm)
+    tree = front_end(program, mapping, dtypes=dtypes, include_dirs=include_dirs)
     for w in tree.warnings:
         _stderr(render(w))
     return tree
@@ -349,7 +333,8 @@ def _parse_floats(ctx: click.Context, param: click.Parameter, values: tuple[str,
 @_dtype_opt
 @click.option("--size", "sizes", multiple=True, required=True, metavar="NAME=N", callback=_parse_sizes,
               help="Bind a size of the kernel, e.g. --size M=4096 --size N=4096 --size K=4096 (every "
-              "size the kernel takes, once each).")
+              "size the kernel takes, once each, by its name or another name of it: C_d0 for the M "
+              "that a program names with M = C.shape[0]).")
 @click.option("--float", "floats", multiple=True, metavar="NAME=X", callback=_parse_floats,
               help="The value of a float parameter of the kernel in the checking and timing runs, "
               "e.g. --float scale=0.125 (repeatable; 1.0 for one not given).")
@@ -372,7 +357,8 @@ def _parse_floats(ctx: click.Context, param: click.Parameter, values: tuple[str,
               help="Rows of the candidate table.")
 @click.option("--force", is_flag=True, help="Tune again even if the tuning cache has this result.")
 @click.option("--progress/--no-progress", default=None,
-              help="Progress bars on stderr [default: when stderr is a terminal].")
+              help="Progress bars on stderr (--no-progress: none) [default: bars when stderr is a "
+              "terminal, else plain lines: each phase's start, every tenth, its end with counts and seconds].")
 @_guard
 def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, int], floats: dict[str, float],
          output: str | None,
@@ -397,8 +383,13 @@ def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, in
     import sys as _sys
 
     from cypressc.tuner import report
-    from cypressc.tuner.search import Options, search
+    from cypressc.tuner.search import Options, OptionError, bind_sizes, kernel_sizes, search
 
+    tree = _front_end(program, mapping, dtypes)  # located errors for the starting point first
+    try:  # by the kernel's names (--size C_d0=... may name size M): the tuning cache's key
+        sizes = bind_sizes(sizes, *kernel_sizes(tree))
+    except OptionError as e:
+        raise click.BadParameter(str(e), param_hint="--size") from None
     opts = Options(sizes=sizes, floats=floats, dtypes=dtypes, compile_only=compile_only, budget=budget,
                    workers=jobs, rounds=rounds, reps=reps, reference=reference)
     if reference is not None:
@@ -406,7 +397,6 @@ def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, in
         if not target or not func or (target.endswith(".py") and not Path(target).is_file()):
             raise click.BadParameter(f"'{reference}': write FILE.py:FUNCTION (an existing file) or "
                                      "MODULE:FUNCTION", param_hint="--reference")
-    _front_end(program, mapping, dtypes)  # located errors for the starting point first
     _check_best_output(output)  # before minutes of tuning, not after
     prog_text, map_text = Path(program).read_text(), Path(mapping).read_text()
     if not compile_only and not force:
@@ -422,7 +412,8 @@ def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, in
             click.echo(f"from the tuning cache ({device}); --force tunes again")
             _write_best(hit["yaml"], output)
             return
-    show = _sys.stderr.isatty() if progress is None else progress
+    # a terminal gets progress bars; a log file or a pipe plain lines (a tune runs for minutes)
+    show = ("bars" if _sys.stderr.isatty() else "lines") if progress is None else progress
     try:
         with report.Progress(show) as bars:
             res = search(program, mapping, opts, progress=bars)

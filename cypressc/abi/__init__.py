@@ -11,7 +11,7 @@ that side's own loader.
 
 from __future__ import annotations
 
-from .args import TensorDesc, arg_label, infer_sizes, split_keywords, validate
+from .args import TensorDesc, arg_label, infer_sizes, resolve_aliases, split_keywords, validate
 from .dtypes import DTYPES, DType
 from .errors import KernelError, LaunchError, cuda_error_name
 from .exprs import eval_expr, expr_names
@@ -20,5 +20,5 @@ from .info import KernelInfo, Param, Requirement
 __all__ = [
     "DTYPES", "DType", "Param", "KernelInfo", "KernelError", "LaunchError", "TensorDesc",
     "infer_sizes", "split_keywords", "validate", "eval_expr", "expr_names", "Requirement", "cuda_error_name",
-    "arg_label",
+    "arg_label", "resolve_aliases",
 ]

@@ -14,7 +14,7 @@ from .dtypes import DTYPES
 from .errors import KernelError
 from .info import KernelInfo
 
-__all__ = ["TensorDesc", "arg_label", "infer_sizes", "split_keywords", "validate"]
+__all__ = ["TensorDesc", "arg_label", "infer_sizes", "split_keywords", "validate", "resolve_aliases"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,21 @@ def split_keywords(info: KernelInfo, kwargs: Mapping[str, Any], *,
     return sizes, floats
 
 
+def resolve_aliases(given: Mapping[str, Any], aliases: Mapping[str, str]) -> dict[str, Any]:
+    """``given`` (sizes by name) with each alias (``C_d0``, another name of size ``M``:
+    :attr:`KernelInfo.aliases`) replaced by its size; other names are kept as they are.
+    Raises ``ValueError`` when two names of one size are given different values."""
+    out: dict[str, Any] = {}
+    said: dict[str, str] = {}
+    for k, v in given.items():
+        s = aliases.get(k, k)
+        if s in out and out[s] != v:
+            raise ValueError(f"{said[s]}={out[s]} and {k}={v} name one size, {s}: give it one value")
+        out.setdefault(s, v)
+        said.setdefault(s, k)
+    return out
+
+
 def infer_sizes(info: KernelInfo, shapes: Sequence[Sequence[int]],
                 given: Mapping[str, int] | None = None) -> dict[str, int]:
     """Infer the launcher's sizes from the tensors' shapes (``shapes[i]`` for
@@ -79,9 +94,14 @@ def infer_sizes(info: KernelInfo, shapes: Sequence[Sequence[int]],
                           f"({', '.join(p.name for p in info.params)}), got {len(shapes)}")
     sizes: dict[str, int] = {}
     origin: dict[str, str] = {}
-    for k, v in (given or {}).items():
+    try:
+        given = resolve_aliases(given or {}, info.aliases)
+    except ValueError as e:
+        raise KernelError(f"{info.name}: {e}") from None
+    for k, v in given.items():
         if k not in info.sizes:
-            raise KernelError(f"{info.name}: unknown size {k!r} (sizes: {', '.join(info.sizes)})")
+            raise KernelError(f"{info.name}: unknown size {k!r} (sizes: {', '.join(info.sizes)}"
+                              + (f"; also named {', '.join(info.aliases)}" if info.aliases else "") + ")")
         if isinstance(v, bool) or not isinstance(v, int):
             raise KernelError(f"{info.name}: size {k} must be an int, got {v!r}")
         sizes[k], origin[k] = v, "the keyword argument"

@@ -85,6 +85,18 @@ def _floats(v: Any, params: Sequence[str], sizes: Sequence[str]) -> tuple[str, .
     return tuple(v)
 
 
+def _aliases(v: Any, names: Sequence[str], sizes: Sequence[str]) -> dict[str, str]:
+    """The info's optional ``aliases``: other names of sizes (identifiers that are no param,
+    size or float name) -> a size."""
+    if not (isinstance(v, Mapping) and all(isinstance(k, str) and _IDENT.match(k) and isinstance(s, str)
+                                           for k, s in v.items())):
+        raise ValueError(f"kernel info: 'aliases' must map identifiers to size names, got {brief(v)}")
+    if bad := [k for k, s in v.items() if s not in sizes or k in names]:
+        raise ValueError(f"kernel info: aliases {', '.join(bad)} must name a size ({', '.join(sizes)}) and "
+                         "be no param, size or float name")
+    return dict(v)
+
+
 @dataclass(frozen=True, slots=True)
 class KernelInfo:
     """The ABI of a built kernel, as written to ``<name>.json`` by ``cypressc build``.
@@ -94,7 +106,10 @@ class KernelInfo:
     cudaStream_t)`` and returns a ``cudaError_t`` (``cudaErrorInvalidValue`` when a
     ``requires`` condition fails).  ``floats`` are the program's ``float`` entry parameters
     (values such as a softmax scale; never in a shape or an expression), in the JSON an
-    optional list of names that is written only when non-empty.
+    optional list of names that is written only when non-empty.  ``aliases`` are the other
+    names of the sizes (an unnamed entry dimension's ``C_d0``, a ``let`` that names the size:
+    ``{"C_d0": "M"}``), which keyword sizes may use; in the JSON an optional object written
+    only when non-empty.
     ``flops`` (floating-point operations of one launch) is C text, ``flops_tree`` the same
     expression as a tree; in the JSON both are ``"flops": {"c": ..., "tree": ...}`` and each
     ``requires`` entry is ``{"c": ..., "tree": ..., "why": ...}``."""
@@ -109,6 +124,7 @@ class KernelInfo:
     cuda_arch: str
     bindings: Mapping[str, str] = field(default_factory=dict)  # program parameters: {"T": "bf16", ...}
     floats: tuple[str, ...] = ()
+    aliases: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: Any) -> KernelInfo:
@@ -195,8 +211,9 @@ class KernelInfo:
         if not isinstance(cuda_arch, str) or not _ARCH.match(cuda_arch):
             raise ValueError(f"kernel info: 'cuda_arch' must be a GPU architecture like \"90a\", got "
                              f"{brief(cuda_arch)}")
+        aliases = _aliases(d.get("aliases", {}), [*names, *sizes, *floats], sizes)
         return cls(name, tuple(params), sizes, flops, flops_tree, tuple(requires),
-                   runtime_include, cuda_arch, dict(bindings), floats)
+                   runtime_include, cuda_arch, dict(bindings), floats, aliases)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name,
@@ -206,7 +223,8 @@ class KernelInfo:
                 "flops": {"c": self.flops, "tree": self.flops_tree},
                 "requires": [{"c": r.c, "tree": r.tree, "why": r.why} for r in self.requires],
                 "runtime_include": self.runtime_include, "cuda_arch": self.cuda_arch,
-                **({"bindings": dict(self.bindings)} if self.bindings else {})}
+                **({"bindings": dict(self.bindings)} if self.bindings else {}),
+                **({"aliases": dict(self.aliases)} if self.aliases else {})}
 
     @classmethod
     def load_json(cls, path: str | Path) -> KernelInfo:
@@ -289,3 +307,4 @@ class KernelInfo:
         Raises :class:`KernelError` like :meth:`flops_at`."""
         held = self._eval([(f"requires ({r.c})", r.tree) for r in self.requires], sizes)
         return [r.why for r, ok in zip(self.requires, held) if not ok]
+

@@ -53,13 +53,15 @@ def build_info(p: P.KernelPlan, runtime_include: str, bindings: dict[str, str] |
     (schema: :class:`cypressc.runtime.KernelInfo`); ``flops`` and each of ``requires`` are
     the C text the launcher uses (:mod:`cypressc.backend.cexpr`) next to the same expression
     as a JSON tree; ``floats`` (the ``float`` entry parameters, passed after the sizes) is
-    written only for a kernel that has some."""
+    written only for a kernel that has some, ``aliases`` (the other names of its sizes:
+    ``{"C_d0": "M"}``, :mod:`cypressc.passes.entry_sizes`) only for one whose sizes have some."""
     return {
         "name": p.name,
         "params": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims), "reads": t.reads,
                     "writes": t.writes} for t in p.tensors],
         "sizes": list(p.sizes),
         **({"floats": list(p.floats)} if p.floats else {}),  # only when there are any: other infos unchanged
+        **({"aliases": dict(p.size_aliases)} if p.size_aliases else {}),  # likewise
         "flops": {"c": p.flops_c, "tree": P.size_tree(p.flops)},
         "requires": [{"c": r.c, "tree": r.tree(), "why": r.why} for r in p.requires],
         "runtime_include": runtime_include,

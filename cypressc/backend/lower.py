@@ -219,7 +219,8 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         for t in trips[1:]:
             steps = N.ibin("+", steps, t)
         plan = P.KernelPlan(
-            name=m.name, tensors=tensors, sizes=list(m.scalars), floats=list(m.floats), grid=[self.k(g) for g in grid],
+            name=m.name, tensors=tensors, sizes=list(m.scalars), floats=list(m.floats),
+            size_aliases=dict(m.size_aliases), grid=[self.k(g) for g in grid],
             grid_exprs=[self._sized(g) for g in grid], trip_expr=self._sized(steps), host_loop=self.host_var,
             raster=inst.raster or 16, persistent=bool(inst.persistent), consumers=consumers,
             stages=stages, trips=[self.k(t) for t in trips], maps=[], buffers=[], loads=[],

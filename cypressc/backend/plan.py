@@ -499,6 +499,7 @@ class KernelPlan:
     trip_expr: IExpr | None = None  # ``trip_count`` over the sizes and block indices
     host_loop: str | None = None  # a parallelized HOST loop: its variable, as the last grid dim
     floats: list[str] = field(default_factory=list)  # float entry parameters: kernel arguments after the sizes
+    size_aliases: dict[str, str] = field(default_factory=dict)  # other names of the sizes (entry_sizes)
 
     @property
     def pointer_tensors(self) -> list[GlobalTensor]:

@@ -303,7 +303,9 @@ class Module:
     """A lowered program: ``params`` are the entrypoint's tensors (GLOBAL), ``scalars`` the
     run-time sizes they introduce (``M``, ``N``, ``K``…) and its ``int`` parameters,
     ``floats`` its ``float`` parameters (values such as a softmax scale, never indices),
-    ``body`` the HOST-level block.
+    ``body`` the HOST-level block.  ``size_aliases`` pairs every other name of a size (an
+    unnamed dimension's ``C_d0``, a ``let`` that names it) with the size
+    (:mod:`cypressc.passes.entry_sizes`).
 
     ``roles`` (from ``warp-specialization``, paper §4.2.5) pairs each copy and call event
     with the role that runs it (``producer`` / ``consumer``).  ``synchronized`` is set by
@@ -328,6 +330,7 @@ class Module:
     synchronized: bool = False
     roles: tuple[tuple[str, str], ...] = ()
     floats: tuple[str, ...] = ()
+    size_aliases: tuple[tuple[str, str], ...] = ()
     sites: Sites | None = field(default=None, compare=False)
     schedule: Schedule | None = field(default=None, compare=False)
     resources: Resources | None = field(default=None, compare=False)

@@ -26,6 +26,7 @@ keeps it NONE, with a note at the launch whose copy needs it.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 from cypressc.diagnostics import CypressError, Loc
@@ -82,6 +83,20 @@ class _Index:
         return d is not None and self.pos[id(d)] < self.pos[id(op)]
 
 
+_LAST = threading.local()  # the index of the module the patterns were last tried on
+
+
+def _index(m: N.Module) -> _Index:
+    """``_Index(m)``, built once per module: a pattern that does not fire leaves the module
+    as it was, and the next pattern reads the same index (an index is a pure function of the
+    module, which is immutable, and no pattern writes to one).  Per thread: the tuner
+    compiles candidates on threads."""
+    ix = getattr(_LAST, "ix", None)
+    if ix is None or ix.m is not m:
+        ix = _LAST.ix = _Index(m)
+    return ix
+
+
 def _same_shape(a, b) -> bool:
     return tuple(a) == tuple(b)
 
@@ -101,7 +116,7 @@ def _add_pre(m: N.Module, targets: set[int], extra: tuple[N.EvRef, ...]) -> N.Mo
 
 # ----------------------------------------------------------------------------- patterns
 def _try_alias(m: N.Module) -> N.Module | None:
-    ix = _Index(m)
+    ix = _index(m)
     for a in ix.order:
         if not isinstance(a, N.Alloc) or ix.alloc_of(a.name) is None:
             continue
@@ -193,7 +208,7 @@ def _alias(m: N.Module, ix: _Index, a: N.Alloc, cin: N.Copy | None, cout: N.Copy
 
 
 def _try_hoist(m: N.Module) -> N.Module | None:
-    ix = _Index(m)
+    ix = _index(m)
     for lp in ix.order:
         if not isinstance(lp, N.For):
             continue
@@ -315,7 +330,7 @@ def _also_wait(m: N.Module, loop_ev: str, cout: N.Copy) -> N.Module:
 
 
 def _try_spill(m: N.Module) -> N.Module | None:
-    ix = _Index(m)
+    ix = _index(m)
     copies = [o for o in ix.order if isinstance(o, N.Copy)]
     for cout in copies:
         if not isinstance(cout.src, N.TRef) or ix.sym.mem(cout.dst) != "NONE":
@@ -358,7 +373,7 @@ def _spill(m: N.Module, ix: _Index, cout: N.Copy, cin: N.Copy) -> N.Module:
 
 
 def _try_duplicate(m: N.Module) -> N.Module | None:
-    ix = _Index(m)
+    ix = _index(m)
     copies = [o for o in ix.order if isinstance(o, N.Copy) and isinstance(o.dst, N.TRef)]
     for i, c1 in enumerate(copies):
         t1 = c1.dst.name  # type: ignore[union-attr]
@@ -383,7 +398,7 @@ def _try_duplicate(m: N.Module) -> N.Module | None:
 
 def _try_self(m: N.Module) -> N.Module | None:
     """Self copy elimination (Fig. 10d): ``copy(t, t)`` goes, its event forwarded."""
-    ix = _Index(m)
+    ix = _index(m)
     for o in ix.order:
         if isinstance(o, N.Copy) and canon(o.src, ix.sym) == canon(o.dst, ix.sym):
             return _drop(m, o)
@@ -391,7 +406,7 @@ def _try_self(m: N.Module) -> N.Module | None:
 
 
 def _try_dead(m: N.Module) -> N.Module | None:
-    ix = _Index(m)
+    ix = _index(m)
     for o in ix.order:
         if isinstance(o, N.Copy) and ix.sym.mem(o.dst) == "NONE":
             root = ix.sym.root(o.dst)
@@ -430,7 +445,7 @@ def _try_snapshot(m: N.Module) -> N.Module | None:
     again later (a value carried around a loop, read before the step rewrites it): the
     copy-in is a snapshot, so every later write of the view's root must wait for every use
     of the snapshot, which the write-after-read edge on the dropped copy-in stood for."""
-    ix = _Index(m)
+    ix = _index(m)
     for a in ix.order:
         if not isinstance(a, N.Alloc) or ix.alloc_of(a.name) is None:
             continue
@@ -453,7 +468,7 @@ def _try_snapshot(m: N.Module) -> N.Module | None:
         uses = tuple(o for o, _, _ in acc if o is not cin)
         targets = {id(w): tuple(ref_for(u.ev, u.dims, w.dims) for u in uses) for w in later}
         m = _add_pre_each(m, targets)
-        return _alias(m, _Index(m), _find_alloc(m, a.name), _find(m, cin.ev), None, x)
+        return _alias(m, _index(m), _find_alloc(m, a.name), _find(m, cin.ev), None, x)
     return None
 
 
@@ -504,7 +519,7 @@ def _try_rotate(m: N.Module) -> N.Module | None:
     of R2 waits for each use of R1 (the write-after-read the shared storage now has).  The
     pair is then an ordinary spill that hoisting moves out of the loop (FlashAttention-3's P
     of step k, read by step k+1's second GEMM, registers that rotate)."""
-    ix = _Index(m)
+    ix = _index(m)
     for lp in ix.order:
         if not isinstance(lp, N.For):
             continue
@@ -557,7 +572,7 @@ def _all_views(o: N.Op) -> list[N.View]:
 
 
 def _check_none(m: N.Module) -> None:
-    ix = _Index(m)
+    ix = _index(m)
     for o in ix.order:
         for v, _, _ in views_of(o):
             root = ix.sym.root(v)
@@ -645,8 +660,11 @@ def copy_elimination(m: N.Module) -> N.Module:
     materialized, :class:`NotConverged` (an internal error) when the rewrites do not reach a
     fixpoint.
     """
-    m, _ = rewrite_to_fixpoint(m)
-    _check_none(m)
+    try:
+        m, _ = rewrite_to_fixpoint(m)
+        _check_none(m)
+    finally:
+        _LAST.ix = None  # the module's index is not kept past the pass
     return m
 
 

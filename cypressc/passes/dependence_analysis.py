@@ -31,6 +31,7 @@ from cypressc.lang.externals import leaf_functions
 from cypressc.lang.intrinsics import atom as lookup_atom
 from cypressc.lang.intrinsics import atom_name, is_atom_name
 from cypressc.mapping.tasktree import TaskNode, TaskTree
+from cypressc.passes.entry_sizes import entry_sizes
 from cypressc.passes.extents import check_block, check_division, check_extent, check_value
 from cypressc.passes.levels import check_mma_pieces, check_processors, here, loop_proc
 
@@ -612,28 +613,32 @@ class _DA:
         params: list[N.Alloc] = []
         scalars: list[str] = []
         floats: list[str] = []
+        es = entry_sizes(v)  # one name per size the program ties (cypressc/passes/entry_sizes.py)
+        ivar: dict[str, N.IVar] = {}
+
+        def size(n: str) -> N.IVar:
+            if n not in ivar:
+                ivar[n] = N.IVar(self.names.fresh(n))
+                scalars.append(ivar[n].name)
+            return ivar[n]
+
         for p in v.params:
             if isinstance(p.type, S.TensorType):
-                dims = []
-                for d in range(p.type.rank):
-                    size = p.type.dims[d] if p.type.dims else None
-                    if size is not None and size in env:
-                        dims.append(env[size][1])
-                        continue
-                    n = self.names.fresh(size or f"{p.name}_d{d}")
-                    scalars.append(n)
-                    dims.append(N.IVar(n))
-                    if size is not None:
-                        env[size] = ("scalar", N.IVar(n))
+                dims = [size(n) for n in es.dims[p.name]]
+                for d, n in zip(p.type.dims or (), es.dims[p.name]):
+                    env[d] = ("scalar", ivar[n])
                 name = self.names.fresh(p.name)
                 a = N.Alloc(name, tuple(dims), p.type.dtype, "GLOBAL")
                 self.allocs[name] = a
                 params.append(a)
                 env[p.name] = ("tensor", N.TRef(name))
-            else:
+            elif p.type.kind == "float":
                 n = self.names.fresh(p.name)
-                (floats if p.type.kind == "float" else scalars).append(n)
+                floats.append(n)
                 env[p.name] = ("scalar", N.IVar(n))
+            else:
+                env[p.name] = ("scalar", size(es.ints[p.name]))
+        aliases = tuple((a, ivar[n].name) for a, n in es.aliases.items())
         f = _Frame(None)
         sc = _Scope(root, env)
         self.body(v.body, sc, f)
@@ -641,7 +646,7 @@ class _DA:
             self._raise_misfits()
         return N.Module(self.tree.program.path.rsplit("/", 1)[-1].removesuffix(".cyp"),
                         tuple(params), tuple(scalars), N.Block(tuple(f.ops)), floats=tuple(floats),
-                        sites=self.sites)
+                        size_aliases=aliases, sites=self.sites)
 
 
 def dependence_analysis(tree: TaskTree) -> N.Module:

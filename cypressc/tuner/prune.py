@@ -24,7 +24,7 @@ from typing import Any
 
 from cypressc.runtime import eval_expr
 
-__all__ = ["check_candidate", "check_all", "static_score"]
+__all__ = ["check_candidate", "check_all", "pool_size", "static_score"]
 
 
 def check_candidate(job: tuple[str, Mapping[str, str], str, str]) -> dict[str, Any]:
@@ -35,15 +35,12 @@ def check_candidate(job: tuple[str, Mapping[str, str], str, str]) -> dict[str, A
     for a refusal (a located :class:`CypressError`), or ``{"ok": False, "code": "internal",
     "message"}`` for a compiler bug (reported, never hidden)."""
     from cypressc.diagnostics import CypressError, CypressErrors
-    from cypressc.lang.checker import check_program
-    from cypressc.lang.parser import parse_file
-    from cypressc.mapping.loader import load_mapping_source
-    from cypressc.mapping.tasktree import instantiate
+    from cypressc.frontend import front_end
     from cypressc.pipeline import compile_module
 
     program, dtypes, text, mpath = job
     try:
-        tree = instantiate(check_program(parse_file(program, dict(dtypes))), load_mapping_source(text, mpath))
+        tree = front_end(program, mpath, dtypes=dtypes, mapping_text=text)
         m = compile_module(tree)[-1][1]
     except CypressErrors as e:
         first = e.errors[0]
@@ -65,7 +62,7 @@ def plan_features(plan) -> dict[str, Any]:
         except ValueError:
             return None
 
-    return {"sizes": list(plan.sizes), "floats": list(plan.floats),
+    return {"sizes": list(plan.sizes), "aliases": dict(plan.size_aliases), "floats": list(plan.floats),
             "grid": [tree(g) for g in plan.grid_exprs], "trip_count": tree(plan.trip_expr),
             "flops": tree(plan.flops),
             "stage_bytes": sum(b.stage_bytes for b in plan.buffers), "stages": plan.stages,
@@ -82,16 +79,16 @@ def check_all(jobs: Sequence[tuple], *, workers: int | None = None,
     """:func:`check_candidate` over ``jobs`` on ``workers`` processes (default: every core);
     ``on_done(i, result)`` is called as each finishes (progress).  Small batches run in
     this process (a pool costs more to start than they take)."""
-    workers = workers or os.cpu_count() or 1
+    workers = pool_size(len(jobs), workers)
     out: list[dict | None] = [None] * len(jobs)
-    if len(jobs) < 8 or workers == 1:
+    if workers == 1:
         for i, j in enumerate(jobs):
             out[i] = check_candidate(j)
             if on_done:
                 on_done(i, out[i])
         return out  # type: ignore[return-value]
     ctx = multiprocessing.get_context(_start_method())
-    with cf.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx) as pool:
+    with cf.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         futs = {pool.submit(check_candidate, j): i for i, j in enumerate(jobs)}
         try:
             for f in cf.as_completed(futs):
@@ -104,6 +101,14 @@ def check_all(jobs: Sequence[tuple], *, workers: int | None = None,
                 f.cancel()
             raise
     return out  # type: ignore[return-value]
+
+
+def pool_size(jobs: int, workers: int | None = None) -> int:
+    """The processes :func:`check_all` checks ``jobs`` candidates on: ``workers`` (default
+    every core), no more than the jobs, and 1 (this process) for fewer than 8, where a pool
+    costs more to start than they take."""
+    workers = workers or os.cpu_count() or 1
+    return 1 if jobs < 8 else max(1, min(workers, jobs))
 
 
 def _start_method() -> str:

@@ -13,37 +13,97 @@ __all__ = ["Progress", "table", "best_yaml", "closing_note", "failures", "failur
 
 
 class Progress:
-    """rich progress bars (on stderr; silent when ``enabled`` is false), one per phase."""
+    """Progress of a search on stderr, one of three ways (``mode``): ``"bars"``, rich progress
+    bars (for a terminal); ``"lines"``, plain lines for a log file or a pipe — each phase's
+    start, a line at every tenth of it (at most one per :attr:`GAP` seconds, and one at least
+    every :attr:`QUIET` seconds while it advances), its end with its counts and seconds, and
+    each GPU worker start; ``"off"``, nothing.  ``True``/``False`` mean bars/off."""
 
-    def __init__(self, enabled: bool = True) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-        from rich.progress import Progress as RichProgress
+    GAP, QUIET = 2.0, 30.0
 
-        self._p = RichProgress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
-                               TimeElapsedColumn(), console=Console(stderr=True), disable=not enabled)
+    def __init__(self, mode: bool | str = True, stream: Any = None) -> None:
+        import sys
+
+        self.mode = {True: "bars", False: "off"}.get(mode, mode)  # type: ignore[call-overload]
+        if self.mode not in ("bars", "lines", "off"):
+            raise ValueError(f"progress mode {mode!r}: bars, lines or off")
+        self._stream = stream if stream is not None else sys.stderr
         self._tasks: dict[str, Any] = {}
+        self._phases: dict[str, dict[str, Any]] = {}
+        self._p = None
+        if self.mode == "bars":
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+
+            self._p = RichProgress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
+                                   TimeElapsedColumn(), console=Console(stderr=True))
 
     def __enter__(self) -> Progress:
-        self._p.start()
+        if self._p is not None:
+            self._p.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._p.stop()
+        if self._p is not None:
+            self._p.stop()
+
+    def _line(self, text: str) -> None:
+        self._stream.write(f"tune: {text}\n")
+        self._stream.flush()
 
     def start(self, phase: str, description: str, total: int, done: int = 0) -> None:
-        if phase in self._tasks:
-            self._p.update(self._tasks[phase], description=description, total=total, completed=done)
-        else:
-            self._tasks[phase] = self._p.add_task(description, total=total, completed=done)
+        import time
+
+        now = time.perf_counter()
+        self._phases[phase] = {"what": description, "total": total, "done": done, "t0": now, "said": now,
+                               "step": done * 10 // max(1, total)}
+        if self.mode == "lines":
+            self._line(f"{description}: {total} candidate{'s' if total != 1 else ''}"
+                       + (f" ({done} already done)" if done else ""))
+        elif self._p is not None:
+            if phase in self._tasks:
+                self._p.update(self._tasks[phase], description=description, total=total, completed=done)
+            else:
+                self._tasks[phase] = self._p.add_task(description, total=total, completed=done)
 
     def advance(self, phase: str) -> None:
-        if phase in self._tasks:
+        import time
+
+        if self._p is not None and phase in self._tasks:
             self._p.advance(self._tasks[phase])
+        st = self._phases.get(phase)
+        if st is None:
+            return
+        st["done"] += 1
+        if self.mode != "lines" or st["done"] >= st["total"]:  # the end is finish()'s line
+            return
+        now = time.perf_counter()
+        step = st["done"] * 10 // max(1, st["total"])
+        if (step > st["step"] and now - st["said"] >= self.GAP) or now - st["said"] >= self.QUIET:
+            st["step"], st["said"] = step, now
+            self._line(f"{st['what']}: {st['done']}/{st['total']} ({100 * st['done'] // max(1, st['total'])}%) "
+                       f"in {now - st['t0']:.1f} s")
+
+    def finish(self, phase: str, summary: str) -> None:
+        """The end of ``phase``: ``summary`` says what came of it (counts); the seconds are added."""
+        import time
+
+        st = self._phases.pop(phase, None)
+        if st is None:
+            return
+        text = f"{st['what']}: {summary} in {time.perf_counter() - st['t0']:.1f} s"
+        if self.mode == "lines":
+            self._line(text)
+        elif self._p is not None:
+            self._p.console.print(text, highlight=False)
 
     def event(self, ev: dict, cand: Candidate | None) -> None:
-        """A worker event (``checked``, ``round``, ``result``; see :mod:`cypressc.tuner.timing`)
-        about ``cand``: the bars show counts only, the failures are listed at the end."""
+        """A worker event (``started``, ``checked``, ``round``, ``result``; see
+        :mod:`cypressc.tuner.timing`) about ``cand``: the bars show counts only, the lines a
+        GPU worker's start; the failures are listed at the end."""
+        if self.mode == "lines" and ev.get("event") == "started":
+            self._line(f"GPU worker {ev.get('gpu')} ({ev.get('device')}) started in {ev.get('seconds', 0):.1f} s")
 
 
 def _speed(c: Candidate) -> str:
@@ -85,6 +145,13 @@ def closing_note(res: Result) -> str:
            + ("" if res.options.compile_only else f", {n['timed']} timed, {n['failed_check']} failed the check"),
            f"wall {s.get('total', 0):.1f} s: prune {s['prune']:.1f} s, compile {s['compile']:.1f} s, "
            f"timing {s['timing']:.1f} s"]
+    if res.pruning:  # what pruning costs: the compiler's passes on every candidate (docs/tuning.md)
+        p, procs = res.pruning, max(1, res.pruning["processes"])
+        checked = (f"{p['checked']} checked by the compiler on {procs} process{'es' if procs != 1 else ''} "
+                   f"(about {s['prune'] * procs / p['checked']:.2f} s of a core each)" if p["checked"] else
+                   "none checked by the compiler")
+        out.append(f"pruned {n['pruned']} of {n['considered']} in {s['prune']:.1f} s: {checked}, "
+                   f"{p['cached']} from the prune cache")
     if res.partial:
         out.append("interrupted: the result covers the candidates measured so far")
     out += failure_lines(res)

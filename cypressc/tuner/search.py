@@ -16,14 +16,14 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cypressc.tuner.cache import JsonStore, cache_dir, compiler_fingerprint, digest
 from cypressc.tuner.space import Space
 
-__all__ = ["Options", "Candidate", "Result", "search", "OptionError"]
+__all__ = ["Options", "Candidate", "Result", "search", "OptionError", "bind_sizes", "kernel_sizes"]
 
 
 class OptionError(ValueError):
@@ -94,6 +94,7 @@ class Result:
     device: str
     seconds: dict[str, float]
     partial: bool = False
+    pruning: dict[str, int] = field(default_factory=dict)  # checked by the compiler, cached, processes
 
     def _ranked(self) -> list[Candidate]:
         timed = [c for c in self.candidates if c.tflops]
@@ -139,13 +140,15 @@ class Result:
 def search(program: str, mapping: str, opts: Options, *, progress=None) -> Result:
     """Tune ``mapping`` for ``program`` (paths).  Raises the compiler's errors for the
     starting mapping itself (it must compile), :class:`OptionError` (a ``ValueError``) for
-    sizes that do not bind the kernel's or floats it does not take; ``progress`` is a
+    sizes that do not bind the kernel's (a size may be given by an alias: :func:`bind_sizes`;
+    the result's ``options.sizes`` are the kernel's names) or floats it does not take; ``progress`` is a
     :class:`~cypressc.tuner.report.Progress` or ``None``."""
     from cypressc.tuner.build import build_many
-    from cypressc.tuner.prune import check_all, check_candidate, static_score
+    from cypressc.tuner.prune import check_all, check_candidate, pool_size, static_score
 
     t_start = time.perf_counter()
     secs = {"prune": 0.0, "compile": 0.0, "timing": 0.0}
+    pruning = {"checked": 0, "cached": 0, "processes": 0}
     text = Path(mapping).read_text()
     prog_text = Path(program).read_text()
     space = _space(program, mapping, text, opts.dtypes)
@@ -160,16 +163,21 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
     device = "none (--compile-only)" if opts.compile_only else _device_name()
 
     base = Candidate(dict(space.base), text, _label(text), 0, baseline=True)
-    v = check_candidate((program, opts.dtypes, text, mapping))
+    t0 = time.perf_counter()
+    base_key = digest("prune-v1", fp, prog_text, opts.dtypes, text)
+    v = store.get(base_key)
+    if v is None:
+        v = check_candidate((program, opts.dtypes, text, mapping))
+        pruning["checked"] += 1
+        if v["ok"] or v["code"] != "internal":
+            store.put(base_key, v)
+    else:
+        pruning["cached"] += 1
+    secs["prune"] += time.perf_counter() - t0
     if not v["ok"]:                       # the user's own mapping: show the located error
         _front_and_compile(program, mapping, opts.dtypes)
     base.verdict, seen[text] = v, base
-    missing = [s for s in v["plan"]["sizes"] if s not in opts.sizes]
-    extra = [s for s in opts.sizes if s not in v["plan"]["sizes"]]
-    if missing or extra:
-        raise OptionError(f"the kernel's sizes are {', '.join(v['plan']['sizes'])}: "
-                          + (f"bind {', '.join(missing)} with --size NAME=N" if missing else
-                             f"it has no size {', '.join(extra)}"), "--size")
+    opts = replace(opts, sizes=bind_sizes(opts.sizes, v["plan"]["sizes"], v["plan"].get("aliases", {})))
     if bad := [f for f in opts.floats if f not in v["plan"].get("floats", [])]:
         raise OptionError(f"the kernel has no float parameter {', '.join(bad)}"
                           + (f" (it has {', '.join(v['plan']['floats'])})" if v["plan"].get("floats") else ""),
@@ -202,6 +210,14 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
             if r["ok"] or r["code"] != "internal":     # a compiler bug is never cached
                 store.put(keys[c.label], r)
         secs["prune"] += time.perf_counter() - t0
+        pruning["checked"] += len(fresh)
+        pruning["processes"] = max(pruning["processes"], pool_size(len(fresh), opts.workers))
+        pruning["cached"] += len(todo) - len(fresh)
+        if progress and hasattr(progress, "finish"):
+            refused = Counter(c.verdict["code"] for c in todo if not c.verdict["ok"])
+            by = ", ".join(f"{k} {n}" for k, n in sorted(refused.items()))
+            progress.finish("prune", f"pruned {sum(refused.values())} of {len(todo)}" + (f" ({by})" if by else "")
+                            + (f", {len(todo) - len(fresh)} from the prune cache" if len(fresh) < len(todo) else ""))
         ok = [c for c in cands if c.verdict["ok"]]
         for c in ok:
             c.score = static_score(c.verdict["plan"], opts.sizes, sms, smem_max)
@@ -231,6 +247,11 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
 
         build_many(jobs, workers=opts.workers, root=opts.kernel_root, on_done=done)
         secs["compile"] += time.perf_counter() - t0
+        if progress and hasattr(progress, "finish"):
+            hits = sum(1 for c in chosen if c.hit)
+            failed = sum(1 for c in chosen if c.error and not c.dir)
+            progress.finish("compile", f"{len(chosen) - hits - failed} compiled, {hits} from the kernel cache, "
+                            f"{failed} failed to build")
 
     def _time(chosen: list[Candidate], rnd: int) -> None:
         from cypressc.tuner.timing import time_candidates
@@ -262,6 +283,10 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
             if label in by_label and (by_label[label].timing is None or r.get("ok")):
                 by_label[label].timing = r
         secs["timing"] += time.perf_counter() - t0
+        if progress and hasattr(progress, "finish"):
+            ok = sum(1 for c in cands if c.tflops)
+            progress.finish("time", f"{ok} timed, {sum(1 for c in cands if c.timing and not c.timing.get('ok'))} "
+                            "failed the check")
 
     partial = False
     try:
@@ -284,7 +309,41 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
 
         stop_workers()
     secs["total"] = time.perf_counter() - t_start
-    return Result(space, opts, list(seen.values()), device, secs, partial)
+    return Result(space, opts, list(seen.values()), device, secs, partial, pruning)
+
+
+def bind_sizes(given: Mapping[str, int], sizes: list[str], aliases: Mapping[str, str]) -> dict[str, int]:
+    """``given`` as the kernel's ``sizes`` (in their order), each given by its name or one
+    of its ``aliases`` (``C_d0`` for ``M``: :mod:`cypressc.passes.entry_sizes`).  Raises
+    :class:`OptionError` for a size left out, a name the kernel does not have, or two names
+    of one size with different values."""
+    from cypressc.abi import resolve_aliases
+
+    def names(s: str) -> str:
+        other = [a for a, t in aliases.items() if t == s]
+        return s + (f" (or {', '.join(other)})" if other else "")
+
+    try:
+        bound = resolve_aliases(given, aliases)
+    except ValueError as e:
+        raise OptionError(str(e), "--size") from None
+    missing = [s for s in sizes if s not in bound]
+    extra = [s for s in bound if s not in sizes]
+    if missing or extra:
+        raise OptionError(f"the kernel's sizes are {', '.join(names(s) for s in sizes)}: "
+                          + (f"bind {', '.join(missing)} with --size NAME=N" if missing else
+                             f"it has no size {', '.join(extra)}"), "--size")
+    return {s: bound[s] for s in sizes}
+
+
+def kernel_sizes(tree) -> tuple[list[str], dict[str, str]]:
+    """The sizes of the kernel that task tree ``tree`` builds and their aliases, read off its
+    entrypoint (:func:`cypressc.passes.entry_sizes.entry_sizes`, as dependence analysis
+    names them) without compiling."""
+    from cypressc.passes.entry_sizes import entry_sizes
+
+    es = entry_sizes(tree.root.variant)
+    return list(es.sizes), dict(es.aliases)
 
 
 def round_budgets(budget: int) -> tuple[int, int]:
@@ -325,25 +384,10 @@ def _space(program: str, mapping: str, text: str, dtypes: Mapping[str, str]) -> 
 
 
 def _front_from_text(program: str, text: str, mpath: str, dtypes: Mapping[str, str]):
-    from cypressc.diagnostics import CypressError, CypressErrors
-    from cypressc.lang.checker import check_program
-    from cypressc.lang.parser import parse_file
-    from cypressc.mapping.loader import load_mapping_source
-    from cypressc.mapping.tasktree import instantiate
+    """The task tree of ``program`` under mapping text ``text`` (a candidate), located at ``mpath``."""
+    from cypressc.frontend import front_end
 
-    errors: list[CypressError] = []
-    prog = lm = None
-    try:
-        prog = check_program(parse_file(program, dict(dtypes)))
-    except CypressErrors as e:
-        errors += e.errors
-    try:
-        lm = load_mapping_source(text, mpath)
-    except CypressErrors as e:
-        errors += e.errors
-    if errors:
-        raise CypressErrors(errors)
-    return instantiate(prog, lm)
+    return front_end(program, mpath, dtypes=dtypes, mapping_text=text)
 
 
 def _front_and_compile(program: str, mapping: str, dtypes: Mapping[str, str]) -> None:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from cypressc.backend.build import render_build
 from cypressc.backend.emit import emit_cuda
 from cypressc.diagnostics import CypressError
-from tests.compiled import snapshots
+from tests.compiled import snapshots, tree
 
 ROOT = Path(__file__).resolve().parents[2]
 # goldens of a program under another mapping or dtype: name -> (program, mapping, dtypes)
@@ -21,7 +22,6 @@ EXTRA = {"gemm_bf16": ("gemm", "h100", {"T": "bf16"}),
          # the barriers before the loop and at the end of the tile), an N = 8 K-major wgmma
          "gemm_reduction_tc": ("gemm_reduction", "h100_tc", {})}
 PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp")) + sorted(EXTRA)
-RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 LOWERED = {"gemm", "batched_gemm", "dual_gemm", "gemm_reduction"}  # must keep lowering: a refusal is a regression
 
 
@@ -40,34 +40,44 @@ def test_cuda_matches_golden(program, golden):
     golden.check(f"cu/{program}.cu", emit_cuda(_plan(program)))
 
 
-def _cutlass_include() -> str:
-    import cutlass_library
+# the compile shares its nvcc command with `cypressc tune` (a build directory, `make
+# lib<name>.so`, ptxas verbose: tests/tune/test_tune_programs.py), so the session's nvcc cache
+# (tests/tools/nvcc) compiles each program's kernel once for both; one group runs them in turn
+PTXAS_V = {"EXTRA_NVCCFLAGS": "-Xptxas -v"}
 
-    return os.path.join(os.path.dirname(cutlass_library.__file__), "source", "include")
+
+def kernel_group(program: str):
+    return pytest.param(program, marks=pytest.mark.xdist_group(f"kernel-{program}"))
 
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("program", [kernel_group(p) for p in PROGRAMS])
 def test_golden_cuda_compiles_for_sm90a(program, tmp_path):
     golden = ROOT / "tests" / "golden" / "cu" / f"{program}.cu"
     if not golden.exists():
         pytest.skip(f"no golden CUDA for {program} (the backend refuses it)")
-    # a build directory keeps copies of the program's headers under include/ (call-external)
-    for line in golden.read_text().splitlines():
-        if line.startswith('#include "include/'):
-            name = line.split('"')[1].removeprefix("include/")
-            (tmp_path / "include" / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(ROOT / "programs" / name, tmp_path / "include" / name)
-    src = tmp_path / golden.name
-    shutil.copy(golden, src)
-    out = subprocess.run(
-        ["nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{RUNTIME}",
-         f"-I{_cutlass_include()}", "-Xcompiler", "-fPIC", "-shared", "-Xptxas", "-v",
-         "-o", str(tmp_path / "lib.so"), str(src)], capture_output=True, text=True)
+    name, mapping, dtypes = EXTRA.get(program, (program, "h100", {}))
+    maps = ROOT / "mappings" / name / f"{mapping}.yaml"
+    r = render_build(tree(name, maps, dtypes), snapshots(name, maps, dtypes=dtypes))
+    assert r.files[f"{r.plan.name}.cu"] == golden.read_text()  # the golden, as `cypressc build` writes it
+    d = tmp_path / "k"
+    for rel, text in r.files.items():  # headers included by a call-external under include/
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(text)
+    env = {**os.environ, **PTXAS_V}
+    if shutil.which("make"):  # as cypressc.tuner.build.make_library does
+        out = subprocess.run(["make", "-s", "-C", str(d), f"lib{r.plan.name}.so"], capture_output=True, text=True,
+                             env=env)
+    else:
+        from cypressc.tuner.build import nvcc_command
+
+        out = subprocess.run(nvcc_command(d, r.plan.name, f"lib{r.plan.name}.so", PTXAS_V["EXTRA_NVCCFLAGS"]),
+                             cwd=d, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-4000:]
-    assert "spill stores" in out.stderr
-    for line in out.stderr.splitlines():
+    log = out.stdout + out.stderr
+    assert "spill stores" in log
+    for line in log.splitlines():
         if "spill stores" in line:
             assert " 0 bytes spill stores" in line, line
-    assert "C7508" not in out.stderr, "setmaxnreg was ignored"
+    assert "C7508" not in log, "setmaxnreg was ignored"

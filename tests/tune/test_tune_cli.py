@@ -56,6 +56,14 @@ def test_compile_only_prunes_compiles_and_hits_the_cache(tmp_path, monkeypatch):
     r = tune(*args)
     assert r.exit_code == 0, r.output + r.stderr
     first = counts(r.stdout)
+    assert re.search(r"\npruned 5 of 9 in \d+\.\d s: 9 checked by the compiler on 2 processes \(about \d+\.\d\d s of "
+                     r"a core each\), 0 from the prune cache\n", r.stdout), r.stdout
+    # stderr is no terminal (CliRunner): plain progress lines, not bars
+    assert r.stderr.startswith("tune: round 1: checking: 8 candidates\n"), r.stderr
+    assert re.search(r"\ntune: round 1: checking: pruned 5 of 8 \(E040 4, E046 1\) in \d+\.\d s\n"
+                     r"tune: round 1: compiling: 2 candidates\n", r.stderr), r.stderr
+    assert re.search(r"\ntune: round 1: compiling: 2 compiled, 0 from the kernel cache, 0 failed to build in "
+                     r"\d+\.\d s\n", r.stderr), r.stderr
     # 8 points + the starting mapping: the 4 with V = 256 issue WGMMA_64x128x16 on 256-column tiles
     # (E040, found before shared memory is counted), 1 of the others overflows shared memory (E046)
     assert first == {"considered": 9, "pruned": 5, "by": "E040 4, E046 1", "compiled": 2, "hits": 0, "failed": 0}
@@ -68,10 +76,12 @@ def test_compile_only_prunes_compiles_and_hits_the_cache(tmp_path, monkeypatch):
     assert block.warpspecialize is True and block.persistent is True
     assert len(list((tune_cache / "kernels").glob("*/libgemm.so"))) == 2
 
-    again = tune(*args)                     # nothing is compiled or re-checked the second time
+    again = tune(*args, "--no-progress")    # nothing is compiled or re-checked the second time
     assert again.exit_code == 0, again.output
     assert counts(again.stdout) == dict(first, compiled=0, hits=2)
     assert "prune 0.0 s" in again.stdout
+    assert "pruned 5 of 9 in 0.0 s: none checked by the compiler, 9 from the prune cache" in again.stdout
+    assert "tune:" not in again.stderr      # --no-progress: none
     assert best.read_text() == text
 
 
@@ -131,3 +141,61 @@ def test_the_budget_is_an_upper_bound_across_both_rounds():
         n1, n2 = round_budgets(budget)
         assert n1 >= 1 and n2 >= 0 and n1 + n2 == budget
     assert round_budgets(24) == (16, 8)
+
+
+def test_sizes_named_after_shapes_are_one_size_by_any_of_their_names(tmp_path, tune_cache):
+    """tests/programs/gemm_shapes.cyp names its sizes with ``M, N, K = C.shape[0], C.shape[1],
+    A.shape[1]``: tune asks for M, N and K (it asked for six, C_d0 ... B_d1), takes them by
+    any of their names, and refuses two values for one size."""
+    mapping = tmp_path / "plain.yaml"   # one candidate: the mapping itself
+    mapping.write_text((ROOT / "mappings/gemm/h100_plain.yaml").read_text() + "tune:\n  U: 128\n  V: 128\n"
+                       "  W: 64\n  WGS: 2\n  MMA: WGMMA_64x128x16\n  copy_block.D: GLOBAL\n  pipeline: 3\n"
+                       "  warpspecialize: false\n  persistent: false\n  raster: 16\n  mma_in_flight: 1\n")
+    prog = str(ROOT / "tests/programs/gemm_shapes.cyp")
+
+    def run(*sizes: str):
+        return CliRunner().invoke(main, ["tune", prog, "-m", str(mapping), *(f"--size={s}" for s in sizes),
+                                         "--compile-only", "--no-progress"])
+
+    r = run("C_d0=256", "N=512", "B_d0=128")
+    assert r.exit_code == 0, r.output + r.stderr
+    assert "1 candidates: 0 pruned by the compiler (none), 1 compiled" in r.stdout
+    assert "# device: none (--compile-only); sizes M=256 N=512 K=128; dtypes defaults" in r.stdout
+    r = run("C_d0=256", "A_d0=128", "N=512", "K=128")
+    assert r.exit_code == 2 and "C_d0=256 and A_d0=128 name one size, M: give it one value" in r.stderr, r.stderr
+    r = run("M=256", "N=512")
+    assert r.exit_code == 2, r.stderr
+    assert ("the kernel's sizes are M (or C_d0, A_d0), N (or C_d1, B_d1), K (or A_d1, B_d0): bind K with "
+            "--size NAME=N") in " ".join(r.stderr.split()), r.stderr
+
+
+def test_plain_progress_lines_say_each_tenth_at_most_every_gap():
+    import io
+
+    from cypressc.tuner.report import Progress
+
+    out = io.StringIO()
+    p = Progress("lines", out)
+    p.GAP = 0.0
+    p.start("prune", "round 1: checking", 20, done=2)
+    for _ in range(18):
+        p.advance("prune")
+    p.finish("prune", "pruned 7 of 20")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "tune: round 1: checking: 20 candidates (2 already done)"
+    assert [ln.split(": ")[3].split(" in ")[0] for ln in lines[1:-1]] == \
+        [f"{n}/20 ({5 * n}%)" for n in range(4, 20, 2)]      # every tenth; the last is the end line
+    assert re.fullmatch(r"tune: round 1: checking: pruned 7 of 20 in \d+\.\d s", lines[-1])
+    out = io.StringIO()
+    p = Progress("lines", out)                # a fast phase: its start and its end only
+    p.start("compile", "round 1: compiling", 1000)
+    for _ in range(1000):
+        p.advance("compile")
+    p.finish("compile", "1000 compiled")
+    assert len(out.getvalue().splitlines()) == 2
+    out = io.StringIO()
+    with Progress(False, out) as p:           # --no-progress
+        p.start("prune", "round 1: checking", 3)
+        p.advance("prune")
+        p.finish("prune", "done")
+    assert out.getvalue() == ""
