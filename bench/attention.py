@@ -71,10 +71,10 @@ from gemm import build_mapping, make  # noqa: E402
 from cypressc.tuner.timing import interleaved  # noqa: E402
 
 OUT = os.environ.get("OUT")
-TOL_O = 1e-2              # ||O - ref|| / ||ref||
-TOL_LSE = 1e-2            # max |LSE - ref|, natural log units
-DEVICE = "cuda"           # tests run the checking logic on "cpu" with stand-in kernels
-REF_CHUNK = 1 << 28       # float32 scores per reference chunk (1 GiB)
+TOL_O = 1e-2  # ||O - ref|| / ||ref||
+TOL_LSE = 1e-2  # max |LSE - ref|, natural log units
+DEVICE = "cuda"  # tests run the checking logic on "cpu" with stand-in kernels
+REF_CHUNK = 1 << 28  # float32 scores per reference chunk (1 GiB)
 PARAMS = ["O", "LSE", "Q", "K", "V"]
 TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16"}
 PEERS = ("flash", "cudnn", "triton")
@@ -122,7 +122,9 @@ def infer_d(info) -> int:
         if not failed:
             return d
         why[d] = "; ".join(failed)
-    raise ValueError("refuses both D = 128 and D = 64: " + " | ".join(f"D={d}: {w}" for d, w in why.items()))
+    raise ValueError(
+        "refuses both D = 128 and D = 64: " + " | ".join(f"D={d}: {w}" for d, w in why.items())
+    )
 
 
 def check_build(kern) -> str:
@@ -130,16 +132,25 @@ def check_build(kern) -> str:
     info = kern.info
     names = [p.name for p in info.params]
     if names != PARAMS or "scale" not in info.floats or "causal" not in info.sizes:
-        raise ValueError(f"params {names}, floats {list(info.floats)}, sizes {list(info.sizes)}: expected "
-                         f"{PARAMS} with a float 'scale' and an int 'causal' (flash_attention2): {kern!r}")
+        raise ValueError(
+            f"params {names}, floats {list(info.floats)}, sizes {list(info.sizes)}: expected "
+            f"{PARAMS} with a float 'scale' and an int 'causal' (flash_attention2): {kern!r}"
+        )
     dts = {info.param(n).dtype for n in ("O", "Q", "K", "V")}
     if len(dts) != 1 or not dts <= set(TORCH_DTYPES) or info.param("LSE").dtype != "f32":
-        raise ValueError(f"O, Q, K, V must share one dtype of {sorted(TORCH_DTYPES)} and LSE be f32: {kern!r}")
+        raise ValueError(
+            f"O, Q, K, V must share one dtype of {sorted(TORCH_DTYPES)} and LSE be f32: {kern!r}"
+        )
     return dts.pop()
 
 
-def load_builds(specs: list[str], mappings: list[str], dtypes: list[str], outroot: Path,
-                program: str = "flash_attention2"):
+def load_builds(
+    specs: list[str],
+    mappings: list[str],
+    dtypes: list[str],
+    outroot: Path,
+    program: str = "flash_attention2",
+):
     """Build (``--mapping``), make and load every build; (builds, {label: error})."""
     from cypressc import runtime
 
@@ -164,8 +175,13 @@ def load_builds(specs: list[str], mappings: list[str], dtypes: list[str], outroo
             kern = runtime.load(p)
             dtype = check_build(kern)
             d = given if given is not None else infer_d(kern.info)
-            builds.append(Build(label, p, kern, d, dtype, "given" if given is not None else "inferred"))
-            print(f"[build] {label}: D={d} ({builds[-1].d_from}), T={dtype} ({time.time() - t0:.0f}s)", flush=True)
+            builds.append(
+                Build(label, p, kern, d, dtype, "given" if given is not None else "inferred")
+            )
+            print(
+                f"[build] {label}: D={d} ({builds[-1].d_from}), T={dtype} ({time.time() - t0:.0f}s)",
+                flush=True,
+            )
         except Exception as e:
             errors[label] = f"{type(e).__name__}: {e}"
             print(f"[build] {label}: FAILED: {errors[label][-1500:]}", flush=True)
@@ -251,13 +267,16 @@ def sdpa_attempts(torch, backend, q, k, v, scale: float, causal: bool, gqa_ok: b
     def fn(kk, vv, **kw):
         def f():
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, scale=scale, **kw)
+                return F.scaled_dot_product_attention(
+                    q, kk, vv, is_causal=causal, scale=scale, **kw
+                )
+
         return f
 
     if G == 1:
         return [("", fn(k, v))]
     out = [("enable_gqa", fn(k, v, enable_gqa=True))] if gqa_ok else []
-    kr, vr = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)   # outside the timed calls
+    kr, vr = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)  # outside the timed calls
     return out + [("K/V repeated", fn(kr, vr))]
 
 
@@ -268,14 +287,19 @@ def run_group(torch, builds: list[Build], S: int, causal: int, data: dict, args,
     q, k, v = data["q"], data["k"], data["v"]
     B, H, _, d = q.shape
     HK = k.shape[1]
-    scale = args.scale if args.scale is not None else d ** -0.5
+    scale = args.scale if args.scale is not None else d**-0.5
     nan = float("nan")
     ref_o, ref_lse = reference(torch, q, k, v, scale, bool(causal))
     rows: dict[str, dict] = {}
     live: dict[str, Callable[[], Any]] = {}
 
-    def add(name: str, first: Callable[[], tuple], timed: Callable[[], Callable[[], Any]], what: str,
-            report: bool = True) -> dict:
+    def add(
+        name: str,
+        first: Callable[[], tuple],
+        timed: Callable[[], Callable[[], Any]],
+        what: str,
+        report: bool = True,
+    ) -> dict:
         """``first()`` runs the row once and returns (O, LSE or None); checked, then ``timed()``
         gives the callable to time.  A failure is printed when ``report``."""
         row = rows[name] = {"what": what}
@@ -296,19 +320,33 @@ def run_group(torch, builds: list[Build], S: int, causal: int, data: dict, args,
     for b in builds:
         O = torch.empty_like(q)
         L = torch.empty(B, H, S, dtype=torch.float32, device=DEVICE)
-        add(f"cypressc {b.label}",
-            lambda b=b, O=O, L=L: (O.fill_(nan), L.fill_(nan), b.kern(O, L, q, k, v, scale=scale, causal=causal),
-                                   (O, L))[-1],
+        add(
+            f"cypressc {b.label}",
+            lambda b=b, O=O, L=L: (
+                O.fill_(nan),
+                L.fill_(nan),
+                b.kern(O, L, q, k, v, scale=scale, causal=causal),
+                (O, L),
+            )[-1],
             lambda b=b, O=O, L=L: b.kern.bind(O, L, q, k, v, scale=scale, causal=causal),
-            f"kern(O, LSE, Q, K, V) from {b.path}")
+            f"kern(O, LSE, Q, K, V) from {b.path}",
+        )
     gqa_ok = has_enable_gqa(torch)
-    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+    for name, backend in (
+        ("flash", SDPBackend.FLASH_ATTENTION),
+        ("cudnn", SDPBackend.CUDNN_ATTENTION),
+    ):
         errs = []
         for note, fn in sdpa_attempts(torch, backend, q, k, v, scale, bool(causal), gqa_ok):
-            row = add(name, lambda fn=fn: (fn(), None), lambda fn=fn: fn,
-                      f"F.scaled_dot_product_attention under sdpa_kernel({backend})" + (f", {note}" if note else ""),
-                      report=False)
-            if "error" not in row:         # ran (right or wrong): no other way is tried
+            row = add(
+                name,
+                lambda fn=fn: (fn(), None),
+                lambda fn=fn: fn,
+                f"F.scaled_dot_product_attention under sdpa_kernel({backend})"
+                + (f", {note}" if note else ""),
+                report=False,
+            )
+            if "error" not in row:  # ran (right or wrong): no other way is tried
                 break
             errs.append(f"{note}: {row['error']}" if note else row["error"])
         if errs and "error" not in row:
@@ -319,28 +357,42 @@ def run_group(torch, builds: list[Build], S: int, causal: int, data: dict, args,
         Lt = torch.empty(B, H, S, dtype=torch.float32, device=DEVICE)
 
         def tri_first():
-            tri(q, k, v, scale, causal, out=Ot, lse=Lt)          # autotunes this shape
+            tri(q, k, v, scale, causal, out=Ot, lse=Lt)  # autotunes this shape
             Ot.fill_(nan)
             Lt.fill_(nan)
-            return tri(q, k, v, scale, causal, out=Ot, lse=Lt)   # the chosen config alone
+            return tri(q, k, v, scale, causal, out=Ot, lse=Lt)  # the chosen config alone
 
-        add("triton", tri_first, lambda: lambda: tri(q, k, v, scale, causal, out=Ot, lse=Lt),
-            "bench/triton_attention.py (autotuned)")
+        add(
+            "triton",
+            tri_first,
+            lambda: lambda: tri(q, k, v, scale, causal, out=Ot, lse=Lt),
+            "bench/triton_attention.py (autotuned)",
+        )
         if rows["triton"].get("ok") and hasattr(tri, "best"):
             rows["triton"]["config"] = tri.best(S, S, d, causal)
-    ref_o = ref_lse = None              # freed before timing
+    ref_o = ref_lse = None  # freed before timing
 
     for fn in live.values():
         for _ in range(3):
             fn()
     torch.cuda.synchronize()
-    samples = interleaved(torch, live, args.rounds, args.reps)    # drift hits every row alike
+    samples = interleaved(torch, live, args.rounds, args.reps)  # drift hits every row alike
     flop = 4.0 * B * H * S * S * d / (2 if causal else 1)
     for name, s in samples.items():
         ms = statistics.median(s)
         rows[name].update(ms=ms, tflops=flop / ms / 1e9, min_ms=min(s), max_ms=max(s), n=len(s))
-    return {"d": d, "dtype": builds[0].dtype if builds else None, "seq": S, "batch": B, "heads": H, "kv_heads": HK,
-            "causal": causal, "scale": scale, "flop": flop, "rows": rows}
+    return {
+        "d": d,
+        "dtype": builds[0].dtype if builds else None,
+        "seq": S,
+        "batch": B,
+        "heads": H,
+        "kv_heads": HK,
+        "causal": causal,
+        "scale": scale,
+        "flop": flop,
+        "rows": rows,
+    }
 
 
 def build_rows(g: dict, builds: list[Build]) -> list[dict]:
@@ -370,26 +422,37 @@ def ratio(x: float | None) -> str:
 
 
 def line(g: dict, rec: dict) -> str:
-    head = (f"[{rec['build']} d{g['d']} {g['dtype']} seq {g['seq']} B{g['batch']} H{g['heads']}"
-            + (f" HK{g['kv_heads']}" if g["kv_heads"] != g["heads"] else "") + f" causal {g['causal']}]")
+    head = (
+        f"[{rec['build']} d{g['d']} {g['dtype']} seq {g['seq']} B{g['batch']} H{g['heads']}"
+        + (f" HK{g['kv_heads']}" if g["kv_heads"] != g["heads"] else "")
+        + f" causal {g['causal']}]"
+    )
     parts = [f"cypressc {cell(rec['cypressc'], 'FAILED')}"] + [f"{n} {cell(rec[n])}" for n in PEERS]
     rats = [f"{p}/cyp {ratio(rec[f'{p}/cypressc'])}" for p in PEERS]
     cfg = rec["triton"].get("config")
-    return f"{head} " + " | ".join(parts) + "  " + " ".join(rats) + (f"  triton: {cfg}" if cfg else "")
+    return (
+        f"{head} " + " | ".join(parts) + "  " + " ".join(rats) + (f"  triton: {cfg}" if cfg else "")
+    )
 
 
 def table(results: list[dict], device: str, args) -> list[str]:
-    L = [f"## attention: FlashAttention-2 forward, ms (TFLOP/s, 4·B·H·seq²·D, halved when causal); {device}, "
-         f"median of {args.rounds}x{args.reps} calls; x/cyp = x ms / cypressc ms (> 1: cypressc faster)",
-         "| build | d | dtype | seq | B | H | HK | causal | cypressc | flash | cudnn | triton "
-         "| flash/cyp | cudnn/cyp | triton/cyp |",
-         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    L = [
+        f"## attention: FlashAttention-2 forward, ms (TFLOP/s, 4·B·H·seq²·D, halved when causal); {device}, "
+        f"median of {args.rounds}x{args.reps} calls; x/cyp = x ms / cypressc ms (> 1: cypressc faster)",
+        "| build | d | dtype | seq | B | H | HK | causal | cypressc | flash | cudnn | triton "
+        "| flash/cyp | cudnn/cyp | triton/cyp |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for g in results:
         for rec in g.get("builds", []):
-            L.append(f"| {rec['build']} | {g['d']} | {g['dtype']} | {g['seq']} | {g['batch']} | {g['heads']} | "
-                     f"{g['kv_heads']} | {g['causal']} | {cell(rec['cypressc'], 'FAILED')} | "
-                     + " | ".join(cell(rec[n]) for n in PEERS)
-                     + " | " + " | ".join(ratio(rec[f"{p}/cypressc"]) for p in PEERS) + " |")
+            L.append(
+                f"| {rec['build']} | {g['d']} | {g['dtype']} | {g['seq']} | {g['batch']} | {g['heads']} | "
+                f"{g['kv_heads']} | {g['causal']} | {cell(rec['cypressc'], 'FAILED')} | "
+                + " | ".join(cell(rec[n]) for n in PEERS)
+                + " | "
+                + " | ".join(ratio(rec[f"{p}/cypressc"]) for p in PEERS)
+                + " |"
+            )
     return L
 
 
@@ -398,18 +461,41 @@ def parse_ints(s: str) -> list[int]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", action="append", default=[], metavar="DIR[:D]",
-                    help="a programs/flash_attention2.cyp build directory, :D its head dimension; repeatable")
-    ap.add_argument("--program", default="flash_attention2", choices=("flash_attention2", "flash_attention3"),
-                    help="the program --mapping builds")
-    ap.add_argument("--mapping", default="", help="comma-separated mappings/<program>/<m>.yaml to build here")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--build",
+        action="append",
+        default=[],
+        metavar="DIR[:D]",
+        help="a programs/flash_attention2.cyp build directory, :D its head dimension; repeatable",
+    )
+    ap.add_argument(
+        "--program",
+        default="flash_attention2",
+        choices=("flash_attention2", "flash_attention3"),
+        help="the program --mapping builds",
+    )
+    ap.add_argument(
+        "--mapping", default="", help="comma-separated mappings/<program>/<m>.yaml to build here"
+    )
     ap.add_argument("--mapping-dtypes", default="f16", help="T of each --mapping build: f16,bf16")
-    ap.add_argument("--out", default=str(ROOT / "build" / "bench"), help="where --mapping builds go")
-    ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="sequence lengths (M = N)")
+    ap.add_argument(
+        "--out", default=str(ROOT / "build" / "bench"), help="where --mapping builds go"
+    )
+    ap.add_argument(
+        "--seqs", default="512,1024,2048,4096,8192,16384", help="sequence lengths (M = N)"
+    )
     ap.add_argument("--tokens", type=int, default=16384, help="batch = tokens // seq (at least 1)")
     ap.add_argument("--causal", choices=("both", "0", "1"), default="both")
-    ap.add_argument("--gqa", type=int, default=1, metavar="G", help="query heads per key/value head (HK = H / G)")
+    ap.add_argument(
+        "--gqa",
+        type=int,
+        default=1,
+        metavar="G",
+        help="query heads per key/value head (HK = H / G)",
+    )
     ap.add_argument("--scale", type=float, default=None, help="softmax scale (default 1/sqrt(D))")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
@@ -423,22 +509,34 @@ def main() -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("bench/attention.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        print(
+            "bench/attention.py needs a CUDA GPU (torch.cuda.is_available() is False)",
+            file=sys.stderr,
+        )
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     device = torch.cuda.get_device_name()
-    print(f"[env] {device} | torch {torch.__version__} (CUDA {torch.version.cuda}) | "
-          f"cuDNN {torch.backends.cudnn.version()} | SDPA enable_gqa: {has_enable_gqa(torch)}", flush=True)
+    print(
+        f"[env] {device} | torch {torch.__version__} (CUDA {torch.version.cuda}) | "
+        f"cuDNN {torch.backends.cudnn.version()} | SDPA enable_gqa: {has_enable_gqa(torch)}",
+        flush=True,
+    )
 
-    builds, errors = load_builds(args.build, [m for m in args.mapping.split(",") if m],
-                                 [d for d in args.mapping_dtypes.split(",") if d], Path(args.out), args.program)
+    builds, errors = load_builds(
+        args.build,
+        [m for m in args.mapping.split(",") if m],
+        [d for d in args.mapping_dtypes.split(",") if d],
+        Path(args.out),
+        args.program,
+    )
     tri = None
     if not args.no_triton:
         try:
             import triton
 
             from triton_attention import make_attention
+
             tri = make_attention()
             print(f"[env] triton {triton.__version__}", flush=True)
         except Exception as e:
@@ -464,10 +562,22 @@ def main() -> int:
                     g = run_group(torch, members, S, causal, data, args, tri)
                     g["builds"] = build_rows(g, members)
                 except Exception as e:
-                    g = {"d": d, "dtype": dt, "seq": S, "batch": B, "heads": H, "kv_heads": H // args.gqa,
-                         "causal": causal, "rows": {}, "builds": [], "error": f"{type(e).__name__}: {e}"[:600]}
+                    g = {
+                        "d": d,
+                        "dtype": dt,
+                        "seq": S,
+                        "batch": B,
+                        "heads": H,
+                        "kv_heads": H // args.gqa,
+                        "causal": causal,
+                        "rows": {},
+                        "builds": [],
+                        "error": f"{type(e).__name__}: {e}"[:600],
+                    }
                     print(f"[d{d} {dt} seq {S} causal {causal}] FAILED: {g['error']}", flush=True)
-                    bad += [f"{b.label} at seq {S} causal {causal}: {g['error'][:200]}" for b in members]
+                    bad += [
+                        f"{b.label} at seq {S} causal {causal}: {g['error'][:200]}" for b in members
+                    ]
                 results.append(g)
                 for rec in g["builds"]:
                     print(line(g, rec) + f"  ({time.time() - t1:.0f}s)", flush=True)
@@ -475,9 +585,18 @@ def main() -> int:
                         bad.append(f"{rec['build']} at seq {S} causal {causal}")
                 if OUT:
                     Path(OUT).mkdir(parents=True, exist_ok=True)
-                    (Path(OUT) / "attention.json").write_text(json.dumps(
-                        {"device": device, "torch": torch.__version__, "errors": errors, "results": results},
-                        indent=1, default=str))
+                    (Path(OUT) / "attention.json").write_text(
+                        json.dumps(
+                            {
+                                "device": device,
+                                "torch": torch.__version__,
+                                "errors": errors,
+                                "results": results,
+                            },
+                            indent=1,
+                            default=str,
+                        )
+                    )
             del data
             torch.cuda.empty_cache()
 

@@ -25,7 +25,9 @@ from cypressc.tuner.timing import interleaved  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", action="append", required=True, metavar="DIR")
-    ap.add_argument("--sizes", nargs="*", default=["8192x128x8192", "16384x64x4096", "4096x256x16384"])
+    ap.add_argument(
+        "--sizes", nargs="*", default=["8192x128x8192", "16384x64x4096", "4096x256x16384"]
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
@@ -58,9 +60,11 @@ def main() -> int:
             t = interleaved(torch, {"cypressc": cyp, "torch": peer}, args.rounds, args.reps)
             ms = {k: statistics.median(v) for k, v in t.items()}
             flop = 2.0 * M * N * 64 + 2.0 * M * N * E
-            print(f"{Path(d).name} {s}: cypressc {ms['cypressc']:.3f} ms ({flop / ms['cypressc'] / 1e9:.0f} TFLOP/s), "
-                  f"torch {ms['torch']:.3f} ms ({flop / ms['torch'] / 1e9:.0f} TFLOP/s), "
-                  f"ratio {ms['torch'] / ms['cypressc']:.3f} (rel err {rel:.1e})")
+            print(
+                f"{Path(d).name} {s}: cypressc {ms['cypressc']:.3f} ms ({flop / ms['cypressc'] / 1e9:.0f} TFLOP/s), "
+                f"torch {ms['torch']:.3f} ms ({flop / ms['torch'] / 1e9:.0f} TFLOP/s), "
+                f"ratio {ms['torch'] / ms['cypressc']:.3f} (rel err {rel:.1e})"
+            )
     return rc
 
 

@@ -70,7 +70,7 @@ from cypressc.tuner.timing import interleaved  # noqa: E402
 
 OUT = os.environ.get("OUT")
 TOL = 1e-2
-DEVICE = "cuda"          # tests run the checking logic on "cpu" with fake kernels
+DEVICE = "cuda"  # tests run the checking logic on "cpu" with fake kernels
 ACTS = ("bias_gelu", "bias_silu")
 TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16"}
 
@@ -95,7 +95,9 @@ def check_build(kern, kind: str) -> tuple[str, str | None, str | None]:
     want = ["C", "A", "B", "bias"] if kind == "fused" else ["C", "A", "B"]
     names = [p.name for p in info.params]
     if names != want:
-        raise ValueError(f"params {names}, expected {want} ({'gemm_epilogue' if kind == 'fused' else 'gemm'}): {kern!r}")
+        raise ValueError(
+            f"params {names}, expected {want} ({'gemm_epilogue' if kind == 'fused' else 'gemm'}): {kern!r}"
+        )
     dts = {info.param(n).dtype for n in ("C", "A", "B")}
     if len(dts) != 1 or not dts <= set(TORCH_DTYPES):
         raise ValueError(f"C, A, B must share one dtype of {sorted(TORCH_DTYPES)}: {kern!r}")
@@ -120,8 +122,11 @@ def load_builds(dirs: list[str], kind: str) -> tuple[list[Build], dict[str, str]
             kern = runtime.load(p)
             dtype, bias, act = check_build(kern, kind)
             builds.append(Build(label, p, kern, kind, dtype, bias, act))
-            print(f"[build] {label}: {kind}, T={dtype}" + (f", BIAS={bias}, ACT={act}" if kind == "fused" else ""),
-                  flush=True)
+            print(
+                f"[build] {label}: {kind}, T={dtype}"
+                + (f", BIAS={bias}, ACT={act}" if kind == "fused" else ""),
+                flush=True,
+            )
         except Exception as e:
             errors[label] = f"{type(e).__name__}: {e}"
             print(f"[build] {label}: FAILED: {errors[label][-1500:]}", flush=True)
@@ -149,7 +154,10 @@ def _eager_silu(A, B, bias):
     return F.silu(torch.addmm(bias, A, B))
 
 
-EAGER = {"bias_gelu": _eager_gelu, "bias_silu": _eager_silu}   # distinct code objects: one Dynamo cache each
+EAGER = {
+    "bias_gelu": _eager_gelu,
+    "bias_silu": _eager_silu,
+}  # distinct code objects: one Dynamo cache each
 
 
 class Compiled:
@@ -159,7 +167,7 @@ class Compiled:
     def __init__(self, torch, mode: str) -> None:
         self.torch, self.mode, self.note, self.fns = torch, mode, "", {}
         cfg = torch._dynamo.config
-        for knob in ("cache_size_limit", "recompile_limit"):   # one recompile per (size, dtype)
+        for knob in ("cache_size_limit", "recompile_limit"):  # one recompile per (size, dtype)
             if hasattr(cfg, knob):
                 setattr(cfg, knob, max(getattr(cfg, knob), 64))
 
@@ -189,8 +197,19 @@ def rel_err(torch, out, ref) -> float:
     return diff / den if den else diff
 
 
-def run_group(torch, M: int, N: int, K: int, dt: str, act: str, data: dict, fused: list[Build],
-              plain: list[Build], peers: dict, args) -> dict:
+def run_group(
+    torch,
+    M: int,
+    N: int,
+    K: int,
+    dt: str,
+    act: str,
+    data: dict,
+    fused: list[Build],
+    plain: list[Build],
+    peers: dict,
+    args,
+) -> dict:
     """Check every row of one (size, dtype, act) on ``data``, then time the correct ones."""
     T = getattr(torch, TORCH_DTYPES[dt])
     A, B, bias32, mm = data["A"], data["B"], data["bias32"], data["mm"]
@@ -202,8 +221,15 @@ def run_group(torch, M: int, N: int, K: int, dt: str, act: str, data: dict, fuse
     def ref_epi(bias):
         return lambda: epilogue_act(mm + bias.float(), act)
 
-    def add(name: str, kind: str, first: Callable[[], Any], timed: Callable[[], Callable[[], Any]],
-            ref: Callable[[], Any], what: str, extra: dict | None = None) -> None:
+    def add(
+        name: str,
+        kind: str,
+        first: Callable[[], Any],
+        timed: Callable[[], Callable[[], Any]],
+        ref: Callable[[], Any],
+        what: str,
+        extra: dict | None = None,
+    ) -> None:
         """``first()`` runs the row once and returns its output; checked, then ``timed()`` gives
         the callable to time (a kernel's ``bind``: no per-call argument checks)."""
         row = {"kind": kind, "what": what, **(extra or {})}
@@ -224,31 +250,64 @@ def run_group(torch, M: int, N: int, K: int, dt: str, act: str, data: dict, fuse
             row.update(ok=False, error=f"{type(e).__name__}: {e}"[:600])
         if not row["ok"]:
             why = row.get("error") or f"rel {row['rel']:.2e}, {row['nan']} NaN"
-            print(f"  {name}: {'FAILED' if 'error' in row else 'WRONG'} ({why}), not timed", flush=True)
+            print(
+                f"  {name}: {'FAILED' if 'error' in row else 'WRONG'} ({why}), not timed",
+                flush=True,
+            )
 
     for b in [b for b in fused if b.dtype == dt and b.act == act]:
         bb = bias32.to(getattr(torch, _tdt(b.bias)))
         C = torch.empty(M, N, dtype=T, device=DEVICE)
-        add(f"cypressc {b.label} [bias {b.bias}]", "fused",
+        add(
+            f"cypressc {b.label} [bias {b.bias}]",
+            "fused",
             lambda C=C, b=b, bb=bb: (C.fill_(nan), b.kern(C, A, B, bb), C)[-1],
-            lambda C=C, b=b, bb=bb: b.kern.bind(C, A, B, bb), ref_epi(bb), f"kern(C, A, B, bias) from {b.path}",
-            {"build": b.label})
+            lambda C=C, b=b, bb=bb: b.kern.bind(C, A, B, bb),
+            ref_epi(bb),
+            f"kern(C, A, B, bias) from {b.path}",
+            {"build": b.label},
+        )
     for b in [b for b in plain if b.dtype == dt]:
         C = torch.empty(M, N, dtype=T, device=DEVICE)
-        add(f"cypressc gemm {b.label}", "gemm", lambda C=C, b=b: (C.fill_(nan), b.kern(C, A, B), C)[-1],
-            lambda C=C, b=b: b.kern.bind(C, A, B), lambda: mm, f"kern(C, A, B) from {b.path} (no epilogue)",
-            {"build": b.label})
+        add(
+            f"cypressc gemm {b.label}",
+            "gemm",
+            lambda C=C, b=b: (C.fill_(nan), b.kern(C, A, B), C)[-1],
+            lambda C=C, b=b: b.kern.bind(C, A, B),
+            lambda: mm,
+            f"kern(C, A, B) from {b.path} (no epilogue)",
+            {"build": b.label},
+        )
     Cm = torch.empty(M, N, dtype=T, device=DEVICE)
-    add("cuBLAS mm", "peer", lambda: (Cm.fill_(nan), torch.matmul(A, B, out=Cm))[-1],
-        lambda: lambda: torch.matmul(A, B, out=Cm), lambda: mm, "torch.matmul(A, B, out=C) (no epilogue)")
+    add(
+        "cuBLAS mm",
+        "peer",
+        lambda: (Cm.fill_(nan), torch.matmul(A, B, out=Cm))[-1],
+        lambda: lambda: torch.matmul(A, B, out=Cm),
+        lambda: mm,
+        "torch.matmul(A, B, out=C) (no epilogue)",
+    )
     eager = EAGER[act]
-    add("cuBLAS+eager", "eager", lambda: eager(A, B, bias_T), lambda: lambda: eager(A, B, bias_T), ref_epi(bias_T),
-        'F.gelu(torch.addmm(bias_T, A, B), approximate="tanh")' if act == "bias_gelu"
-        else "F.silu(torch.addmm(bias_T, A, B))")
+    add(
+        "cuBLAS+eager",
+        "eager",
+        lambda: eager(A, B, bias_T),
+        lambda: lambda: eager(A, B, bias_T),
+        ref_epi(bias_T),
+        'F.gelu(torch.addmm(bias_T, A, B), approximate="tanh")'
+        if act == "bias_gelu"
+        else "F.silu(torch.addmm(bias_T, A, B))",
+    )
     if act == "bias_gelu" and hasattr(torch, "_addmm_activation"):
         lt = lambda: torch._addmm_activation(bias_T, A, B, use_gelu=True)  # noqa: E731
-        add("cuBLASLt gelu", "peer", lt, lambda: lt, ref_epi(bias_T),
-            "torch._addmm_activation(bias_T, A, B, use_gelu=True)")
+        add(
+            "cuBLASLt gelu",
+            "peer",
+            lt,
+            lambda: lt,
+            ref_epi(bias_T),
+            "torch._addmm_activation(bias_T, A, B, use_gelu=True)",
+        )
     if peers.get("compile") is not None:
         comp = peers["compile"]
         out, mode = None, comp.mode
@@ -256,21 +315,42 @@ def run_group(torch, M: int, N: int, K: int, dt: str, act: str, data: dict, fuse
             t0 = time.time()
             out, mode = comp.first_call(act, A, B, bias_T)
             torch.cuda.synchronize()
-            print(f"  torch.compile[{mode}] {act} {M}x{N}x{K} {dt}: compiled in {time.time() - t0:.0f}s", flush=True)
+            print(
+                f"  torch.compile[{mode}] {act} {M}x{N}x{K} {dt}: compiled in {time.time() - t0:.0f}s",
+                flush=True,
+            )
         except Exception as e:
-            rows[f"torch.compile[{mode}]"] = {"kind": "peer", "ok": False, "error": f"{type(e).__name__}: {e}"[:600]}
-            print(f"  torch.compile[{mode}]: FAILED ({rows[f'torch.compile[{mode}]']['error'][:300]})", flush=True)
+            rows[f"torch.compile[{mode}]"] = {
+                "kind": "peer",
+                "ok": False,
+                "error": f"{type(e).__name__}: {e}"[:600],
+            }
+            print(
+                f"  torch.compile[{mode}]: FAILED ({rows[f'torch.compile[{mode}]']['error'][:300]})",
+                flush=True,
+            )
         if out is not None:
             cf = comp.get(act)
-            add(f"torch.compile[{mode}]", "peer", lambda: out, lambda: lambda: cf(A, B, bias_T), ref_epi(bias_T),
+            add(
+                f"torch.compile[{mode}]",
+                "peer",
+                lambda: out,
+                lambda: lambda: cf(A, B, bias_T),
+                ref_epi(bias_T),
                 f"torch.compile({EAGER[act].__name__}, mode={mode!r}, dynamic=False)(A, B, bias_T)"
-                + (f"; {comp.note}" if comp.note else ""))
+                + (f"; {comp.note}" if comp.note else ""),
+            )
     if peers.get("triton") is not None:
         tri = peers["triton"]
         Ct = torch.empty(M, N, dtype=T, device=DEVICE)
-        add("Triton fused", "peer", lambda: (Ct.fill_(nan), tri(A, B, bias32, Ct, act))[-1],
-            lambda: lambda: tri(A, B, bias32, Ct, act), ref_epi(bias32),
-            "bench/triton_gemm_epilogue.py (bias f32)")
+        add(
+            "Triton fused",
+            "peer",
+            lambda: (Ct.fill_(nan), tri(A, B, bias32, Ct, act))[-1],
+            lambda: lambda: tri(A, B, bias32, Ct, act),
+            ref_epi(bias32),
+            "bench/triton_gemm_epilogue.py (bias f32)",
+        )
         if rows["Triton fused"].get("ok"):
             rows["Triton fused"]["config"] = tri.best(M, N, K, act)
 
@@ -278,7 +358,7 @@ def run_group(torch, M: int, N: int, K: int, dt: str, act: str, data: dict, fuse
         for _ in range(3):
             fn()
     torch.cuda.synchronize()
-    samples = interleaved(torch, live, args.rounds, args.reps)     # drift hits every row alike
+    samples = interleaved(torch, live, args.rounds, args.reps)  # drift hits every row alike
     flops = 2.0 * M * N * K
     for name, s in samples.items():
         ms = statistics.median(s)
@@ -293,15 +373,22 @@ def _tdt(d: str) -> str:
 
 def floor(rows: dict) -> dict:
     """t_fused (the fastest correct fused build) and each fused build's floor ratios."""
-    ms = lambda kind: min((r["ms"] for r in rows.values() if r["kind"] == kind and "ms" in r), default=None)  # noqa: E731
+    ms = lambda kind: min(
+        (r["ms"] for r in rows.values() if r["kind"] == kind and "ms" in r), default=None
+    )  # noqa: E731
     t_fused, t_plain = ms("fused"), ms("gemm")
     t_eager = rows.get("cuBLAS+eager", {}).get("ms")
     for r in rows.values():
         if t_fused and "ms" in r:
             r["t_over_fused"] = r["ms"] / t_fused
-    ratios = {name: {"fused_over_plain_gemm": r["ms"] / t_plain if t_plain else None,
-                     "fused_over_eager": r["ms"] / t_eager if t_eager else None}
-              for name, r in rows.items() if r["kind"] == "fused" and "ms" in r}
+    ratios = {
+        name: {
+            "fused_over_plain_gemm": r["ms"] / t_plain if t_plain else None,
+            "fused_over_eager": r["ms"] / t_eager if t_eager else None,
+        }
+        for name, r in rows.items()
+        if r["kind"] == "fused" and "ms" in r
+    }
     return {"t_fused": t_fused, "t_plain_gemm": t_plain, "t_eager": t_eager, "floor": ratios}
 
 
@@ -309,7 +396,7 @@ def make_data(torch, M: int, N: int, K: int, dt: str) -> dict:
     """One (size, dtype)'s inputs and the f32 product A.float() @ B.float() (TF32 off)."""
     T = getattr(torch, TORCH_DTYPES[dt])
     g = torch.Generator(device=DEVICE).manual_seed(1400 + M + N + K)
-    A = torch.randn(M, K, dtype=T, device=DEVICE, generator=g).mul_(K ** -0.5 if K else 1.0)
+    A = torch.randn(M, K, dtype=T, device=DEVICE, generator=g).mul_(K**-0.5 if K else 1.0)
     B = torch.randn(K, N, dtype=T, device=DEVICE, generator=g)
     bias32 = torch.randn(N, dtype=torch.float32, device=DEVICE, generator=g)
     return {"A": A, "B": B, "bias32": bias32, "mm": A.float() @ B.float()}
@@ -320,10 +407,12 @@ def f(x: float | None, spec: str) -> str:
 
 
 def table(results: list[dict], device: str, args) -> list[str]:
-    L = [f"## GEMM + epilogue: C = act(A @ B + bias) in f32, rounded to T; {device}, median of "
-         f"{args.rounds}x{args.reps} calls; t/t_fused = ms / ms of the fastest correct cypressc fused build",
-         "| M | N | K | dtype | act | impl | ms | TFLOP/s | t/t_fused | rel err |",
-         "|---:|---:|---:|---|---|---|---:|---:|---:|---:|"]
+    L = [
+        f"## GEMM + epilogue: C = act(A @ B + bias) in f32, rounded to T; {device}, median of "
+        f"{args.rounds}x{args.reps} calls; t/t_fused = ms / ms of the fastest correct cypressc fused build",
+        "| M | N | K | dtype | act | impl | ms | TFLOP/s | t/t_fused | rel err |",
+        "|---:|---:|---:|---|---|---|---:|---:|---:|---:|",
+    ]
     for g in results:
         head = f"| {g['M']} | {g['N']} | {g['K']} | {g['dtype']} | {g['act']} |"
         for name, r in g["rows"].items():
@@ -332,43 +421,74 @@ def table(results: list[dict], device: str, args) -> list[str]:
             elif not r.get("ok"):
                 cells = f"WRONG | - | - | {f(r.get('rel'), '.1e')}"
             else:
-                cells = (f"{r['ms']:.3f} | {r['tflops']:.1f} | {f(r.get('t_over_fused'), '.3f')} | "
-                         f"{f(r.get('rel'), '.1e')}")
-            L.append(f"{head} {name}{' (' + r['config'] + ')' if r.get('config') else ''} | {cells} |")
-    L += ["", "### floor ratios (milliseconds): t_fused / t_plain-cypressc-gemm (1.00 = the epilogue is free), "
-              "t_fused / t_cuBLAS+eager (< 1 = faster than eager PyTorch)",
-          "| M | N | K | dtype | act | fused build | t_fused/t_plain_gemm | t_fused/t_cuBLAS+eager |",
-          "|---:|---:|---:|---|---|---|---:|---:|"]
+                cells = (
+                    f"{r['ms']:.3f} | {r['tflops']:.1f} | {f(r.get('t_over_fused'), '.3f')} | "
+                    f"{f(r.get('rel'), '.1e')}"
+                )
+            L.append(
+                f"{head} {name}{' (' + r['config'] + ')' if r.get('config') else ''} | {cells} |"
+            )
+    L += [
+        "",
+        "### floor ratios (milliseconds): t_fused / t_plain-cypressc-gemm (1.00 = the epilogue is free), "
+        "t_fused / t_cuBLAS+eager (< 1 = faster than eager PyTorch)",
+        "| M | N | K | dtype | act | fused build | t_fused/t_plain_gemm | t_fused/t_cuBLAS+eager |",
+        "|---:|---:|---:|---|---|---|---:|---:|",
+    ]
     for g in results:
         for name, r in g["floor"].items():
-            L.append(f"| {g['M']} | {g['N']} | {g['K']} | {g['dtype']} | {g['act']} | {name} | "
-                     f"{f(r['fused_over_plain_gemm'], '.3f')} | {f(r['fused_over_eager'], '.3f')} |")
+            L.append(
+                f"| {g['M']} | {g['N']} | {g['K']} | {g['dtype']} | {g['act']} | {name} | "
+                f"{f(r['fused_over_plain_gemm'], '.3f')} | {f(r['fused_over_eager'], '.3f')} |"
+            )
         if not g["floor"]:
-            L.append(f"| {g['M']} | {g['N']} | {g['K']} | {g['dtype']} | {g['act']} | (no correct fused build) | - | - |")
+            L.append(
+                f"| {g['M']} | {g['N']} | {g['K']} | {g['dtype']} | {g['act']} | (no correct fused build) | - | - |"
+            )
     return L
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", action="append", default=[], metavar="DIR",
-                    help="a built programs/gemm_epilogue.cyp directory; repeatable")
-    ap.add_argument("--gemm-build", action="append", default=[], metavar="DIR",
-                    help="a built programs/gemm.cyp directory (no epilogue: the fusion's bound); repeatable")
-    ap.add_argument("--sizes", default="4096,8192", help="n or MxNxK, comma-separated (default 4096,8192)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--build",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a built programs/gemm_epilogue.cyp directory; repeatable",
+    )
+    ap.add_argument(
+        "--gemm-build",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a built programs/gemm.cyp directory (no epilogue: the fusion's bound); repeatable",
+    )
+    ap.add_argument(
+        "--sizes", default="4096,8192", help="n or MxNxK, comma-separated (default 4096,8192)"
+    )
     ap.add_argument("--dtypes", default="auto", help="f16,bf16 or auto (f16 + every build's T)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-triton", action="store_true", help="skip the fused Triton kernel")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
-                    help="torch.compile mode ('default' for none); falls back to default if it fails")
+    ap.add_argument(
+        "--compile-mode",
+        default="max-autotune-no-cudagraphs",
+        help="torch.compile mode ('default' for none); falls back to default if it fails",
+    )
     args = ap.parse_args()
     sizes = parse_shapes(args.sizes)
 
     import torch
 
     if not torch.cuda.is_available():
-        print("bench/epilogue.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        print(
+            "bench/epilogue.py needs a CUDA GPU (torch.cuda.is_available() is False)",
+            file=sys.stderr,
+        )
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -384,6 +504,7 @@ def main() -> int:
             import triton
 
             from triton_gemm_epilogue import make_gemm_epilogue
+
             peers["triton"] = make_gemm_epilogue()
             print(f"[env] triton {triton.__version__}", flush=True)
         except Exception as e:
@@ -394,7 +515,7 @@ def main() -> int:
     results: list[dict] = []
     bad_builds: list[str] = []
     t0 = time.time()
-    for (M, N, K) in sizes:
+    for M, N, K in sizes:
         for dt in dtypes_to_time(args.dtypes, fused + plain):
             acts = list(dict.fromkeys(b.act for b in fused if b.dtype == dt)) or ["bias_gelu"]
             t1 = time.time()
@@ -403,19 +524,39 @@ def main() -> int:
                 try:
                     g = run_group(torch, M, N, K, dt, act, data, fused, plain, peers, args)
                 except Exception as e:
-                    g = {"M": M, "N": N, "K": K, "dtype": dt, "act": act, "rows": {}, "floor": {},
-                         "error": f"{type(e).__name__}: {e}"[:600]}
+                    g = {
+                        "M": M,
+                        "N": N,
+                        "K": K,
+                        "dtype": dt,
+                        "act": act,
+                        "rows": {},
+                        "floor": {},
+                        "error": f"{type(e).__name__}: {e}"[:600],
+                    }
                     print(f"[{M}x{N}x{K} {dt} {act}] FAILED: {g['error']}", flush=True)
                 results.append(g)
-                bad_builds += [f"{n} at {M}x{N}x{K}" for n, r in g["rows"].items()
-                               if r["kind"] in ("fused", "gemm") and not r.get("ok")]
-                line = " | ".join(f"{n} {r['ms']:.3f} ms" if "ms" in r else f"{n} {'FAILED' if 'error' in r else 'WRONG'}"
-                                  for n, r in g["rows"].items())
+                bad_builds += [
+                    f"{n} at {M}x{N}x{K}"
+                    for n, r in g["rows"].items()
+                    if r["kind"] in ("fused", "gemm") and not r.get("ok")
+                ]
+                line = " | ".join(
+                    f"{n} {r['ms']:.3f} ms"
+                    if "ms" in r
+                    else f"{n} {'FAILED' if 'error' in r else 'WRONG'}"
+                    for n, r in g["rows"].items()
+                )
                 print(f"[{M}x{N}x{K} {dt} {act}] {line}  ({time.time() - t1:.0f}s)", flush=True)
                 if OUT:
                     Path(OUT).mkdir(parents=True, exist_ok=True)
-                    (Path(OUT) / "bench_epilogue.json").write_text(json.dumps(
-                        {"device": device, "errors": errors, "results": results}, indent=1, default=str))
+                    (Path(OUT) / "bench_epilogue.json").write_text(
+                        json.dumps(
+                            {"device": device, "errors": errors, "results": results},
+                            indent=1,
+                            default=str,
+                        )
+                    )
             del data
             torch.cuda.empty_cache()
 
@@ -423,7 +564,9 @@ def main() -> int:
     for line in table(results, device, args):
         print(line)
     print("\nwhat each row times (C in T; bias_T = the f32 bias cast to T):")
-    for name, w in dict.fromkeys((n, r["what"]) for g in results for n, r in g["rows"].items() if r.get("what")):
+    for name, w in dict.fromkeys(
+        (n, r["what"]) for g in results for n, r in g["rows"].items() if r.get("what")
+    ):
         print(f"  {name}: {w}")
     for n, e in errors.items():
         print(f"\n{n}: not measured: {e.splitlines()[0][:300] if e else e}")

@@ -81,8 +81,24 @@ def make_triton_matmul(configs=None):
 
     @triton.autotune(configs=configs, key=["M", "N", "K"])
     @triton.jit
-    def _mm(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
-            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+    def _mm(
+        a,
+        b,
+        c,
+        M,
+        N,
+        K,
+        sam,
+        sak,
+        sbk,
+        sbn,
+        scm,
+        scn,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+        GROUP: tl.constexpr,
+    ):
         # C tile (tm, tn).  Programs walk GROUP tile-rows at a time, so the programs that run
         # together share rows of A and columns of B in L2.  M and N are multiples of every BM
         # and BN (matmul() checks), so only K needs a mask.
@@ -114,8 +130,20 @@ def make_triton_matmul(configs=None):
         if M % 256 or N % 256:
             raise ValueError(f"the Triton peer needs M and N multiples of 256, got {M}x{N}")
         grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)
-        _mm[grid](A, B, C, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
-                  C.stride(0), C.stride(1))
+        _mm[grid](
+            A,
+            B,
+            C,
+            M,
+            N,
+            K,
+            A.stride(0),
+            A.stride(1),
+            B.stride(0),
+            B.stride(1),
+            C.stride(0),
+            C.stride(1),
+        )
         return C
 
     def best(M, N, K):
@@ -149,13 +177,33 @@ def build_mapping(mapping: str, outroot: Path, program: str = "gemm", dtype: str
 
     mp = resolve_mapping(program, mapping)
     if mp is None:
-        raise RuntimeError(f"no mapping {mapping!r} (tried it as a path and mappings/{program}/{mapping}.yaml)")
+        raise RuntimeError(
+            f"no mapping {mapping!r} (tried it as a path and mappings/{program}/{mapping}.yaml)"
+        )
     out = outroot / (f"{program}-{Path(mapping).stem}" + ("" if dtype == "f16" else f"-{dtype}"))
-    p = subprocess.run([sys.executable, "-m", "cypressc.cli", "build", str(ROOT / "programs" / f"{program}.cyp"),
-                        "-m", str(mp), "--dtype", f"T={dtype}", "-o", str(out)],
-                       capture_output=True, text=True, env=child_env(), timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cypressc.cli",
+            "build",
+            str(ROOT / "programs" / f"{program}.cyp"),
+            "-m",
+            str(mp),
+            "--dtype",
+            f"T={dtype}",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
+    )
     if p.returncode:
-        raise RuntimeError(f"cypressc build -m {mp} failed (rc={p.returncode}):\n{(p.stdout + p.stderr)[-2000:]}")
+        raise RuntimeError(
+            f"cypressc build -m {mp} failed (rc={p.returncode}):\n{(p.stdout + p.stderr)[-2000:]}"
+        )
     return out
 
 
@@ -184,10 +232,13 @@ def load_peers(args) -> tuple[dict, dict]:
     for d in args.build:
         dirs.append((Path(d).resolve().name, lambda d=d: Path(d).resolve()))
     if args.proto:
+
         def proto():
             from gpu_check import build_proto
+
             build_proto(outroot / "proto-f16", "f16")
             return outroot / "proto-f16"
+
         dirs.append(("proto-f16", proto))
     for label, get in dirs:
         t0 = time.time()
@@ -220,7 +271,7 @@ def bench_shape(torch, M, N, K, peers: dict, args) -> dict:
     outs = {name: torch.empty(M, N, dtype=torch.float16, device="cuda") for name in peers}
     res = {"M": M, "N": N, "K": K, "peers": {}}
     live = {}
-    for name, p in peers.items():                     # warm-up (and autotune), then the check
+    for name, p in peers.items():  # warm-up (and autotune), then the check
         C = outs[name]
         try:
             if name == "cuBLAS":
@@ -228,7 +279,7 @@ def bench_shape(torch, M, N, K, peers: dict, args) -> dict:
             elif name == "Triton":
                 fn = lambda C=C, p=p: p(A, B, C)  # noqa: E731
             else:
-                fn = p.bind(C, A, B)                  # checked once; no per-call checks
+                fn = p.bind(C, A, B)  # checked once; no per-call checks
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
@@ -242,19 +293,25 @@ def bench_shape(torch, M, N, K, peers: dict, args) -> dict:
         if ref is not None:
             rel[name] = float((outs[name].float() - ref).norm() / ref.norm().clamp_min(1e-30))
     del ref
-    samples = interleaved(torch, live, args.rounds, args.reps)   # drift hits every peer alike
+    samples = interleaved(torch, live, args.rounds, args.reps)  # drift hits every peer alike
     flops = 2.0 * M * N * K
     for name in live:
         ms = statistics.median(samples[name])
-        res["peers"][name] = {"ms": ms, "tflops": flops / ms / 1e9, "rel_vs_cublas": rel.get(name),
-                              "min_ms": min(samples[name]), "max_ms": max(samples[name]), "n": len(samples[name])}
+        res["peers"][name] = {
+            "ms": ms,
+            "tflops": flops / ms / 1e9,
+            "rel_vs_cublas": rel.get(name),
+            "min_ms": min(samples[name]),
+            "max_ms": max(samples[name]),
+            "n": len(samples[name]),
+        }
     base = res["peers"].get("cuBLAS", {}).get("ms")
     for name, r in res["peers"].items():
         if base and "ms" in r:
             r["ratio"] = base / r["ms"]
     if "Triton" in live and hasattr(peers["Triton"], "best"):
         res["triton_config"] = peers["Triton"].best(M, N, K)
-    return res                                        # A, B, outs freed with this frame
+    return res  # A, B, outs freed with this frame
 
 
 def fmt_peer(r: dict | None, with_ratio: bool = True) -> str:
@@ -271,10 +328,21 @@ def fmt_peer(r: dict | None, with_ratio: bool = True) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mapping", default="h100",
-                    help="comma-separated mappings of programs/gemm.cyp to build: names, .yaml paths or 'all' ('' none)")
-    ap.add_argument("--build", action="append", default=[], metavar="DIR", help="an already-built gemm dir; repeatable")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--mapping",
+        default="h100",
+        help="comma-separated mappings of programs/gemm.cyp to build: names, .yaml paths or 'all' ('' none)",
+    )
+    ap.add_argument(
+        "--build",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="an already-built gemm dir; repeatable",
+    )
     ap.add_argument("--proto", action="store_true", help="add bench/proto's hand-written GEMM")
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="n or MxNxK, comma-separated")
     ap.add_argument("--rounds", type=int, default=5)
@@ -287,16 +355,22 @@ def main() -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("bench/gemm.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        print(
+            "bench/gemm.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr
+        )
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
-    print(f"[env] {torch.cuda.get_device_name()} | torch {torch.__version__} (CUDA {torch.version.cuda})", flush=True)
+    print(
+        f"[env] {torch.cuda.get_device_name()} | torch {torch.__version__} (CUDA {torch.version.cuda})",
+        flush=True,
+    )
 
     peers: dict = {"cuBLAS": None}
     errors: dict = {}
     if not args.no_triton:
         try:
             import triton
+
             peers["Triton"] = make_triton_matmul()
             print(f"[env] triton {triton.__version__}", flush=True)
         except Exception as e:
@@ -309,7 +383,7 @@ def main() -> int:
 
     results = []
     t0 = time.time()
-    for (M, N, K) in shapes:
+    for M, N, K in shapes:
         t1 = time.time()
         try:
             r = bench_shape(torch, M, N, K, peers, args)
@@ -319,24 +393,42 @@ def main() -> int:
             torch.cuda.empty_cache()
         results.append(r)
         line = " | ".join(f"{n} {fmt_peer(r['peers'].get(n))}" for n in names if n in r["peers"])
-        print(f"[{M}x{N}x{K}] {line or r.get('error')}  ({time.time() - t1:.0f}s)"
-              + (f"  triton: {r['triton_config']}" if r.get("triton_config") else ""), flush=True)
+        print(
+            f"[{M}x{N}x{K}] {line or r.get('error')}  ({time.time() - t1:.0f}s)"
+            + (f"  triton: {r['triton_config']}" if r.get("triton_config") else ""),
+            flush=True,
+        )
         if OUT:
             Path(OUT).mkdir(parents=True, exist_ok=True)
-            (Path(OUT) / "bench_gemm.json").write_text(json.dumps(
-                {"device": torch.cuda.get_device_name(), "errors": errors, "results": results}, indent=1))
+            (Path(OUT) / "bench_gemm.json").write_text(
+                json.dumps(
+                    {"device": torch.cuda.get_device_name(), "errors": errors, "results": results},
+                    indent=1,
+                )
+            )
 
-    print(f"\n## GEMM fp16 (f32 accumulate), TFLOP/s (ratio to cuBLAS); {torch.cuda.get_device_name()}, "
-          f"median of {args.rounds}x{args.reps} calls, {time.time() - t0:.0f}s")
+    print(
+        f"\n## GEMM fp16 (f32 accumulate), TFLOP/s (ratio to cuBLAS); {torch.cuda.get_device_name()}, "
+        f"median of {args.rounds}x{args.reps} calls, {time.time() - t0:.0f}s"
+    )
     print("| M | N | K | " + " | ".join(names) + " |")
     print("|---:|---:|---:|" + "---:|" * len(names))
     for r in results:
-        print(f"| {r['M']} | {r['N']} | {r['K']} | "
-              + " | ".join(fmt_peer(r["peers"].get(n), n != "cuBLAS") for n in names) + " |")
+        print(
+            f"| {r['M']} | {r['N']} | {r['K']} | "
+            + " | ".join(fmt_peer(r["peers"].get(n), n != "cuBLAS") for n in names)
+            + " |"
+        )
     for n, e in errors.items():
         print(f"\n{n}: not measured: {e.splitlines()[0][:300]}")
-    return 0 if not errors and all("error" not in r and all("error" not in p for p in r["peers"].values())
-                                   for r in results) else 1
+    return (
+        0
+        if not errors
+        and all(
+            "error" not in r and all("error" not in p for p in r["peers"].values()) for r in results
+        )
+        else 1
+    )
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ from cypressc.runtime import DTYPES, KernelInfo  # noqa: E402 - after the sys.pa
 
 OUT = os.environ.get("OUT")
 TOL = 1e-2
-DEVICE = "cuda"          # tests run the checking logic on "cpu" with a fake kernel
+DEVICE = "cuda"  # tests run the checking logic on "cpu" with a fake kernel
 _LOG: list[str] = []
 
 
@@ -63,7 +63,9 @@ def say(*parts: Any) -> None:
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(ROOT) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -100,17 +102,23 @@ def epilogue_act(x, act: str):
 
 def _epilogue_ref(t: dict, info: KernelInfo | None = None) -> dict:
     # the epilogue in float32 on the float32 product, as the program computes it
-    return {"C": epilogue_act(_mm(t["A"], t["B"]) + t["bias"].float(), binding(info, "ACT", "bias_gelu"))}
+    return {
+        "C": epilogue_act(
+            _mm(t["A"], t["B"]) + t["bias"].float(), binding(info, "ACT", "bias_gelu")
+        )
+    }
 
 
 @dataclass
 class Program:
-    ref: Callable[..., dict]          # {param: tensor} [, KernelInfo] -> {written param: float32 reference}
-    check: list[dict]                 # sizes checked through cypressc.runtime
-    small: list[dict]                 # sizes for compute-sanitizer and the --dump check
-    run: dict                         # one larger size for the harness binary
+    ref: Callable[..., dict]  # {param: tensor} [, KernelInfo] -> {written param: float32 reference}
+    check: list[dict]  # sizes checked through cypressc.runtime
+    small: list[dict]  # sizes for compute-sanitizer and the --dump check
+    run: dict  # one larger size for the harness binary
     note: str = ""
-    ref_takes_info: bool = False      # ref(tensors, info): the reference depends on the build's bindings
+    ref_takes_info: bool = (
+        False  # ref(tensors, info): the reference depends on the build's bindings
+    )
 
     def reference(self, tensors: dict, info: KernelInfo | None = None) -> dict:
         """{written param: float32 reference} from the inputs by name; ``info`` (the build's
@@ -122,7 +130,9 @@ def _sdpa(q, k, v, scale: float):
     """softmax(q kᵀ · scale) v in float32 (torch's scaled_dot_product_attention) for [S, D] tensors."""
     import torch.nn.functional as F
 
-    return F.scaled_dot_product_attention(q.float()[None], k.float()[None], v.float()[None], scale=scale)[0]
+    return F.scaled_dot_product_attention(
+        q.float()[None], k.float()[None], v.float()[None], scale=scale
+    )[0]
 
 
 def _attention_ref(t: dict) -> dict:
@@ -154,110 +164,211 @@ def scalar_args(info: KernelInfo, sizes: dict) -> dict:
     """The keyword arguments a call needs beyond its tensors: the kernel's ``float``
     parameters and the sizes no tensor's shape determines (an ``int`` flag like ``causal``)."""
     dims = {d for p in info.params for d in p.dims}
-    return {k: v for k, v in sizes.items() if k in getattr(info, "floats", ()) or (k in info.sizes and k not in dims)}
+    return {
+        k: v
+        for k, v in sizes.items()
+        if k in getattr(info, "floats", ()) or (k in info.sizes and k not in dims)
+    }
 
 
-GEMM_CHECK = [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192), dict(M=1000, N=1000, K=1000),
-              dict(M=129, N=264, K=72), dict(M=300, N=520, K=1000), dict(M=1, N=8, K=8),
-              dict(M=2056, N=8, K=4104), dict(M=777, N=1304, K=64), dict(M=3000, N=4104, K=4040),
-              dict(M=64, N=64, K=0), dict(M=129, N=257, K=72), dict(M=128, N=256, K=60)]
+GEMM_CHECK = [
+    dict(M=4096, N=4096, K=4096),
+    dict(M=8192, N=8192, K=8192),
+    dict(M=1000, N=1000, K=1000),
+    dict(M=129, N=264, K=72),
+    dict(M=300, N=520, K=1000),
+    dict(M=1, N=8, K=8),
+    dict(M=2056, N=8, K=4104),
+    dict(M=777, N=1304, K=64),
+    dict(M=3000, N=4104, K=4040),
+    dict(M=64, N=64, K=0),
+    dict(M=129, N=257, K=72),
+    dict(M=128, N=256, K=60),
+]
 GEMM_SMALL = [dict(M=256, N=256, K=256), dict(M=129, N=264, K=72)]
 
 PROGRAMS: dict[str, Program] = {
     "gemm": Program(
         ref=lambda t: {"C": _mm(t["A"], t["B"])},
-        check=GEMM_CHECK, small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
+        check=GEMM_CHECK,
+        small=GEMM_SMALL,
+        run=dict(M=4096, N=4096, K=4096),
+    ),
     # C = A @ Bᵀ with B stored N x K (a K-major wgmma B operand)
     "gemm_bt": Program(
         ref=lambda t: {"C": _mm(t["A"], t["B"].T)},
-        check=GEMM_CHECK, small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
+        check=GEMM_CHECK,
+        small=GEMM_SMALL,
+        run=dict(M=4096, N=4096, K=4096),
+    ),
     "batched_gemm": Program(
-        ref=lambda t: {"C": _mm(t["A"], t["B"])},   # matmul broadcasts over the batch
-        check=[dict(L=4, M=1024, N=1024, K=1024), dict(L=3, M=129, N=264, K=72), dict(L=16, M=256, N=512, K=128),
-               dict(L=1, M=1000, N=1000, K=1000), dict(L=2, M=1, N=8, K=8), dict(L=5, M=777, N=1304, K=64),
-               dict(L=2, M=129, N=257, K=72), dict(L=2, M=128, N=256, K=60)],
-        small=[dict(L=2, M=256, N=256, K=256), dict(L=3, M=129, N=264, K=72)], run=dict(L=8, M=2048, N=2048, K=2048)),
+        ref=lambda t: {"C": _mm(t["A"], t["B"])},  # matmul broadcasts over the batch
+        check=[
+            dict(L=4, M=1024, N=1024, K=1024),
+            dict(L=3, M=129, N=264, K=72),
+            dict(L=16, M=256, N=512, K=128),
+            dict(L=1, M=1000, N=1000, K=1000),
+            dict(L=2, M=1, N=8, K=8),
+            dict(L=5, M=777, N=1304, K=64),
+            dict(L=2, M=129, N=257, K=72),
+            dict(L=2, M=128, N=256, K=60),
+        ],
+        small=[dict(L=2, M=256, N=256, K=256), dict(L=3, M=129, N=264, K=72)],
+        run=dict(L=8, M=2048, N=2048, K=2048),
+    ),
     "dual_gemm": Program(
         ref=lambda t: {"D": _mm(t["A"], t["B1"]) + _mm(t["A"], t["B2"])},
-        check=[dict(M=4096, N=4096, K=4096), dict(M=1000, N=1000, K=1000), dict(M=129, N=264, K=72),
-               dict(M=300, N=520, K=1000), dict(M=1, N=8, K=8), dict(M=777, N=1304, K=64),
-               dict(M=129, N=257, K=72), dict(M=128, N=256, K=60)],
-        small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
+        check=[
+            dict(M=4096, N=4096, K=4096),
+            dict(M=1000, N=1000, K=1000),
+            dict(M=129, N=264, K=72),
+            dict(M=300, N=520, K=1000),
+            dict(M=1, N=8, K=8),
+            dict(M=777, N=1304, K=64),
+            dict(M=129, N=257, K=72),
+            dict(M=128, N=256, K=60),
+        ],
+        small=GEMM_SMALL,
+        run=dict(M=4096, N=4096, K=4096),
+    ),
     "gemm_reduction": Program(
         ref=lambda t: {"C": _mm(t["A"], t["B"]), "y": t["A"].float().sum(dim=1)},
-        check=[dict(M=4096, N=4096, K=4096), dict(M=1000, N=1000, K=1000), dict(M=129, N=264, K=72),
-               dict(M=300, N=520, K=1000), dict(M=1, N=8, K=8), dict(M=777, N=1304, K=64),
-               dict(M=3000, N=4104, K=4040), dict(M=129, N=257, K=72), dict(M=128, N=256, K=60)],
-        small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
+        check=[
+            dict(M=4096, N=4096, K=4096),
+            dict(M=1000, N=1000, K=1000),
+            dict(M=129, N=264, K=72),
+            dict(M=300, N=520, K=1000),
+            dict(M=1, N=8, K=8),
+            dict(M=777, N=1304, K=64),
+            dict(M=3000, N=4104, K=4040),
+            dict(M=129, N=257, K=72),
+            dict(M=128, N=256, K=60),
+        ],
+        small=GEMM_SMALL,
+        run=dict(M=4096, N=4096, K=4096),
+    ),
     # tests/programs/gemm_resident_a.cyp: the A panel (first 128 columns) loaded once per block,
     # before the main loop; build it with --build (not under programs/)
     "gemm_resident_a": Program(
         ref=lambda t: {"C": _mm(t["A"][:, :128], t["B"][:128])},
-        check=[dict(M=4096, N=4096, K=128), dict(M=129, N=264, K=72), dict(M=1000, N=1000, K=128),
-               dict(M=300, N=520, K=200), dict(M=1, N=8, K=8)],
-        small=[dict(M=256, N=256, K=128), dict(M=129, N=264, K=72)], run=dict(M=4096, N=4096, K=128)),
+        check=[
+            dict(M=4096, N=4096, K=128),
+            dict(M=129, N=264, K=72),
+            dict(M=1000, N=1000, K=128),
+            dict(M=300, N=520, K=200),
+            dict(M=1, N=8, K=8),
+        ],
+        small=[dict(M=256, N=256, K=128), dict(M=129, N=264, K=72)],
+        run=dict(M=4096, N=4096, K=128),
+    ),
     # tests/programs/gemm_two_loops.cyp: C = A @ B + D @ E, one main loop per product (build it with --build)
     "gemm_two_loops": Program(
         ref=lambda t: {"C": _mm(t["A"], t["B"]) + _mm(t["D"], t["E"])},
-        check=[dict(M=4096, N=4096, K=4096, J=2048), dict(M=129, N=264, K=72, J=200), dict(M=1000, N=1000, K=1000, J=64),
-               dict(M=300, N=520, K=8, J=1000), dict(M=1, N=8, K=8, J=8), dict(M=777, N=1304, K=64, J=0),
-               dict(M=256, N=256, K=0, J=136)],
+        check=[
+            dict(M=4096, N=4096, K=4096, J=2048),
+            dict(M=129, N=264, K=72, J=200),
+            dict(M=1000, N=1000, K=1000, J=64),
+            dict(M=300, N=520, K=8, J=1000),
+            dict(M=1, N=8, K=8, J=8),
+            dict(M=777, N=1304, K=64, J=0),
+            dict(M=256, N=256, K=0, J=136),
+        ],
         small=[dict(M=256, N=256, K=256, J=128), dict(M=129, N=264, K=72, J=200)],
-        run=dict(M=4096, N=4096, K=4096, J=4096)),
+        run=dict(M=4096, N=4096, K=4096, J=4096),
+    ),
     # tests/programs/chain_gemm.cyp: O = T(Q[:, :64] @ K[:, :64]ᵀ) @ V (K read as a K-major B), the first product rounded to T
     # in registers (the program's own conversion) and fed to the second as its A operand
     "chain_gemm": Program(
         ref=lambda t: {"O": _mm(_mm(t["Q"][:, :64], t["K"][:, :64].T).to(t["Q"].dtype), t["V"])},
-        check=[dict(M=4096, E=128, D=64, N=4096), dict(M=129, E=72, D=64, N=200), dict(M=1000, E=64, D=64, N=1000),
-               dict(M=300, E=520, D=48, N=8), dict(M=1, E=8, D=8, N=8), dict(M=4096, E=256, D=64, N=16384)],
+        check=[
+            dict(M=4096, E=128, D=64, N=4096),
+            dict(M=129, E=72, D=64, N=200),
+            dict(M=1000, E=64, D=64, N=1000),
+            dict(M=300, E=520, D=48, N=8),
+            dict(M=1, E=8, D=8, N=8),
+            dict(M=4096, E=256, D=64, N=16384),
+        ],
         small=[dict(M=256, E=64, D=64, N=256), dict(M=129, E=72, D=64, N=200)],
-        run=dict(M=8192, E=128, D=64, N=8192)),
+        run=dict(M=8192, E=128, D=64, N=8192),
+    ),
     # tests/programs/chain_gemm_softcap.cyp: chain_gemm with the user's C++ softcap (s = 30 tanh(s / 30),
     # programs/ops/scores.cuh) on S inside the main loop, before the rounding to T (build it with --build)
     "chain_gemm_softcap": Program(
-        ref=lambda t: {"O": _mm((30.0 * (_mm(t["Q"][:, :64], t["K"][:, :64].T) / 30.0).tanh()).to(t["Q"].dtype),
-                                t["V"])},
-        check=[dict(M=4096, E=128, D=64, N=4096), dict(M=129, E=72, D=64, N=200), dict(M=1000, E=64, D=64, N=1000),
-               dict(M=300, E=520, D=48, N=8), dict(M=1, E=8, D=8, N=8)],
+        ref=lambda t: {
+            "O": _mm(
+                (30.0 * (_mm(t["Q"][:, :64], t["K"][:, :64].T) / 30.0).tanh()).to(t["Q"].dtype),
+                t["V"],
+            )
+        },
+        check=[
+            dict(M=4096, E=128, D=64, N=4096),
+            dict(M=129, E=72, D=64, N=200),
+            dict(M=1000, E=64, D=64, N=1000),
+            dict(M=300, E=520, D=48, N=8),
+            dict(M=1, E=8, D=8, N=8),
+        ],
         small=[dict(M=256, E=64, D=64, N=256), dict(M=129, E=72, D=64, N=200)],
-        run=dict(M=8192, E=128, D=64, N=8192)),
+        run=dict(M=8192, E=128, D=64, N=8192),
+    ),
     # tests/programs/attention.cyp: O = softmax(Q Kᵀ · 0.125) V for one head (the FlashAttention-2 loop);
     # N a multiple of 64 and D <= 64 (the program neither masks keys nor loops over D; build it with --build)
     "attention": Program(
         ref=lambda t: {"O": _sdpa(t["Q"], t["K"], t["V"], 0.125)},
-        check=[dict(M=4096, D=64, N=4096), dict(M=1000, D=64, N=1024), dict(M=1, D=64, N=64),
-               dict(M=333, D=32, N=192), dict(M=4096, D=64, N=16384)],
+        check=[
+            dict(M=4096, D=64, N=4096),
+            dict(M=1000, D=64, N=1024),
+            dict(M=1, D=64, N=64),
+            dict(M=333, D=32, N=192),
+            dict(M=4096, D=64, N=16384),
+        ],
         small=[dict(M=256, D=64, N=256), dict(M=129, D=64, N=128)],
-        run=dict(M=8192, D=64, N=8192)),
+        run=dict(M=8192, D=64, N=8192),
+    ),
     # programs/flash_attention2.cyp: O = softmax(Q Kᵀ · scale) V and LSE per (batch, head), GQA
     # (H / HK query heads per key/value head), causal or not, any lengths; D above the mapping's E
     # is refused (a D = 128 row on a d = 64 build is a refusal check), as is H not a multiple of HK
     "flash_attention2": Program(
         ref=_attention_ref,
-        check=[dict(B=1, H=1, M=4096, D=64, HK=1, N=4096, causal=0, scale=0.125),
-               dict(B=2, H=8, M=1000, D=64, HK=2, N=1000, causal=1, scale=0.125),
-               dict(B=1, H=4, M=63, D=128, HK=1, N=63, causal=0, scale=0.08838834764831845),
-               dict(B=1, H=1, M=1, D=64, HK=1, N=1, causal=1, scale=0.125),
-               dict(B=1, H=1, M=1, D=128, HK=1, N=1000, causal=0, scale=0.3),
-               dict(B=1, H=2, M=16384, D=128, HK=2, N=16384, causal=1, scale=0.08838834764831845),
-               dict(B=2, H=4, M=4096, D=128, HK=1, N=4096, causal=0, scale=0.08838834764831845),
-               dict(B=1, H=2, M=1000, D=64, HK=2, N=333, causal=0, scale=0.125),
-               dict(B=1, H=4, M=200, D=64, HK=1, N=1000, causal=1, scale=0.125),
-               dict(B=1, H=1, M=16384, D=64, HK=1, N=16384, causal=0, scale=0.125),
-               dict(B=1, H=2, M=333, D=32, HK=1, N=200, causal=1, scale=0.17677669529663687),
-               dict(B=1, H=3, M=64, D=64, HK=2, N=64, causal=0, scale=0.125)],
-        small=[dict(B=1, H=2, M=200, D=64, HK=1, N=130, causal=1, scale=0.125),
-               dict(B=1, H=1, M=64, D=64, HK=1, N=64, causal=0, scale=0.125)],
-        run=dict(B=1, H=16, M=4096, D=64, HK=16, N=4096, causal=0, scale=0.125)),
+        check=[
+            dict(B=1, H=1, M=4096, D=64, HK=1, N=4096, causal=0, scale=0.125),
+            dict(B=2, H=8, M=1000, D=64, HK=2, N=1000, causal=1, scale=0.125),
+            dict(B=1, H=4, M=63, D=128, HK=1, N=63, causal=0, scale=0.08838834764831845),
+            dict(B=1, H=1, M=1, D=64, HK=1, N=1, causal=1, scale=0.125),
+            dict(B=1, H=1, M=1, D=128, HK=1, N=1000, causal=0, scale=0.3),
+            dict(B=1, H=2, M=16384, D=128, HK=2, N=16384, causal=1, scale=0.08838834764831845),
+            dict(B=2, H=4, M=4096, D=128, HK=1, N=4096, causal=0, scale=0.08838834764831845),
+            dict(B=1, H=2, M=1000, D=64, HK=2, N=333, causal=0, scale=0.125),
+            dict(B=1, H=4, M=200, D=64, HK=1, N=1000, causal=1, scale=0.125),
+            dict(B=1, H=1, M=16384, D=64, HK=1, N=16384, causal=0, scale=0.125),
+            dict(B=1, H=2, M=333, D=32, HK=1, N=200, causal=1, scale=0.17677669529663687),
+            dict(B=1, H=3, M=64, D=64, HK=2, N=64, causal=0, scale=0.125),
+        ],
+        small=[
+            dict(B=1, H=2, M=200, D=64, HK=1, N=130, causal=1, scale=0.125),
+            dict(B=1, H=1, M=64, D=64, HK=1, N=64, causal=0, scale=0.125),
+        ],
+        run=dict(B=1, H=16, M=4096, D=64, HK=16, N=4096, causal=0, scale=0.125),
+    ),
     # programs/gemm_epilogue.cyp: C = act(A @ B + bias[None, :]) in f32, rounded to T; bias [N] of
     # dtype BIAS; act per the build's ACT binding (K = 0: C = act(bias))
     "gemm_epilogue": Program(
-        ref=_epilogue_ref, ref_takes_info=True,
-        check=[dict(M=4096, N=4096, K=4096), dict(M=1000, N=1000, K=1000), dict(M=129, N=264, K=72),
-               dict(M=300, N=520, K=1000), dict(M=1, N=8, K=8), dict(M=2056, N=8, K=4104),
-               dict(M=777, N=1304, K=64), dict(M=64, N=64, K=0), dict(M=129, N=257, K=72),
-               dict(M=128, N=256, K=60)],
-        small=GEMM_SMALL, run=dict(M=4096, N=4096, K=4096)),
+        ref=_epilogue_ref,
+        ref_takes_info=True,
+        check=[
+            dict(M=4096, N=4096, K=4096),
+            dict(M=1000, N=1000, K=1000),
+            dict(M=129, N=264, K=72),
+            dict(M=300, N=520, K=1000),
+            dict(M=1, N=8, K=8),
+            dict(M=2056, N=8, K=4104),
+            dict(M=777, N=1304, K=64),
+            dict(M=64, N=64, K=0),
+            dict(M=129, N=257, K=72),
+            dict(M=128, N=256, K=60),
+        ],
+        small=GEMM_SMALL,
+        run=dict(M=4096, N=4096, K=4096),
+    ),
 }
 # programs/flash_attention3.cyp: the same interface and result as flash_attention2 (its loop software-pipelined)
 PROGRAMS["flash_attention3"] = PROGRAMS["flash_attention2"]
@@ -280,13 +391,18 @@ def _accepted_run(info: KernelInfo, run: dict, check: list[dict]) -> dict:
     return max(ok, key=lambda s: math.prod(v for v in s.values() if type(v) is int), default=run)
 
 
-def program_for(name: str, info: KernelInfo) -> tuple[Program | None, list[dict], list[dict], dict, str]:
+def program_for(
+    name: str, info: KernelInfo
+) -> tuple[Program | None, list[dict], list[dict], dict, str]:
     prog = PROGRAMS.get(name) or PROGRAMS.get(info.name)
     if prog and set(prog.check[0]) == set(info.sizes) | set(getattr(info, "floats", ())):
         return prog, prog.check, prog.small, _accepted_run(info, prog.run, prog.check), ""
     check, small, run = generic_sizes(info)
-    why = (f"size names {list(info.sizes)} differ from the table's {sorted(prog.check[0])}: generic sizes"
-           if prog else "no table entry: generic sizes, no reference (NaN/refusal checks only)")
+    why = (
+        f"size names {list(info.sizes)} differ from the table's {sorted(prog.check[0])}: generic sizes"
+        if prog
+        else "no table entry: generic sizes, no reference (NaN/refusal checks only)"
+    )
     return prog, check, small, run, why
 
 
@@ -304,9 +420,9 @@ class Target:
     label: str
     program: str
     outdir: Path
-    mapping: str | None = None        # cypressc build from a mapping
-    proto_dtype: str | None = None    # bench/proto wrapped by hand
-    dtype: str | None = None          # --dtype T=<dtype> for cypressc build (None: the default)
+    mapping: str | None = None  # cypressc build from a mapping
+    proto_dtype: str | None = None  # bench/proto wrapped by hand
+    dtype: str | None = None  # --dtype T=<dtype> for cypressc build (None: the default)
     prebuilt: bool = False
     result: dict = field(default_factory=dict)
 
@@ -345,14 +461,26 @@ def _op(op: str, a: dict, b: dict) -> dict:
 def proto_info(dtype: str) -> dict:
     return {
         "name": "gemm",
-        "params": [{"name": "C", "dtype": dtype, "dims": ["M", "N"], "reads": False, "writes": True},
-                   {"name": "A", "dtype": dtype, "dims": ["M", "K"], "reads": True, "writes": False},
-                   {"name": "B", "dtype": dtype, "dims": ["K", "N"], "reads": True, "writes": False}],
+        "params": [
+            {"name": "C", "dtype": dtype, "dims": ["M", "N"], "reads": False, "writes": True},
+            {"name": "A", "dtype": dtype, "dims": ["M", "K"], "reads": True, "writes": False},
+            {"name": "B", "dtype": dtype, "dims": ["K", "N"], "reads": True, "writes": False},
+        ],
         "sizes": ["M", "N", "K"],
-        "flops": {"c": "((2.0 * M) * N) * K", "tree": _op("*", _op("*", _op("*", {"const": 2.0}, {"var": "M"}),
-                                                                       {"var": "N"}), {"var": "K"})},
-        "requires": [{"c": f"{d} % 8 == 0", "tree": _op("==", _op("%", {"var": d}, {"const": 8}), {"const": 0}),
-                      "why": f"{d} must be a multiple of 8 (TMA: 16-byte row strides)"} for d in "NK"],
+        "flops": {
+            "c": "((2.0 * M) * N) * K",
+            "tree": _op(
+                "*", _op("*", _op("*", {"const": 2.0}, {"var": "M"}), {"var": "N"}), {"var": "K"}
+            ),
+        },
+        "requires": [
+            {
+                "c": f"{d} % 8 == 0",
+                "tree": _op("==", _op("%", {"var": d}, {"const": 8}), {"const": 0}),
+                "why": f"{d} must be a multiple of 8 (TMA: 16-byte row strides)",
+            }
+            for d in "NK"
+        ],
         "runtime_include": str(ROOT / "cypressc" / "backend" / "runtime"),
         "cuda_arch": "90a",
     }
@@ -365,10 +493,12 @@ def build_proto(outdir: Path, dtype: str = "f16") -> None:
     if dtype not in ("f16", "bf16"):
         raise ValueError(f"proto dtype must be f16 or bf16, not {dtype}")
     outdir.mkdir(parents=True, exist_ok=True)
-    files = {"proto_gemm_target.cu": (ROOT / "bench" / "proto" / "gemm_target.cu").read_text(),
-             "gemm.cu": PROTO_ADAPTER.format(define="#define CYP_BF16\n" if dtype == "bf16" else ""),
-             "gemm.h": PROTO_HEADER}
-    for name, text in files.items():          # unchanged files keep their mtime: make is a no-op
+    files = {
+        "proto_gemm_target.cu": (ROOT / "bench" / "proto" / "gemm_target.cu").read_text(),
+        "gemm.cu": PROTO_ADAPTER.format(define="#define CYP_BF16\n" if dtype == "bf16" else ""),
+        "gemm.h": PROTO_HEADER,
+    }
+    for name, text in files.items():  # unchanged files keep their mtime: make is a no-op
         f = outdir / name
         if not f.exists() or f.read_text() != text:
             f.write_text(text)
@@ -402,10 +532,16 @@ def resolve_mapping(program: str, mapping: str) -> Path | None:
 def run(cmd: list[str], cwd: Path | None = None, timeout: float = 900) -> tuple[int, str, float]:
     t0 = time.time()
     try:
-        p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=child_env())
+        p = subprocess.run(
+            cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=child_env()
+        )
         return p.returncode, p.stdout + p.stderr, time.time() - t0
     except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        out = (
+            (e.stdout or b"").decode(errors="replace")
+            if isinstance(e.stdout, bytes)
+            else (e.stdout or "")
+        )
         return 124, out + f"\n[timeout after {timeout}s]", time.time() - t0
     except OSError as e:
         return 127, f"{cmd[0]}: {e}", time.time() - t0
@@ -426,13 +562,29 @@ def make_target(outdir: Path, name: str, target: str, extra: str = "", timeout: 
 def cypressc_build(t: Target, mapping: Path) -> tuple[int, str, float]:
     prog = ROOT / "programs" / f"{t.program}.cyp"
     dt = ["--dtype", f"T={t.dtype}"] if t.dtype else []
-    return run([sys.executable, "-m", "cypressc.cli", "build", str(prog), "-m", str(mapping), *dt,
-                "-o", str(t.outdir)], cwd=ROOT, timeout=300)
+    return run(
+        [
+            sys.executable,
+            "-m",
+            "cypressc.cli",
+            "build",
+            str(prog),
+            "-m",
+            str(mapping),
+            *dt,
+            "-o",
+            str(t.outdir),
+        ],
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 _PTX_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _PTX_PROPS = re.compile(r"Function properties for (\S+)")
-_PTX_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTX_SPILL = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
 _PTX_REGS = re.compile(r"Used (\d+) registers")
 
 
@@ -446,7 +598,9 @@ def ptxas_summary(log: str) -> dict[str, dict]:
         elif m := _PTX_PROPS.search(line):
             cur = m.group(1)
         elif cur and (m := _PTX_SPILL.search(line)):
-            out.setdefault(cur, {}).update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
+            out.setdefault(cur, {}).update(
+                stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3))
+            )
         elif cur and (m := _PTX_REGS.search(line)):
             out.setdefault(cur, {})["regs"] = int(m.group(1))
     return {k: v for k, v in out.items() if "cyp_fill_random" not in k and "cyp_count_nan" not in k}
@@ -457,7 +611,9 @@ def sass_summary(so: Path) -> str:
     if rc:
         return f"cuobjdump rc={rc}"
     count = lambda op: sum(1 for line in s.splitlines() if op in line)
-    return " ".join(f"{op}={count(op)}" for op in ("HGMMA", "LDL", "STL", "UTMALDG", "UTMASTG", "SYNCS"))
+    return " ".join(
+        f"{op}={count(op)}" for op in ("HGMMA", "LDL", "STL", "UTMALDG", "UTMASTG", "SYNCS")
+    )
 
 
 def build_target(t: Target) -> dict:
@@ -471,28 +627,46 @@ def build_target(t: Target) -> dict:
     elif t.mapping:
         mp = resolve_mapping(t.program, t.mapping)
         if mp is None:
-            r["build"] = {"rc": 1, "log": f"no mapping {t.mapping!r} (tried {t.mapping} and "
-                                          f"mappings/{t.program}/{t.mapping}.yaml)"}
+            r["build"] = {
+                "rc": 1,
+                "log": f"no mapping {t.mapping!r} (tried {t.mapping} and "
+                f"mappings/{t.program}/{t.mapping}.yaml)",
+            }
         else:
             if t.outdir.exists():
                 shutil.rmtree(t.outdir)
             rc, log, dt = cypressc_build(t, mp)
-            r["build"] = {"rc": rc, "secs": round(dt, 1), "log": log[-4000:],
-                          "cmd": f"cypressc build programs/{t.program}.cyp -m {mp.relative_to(ROOT) if mp.is_relative_to(ROOT) else mp} -o {t.outdir}"}
+            r["build"] = {
+                "rc": rc,
+                "secs": round(dt, 1),
+                "log": log[-4000:],
+                "cmd": f"cypressc build programs/{t.program}.cyp -m {mp.relative_to(ROOT) if mp.is_relative_to(ROOT) else mp} -o {t.outdir}",
+            }
             if rc == 0 and not list(t.outdir.glob("*.json")):
-                r["build"].update(rc=1, log=log[-3000:] + "\n[cypressc build wrote no <name>.json: was "
-                                  "cypressc.backend.harness.write_harness called?]")
+                r["build"].update(
+                    rc=1,
+                    log=log[-3000:] + "\n[cypressc build wrote no <name>.json: was "
+                    "cypressc.backend.harness.write_harness called?]",
+                )
             if rc == 2 and "No such command" in log:
-                r["build"]["log"] += "\n[this cypressc has no `build` command yet; --proto tests the harness]"
+                r["build"]["log"] += (
+                    "\n[this cypressc has no `build` command yet; --proto tests the harness]"
+                )
     else:
         r["build"] = {"rc": 0, "how": "prebuilt"}
-    say(f"[build] {t.label}: rc={r['build']['rc']} {r['build'].get('how', '')} {r['build'].get('secs', '')}")
+    say(
+        f"[build] {t.label}: rc={r['build']['rc']} {r['build'].get('how', '')} {r['build'].get('secs', '')}"
+    )
     if r["build"]["rc"]:
         say(r["build"].get("log", "")[-3000:])
         return r
     jsons = sorted(t.outdir.glob("*.json"))
     try:
-        info = KernelInfo.load_json(jsons[0]) if len(jsons) == 1 else KernelInfo.load_json(t.outdir / "gemm.json")
+        info = (
+            KernelInfo.load_json(jsons[0])
+            if len(jsons) == 1
+            else KernelInfo.load_json(t.outdir / "gemm.json")
+        )
     except Exception as e:
         r["build"] = {"rc": 1, "log": f"cannot read the kernel info in {t.outdir}: {e}"}
         say(f"[build] {t.label}: {r['build']['log']}")
@@ -504,17 +678,35 @@ def build_target(t: Target) -> dict:
         f_lib = ex.submit(make_target, t.outdir, info.name, f"lib{info.name}.so", "-Xptxas -v")
         f_exe = ex.submit(make_target, t.outdir, info.name, info.name)
         (rc1, log1, dt1), (rc2, log2, dt2) = f_lib.result(), f_exe.result()
-    warns = sorted({line.strip() for line in (log1 + log2).splitlines()
-                    if "warning" in line.lower() and "ptxas info" not in line})
-    r["make"] = {"rc": rc1 or rc2, "secs": round(max(dt1, dt2), 1), "warnings": warns[:20],
-                 "ptxas": ptxas_summary(log1), "log": (log1 if rc1 else log2)[-4000:] if (rc1 or rc2) else ""}
+    warns = sorted(
+        {
+            line.strip()
+            for line in (log1 + log2).splitlines()
+            if "warning" in line.lower() and "ptxas info" not in line
+        }
+    )
+    r["make"] = {
+        "rc": rc1 or rc2,
+        "secs": round(max(dt1, dt2), 1),
+        "warnings": warns[:20],
+        "ptxas": ptxas_summary(log1),
+        "log": (log1 if rc1 else log2)[-4000:] if (rc1 or rc2) else "",
+    }
     if not r["make"]["rc"]:
         r["make"]["sass"] = sass_summary(t.outdir / f"lib{info.name}.so")
     ks = r["make"]["ptxas"]
-    desc = "; ".join(f"{v.get('regs', '?')} regs, spill {v.get('spill_st', '?')}/{v.get('spill_ld', '?')}, "
-                     f"stack {v.get('stack', '?')}" for v in ks.values()) or "no ptxas info"
-    say(f"[make]  {t.label}: rc={r['make']['rc']} {r['make']['secs']}s | {desc} | {r['make'].get('sass', '')}"
-        + (f" | {len(warns)} warning(s): {warns[0][:160]}" if warns else ""))
+    desc = (
+        "; ".join(
+            f"{v.get('regs', '?')} regs, spill {v.get('spill_st', '?')}/{v.get('spill_ld', '?')}, "
+            f"stack {v.get('stack', '?')}"
+            for v in ks.values()
+        )
+        or "no ptxas info"
+    )
+    say(
+        f"[make]  {t.label}: rc={r['make']['rc']} {r['make']['secs']}s | {desc} | {r['make'].get('sass', '')}"
+        + (f" | {len(warns)} warning(s): {warns[0][:160]}" if warns else "")
+    )
     if r["make"]["rc"]:
         say(r["make"]["log"][-3000:])
     return r
@@ -532,7 +724,9 @@ def _poison(torch, p, shape, dt):
 
 
 def _untouched(torch, t) -> bool:
-    return bool(torch.isnan(t.float()).all()) if t.is_floating_point() else bool((t == -1234567).all())
+    return (
+        bool(torch.isnan(t.float()).all()) if t.is_floating_point() else bool((t == -1234567).all())
+    )
 
 
 def _rel(torch, out, ref) -> float:
@@ -550,8 +744,11 @@ def make_tensors(torch, info: KernelInfo, sizes: dict) -> dict:
         dt = getattr(torch, DTYPES[p.dtype].torch)
         shape = info.shape(p, sizes)
         if p.reads:
-            ts[p.name] = (torch.randn(shape, dtype=dt, device=DEVICE) if DTYPES[p.dtype].floating
-                          else torch.randint(-8, 8, shape, dtype=dt, device=DEVICE))
+            ts[p.name] = (
+                torch.randn(shape, dtype=dt, device=DEVICE)
+                if DTYPES[p.dtype].floating
+                else torch.randint(-8, 8, shape, dtype=dt, device=DEVICE)
+            )
         else:
             ts[p.name] = _poison(torch, p, shape, dt)
     return ts
@@ -568,7 +765,7 @@ def check_size(torch, kern, prog: Program | None, sizes: dict) -> dict:
     outs = [p for p in info.params if p.writes]
     kw = scalar_args(info, sizes)
     failed = info.failed_requires(sizes)
-    if failed:                                   # must be refused, outputs untouched
+    if failed:  # must be refused, outputs untouched
         res["expect"] = "refuse"
         try:
             kern(*args, **kw)
@@ -580,23 +777,35 @@ def check_size(torch, kern, prog: Program | None, sizes: dict) -> dict:
         rc = kern.launch(*args, check_requires=False, **kw)
         torch.cuda.synchronize()
         res["rc"] = rc
-        res["untouched"] = all(_untouched(torch, ts[p.name]) if not p.reads else torch.equal(ts[p.name], before[p.name])
-                               for p in outs)
+        res["untouched"] = all(
+            _untouched(torch, ts[p.name])
+            if not p.reads
+            else torch.equal(ts[p.name], before[p.name])
+            for p in outs
+        )
         res["ok"] = res["python"] == "raised" and rc == 1 and res["untouched"]
         return res
     res["expect"] = "compute"
     kern(*args, **kw)
     torch.cuda.synchronize()
     first = {p.name: ts[p.name].clone() for p in outs}
-    res["nan"] = {p.name: int(torch.isnan(ts[p.name].float()).sum()) for p in outs if DTYPES[p.dtype].floating}
+    res["nan"] = {
+        p.name: int(torch.isnan(ts[p.name].float()).sum()) for p in outs if DTYPES[p.dtype].floating
+    }
     if prog is not None:
-        inputs = {p.name: (before[p.name] if p.name in before else ts[p.name]) for p in info.params} | kw
+        inputs = {
+            p.name: (before[p.name] if p.name in before else ts[p.name]) for p in info.params
+        } | kw
         try:
             refs = prog.reference(inputs, info)
         except KeyError as e:
-            raise RuntimeError(f"the reference reads parameter {e} but the kernel's params are "
-                               f"{[p.name for p in info.params]}: update PROGRAMS in bench/gpu_check.py") from None
-        res["rel"] = {name: _rel(torch, first[name].float(), ref.float()) for name, ref in refs.items()}
+            raise RuntimeError(
+                f"the reference reads parameter {e} but the kernel's params are "
+                f"{[p.name for p in info.params]}: update PROGRAMS in bench/gpu_check.py"
+            ) from None
+        res["rel"] = {
+            name: _rel(torch, first[name].float(), ref.float()) for name, ref in refs.items()
+        }
         del refs
     # second launch on re-poisoned outputs: bitwise equal (a race shows as a difference)
     for p in outs:
@@ -607,8 +816,11 @@ def check_size(torch, kern, prog: Program | None, sizes: dict) -> dict:
     kern(*args, **kw)
     torch.cuda.synchronize()
     res["det"] = all(torch.equal(first[p.name], ts[p.name]) for p in outs)
-    res["ok"] = (all(v == 0 for v in res["nan"].values()) and res["det"]
-                 and all(v < TOL for v in res.get("rel", {}).values()))
+    res["ok"] = (
+        all(v == 0 for v in res["nan"].values())
+        and res["det"]
+        and all(v < TOL for v in res.get("rel", {}).values())
+    )
     return res
 
 
@@ -628,24 +840,44 @@ def api_checks(torch, kern, sizes: dict) -> list[dict]:
             r = {"case": what, "ok": False, "msg": "no KernelError"}
         except KernelError as e:
             torch.cuda.synchronize()
-            same = all(torch.equal(snap[n], ts[n]) or (torch.isnan(snap[n].float()).all() and torch.isnan(ts[n].float()).all())
-                       for n in snap)
-            r = {"case": what, "ok": same, "msg": str(e)[:160] + ("" if same else " [OUTPUT CHANGED]")}
+            same = all(
+                torch.equal(snap[n], ts[n])
+                or (torch.isnan(snap[n].float()).all() and torch.isnan(ts[n].float()).all())
+                for n in snap
+            )
+            r = {
+                "case": what,
+                "ok": same,
+                "msg": str(e)[:160] + ("" if same else " [OUTPUT CHANGED]"),
+            }
         except Exception as e:
             r = {"case": what, "ok": False, "msg": f"{type(e).__name__}: {e}"[:200]}
         out.append(r)
 
     names = [p.name for p in info.params]
-    p0 = info.params[-1]                                          # an input, usually
-    other = {"f16": torch.float32, "bf16": torch.float16, "f32": torch.float16, "i32": torch.float32}[p0.dtype]
-    expect(f"dtype of {p0.name}", lambda ts: [ts[n] if n != p0.name else ts[n].to(other) for n in names])
+    p0 = info.params[-1]  # an input, usually
+    other = {
+        "f16": torch.float32,
+        "bf16": torch.float16,
+        "f32": torch.float16,
+        "i32": torch.float32,
+    }[p0.dtype]
+    expect(
+        f"dtype of {p0.name}",
+        lambda ts: [ts[n] if n != p0.name else ts[n].to(other) for n in names],
+    )
     expect(f"{p0.name} on cpu", lambda ts: [ts[n] if n != p0.name else ts[n].cpu() for n in names])
     expect("missing tensor", lambda ts: [ts[n] for n in names[:-1]])
     pr = next((p for p in info.params if len(p.dims) >= 2), None)
     if pr is not None:
+
         def noncontig(ts):
             t = ts[pr.name]
-            return [ts[n] if n != pr.name else t.transpose(-1, -2).contiguous().transpose(-1, -2) for n in names]
+            return [
+                ts[n] if n != pr.name else t.transpose(-1, -2).contiguous().transpose(-1, -2)
+                for n in names
+            ]
+
         expect(f"non-contiguous {pr.name}", noncontig)
 
         def misaligned(ts):
@@ -653,13 +885,18 @@ def api_checks(torch, kern, sizes: dict) -> list[dict]:
             buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=DEVICE)[1:].view(t.shape)
             buf.copy_(t)
             return [ts[n] if n != pr.name else buf for n in names]
+
         expect(f"misaligned {pr.name}", misaligned)
 
         def wrong_extent(ts):
             t = ts[pr.name]
             bigger = list(t.shape)
             bigger[0] += 1
-            return [ts[n] if n != pr.name else torch.zeros(bigger, dtype=t.dtype, device=DEVICE) for n in names]
+            return [
+                ts[n] if n != pr.name else torch.zeros(bigger, dtype=t.dtype, device=DEVICE)
+                for n in names
+            ]
+
         expect(f"inconsistent {pr.name}.shape[0]", wrong_extent)
     return out
 
@@ -674,14 +911,24 @@ def child(outdir: str, program: str, label: str) -> None:
     torch.manual_seed(0)
     kern = runtime.load(outdir)
     prog, check, small, _, why = program_for(program, kern.info)
-    res: dict[str, Any] = {"label": label, "kernel": kern.name, "sizes_note": why, "checks": [], "api": []}
+    res: dict[str, Any] = {
+        "label": label,
+        "kernel": kern.name,
+        "sizes_note": why,
+        "checks": [],
+        "api": [],
+    }
     if why:
         print(f"[{label}] note: {why}", flush=True)
-    broken = None                                # a sticky CUDA error ends the checks
+    broken = None  # a sticky CUDA error ends the checks
     for sizes in check:
         t0 = time.time()
         if broken:
-            r = {"sizes": sizes, "ok": False, "error": f"skipped: the CUDA context is broken ({broken})"}
+            r = {
+                "sizes": sizes,
+                "ok": False,
+                "error": f"skipped: the CUDA context is broken ({broken})",
+            }
         else:
             try:
                 r = check_size(torch, kern, prog, sizes)
@@ -693,8 +940,11 @@ def child(outdir: str, program: str, label: str) -> None:
                     broken = f"{type(e2).__name__}: {e2}"[:200]
         r["secs"] = round(time.time() - t0, 2)
         res["checks"].append(r)
-        print(f"[{label}] {sizes_str(sizes):>18s}: {cell(r):<24s} ({r['secs']}s)"
-              + (f" {r['error']}" if "error" in r else ""), flush=True)
+        print(
+            f"[{label}] {sizes_str(sizes):>18s}: {cell(r):<24s} ({r['secs']}s)"
+            + (f" {r['error']}" if "error" in r else ""),
+            flush=True,
+        )
         if not broken:
             try:
                 torch.cuda.empty_cache()
@@ -720,18 +970,27 @@ def child(outdir: str, program: str, label: str) -> None:
         res["bind_ok"] = False
         res["bind_error"] = f"{type(e).__name__}: {e}"[:300]
     try:
-        res["api"] = api_checks(torch, kern, next(s for s in small + check if not kern.info.failed_requires(s)))
+        res["api"] = api_checks(
+            torch, kern, next(s for s in small + check if not kern.info.failed_requires(s))
+        )
     except Exception as e:
         res["api"] = [{"case": "api checks", "ok": False, "msg": f"{type(e).__name__}: {e}"[:300]}]
-    if program == "gemm":  # the kernel as a PyTorch op: torch.compile(fullgraph=True) and a CUDA graph
+    if (
+        program == "gemm"
+    ):  # the kernel as a PyTorch op: torch.compile(fullgraph=True) and a CUDA graph
         from op_checks import as_api_rows, op_checks
 
         try:
             res["api"] += as_api_rows(op_checks(torch, kern, "gemm_check"))
         except Exception as e:
-            res["api"].append({"case": "PyTorch op", "ok": False, "msg": f"{type(e).__name__}: {e}"[:300]})
+            res["api"].append(
+                {"case": "PyTorch op", "ok": False, "msg": f"{type(e).__name__}: {e}"[:300]}
+            )
     for a in res["api"]:
-        print(f"[{label}] api: {a['case']:<28s} {'ok' if a['ok'] else 'FAIL'}  {a['msg'][:110]}", flush=True)
+        print(
+            f"[{label}] api: {a['case']:<28s} {'ok' if a['ok'] else 'FAIL'}  {a['msg'][:110]}",
+            flush=True,
+        )
     print("RESULT " + json.dumps(res), flush=True)
 
 
@@ -739,18 +998,35 @@ def cell(r: dict) -> str:
     if "error" in r:
         return "ERROR"
     if r.get("expect") == "refuse":
-        return ("refused" if r["ok"] else "BAD-REFUSE") + f" py={r['python']} rc={r['rc']}" + (
-            "" if r["untouched"] else " WRITTEN")
+        return (
+            ("refused" if r["ok"] else "BAD-REFUSE")
+            + f" py={r['python']} rc={r['rc']}"
+            + ("" if r["untouched"] else " WRITTEN")
+        )
     rel = max(r.get("rel", {}).values(), default=float("nan"))
     bad_nan = sum(r["nan"].values())
-    return (("ok " if r["ok"] else "BAD ") + (f"{rel:.1e}" if r.get("rel") else "no-ref")
-            + (f" nan={bad_nan}" if bad_nan else "") + ("" if r["det"] else " nondet"))
+    return (
+        ("ok " if r["ok"] else "BAD ")
+        + (f"{rel:.1e}" if r.get("rel") else "no-ref")
+        + (f" nan={bad_nan}" if bad_nan else "")
+        + ("" if r["det"] else " nondet")
+    )
 
 
 def run_child(t: Target, timeout: float) -> dict | None:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(t.outdir), "--program", t.program,
-           "--label", t.label]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env())
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        str(t.outdir),
+        "--program",
+        t.program,
+        "--label",
+        t.label,
+    ]
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env()
+    )
     timer = threading.Timer(timeout, p.kill)
     timer.start()
     result, tail = None, []
@@ -767,7 +1043,11 @@ def run_child(t: Target, timeout: float) -> dict | None:
         timed_out = not timer.is_alive() and p.returncode not in (0, None) and result is None
         timer.cancel()
     if result is None:
-        why = f"TIMEOUT after {timeout}s (hang?)" if timed_out else f"child exited rc={p.returncode} without a result"
+        why = (
+            f"TIMEOUT after {timeout}s (hang?)"
+            if timed_out
+            else f"child exited rc={p.returncode} without a result"
+        )
         say(f"[{t.label}] {why}")
         return {"error": why, "tail": tail}
     return result
@@ -788,42 +1068,84 @@ def _load_npy(path: Path, dtype: str):
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
-def harness_checks(t: Target, info: KernelInfo, prog: Program | None, check: list[dict], small: list[dict],
-                   run_sizes: dict) -> dict:
+def harness_checks(
+    t: Target,
+    info: KernelInfo,
+    prog: Program | None,
+    check: list[dict],
+    small: list[dict],
+    run_sizes: dict,
+) -> dict:
     exe = t.outdir / info.name
     res: dict[str, Any] = {}
     rc, log, dt = run([str(exe), *map(str, run_sizes.values()), "--iters", "20"], timeout=120)
     line = _last_json(log)
-    res["run"] = {"sizes": run_sizes, "rc": rc, "json": line,
-                  "ok": rc == 0 and bool(line) and line.get("ms") is not None and not any((line.get("nan") or {}).values())}
+    res["run"] = {
+        "sizes": run_sizes,
+        "rc": rc,
+        "json": line,
+        "ok": rc == 0
+        and bool(line)
+        and line.get("ms") is not None
+        and not any((line.get("nan") or {}).values()),
+    }
     if not res["run"]["ok"]:
         res["run"]["log"] = log[-1500:]
-    say(f"[harness] {t.label}: ./{info.name} {sizes_str(run_sizes)} rc={rc} -> {json.dumps(line) if line else log[-300:]}")
+    say(
+        f"[harness] {t.label}: ./{info.name} {sizes_str(run_sizes)} rc={rc} -> {json.dumps(line) if line else log[-300:]}"
+    )
     bad = next((s for s in check if info.failed_requires(s)), None)
     if bad:
         rc, log, _ = run([str(exe), *map(str, bad.values()), "--iters", "1"], timeout=60)
         line = _last_json(log)
-        res["refuse"] = {"sizes": bad, "rc": rc, "ok": rc == 1 and bool(line) and line.get("rc") == 1}
-        say(f"[harness] {t.label}: ./{info.name} {sizes_str(bad)} (refused shape) rc={rc} "
-            f"{'ok' if res['refuse']['ok'] else 'BAD'} | {log.strip().splitlines()[0][:160] if log.strip() else ''}")
+        res["refuse"] = {
+            "sizes": bad,
+            "rc": rc,
+            "ok": rc == 1 and bool(line) and line.get("rc") == 1,
+        }
+        say(
+            f"[harness] {t.label}: ./{info.name} {sizes_str(bad)} (refused shape) rc={rc} "
+            f"{'ok' if res['refuse']['ok'] else 'BAD'} | {log.strip().splitlines()[0][:160] if log.strip() else ''}"
+        )
     sz = next((s for s in reversed(small) if not info.failed_requires(s)), None)
     if sz is not None and prog is not None:
         d = t.outdir / "dump"
         shutil.rmtree(d, ignore_errors=True)
-        rc, log, _ = run([str(exe), *map(str, sz.values()), "--iters", "1", "--warmup", "0", "--dump", str(d)],
-                         timeout=60)
+        rc, log, _ = run(
+            [str(exe), *map(str, sz.values()), "--iters", "1", "--warmup", "0", "--dump", str(d)],
+            timeout=60,
+        )
         try:
             ins = {}
             for p in info.params:
                 f = d / (f"{p.name}.in.npy" if p.reads and p.writes else f"{p.name}.npy")
                 ins[p.name] = _load_npy(f, p.dtype)
             refs = prog.reference(ins | scalar_args(info, sz), info)
-            rels = {n: _rel(__import__("torch"), _load_npy(d / f"{n}.npy", info.param(n).dtype).float(), r.float())
-                    for n, r in refs.items()}
-            shapes_ok = all(tuple(_load_npy(d / f"{p.name}.npy", p.dtype).shape) == info.shape(p, sz) for p in info.params)
-            res["dump"] = {"sizes": sz, "rc": rc, "rel": rels, "ok": rc == 0 and shapes_ok and all(v < TOL for v in rels.values())}
+            rels = {
+                n: _rel(
+                    __import__("torch"),
+                    _load_npy(d / f"{n}.npy", info.param(n).dtype).float(),
+                    r.float(),
+                )
+                for n, r in refs.items()
+            }
+            shapes_ok = all(
+                tuple(_load_npy(d / f"{p.name}.npy", p.dtype).shape) == info.shape(p, sz)
+                for p in info.params
+            )
+            res["dump"] = {
+                "sizes": sz,
+                "rc": rc,
+                "rel": rels,
+                "ok": rc == 0 and shapes_ok and all(v < TOL for v in rels.values()),
+            }
         except Exception as e:
-            res["dump"] = {"sizes": sz, "rc": rc, "ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
+            res["dump"] = {
+                "sizes": sz,
+                "rc": rc,
+                "ok": False,
+                "error": f"{type(e).__name__}: {e}"[:300],
+            }
         say(f"[harness] {t.label}: --dump {sizes_str(sz)} -> {res['dump']}")
     return res
 
@@ -845,19 +1167,44 @@ def sanitize(t: Target, info: KernelInfo, small: list[dict]) -> list[dict]:
     exe = t.outdir / info.name
     for sz in [s for s in small if not info.failed_requires(s)]:
         for tool in ("memcheck", "racecheck", "synccheck"):
-            cmd = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "99", str(exe),
-                   *map(str, sz.values()), "--warmup", "0", "--iters", "1"]
+            cmd = [
+                "compute-sanitizer",
+                "--tool",
+                tool,
+                "--error-exitcode",
+                "99",
+                str(exe),
+                *map(str, sz.values()),
+                "--warmup",
+                "0",
+                "--iters",
+                "1",
+            ]
             # racecheck of a ping-pong kernel with one tile took 1-143 s on an H200 (session 13,
             # 18 runs, all clean): the mbarrier try_wait loops sleep while racecheck serializes warps
             rc, log, dt = run(cmd, timeout=300)
             lines = log.strip().splitlines()
             summ = [x for x in lines if "ERROR SUMMARY" in x or "RACECHECK SUMMARY" in x]
-            summary = (summ[-1] if summ else (lines[-1] if lines else "")).replace("=========", "").strip()
-            rows.append({"tool": tool, "sizes": sz, "rc": rc, "ok": rc == 0, "summary": summary[:120],
-                         "secs": round(dt, 1)})
+            summary = (
+                (summ[-1] if summ else (lines[-1] if lines else ""))
+                .replace("=========", "")
+                .strip()
+            )
+            rows.append(
+                {
+                    "tool": tool,
+                    "sizes": sz,
+                    "rc": rc,
+                    "ok": rc == 0,
+                    "summary": summary[:120],
+                    "secs": round(dt, 1),
+                }
+            )
             if rc:
                 rows[-1]["log"] = "\n".join(lines[-60:])
-            say(f"[sanitizer] {t.label} {tool:9s} {sizes_str(sz):>12s} rc={rc} {summary[:100]} ({dt:.1f}s)")
+            say(
+                f"[sanitizer] {t.label} {tool:9s} {sizes_str(sz):>12s} rc={rc} {summary[:100]} ({dt:.1f}s)"
+            )
     return rows
 
 
@@ -868,13 +1215,26 @@ def sanitize(t: Target, info: KernelInfo, small: list[dict]) -> list[dict]:
 
 def environment() -> dict:
     env: dict[str, Any] = {}
-    rc, s, _ = run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit",
-                    "--format=csv,noheader"], timeout=60)
+    rc, s, _ = run(
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit",
+            "--format=csv,noheader",
+        ],
+        timeout=60,
+    )
     env["gpu"] = s.strip() if rc == 0 else f"nvidia-smi rc={rc}"
     rc, s, _ = run(["nvcc", "--version"], timeout=60)
     env["nvcc"] = s.strip().splitlines()[-1] if rc == 0 and s.strip() else "nvcc missing"
-    rc, s, _ = run([sys.executable, "-c", "import torch; print(torch.__version__, torch.version.cuda, "
-                    "torch.cuda.is_available() and torch.cuda.get_device_name())"], timeout=120)
+    rc, s, _ = run(
+        [
+            sys.executable,
+            "-c",
+            "import torch; print(torch.__version__, torch.version.cuda, "
+            "torch.cuda.is_available() and torch.cuda.get_device_name())",
+        ],
+        timeout=120,
+    )
     env["torch"] = s.strip()
     return env
 
@@ -904,22 +1264,32 @@ def verdict(r: dict) -> tuple[bool, list[str]]:
             why.append(f"{s['tool']} {sizes_str(s.get('sizes', {}))}")
     for v in r.get("make", {}).get("ptxas", {}).values():
         if v.get("spill_st") or v.get("spill_ld"):
-            why.append("spills")   # reported, counted as a failure: the emitter promises none
+            why.append("spills")  # reported, counted as a failure: the emitter promises none
             break
     return not why, why
 
 
 def summary_table(targets: list[Target]) -> list[str]:
-    L = ["", "== gpu_check summary (rel = ||out-ref||/||ref|| vs float32 reference; pass < 1e-2)",
-         f"{'target':24s} {'build':>6s} {'regs/spill':>12s} {'checks':>8s} {'max rel':>8s} {'refused':>8s} "
-         f"{'api':>5s} {'harness':>8s} {'TFLOP/s':>8s} {'memchk':>6s} {'racechk':>7s} {'syncchk':>7s}  verdict"]
+    L = [
+        "",
+        "== gpu_check summary (rel = ||out-ref||/||ref|| vs float32 reference; pass < 1e-2)",
+        f"{'target':24s} {'build':>6s} {'regs/spill':>12s} {'checks':>8s} {'max rel':>8s} {'refused':>8s} "
+        f"{'api':>5s} {'harness':>8s} {'TFLOP/s':>8s} {'memchk':>6s} {'racechk':>7s} {'syncchk':>7s}  verdict",
+    ]
     for t in targets:
         r = t.result
         ok, why = verdict(r)
-        b = "ok" if not r.get("build", {}).get("rc") and not r.get("make", {}).get("rc", 1) else "FAIL"
+        b = (
+            "ok"
+            if not r.get("build", {}).get("rc") and not r.get("make", {}).get("rc", 1)
+            else "FAIL"
+        )
         ks = list(r.get("make", {}).get("ptxas", {}).values())
-        regs = (f"{max(k.get('regs', 0) for k in ks)}/{max(k.get('spill_st', 0) + k.get('spill_ld', 0) for k in ks)}"
-                if ks else "-")
+        regs = (
+            f"{max(k.get('regs', 0) for k in ks)}/{max(k.get('spill_st', 0) + k.get('spill_ld', 0) for k in ks)}"
+            if ks
+            else "-"
+        )
         ch = r.get("check") or {}
         comp = [c for c in ch.get("checks", []) if c.get("expect") == "compute" or "error" in c]
         refs = [c for c in ch.get("checks", []) if c.get("expect") == "refuse"]
@@ -929,34 +1299,62 @@ def summary_table(targets: list[Target]) -> list[str]:
         hok = [v["ok"] for k, v in h.items() if isinstance(v, dict) and "ok" in v]
         tfl = (h.get("run", {}).get("json") or {}).get("tflops")
         san = {s["tool"]: s for s in r.get("sanitizer", [])}
-        sanc = lambda tool: ("-" if tool not in san else
-                             "ok" if all(s["ok"] for s in r["sanitizer"] if s["tool"] == tool) else "FAIL")
-        L.append(f"{t.label:24s} {b:>6s} {regs:>12s} "
-                 f"{(str(sum(c.get('ok', False) for c in comp)) + '/' + str(len(comp))) if comp else '-':>8s} "
-                 f"{(f'{max(rels):.1e}' if rels else '-'):>8s} "
-                 f"{(str(sum(c['ok'] for c in refs)) + '/' + str(len(refs))) if refs else '-':>8s} "
-                 f"{(str(sum(a['ok'] for a in api)) + '/' + str(len(api))) if api else '-':>5s} "
-                 f"{(str(sum(hok)) + '/' + str(len(hok))) if hok else '-':>8s} {(f'{tfl:.1f}' if tfl else '-'):>8s} "
-                 f"{sanc('memcheck'):>6s} {sanc('racecheck'):>7s} {sanc('synccheck'):>7s}  "
-                 + ("PASS" if ok else "FAIL: " + "; ".join(why)[:200]))
+        sanc = lambda tool: (
+            "-"
+            if tool not in san
+            else "ok"
+            if all(s["ok"] for s in r["sanitizer"] if s["tool"] == tool)
+            else "FAIL"
+        )
+        L.append(
+            f"{t.label:24s} {b:>6s} {regs:>12s} "
+            f"{(str(sum(c.get('ok', False) for c in comp)) + '/' + str(len(comp))) if comp else '-':>8s} "
+            f"{(f'{max(rels):.1e}' if rels else '-'):>8s} "
+            f"{(str(sum(c['ok'] for c in refs)) + '/' + str(len(refs))) if refs else '-':>8s} "
+            f"{(str(sum(a['ok'] for a in api)) + '/' + str(len(api))) if api else '-':>5s} "
+            f"{(str(sum(hok)) + '/' + str(len(hok))) if hok else '-':>8s} {(f'{tfl:.1f}' if tfl else '-'):>8s} "
+            f"{sanc('memcheck'):>6s} {sanc('racecheck'):>7s} {sanc('synccheck'):>7s}  "
+            + ("PASS" if ok else "FAIL: " + "; ".join(why)[:200])
+        )
     return L
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--programs", default="gemm", help="comma-separated programs/<name>.cyp (default gemm)")
-    ap.add_argument("--mappings", default="h100",
-                    help="comma-separated mapping names (mappings/<program>/<m>.yaml), .yaml paths, or "
-                         "'all' (every mapping of the program); '' for none")
-    ap.add_argument("--dtypes", default="f16",
-                    help="comma-separated bindings of the programs' dtype parameter T (f16,bf16); "
-                         "f16 targets are named <program>-<mapping>, others get -<dtype> appended")
-    ap.add_argument("--proto", default="", help="also check bench/proto's GEMM in the same layout: f16,bf16")
-    ap.add_argument("--build", action="append", default=[], metavar="DIR",
-                    help="an already-built directory (program taken from its <name>.json); repeatable")
-    ap.add_argument("--out", default=str(ROOT / "build" / "gpu_check"), help="where targets are built")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--programs", default="gemm", help="comma-separated programs/<name>.cyp (default gemm)"
+    )
+    ap.add_argument(
+        "--mappings",
+        default="h100",
+        help="comma-separated mapping names (mappings/<program>/<m>.yaml), .yaml paths, or "
+        "'all' (every mapping of the program); '' for none",
+    )
+    ap.add_argument(
+        "--dtypes",
+        default="f16",
+        help="comma-separated bindings of the programs' dtype parameter T (f16,bf16); "
+        "f16 targets are named <program>-<mapping>, others get -<dtype> appended",
+    )
+    ap.add_argument(
+        "--proto", default="", help="also check bench/proto's GEMM in the same layout: f16,bf16"
+    )
+    ap.add_argument(
+        "--build",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="an already-built directory (program taken from its <name>.json); repeatable",
+    )
+    ap.add_argument(
+        "--out", default=str(ROOT / "build" / "gpu_check"), help="where targets are built"
+    )
     ap.add_argument("--no-sanitizer", action="store_true")
-    ap.add_argument("--timeout", type=float, default=240, help="seconds for one target's correctness child")
+    ap.add_argument(
+        "--timeout", type=float, default=240, help="seconds for one target's correctness child"
+    )
     ap.add_argument("--jobs", type=int, default=4, help="targets built in parallel")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--program", help=argparse.SUPPRESS)
@@ -1023,8 +1421,11 @@ def _write(env: dict, targets: list[Target], t_start: float) -> None:
     if not OUT:
         return
     Path(OUT).mkdir(parents=True, exist_ok=True)
-    data = {"env": env, "secs": round(time.time() - t_start, 1),
-            "targets": {t.label: {**t.result, "verdict": verdict(t.result)} for t in targets}}
+    data = {
+        "env": env,
+        "secs": round(time.time() - t_start, 1),
+        "targets": {t.label: {**t.result, "verdict": verdict(t.result)} for t in targets},
+    }
     (Path(OUT) / "gpu_check.json").write_text(json.dumps(data, indent=1, default=str))
     (Path(OUT) / "gpu_check.log").write_text("\n".join(_LOG) + "\n")
 

@@ -49,11 +49,18 @@ def space_of(program: Path, mapping: Path) -> Space:
     """The tuner's search space of ``mapping`` for ``program`` (int tunables also get 1.5×
     their value as a candidate)."""
     text = mapping.read_text()
-    space = derive_space(instantiate(check_program(parse_file(str(program), {})),
-                                     load_mapping_source(text, str(mapping))), text)
-    knobs = [replace(k, candidates=tuple(sorted({*k.candidates, k.current * 3 // 2})))
-             if k.kind == "tunable" and isinstance(k.current, int) and k.current % 2 == 0 else k
-             for k in space.knobs]
+    space = derive_space(
+        instantiate(
+            check_program(parse_file(str(program), {})), load_mapping_source(text, str(mapping))
+        ),
+        text,
+    )
+    knobs = [
+        replace(k, candidates=tuple(sorted({*k.candidates, k.current * 3 // 2})))
+        if k.kind == "tunable" and isinstance(k.current, int) and k.current % 2 == 0
+        else k
+        for k in space.knobs
+    ]
     return Space(space.lm, space.text, knobs)
 
 
@@ -67,7 +74,12 @@ def variants(space: Space, values: dict) -> list[str]:
     out = [text]
     for name, old in space.base.items():
         new = values.get(name, old)
-        if isinstance(old, int) and not isinstance(old, bool) and new != old and f"WGMMA_64x{old}x16" in text:
+        if (
+            isinstance(old, int)
+            and not isinstance(old, bool)
+            and new != old
+            and f"WGMMA_64x{old}x16" in text
+        ):
             out.append(text.replace(f"WGMMA_64x{old}x16", f"WGMMA_64x{new}x16"))
     return out
 
@@ -99,7 +111,9 @@ def main_(argv=None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--count", type=int, default=24)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--programs", default=",".join(sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))))
+    ap.add_argument(
+        "--programs", default=",".join(sorted(p.stem for p in (ROOT / "programs").glob("*.cyp")))
+    )
     ap.add_argument("--tries", type=int, default=8, help="random draws per committed mapping")
     a = ap.parse_args(argv)
     rng = random.Random(a.seed)
@@ -126,7 +140,9 @@ def main_(argv=None) -> int:
         for text in variants(space, vals):
             path.write_text(text)
             with tempfile.TemporaryDirectory() as tmp:
-                r = runner.invoke(main, ["build", str(program), "-m", str(path), "-o", str(Path(tmp) / "k")])
+                r = runner.invoke(
+                    main, ["build", str(program), "-m", str(path), "-o", str(Path(tmp) / "k")]
+                )
             if r.exit_code == 0:
                 break
         if r.exit_code != 0:  # by the diagnostic code (E046 shared memory, E047 registers, …)
@@ -135,8 +151,11 @@ def main_(argv=None) -> int:
             continue
         written.append(path)
         print(path)
-    print(f"# {len(written)} accepted, {sum(refused.values())} refused: "
-          + ", ".join(f"{c} x{n}" for c, n in sorted(refused.items())), file=sys.stderr)
+    print(
+        f"# {len(written)} accepted, {sum(refused.values())} refused: "
+        + ", ".join(f"{c} x{n}" for c, n in sorted(refused.items())),
+        file=sys.stderr,
+    )
     return 0 if written else 1
 
 

@@ -62,8 +62,13 @@ from variants import TOL, flops, inputs, out_tensors, peers_for  # noqa: E402
 
 OUT = os.environ.get("OUT")
 SIDES = ("old", "new")
-PEER = {"gemm": "cuBLAS", "gemm_bt": "cuBLAS", "batched_gemm": "torch.bmm", "dual_gemm": "2xcuBLAS+add",
-        "gemm_reduction": "cuBLAS+sum"}
+PEER = {
+    "gemm": "cuBLAS",
+    "gemm_bt": "cuBLAS",
+    "batched_gemm": "torch.bmm",
+    "dual_gemm": "2xcuBLAS+add",
+    "gemm_reduction": "cuBLAS+sum",
+}
 """bench/variants.py's name of each program's cuBLAS composition (its first peer)."""
 
 
@@ -85,8 +90,9 @@ def read_side(root: Path, side: str) -> dict[str, dict]:
     Exits with a message when the file is missing."""
     f = root / side / "targets.tsv"
     if not f.exists():
-        raise SystemExit(f"{f} not found: run `bash bench/old_kernels.sh [REV]` first "
-                         f"(and carry {root / side})")
+        raise SystemExit(
+            f"{f} not found: run `bash bench/old_kernels.sh [REV]` first (and carry {root / side})"
+        )
     rows = {}
     with f.open() as fh:
         for row in csv.DictReader(fh, delimiter="\t"):
@@ -108,8 +114,11 @@ def discover(root: Path, patterns: list[str]) -> tuple[list[dict], dict[str, str
     both, skipped = [], {}
     for lb in labels:
         rows = {s: sides[s].get(lb) for s in SIDES}
-        missing = [f"{s}: " + ("not in targets.tsv" if r is None else f"cypressc rc={r['rc']}")
-                   for s, r in rows.items() if r is None or r["name"] is None]
+        missing = [
+            f"{s}: " + ("not in targets.tsv" if r is None else f"cypressc rc={r['rc']}")
+            for s, r in rows.items()
+            if r is None or r["name"] is None
+        ]
         if missing:
             skipped[lb] = "not built (" + "; ".join(missing) + ")"
             continue
@@ -131,6 +140,7 @@ def make_all(targets: list[dict], root: Path, jobs: int) -> dict[tuple[str, str]
     """``make lib<name>.so`` for every (target, side), ``jobs`` at a time, each against its
     side's runtime header; ``{(label, side): {rc, secs, ptxas, log}}``.  The library is
     deleted first, so a carried one is never used."""
+
     def one(t: dict, side: str) -> dict:
         # make does not track the runtime header, and a carried library may come from another
         # nvcc: always compile here
@@ -138,8 +148,12 @@ def make_all(targets: list[dict], root: Path, jobs: int) -> dict[tuple[str, str]
         (d / f"lib{name}.so").unlink(missing_ok=True)
         extra = f"-I{(root / side / 'runtime').resolve()} -Xptxas -v"
         rc, log, secs = make_target(d, name, f"lib{name}.so", extra)
-        return {"rc": rc, "secs": round(secs, 1), "ptxas": ptxas_summary(log),
-                "log": log[-3000:] if rc else ""}
+        return {
+            "rc": rc,
+            "secs": round(secs, 1),
+            "ptxas": ptxas_summary(log),
+            "log": log[-3000:] if rc else "",
+        }
 
     with cf.ThreadPoolExecutor(max(1, jobs)) as ex:
         futs = {(t["label"], s): ex.submit(one, t, s) for t in targets for s in SIDES}
@@ -165,7 +179,9 @@ def side_loader(root: Path, side: str):
     if not f.is_file():
         return runtime
     pkg = f"cypressc_runtime_{side}"
-    parent = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(pkg, None, is_package=True))
+    parent = importlib.util.module_from_spec(
+        importlib.machinery.ModuleSpec(pkg, None, is_package=True)
+    )
     parent.__path__ = [str(d)]
     sys.modules[pkg] = parent
     spec = importlib.util.spec_from_file_location(f"{pkg}.loader", f)
@@ -184,8 +200,11 @@ def load_all(targets: list[dict], made: dict, root: Path) -> dict[str, dict]:
         kernels[t["label"]] = {}
         for s in SIDES:
             m = made[(t["label"], s)]
-            regs = "; ".join(f"{v.get('regs', '?')} regs, spill {v.get('spill_st', '?')}/"
-                             f"{v.get('spill_ld', '?')}" for v in m["ptxas"].values())
+            regs = "; ".join(
+                f"{v.get('regs', '?')} regs, spill {v.get('spill_st', '?')}/"
+                f"{v.get('spill_ld', '?')}"
+                for v in m["ptxas"].values()
+            )
             print(f"[make] {t['label']} {s}: rc={m['rc']} {m['secs']}s {regs}", flush=True)
             if m["rc"]:
                 print(m["log"][-1500:], flush=True)
@@ -251,20 +270,28 @@ def bench_case(torch, t: dict, n: int, kerns: dict, args) -> dict:
     outs = out_tensors(torch, program, s, dt, [peer, *kerns])
     for o in outs.values():
         for x in o.values():
-            x.fill_(float("nan"))   # an element no launch writes stays NaN
+            x.fill_(float("nan"))  # an element no launch writes stays NaN
     fns = peers_for(torch, program, tin, outs, {}, None)
-    res: dict = {"label": t["label"], "program": program, "dtype": dtype, "n": n, "sizes": s,
-                 "peer": peer, "peers": {}}
-    for side, k in kerns.items():   # by parameter name: the new emitter may reorder them
+    res: dict = {
+        "label": t["label"],
+        "program": program,
+        "dtype": dtype,
+        "n": n,
+        "sizes": s,
+        "peer": peer,
+        "peers": {},
+    }
+    for side, k in kerns.items():  # by parameter name: the new emitter may reorder them
         try:
-            fns[side] = k.bind(*[outs[side][q.name] if q.writes else tin[q.name]
-                                 for q in k.info.params])
+            fns[side] = k.bind(
+                *[outs[side][q.name] if q.writes else tin[q.name] for q in k.info.params]
+            )
         except Exception as e:
             res["peers"][side] = {"error": f"bind: {type(e).__name__}: {e}"[:500]}
     live = {}
     for who, fn in fns.items():
         try:
-            fn()                    # one launch on NaN outputs is what gets checked
+            fn()  # one launch on NaN outputs is what gets checked
             torch.cuda.synchronize()
             c = compare(torch, outs[who], ref, tol=TOL[dtype])
             keep = ("ok", "rel", "nan", "wrong", "where", "first")
@@ -273,15 +300,16 @@ def bench_case(torch, t: dict, n: int, kerns: dict, args) -> dict:
                 live[who] = fn
         except Exception as e:
             res["peers"][who] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:500]}
-    for fn in live.values():        # warm-up
+    for fn in live.values():  # warm-up
         fn()
         fn()
     samples, medians = time_rounds(torch, live, args.rounds, args.reps)
     f = flops(program, s)
     for who in live:
         ms = statistics.median(samples[who])
-        res["peers"][who].update(ms=ms, tflops=f / ms / 1e9, min_ms=min(samples[who]),
-                                 n_calls=len(samples[who]))
+        res["peers"][who].update(
+            ms=ms, tflops=f / ms / 1e9, min_ms=min(samples[who]), n_calls=len(samples[who])
+        )
     res["round_ms"] = medians
     # a ratio pairs the two medians of each round (taken next to each other, so slow clock
     # drift cancels) and takes the median over the rounds: with old == new this stayed within
@@ -289,9 +317,12 @@ def bench_case(torch, t: dict, n: int, kerns: dict, args) -> dict:
     res["ratios"] = {}
     for x, y in (("new", "old"), ("new", peer), ("old", peer)):
         if x in live and y in live:
-            per = [m[y] / m[x] for m in medians]   # TFLOP/s of x over y's
-            res["ratios"][f"{x}/{'peer' if y == peer else y}"] = [statistics.median(per), min(per),
-                                                                  max(per)]
+            per = [m[y] / m[x] for m in medians]  # TFLOP/s of x over y's
+            res["ratios"][f"{x}/{'peer' if y == peer else y}"] = [
+                statistics.median(per),
+                min(per),
+                max(per),
+            ]
     return res
 
 
@@ -317,6 +348,7 @@ def case_line(r: dict) -> str:
 
 def table(results: list[dict], skipped: dict, made: dict, dev: str, args, secs: float) -> list[str]:
     """The markdown summary: one row per (target, n), then what was not measured and why."""
+
     def tf(r):
         return "-" if not r else f"{r['tflops']:.1f}" if ok(r) and "tflops" in r else "FAIL"
 
@@ -332,19 +364,23 @@ def table(results: list[dict], skipped: dict, made: dict, dev: str, args, secs: 
         where = f" {r['where']}" if "where" in r else ""
         return f"{r['rel']:.1e}! (nan {r.get('nan', 0)}, wrong {r.get('wrong', 0)}{where})"
 
-    lines = [f"## old vs new kernels, TFLOP/s; {dev}, median of {args.rounds}x{args.reps} calls, "
-             f"{secs:.0f}s",
-             "| target | n | old TFLOP/s | new TFLOP/s | new/old | peer TFLOP/s | new/peer | "
-             "old/peer | rel err old/new |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        f"## old vs new kernels, TFLOP/s; {dev}, median of {args.rounds}x{args.reps} calls, "
+        f"{secs:.0f}s",
+        "| target | n | old TFLOP/s | new TFLOP/s | new/old | peer TFLOP/s | new/peer | "
+        "old/peer | rel err old/new |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in results:
         p = r["peers"]
         o, nw, pr = p.get("old"), p.get("new"), p.get(r["peer"])
         err = f" {r['error']}" if r.get("error") else ""
-        lines.append(f"| {r['label']} | {r['n']} | {tf(o)} | {tf(nw)} | "
-                     f"{ratio(r, 'new/old', True)} | {tf(pr)} ({r['peer']}) | "
-                     f"{ratio(r, 'new/peer')} | {ratio(r, 'old/peer')} | "
-                     f"{rel(o)} / {rel(nw)}{err} |")
+        lines.append(
+            f"| {r['label']} | {r['n']} | {tf(o)} | {tf(nw)} | "
+            f"{ratio(r, 'new/old', True)} | {tf(pr)} ({r['peer']}) | "
+            f"{ratio(r, 'new/peer')} | {ratio(r, 'old/peer')} | "
+            f"{rel(o)} / {rel(nw)}{err} |"
+        )
     for lb, why in skipped.items():
         lines.append(f"\n{lb}: {why}")
     for (lb, side), m in made.items():
@@ -359,16 +395,22 @@ def dry_run(targets: list[dict], sizes: list[int], root: Path, args) -> None:
     print(f"\nwould make {2 * len(targets)} libraries ({args.jobs} at a time), e.g.:")
     for t in targets[:1]:
         for s in SIDES:
-            print(f"  make -C {t[s]['dir']} lib{t[s]['name']}.so "
-                  f"EXTRA_NVCCFLAGS='-I{root / s / 'runtime'} -Xptxas -v'")
-    print(f"would time {len(targets) * len(sizes)} cases ({args.rounds} rounds x {args.reps} "
-          f"calls of peer, old, new):")
+            print(
+                f"  make -C {t[s]['dir']} lib{t[s]['name']}.so "
+                f"EXTRA_NVCCFLAGS='-I{root / s / 'runtime'} -Xptxas -v'"
+            )
+    print(
+        f"would time {len(targets) * len(sizes)} cases ({args.rounds} rounds x {args.reps} "
+        f"calls of peer, old, new):"
+    )
     for t in targets:
         for n in sizes:
             s = shape(t["program"], n)
             dims = " ".join(f"{k}={v}" for k, v in s.items())
-            print(f"  {t['label']:28s} n={n:<5d} {dims:28s} "
-                  f"{flops(t['program'], s) / 1e9:8.1f} GFLOP  vs {PEER[t['program']]}")
+            print(
+                f"  {t['label']:28s} n={n:<5d} {dims:28s} "
+                f"{flops(t['program'], s) / 1e9:8.1f} GFLOP  vs {PEER[t['program']]}"
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -377,20 +419,30 @@ def dry_run(targets: list[dict], sizes: list[int], root: Path, args) -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--root", default=str(ROOT / "build"),
-                    help="holds old/ and new/ (bench/old_kernels.sh)")
-    ap.add_argument("--targets", default="",
-                    help="comma-separated fnmatch patterns on the labels (default: all)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--root", default=str(ROOT / "build"), help="holds old/ and new/ (bench/old_kernels.sh)"
+    )
+    ap.add_argument(
+        "--targets",
+        default="",
+        help="comma-separated fnmatch patterns on the labels (default: all)",
+    )
     ap.add_argument("--sizes", default="4096,8192", help="comma-separated n")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="parallel make jobs")
-    ap.add_argument("--deadline", type=float, default=120.0,
-                    help="seconds one (target, n) case may take before the run stops")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="list what would be made and timed; no GPU, no nvcc")
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        default=120.0,
+        help="seconds one (target, n) case may take before the run stops",
+    )
+    ap.add_argument(
+        "--dry-run", action="store_true", help="list what would be made and timed; no GPU, no nvcc"
+    )
     return ap.parse_args()
 
 
@@ -406,8 +458,11 @@ def main() -> int:
     print(f"[old] {srcs['old']}\n[new] {srcs['new']}", flush=True)
     for t in targets:
         same = "same .cu" if same_cu(t) else ".cu differs"
-        print(f"[target] {t['label']}: {t['program']} {t['dtype']}, kernel {t['new']['name']}, "
-              f"peer {PEER[t['program']]}, {same}", flush=True)
+        print(
+            f"[target] {t['label']}: {t['program']} {t['dtype']}, kernel {t['new']['name']}, "
+            f"peer {PEER[t['program']]}, {same}",
+            flush=True,
+        )
     for lb, why in skipped.items():
         print(f"[skip] {lb}: {why}", flush=True)
     if args.dry_run:
@@ -431,14 +486,25 @@ def main() -> int:
     def write_json() -> None:
         if OUT:
             Path(OUT).mkdir(parents=True, exist_ok=True)
-            (Path(OUT) / "old_new.json").write_text(json.dumps(
-                {"device": dev, "sources": srcs, "skipped": skipped, "results": results,
-                 "make": {f"{lb} {s}": m for (lb, s), m in made.items()},
-                 "same_cu": {t["label"]: same_cu(t) for t in targets}}, indent=1, default=str))
+            (Path(OUT) / "old_new.json").write_text(
+                json.dumps(
+                    {
+                        "device": dev,
+                        "sources": srcs,
+                        "skipped": skipped,
+                        "results": results,
+                        "make": {f"{lb} {s}": m for (lb, s), m in made.items()},
+                        "same_cu": {t["label"]: same_cu(t) for t in targets},
+                    },
+                    indent=1,
+                    default=str,
+                )
+            )
 
     def hung(what: str) -> None:
-        results.append({"label": what, "n": 0, "peer": "-", "peers": {},
-                        "error": "HUNG: the run stopped here"})
+        results.append(
+            {"label": what, "n": 0, "peer": "-", "peers": {}, "error": "HUNG: the run stopped here"}
+        )
         write_json()
         print(f"\n[hang] {what} did not finish within {args.deadline:.0f}s; stopping", flush=True)
         print("\n".join(table(results, skipped, made, dev, args, time.time() - t0)), flush=True)
@@ -452,9 +518,15 @@ def main() -> int:
             try:
                 r = bench_case(torch, t, n, kernels[t["label"]], args)
             except Exception as e:
-                r = {"label": t["label"], "program": t["program"], "dtype": t["dtype"], "n": n,
-                     "peer": PEER[t["program"]], "peers": {},
-                     "error": f"{type(e).__name__}: {e}"[:500]}
+                r = {
+                    "label": t["label"],
+                    "program": t["program"],
+                    "dtype": t["dtype"],
+                    "n": n,
+                    "peer": PEER[t["program"]],
+                    "peers": {},
+                    "error": f"{type(e).__name__}: {e}"[:500],
+                }
             dog.disarm()
             results.append(r)
             torch.cuda.empty_cache()
@@ -464,7 +536,8 @@ def main() -> int:
     print("\n".join(table(results, skipped, made, dev, args, time.time() - t0)))
     failed = any(m["rc"] for m in made.values()) or any(
         "error" in r or len(r["peers"]) < 3 or not all(ok(p) for p in r["peers"].values())
-        for r in results)
+        for r in results
+    )
     return 1 if failed else 0
 
 

@@ -38,11 +38,16 @@ def op_checks(torch, kern, op_name: str) -> dict:
         compiled = torch.compile(Mlp(), fullgraph=True)(x, w1, w2)
         torch.cuda.synchronize()
         ref = (torch.relu(x.float() @ w1.float()).to(dt).float() @ w2.float()) * 0.5
-        out["compile_rel_vs_eager"] = float((compiled.float() - eager.float()).norm() / eager.float().norm())
+        out["compile_rel_vs_eager"] = float(
+            (compiled.float() - eager.float()).norm() / eager.float().norm()
+        )
         out["eager_rel_vs_torch"] = float((eager.float() - ref).norm() / ref.norm())
         out["graph_breaks"] = explain.graph_break_count
-        out["compile_ok"] = (out["compile_rel_vs_eager"] < 1e-3 and out["eager_rel_vs_torch"] < 1e-2
-                             and explain.graph_break_count == 0)
+        out["compile_ok"] = (
+            out["compile_rel_vs_eager"] < 1e-3
+            and out["eager_rel_vs_torch"] < 1e-2
+            and explain.graph_break_count == 0
+        )
     except Exception as e:  # noqa: BLE001
         out["compile_ok"] = False
         out["compile_error"] = f"{type(e).__name__}: {e}"[:500]
@@ -80,9 +85,17 @@ def op_checks(torch, kern, op_name: str) -> dict:
 def as_api_rows(r: dict) -> list[dict]:
     """The two results as rows of bench/gpu_check.py's ``api`` column."""
     return [
-        {"case": "torch.compile(fullgraph)", "ok": bool(r.get("compile_ok")),
-         "msg": r.get("compile_error") or f"rel vs eager {r.get('compile_rel_vs_eager', float('nan')):.1e}, eager vs "
-                f"torch {r.get('eager_rel_vs_torch', float('nan')):.1e}, {r.get('graph_breaks')} graph break(s)"},
-        {"case": "CUDA graph, 10 calls replayed", "ok": bool(r.get("graph_ok")),
-         "msg": r.get("graph_error") or f"worst rel {r.get('graph_rel', float('nan')):.1e} over 2 replays"},
+        {
+            "case": "torch.compile(fullgraph)",
+            "ok": bool(r.get("compile_ok")),
+            "msg": r.get("compile_error")
+            or f"rel vs eager {r.get('compile_rel_vs_eager', float('nan')):.1e}, eager vs "
+            f"torch {r.get('eager_rel_vs_torch', float('nan')):.1e}, {r.get('graph_breaks')} graph break(s)",
+        },
+        {
+            "case": "CUDA graph, 10 calls replayed",
+            "ok": bool(r.get("graph_ok")),
+            "msg": r.get("graph_error")
+            or f"worst rel {r.get('graph_rel', float('nan')):.1e} over 2 replays",
+        },
     ]

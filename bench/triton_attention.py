@@ -29,10 +29,17 @@ __all__ = ["attention", "best", "make_attention", "LOG2E", "HEAD_DIMS", "CONFIGS
 LOG2E = 1.4426950408889634
 HEAD_DIMS = (64, 128)
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); every BLOCK_N divides its BLOCK_M
-CONFIGS = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 2)]
+CONFIGS = [
+    (128, 64, 4, 3),
+    (128, 64, 8, 3),
+    (128, 128, 8, 3),
+    (128, 64, 8, 4),
+    (64, 64, 4, 3),
+    (128, 128, 8, 2),
+]
 
 _KERNEL = None
-_attn_tile = None    # the jitted tile step, set by make_attention
+_attn_tile = None  # the jitted tile step, set by make_attention
 
 
 def make_attention(configs=None):
@@ -44,16 +51,34 @@ def make_attention(configs=None):
     import triton
     import triton.language as tl
 
-    configs = configs or [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-                          for bm, bn, w, s in CONFIGS]
+    configs = configs or [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in CONFIGS
+    ]
 
     # a module global, not a closure: Triton's interpreter and compilers before 3.3 look a
     # kernel's callees up among its module's globals only
     global _attn_tile
 
     @triton.jit
-    def _attn_tile(acc, m_i, l_i, qb, k_base, v_base, skn, svn, start_n, offs_m, offs_n, offs_d, N, qk_scale,
-              MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    def _attn_tile(
+        acc,
+        m_i,
+        l_i,
+        qb,
+        k_base,
+        v_base,
+        skn,
+        svn,
+        start_n,
+        offs_m,
+        offs_n,
+        offs_d,
+        N,
+        qk_scale,
+        MASKED: tl.constexpr,
+        CAUSAL: tl.constexpr,
+    ):
         # one BLOCK_N tile of keys: S = Q Kᵀ·s, the online-softmax update, acc += P V
         cols = start_n + offs_n
         kp = k_base + cols[:, None] * skn + offs_d[None, :]
@@ -83,13 +108,39 @@ def make_attention(configs=None):
 
     @triton.autotune(configs=configs, key=["M", "N", "D", "CAUSAL"])
     @triton.jit
-    def _fwd(q, k, v, o, lse, qk_scale,
-             sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, slb, slh,
-             H, G, M, N,
-             D: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    def _fwd(
+        q,
+        k,
+        v,
+        o,
+        lse,
+        qk_scale,
+        sqb,
+        sqh,
+        sqm,
+        skb,
+        skh,
+        skn,
+        svb,
+        svh,
+        svn,
+        sob,
+        soh,
+        som,
+        slb,
+        slh,
+        H,
+        G,
+        M,
+        N,
+        D: tl.constexpr,
+        CAUSAL: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
         # the config keys (BLOCK_M, BLOCK_N) stay last: older autotuners index the key
         # arguments by position among the arguments actually passed
-        if CAUSAL:   # longest key loops first: the short blocks at the top fill the tail
+        if CAUSAL:  # longest key loops first: the short blocks at the top fill the tail
             start_m = tl.num_programs(0) - 1 - tl.program_id(0)
         else:
             start_m = tl.program_id(0)
@@ -103,7 +154,9 @@ def make_attention(configs=None):
         q_base = q + b * sqb + h * sqh
         k_base = k + b * skb + hk * skh
         v_base = v + b * svb + hk * svh
-        qb = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :], mask=offs_m[:, None] < M, other=0.0)
+        qb = tl.load(
+            q_base + offs_m[:, None] * sqm + offs_d[None, :], mask=offs_m[:, None] < M, other=0.0
+        )
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
@@ -116,33 +169,81 @@ def make_attention(configs=None):
             hi = N
         for start_n in range(0, full, BLOCK_N):
             start_n = tl.multiple_of(start_n, BLOCK_N)
-            acc, m_i, l_i = _attn_tile(acc, m_i, l_i, qb, k_base, v_base, skn, svn, start_n, offs_m, offs_n, offs_d,
-                                  N, qk_scale, False, CAUSAL)
+            acc, m_i, l_i = _attn_tile(
+                acc,
+                m_i,
+                l_i,
+                qb,
+                k_base,
+                v_base,
+                skn,
+                svn,
+                start_n,
+                offs_m,
+                offs_n,
+                offs_d,
+                N,
+                qk_scale,
+                False,
+                CAUSAL,
+            )
         for start_n in range(full, hi, BLOCK_N):
             start_n = tl.multiple_of(start_n, BLOCK_N)
-            acc, m_i, l_i = _attn_tile(acc, m_i, l_i, qb, k_base, v_base, skn, svn, start_n, offs_m, offs_n, offs_d,
-                                  N, qk_scale, True, CAUSAL)
+            acc, m_i, l_i = _attn_tile(
+                acc,
+                m_i,
+                l_i,
+                qb,
+                k_base,
+                v_base,
+                skn,
+                svn,
+                start_n,
+                offs_m,
+                offs_n,
+                offs_d,
+                N,
+                qk_scale,
+                True,
+                CAUSAL,
+            )
         out = acc / l_i[:, None]
         rows = offs_m < M
         o_base = o + b * sob + h * soh
-        tl.store(o_base + offs_m[:, None] * som + offs_d[None, :], out.to(o.dtype.element_ty), mask=rows[:, None])
+        tl.store(
+            o_base + offs_m[:, None] * som + offs_d[None, :],
+            out.to(o.dtype.element_ty),
+            mask=rows[:, None],
+        )
         # natural log-sum-exp of the scaled scores: m is in log2 units of S·scale
-        tl.store(lse + b * slb + h * slh + offs_m, (m_i + tl.math.log2(l_i)) * 0.6931471805599453, mask=rows)
+        tl.store(
+            lse + b * slb + h * slh + offs_m,
+            (m_i + tl.math.log2(l_i)) * 0.6931471805599453,
+            mask=rows,
+        )
 
     def attention_fwd(q, k, v, scale: float, causal, out=None, lse=None):
         if q.dim() != 4:
             raise ValueError(f"q must be [B, H, M, D], got shape {tuple(q.shape)}")
         B, H, M, D = q.shape
         if k.dim() != 4 or v.shape != k.shape or k.shape[0] != B or k.shape[3] != D:
-            raise ValueError(f"shapes: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; "
-                             "want q [B, H, M, D], k and v [B, HK, N, D]")
+            raise ValueError(
+                f"shapes: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; "
+                "want q [B, H, M, D], k and v [B, HK, N, D]"
+            )
         HK, N = k.shape[1], k.shape[2]
         if HK == 0 or H % HK:
             raise ValueError(f"H = {H} must be a multiple of HK = {HK}")
         if D not in HEAD_DIMS:
             raise ValueError(f"head dimension {D}: the Triton peer takes D in {HEAD_DIMS}")
-        if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
-            raise ValueError(f"q, k, v must share one dtype of f16/bf16, got {q.dtype}, {k.dtype}, {v.dtype}")
+        if (
+            q.dtype not in (torch.float16, torch.bfloat16)
+            or k.dtype != q.dtype
+            or v.dtype != q.dtype
+        ):
+            raise ValueError(
+                f"q, k, v must share one dtype of f16/bf16, got {q.dtype}, {k.dtype}, {v.dtype}"
+            )
         if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
             raise ValueError("q, k, v must be contiguous")
         if N == 0:
@@ -151,15 +252,43 @@ def make_attention(configs=None):
         lse_ = torch.empty((B, H, M), device=q.device, dtype=torch.float32) if lse is None else lse
         if tuple(o.shape) != (B, H, M, D) or o.dtype != q.dtype or not o.is_contiguous():
             raise ValueError(f"out must be a contiguous {q.dtype} [B, H, M, D] tensor")
-        if tuple(lse_.shape) != (B, H, M) or lse_.dtype != torch.float32 or not lse_.is_contiguous():
+        if (
+            tuple(lse_.shape) != (B, H, M)
+            or lse_.dtype != torch.float32
+            or not lse_.is_contiguous()
+        ):
             raise ValueError("lse must be a contiguous float32 [B, H, M] tensor")
         if B * H * M == 0:
             return o, lse_
         grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]), B * H)  # noqa: E731
-        _fwd[grid](q, k, v, o, lse_, float(scale) * LOG2E,
-                   q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-                   v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-                   lse_.stride(0), lse_.stride(1), H, H // HK, M, N, D=D, CAUSAL=int(bool(causal)))
+        _fwd[grid](
+            q,
+            k,
+            v,
+            o,
+            lse_,
+            float(scale) * LOG2E,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            k.stride(0),
+            k.stride(1),
+            k.stride(2),
+            v.stride(0),
+            v.stride(1),
+            v.stride(2),
+            o.stride(0),
+            o.stride(1),
+            o.stride(2),
+            lse_.stride(0),
+            lse_.stride(1),
+            H,
+            H // HK,
+            M,
+            N,
+            D=D,
+            CAUSAL=int(bool(causal)),
+        )
         return o, lse_
 
     def best(M, N, D, causal):
@@ -168,7 +297,7 @@ def make_attention(configs=None):
         for key, val in getattr(_fwd, "cache", {}).items():
             if tuple(key[:4]) == (M, N, D, int(bool(causal))):
                 cfg = val
-        if cfg is None and len(configs) == 1:     # one config: the autotuner keeps no cache
+        if cfg is None and len(configs) == 1:  # one config: the autotuner keeps no cache
             cfg = configs[0]
         if cfg is None:
             return ""
@@ -192,10 +321,11 @@ def attention(q, k, v, scale: float | None = None, causal=False, out=None, lse=N
     global _KERNEL
     if _KERNEL is None:
         _KERNEL = make_attention()
-    return _KERNEL(q, k, v, q.shape[-1] ** -0.5 if scale is None else scale, causal, out=out, lse=lse)
+    return _KERNEL(
+        q, k, v, q.shape[-1] ** -0.5 if scale is None else scale, causal, out=out, lse=lse
+    )
 
 
 def best(M: int, N: int, D: int, causal) -> str:
     """The config :func:`attention`'s autotuning chose for (M, N, D, causal) ("" if none yet)."""
     return _KERNEL.best(M, N, D, causal) if _KERNEL is not None else ""
-

@@ -18,7 +18,7 @@ Triton nor a GPU.
 
 from __future__ import annotations
 
-ACTS = {"bias_gelu": 0, "bias_silu": 1}   # the ACT binding of gemm_epilogue -> the kernel's ACT
+ACTS = {"bias_gelu": 0, "bias_silu": 1}  # the ACT binding of gemm_epilogue -> the kernel's ACT
 
 
 def make_gemm_epilogue(configs=None):
@@ -43,9 +43,27 @@ def make_gemm_epilogue(configs=None):
     @triton.autotune(configs=configs, key=["M", "N", "K", "ACT"])
     @triton.heuristics({"EVEN_K": lambda meta: meta["K"] % meta["BK"] == 0})
     @triton.jit
-    def _kernel(a, b, bias, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
-                ACT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                GROUP: tl.constexpr, EVEN_K: tl.constexpr):
+    def _kernel(
+        a,
+        b,
+        bias,
+        c,
+        M,
+        N,
+        K,
+        sam,
+        sak,
+        sbk,
+        sbn,
+        scm,
+        scn,
+        ACT: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+        GROUP: tl.constexpr,
+        EVEN_K: tl.constexpr,
+    ):
         pid = tl.program_id(0)
         tiles_m = tl.cdiv(M, BM)
         tiles_n = tl.cdiv(N, BN)
@@ -94,15 +112,31 @@ def make_gemm_epilogue(configs=None):
         M, K = A.shape
         K2, N = B.shape
         if K2 != K or tuple(C.shape) != (M, N) or tuple(bias.shape) != (N,):
-            raise ValueError(f"shapes: A {tuple(A.shape)}, B {tuple(B.shape)}, bias {tuple(bias.shape)}, "
-                             f"C {tuple(C.shape)}; want A [M, K], B [K, N], bias [N], C [M, N]")
+            raise ValueError(
+                f"shapes: A {tuple(A.shape)}, B {tuple(B.shape)}, bias {tuple(bias.shape)}, "
+                f"C {tuple(C.shape)}; want A [M, K], B [K, N], bias [N], C [M, N]"
+            )
         if bias.stride(0) != 1:
             raise ValueError("bias must be contiguous")
         if M == 0 or N == 0:
             return C
         grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)  # noqa: E731
-        _kernel[grid](A, B, bias, C, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
-                      C.stride(0), C.stride(1), ACT=ACTS[act])
+        _kernel[grid](
+            A,
+            B,
+            bias,
+            C,
+            M,
+            N,
+            K,
+            A.stride(0),
+            A.stride(1),
+            B.stride(0),
+            B.stride(1),
+            C.stride(0),
+            C.stride(1),
+            ACT=ACTS[act],
+        )
         return C
 
     def best(M, N, K, act="bias_gelu"):

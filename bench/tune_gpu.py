@@ -97,15 +97,21 @@ class Lines:
     def event(self, ev: dict, cand) -> None:
         knobs = self.space.describe(cand.values) if cand is not None else ev.get("label")
         if ev.get("event") == "started":
-            stamp(f"{self.tag}:   GPU worker {ev['gpu']} ({ev['device']}) started in {ev['seconds']:.1f} s "
-                  f"(start #{ev['starts']})")
+            stamp(
+                f"{self.tag}:   GPU worker {ev['gpu']} ({ev['device']}) started in {ev['seconds']:.1f} s "
+                f"(start #{ev['starts']})"
+            )
         elif ev.get("event") == "checked" and not ev.get("ok"):
             stamp(f"{self.tag}:   FAILED ({ev.get('kind')}) {knobs}: {ev.get('error')}")
         elif ev.get("event") == "checked":
-            stamp(f"{self.tag}:   checked in {ev.get('seconds', 0):.2f} s (rel {ev.get('rel', 0):.1e}, "
-                  f"~{ev.get('est_ms', 0):.3f} ms) {knobs}")
+            stamp(
+                f"{self.tag}:   checked in {ev.get('seconds', 0):.2f} s (rel {ev.get('rel', 0):.1e}, "
+                f"~{ev.get('est_ms', 0):.3f} ms) {knobs}"
+            )
         elif ev.get("event") == "result":
-            stamp(f"{self.tag}:   {ev['tflops']:7.1f} TFLOP/s ({ev['ms']:.3f} ms, rel {ev.get('rel', 0):.1e}) {knobs}")
+            stamp(
+                f"{self.tag}:   {ev['tflops']:7.1f} TFLOP/s ({ev['ms']:.3f} ms, rel {ev.get('rel', 0):.1e}) {knobs}"
+            )
 
 
 def split_entry(entry: str) -> tuple[str, str]:
@@ -137,21 +143,36 @@ def tune_one(entry: str, n: int, args) -> dict:
     program, stem = split_entry(entry)
     prog, mapping = ROOT / "programs" / f"{program}.cyp", plain_mapping(entry, args)
     lines = Lines(f"{program}@{n}", _space(str(prog), str(mapping), mapping.read_text(), {}))
-    opts = Options(sizes=sizes, budget=args.budget, rounds=args.rounds, reps=args.reps,
-                   compile_only=args.compile_only, workers=args.jobs,
-                   reference=f"{Path(__file__).resolve()}:ref_{program}")
+    opts = Options(
+        sizes=sizes,
+        budget=args.budget,
+        rounds=args.rounds,
+        reps=args.reps,
+        compile_only=args.compile_only,
+        workers=args.jobs,
+        reference=f"{Path(__file__).resolve()}:ref_{program}",
+    )
     try:
         res = search(str(prog), str(mapping), opts, progress=lines)
     finally:
         lines.close()
     print(report.table(res, 8), flush=True)
     print(report.closing_note(res), flush=True)
-    row = {"program": program, "start": stem, "n": n, "counts": res.counts(), "seconds": res.seconds, "device": res.device,
-           "failures": report.failures(res)}
+    row = {
+        "program": program,
+        "start": stem,
+        "n": n,
+        "counts": res.counts(),
+        "seconds": res.seconds,
+        "device": res.device,
+        "failures": report.failures(res),
+    }
     if not args.compile_only:
         from cypressc.tuner.timing import workers
 
-        row["worker_starts"] = sum(w["starts"] for w in workers().values())   # so far; above one per GPU: restarts
+        row["worker_starts"] = sum(
+            w["starts"] for w in workers().values()
+        )  # so far; above one per GPU: restarts
         row["worker_gpus"] = len(workers())
     best = res.best
     if best is None:
@@ -159,11 +180,18 @@ def tune_one(entry: str, n: int, args) -> dict:
         return row
     text = report.best_yaml(res, str(prog.relative_to(ROOT)), os.path.relpath(mapping, ROOT))
     if OUT:
-        (Path(OUT) / f"tuned_{program}{'' if stem == 'h100_plain' else '_' + stem}_{n}.yaml").write_text(text or "")
+        (
+            Path(OUT) / f"tuned_{program}{'' if stem == 'h100_plain' else '_' + stem}_{n}.yaml"
+        ).write_text(text or "")
     base = res.baseline
-    row.update(knobs=res.space.describe(best.values), dir=best.dir, name=best.name, tflops=best.tflops,
-               start_tflops=base.tflops if base else None,
-               runner_up=res.space.describe(res.runner_up.values) if res.runner_up else None)
+    row.update(
+        knobs=res.space.describe(best.values),
+        dir=best.dir,
+        name=best.name,
+        tflops=best.tflops,
+        start_tflops=base.tflops if base else None,
+        runner_up=res.space.describe(res.runner_up.values) if res.runner_up else None,
+    )
     return row
 
 
@@ -178,15 +206,30 @@ def vs_cublas(torch, rows: list[dict], args) -> None:
             continue
         try:
             kern = runtime.load(row["dir"], row["name"])
-            r = bench_one(torch, row["program"], {"M": row["n"], "N": row["n"], "K": row["n"]}, "f16", kern, {}, args)
+            r = bench_one(
+                torch,
+                row["program"],
+                {"M": row["n"], "N": row["n"], "K": row["n"]},
+                "f16",
+                kern,
+                {},
+                args,
+            )
             peer = r["names"][0]
             row["peer"] = peer
             row["peer_tflops"] = r["peers"][peer].get("tflops")
             cyp = r["peers"]["cypressc"]
-            row.update(ratio=cyp.get("ratio"), rel=cyp.get("rel"), bench_tflops=cyp.get("tflops"),
-                       bench_error=cyp.get("error"))
-            print(f"[vs cuBLAS] {row['program']} {row['n']}: {cyp.get('tflops', 0):.1f} TFLOP/s vs {peer} "
-                  f"{row['peer_tflops'] or 0:.1f} -> {row['ratio'] or 0:.3f}x (rel {cyp.get('rel')})", flush=True)
+            row.update(
+                ratio=cyp.get("ratio"),
+                rel=cyp.get("rel"),
+                bench_tflops=cyp.get("tflops"),
+                bench_error=cyp.get("error"),
+            )
+            print(
+                f"[vs cuBLAS] {row['program']} {row['n']}: {cyp.get('tflops', 0):.1f} TFLOP/s vs {peer} "
+                f"{row['peer_tflops'] or 0:.1f} -> {row['ratio'] or 0:.3f}x (rel {cyp.get('rel')})",
+                flush=True,
+            )
         except Exception as e:  # noqa: BLE001 - reported in the table
             row["bench_error"] = f"{type(e).__name__}: {e}"[:300]
         torch.cuda.empty_cache()
@@ -204,24 +247,36 @@ def fmt(x, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-RESERVE_S = 60.0      # the cuBLAS comparison and the op checks after the tunes
-BUGS = ("wrong", "crash", "timeout", "launch_error", "internal", "build")   # never a mapping's fault
+RESERVE_S = 60.0  # the cuBLAS comparison and the op checks after the tunes
+BUGS = ("wrong", "crash", "timeout", "launch_error", "internal", "build")  # never a mapping's fault
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--programs", default="gemm,dual_gemm,gemm_reduction",
-                    help="comma-separated P or P:STEM (start from mappings/P/STEM.yaml, default h100_plain)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--programs",
+        default="gemm,dual_gemm,gemm_reduction",
+        help="comma-separated P or P:STEM (start from mappings/P/STEM.yaml, default h100_plain)",
+    )
     ap.add_argument("--sizes", default="4096,8192")
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=None)
-    ap.add_argument("--time-limit", type=float, default=540.0,
-                    help="seconds: a tune starts only if the longest earlier one at its size fits before this "
-                    f"less {RESERVE_S:.0f} s (the cuBLAS and op checks follow)")
-    ap.add_argument("--tune-section", default=None,
-                    help="a YAML file with a `tune:` section appended to every plain mapping (narrows the space)")
+    ap.add_argument(
+        "--time-limit",
+        type=float,
+        default=540.0,
+        help="seconds: a tune starts only if the longest earlier one at its size fits before this "
+        f"less {RESERVE_S:.0f} s (the cuBLAS and op checks follow)",
+    )
+    ap.add_argument(
+        "--tune-section",
+        default=None,
+        help="a YAML file with a `tune:` section appended to every plain mapping (narrows the space)",
+    )
     ap.add_argument("--compile-only", action="store_true")
     args = ap.parse_args()
     os.environ.setdefault("CYPRESSC_CACHE_DIR", str(ROOT / "build" / "tune_cache"))
@@ -230,14 +285,24 @@ def main() -> int:
     programs = [p for p in args.programs.split(",") if p]
     rows: list[dict] = []
     took: dict[int, float] = {}
-    for n in [int(x) for x in args.sizes.split(",") if x]:      # every program at one size, then the next
+    for n in [
+        int(x) for x in args.sizes.split(",") if x
+    ]:  # every program at one size, then the next
         for program in programs:
             need = took.get(n, 60.0 if not took else max(took.values()))
             left = args.time_limit - RESERVE_S - (time.time() - T0)
             if need > left:
-                stamp(f"skip {program}@{n}: {left:.0f} s left, a tune at this size took {need:.0f} s")
-                rows.append({"program": split_entry(program)[0], "start": split_entry(program)[1], "n": n,
-                             "error": "skipped: out of time"})
+                stamp(
+                    f"skip {program}@{n}: {left:.0f} s left, a tune at this size took {need:.0f} s"
+                )
+                rows.append(
+                    {
+                        "program": split_entry(program)[0],
+                        "start": split_entry(program)[1],
+                        "n": n,
+                        "error": "skipped: out of time",
+                    }
+                )
                 continue
             print(flush=True)
             stamp(f"==== tune {program} at {n}^3")
@@ -246,8 +311,14 @@ def main() -> int:
                 rows.append(tune_one(program, n, args))
             except Exception as e:  # noqa: BLE001 - one program's failure is one row
                 traceback.print_exc()
-                rows.append({"program": split_entry(program)[0], "start": split_entry(program)[1], "n": n,
-                             "error": f"{type(e).__name__}: {e}"[:300]})
+                rows.append(
+                    {
+                        "program": split_entry(program)[0],
+                        "start": split_entry(program)[1],
+                        "n": n,
+                        "error": f"{type(e).__name__}: {e}"[:300],
+                    }
+                )
             took[n] = max(took.get(n, 0.0), time.time() - t)
             stamp(f"==== {program}@{n} took {time.time() - t:.1f} s")
     ops: dict = {}
@@ -255,7 +326,7 @@ def main() -> int:
     if not args.compile_only:
         from cypressc.tuner.timing import stop_workers
 
-        stop_workers()                  # their inputs and kernels leave the GPU to the checks below
+        stop_workers()  # their inputs and kernels leave the GPU to the checks below
         import torch
 
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -267,8 +338,9 @@ def main() -> int:
             ops = op_checks(torch, gemm)
             print(f"[op] {json.dumps(ops)}", flush=True)
     if OUT:
-        (Path(OUT) / "tune_gpu.json").write_text(json.dumps({"device": device, "rows": rows, "ops": ops},
-                                                            indent=1, default=str))
+        (Path(OUT) / "tune_gpu.json").write_text(
+            json.dumps({"device": device, "rows": rows, "ops": ops}, indent=1, default=str)
+        )
     return summary(rows, ops, device)
 
 
@@ -281,13 +353,19 @@ def label(row: dict) -> str:
 def summary(rows: list[dict], ops: dict, device: str) -> int:
     """The final table, the failed candidates, the op checks; the exit status."""
     print(f"\n## cypressc tune from the plain mappings; {device}; {time.time() - T0:.0f}s")
-    print("| program | n | best knobs | TFLOP/s | start | peer | peer TFLOP/s | ratio | built/pruned/timed/failed | "
-          "prune s | compile s | timing s | total s |")
+    print(
+        "| program | n | best knobs | TFLOP/s | start | peer | peer TFLOP/s | ratio | built/pruned/timed/failed | "
+        "prune s | compile s | timing s | total s |"
+    )
     print("|---|---:|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|")
     ok = True
     bugs = []
     for r in rows:
-        bugs += [dict(f, program=r["program"], n=r["n"]) for f in r.get("failures", []) if f.get("kind") in BUGS]
+        bugs += [
+            dict(f, program=r["program"], n=r["n"])
+            for f in r.get("failures", [])
+            if f.get("kind") in BUGS
+        ]
         if r.get("error"):
             ok = False
             print(f"| {label(r)} | {r['n']} | {r['error']} | | | | | | | | | | |")
@@ -299,24 +377,34 @@ def summary(rows: list[dict], ops: dict, device: str) -> int:
             ok = False
             flag += " CHECK FAILED"
         failed = c["failed_check"] + c["build_failed"]
-        print(f"| {label(r)} | {r['n']} | {r['knobs']} | {fmt(r.get('bench_tflops') or r.get('tflops'))} | "
-              f"{fmt(r.get('start_tflops'))} | {r.get('peer', '-')} | {fmt(r.get('peer_tflops'))} | "
-              f"{fmt(ratio, '.3f')}{flag} | {c['compiled'] + c['cache_hits']}/{c['pruned']}/{c['timed']}/{failed} | "
-              f"{s['prune']:.0f} | {s['compile']:.0f} | {s['timing']:.0f} | {s.get('total', 0):.0f} |")
+        print(
+            f"| {label(r)} | {r['n']} | {r['knobs']} | {fmt(r.get('bench_tflops') or r.get('tflops'))} | "
+            f"{fmt(r.get('start_tflops'))} | {r.get('peer', '-')} | {fmt(r.get('peer_tflops'))} | "
+            f"{fmt(ratio, '.3f')}{flag} | {c['compiled'] + c['cache_hits']}/{c['pruned']}/{c['timed']}/{failed} | "
+            f"{s['prune']:.0f} | {s['compile']:.0f} | {s['timing']:.0f} | {s.get('total', 0):.0f} |"
+        )
     starts = max((r.get("worker_starts", 0) for r in rows), default=0)
     gpus = max((r.get("worker_gpus", 0) for r in rows), default=0)
     if starts:
-        print(f"\nGPU worker processes started: {starts} on {gpus} GPU(s) (each start after the first on "
-              "its GPU: a crash or a hang)")
+        print(
+            f"\nGPU worker processes started: {starts} on {gpus} GPU(s) (each start after the first on "
+            "its GPU: a crash or a hang)"
+        )
     if bugs:
         ok = False
-        print(f"\n{len(bugs)} candidate(s) the compiler accepted failed (a compiler or backend bug):")
+        print(
+            f"\n{len(bugs)} candidate(s) the compiler accepted failed (a compiler or backend bug):"
+        )
         for f in bugs:
-            print(f"  {f['program']}@{f['n']} ({f.get('kind')}) {f['knobs']} [{f['label']}]: {f.get('error')}")
+            print(
+                f"  {f['program']}@{f['n']} ({f.get('kind')}) {f['knobs']} [{f['label']}]: {f.get('error')}"
+            )
     if ops:
-        print(f"\ntorch.compile(fullgraph=True): {'ok' if ops.get('compile_ok') else 'FAILED'} "
-              f"(rel vs eager {ops.get('compile_rel_vs_eager')}, graph breaks {ops.get('graph_breaks')}); "
-              f"CUDA graph of 10 calls: {'ok' if ops.get('graph_ok') else 'FAILED'} (rel {ops.get('graph_rel')})")
+        print(
+            f"\ntorch.compile(fullgraph=True): {'ok' if ops.get('compile_ok') else 'FAILED'} "
+            f"(rel vs eager {ops.get('compile_rel_vs_eager')}, graph breaks {ops.get('graph_breaks')}); "
+            f"CUDA graph of 10 calls: {'ok' if ops.get('graph_ok') else 'FAILED'} (rel {ops.get('graph_rel')})"
+        )
         ok = ok and bool(ops.get("compile_ok")) and bool(ops.get("graph_ok"))
     return 0 if ok else 1
 

@@ -27,8 +27,11 @@ from cypressc.tuner.timing import interleaved  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", action="append", required=True, metavar="DIR")
-    ap.add_argument("--sizes", nargs="*", default=["4096x4096x4096x4096", "8192x8192x4096x4096",
-                                                     "8192x8192x8192x1024"])
+    ap.add_argument(
+        "--sizes",
+        nargs="*",
+        default=["4096x4096x4096x4096", "8192x8192x4096x4096", "8192x8192x8192x1024"],
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
@@ -44,8 +47,12 @@ def main() -> int:
         for s in args.sizes:
             M, N, K, J = (int(x) for x in s.split("x"))
             g = torch.Generator(device="cuda").manual_seed(0)
-            A, B = (torch.randn(*sh, device="cuda", dtype=dt, generator=g) for sh in ((M, K), (K, N)))
-            D, E = (torch.randn(*sh, device="cuda", dtype=dt, generator=g) for sh in ((M, J), (J, N)))
+            A, B = (
+                torch.randn(*sh, device="cuda", dtype=dt, generator=g) for sh in ((M, K), (K, N))
+            )
+            D, E = (
+                torch.randn(*sh, device="cuda", dtype=dt, generator=g) for sh in ((M, J), (J, N))
+            )
             C = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
             kern(C, A, B, D, E)
             torch.cuda.synchronize()
@@ -63,14 +70,21 @@ def main() -> int:
                 torch.matmul(D, E, out=out1)
                 torch.add(tmp, out1, out=out1)
 
-            fns = {"cypressc": kern.bind(C, A, B, D, E), "2xcuBLAS+add": composed,
-                   "cuBLAS[K+J]": lambda: torch.matmul(AD, BE, out=out2)}
+            fns = {
+                "cypressc": kern.bind(C, A, B, D, E),
+                "2xcuBLAS+add": composed,
+                "cuBLAS[K+J]": lambda: torch.matmul(AD, BE, out=out2),
+            }
             t = interleaved(torch, fns, args.rounds, args.reps)
             ms = {k: statistics.median(v) for k, v in t.items()}
             flop = 2.0 * M * N * (K + J)
-            line = ", ".join(f"{k} {v:.3f} ms ({flop / v / 1e9:.0f} TFLOP/s)" for k, v in ms.items())
-            print(f"{Path(d).name} {s}: {line}; cypressc / cuBLAS[K+J] {ms['cuBLAS[K+J]'] / ms['cypressc']:.3f}, "
-                  f"/ composed {ms['2xcuBLAS+add'] / ms['cypressc']:.3f} (rel err {rel:.1e})")
+            line = ", ".join(
+                f"{k} {v:.3f} ms ({flop / v / 1e9:.0f} TFLOP/s)" for k, v in ms.items()
+            )
+            print(
+                f"{Path(d).name} {s}: {line}; cypressc / cuBLAS[K+J] {ms['cuBLAS[K+J]'] / ms['cypressc']:.3f}, "
+                f"/ composed {ms['2xcuBLAS+add'] / ms['cypressc']:.3f} (rel err {rel:.1e})"
+            )
     return rc
 
 

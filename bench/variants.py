@@ -48,14 +48,34 @@ from cypressc.tuner.timing import interleaved  # noqa: E402
 OUT = os.environ.get("OUT")
 
 SHAPES = {
-    "batched_gemm": [dict(L=8, M=2048, N=2048, K=2048), dict(L=16, M=1024, N=1024, K=1024),
-                     dict(L=4, M=4096, N=4096, K=4096), dict(L=32, M=512, N=512, K=2048)],
-    "dual_gemm": [dict(M=2048, N=2048, K=2048), dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192),
-                  dict(M=8192, N=4096, K=8192)],
-    "gemm_reduction": [dict(M=2048, N=2048, K=2048), dict(M=4096, N=4096, K=4096),
-                       dict(M=8192, N=8192, K=8192), dict(M=8192, N=8192, K=1024)],
-    "gemm": [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192), dict(M=8192, N=8192, K=1024)],
-    "gemm_bt": [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192), dict(M=8192, N=8192, K=1024)],
+    "batched_gemm": [
+        dict(L=8, M=2048, N=2048, K=2048),
+        dict(L=16, M=1024, N=1024, K=1024),
+        dict(L=4, M=4096, N=4096, K=4096),
+        dict(L=32, M=512, N=512, K=2048),
+    ],
+    "dual_gemm": [
+        dict(M=2048, N=2048, K=2048),
+        dict(M=4096, N=4096, K=4096),
+        dict(M=8192, N=8192, K=8192),
+        dict(M=8192, N=4096, K=8192),
+    ],
+    "gemm_reduction": [
+        dict(M=2048, N=2048, K=2048),
+        dict(M=4096, N=4096, K=4096),
+        dict(M=8192, N=8192, K=8192),
+        dict(M=8192, N=8192, K=1024),
+    ],
+    "gemm": [
+        dict(M=4096, N=4096, K=4096),
+        dict(M=8192, N=8192, K=8192),
+        dict(M=8192, N=8192, K=1024),
+    ],
+    "gemm_bt": [
+        dict(M=4096, N=4096, K=4096),
+        dict(M=8192, N=8192, K=8192),
+        dict(M=8192, N=8192, K=1024),
+    ],
 }
 
 
@@ -79,15 +99,26 @@ def make_triton_peers():
     import triton.language as tl
 
     def cfgs(shapes):
-        return [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 8}, num_stages=st, num_warps=w)
-                for bm, bn, bk, st, w in shapes]
+        return [
+            triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 8}, num_stages=st, num_warps=w)
+            for bm, bn, bk, st, w in shapes
+        ]
 
-    dual_cfgs = cfgs([(128, 128, 64, 3, 8), (128, 128, 64, 4, 8), (128, 256, 64, 3, 8), (64, 256, 64, 4, 8),
-                      (128, 64, 64, 4, 4)])
+    dual_cfgs = cfgs(
+        [
+            (128, 128, 64, 3, 8),
+            (128, 128, 64, 4, 8),
+            (128, 256, 64, 3, 8),
+            (64, 256, 64, 4, 8),
+            (128, 64, 64, 4, 4),
+        ]
+    )
     # Triton 3.6 miscompiles this kernel (x feeding both tl.dot and tl.sum) at 128x256x64 w8
     # (C rel. error 0.5), 128x128x128 w8 (0.03-0.07) and 128x128x64 w8 (5e-3-9e-3, at 1024^3);
     # these configs gave C and y at f16 accuracy (2.1e-4) on H100 (bench/NOTES.md, 2026-11-22)
-    red_cfgs = cfgs([(256, 128, 64, 3, 8), (256, 128, 64, 4, 8), (128, 128, 64, 3, 4), (128, 64, 64, 4, 4)])
+    red_cfgs = cfgs(
+        [(256, 128, 64, 3, 8), (256, 128, 64, 4, 8), (128, 128, 64, 3, 4), (128, 64, 64, 4, 4)]
+    )
 
     @triton.jit
     def _tile(pid, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP: tl.constexpr):
@@ -99,8 +130,19 @@ def make_triton_peers():
 
     @triton.autotune(configs=dual_cfgs, key=["M", "N", "K"])
     @triton.jit
-    def _dual(a, b1, b2, d, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              GROUP: tl.constexpr):
+    def _dual(
+        a,
+        b1,
+        b2,
+        d,
+        M,
+        N,
+        K,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+        GROUP: tl.constexpr,
+    ):
         # both products share the A tile of each K step (one load, two tl.dot)
         tm, tn = _tile(tl.program_id(0), M, N, BM, BN, GROUP)
         rm = tm * BM + tl.arange(0, BM)
@@ -110,19 +152,37 @@ def make_triton_peers():
         acc2 = tl.zeros((BM, BN), dtype=tl.float32)
         for k in range(0, tl.cdiv(K, BK)):
             kk = k * BK + rk
-            x = tl.load(a + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+            x = tl.load(
+                a + rm[:, None] * K + kk[None, :],
+                mask=(rm[:, None] < M) & (kk[None, :] < K),
+                other=0.0,
+            )
             mb = (kk[:, None] < K) & (rn[None, :] < N)
             y1 = tl.load(b1 + kk[:, None] * N + rn[None, :], mask=mb, other=0.0)
             y2 = tl.load(b2 + kk[:, None] * N + rn[None, :], mask=mb, other=0.0)
             acc1 = tl.dot(x, y1, acc1)
             acc2 = tl.dot(x, y2, acc2)
-        tl.store(d + rm[:, None] * N + rn[None, :], (acc1 + acc2).to(d.dtype.element_ty),
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+        tl.store(
+            d + rm[:, None] * N + rn[None, :],
+            (acc1 + acc2).to(d.dtype.element_ty),
+            mask=(rm[:, None] < M) & (rn[None, :] < N),
+        )
 
     @triton.autotune(configs=red_cfgs, key=["M", "N", "K"])
     @triton.jit
-    def _red(a, b, c, y, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-             GROUP: tl.constexpr):
+    def _red(
+        a,
+        b,
+        c,
+        y,
+        M,
+        N,
+        K,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+        GROUP: tl.constexpr,
+    ):
         # every column tile sums its A panel (the same SIMT work as the fused cypressc kernel);
         # column tile 0 stores y
         tm, tn = _tile(tl.program_id(0), M, N, BM, BN, GROUP)
@@ -133,12 +193,23 @@ def make_triton_peers():
         ys = tl.zeros((BM,), dtype=tl.float32)
         for k in range(0, tl.cdiv(K, BK)):
             kk = k * BK + rk
-            x = tl.load(a + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-            w = tl.load(b + kk[:, None] * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            x = tl.load(
+                a + rm[:, None] * K + kk[None, :],
+                mask=(rm[:, None] < M) & (kk[None, :] < K),
+                other=0.0,
+            )
+            w = tl.load(
+                b + kk[:, None] * N + rn[None, :],
+                mask=(kk[:, None] < K) & (rn[None, :] < N),
+                other=0.0,
+            )
             acc = tl.dot(x, w, acc)
             ys += tl.sum(x.to(tl.float32), axis=1)
-        tl.store(c + rm[:, None] * N + rn[None, :], acc.to(c.dtype.element_ty),
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+        tl.store(
+            c + rm[:, None] * N + rn[None, :],
+            acc.to(c.dtype.element_ty),
+            mask=(rm[:, None] < M) & (rn[None, :] < N),
+        )
         tl.store(y + rm, ys, mask=(rm < M) & (tn == 0))
 
     def grid(M, N):
@@ -191,23 +262,33 @@ def peers_for(torch, program: str, t: dict, outs: dict, triton_peers: dict, kern
     if program == "batched_gemm":
         p["torch.bmm"] = lambda: torch.bmm(t["A"], t["B"], out=outs["torch.bmm"]["C"])
     elif program == "dual_gemm":
-        tmp1, tmp2 = torch.empty_like(outs["2xcuBLAS+add"]["D"]), torch.empty_like(outs["2xcuBLAS+add"]["D"])
+        tmp1, tmp2 = (
+            torch.empty_like(outs["2xcuBLAS+add"]["D"]),
+            torch.empty_like(outs["2xcuBLAS+add"]["D"]),
+        )
 
         def composed():
             torch.matmul(t["A"], t["B1"], out=tmp1)
             torch.matmul(t["A"], t["B2"], out=tmp2)
             torch.add(tmp1, tmp2, out=outs["2xcuBLAS+add"]["D"])
+
         p["2xcuBLAS+add"] = composed
         if "dual_gemm" in triton_peers:
-            p["Triton"] = lambda o=outs["Triton"]: triton_peers["dual_gemm"](t["A"], t["B1"], t["B2"], o["D"])
+            p["Triton"] = lambda o=outs["Triton"]: triton_peers["dual_gemm"](
+                t["A"], t["B1"], t["B2"], o["D"]
+            )
     elif program == "gemm_reduction":
+
         def composed():
             o = outs["cuBLAS+sum"]
             torch.matmul(t["A"], t["B"], out=o["C"])
             torch.sum(t["A"], dim=1, dtype=torch.float32, out=o["y"])
+
         p["cuBLAS+sum"] = composed
         if "gemm_reduction" in triton_peers:
-            p["Triton"] = lambda o=outs["Triton"]: triton_peers["gemm_reduction"](t["A"], t["B"], o["C"], o["y"])
+            p["Triton"] = lambda o=outs["Triton"]: triton_peers["gemm_reduction"](
+                t["A"], t["B"], o["C"], o["y"]
+            )
     elif program == "gemm_bt":
         p["cuBLAS"] = lambda: torch.matmul(t["A"], t["B"].T, out=outs["cuBLAS"]["C"])
     else:
@@ -228,15 +309,20 @@ def out_tensors(torch, program: str, s: dict, dt, names) -> dict:
         if program == "gemm_reduction":
             o["y"] = torch.empty(s["M"], dtype=torch.float32, device="cuda")
         return o
+
     return {n: one() for n in names}
 
 
 def bench_one(torch, program: str, s: dict, dtype: str, kern, triton_peers: dict, args) -> dict:
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     t, ref = inputs(torch, program, s, dt)
-    names = {"batched_gemm": ["torch.bmm"], "dual_gemm": ["2xcuBLAS+add", "Triton"],
-             "gemm_reduction": ["cuBLAS+sum", "Triton"], "gemm": ["cuBLAS"],
-             "gemm_bt": ["cuBLAS"]}[program] + ["cypressc"]
+    names = {
+        "batched_gemm": ["torch.bmm"],
+        "dual_gemm": ["2xcuBLAS+add", "Triton"],
+        "gemm_reduction": ["cuBLAS+sum", "Triton"],
+        "gemm": ["cuBLAS"],
+        "gemm_bt": ["cuBLAS"],
+    }[program] + ["cypressc"]
     outs = out_tensors(torch, program, s, dt, names)
     for o in outs.values():
         for x in o.values():
@@ -249,8 +335,10 @@ def bench_one(torch, program: str, s: dict, dtype: str, kern, triton_peers: dict
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
-            rel = max(float((outs[name][k].float() - ref[k]).norm() / ref[k].norm().clamp_min(1e-30))
-                      for k in ref)
+            rel = max(
+                float((outs[name][k].float() - ref[k]).norm() / ref[k].norm().clamp_min(1e-30))
+                for k in ref
+            )
             res["peers"][name] = {"rel": rel}
             live[name] = fn
         except Exception as e:
@@ -285,17 +373,25 @@ def cell(r: dict | None, baseline: bool, dtype: str) -> str:
         return "-"
     if "error" in r:
         return "FAIL"
-    s = f"{r['tflops']:.1f}" + ("" if baseline or r.get("ratio") is None else f" ({r['ratio']:.3f})")
+    s = f"{r['tflops']:.1f}" + (
+        "" if baseline or r.get("ratio") is None else f" ({r['ratio']:.3f})"
+    )
     if bad(r, dtype):
         s += f" rel={r['rel']:.1e}!"
     return s
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--programs", default="batched_gemm,dual_gemm,gemm_reduction,gemm")
     ap.add_argument("--dtypes", default="f16,bf16")
-    ap.add_argument("--gemm-dtypes", default="bf16", help="dtypes for the plain gemm rows (bench/gemm.py has f16)")
+    ap.add_argument(
+        "--gemm-dtypes",
+        default="bf16",
+        help="dtypes for the plain gemm rows (bench/gemm.py has f16)",
+    )
     ap.add_argument("--mapping", default="h100")
     ap.add_argument("--build-root", default=str(ROOT / "build" / "gpu_check"))
     ap.add_argument("--rounds", type=int, default=5)
@@ -340,31 +436,49 @@ def main() -> int:
                 try:
                     r = bench_one(torch, program, s, dtype, kern, triton_peers, args)
                 except Exception as e:
-                    r = {"sizes": s, "dtype": dtype, "peers": {}, "error": f"{type(e).__name__}: {e}"[:500]}
+                    r = {
+                        "sizes": s,
+                        "dtype": dtype,
+                        "peers": {},
+                        "error": f"{type(e).__name__}: {e}"[:500],
+                    }
                 r["program"] = program
                 results.append(r)
                 torch.cuda.empty_cache()
                 line = " | ".join(f"{n} {cell(p, False, dtype)}" for n, p in r["peers"].items())
-                print(f"[{program} {dtype} {'x'.join(map(str, s.values()))}] {line or r.get('error')} "
-                      f"({time.time() - t1:.0f}s) {r.get('triton_config', '')}", flush=True)
+                print(
+                    f"[{program} {dtype} {'x'.join(map(str, s.values()))}] {line or r.get('error')} "
+                    f"({time.time() - t1:.0f}s) {r.get('triton_config', '')}",
+                    flush=True,
+                )
                 if OUT:
                     Path(OUT).mkdir(parents=True, exist_ok=True)
-                    (Path(OUT) / "bench_variants.json").write_text(json.dumps(
-                        {"device": dev, "errors": errors, "results": results}, indent=1))
-    print(f"\n## GEMM variants, TFLOP/s (ratio to the first column); {dev}, median of "
-          f"{args.rounds}x{args.reps} calls, {time.time() - t0:.0f}s")
+                    (Path(OUT) / "bench_variants.json").write_text(
+                        json.dumps({"device": dev, "errors": errors, "results": results}, indent=1)
+                    )
+    print(
+        f"\n## GEMM variants, TFLOP/s (ratio to the first column); {dev}, median of "
+        f"{args.rounds}x{args.reps} calls, {time.time() - t0:.0f}s"
+    )
     for program in dict.fromkeys(r["program"] for r in results):
         rows = [r for r in results if r["program"] == program]
         names = next((r["names"] for r in rows if "names" in r), [])
         print(f"\n### {program}\n| dtype | sizes | " + " | ".join(names) + " |")
         print("|---|---|" + "---:|" * len(names))
         for r in rows:
-            print(f"| {r['dtype']} | {'x'.join(map(str, r['sizes'].values()))} | "
-                  + " | ".join(cell(r["peers"].get(n), i == 0, r["dtype"]) for i, n in enumerate(names)) + " |")
+            print(
+                f"| {r['dtype']} | {'x'.join(map(str, r['sizes'].values()))} | "
+                + " | ".join(
+                    cell(r["peers"].get(n), i == 0, r["dtype"]) for i, n in enumerate(names)
+                )
+                + " |"
+            )
     for n, e in errors.items():
         print(f"\n{n}: not measured: {e.splitlines()[0][:300]}")
-    ok = not errors and all("error" not in r and not any(bad(p, r["dtype"]) for p in r["peers"].values())
-                            for r in results)
+    ok = not errors and all(
+        "error" not in r and not any(bad(p, r["dtype"]) for p in r["peers"].values())
+        for r in results
+    )
     return 0 if ok else 1
 
 

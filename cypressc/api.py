@@ -28,24 +28,37 @@ def bind_dtypes(program: str | Path, dtype: str | Mapping[str, str] | None) -> d
     if isinstance(dtype, str):
         bound = {n: dtype for n, a in params.items() if dtype in a}
         if not bound:
-            raise ValueError(f"dtype={dtype!r}: no dtype parameter of {program} allows it "
-                             f"(its dtype parameters allow {allowed})")
+            raise ValueError(
+                f"dtype={dtype!r}: no dtype parameter of {program} allows it "
+                f"(its dtype parameters allow {allowed})"
+            )
         return bound
     if not isinstance(dtype, Mapping):
-        raise ValueError(f"dtype must be a dtype name or a mapping of dtype parameter to name, not "
-                         f"{type(dtype).__name__}")
+        raise ValueError(
+            f"dtype must be a dtype name or a mapping of dtype parameter to name, not "
+            f"{type(dtype).__name__}"
+        )
     for n, v in dtype.items():
         if n not in params:
-            raise ValueError(f"dtype={{{n!r}: ...}}: {program} has no dtype parameter {n!r} "
-                             f"(its dtype parameters allow {allowed})")
+            raise ValueError(
+                f"dtype={{{n!r}: ...}}: {program} has no dtype parameter {n!r} "
+                f"(its dtype parameters allow {allowed})"
+            )
         if v not in params[n]:
             raise ValueError(f"dtype={{{n!r}: {v!r}}}: {n} allows {', '.join(params[n])}")
     return dict(dtype)
 
 
-def compile(program: str | Path, mapping: str | Path, dtype: str | Mapping[str, str] | None = None, *,
-            sizes: Mapping[str, int] | None = None, tuned: bool = False, kernel_root: str | Path | None = None,
-            **tune_options: Any):
+def compile(
+    program: str | Path,
+    mapping: str | Path,
+    dtype: str | Mapping[str, str] | None = None,
+    *,
+    sizes: Mapping[str, int] | None = None,
+    tuned: bool = False,
+    kernel_root: str | Path | None = None,
+    **tune_options: Any,
+):
     """Build ``program`` under ``mapping`` (or take the identical kernel from the cache under
     ``$CYPRESSC_CACHE_DIR``) and load it: returns a :class:`cypressc.runtime.Kernel`.
 
@@ -67,25 +80,38 @@ def compile(program: str | Path, mapping: str | Path, dtype: str | Mapping[str, 
     from cypressc.tuner.search import Options
 
     if tune_options and not tuned:
-        raise TypeError(f"compile() got tuning keyword(s) {', '.join(sorted(tune_options))} without tuned=True")
+        raise TypeError(
+            f"compile() got tuning keyword(s) {', '.join(sorted(tune_options))} without tuned=True"
+        )
     unknown = set(tune_options) - {f.name for f in fields(Options)}
     if unknown:
-        raise TypeError(f"compile() got unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+        raise TypeError(
+            f"compile() got unexpected keyword argument(s): {', '.join(sorted(unknown))}"
+        )
     dtypes = bind_dtypes(program, dtype)
     text = read_mapping_text(mapping)
     if tuned:
         if not sizes:
-            raise ValueError("compile(tuned=True) needs sizes=, e.g. {'M': 4096, 'N': 4096, 'K': 4096}")
+            raise ValueError(
+                "compile(tuned=True) needs sizes=, e.g. {'M': 4096, 'N': 4096, 'K': 4096}"
+            )
         from cypressc.tuner.report import cached_result, store_result, best_yaml
         from cypressc.tuner.search import _device_name, bind_sizes, kernel_sizes
 
-        sizes = bind_sizes(sizes, *kernel_sizes(front_end(program, mapping, dtypes=dtypes, mapping_text=text)))
+        sizes = bind_sizes(
+            sizes, *kernel_sizes(front_end(program, mapping, dtypes=dtypes, mapping_text=text))
+        )
         hit = cached_result(Path(program).read_text(), text, _device_name(), dtypes, dict(sizes))
         if hit is None:
             res = tune(program, mapping, sizes, dtype=dtypes, **tune_options)
             if res.best is None:
                 raise RuntimeError(f"tuning {mapping} found no correct candidate")
-            store_result(res, Path(program).read_text(), text, best_yaml(res, str(program), str(mapping)) or "")
+            store_result(
+                res,
+                Path(program).read_text(),
+                text,
+                best_yaml(res, str(program), str(mapping)) or "",
+            )
             text = res.best.text
         else:
             text = hit["best"]["mapping"]
@@ -94,8 +120,13 @@ def compile(program: str | Path, mapping: str | Path, dtype: str | Mapping[str, 
     return runtime.load(built.dir, built.name)
 
 
-def tune(program: str | Path, mapping: str | Path, sizes: Mapping[str, int],
-         dtype: str | Mapping[str, str] | None = None, **options: Any):
+def tune(
+    program: str | Path,
+    mapping: str | Path,
+    sizes: Mapping[str, int],
+    dtype: str | Mapping[str, str] | None = None,
+    **options: Any,
+):
     """Search ``mapping``'s knobs for ``program`` at ``sizes`` (see ``cypressc tune`` and
     :class:`cypressc.tuner.search.Options` for ``options``: ``compile_only``, ``budget``,
     ``rounds``, ``reps``, ``workers``, ``reference`` ("FILE.py:FUNC"), ``floats`` (the values
@@ -103,5 +134,7 @@ def tune(program: str | Path, mapping: str | Path, sizes: Mapping[str, int],
     :class:`cypressc.tuner.search.Result` (``best``, ``ranked``, ``counts()``, ``seconds``)."""
     from cypressc.tuner.search import Options, search
 
-    opts = Options(sizes={k: int(v) for k, v in sizes.items()}, dtypes=bind_dtypes(program, dtype), **options)
+    opts = Options(
+        sizes={k: int(v) for k, v in sizes.items()}, dtypes=bind_dtypes(program, dtype), **options
+    )
     return search(str(program), str(mapping), opts)

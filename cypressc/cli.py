@@ -54,13 +54,17 @@ def _guard(fn):
             if debug:
                 _stderr(traceback.format_exc())
             else:
-                _stderr("this is a bug in cypressc; re-run with --debug for the traceback and report it")
+                _stderr(
+                    "this is a bug in cypressc; re-run with --debug for the traceback and report it"
+                )
             sys.exit(EXIT_INTERNAL)
 
     return wrapper
 
 
-def _parse_dtypes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+def _parse_dtypes(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
     """``--dtype T=bf16`` (repeatable) -> ``{"T": "bf16"}``; malformed -> a usage error."""
     out: dict[str, str] = {}
     for v in values:
@@ -73,8 +77,12 @@ def _parse_dtypes(ctx: click.Context, param: click.Parameter, values: tuple[str,
     return out
 
 
-def _front_end(program: str, mapping: str, dtypes: dict[str, str] | None = None,
-               include_dirs: tuple[str, ...] = ()):
+def _front_end(
+    program: str,
+    mapping: str,
+    dtypes: dict[str, str] | None = None,
+    include_dirs: tuple[str, ...] = (),
+):
     """:func:`cypressc.frontend.front_end`, its warnings shown on stderr."""
     from cypressc.frontend import front_end
 
@@ -104,15 +112,33 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 _program_arg = click.argument("program", type=click.Path(dir_okay=False))
-_mapping_opt = click.option("-m", "--mapping", required=True, type=click.Path(dir_okay=False),
-                            help="The YAML mapping for PROGRAM (e.g. mappings/gemm/h100.yaml).")
-_dtype_opt = click.option("--dtype", "--param", "dtypes", multiple=True, metavar="NAME=VALUE", callback=_parse_dtypes,
-                          help="Bind a program parameter: a dtype declared `NAME = dtype(...)` (--dtype T=bf16) "
-                          "or a leaf function declared `NAME = choice(...)` (--param ACT=bias_silu); "
-                          "repeatable; unbound ones take their first value.")
-_include_opt = click.option("-I", "--include-dir", "include_dirs", multiple=True,
-                            type=click.Path(file_okay=False), metavar="DIR",
-                            help="Also look for include()d headers here (after the program's folder; repeatable).")
+_mapping_opt = click.option(
+    "-m",
+    "--mapping",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The YAML mapping for PROGRAM (e.g. mappings/gemm/h100.yaml).",
+)
+_dtype_opt = click.option(
+    "--dtype",
+    "--param",
+    "dtypes",
+    multiple=True,
+    metavar="NAME=VALUE",
+    callback=_parse_dtypes,
+    help="Bind a program parameter: a dtype declared `NAME = dtype(...)` (--dtype T=bf16) "
+    "or a leaf function declared `NAME = choice(...)` (--param ACT=bias_silu); "
+    "repeatable; unbound ones take their first value.",
+)
+_include_opt = click.option(
+    "-I",
+    "--include-dir",
+    "include_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Also look for include()d headers here (after the program's folder; repeatable).",
+)
 
 
 @main.command()
@@ -121,7 +147,9 @@ _include_opt = click.option("-I", "--include-dir", "include_dirs", multiple=True
 @_dtype_opt
 @_include_opt
 @_guard
-def check(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tuple[str, ...] = ()) -> None:
+def check(
+    program: str, mapping: str, dtypes: dict[str, str], include_dirs: tuple[str, ...] = ()
+) -> None:
     """Check PROGRAM and MAPPING as `build` would, without writing anything.
 
     Parses and checks the program, validates the mapping against it, instantiates the
@@ -137,10 +165,12 @@ def check(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tupl
     r = render_build(tree)
     nodes = list(tree.root.walk())
     tasks = {n.variant.task for n in nodes}
-    click.echo(f"ok: {program} with {mapping}: {len(tree.program.variants)} variants of "
-               f"{len(tree.program.tasks())} tasks, {len(nodes)} instantiated task(s) over "
-               f"{len(tasks)} task(s) on {tree.machine.name}; {len(step_names())} passes and the "
-               f"CUDA backend accept it ({len(r.files)} files of build/{r.plan.name}, none written)")
+    click.echo(
+        f"ok: {program} with {mapping}: {len(tree.program.variants)} variants of "
+        f"{len(tree.program.tasks())} tasks, {len(nodes)} instantiated task(s) over "
+        f"{len(tasks)} task(s) on {tree.machine.name}; {len(step_names())} passes and the "
+        f"CUDA backend accept it ({len(r.files)} files of build/{r.plan.name}, none written)"
+    )
 
 
 def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
@@ -163,16 +193,22 @@ def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
     m = snaps["sync-insertion"]
     sizes = check_sizes(m, requires, small_sizes(m))
     sizes = {**sizes, **{f: 0.75 for f in m.floats}}
-    _stderr(f"checking {program}: {schedules} random schedule(s) (seeds {seed}..{seed + schedules - 1}) of the "
-            f"IR after sync-insertion in the concurrent interpreter, one block at a time, at {shown(sizes)} "
-            "(one block, two trips around each pipeline, sizes the launcher accepts); this can take a minute")
-    v = check_schedules(m, snaps["warp-specialization"], sizes=sizes, seed=seed, schedules=schedules)
+    _stderr(
+        f"checking {program}: {schedules} random schedule(s) (seeds {seed}..{seed + schedules - 1}) of the "
+        f"IR after sync-insertion in the concurrent interpreter, one block at a time, at {shown(sizes)} "
+        "(one block, two trips around each pipeline, sizes the launcher accepts); this can take a minute"
+    )
+    v = check_schedules(
+        m, snaps["warp-specialization"], sizes=sizes, seed=seed, schedules=schedules
+    )
     click.echo(v.line(program))
     called = {s.fn for var in t.program.variants for s in walk(var.body) if isinstance(s, LeafCall)}
     unref = [e for e in t.program.externals if e.name in called and e.reference is None]
     for e in unref:
-        click.echo(f"note: external {e.name}() has no NumPy reference ({e.header} has no .py beside it): "
-                   "its events, races and deadlocks were checked, the values it computes were not")
+        click.echo(
+            f"note: external {e.name}() has no NumPy reference ({e.header} has no .py beside it): "
+            "its events, races and deadlocks were checked, the values it computes were not"
+        )
     if v.finding is not None:
         raise click.exceptions.Exit(1)
 
@@ -182,24 +218,60 @@ def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
 @_mapping_opt
 @_dtype_opt
 @_include_opt
-@click.option("--after", "after", type=click.Choice(step_names()), help="Print only the IR after this pass.")
-@click.option("--tree/--no-tree", default=True, show_default=True, help="Print the task tree first.")
-@click.option("--graph", is_flag=True, help="Print the event graph (of --after, or the last pass) "
-              "as DOT instead of IR.")
-@click.option("--graph-format", type=click.Choice(["dot", "svg"]), default="dot", show_default=True,
-              help="svg renders the graph with graphviz `dot` (must be installed).")
-@click.option("--dump-ir", type=click.Path(file_okay=False), help="Also write one file per pass here.")
+@click.option(
+    "--after", "after", type=click.Choice(step_names()), help="Print only the IR after this pass."
+)
+@click.option(
+    "--tree/--no-tree", default=True, show_default=True, help="Print the task tree first."
+)
+@click.option(
+    "--graph",
+    is_flag=True,
+    help="Print the event graph (of --after, or the last pass) as DOT instead of IR.",
+)
+@click.option(
+    "--graph-format",
+    type=click.Choice(["dot", "svg"]),
+    default="dot",
+    show_default=True,
+    help="svg renders the graph with graphviz `dot` (must be installed).",
+)
+@click.option(
+    "--dump-ir", type=click.Path(file_okay=False), help="Also write one file per pass here."
+)
 @click.option("--timings", is_flag=True, help="Print how long each pass took.")
-@click.option("--check-schedule", is_flag=True, help="Run the synchronized IR (after sync-insertion) "
-              "in the concurrent interpreter under random schedules; print one verdict line.")
-@click.option("--seed", type=int, default=0, show_default=True, help="First schedule seed (--check-schedule).")
-@click.option("--schedules", type=click.IntRange(min=1), default=50, show_default=True,
-              help="Number of random schedules (--check-schedule).")
+@click.option(
+    "--check-schedule",
+    is_flag=True,
+    help="Run the synchronized IR (after sync-insertion) "
+    "in the concurrent interpreter under random schedules; print one verdict line.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="First schedule seed (--check-schedule)."
+)
+@click.option(
+    "--schedules",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Number of random schedules (--check-schedule).",
+)
 @_guard
-def explain(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tuple[str, ...], after: str | None, tree: bool,
-            graph: bool, graph_format: str,
-            dump_ir: str | None, timings: bool, check_schedule: bool = False, seed: int = 0,
-            schedules: int = 50) -> None:
+def explain(
+    program: str,
+    mapping: str,
+    dtypes: dict[str, str],
+    include_dirs: tuple[str, ...],
+    after: str | None,
+    tree: bool,
+    graph: bool,
+    graph_format: str,
+    dump_ir: str | None,
+    timings: bool,
+    check_schedule: bool = False,
+    seed: int = 0,
+    schedules: int = 50,
+) -> None:
     """Show how PROGRAM is compiled under MAPPING: the task tree (instance, variant,
     processor, memory of each argument, tunables), then the event IR after every pass
     in the paper's notation (Figs. 7-10), or only after --after PASS.
@@ -272,12 +344,23 @@ def explain(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tu
 @_mapping_opt
 @_dtype_opt
 @_include_opt
-@click.option("-o", "--output", type=click.Path(), default=None,
-              help="Output directory [default: build/<name> in the working directory]. Created, or "
-              "replaced atomically when it is empty or an earlier `cypressc build` output that nobody "
-              "changed; anything else is refused (E062).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(),
+    default=None,
+    help="Output directory [default: build/<name> in the working directory]. Created, or "
+    "replaced atomically when it is empty or an earlier `cypressc build` output that nobody "
+    "changed; anything else is refused (E062).",
+)
 @_guard
-def build(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tuple[str, ...], output: str | None) -> None:
+def build(
+    program: str,
+    mapping: str,
+    dtypes: dict[str, str],
+    include_dirs: tuple[str, ...],
+    output: str | None,
+) -> None:
     """Compile PROGRAM under MAPPING to CUDA: OUTPUT/<name>.cu (kernel + extern "C"
     launcher), <name>.h, main.cu (timing harness), Makefile and <name>.json (the ABI), plus
     the stamp .cypressc-build that marks the directory as cypressc's.
@@ -294,22 +377,28 @@ def build(program: str, mapping: str, dtypes: dict[str, str], include_dirs: tupl
 # --------------------------------------------------------------------------------------------
 
 
-def _parse_sizes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, int]:
+def _parse_sizes(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, int]:
     """``--size M=4096`` (repeatable) -> ``{"M": 4096}``; malformed -> a usage error."""
     out: dict[str, int] = {}
     for v in values:
         name, eq, n = v.partition("=")
         # 0 is a size too: an int flag such as FlashAttention's causal=0
         if not eq or not name.isidentifier() or not n.strip().isdigit():
-            raise click.BadParameter(f"'{v}': write NAME=N with N a non-negative integer, e.g. --size M=4096",
-                                     param=param)
+            raise click.BadParameter(
+                f"'{v}': write NAME=N with N a non-negative integer, e.g. --size M=4096",
+                param=param,
+            )
         if name in out and out[name] != int(n):
             raise click.BadParameter(f"'{name}' is bound twice ({out[name]} and {n})", param=param)
         out[name] = int(n)
     return out
 
 
-def _parse_floats(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:
+def _parse_floats(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, float]:
     """``--float scale=0.125`` (repeatable) -> ``{"scale": 0.125}``; malformed -> a usage error."""
     out: dict[str, float] = {}
     for v in values:
@@ -319,10 +408,13 @@ def _parse_floats(ctx: click.Context, param: click.Parameter, values: tuple[str,
         except ValueError:
             value = None
         if not eq or not name.isidentifier() or value is None:
-            raise click.BadParameter(f"'{v}': write NAME=X with X a number, e.g. --float scale=0.125",
-                                     param=param)
+            raise click.BadParameter(
+                f"'{v}': write NAME=X with X a number, e.g. --float scale=0.125", param=param
+            )
         if name in out and out[name] != value:
-            raise click.BadParameter(f"'{name}' is bound twice ({out[name]:g} and {value:g})", param=param)
+            raise click.BadParameter(
+                f"'{name}' is bound twice ({out[name]:g} and {value:g})", param=param
+            )
         out[name] = value
     return out
 
@@ -331,39 +423,105 @@ def _parse_floats(ctx: click.Context, param: click.Parameter, values: tuple[str,
 @_program_arg
 @_mapping_opt
 @_dtype_opt
-@click.option("--size", "sizes", multiple=True, required=True, metavar="NAME=N", callback=_parse_sizes,
-              help="Bind a size of the kernel, e.g. --size M=4096 --size N=4096 --size K=4096 (every "
-              "size the kernel takes, once each, by its name or another name of it: C_d0 for the M "
-              "that a program names with M = C.shape[0]).")
-@click.option("--float", "floats", multiple=True, metavar="NAME=X", callback=_parse_floats,
-              help="The value of a float parameter of the kernel in the checking and timing runs, "
-              "e.g. --float scale=0.125 (repeatable; 1.0 for one not given).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the best mapping here (YAML with a header comment); default: print it.")
-@click.option("--compile-only", is_flag=True,
-              help="Prune and compile only (no GPU needed): the static model ranks the candidates.")
-@click.option("--budget", type=click.IntRange(1, 10_000), default=24, show_default=True,
-              help="Candidates compiled (and timed) at most, the starting mapping not counted.")
-@click.option("--jobs", "-j", type=click.IntRange(1, 1024), default=None,
-              help="Processes for pruning and nvcc [default: every CPU core].")
-@click.option("--rounds", type=click.IntRange(1, 100), default=5, show_default=True,
-              help="Interleaved timing rounds (the median over all calls counts).")
-@click.option("--reps", type=click.IntRange(1, 1000), default=10, show_default=True,
-              help="Timed calls per candidate per round.")
-@click.option("--reference", metavar="FILE.py:FUNC", default=None,
-              help="A PyTorch reference: FUNC(inputs: dict of the read tensors and the float "
-              "parameters' values) -> dict of the written tensors [default: the starting mapping's kernel].")
-@click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True,
-              help="Rows of the candidate table.")
+@click.option(
+    "--size",
+    "sizes",
+    multiple=True,
+    required=True,
+    metavar="NAME=N",
+    callback=_parse_sizes,
+    help="Bind a size of the kernel, e.g. --size M=4096 --size N=4096 --size K=4096 (every "
+    "size the kernel takes, once each, by its name or another name of it: C_d0 for the M "
+    "that a program names with M = C.shape[0]).",
+)
+@click.option(
+    "--float",
+    "floats",
+    multiple=True,
+    metavar="NAME=X",
+    callback=_parse_floats,
+    help="The value of a float parameter of the kernel in the checking and timing runs, "
+    "e.g. --float scale=0.125 (repeatable; 1.0 for one not given).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the best mapping here (YAML with a header comment); default: print it.",
+)
+@click.option(
+    "--compile-only",
+    is_flag=True,
+    help="Prune and compile only (no GPU needed): the static model ranks the candidates.",
+)
+@click.option(
+    "--budget",
+    type=click.IntRange(1, 10_000),
+    default=24,
+    show_default=True,
+    help="Candidates compiled (and timed) at most, the starting mapping not counted.",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="Processes for pruning and nvcc [default: every CPU core].",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 100),
+    default=5,
+    show_default=True,
+    help="Interleaved timing rounds (the median over all calls counts).",
+)
+@click.option(
+    "--reps",
+    type=click.IntRange(1, 1000),
+    default=10,
+    show_default=True,
+    help="Timed calls per candidate per round.",
+)
+@click.option(
+    "--reference",
+    metavar="FILE.py:FUNC",
+    default=None,
+    help="A PyTorch reference: FUNC(inputs: dict of the read tensors and the float "
+    "parameters' values) -> dict of the written tensors [default: the starting mapping's kernel].",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(1, 1000),
+    default=10,
+    show_default=True,
+    help="Rows of the candidate table.",
+)
 @click.option("--force", is_flag=True, help="Tune again even if the tuning cache has this result.")
-@click.option("--progress/--no-progress", default=None,
-              help="Progress bars on stderr (--no-progress: none) [default: bars when stderr is a "
-              "terminal, else plain lines: each phase's start, every tenth, its end with counts and seconds].")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bars on stderr (--no-progress: none) [default: bars when stderr is a "
+    "terminal, else plain lines: each phase's start, every tenth, its end with counts and seconds].",
+)
 @_guard
-def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, int], floats: dict[str, float],
-         output: str | None,
-         compile_only: bool, budget: int, jobs: int | None, rounds: int, reps: int, reference: str | None,
-         top: int, force: bool, progress: bool | None) -> None:
+def tune(
+    program: str,
+    mapping: str,
+    dtypes: dict[str, str],
+    sizes: dict[str, int],
+    floats: dict[str, float],
+    output: str | None,
+    compile_only: bool,
+    budget: int,
+    jobs: int | None,
+    rounds: int,
+    reps: int,
+    reference: str | None,
+    top: int,
+    force: bool,
+    progress: bool | None,
+) -> None:
     """Search the knobs of MAPPING (tiles, atoms, K tile, pipeline, warpgroups, warp
     specialization, persistence, raster, epilogue staging, wgmma groups in flight, register
     split) for the fastest correct kernel of PROGRAM at the given sizes.
@@ -390,13 +548,24 @@ def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, in
         sizes = bind_sizes(sizes, *kernel_sizes(tree))
     except OptionError as e:
         raise click.BadParameter(str(e), param_hint="--size") from None
-    opts = Options(sizes=sizes, floats=floats, dtypes=dtypes, compile_only=compile_only, budget=budget,
-                   workers=jobs, rounds=rounds, reps=reps, reference=reference)
+    opts = Options(
+        sizes=sizes,
+        floats=floats,
+        dtypes=dtypes,
+        compile_only=compile_only,
+        budget=budget,
+        workers=jobs,
+        rounds=rounds,
+        reps=reps,
+        reference=reference,
+    )
     if reference is not None:
         target, _, func = reference.rpartition(":")
         if not target or not func or (target.endswith(".py") and not Path(target).is_file()):
-            raise click.BadParameter(f"'{reference}': write FILE.py:FUNCTION (an existing file) or "
-                                     "MODULE:FUNCTION", param_hint="--reference")
+            raise click.BadParameter(
+                f"'{reference}': write FILE.py:FUNCTION (an existing file) or MODULE:FUNCTION",
+                param_hint="--reference",
+            )
     _check_best_output(output)  # before minutes of tuning, not after
     prog_text, map_text = Path(program).read_text(), Path(mapping).read_text()
     if not compile_only and not force:
@@ -425,7 +594,9 @@ def tune(program: str, mapping: str, dtypes: dict[str, str], sizes: dict[str, in
     click.echo(report.closing_note(res))
     text = report.best_yaml(res, program, mapping)
     if text is None:
-        raise click.ClickException("no candidate compiled" + ("" if compile_only else " and passed the check"))
+        raise click.ClickException(
+            "no candidate compiled" + ("" if compile_only else " and passed the check")
+        )
     report.store_result(res, prog_text, map_text, text)
     _write_best(text, output)
     if res.partial:
@@ -443,15 +614,20 @@ def _check_best_output(output: str | None) -> None:
     out = Path(output)
     if out.is_symlink() or out.exists():
         try:
-            ours = out.is_file() and not out.is_symlink() and out.read_text().startswith(_TUNE_HEADER)
+            ours = (
+                out.is_file() and not out.is_symlink() and out.read_text().startswith(_TUNE_HEADER)
+            )
         except (OSError, UnicodeDecodeError):
             ours = False
         if not ours:
             from cypressc.backend.outdir import REFUSED
 
-            raise CypressError(REFUSED, f"refusing to overwrite {output}: it was not written by `cypressc tune`",
-                               Loc(str(output)), hint="pass -o a new file (without -o the best mapping is "
-                               "printed)")
+            raise CypressError(
+                REFUSED,
+                f"refusing to overwrite {output}: it was not written by `cypressc tune`",
+                Loc(str(output)),
+                hint="pass -o a new file (without -o the best mapping is printed)",
+            )
 
 
 def _write_best(text: str, output: str | None) -> None:

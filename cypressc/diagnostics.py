@@ -119,16 +119,20 @@ def _excerpt(loc: Loc, marker: str = "^") -> list[str]:
     end = loc.end_col - 1 if loc.end_col > loc.col else len(text.rstrip())
     end = max(start, min(end, len(text)))
     left, span = _cells(text[:start].expandtabs(4)), _cells(text[:end].expandtabs(4))
-    return [gutter + text.expandtabs(4),
-            " " * (len(gutter) - 2) + "| " + " " * left + marker * max(1, span - left)]
+    return [
+        gutter + text.expandtabs(4),
+        " " * (len(gutter) - 2) + "| " + " " * left + marker * max(1, span - left),
+    ]
 
 
 def _cells(s: str) -> int:
     """Terminal cells ``s`` takes: 2 for wide (CJK, emoji) characters, 0 for combining marks."""
     if s.isascii():
         return len(s)
-    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-               for c in s)
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in s
+    )
 
 
 def render(diag: CypressError | Warning_, *, kind: str | None = None) -> str:

@@ -20,8 +20,14 @@ if TYPE_CHECKING:
 __all__ = ["front_end"]
 
 
-def front_end(program: str | Path, mapping: str | Path, *, dtypes: Mapping[str, str] | None = None,
-              include_dirs: tuple[str | Path, ...] = (), mapping_text: str | None = None) -> TaskTree:
+def front_end(
+    program: str | Path,
+    mapping: str | Path,
+    *,
+    dtypes: Mapping[str, str] | None = None,
+    include_dirs: tuple[str | Path, ...] = (),
+    mapping_text: str | None = None,
+) -> TaskTree:
     """The task tree of ``program`` (a ``.cyp`` file, its dtype parameters bound by ``dtypes``,
     headers it includes looked up beside it, then in ``include_dirs``) under ``mapping`` (a
     YAML file; ``mapping_text``: its text, e.g. a tuner candidate, located at ``mapping``).
@@ -44,7 +50,11 @@ def front_end(program: str | Path, mapping: str | Path, *, dtypes: Mapping[str, 
     except CypressErrors as e:
         errors += e.errors
     try:
-        lm = load_mapping(mapping) if mapping_text is None else load_mapping_source(mapping_text, str(mapping))
+        lm = (
+            load_mapping(mapping)
+            if mapping_text is None
+            else load_mapping_source(mapping_text, str(mapping))
+        )
     except CypressErrors as e:
         errors += e.errors
     if errors:

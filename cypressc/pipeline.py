@@ -44,11 +44,18 @@ def dump_snapshots(out, snaps: list[tuple[str, N.Module]]) -> None:
         for i, (name, m) in enumerate(snaps, 1):
             (out / f"{i:02d}-{name}.ir").write_text(print_module(m))
     except OSError as e:
-        raise CypressError("E061", f"cannot write --dump-ir {out}: {e.strerror}", Loc(str(out))) from None
+        raise CypressError(
+            "E061", f"cannot write --dump-ir {out}: {e.strerror}", Loc(str(out))
+        ) from None
 
 
-def compile_module(tree: TaskTree, *, until: str | None = None, verify: bool = True,
-                   hook: Callable[[str, N.Module, float], None] | None = None) -> list[tuple[str, N.Module]]:
+def compile_module(
+    tree: TaskTree,
+    *,
+    until: str | None = None,
+    verify: bool = True,
+    hook: Callable[[str, N.Module, float], None] | None = None,
+) -> list[tuple[str, N.Module]]:
     """Run every step on ``tree`` in order (up to and including ``until``); return (name,
     snapshot) pairs.  User errors (:class:`CypressError`, :class:`CypressErrors`) propagate
     unchanged; anything else is wrapped in :class:`PassError`."""

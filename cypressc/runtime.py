@@ -49,8 +49,21 @@ from .abi.info import KernelInfo, Param, Requirement
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 __all__ = [
-    "DTYPES", "DType", "Param", "KernelInfo", "KernelError", "LaunchError", "TensorDesc",
-    "Kernel", "load", "infer_sizes", "split_keywords", "validate", "eval_expr", "expr_names", "Requirement",
+    "DTYPES",
+    "DType",
+    "Param",
+    "KernelInfo",
+    "KernelError",
+    "LaunchError",
+    "TensorDesc",
+    "Kernel",
+    "load",
+    "infer_sizes",
+    "split_keywords",
+    "validate",
+    "eval_expr",
+    "expr_names",
+    "Requirement",
     "cuda_error_name",
 ]
 
@@ -63,8 +76,10 @@ def _torch():
     try:
         import torch
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("cypressc.runtime needs PyTorch (a CUDA build) to call kernels on "
-                          "tensors: pip install torch") from e
+        raise ImportError(
+            "cypressc.runtime needs PyTorch (a CUDA build) to call kernels on "
+            "tensors: pip install torch"
+        ) from e
     return torch
 
 
@@ -74,9 +89,15 @@ def describe(t: Any) -> TensorDesc:
     if not isinstance(t, torch.Tensor):
         raise KernelError(f"expected a torch.Tensor, got {type(t).__name__}")
     by_torch = {getattr(torch, d.torch): d.name for d in DTYPES.values()}
-    return TensorDesc(dtype=by_torch.get(t.dtype), dtype_str=str(t.dtype).removeprefix("torch."),
-                      shape=tuple(t.shape), device=(t.device.type, t.device.index),
-                      contiguous=t.is_contiguous(), ptr=t.data_ptr(), numel=t.numel())
+    return TensorDesc(
+        dtype=by_torch.get(t.dtype),
+        dtype_str=str(t.dtype).removeprefix("torch."),
+        shape=tuple(t.shape),
+        device=(t.device.type, t.device.index),
+        contiguous=t.is_contiguous(),
+        ptr=t.data_ptr(),
+        numel=t.numel(),
+    )
 
 
 class Kernel:
@@ -102,10 +123,16 @@ class Kernel:
         try:
             fn = getattr(self._lib, f"{info.name}_launch")
         except AttributeError:
-            raise OSError(f"{self.library} has no symbol {info.name}_launch; was it built from "
-                          f"{info.name}.cu by the generated Makefile?") from None
-        fn.argtypes = ([ctypes.c_void_p] * len(info.params) + [ctypes.c_int64] * len(info.sizes)
-                       + [ctypes.c_float] * len(info.floats) + [ctypes.c_void_p])
+            raise OSError(
+                f"{self.library} has no symbol {info.name}_launch; was it built from "
+                f"{info.name}.cu by the generated Makefile?"
+            ) from None
+        fn.argtypes = (
+            [ctypes.c_void_p] * len(info.params)
+            + [ctypes.c_int64] * len(info.sizes)
+            + [ctypes.c_float] * len(info.floats)
+            + [ctypes.c_void_p]
+        )
         fn.restype = ctypes.c_int
         self._fn = fn
 
@@ -114,13 +141,20 @@ class Kernel:
         return self.info.name
 
     def __repr__(self) -> str:
-        args = ", ".join([f"{p.name}: {p.shape_str}" for p in self.info.params]
-                         + [f"{f}: float" for f in self.info.floats])
+        args = ", ".join(
+            [f"{p.name}: {p.shape_str}" for p in self.info.params]
+            + [f"{f}: float" for f in self.info.floats]
+        )
         return f"<cypressc kernel {self.name}({args}) from {self.library}>"
 
-    def _prepare(self, tensors: Sequence[Any], stream: Any, keywords: Mapping[str, Any],
-                 check_requires: bool, require_floats: bool = True
-                 ) -> tuple[list[int], dict[str, int], dict[str, float], int]:
+    def _prepare(
+        self,
+        tensors: Sequence[Any],
+        stream: Any,
+        keywords: Mapping[str, Any],
+        check_requires: bool,
+        require_floats: bool = True,
+    ) -> tuple[list[int], dict[str, int], dict[str, float], int]:
         """Check a call: (data pointers, inferred sizes, float values, stream handle)."""
         sizes, floats = split_keywords(self.info, keywords, require_floats=require_floats)
         torch = _torch()
@@ -143,7 +177,9 @@ class Kernel:
         else:
             sdev = getattr(stream, "device", None)
             if sdev is not None and getattr(sdev, "index", dev) not in (None, dev):
-                raise KernelError(f"{self.name}: stream is on {sdev} but the tensors are on cuda:{dev}")
+                raise KernelError(
+                    f"{self.name}: stream is on {sdev} but the tensors are on cuda:{dev}"
+                )
             handle = stream.cuda_stream
         return [d.ptr for d in descs], got, floats, handle
 
@@ -154,13 +190,16 @@ class Kernel:
         if rc == 1:
             failed = self.info.failed_requires(sizes)
             msg += ": the launcher refused its arguments" + (
-                f" ({'; '.join(failed)})" if failed else
-                " although every `requires` condition of the kernel info holds: the launcher "
-                "checks something the info does not list (sizes within int32? an empty tensor?)")
+                f" ({'; '.join(failed)})"
+                if failed
+                else " although every `requires` condition of the kernel info holds: the launcher "
+                "checks something the info does not list (sizes within int32? an empty tensor?)"
+            )
         raise LaunchError(msg, rc, cname, self.name, sizes)
 
-    def launch(self, *tensors: Any, stream: Any = None, check_requires: bool = True,
-               **keywords: Any) -> int:
+    def launch(
+        self, *tensors: Any, stream: Any = None, check_requires: bool = True, **keywords: Any
+    ) -> int:
         """Check and launch like ``__call__`` but return the launcher's ``cudaError_t``
         instead of raising on a non-zero one.  With ``check_requires=False`` the
         ``requires`` conditions are left to the launcher (used to test its refusals)."""
@@ -194,6 +233,7 @@ class Kernel:
             rc = fn(*args)
             if rc:
                 raise_(rc, got)
+
         run.sizes = got  # type: ignore[attr-defined]
         return run
 
@@ -224,16 +264,22 @@ def load(outdir: str | Path, name: str | None = None) -> Kernel:
       it holds), for a ``name`` that is not a C identifier or differs from the info's own
       ``"name"``, and when ``name`` is omitted and ``outdir`` holds several kernels."""
     if isinstance(outdir, bool) or not isinstance(outdir, (str, os.PathLike)):
-        raise TypeError(f"load: outdir must be a path (str or os.PathLike) of a `cypressc build` "
-                        f"output directory, got {type(outdir).__name__}")
+        raise TypeError(
+            f"load: outdir must be a path (str or os.PathLike) of a `cypressc build` "
+            f"output directory, got {type(outdir).__name__}"
+        )
     if name is not None and not isinstance(name, str):
-        raise TypeError(f"load: name must be a kernel name (str) or None, got {type(name).__name__}")
+        raise TypeError(
+            f"load: name must be a kernel name (str) or None, got {type(name).__name__}"
+        )
     outdir = Path(outdir)
     if name is None:
         cands = sorted(p.stem for p in outdir.glob("*.json"))
         if not cands:
-            raise FileNotFoundError(f"no <name>.json in {outdir}; run `cypressc build PROGRAM -m "
-                                    f"MAPPING -o {outdir}` first")
+            raise FileNotFoundError(
+                f"no <name>.json in {outdir}; run `cypressc build PROGRAM -m "
+                f"MAPPING -o {outdir}` first"
+            )
         built = [c for c in cands if (outdir / f"lib{c}.so").exists()]
         pick = built if len(built) == 1 else cands
         if len(pick) != 1:
@@ -246,8 +292,10 @@ def load(outdir: str | Path, name: str | None = None) -> Kernel:
         raise FileNotFoundError(f"{info_path} not found; run `cypressc build` into {outdir}")
     info = KernelInfo.load_json(info_path)
     if info.name != name:
-        raise ValueError(f"{info_path}: the kernel info names the kernel {info.name!r}, not {name!r}; "
-                         "a build writes <name>.json with its own name: rebuild, or load that name")
+        raise ValueError(
+            f"{info_path}: the kernel info names the kernel {info.name!r}, not {name!r}; "
+            "a build writes <name>.json with its own name: rebuild, or load that name"
+        )
     lib = outdir / f"lib{info.name}.so"
     if not lib.exists():
         raise FileNotFoundError(f"{lib} not found; run `make -C {outdir}` (needs nvcc)")

@@ -43,18 +43,47 @@ from cypressc.runtime import DTYPES, Kernel, KernelError, KernelInfo, Param
 __all__ = ["register", "op_signature"]
 
 _LIBS: dict[str, torch.library.Library] = {}
-_REGISTERED: dict[str, str] = {}        # qualified op name -> the kernel identity it runs
+_REGISTERED: dict[str, str] = {}  # qualified op name -> the kernel identity it runs
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")   # what torch's schema parser takes as a name
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # what torch's schema parser takes as a name
 # PyTorch's own op namespaces and its companion libraries': an op defined there would sit
 # among theirs (torch.library accepts "aten"); every "_"-prefixed namespace is refused too
-RESERVED_NAMESPACES = frozenset({
-    "aten", "prim", "prims", "c10d", "debug_mode_ops", "debugprims", "export", "higher_order",
-    "inductor", "inductor_prims", "mkl", "mkldnn", "mkldnn_prepacked", "onednn", "onnx", "profiler",
-    "quantization", "quantized", "rngprims", "sparse", "static_runtime", "symm_mem", "torch",
-    "torchvision", "torchaudio", "torchtext", "fbgemm", "triton"})
+RESERVED_NAMESPACES = frozenset(
+    {
+        "aten",
+        "prim",
+        "prims",
+        "c10d",
+        "debug_mode_ops",
+        "debugprims",
+        "export",
+        "higher_order",
+        "inductor",
+        "inductor_prims",
+        "mkl",
+        "mkldnn",
+        "mkldnn_prepacked",
+        "onednn",
+        "onnx",
+        "profiler",
+        "quantization",
+        "quantized",
+        "rngprims",
+        "sparse",
+        "static_runtime",
+        "symm_mem",
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "fbgemm",
+        "triton",
+    }
+)
 # attributes of torch.ops.<namespace> that getattr would return instead of an op ("name")
-_NAMESPACE_ATTRS = frozenset(dir(torch._ops._OpNamespace)) | frozenset(vars(torch._ops._OpNamespace("_probe")))
+_NAMESPACE_ATTRS = frozenset(dir(torch._ops._OpNamespace)) | frozenset(
+    vars(torch._ops._OpNamespace("_probe"))
+)
 
 
 def _check_names(name: Any, namespace: Any) -> None:
@@ -64,17 +93,29 @@ def _check_names(name: Any, namespace: Any) -> None:
         if not isinstance(v, str):
             raise TypeError(f"register: {what} must be a str, got {type(v).__name__} {brief(v)}")
         if not _NAME.match(v):
-            raise ValueError(f"register: {what} {brief(v)} is not an identifier (letters, digits and "
-                             "_, not starting with a digit): torch.ops.<namespace>.<name> must spell it")
+            raise ValueError(
+                f"register: {what} {brief(v)} is not an identifier (letters, digits and "
+                "_, not starting with a digit): torch.ops.<namespace>.<name> must spell it"
+            )
         if keyword.iskeyword(v):
-            raise ValueError(f"register: {what} {v!r} is a keyword, which torch's schema parser refuses")
-    taken = vars(torch.ops).get(namespace)   # loaded_libraries, higher_order: not op namespaces
-    if (namespace in RESERVED_NAMESPACES or namespace.startswith("_") or hasattr(type(torch.ops), namespace)
-            or (taken is not None and not isinstance(taken, torch._ops._OpNamespace))):
-        raise ValueError(f"register: namespace {namespace!r} is reserved by PyTorch; use your own "
-                         "(the default is 'cypressc')")
+            raise ValueError(
+                f"register: {what} {v!r} is a keyword, which torch's schema parser refuses"
+            )
+    taken = vars(torch.ops).get(namespace)  # loaded_libraries, higher_order: not op namespaces
+    if (
+        namespace in RESERVED_NAMESPACES
+        or namespace.startswith("_")
+        or hasattr(type(torch.ops), namespace)
+        or (taken is not None and not isinstance(taken, torch._ops._OpNamespace))
+    ):
+        raise ValueError(
+            f"register: namespace {namespace!r} is reserved by PyTorch; use your own "
+            "(the default is 'cypressc')"
+        )
     if name.startswith("__") or name in _NAMESPACE_ATTRS:
-        raise ValueError(f"register: name {name!r} is taken by torch.ops.{namespace} itself; pick another")
+        raise ValueError(
+            f"register: name {name!r} is taken by torch.ops.{namespace} itself; pick another"
+        )
 
 
 def op_signature(info: KernelInfo) -> tuple[list[Param], list[Param], list[str]]:
@@ -88,8 +129,11 @@ def op_signature(info: KernelInfo) -> tuple[list[Param], list[Param], list[str]]
 
 def _schema(name: str, info: KernelInfo) -> str:
     args, outs, extra = op_signature(info)
-    params = [f"Tensor {p.name}" for p in args] + [f"SymInt {s}" for s in extra] \
+    params = (
+        [f"Tensor {p.name}" for p in args]
+        + [f"SymInt {s}" for s in extra]
         + [f"float {f}" for f in info.floats]
+    )
     ret = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
     return f"{name}({', '.join(params)}) -> {ret}"
 
@@ -116,19 +160,28 @@ def _sizes(info: KernelInfo, tensors: Sequence[Any], ints: Sequence[Any]) -> dic
         if t.dtype != want:
             raise KernelError(f"{info.name}: {p.name} must be {want}, got {t.dtype}")
         if t.dim() != len(p.dims):
-            raise KernelError(f"{info.name}: {p.name} must have rank {len(p.dims)} ({p.shape_str}), "
-                              f"got shape {list(t.shape)}")
+            raise KernelError(
+                f"{info.name}: {p.name} must have rank {len(p.dims)} ({p.shape_str}), "
+                f"got shape {list(t.shape)}"
+            )
         if first is None:
             first = (p, t.device)
         elif t.device != first[1]:
-            raise KernelError(f"{info.name}: {p.name} is on {t.device} but {first[0].name} is on "
-                              f"{first[1]}; all tensors must be on one device")
+            raise KernelError(
+                f"{info.name}: {p.name} is on {t.device} but {first[0].name} is on "
+                f"{first[1]}; all tensors must be on one device"
+            )
         for axis, (d, n) in enumerate(zip(p.dims, t.shape)):
             if isinstance(d, int):
                 _check(n == d, lambda: f"{info.name}: {p.name}.shape[{axis}] must be {d}, got {n}")
             elif d in sizes:
-                _check(n == sizes[d], lambda: f"{info.name}: {p.name}.shape[{axis}] ({d}) is {n}, but "
-                       f"{d} = {sizes[d]} from {origin[d]}")
+                _check(
+                    n == sizes[d],
+                    lambda: (
+                        f"{info.name}: {p.name}.shape[{axis}] ({d}) is {n}, but "
+                        f"{d} = {sizes[d]} from {origin[d]}"
+                    ),
+                )
             else:
                 sizes[d], origin[d] = n, f"{p.name}.shape[{axis}]"
     return sizes
@@ -144,27 +197,36 @@ def _implementations(kernel: Kernel | KernelInfo, info: KernelInfo, qual: str):
     args, outs, extra = op_signature(info)
 
     def fake(*call: Any):
-        tensors, ints = call[:len(args)], call[len(args):len(args) + len(extra)]
+        tensors, ints = call[: len(args)], call[len(args) : len(args) + len(extra)]
         sizes = _sizes(info, tensors, ints)
         dev = tensors[0].device if tensors else None
-        res = [torch.empty(_shape(p, sizes), dtype=getattr(torch, DTYPES[p.dtype].torch), device=dev)
-               for p in outs]
+        res = [
+            torch.empty(_shape(p, sizes), dtype=getattr(torch, DTYPES[p.dtype].torch), device=dev)
+            for p in outs
+        ]
         return res[0] if len(res) == 1 else tuple(res)
 
     def cuda(*call: Any):
         if not isinstance(kernel, Kernel):
-            raise NotImplementedError(f"{qual} was registered from kernel info only; register the "
-                                      "loaded Kernel (cypressc.compile or cypressc.runtime.load) to run it")
-        tensors, ints = call[:len(args)], call[len(args):len(args) + len(extra)]
-        floats = dict(zip(info.floats, call[len(args) + len(extra):]))
+            raise NotImplementedError(
+                f"{qual} was registered from kernel info only; register the "
+                "loaded Kernel (cypressc.compile or cypressc.runtime.load) to run it"
+            )
+        tensors, ints = call[: len(args)], call[len(args) : len(args) + len(extra)]
+        floats = dict(zip(info.floats, call[len(args) + len(extra) :]))
         sizes = _sizes(info, tensors, ints)
         dev = tensors[0].device if tensors else torch.device("cuda")
         by_name = {p.name: t for p, t in zip(args, tensors)}
         launch = []
         for p in info.params:
             if p.writes:
-                t = (by_name[p.name].contiguous().clone() if p.reads else
-                     torch.empty(_shape(p, sizes), dtype=getattr(torch, DTYPES[p.dtype].torch), device=dev))
+                t = (
+                    by_name[p.name].contiguous().clone()
+                    if p.reads
+                    else torch.empty(
+                        _shape(p, sizes), dtype=getattr(torch, DTYPES[p.dtype].torch), device=dev
+                    )
+                )
                 by_name[p.name] = t
             launch.append(by_name[p.name].contiguous())
         kernel(*launch, **{s: int(sizes[s]) for s in extra}, **floats)
@@ -172,8 +234,10 @@ def _implementations(kernel: Kernel | KernelInfo, info: KernelInfo, qual: str):
         return res[0] if len(res) == 1 else tuple(res)
 
     def other(*call: Any):
-        raise KernelError(f"{qual} runs on CUDA tensors only (the arguments are on "
-                          f"{call[0].device if call else 'no device'})")
+        raise KernelError(
+            f"{qual} runs on CUDA tensors only (the arguments are on "
+            f"{call[0].device if call else 'no device'})"
+        )
 
     return fake, cuda, other
 
@@ -205,19 +269,26 @@ def register(kernel: Kernel | KernelInfo, name: str | None = None, namespace: st
     elif isinstance(kernel, KernelInfo):
         info = kernel
     else:
-        hint = (": a kernel's name or path is not one; pass cypressc.compile(PROGRAM, MAPPING) or "
-                "cypressc.runtime.load(BUILD_DIR)" if isinstance(kernel, (str, bytes)) or hasattr(kernel, "__fspath__")
-                else "")
-        raise TypeError(f"register takes a cypressc.runtime.Kernel or KernelInfo, got "
-                        f"{type(kernel).__name__} {brief(kernel)}{hint}")
+        hint = (
+            ": a kernel's name or path is not one; pass cypressc.compile(PROGRAM, MAPPING) or "
+            "cypressc.runtime.load(BUILD_DIR)"
+            if isinstance(kernel, (str, bytes)) or hasattr(kernel, "__fspath__")
+            else ""
+        )
+        raise TypeError(
+            f"register takes a cypressc.runtime.Kernel or KernelInfo, got "
+            f"{type(kernel).__name__} {brief(kernel)}{hint}"
+        )
     name = info.name if name is None else name
     _check_names(name, namespace)
     qual = f"{namespace}::{name}"
     ident = str(getattr(kernel, "library", "")) + repr(info.to_dict())
     if qual in _REGISTERED:
         if _REGISTERED[qual] != ident:
-            raise ValueError(f"torch.ops.{namespace}.{name} is registered for another kernel; "
-                             "pass name= to register this one under another name")
+            raise ValueError(
+                f"torch.ops.{namespace}.{name} is registered for another kernel; "
+                "pass name= to register this one under another name"
+            )
         return getattr(getattr(torch.ops, namespace), name)
     lib = _LIBS.get(namespace)
     if lib is None:
@@ -225,7 +296,9 @@ def register(kernel: Kernel | KernelInfo, name: str | None = None, namespace: st
     try:
         lib.define(_schema(name, info))
     except RuntimeError as e:  # defined already, by another library in this process
-        raise ValueError(f"cannot define torch.ops.{namespace}.{name}: {str(e).splitlines()[0]}") from None
+        raise ValueError(
+            f"cannot define torch.ops.{namespace}.{name}: {str(e).splitlines()[0]}"
+        ) from None
     fake, cuda, other = _implementations(kernel, info, qual)
     lib.impl(name, cuda, "CUDA")
     lib.impl(name, other, "CPU")

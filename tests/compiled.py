@@ -64,8 +64,15 @@ def tree(program: str | Path, mapping: str | Path, dtypes: dict[str, str] | None
 
 def _key(program: Path, mapping: Path, dtypes: dict[str, str]) -> str:
     h = hashlib.sha256()
-    for part in (_tree_digest(ROOT / "cypressc"), _tree_digest(PROGRAMS), _tree_digest(program.parent),
-                 program.as_posix(), program.read_text(), mapping.read_text(), repr(sorted(dtypes.items()))):
+    for part in (
+        _tree_digest(ROOT / "cypressc"),
+        _tree_digest(PROGRAMS),
+        _tree_digest(program.parent),
+        program.as_posix(),
+        program.read_text(),
+        mapping.read_text(),
+        repr(sorted(dtypes.items())),
+    ):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 
@@ -75,14 +82,21 @@ def _compile(program: Path, mapping: Path, dtypes: dict[str, str]) -> tuple[list
     refusal), and that error."""
     out: list[tuple[str, N.Module]] = []
     try:
-        compile_module(tree(program, mapping, dtypes), hook=lambda name, m, _dt: out.append((name, m)))
+        compile_module(
+            tree(program, mapping, dtypes), hook=lambda name, m, _dt: out.append((name, m))
+        )
     except (CypressError, CypressErrors) as e:
         return out, e
     return out, None
 
 
-def snapshots(program: str | Path, mapping: str | Path, *, until: str | None = None,
-              dtypes: dict[str, str] | None = None) -> list[tuple[str, N.Module]]:
+def snapshots(
+    program: str | Path,
+    mapping: str | Path,
+    *,
+    until: str | None = None,
+    dtypes: dict[str, str] | None = None,
+) -> list[tuple[str, N.Module]]:
     """``compile_module(instantiate(...), until=until)`` for ``program`` (a name under
     programs/ or a path ending in .cyp) under ``mapping`` (a path, relative to the
     repository or absolute), with ``dtypes`` bound (``--dtype``), programs/ on the include
@@ -115,7 +129,7 @@ def snapshots(program: str | Path, mapping: str | Path, *, until: str | None = N
     snaps, error = hit
     names = [n for n, _ in snaps]
     if until is not None and until in names:
-        return snaps[:names.index(until) + 1]
+        return snaps[: names.index(until) + 1]
     if error is not None:
         raise error
     if until is not None:

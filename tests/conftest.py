@@ -22,6 +22,7 @@ def mapping_variant(tmp_path):
     """``variant(base, old, new, *more)``: a copy of mapping file ``base`` in ``tmp_path`` with
     every ``old`` (which must occur) replaced by ``new`` -- one knob changed, the rest as shipped;
     ``more`` gives further ``(old, new)`` pairs, applied in order."""
+
     def variant(base: Path, old: str, new: str, *more: tuple[str, str]) -> Path:
         text = base.read_text()
         for o, n in ((old, new), *more):
@@ -30,6 +31,7 @@ def mapping_variant(tmp_path):
         m = tmp_path / "m.yaml"
         m.write_text(text)
         return m
+
     return variant
 
 
@@ -54,6 +56,7 @@ def no_ring_joins(monkeypatch):
 def wall_clock():
     """A stand-in for ``cypressc.tuner.timing.interleaved`` on the CPU: the same rounds and the
     same result shape (ms per call, by name), timed with the wall clock instead of CUDA events."""
+
     def timed(torch_, fns, rounds, reps):
         out = {k: [] for k in fns}
         for _ in range(rounds):
@@ -62,6 +65,7 @@ def wall_clock():
                 fn()
                 out[k].append((time.perf_counter() - t0) * 1e3 + 1e-6)
         return out
+
     return timed
 
 
@@ -69,20 +73,29 @@ def wall_clock():
 def clean_ptxas():
     """``check(build_dir, target)``: ``make target`` in a cypressc build directory with ptxas
     verbose, asserting it builds, ptxas injects no wgmma waits (C7517/C7519) and nothing spills."""
+
     def check(out: Path, target: str) -> None:
-        r = subprocess.run(["make", "-C", str(out), target, "EXTRA_NVCCFLAGS=-Xptxas -v"],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["make", "-C", str(out), target, "EXTRA_NVCCFLAGS=-Xptxas -v"],
+            capture_output=True,
+            text=True,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         log = r.stdout + r.stderr
         assert "C7517" not in log and "C7519" not in log, log[-3000:]
         assert "0 bytes spill stores" in log
         assert not re.search(r"[1-9]\d* bytes spill stores", log)
+
     return check
 
 
 def pytest_addoption(parser):
-    parser.addoption("--update-golden", action="store_true", default=False,
-                     help="rewrite tests/golden/* from the current output (then read the diff!)")
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite tests/golden/* from the current output (then read the diff!)",
+    )
 
 
 def pytest_configure(config):
@@ -135,11 +148,16 @@ class Golden:
                 path.write_text(actual)
             return
         if not path.exists():
-            pytest.fail(f"missing golden file {path.relative_to(ROOT)}; run `make golden` and read it")
+            pytest.fail(
+                f"missing golden file {path.relative_to(ROOT)}; run `make golden` and read it"
+            )
         expected = path.read_text()
         if expected != actual:
-            diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                                f"golden/{rel}", "actual"))
+            diff = "".join(
+                difflib.unified_diff(
+                    expected.splitlines(True), actual.splitlines(True), f"golden/{rel}", "actual"
+                )
+            )
             pytest.fail(f"output differs from golden/{rel}:\n{diff}")
 
 

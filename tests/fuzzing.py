@@ -36,17 +36,66 @@ MAPPINGS = {p: sorted((ROOT / "mappings" / p).glob("*.yaml")) for p in PROGRAMS}
 _HEADER = re.compile(r"^(?P<at>\S.*?): (?P<kind>error|warning)\[(?P<code>[EMW]\d{3})\]: ")
 _LOCATED = re.compile(r":\d+:\d+$")
 
-INT_VALUES = ["0", "-1", "-2", "1", "2", "3", "5", "8", "16", "24", "32", "48", "64", "96", "100",
-              "128", "192", "256", "512", "4096", "1000000000", "99999999999999999999", "1.5", "true",
-              "'3'", "null", "[]"]
+INT_VALUES = [
+    "0",
+    "-1",
+    "-2",
+    "1",
+    "2",
+    "3",
+    "5",
+    "8",
+    "16",
+    "24",
+    "32",
+    "48",
+    "64",
+    "96",
+    "100",
+    "128",
+    "192",
+    "256",
+    "512",
+    "4096",
+    "1000000000",
+    "99999999999999999999",
+    "1.5",
+    "true",
+    "'3'",
+    "null",
+    "[]",
+]
 PROCS = ["HOST", "BLOCK", "WARPGROUP", "WARP", "THREAD"]
 MEMS = ["GLOBAL", "SHARED", "REGISTER", "NONE"]
 ATOMS = [f"WGMMA_64x{n}x16" for n in (8, 16, 32, 64, 96, 128, 192, 256)]
-KNOBS = ["pipeline: 4", "warpspecialize: false", "warpspecialize: true", "persistent: false",
-         "smem_limit: 100KiB", "smem_limit: 300KiB", "mma_in_flight: 0", "raster: 4",
-         "consumer_registers: 240", "producer_registers: 24"]
-PROGRAM_EXTENTS = ["0", "-2", "1", "3", "WGS", "M / 0", "M / 3", "M // 2", "M * 99999999999",
-                   "-TK", "1.5", "K - K", "cdiv(M, 0)", "2 ** 70"]
+KNOBS = [
+    "pipeline: 4",
+    "warpspecialize: false",
+    "warpspecialize: true",
+    "persistent: false",
+    "smem_limit: 100KiB",
+    "smem_limit: 300KiB",
+    "mma_in_flight: 0",
+    "raster: 4",
+    "consumer_registers: 240",
+    "producer_registers: 24",
+]
+PROGRAM_EXTENTS = [
+    "0",
+    "-2",
+    "1",
+    "3",
+    "WGS",
+    "M / 0",
+    "M / 3",
+    "M // 2",
+    "M * 99999999999",
+    "-TK",
+    "1.5",
+    "K - K",
+    "cdiv(M, 0)",
+    "2 ** 70",
+]
 
 
 @dataclass(frozen=True)
@@ -58,14 +107,18 @@ class Mutant:
     what: str
 
 
-def _replace_random(rng: random.Random, text: str, pattern: str, choices: list[str]) -> tuple[str, str] | None:
+def _replace_random(
+    rng: random.Random, text: str, pattern: str, choices: list[str]
+) -> tuple[str, str] | None:
     hits = list(re.finditer(pattern, text, re.MULTILINE))
     if not hits:
         return None
     m = rng.choice(hits)
     grp = 1 if m.groups() else 0
     new = rng.choice(choices)
-    return text[:m.start(grp)] + new + text[m.end(grp):], f"{m.group(grp)!r} -> {new!r} at {m.start(grp)}"
+    return text[: m.start(grp)] + new + text[
+        m.end(grp) :
+    ], f"{m.group(grp)!r} -> {new!r} at {m.start(grp)}"
 
 
 def _lines(rng: random.Random, text: str) -> tuple[str, str]:
@@ -85,7 +138,9 @@ def _lines(rng: random.Random, text: str) -> tuple[str, str]:
 def mutate_mapping(rng: random.Random, text: str) -> tuple[str, str]:
     """One value-level mutation of a mapping's YAML text."""
     for _ in range(20):
-        kind = rng.choice(["int", "int", "int", "proc", "mem", "mem", "atom", "knob", "bool", "lines"])
+        kind = rng.choice(
+            ["int", "int", "int", "proc", "mem", "mem", "atom", "knob", "bool", "lines"]
+        )
         if kind == "int":
             r = _replace_random(rng, text, r"(?<![\w.])(\d+)(?:KiB)?(?![\w.])", INT_VALUES)
         elif kind == "proc":
@@ -95,10 +150,16 @@ def mutate_mapping(rng: random.Random, text: str) -> tuple[str, str]:
         elif kind == "atom":
             r = _replace_random(rng, text, r"\b(WGMMA_\w+)\b", ATOMS)
         elif kind == "bool":
-            r = _replace_random(rng, text, r"\b(true|false)\b", ["true", "false", "1", "0", "'yes'"])
+            r = _replace_random(
+                rng, text, r"\b(true|false)\b", ["true", "false", "1", "0", "'yes'"]
+            )
         elif kind == "knob":
-            r = _replace_random(rng, text, r"^(    calls: \[[^\]]*\])$",
-                                [f"    calls: [PLACEHOLDER]\n    {k}" for k in KNOBS])
+            r = _replace_random(
+                rng,
+                text,
+                r"^(    calls: \[[^\]]*\])$",
+                [f"    calls: [PLACEHOLDER]\n    {k}" for k in KNOBS],
+            )
             if r is not None:
                 calls = re.findall(r"^    calls: (\[[^\]]*\])$", text, re.MULTILINE)
                 r = (r[0].replace("[PLACEHOLDER]", rng.choice(calls)), r[1])
@@ -112,19 +173,29 @@ def mutate_mapping(rng: random.Random, text: str) -> tuple[str, str]:
 def mutate_program(rng: random.Random, text: str) -> tuple[str, str]:
     """One value-level mutation of a program's ``.cyp`` text."""
     for _ in range(20):
-        kind = rng.choice(["extent", "extent", "partition", "operator", "dtype", "operand", "int", "lines"])
+        kind = rng.choice(
+            ["extent", "extent", "partition", "operator", "dtype", "operand", "int", "lines"]
+        )
         if kind == "extent":
-            r = _replace_random(rng, text, r"[ps]range\(([^()]*(?:\([^()]*\))?[^()]*)\)", PROGRAM_EXTENTS)
+            r = _replace_random(
+                rng, text, r"[ps]range\(([^()]*(?:\([^()]*\))?[^()]*)\)", PROGRAM_EXTENTS
+            )
         elif kind == "partition":
-            r = _replace_random(rng, text, r"partition_by_blocks\(\w+, \(([^,()]+)", PROGRAM_EXTENTS)
+            r = _replace_random(
+                rng, text, r"partition_by_blocks\(\w+, \(([^,()]+)", PROGRAM_EXTENTS
+            )
         elif kind == "operator":
             r = _replace_random(rng, text, r"\w (/|\*|\+|-|//) \w", ["/", "//", "*", "+", "-", "%"])
         elif kind == "dtype":
-            r = _replace_random(rng, text, r"\b(f16|bf16|f32|T)\b(?=[\]\),])", ["f16", "bf16", "f32", "i32", "T"])
+            r = _replace_random(
+                rng, text, r"\b(f16|bf16|f32|T)\b(?=[\]\),])", ["f16", "bf16", "f32", "i32", "T"]
+            )
         elif kind == "operand":
             r = _replace_random(rng, text, r'"(A|B|C)"', ["A", "B", "C"])
         elif kind == "int":
-            r = _replace_random(rng, text, r"(?<![\w.])(\d+)(?![\w.])", ["0", "-1", "3", "1.5", "65536"])
+            r = _replace_random(
+                rng, text, r"(?<![\w.])(\d+)(?![\w.])", ["0", "-1", "3", "1.5", "65536"]
+            )
         else:
             r = _lines(rng, text)
         if r is not None and r[0] != text:
@@ -184,7 +255,9 @@ def run(seed: int, count: int, commands=("check", "explain"), show: int = 3) -> 
             mp.write_text(mu.mapping)
             for cmd in commands:
                 try:
-                    r = CliRunner().invoke(main, [cmd, str(prog), "-m", str(mp)], catch_exceptions=True)
+                    r = CliRunner().invoke(
+                        main, [cmd, str(prog), "-m", str(mp)], catch_exceptions=True
+                    )
                     out, code = r.output, r.exit_code
                     if r.exception is not None and not isinstance(r.exception, SystemExit):
                         out += "\nTraceback (most recent call last): " + repr(r.exception)
@@ -193,8 +266,17 @@ def run(seed: int, count: int, commands=("check", "explain"), show: int = 3) -> 
                 c = classify(code, out)
                 counts[(cmd, c)] += 1
                 if c in ("traceback", "internal", "unlocated"):
-                    diag = [ln for ln in out.splitlines() if _HEADER.match(ln) or "rror" in ln or "Trace" in ln]
-                    key = (c, _HEADER.match(diag[0]).group("code") if diag and _HEADER.match(diag[0]) else "")
+                    diag = [
+                        ln
+                        for ln in out.splitlines()
+                        if _HEADER.match(ln) or "rror" in ln or "Trace" in ln
+                    ]
+                    key = (
+                        c,
+                        _HEADER.match(diag[0]).group("code")
+                        if diag and _HEADER.match(diag[0])
+                        else "",
+                    )
                     seen[key] += 1
                     if seen[key] <= show:  # a few examples of each kind of defect
                         examples.append(f"[{cmd} {c}] {mu.what}\n" + "\n".join(diag[:4]))

@@ -27,8 +27,12 @@ def build(*extra: str):
 
 def tree(d: Path) -> dict[str, bytes]:
     """Every file under ``d`` with its bytes (symlinks not followed)."""
-    return {str(p.relative_to(d)): (p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir/link>")
-            for p in sorted(d.rglob("*"))}
+    return {
+        str(p.relative_to(d)): (
+            p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir/link>"
+        )
+        for p in sorted(d.rglob("*"))
+    }
 
 
 @pytest.fixture
@@ -124,12 +128,18 @@ def test_build_over_a_build_replaces_it_and_keeps_make_products(tmp_path):
     (out / "libgemm.so").write_bytes(b"\x7fELF lib")
     mtime = (out / "gemm.cu").stat().st_mtime_ns
     assert build("-o", str(out)).exit_code == 0
-    assert (out / "gemm").read_bytes() == b"\x7fELF binary" and (out / "gemm.cu").stat().st_mtime_ns == mtime
+    assert (out / "gemm").read_bytes() == b"\x7fELF binary" and (
+        out / "gemm.cu"
+    ).stat().st_mtime_ns == mtime
     # a different build replaces the sources and drops the stale products
     r = build("-o", str(out), "--dtype", "T=bf16")
     assert r.exit_code == 0, r.stderr
-    assert {p.name for p in out.iterdir()} == BUILT and "__nv_bfloat16" in (out / "gemm.cu").read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]  # no temporary or trash directory left
+    assert {p.name for p in out.iterdir()} == BUILT and "__nv_bfloat16" in (
+        out / "gemm.cu"
+    ).read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "b"
+    ]  # no temporary or trash directory left
 
 
 def test_stale_build_with_a_user_file_is_refused(tmp_path):
@@ -166,7 +176,9 @@ def test_failed_build_leaves_the_old_build(tmp_path):
     before = tree(out)
     bad = tmp_path / "bad.yaml"
     bad.write_text(Path(MAP).read_text().replace("pipeline: 3", "pipeline: 8"))
-    r = CliRunner().invoke(main, ["build", PROG, "-m", str(bad), "-o", str(out)], catch_exceptions=False)
+    r = CliRunner().invoke(
+        main, ["build", PROG, "-m", str(bad), "-o", str(out)], catch_exceptions=False
+    )
     assert r.exit_code == 1 and "error[E046]" in r.stderr, r.stderr
     assert tree(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "bad.yaml"]

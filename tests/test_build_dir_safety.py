@@ -23,7 +23,10 @@ from tests import compiled
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG, MAP = str(ROOT / "programs" / "gemm.cyp"), str(ROOT / "mappings" / "gemm" / "h100.yaml")
-EPI = (str(ROOT / "programs" / "gemm_epilogue.cyp"), str(ROOT / "mappings" / "gemm_epilogue" / "h100.yaml"))
+EPI = (
+    str(ROOT / "programs" / "gemm_epilogue.cyp"),
+    str(ROOT / "mappings" / "gemm_epilogue" / "h100.yaml"),
+)
 
 
 def build(*extra: str, prog: str = PROG, mapping: str = MAP):
@@ -32,9 +35,16 @@ def build(*extra: str, prog: str = PROG, mapping: str = MAP):
 
 def tree(d: Path) -> dict[str, bytes]:
     """Every entry under ``d`` with its bytes (symbolic links not followed)."""
-    return {str(p.relative_to(d)): (p.read_bytes() if p.is_file() and not p.is_symlink()
-                                    else b"<link>" if p.is_symlink() else b"<dir>")
-            for p in sorted(d.rglob("*"))}
+    return {
+        str(p.relative_to(d)): (
+            p.read_bytes()
+            if p.is_file() and not p.is_symlink()
+            else b"<link>"
+            if p.is_symlink()
+            else b"<dir>"
+        )
+        for p in sorted(d.rglob("*"))
+    }
 
 
 def refused(r, code: str, why: str) -> None:
@@ -55,6 +65,7 @@ def mine(tmp_path: Path) -> Path:
 
 
 # -- 1. a forged stamp -----------------------------------------------------------------------
+
 
 def test_a_stamp_cannot_make_user_files_products(tmp_path, mine):
     """The review's forged stamp listed thesis.tex and data.bin as products: both were deleted."""
@@ -81,7 +92,9 @@ def test_a_stamp_naming_another_kernel_removes_no_user_file(tmp_path):
     (out / STAMP).write_text(json.dumps(stamp))
     (out / "thesis").write_text("chapter 1\n")
     before = tree(out)
-    refused(build("-o", str(out)), "E062", "was not written by `cypressc build`")  # thesis.cu unlisted
+    refused(
+        build("-o", str(out)), "E062", "was not written by `cypressc build`"
+    )  # thesis.cu unlisted
     stamp["files"]["thesis.cu"] = stamp["files"]["gemm.cu"]
     (out / "thesis.cu").write_bytes((out / "gemm.cu").read_bytes())
     (out / STAMP).write_text(json.dumps(stamp))
@@ -102,6 +115,7 @@ def test_a_product_that_is_not_what_nvcc_writes_is_refused(tmp_path):
 
 
 # -- 2. races --------------------------------------------------------------------------------
+
 
 def _files() -> dict[str, str]:
     return compiled.rendered("gemm", "mappings/gemm/h100.yaml").files
@@ -140,7 +154,11 @@ def test_a_swap_after_the_check_moves_no_user_file(tmp_path, mine):
     assert e.value.code == "E062" and "replaced by another file" in str(e.value)
     assert tree(mine) == mine_before and out.is_symlink() and os.readlink(out) == str(mine)
     assert tree(aside) == build_before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["aside", "mine", "out"]  # nothing left over
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "aside",
+        "mine",
+        "out",
+    ]  # nothing left over
 
 
 def test_a_swapper_thread_loses_no_user_file(tmp_path, mine):
@@ -198,6 +216,7 @@ def test_a_swapper_thread_loses_no_user_file(tmp_path, mine):
 
 # -- 3. identities, not path text --------------------------------------------------------------
 
+
 def test_the_working_directory_through_a_symlinked_parent_is_refused(tmp_path, monkeypatch):
     (tmp_path / "real" / "proj").mkdir(parents=True)
     (tmp_path / "real" / "proj" / "notes.txt").write_text("mine\n")
@@ -220,6 +239,7 @@ def test_a_build_you_stand_in_is_not_replaced_through_a_symlinked_path(tmp_path,
 
 # -- 4. long names ---------------------------------------------------------------------------
 
+
 def test_a_name_of_255_bytes_builds_and_256_is_a_located_error(tmp_path):
     ok = tmp_path / ("n" * 255)
     assert build("-o", str(ok)).exit_code == 0
@@ -235,6 +255,7 @@ def test_a_name_of_255_bytes_builds_and_256_is_a_located_error(tmp_path):
 
 
 # -- 5. files at any depth -------------------------------------------------------------------
+
 
 def test_a_call_external_program_rebuilds_into_its_own_output(tmp_path):
     """gemm_epilogue's build copies the user's header to include/: the stamp lists it and a
@@ -255,6 +276,9 @@ def test_a_call_external_program_rebuilds_into_its_own_output(tmp_path):
     assert tree(out) == before
     header.write_text(header.read_text().removesuffix("// mine\n"))
     (header.parent / "notes.h").write_text("// mine\n")
-    refused(build("-o", str(out), prog=EPI[0], mapping=EPI[1]), "E062",
-            f"{header.parent.name}/notes.h was not written by cypressc")
+    refused(
+        build("-o", str(out), prog=EPI[0], mapping=EPI[1]),
+        "E062",
+        f"{header.parent.name}/notes.h was not written by cypressc",
+    )
     assert (header.parent / "notes.h").read_text() == "// mine\n"

@@ -21,13 +21,32 @@ MAPPING = (ROOT / "mappings" / "gemm" / "h100.yaml").read_text()
 CASES = [
     ("block tile rows don't fit the atom", "{U: 128, V: 256}", "{U: 96, V: 256}", "E040"),
     ("more warps than a warpgroup has", "{PIECES: 4, PROC: WARP", "{PIECES: 8, PROC: WARP", "E041"),
-    ("more threads than a warp has", "{PIECES: 32, PROC: THREAD", "{PIECES: 64, PROC: THREAD", "E041"),
-    ("wgmma operand in GLOBAL", "mems: [REGISTER, SHARED, SHARED]", "mems: [REGISTER, GLOBAL, SHARED]", "E043"),
+    (
+        "more threads than a warp has",
+        "{PIECES: 32, PROC: THREAD",
+        "{PIECES: 64, PROC: THREAD",
+        "E041",
+    ),
+    (
+        "wgmma operand in GLOBAL",
+        "mems: [REGISTER, SHARED, SHARED]",
+        "mems: [REGISTER, GLOBAL, SHARED]",
+        "E043",
+    ),
     ("NONE accumulator partitioned two ways", "tunables: {WGS: 2}", "tunables: {WGS: 1}", "E044"),
     ("shared memory over the limit", "{U: 128, V: 256}", "{U: 256, V: 256}", "E046"),
-    ("register file over-committed", "smem_limit: 227KiB",
-     "smem_limit: 227KiB\n    consumer_registers: 240\n    producer_registers: 40", "E047"),
-    ("more wgmma groups in flight than stages", "pipeline: 3", "pipeline: 3\n    mma_in_flight: 3", "E050"),
+    (
+        "register file over-committed",
+        "smem_limit: 227KiB",
+        "smem_limit: 227KiB\n    consumer_registers: 240\n    producer_registers: 40",
+        "E047",
+    ),
+    (
+        "more wgmma groups in flight than stages",
+        "pipeline: 3",
+        "pipeline: 3\n    mma_in_flight: 3",
+        "E050",
+    ),
 ]
 
 

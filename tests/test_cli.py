@@ -14,8 +14,12 @@ from click.testing import CliRunner
 from cypressc.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAMS = {"gemm": (11, 4, 14, 4), "batched_gemm": (12, 5, 15, 5), "dual_gemm": (14, 5, 26, 5),
-            "gemm_reduction": (34, 11, 23, 7)}
+PROGRAMS = {
+    "gemm": (11, 4, 14, 4),
+    "batched_gemm": (12, 5, 15, 5),
+    "dual_gemm": (14, 5, 26, 5),
+    "gemm_reduction": (34, 11, 23, 7),
+}
 
 
 def cli(*args: str, chdir: bool = True):
@@ -33,9 +37,11 @@ def test_check_ok(name):
     r = cli("check", prog, "-m", mapping)
     assert r.exit_code == 0, r.stderr
     variants, tasks, nodes, used = PROGRAMS[name]
-    assert r.stdout == (f"ok: {prog} with {mapping}: {variants} variants of {tasks} tasks, {nodes} instantiated "
-                        f"task(s) over {used} task(s) on h100; 7 passes and the CUDA backend accept it "
-                        f"(5 files of build/{name}, none written)\n")
+    assert r.stdout == (
+        f"ok: {prog} with {mapping}: {variants} variants of {tasks} tasks, {nodes} instantiated "
+        f"task(s) over {used} task(s) on h100; 7 passes and the CUDA backend accept it "
+        f"(5 files of build/{name}, none written)\n"
+    )
     assert r.stderr == ""
 
 
@@ -49,7 +55,7 @@ def test_explain_prints_the_task_tree(name):
     lines = r.stdout.splitlines()
     assert lines[0] == f"task tree (h100, entrypoint {name}_host):"
     assert lines[1].startswith(f"{name}_host: variant {name}_host on HOST (")
-    tree = lines[1:1 + nodes]
+    tree = lines[1 : 1 + nodes]
     assert all(re.match(r"^[ │├└─]*\w+: variant \w+ on [A-Z]+ \(", line) for line in tree), tree
     assert len(lines) == 1 + nodes or not lines[1 + nodes].startswith(("│", "├", "└", " "))
     block = next(line for line in tree if " on BLOCK " in line)
@@ -66,16 +72,22 @@ def test_explain_dual_gemm_tree_exact():
     r = cli("explain", "programs/dual_gemm.cyp", "-m", "mappings/dual_gemm/h100.yaml")
     assert r.stdout.splitlines()[1:9] == [
         "dual_gemm_host: variant dual_gemm_host on HOST (D@GLOBAL, A@GLOBAL, B1@GLOBAL, B2@GLOBAL) {U=128, V=128}",
-        ("└── dual_gemm_block: variant dual_gemm_block on BLOCK (D@GLOBAL, A@GLOBAL, B1@GLOBAL, B2@GLOBAL) "
-         "{W=64} [warpspecialize=True, pipeline=4, smem_limit=232448]"),
+        (
+            "└── dual_gemm_block: variant dual_gemm_block on BLOCK (D@GLOBAL, A@GLOBAL, B1@GLOBAL, B2@GLOBAL) "
+            "{W=64} [warpspecialize=True, pipeline=4, smem_limit=232448]"
+        ),
         "    ├── clear_block: variant clear_tile on BLOCK (C@NONE) {WGS=2}",
-        ("    │   └── clear_warpgroup: variant clear_inner on WARPGROUP (C@NONE) "
-         "{PIECES=4, PROC=WARP, MMA=WGMMA_64x128x16}"),
+        (
+            "    │   └── clear_warpgroup: variant clear_inner on WARPGROUP (C@NONE) "
+            "{PIECES=4, PROC=WARP, MMA=WGMMA_64x128x16}"
+        ),
         "    │       └── clear_warp: variant clear_inner on WARP (C@NONE) {PIECES=32, PROC=THREAD, MMA=WGMMA_64x128x16}",
         "    │           └── clear_thread: variant clear_thread on THREAD (C@REGISTER)",
         "    ├── clear_block: variant clear_tile on BLOCK (C@NONE) {WGS=2}",
-        ("    │   └── clear_warpgroup: variant clear_inner on WARPGROUP (C@NONE) "
-         "{PIECES=4, PROC=WARP, MMA=WGMMA_64x128x16}"),
+        (
+            "    │   └── clear_warpgroup: variant clear_inner on WARPGROUP (C@NONE) "
+            "{PIECES=4, PROC=WARP, MMA=WGMMA_64x128x16}"
+        ),
     ]
 
 
@@ -91,9 +103,16 @@ def test_explain_reports_errors_like_check():
 
 
 def test_program_and_mapping_errors_are_reported_together():
-    r = cli("check", "tests/corpus/programs/unknown_atom.cyp", "-m", "tests/corpus/mappings/unknown_key.yaml")
+    r = cli(
+        "check",
+        "tests/corpus/programs/unknown_atom.cyp",
+        "-m",
+        "tests/corpus/mappings/unknown_key.yaml",
+    )
     assert r.exit_code == 1
-    assert "error[E036]" in r.stderr and "error[M002]" in r.stderr and r.stderr.endswith("2 errors\n")
+    assert (
+        "error[E036]" in r.stderr and "error[M002]" in r.stderr and r.stderr.endswith("2 errors\n")
+    )
 
 
 def test_warnings_do_not_fail():
@@ -109,7 +128,11 @@ def test_help_texts():
     for cmd in ("check", "explain"):
         assert cmd in r.stdout
     r = cli("check", "--help")
-    assert r.exit_code == 0 and "Check PROGRAM and MAPPING as `build` would" in r.stdout and "-m, --mapping" in r.stdout
+    assert (
+        r.exit_code == 0
+        and "Check PROGRAM and MAPPING as `build` would" in r.stdout
+        and "-m, --mapping" in r.stdout
+    )
     r = cli("explain", "-h")
     assert r.exit_code == 0 and "the task tree" in r.stdout and "--no-tree" in r.stdout
 
@@ -119,8 +142,15 @@ def test_version():
     assert r.exit_code == 0 and "0.1.0" in r.stdout
 
 
-@pytest.mark.parametrize("args", [["check", "programs/gemm.cyp"], ["check"], ["frobnicate"],
-                                  ["check", "programs", "-m", "mappings/gemm/h100.yaml"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "programs/gemm.cyp"],
+        ["check"],
+        ["frobnicate"],
+        ["check", "programs", "-m", "mappings/gemm/h100.yaml"],
+    ],
+)
 def test_usage_errors_exit_2(args):
     r = cli(*args)
     assert r.exit_code == 2 and "Usage:" in r.stderr
@@ -134,27 +164,50 @@ def test_internal_error_exits_70(monkeypatch):
     monkeypatch.setattr("cypressc.mapping.tasktree.instantiate", _boom)
     r = cli("check", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml")
     assert r.exit_code == 70
-    assert r.stderr.startswith("internal compiler error while processing programs/gemm.cyp "
-                               "mappings/gemm/h100.yaml: RuntimeError: boom")
+    assert r.stderr.startswith(
+        "internal compiler error while processing programs/gemm.cyp "
+        "mappings/gemm/h100.yaml: RuntimeError: boom"
+    )
     assert "re-run with --debug" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_internal_error_debug_shows_traceback(monkeypatch):
     monkeypatch.setattr("cypressc.mapping.tasktree.instantiate", _boom)
     r = cli("--debug", "explain", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml")
-    assert r.exit_code == 70 and "Traceback (most recent call last)" in r.stderr and "RuntimeError: boom" in r.stderr
+    assert (
+        r.exit_code == 70
+        and "Traceback (most recent call last)" in r.stderr
+        and "RuntimeError: boom" in r.stderr
+    )
 
 
-@pytest.mark.parametrize("prog,mapping,rc,prefix", [
-    ("programs/gemm.cyp", "mappings/gemm/h100.yaml", 0, ""),
-    ("tests/corpus/programs/prange_not_disjoint.cyp", "mappings/gemm/h100.yaml", 1,
-     "tests/corpus/programs/prange_not_disjoint.cyp:8:26: error[E030]: writes to 'yp' are not provably disjoint"),
-    ("programs/gemm.cyp", "tests/corpus/mappings/register_at_block.yaml", 1,
-     "tests/corpus/mappings/register_at_block.yaml:27:12: error[M015]: REGISTER is not visible from BLOCK"),
-])
+@pytest.mark.parametrize(
+    "prog,mapping,rc,prefix",
+    [
+        ("programs/gemm.cyp", "mappings/gemm/h100.yaml", 0, ""),
+        (
+            "tests/corpus/programs/prange_not_disjoint.cyp",
+            "mappings/gemm/h100.yaml",
+            1,
+            "tests/corpus/programs/prange_not_disjoint.cyp:8:26: error[E030]: writes to 'yp' are not provably disjoint",
+        ),
+        (
+            "programs/gemm.cyp",
+            "tests/corpus/mappings/register_at_block.yaml",
+            1,
+            "tests/corpus/mappings/register_at_block.yaml:27:12: error[M015]: REGISTER is not visible from BLOCK",
+        ),
+    ],
+)
 def test_real_subprocess(prog, mapping, rc, prefix):
-    r = subprocess.run([sys.executable, "-m", "cypressc.cli", "check", prog, "-m", mapping],
-                       capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "cypressc.cli", "check", prog, "-m", mapping],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == rc, r.stderr
     assert r.stderr.startswith(prefix) and "Traceback" not in r.stderr
 
@@ -164,8 +217,16 @@ def test_dtype_binding_reaches_the_build(tmp_path):
     import json
 
     for dt in ("f16", "bf16"):
-        r = cli("build", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml", "--dtype", f"T={dt}",
-                "-o", str(tmp_path / dt))
+        r = cli(
+            "build",
+            "programs/gemm.cyp",
+            "-m",
+            "mappings/gemm/h100.yaml",
+            "--dtype",
+            f"T={dt}",
+            "-o",
+            str(tmp_path / dt),
+        )
         assert r.exit_code == 0, r.stderr
         params = json.loads((tmp_path / dt / "gemm.json").read_text())["params"]
         assert [p["dtype"] for p in params] == [dt, dt, dt]
@@ -173,28 +234,53 @@ def test_dtype_binding_reaches_the_build(tmp_path):
     assert "__nv_bfloat16" not in f16 and "cypress::wgmma<256, __nv_bfloat16>" in bf16
 
 
-@pytest.mark.parametrize("value, rc, frag", [
-    ("T=f32", 1, "error[E013]: --dtype T=f32: 'T' may only be f16 or bf16"),
-    ("U=bf16", 1, "error[E013]: --dtype binds 'U'"),
-    ("T", 2, "'T': write NAME=VALUE"),
-    ("=bf16", 2, "write NAME=VALUE"),
-])
+@pytest.mark.parametrize(
+    "value, rc, frag",
+    [
+        ("T=f32", 1, "error[E013]: --dtype T=f32: 'T' may only be f16 or bf16"),
+        ("U=bf16", 1, "error[E013]: --dtype binds 'U'"),
+        ("T", 2, "'T': write NAME=VALUE"),
+        ("=bf16", 2, "write NAME=VALUE"),
+    ],
+)
 def test_dtype_binding_errors(value, rc, frag):
     r = cli("check", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml", "--dtype", value)
     assert r.exit_code == rc and frag in r.stderr, r.stderr
 
 
 def test_dtype_bound_twice_is_a_usage_error():
-    r = cli("check", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml", "--dtype", "T=f16", "--dtype", "T=bf16")
+    r = cli(
+        "check",
+        "programs/gemm.cyp",
+        "-m",
+        "mappings/gemm/h100.yaml",
+        "--dtype",
+        "T=f16",
+        "--dtype",
+        "T=bf16",
+    )
     assert r.exit_code == 2 and "bound twice" in r.stderr
 
 
-@pytest.mark.parametrize("name, sizes", [("gemm", "4096 4096 4096"), ("batched_gemm", "8 4096 4096 4096"),
-                                         ("gemm_reduction", "4096 4096 4096")])
+@pytest.mark.parametrize(
+    "name, sizes",
+    [
+        ("gemm", "4096 4096 4096"),
+        ("batched_gemm", "8 4096 4096 4096"),
+        ("gemm_reduction", "4096 4096 4096"),
+    ],
+)
 def test_build_suggests_a_run_that_fits(name, sizes, tmp_path):
     """The suggested harness run uses 4096 for tile dimensions and 8 for a batch size (4096
     batches of 4096² would need hundreds of GB)."""
-    r = cli("build", f"programs/{name}.cyp", "-m", f"mappings/{name}/h100.yaml", "-o", str(tmp_path / "b"))
+    r = cli(
+        "build",
+        f"programs/{name}.cyp",
+        "-m",
+        f"mappings/{name}/h100.yaml",
+        "-o",
+        str(tmp_path / "b"),
+    )
     assert r.exit_code == 0, r.stderr
     assert r.stdout.rstrip().endswith(f"/{name} {sizes}")
 
@@ -204,8 +290,12 @@ def test_explain_shows_every_pass_before_the_one_that_refuses(tmp_path):
     (and is printed), cuda-lowering refuses (a warning in explain, an error when it is asked
     for with --after)."""
     m = tmp_path / "v24.yaml"
-    m.write_text((ROOT / "mappings/gemm/h100.yaml").read_text().replace("{U: 128, V: 256}", "{U: 128, V: 24}")
-                 .replace("WGMMA_64x256x16", "WGMMA_64x24x16"))
+    m.write_text(
+        (ROOT / "mappings/gemm/h100.yaml")
+        .read_text()
+        .replace("{U: 128, V: 256}", "{U: 128, V: 24}")
+        .replace("WGMMA_64x256x16", "WGMMA_64x24x16")
+    )
     r = cli("explain", "programs/gemm.cyp", "-m", str(m), "--no-tree")
     assert r.exit_code == 0, r.stderr
     shown = re.findall(r"^// ---- after (\S+)", r.stdout, re.MULTILINE)

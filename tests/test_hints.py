@@ -60,8 +60,9 @@ def test_e046_names_the_programs_tile_tunables_and_not_smem_limit_at_the_maximum
     block = at(m, "- instance: gemm_block", "gemm_block")
     assert r.stderr.startswith(f"{block}: error[E046]: shared memory does not fit")
     h = hint(r.stderr)
-    assert h.startswith("lower `pipeline: 8`, shrink the tile tunables U, V (gemm_host) or W "
-                        "(gemm_block)")
+    assert h.startswith(
+        "lower `pipeline: 8`, shrink the tile tunables U, V (gemm_host) or W (gemm_block)"
+    )
     assert "smem_limit" not in h and "WGS" not in h
 
 
@@ -71,10 +72,17 @@ def test_e046_in_a_persistent_block_pipeline_stages_share_no_bytes(tmp_path):
     them, so there it does not fit, and the hint says which tensors may share bytes."""
     alias = (ROOT / "mappings" / "gemm" / "h100_alias.yaml").read_text()
     assert cli("check", GEMM, "-m", write(tmp_path, "a.yaml", alias)).exit_code == 0
-    r = cli("check", GEMM, "-m", write(tmp_path, "p.yaml", alias.replace("persistent: false", "persistent: true")))
+    r = cli(
+        "check",
+        GEMM,
+        "-m",
+        write(tmp_path, "p.yaml", alias.replace("persistent: false", "persistent: true")),
+    )
     assert r.exit_code == 1 and "error[E046]" in r.stderr
-    assert "drop `persistent: true` (in a persistent block only a tensor copied in once per tile, outside " \
-           "the main loop, shares its bytes with one used after it)" in hint(r.stderr)
+    assert (
+        "drop `persistent: true` (in a persistent block only a tensor copied in once per tile, outside "
+        "the main loop, shares its bytes with one used after it)" in hint(r.stderr)
+    )
 
 
 def test_e046_without_smem_limit_does_not_suggest_raising_it(tmp_path):
@@ -98,7 +106,9 @@ def test_e046_smem_limit_above_the_machine_is_located_at_its_value(tmp_path):
     m = write(tmp_path, "m.yaml", GEMM_MAP.replace("smem_limit: 227KiB", "smem_limit: 300KiB"))
     r = cli("check", GEMM, "-m", m)
     assert r.exit_code == 1
-    assert r.stderr.startswith(f"{at(m, '300KiB')}: error[E046]: smem_limit 307200 exceeds the 232448 bytes")
+    assert r.stderr.startswith(
+        f"{at(m, '300KiB')}: error[E046]: smem_limit 307200 exceeds the 232448 bytes"
+    )
     assert hint(r.stderr).startswith("lower `smem_limit:` to at most 227KiB")
 
 
@@ -107,7 +117,12 @@ def test_e046_following_the_hint_compiles(tmp_path):
     text = GEMM_MAP.replace("pipeline: 3", "pipeline: 8")
     r = cli("check", GEMM, "-m", write(tmp_path, "m.yaml", text))
     assert "lower `pipeline: 8`" in hint(r.stderr)
-    r = cli("check", GEMM, "-m", write(tmp_path, "fixed.yaml", text.replace("pipeline: 8", "pipeline: 3")))
+    r = cli(
+        "check",
+        GEMM,
+        "-m",
+        write(tmp_path, "fixed.yaml", text.replace("pipeline: 8", "pipeline: 3")),
+    )
     assert r.exit_code == 0, r.stderr
 
 
@@ -126,11 +141,18 @@ def _renamed(tmp_path: Path) -> tuple[Path, str]:
 
 def test_hints_name_the_programs_own_tunables_whatever_they_are_called(tmp_path):
     prog, mapping = _renamed(tmp_path)
-    r = cli("check", prog, "-m", write(tmp_path, "a.yaml", mapping.replace("pipeline: 3", "pipeline: 8")))
+    r = cli(
+        "check",
+        prog,
+        "-m",
+        write(tmp_path, "a.yaml", mapping.replace("pipeline: 3", "pipeline: 8")),
+    )
     h = hint(r.stderr)
     assert "shrink the tile tunables TM, TN (gemm_host) or TK (gemm_block)" in h
     assert not re.search(r"\b(U|V|W|WGS)\b", h), h
-    r = cli("check", prog, "-m", write(tmp_path, "b.yaml", knob(mapping, "    consumer_registers: 144")))
+    r = cli(
+        "check", prog, "-m", write(tmp_path, "b.yaml", knob(mapping, "    consumer_registers: 144"))
+    )
     h = hint(r.stderr)
     assert "raise the warpgroup count NWG (clear_block, mma_block, copy_block)" in h
     assert "shrink the tile tunables TM, TN (gemm_host)" in h
@@ -143,11 +165,15 @@ def test_e047_accumulators_name_the_warpgroup_tunable_and_register_tiles(tmp_pat
     r = cli("check", GEMM, "-m", m)
     assert r.exit_code == 1
     # 128 accumulator words (a 64 x 256 f32 tile per warpgroup) + 24 overhead
-    assert r.stderr.startswith(f"{at(m, 'consumer_registers: 144', '144')}: error[E047]: the consumer threads "
-                               "need about 152 registers each")
+    assert r.stderr.startswith(
+        f"{at(m, 'consumer_registers: 144', '144')}: error[E047]: the consumer threads "
+        "need about 152 registers each"
+    )
     h = hint(r.stderr)
-    assert h == (f"raise the warpgroup count {WGS_INSTANCES} so that each warpgroup holds fewer rows, "
-                 "shrink the tile tunables U, V (gemm_host), or raise `consumer_registers:` to 152 (at most 232)")
+    assert h == (
+        f"raise the warpgroup count {WGS_INSTANCES} so that each warpgroup holds fewer rows, "
+        "shrink the tile tunables U, V (gemm_host), or raise `consumer_registers:` to 152 (at most 232)"
+    )
     # the suggested budget works
     m2 = write(tmp_path, "m2.yaml", knob(GEMM_MAP, "    consumer_registers: 152"))
     assert cli("check", GEMM, "-m", m2).exit_code == 0
@@ -156,32 +182,47 @@ def test_e047_accumulators_name_the_warpgroup_tunable_and_register_tiles(tmp_pat
 def test_e047_without_a_warpgroup_tunable_says_how_to_add_warpgroups(tmp_path):
     """The docs' example has no warpgroup-count tunable: the hint does not invent one."""
     doc = (ROOT / "docs" / "language.md").read_text()
-    sec = doc[doc.index("<!-- compiles -->\n```python"):]
+    sec = doc[doc.index("<!-- compiles -->\n```python") :]
     prog = re.search(r"```python\n(.*?)```", sec, re.DOTALL).group(1)
     mapping = re.search(r"```yaml\n(.*?)```", sec, re.DOTALL).group(1)
-    mapping = mapping.replace("{U: 64, V: 128}", "{U: 128, V: 256}").replace("64x128x16", "64x256x16")
+    mapping = mapping.replace("{U: 64, V: 128}", "{U: 128, V: 256}").replace(
+        "64x128x16", "64x256x16"
+    )
     r = cli("check", write(tmp_path, "ex.cyp", prog), "-m", write(tmp_path, "ex.yaml", mapping))
     assert r.exit_code == 1 and "error[E047]" in r.stderr, r.stderr
-    assert hint(r.stderr) == ("split the tile over more consumer warpgroups (a prange launching WARPGROUP "
-                              "instances), or shrink the tile tunables U, V (host)")
+    assert hint(r.stderr) == (
+        "split the tile over more consumer warpgroups (a prange launching WARPGROUP "
+        "instances), or shrink the tile tunables U, V (host)"
+    )
 
 
 def test_e047_register_file_overflow_is_located_at_the_budget(tmp_path):
     m = write(tmp_path, "m.yaml", knob(GEMM_MAP, "    consumer_registers: 256"))
     r = cli("check", GEMM, "-m", m)
     assert r.exit_code == 1
-    assert r.stderr.startswith(f"{at(m, 'consumer_registers: 256', '256')}: error[E047]: registers: "
-                               "2 consumer warpgroup(s) x 256")
-    assert hint(r.stderr) == f"lower `consumer_registers: 256`, or lower the warpgroup count {WGS_INSTANCES}"
+    assert r.stderr.startswith(
+        f"{at(m, 'consumer_registers: 256', '256')}: error[E047]: registers: "
+        "2 consumer warpgroup(s) x 256"
+    )
+    assert (
+        hint(r.stderr)
+        == f"lower `consumer_registers: 256`, or lower the warpgroup count {WGS_INSTANCES}"
+    )
 
 
 def test_e047_producer_above_consumers_says_so(tmp_path):
-    m = write(tmp_path, "m.yaml", knob(GEMM_MAP, "    producer_registers: 200\n    consumer_registers: 152"))
+    m = write(
+        tmp_path,
+        "m.yaml",
+        knob(GEMM_MAP, "    producer_registers: 200\n    consumer_registers: 152"),
+    )
     r = cli("check", GEMM, "-m", m)
     assert r.exit_code == 1
     first = r.stderr.splitlines()[0]
-    assert first.startswith(f"{at(m, 'producer_registers: 200', '200')}: error[E047]: the producer warpgroup "
-                            "gets 200 registers per thread, more than the consumers' 152"), first
+    assert first.startswith(
+        f"{at(m, 'producer_registers: 200', '200')}: error[E047]: the producer warpgroup "
+        "gets 200 registers per thread, more than the consumers' 152"
+    ), first
 
 
 # ----------------------------------------------------------------------------- E002
@@ -189,7 +230,9 @@ def test_scalar_augmented_assignment_hint_works(tmp_path):
     src = GEMM.read_text()
     anchor = "    M, N, K = C.shape[0], C.shape[1], A.shape[1]\n    Ap = partition_by_blocks(A, (M, W))\n"
     assert anchor in src
-    bad = write(tmp_path, "bad.cyp", src.replace(anchor, anchor + "    nk = cdiv(K, W)\n    nk += 1\n"))
+    bad = write(
+        tmp_path, "bad.cyp", src.replace(anchor, anchor + "    nk = cdiv(K, W)\n    nk += 1\n")
+    )
     m = write(tmp_path, "m.yaml", GEMM_MAP)
     r = cli("check", bad, "-m", m)
     assert r.exit_code == 1 and f"{at(bad, 'nk += 1')}: error[E002]" in r.stderr
@@ -227,19 +270,35 @@ def test_dtype_hint_names_the_programs_dtype_parameter(tmp_path):
 
 
 def test_dtype_hint_for_a_program_without_dtype_parameters(tmp_path):
-    prog = write(tmp_path, "f16.cyp", re.sub(r"\bT\b", "f16", GEMM.read_text().replace(
-        "T = dtype(f16, bf16)", "")))
+    prog = write(
+        tmp_path,
+        "f16.cyp",
+        re.sub(r"\bT\b", "f16", GEMM.read_text().replace("T = dtype(f16, bf16)", "")),
+    )
     r = cli("check", prog, "-m", write(tmp_path, "m.yaml", GEMM_MAP), "--dtype", "T=bf16")
     assert r.exit_code == 1
-    assert hint(r.stderr).startswith("this program declares no dtype parameter: drop `--dtype T=bf16`")
+    assert hint(r.stderr).startswith(
+        "this program declares no dtype parameter: drop `--dtype T=bf16`"
+    )
 
 
 # ----------------------------------------------------------------------------- E060
 def _svg(monkeypatch, path: str):
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("PATH", path)
-    return CliRunner().invoke(main, ["explain", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml",
-                                     "--graph", "--graph-format", "svg"], catch_exceptions=False)
+    return CliRunner().invoke(
+        main,
+        [
+            "explain",
+            "programs/gemm.cyp",
+            "-m",
+            "mappings/gemm/h100.yaml",
+            "--graph",
+            "--graph-format",
+            "svg",
+        ],
+        catch_exceptions=False,
+    )
 
 
 def test_e060_without_graphviz_is_located_at_the_program(tmp_path, monkeypatch):
@@ -247,8 +306,10 @@ def test_e060_without_graphviz_is_located_at_the_program(tmp_path, monkeypatch):
     empty.mkdir()
     r = _svg(monkeypatch, str(empty))
     assert r.exit_code == 1 and r.stdout == ""
-    assert r.stderr.splitlines()[0] == ("programs/gemm.cyp: error[E060]: --graph-format svg needs graphviz's "
-                                        "`dot` program, which is not on PATH")
+    assert r.stderr.splitlines()[0] == (
+        "programs/gemm.cyp: error[E060]: --graph-format svg needs graphviz's "
+        "`dot` program, which is not on PATH"
+    )
     assert "<graphviz>" not in r.stderr and "Traceback" not in r.stderr
     assert "--graph-format dot" in hint(r.stderr)
     assert "| E060 |" in (ROOT / "docs" / "language.md").read_text()
@@ -263,31 +324,59 @@ def test_e060_when_dot_fails(tmp_path, monkeypatch):
     dot.chmod(0o755)
     r = _svg(monkeypatch, str(bin_))
     assert r.exit_code == 1
-    assert r.stderr.splitlines()[0] == (f"programs/gemm.cyp: error[E060]: graphviz's `dot` ({dot}) failed with "
-                                        "exit status 3: Error: syntax error in line 1")
+    assert r.stderr.splitlines()[0] == (
+        f"programs/gemm.cyp: error[E060]: graphviz's `dot` ({dot}) failed with "
+        "exit status 3: Error: syntax error in line 1"
+    )
 
 
 # ----------------------------------------------------------------------------- M002
-PYDANTIC = re.compile(r"Input should|should be|after validation|instance of|unable to|valid dictionary")
+PYDANTIC = re.compile(
+    r"Input should|should be|after validation|instance of|unable to|valid dictionary"
+)
 
 
-@pytest.mark.parametrize("old, new, message", [
-    (None, "machine: h100\nentrypoint: gemm_host\ninstances: []\n",
-     "'instances' is empty; it needs at least one instance"),
-    (None, "machine: h100\nentrypoint: gemm_host\ninstances:\n  - gemm_host\n",
-     "'instances[0]': an instance is a mapping of instance, variant, proc, mems, … (got 'gemm_host')"),
-    (None, "machine: h100\nentrypoint: gemm_host\ninstances:\n",
-     "'instances': expected a list (got an empty value)"),
-    ("machine: h100", "machine: [h100]", "'machine': expected a string (got a list)"),
-    ("pipeline: 3", "pipeline: '3'", "'pipeline': expected an integer (got '3')"),
-    ("pipeline: 3", "pipeline: 2.5", "'pipeline': expected an integer (got 2.5)"),
-    ("pipeline: 3", "pipeline: 9", "'pipeline' must be at most 8 (got 9)"),
-    ("pipeline: 3", "pipeline: 0", "'pipeline' must be at least 1 (got 0)"),
-    ("warpspecialize: true", "warpspecialize: 1", "'warpspecialize': expected true or false (got 1)"),
-    ("tunables: {W: 64}", "tunables: [64]", "'tunables': expected a mapping (key: value) (got a list)"),
-    ("proc: BLOCK", "proc: 3", "'proc': expected 'HOST', 'BLOCK', 'WARPGROUP', 'WARP' or 'THREAD' (got 3)"),
-    ("calls: [mma_thread]", "calls: mma_thread", "'calls': expected a list (got 'mma_thread')"),
-])
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        (
+            None,
+            "machine: h100\nentrypoint: gemm_host\ninstances: []\n",
+            "'instances' is empty; it needs at least one instance",
+        ),
+        (
+            None,
+            "machine: h100\nentrypoint: gemm_host\ninstances:\n  - gemm_host\n",
+            "'instances[0]': an instance is a mapping of instance, variant, proc, mems, … (got 'gemm_host')",
+        ),
+        (
+            None,
+            "machine: h100\nentrypoint: gemm_host\ninstances:\n",
+            "'instances': expected a list (got an empty value)",
+        ),
+        ("machine: h100", "machine: [h100]", "'machine': expected a string (got a list)"),
+        ("pipeline: 3", "pipeline: '3'", "'pipeline': expected an integer (got '3')"),
+        ("pipeline: 3", "pipeline: 2.5", "'pipeline': expected an integer (got 2.5)"),
+        ("pipeline: 3", "pipeline: 9", "'pipeline' must be at most 8 (got 9)"),
+        ("pipeline: 3", "pipeline: 0", "'pipeline' must be at least 1 (got 0)"),
+        (
+            "warpspecialize: true",
+            "warpspecialize: 1",
+            "'warpspecialize': expected true or false (got 1)",
+        ),
+        (
+            "tunables: {W: 64}",
+            "tunables: [64]",
+            "'tunables': expected a mapping (key: value) (got a list)",
+        ),
+        (
+            "proc: BLOCK",
+            "proc: 3",
+            "'proc': expected 'HOST', 'BLOCK', 'WARPGROUP', 'WARP' or 'THREAD' (got 3)",
+        ),
+        ("calls: [mma_thread]", "calls: mma_thread", "'calls': expected a list (got 'mma_thread')"),
+    ],
+)
 def test_schema_errors_speak_the_projects_words(tmp_path, old, new, message):
     text = new if old is None else GEMM_MAP.replace(old, new, 1)
     assert text != GEMM_MAP

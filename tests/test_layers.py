@@ -41,9 +41,15 @@ def _imports(mods: dict[str, Path]) -> tuple[nx.DiGraph, nx.DiGraph]:
         run.add_node(name)
         pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
         tree = ast.parse(path.read_text())
-        typing_only = {id(x) for n in ast.walk(tree)
-                       if isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING"
-                       for b in n.body for x in ast.walk(b)}
+        typing_only = {
+            id(x)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.If)
+            and isinstance(n.test, ast.Name)
+            and n.test.id == "TYPE_CHECKING"
+            for b in n.body
+            for x in ast.walk(b)
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -93,5 +99,7 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "PKG", copy)
     every, run = _imports(_modules())
     assert ("cypressc.ir.nodes", "cypressc.backend.plan") in every.edges
-    assert any("cypressc.ir.nodes" in c and len(c) > 1 for c in nx.strongly_connected_components(run))
+    assert any(
+        "cypressc.ir.nodes" in c and len(c) > 1 for c in nx.strongly_connected_components(run)
+    )
     assert _layer("cypressc.backend.plan") > _layer("cypressc.ir.nodes")

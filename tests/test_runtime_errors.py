@@ -60,10 +60,12 @@ def mutated(base: dict, fn) -> dict:
 
 def put(path, value):
     """A mutation that sets ``d[path[0]][path[1]]...`` to ``value``."""
+
     def fn(d):
         for k in path[:-1]:
             d = d[k]
         d[path[-1]] = value
+
     return fn
 
 
@@ -74,20 +76,41 @@ def put(path, value):
 CASES = [
     (put(["params", 0, "dtype"], ["f16"]), r"params\[0\]\.dtype \(param 'C'\) is \['f16'\]"),
     (put(["params", 1, "dtype"], {"f16": 1}), r"params\[1\]\.dtype \(param 'A'\) is \{'f16': 1\}"),
-    (put(["requires", 0, "tree", "op"], ["=="]), r"requires\[0\]\.tree \('N % 8 == 0'\): unknown operator \['=='\]"),
+    (
+        put(["requires", 0, "tree", "op"], ["=="]),
+        r"requires\[0\]\.tree \('N % 8 == 0'\): unknown operator \['=='\]",
+    ),
     (put(["flops", "tree", "op"], {"*": 1}), r"flops\.tree .*unknown operator \{'\*': 1\}"),
     (put(["flops", "tree", "a", "op"], None), r"flops\.tree .*unknown operator None"),
-    (put(["params", 0, "dims", 1], 0), r"params\[0\]\.dims\[1\] \(param 'C'\) is 0: .*positive int64_t"),
-    (put(["params", 0, "dims", 1], 10**30), r"params\[0\]\.dims\[1\] \(param 'C'\) is 1000.*positive int64_t"),
+    (
+        put(["params", 0, "dims", 1], 0),
+        r"params\[0\]\.dims\[1\] \(param 'C'\) is 0: .*positive int64_t",
+    ),
+    (
+        put(["params", 0, "dims", 1], 10**30),
+        r"params\[0\]\.dims\[1\] \(param 'C'\) is 1000.*positive int64_t",
+    ),
     (put(["params", 0, "dims", 1], -8), r"params\[0\]\.dims\[1\]"),
     (put(["params", 0, "dims", 1], 8.0), r"params\[0\]\.dims\[1\]"),
     (put(["params", 0, "dims", 1], True), r"params\[0\]\.dims\[1\]"),
-    (put(["requires", 0, "tree", "b", "const"], math.nan), r"requires\[0\]\.tree .*constant nan .*not a finite number"),
+    (
+        put(["requires", 0, "tree", "b", "const"], math.nan),
+        r"requires\[0\]\.tree .*constant nan .*not a finite number",
+    ),
     (put(["flops", "tree", "a", "a", "a", "const"], math.inf), r"flops\.tree .*constant inf"),
     (put(["requires", 1, "tree", "b", "const"], 2**63), r"requires\[1\]\.tree .*outside int64_t"),
-    (put(["requires", 0, "tree", "a", "b", "const"], 0), r"requires\[0\]\.tree .*'%' by the constant 0"),
-    (put(["requires", 0, "tree", "a", "b"], {"const": 8.0}), r"requires\[0\]\.tree .*'%' on a double"),
-    (put(["requires", 2, "tree"], deep_tree(MAX_DEPTH + 5)), rf"requires\[2\]\.tree .*nested deeper than {MAX_DEPTH}"),
+    (
+        put(["requires", 0, "tree", "a", "b", "const"], 0),
+        r"requires\[0\]\.tree .*'%' by the constant 0",
+    ),
+    (
+        put(["requires", 0, "tree", "a", "b"], {"const": 8.0}),
+        r"requires\[0\]\.tree .*'%' on a double",
+    ),
+    (
+        put(["requires", 2, "tree"], deep_tree(MAX_DEPTH + 5)),
+        rf"requires\[2\]\.tree .*nested deeper than {MAX_DEPTH}",
+    ),
     (put(["flops", "tree"], deep_tree(5000)), r"flops\.tree .*nested deeper than"),
     (put(["name"], deep_list(50_000)), r"'name' must be a str, got \[\[\[\[\.\.\.\]\]\]\]"),
     (put(["cuda_arch"], ["90a"]), r"'cuda_arch' must be a GPU architecture"),
@@ -99,7 +122,10 @@ CASES = [
     (put(["params", 2, "name"], {"B": 1}), r"params\[2\]\.name \{'B': 1\} is not a C identifier"),
     (put(["requires", 0, "why"], None), r"requires\[0\] must be an object"),
     (put(["floats"], [["alpha"]]), r"floats\[0\]: float \['alpha'\] is not a C identifier"),
-    (put(["requires", 0, "tree", "a", "a", "var"], "Q"), r"requires\[0\]\.tree \('N % 8 == 0'\) uses Q, not among"),
+    (
+        put(["requires", 0, "tree", "a", "a", "var"], "Q"),
+        r"requires\[0\]\.tree \('N % 8 == 0'\) uses Q, not among",
+    ),
     (put(["name"], "-" * 10_000), r"name '-+\.\.\.-+' is not a C identifier"),
 ]
 
@@ -117,15 +143,19 @@ def test_an_info_that_is_not_an_object_is_a_value_error(top):
         rt.KernelInfo.from_dict(top)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("null", "expected a JSON object, got NoneType"),
-    ("42", "expected a JSON object, got int"),
-    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-    ('{"name": ' + "9" * 5000 + "}", "not JSON"),
-    ('{"name": "gemm",', "not JSON"),
-    (b"\xff\xfe{}", "not UTF-8"),
-    ("", "not JSON"),
-], ids=["null", "number", "deep", "huge-int", "truncated", "not-utf8", "empty"])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("null", "expected a JSON object, got NoneType"),
+        ("42", "expected a JSON object, got int"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"name": ' + "9" * 5000 + "}", "not JSON"),
+        ('{"name": "gemm",', "not JSON"),
+        (b"\xff\xfe{}", "not UTF-8"),
+        ("", "not JSON"),
+    ],
+    ids=["null", "number", "deep", "huge-int", "truncated", "not-utf8", "empty"],
+)
 def test_load_of_an_unreadable_info_file_is_a_value_error_naming_the_file(tmp_path, text, message):
     p = tmp_path / "gemm.json"
     p.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -136,9 +166,11 @@ def test_load_of_an_unreadable_info_file_is_a_value_error_naming_the_file(tmp_pa
 
 def test_load_with_nan_in_requires_is_a_value_error(tmp_path, base):
     text = json.dumps(mutated(base, put(["requires", 0, "tree", "b", "const"], math.nan)))
-    assert "NaN" in text                      # Python's json writes (and reads) NaN
+    assert "NaN" in text  # Python's json writes (and reads) NaN
     (tmp_path / "gemm.json").write_text(text)
-    with pytest.raises(ValueError, match=r"gemm\.json: kernel info: requires\[0\]\.tree .*not a finite number"):
+    with pytest.raises(
+        ValueError, match=r"gemm\.json: kernel info: requires\[0\]\.tree .*not a finite number"
+    ):
         rt.load(tmp_path)
 
 
@@ -158,8 +190,10 @@ def test_load_arguments(tmp_path, base):
     (tmp_path / "gemm.json").write_text(json.dumps(base))
     with pytest.raises(FileNotFoundError, match=r"libgemm\.so not found; run `make -C"):
         rt.load(tmp_path)
-    (tmp_path / "other.json").write_text(json.dumps(base))      # a renamed copy
-    with pytest.raises(ValueError, match=r"other\.json: the kernel info names the kernel 'gemm', not 'other'"):
+    (tmp_path / "other.json").write_text(json.dumps(base))  # a renamed copy
+    with pytest.raises(
+        ValueError, match=r"other\.json: the kernel info names the kernel 'gemm', not 'other'"
+    ):
         rt.load(tmp_path, "other")
     (tmp_path / "d.json").mkdir()
     with pytest.raises(OSError):
@@ -169,36 +203,42 @@ def test_load_arguments(tmp_path, base):
 def test_flops_and_requires_check_their_sizes(base):
     info = rt.KernelInfo.from_dict(base)
     assert info.flops_at({"M": 8, "N": 8, "K": 8}) == 2.0 * 8 * 8 * 8
-    for sizes, message in [({"M": "8", "N": 8, "K": 8}, "size M must be an int"),
-                           ({"M": 8, "N": 8, "K": 8.0}, "size K must be an int"),
-                           ({"M": 8, "N": True, "K": 8}, "size N must be an int"),
-                           ({"M": 8, "N": 8, "K": 2**70}, "size K must be an int"),
-                           ({"M": 8, "N": 8}, "missing size K"),
-                           (None, "sizes must be a mapping"),
-                           ([8, 8, 8], "sizes must be a mapping")]:
+    for sizes, message in [
+        ({"M": "8", "N": 8, "K": 8}, "size M must be an int"),
+        ({"M": 8, "N": 8, "K": 8.0}, "size K must be an int"),
+        ({"M": 8, "N": True, "K": 8}, "size N must be an int"),
+        ({"M": 8, "N": 8, "K": 2**70}, "size K must be an int"),
+        ({"M": 8, "N": 8}, "missing size K"),
+        (None, "sizes must be a mapping"),
+        ([8, 8, 8], "sizes must be a mapping"),
+    ]:
         with pytest.raises(rt.KernelError, match=message):
             info.flops_at(sizes)
         with pytest.raises(rt.KernelError, match=message):
             info.failed_requires(sizes)
     assert info.failed_requires({"M": 8, "N": 7, "K": 8})
-    np = pytest.importorskip("numpy")                        # NumPy ints and names not of the kernel are fine
+    np = pytest.importorskip("numpy")  # NumPy ints and names not of the kernel are fine
     assert info.flops_at({"M": np.int64(8), "N": 8, "K": 8, "X": "unused"}) == 1024.0
 
 
 def test_a_division_by_a_zero_size_is_a_kernel_error(base):
-    d = mutated(base, put(["requires", 0, "tree", "a", "b"], {"var": "K"}))   # N % K == 0
+    d = mutated(base, put(["requires", 0, "tree", "a", "b"], {"var": "K"}))  # N % K == 0
     info = rt.KernelInfo.from_dict(d)
-    with pytest.raises(rt.KernelError, match=r"requires \(N % 8 == 0\) cannot be evaluated at M=8, N=8, K=0"):
+    with pytest.raises(
+        rt.KernelError, match=r"requires \(N % 8 == 0\) cannot be evaluated at M=8, N=8, K=0"
+    ):
         info.failed_requires({"M": 8, "N": 8, "K": 0})
     d = mutated(base, put(["flops", "tree"], {"op": "/", "a": {"const": 1.0}, "b": {"var": "K"}}))
-    assert rt.KernelInfo.from_dict(d).flops_at({"M": 1, "N": 1, "K": 0}) == math.inf   # a double: IEEE
+    assert (
+        rt.KernelInfo.from_dict(d).flops_at({"M": 1, "N": 1, "K": 0}) == math.inf
+    )  # a double: IEEE
     many = {"var": "M"}
     for _ in range(30):
         many = {"op": "*", "a": many, "b": {"var": "M"}}
     d = mutated(base, put(["flops", "tree"], {"op": "*", "a": {"const": 2.0}, "b": many}))
     with pytest.raises(rt.KernelError, match="flops .* cannot be evaluated"):
         rt.KernelInfo.from_dict(d).flops_at({"M": 2**62, "N": 1, "K": 1})
-    d = mutated(base, put(["flops", "tree"], many))                       # all integer: too large for a double
+    d = mutated(base, put(["flops", "tree"], many))  # all integer: too large for a double
     with pytest.raises(rt.KernelError, match="flops .* too large for a double"):
         rt.KernelInfo.from_dict(d).flops_at({"M": 2**62, "N": 1, "K": 1})
 
@@ -206,6 +246,7 @@ def test_a_division_by_a_zero_size_is_a_kernel_error(base):
 # --------------------------------------------------------------------------------------------
 # Hypothesis: random mutations of the real info
 # --------------------------------------------------------------------------------------------
+
 
 def paths(v, at=()):
     """Every path into ``v`` (the root included)."""
@@ -218,30 +259,85 @@ def paths(v, at=()):
             yield from paths(x, (*at, i))
 
 
-DEEP = "@@deep-{}-{}@@"   # a marker json.dumps writes as a string; replaced by raw deep JSON text
+DEEP = "@@deep-{}-{}@@"  # a marker json.dumps writes as a string; replaced by raw deep JSON text
 
 ODD = st.one_of(
-    st.sampled_from([None, True, False, 0, -1, 1, 8, 2**31, 2**63, -2**63 - 1, 10**30, 0.5, 8.0, -0.0,
-                     1e308, math.nan, math.inf, -math.inf, "", "f16", "bf16", "f64", "M", "N", "K", "cyp_x",
-                     "1a", "a b", "é", "\x00", "\n", "x" * 300, [], {}, [None], ["M"], {"a": 1},
-                     {"const": 8}, {"var": "M"}, {"var": "Q"}, {"op": "+", "a": {"const": 1}},
-                     {"op": "%", "a": {"var": "N"}, "b": {"const": 0}}, {"c": "x", "tree": {"const": 1}},
-                     {"c": "x", "tree": {"const": 1}, "why": "w"}]),
-    st.integers(-2**200, 2**200), st.floats(), st.text(max_size=8),
+    st.sampled_from(
+        [
+            None,
+            True,
+            False,
+            0,
+            -1,
+            1,
+            8,
+            2**31,
+            2**63,
+            -(2**63) - 1,
+            10**30,
+            0.5,
+            8.0,
+            -0.0,
+            1e308,
+            math.nan,
+            math.inf,
+            -math.inf,
+            "",
+            "f16",
+            "bf16",
+            "f64",
+            "M",
+            "N",
+            "K",
+            "cyp_x",
+            "1a",
+            "a b",
+            "é",
+            "\x00",
+            "\n",
+            "x" * 300,
+            [],
+            {},
+            [None],
+            ["M"],
+            {"a": 1},
+            {"const": 8},
+            {"var": "M"},
+            {"var": "Q"},
+            {"op": "+", "a": {"const": 1}},
+            {"op": "%", "a": {"var": "N"}, "b": {"const": 0}},
+            {"c": "x", "tree": {"const": 1}},
+            {"c": "x", "tree": {"const": 1}, "why": "w"},
+        ]
+    ),
+    st.integers(-(2**200), 2**200),
+    st.floats(),
+    st.text(max_size=8),
     st.builds(DEEP.format, st.sampled_from(["list", "tree"]), st.integers(2, 3000)),
 )
 OP = st.one_of(
     st.tuples(st.just("replace"), st.integers(0, 10**6), ODD),
     st.tuples(st.just("drop"), st.integers(0, 10**6)),
-    st.tuples(st.just("add"), st.integers(0, 10**6), st.sampled_from(["x", "const", "var", "op", "a", "why",
-                                                                      "floats", "dims", "name"]), ODD),
+    st.tuples(
+        st.just("add"),
+        st.integers(0, 10**6),
+        st.sampled_from(["x", "const", "var", "op", "a", "why", "floats", "dims", "name"]),
+        ODD,
+    ),
     st.tuples(st.just("splice"), st.integers(0, 10**6), st.integers(0, 10**6)),
     st.tuples(st.just("wrap"), st.integers(0, 10**6)),
 )
 # one example in eight also breaks the text (truncated, stray bytes); the rest stay JSON, for the reader's checks
-RAW = st.integers(0, 7).flatmap(lambda i: st.none() if i else st.one_of(
-    st.tuples(st.just("truncate"), st.integers(0, 10**6)),
-    st.tuples(st.just("bytes"), st.integers(0, 10**6), st.binary(min_size=1, max_size=3))))
+RAW = st.integers(0, 7).flatmap(
+    lambda i: (
+        st.none()
+        if i
+        else st.one_of(
+            st.tuples(st.just("truncate"), st.integers(0, 10**6)),
+            st.tuples(st.just("bytes"), st.integers(0, 10**6), st.binary(min_size=1, max_size=3)),
+        )
+    )
+)
 
 
 def apply(d, ops):
@@ -285,8 +381,12 @@ _MARKER = re.compile(r'"@@deep-(list|tree)-(\d+)@@"')
 def to_text(d) -> bytes:
     def deep(m: re.Match) -> str:
         n = int(m[2])
-        return "[" * n + "]" * n if m[1] == "list" else \
-            '{"op": "+", "a": ' * n + '{"var": "M"}' + ', "b": {"const": 1}}' * n
+        return (
+            "[" * n + "]" * n
+            if m[1] == "list"
+            else '{"op": "+", "a": ' * n + '{"var": "M"}' + ', "b": {"const": 1}}' * n
+        )
+
     return _MARKER.sub(deep, json.dumps(d)).encode()
 
 
@@ -295,8 +395,7 @@ def outdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("mutated_info")
 
 
-@settings(max_examples=pick(150, 2000), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=pick(150, 2000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(OP, min_size=1, max_size=3), raw=RAW)
 def test_mutated_info_raises_only_documented_errors(base, outdir, ops, raw):
     text = to_text(apply(copy.deepcopy(base), ops))
@@ -307,12 +406,12 @@ def test_mutated_info_raises_only_documented_errors(base, outdir, ops, raw):
     path.write_bytes(text)
     try:
         rt.load(outdir)
-    except FileNotFoundError as e:            # the info was read: only the library is missing
+    except FileNotFoundError as e:  # the info was read: only the library is missing
         if "libgemm.so not found" not in str(e):
             raise
     except ValueError as e:
-        assert str(e).startswith(f"{path}: "), e   # names the file
-        event(f"refused: {str(e)[len(str(path)) + 2:].split(' ')[0:3]}")
+        assert str(e).startswith(f"{path}: "), e  # names the file
+        event(f"refused: {str(e)[len(str(path)) + 2 :].split(' ')[0:3]}")
         return
     else:
         pytest.fail("load found a library that is not there")

@@ -18,7 +18,20 @@ from .exprs import eval_expr, expr_names
 from .info import KernelInfo, Param, Requirement
 
 __all__ = [
-    "DTYPES", "DType", "Param", "KernelInfo", "KernelError", "LaunchError", "TensorDesc",
-    "infer_sizes", "split_keywords", "validate", "eval_expr", "expr_names", "Requirement", "cuda_error_name",
-    "arg_label", "resolve_aliases",
+    "DTYPES",
+    "DType",
+    "Param",
+    "KernelInfo",
+    "KernelError",
+    "LaunchError",
+    "TensorDesc",
+    "infer_sizes",
+    "split_keywords",
+    "validate",
+    "eval_expr",
+    "expr_names",
+    "Requirement",
+    "cuda_error_name",
+    "arg_label",
+    "resolve_aliases",
 ]

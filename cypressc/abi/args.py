@@ -14,7 +14,14 @@ from .dtypes import DTYPES
 from .errors import KernelError
 from .info import KernelInfo
 
-__all__ = ["TensorDesc", "arg_label", "infer_sizes", "split_keywords", "validate", "resolve_aliases"]
+__all__ = [
+    "TensorDesc",
+    "arg_label",
+    "infer_sizes",
+    "split_keywords",
+    "validate",
+    "resolve_aliases",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +46,9 @@ def arg_label(info: KernelInfo, i: int) -> str:
     return f"{info.name}: argument {i} ({p.name!r}, {p.shape_str})"
 
 
-def split_keywords(info: KernelInfo, kwargs: Mapping[str, Any], *,
-                   require_floats: bool = True) -> tuple[dict[str, Any], dict[str, float]]:
+def split_keywords(
+    info: KernelInfo, kwargs: Mapping[str, Any], *, require_floats: bool = True
+) -> tuple[dict[str, Any], dict[str, float]]:
     """Split a call's keyword arguments into sizes (checked later by :func:`infer_sizes`) and
     the values of ``info.floats``, returned in ``info.floats`` order as Python floats.
 
@@ -53,7 +61,9 @@ def split_keywords(info: KernelInfo, kwargs: Mapping[str, Any], *,
     for f in info.floats:
         if f not in kwargs:
             if require_floats:
-                raise KernelError(f"{info.name}: missing the float parameter {f}; pass {f}=... (a number)")
+                raise KernelError(
+                    f"{info.name}: missing the float parameter {f}; pass {f}=... (a number)"
+                )
             continue
         v = kwargs[f]
         try:
@@ -61,8 +71,10 @@ def split_keywords(info: KernelInfo, kwargs: Mapping[str, Any], *,
                 raise TypeError
             floats[f] = float(v)
         except (TypeError, OverflowError):
-            raise KernelError(f"{info.name}: float parameter {f} must be a number (int or float), "
-                              f"got {type(v).__name__} {repr(v)[:60]}") from None
+            raise KernelError(
+                f"{info.name}: float parameter {f} must be a number (int or float), "
+                f"got {type(v).__name__} {repr(v)[:60]}"
+            ) from None
     return sizes, floats
 
 
@@ -75,14 +87,17 @@ def resolve_aliases(given: Mapping[str, Any], aliases: Mapping[str, str]) -> dic
     for k, v in given.items():
         s = aliases.get(k, k)
         if s in out and out[s] != v:
-            raise ValueError(f"{said[s]}={out[s]} and {k}={v} name one size, {s}: give it one value")
+            raise ValueError(
+                f"{said[s]}={out[s]} and {k}={v} name one size, {s}: give it one value"
+            )
         out.setdefault(s, v)
         said.setdefault(s, k)
     return out
 
 
-def infer_sizes(info: KernelInfo, shapes: Sequence[Sequence[int]],
-                given: Mapping[str, int] | None = None) -> dict[str, int]:
+def infer_sizes(
+    info: KernelInfo, shapes: Sequence[Sequence[int]], given: Mapping[str, int] | None = None
+) -> dict[str, int]:
     """Infer the launcher's sizes from the tensors' shapes (``shapes[i]`` for
     ``info.params[i]``), in ``info.sizes`` order.
 
@@ -90,8 +105,10 @@ def infer_sizes(info: KernelInfo, shapes: Sequence[Sequence[int]],
     exactly; a size no shape determines must be in ``given``.  Raises :class:`KernelError`
     naming the parameter, the dimension and where the conflicting value came from."""
     if len(shapes) != len(info.params):
-        raise KernelError(f"{info.name}: expected {len(info.params)} tensors "
-                          f"({', '.join(p.name for p in info.params)}), got {len(shapes)}")
+        raise KernelError(
+            f"{info.name}: expected {len(info.params)} tensors "
+            f"({', '.join(p.name for p in info.params)}), got {len(shapes)}"
+        )
     sizes: dict[str, int] = {}
     origin: dict[str, str] = {}
     try:
@@ -100,35 +117,52 @@ def infer_sizes(info: KernelInfo, shapes: Sequence[Sequence[int]],
         raise KernelError(f"{info.name}: {e}") from None
     for k, v in given.items():
         if k not in info.sizes:
-            raise KernelError(f"{info.name}: unknown size {k!r} (sizes: {', '.join(info.sizes)}"
-                              + (f"; also named {', '.join(info.aliases)}" if info.aliases else "") + ")")
+            raise KernelError(
+                f"{info.name}: unknown size {k!r} (sizes: {', '.join(info.sizes)}"
+                + (f"; also named {', '.join(info.aliases)}" if info.aliases else "")
+                + ")"
+            )
         if isinstance(v, bool) or not isinstance(v, int):
             raise KernelError(f"{info.name}: size {k} must be an int, got {v!r}")
         sizes[k], origin[k] = v, "the keyword argument"
     for i, (p, shape) in enumerate(zip(info.params, shapes)):
         shape = tuple(int(x) for x in shape)
         if len(shape) != len(p.dims):
-            raise KernelError(f"{arg_label(info, i)}: expected a rank-{len(p.dims)} tensor, got shape "
-                              f"{list(shape)} (rank {len(shape)})")
+            raise KernelError(
+                f"{arg_label(info, i)}: expected a rank-{len(p.dims)} tensor, got shape "
+                f"{list(shape)} (rank {len(shape)})"
+            )
         for axis, (d, extent) in enumerate(zip(p.dims, shape)):
             if isinstance(d, int):
                 if extent != d:
-                    raise KernelError(f"{arg_label(info, i)}: dimension {axis} must be {d}, got {extent}")
+                    raise KernelError(
+                        f"{arg_label(info, i)}: dimension {axis} must be {d}, got {extent}"
+                    )
             elif d in sizes:
                 if sizes[d] != extent:
-                    raise KernelError(f"{arg_label(info, i)}: dimension {axis} ({d}) is {extent}, but "
-                                      f"{d} = {sizes[d]} from {origin[d]}")
+                    raise KernelError(
+                        f"{arg_label(info, i)}: dimension {axis} ({d}) is {extent}, but "
+                        f"{d} = {sizes[d]} from {origin[d]}"
+                    )
             else:
                 sizes[d], origin[d] = extent, f"{p.name}.shape[{axis}]"
     missing = [s for s in info.sizes if s not in sizes]
     if missing:
-        raise KernelError(f"{info.name}: size(s) {', '.join(missing)} appear in no tensor's shape; "
-                          f"pass them as keyword arguments ({missing[0]}=...)")
+        raise KernelError(
+            f"{info.name}: size(s) {', '.join(missing)} appear in no tensor's shape; "
+            f"pass them as keyword arguments ({missing[0]}=...)"
+        )
     return {s: sizes[s] for s in info.sizes}
 
 
-def validate(info: KernelInfo, descs: Sequence[TensorDesc], given: Mapping[str, int] | None = None,
-             *, check_requires: bool = True, align: int = 16) -> dict[str, int]:
+def validate(
+    info: KernelInfo,
+    descs: Sequence[TensorDesc],
+    given: Mapping[str, int] | None = None,
+    *,
+    check_requires: bool = True,
+    align: int = 16,
+) -> dict[str, int]:
     """Check the described tensors against ``info`` and return the inferred sizes.
 
     Checks, in order: the number of tensors; every dtype; the shapes (ranks, fixed dims,
@@ -137,34 +171,47 @@ def validate(info: KernelInfo, descs: Sequence[TensorDesc], given: Mapping[str, 
     ``check_requires``, the kernel's ``requires`` conditions.  Raises :class:`KernelError`
     naming the first offending argument."""
     if len(descs) != len(info.params):
-        raise KernelError(f"{info.name}: expected {len(info.params)} tensors "
-                          f"({', '.join(p.name for p in info.params)}), got {len(descs)}")
+        raise KernelError(
+            f"{info.name}: expected {len(info.params)} tensors "
+            f"({', '.join(p.name for p in info.params)}), got {len(descs)}"
+        )
     for i, (p, t) in enumerate(zip(info.params, descs)):
         if t.dtype != p.dtype:
             want = DTYPES[p.dtype].torch
-            raise KernelError(f"{arg_label(info, i)}: expected dtype {want} ({p.dtype}), got {t.dtype_str}")
+            raise KernelError(
+                f"{arg_label(info, i)}: expected dtype {want} ({p.dtype}), got {t.dtype_str}"
+            )
     sizes = infer_sizes(info, [t.shape for t in descs], given)
     device = None
     for i, t in enumerate(descs):
         if t.device[0] != "cuda":
-            raise KernelError(f"{arg_label(info, i)}: is on {t.device[0]}; the kernel needs CUDA tensors "
-                              "(move it with .cuda())")
+            raise KernelError(
+                f"{arg_label(info, i)}: is on {t.device[0]}; the kernel needs CUDA tensors "
+                "(move it with .cuda())"
+            )
         if device is None:
             device = (t.device, i)
         elif t.device != device[0]:
-            raise KernelError(f"{arg_label(info, i)}: is on cuda:{t.device[1]} but argument {device[1]} "
-                              f"({info.params[device[1]].name!r}) is on cuda:{device[0][1]}; all "
-                              "tensors must be on one device")
+            raise KernelError(
+                f"{arg_label(info, i)}: is on cuda:{t.device[1]} but argument {device[1]} "
+                f"({info.params[device[1]].name!r}) is on cuda:{device[0][1]}; all "
+                "tensors must be on one device"
+            )
     for i, t in enumerate(descs):
         if not t.contiguous:
-            raise KernelError(f"{arg_label(info, i)}: is not contiguous (row-major); pass .contiguous()")
+            raise KernelError(
+                f"{arg_label(info, i)}: is not contiguous (row-major); pass .contiguous()"
+            )
         if t.numel and align and t.ptr % align:
-            raise KernelError(f"{arg_label(info, i)}: data pointer 0x{t.ptr:x} is not {align}-byte "
-                              "aligned (TMA needs it; a sliced view can cause this: pass a copy)")
+            raise KernelError(
+                f"{arg_label(info, i)}: data pointer 0x{t.ptr:x} is not {align}-byte "
+                "aligned (TMA needs it; a sliced view can cause this: pass a copy)"
+            )
     if check_requires:
         failed = info.failed_requires(sizes)
         if failed:
             at = ", ".join(f"{k}={v}" for k, v in sizes.items())
-            raise KernelError(f"{info.name}: the kernel does not support these sizes ({at}): "
-                              + "; ".join(failed))
+            raise KernelError(
+                f"{info.name}: the kernel does not support these sizes ({at}): " + "; ".join(failed)
+            )
     return sizes

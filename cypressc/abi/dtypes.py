@@ -11,11 +11,11 @@ __all__ = ["DType", "DTYPES"]
 class DType:
     """One element type of a kernel parameter (tensors are row-major and contiguous)."""
 
-    name: str        # cypressc's name: f16, bf16, f32, i32
-    itemsize: int    # bytes per element
-    ctype: str       # the CUDA C++ type
-    npy: str         # the NumPy descr the harness's --dump writes (bf16: raw bits, '<u2')
-    torch: str       # the attribute of the torch module (torch.float16, ...)
+    name: str  # cypressc's name: f16, bf16, f32, i32
+    itemsize: int  # bytes per element
+    ctype: str  # the CUDA C++ type
+    npy: str  # the NumPy descr the harness's --dump writes (bf16: raw bits, '<u2')
+    torch: str  # the attribute of the torch module (torch.float16, ...)
     floating: bool
 
 

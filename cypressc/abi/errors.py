@@ -22,7 +22,11 @@ def brief(v: Any) -> str:
     try:
         return _BRIEF.repr(v)
     except ValueError:  # an int past sys.get_int_max_str_digits()
-        return f"<{type(v).__name__} of {v.bit_length()} bits>" if isinstance(v, int) else f"<{type(v).__name__}>"
+        return (
+            f"<{type(v).__name__} of {v.bit_length()} bits>"
+            if isinstance(v, int)
+            else f"<{type(v).__name__}>"
+        )
 
 
 class KernelError(ValueError):
@@ -37,32 +41,56 @@ class LaunchError(RuntimeError):
     Attributes: ``code`` (the integer), ``cuda_name`` (e.g. ``"cudaErrorInvalidValue"``),
     ``kernel`` (the kernel's name) and ``sizes`` (the inferred sizes)."""
 
-    def __init__(self, message: str, code: int, cuda_name: str, kernel: str,
-                 sizes: Mapping[str, int]) -> None:
+    def __init__(
+        self, message: str, code: int, cuda_name: str, kernel: str, sizes: Mapping[str, int]
+    ) -> None:
         super().__init__(message)
         self.code, self.cuda_name, self.kernel, self.sizes = code, cuda_name, kernel, dict(sizes)
 
 
 # cudaError_t values (CUDA 13 driver_types.h) that a launcher can plausibly return.
 _CUDA_ERRORS = {
-    0: "cudaSuccess", 1: "cudaErrorInvalidValue", 2: "cudaErrorMemoryAllocation",
-    3: "cudaErrorInitializationError", 4: "cudaErrorCudartUnloading",
-    9: "cudaErrorInvalidConfiguration", 17: "cudaErrorInvalidDevicePointer",
-    34: "cudaErrorStubLibrary", 35: "cudaErrorInsufficientDriver",
-    36: "cudaErrorCallRequiresNewerDriver", 46: "cudaErrorDevicesUnavailable",
-    52: "cudaErrorMissingConfiguration", 53: "cudaErrorPriorLaunchFailure",
-    98: "cudaErrorInvalidDeviceFunction", 100: "cudaErrorNoDevice", 101: "cudaErrorInvalidDevice",
-    200: "cudaErrorInvalidKernelImage", 201: "cudaErrorDeviceUninitialized",
-    209: "cudaErrorNoKernelImageForDevice", 218: "cudaErrorInvalidPtx",
-    222: "cudaErrorUnsupportedPtxVersion", 400: "cudaErrorInvalidResourceHandle",
-    401: "cudaErrorIllegalState", 500: "cudaErrorSymbolNotFound", 600: "cudaErrorNotReady",
-    700: "cudaErrorIllegalAddress", 701: "cudaErrorLaunchOutOfResources",
-    702: "cudaErrorLaunchTimeout", 709: "cudaErrorContextIsDestroyed", 710: "cudaErrorAssert",
-    715: "cudaErrorIllegalInstruction", 716: "cudaErrorMisalignedAddress",
-    717: "cudaErrorInvalidAddressSpace", 718: "cudaErrorInvalidPc", 719: "cudaErrorLaunchFailure",
-    720: "cudaErrorCooperativeLaunchTooLarge", 800: "cudaErrorNotPermitted",
-    801: "cudaErrorNotSupported", 900: "cudaErrorStreamCaptureUnsupported",
-    901: "cudaErrorStreamCaptureInvalidated", 912: "cudaErrorInvalidClusterSize",
+    0: "cudaSuccess",
+    1: "cudaErrorInvalidValue",
+    2: "cudaErrorMemoryAllocation",
+    3: "cudaErrorInitializationError",
+    4: "cudaErrorCudartUnloading",
+    9: "cudaErrorInvalidConfiguration",
+    17: "cudaErrorInvalidDevicePointer",
+    34: "cudaErrorStubLibrary",
+    35: "cudaErrorInsufficientDriver",
+    36: "cudaErrorCallRequiresNewerDriver",
+    46: "cudaErrorDevicesUnavailable",
+    52: "cudaErrorMissingConfiguration",
+    53: "cudaErrorPriorLaunchFailure",
+    98: "cudaErrorInvalidDeviceFunction",
+    100: "cudaErrorNoDevice",
+    101: "cudaErrorInvalidDevice",
+    200: "cudaErrorInvalidKernelImage",
+    201: "cudaErrorDeviceUninitialized",
+    209: "cudaErrorNoKernelImageForDevice",
+    218: "cudaErrorInvalidPtx",
+    222: "cudaErrorUnsupportedPtxVersion",
+    400: "cudaErrorInvalidResourceHandle",
+    401: "cudaErrorIllegalState",
+    500: "cudaErrorSymbolNotFound",
+    600: "cudaErrorNotReady",
+    700: "cudaErrorIllegalAddress",
+    701: "cudaErrorLaunchOutOfResources",
+    702: "cudaErrorLaunchTimeout",
+    709: "cudaErrorContextIsDestroyed",
+    710: "cudaErrorAssert",
+    715: "cudaErrorIllegalInstruction",
+    716: "cudaErrorMisalignedAddress",
+    717: "cudaErrorInvalidAddressSpace",
+    718: "cudaErrorInvalidPc",
+    719: "cudaErrorLaunchFailure",
+    720: "cudaErrorCooperativeLaunchTooLarge",
+    800: "cudaErrorNotPermitted",
+    801: "cudaErrorNotSupported",
+    900: "cudaErrorStreamCaptureUnsupported",
+    901: "cudaErrorStreamCaptureInvalidated",
+    912: "cudaErrorInvalidClusterSize",
     999: "cudaErrorUnknown",
 }
 

@@ -14,8 +14,14 @@ __all__ = ["eval_expr", "expr_names", "MAX_DEPTH"]
 
 
 _ARITH = ("+", "-", "*", "/", "%", "cdiv", "min", "max")
-_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-            ">": operator.gt, ">=": operator.ge}
+_COMPARE = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 MAX_DEPTH = 200
 """The deepest expression tree :func:`expr_names` and :func:`eval_expr` take (the compiler's
@@ -40,10 +46,14 @@ def _node(tree: Any) -> tuple:
             op = tree["op"]
             if isinstance(op, str) and (op in _ARITH or op in _COMPARE):
                 return op, tree["a"], tree["b"]
-            raise ValueError(f"unknown operator {brief(op)} in an expression tree (known: "
-                             f"{' '.join([*_ARITH, *_COMPARE])})")
-    raise ValueError(f"malformed expression tree node {brief(tree)}: expected {{\"const\": number}}, "
-                     "{\"var\": name} or {\"op\": ..., \"a\": tree, \"b\": tree}")
+            raise ValueError(
+                f"unknown operator {brief(op)} in an expression tree (known: "
+                f"{' '.join([*_ARITH, *_COMPARE])})"
+            )
+    raise ValueError(
+        f'malformed expression tree node {brief(tree)}: expected {{"const": number}}, '
+        '{"var": name} or {"op": ..., "a": tree, "b": tree}'
+    )
 
 
 def _div(a: int | float, b: int | float) -> int | float:
@@ -54,7 +64,11 @@ def _div(a: int | float, b: int | float) -> int | float:
         q = abs(a) // abs(b)
         return q if (a >= 0) == (b >= 0) else -q
     if b == 0:  # IEEE 754, as the launcher's double arithmetic: no trap
-        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
+        return (
+            math.nan
+            if a == 0 or math.isnan(a)
+            else math.copysign(math.inf, a) * math.copysign(1.0, b)
+        )
     return a / b
 
 
@@ -80,8 +94,10 @@ def _eval(tree: Any, env: Mapping[str, int | float], depth: int) -> int | float:
         return args[0]
     if kind == "var":
         if args[0] not in env:
-            raise ValueError(f"expression uses {brief(args[0])}, which is not a size (sizes: "
-                             f"{', '.join(map(str, env)) or 'none'})")
+            raise ValueError(
+                f"expression uses {brief(args[0])}, which is not a size (sizes: "
+                f"{', '.join(map(str, env)) or 'none'})"
+            )
         v = env[args[0]]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ValueError(f"size {args[0]} must be a number, got {type(v).__name__} {brief(v)}")
@@ -110,7 +126,9 @@ def expr_names(tree: Mapping[str, Any]) -> list[str]:
     than :data:`MAX_DEPTH`, a ``/``, ``%`` or ``cdiv`` by the integer constant 0, ``%`` on a
     double)."""
     names: list[str] = []
-    stack: list[tuple[Any, int]] = [(tree, 0)]  # iterative: a deep tree is refused, not a stack overflow
+    stack: list[tuple[Any, int]] = [
+        (tree, 0)
+    ]  # iterative: a deep tree is refused, not a stack overflow
     while stack:
         node, depth = stack.pop()
         if depth >= MAX_DEPTH:
@@ -119,8 +137,13 @@ def expr_names(tree: Mapping[str, Any]) -> list[str]:
         if kind == "var":
             names.append(args[0])
         elif kind != "const":
-            if kind in ("/", "%", "cdiv") and isinstance(args[1], Mapping) and set(args[1]) == {"const"} \
-                    and args[1]["const"] == 0 and isinstance(args[1]["const"], int):
+            if (
+                kind in ("/", "%", "cdiv")
+                and isinstance(args[1], Mapping)
+                and set(args[1]) == {"const"}
+                and args[1]["const"] == 0
+                and isinstance(args[1]["const"], int)
+            ):
                 raise ValueError(f"'{kind}' by the constant 0 in an expression tree")
             stack += [(args[1], depth + 1), (args[0], depth + 1)]
     _is_double(tree)

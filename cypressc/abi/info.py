@@ -49,25 +49,31 @@ class Requirement:
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_ARCH = re.compile(r"([0-9]+[a-z]?)?\Z")   # nvcc's sm_<arch>: 90a, 100a, 80 ("" is the default)
+_ARCH = re.compile(r"([0-9]+[a-z]?)?\Z")  # nvcc's sm_<arch>: 90a, 100a, 80 ("" is the default)
 _INT64_MAX = (1 << 63) - 1
 
-_OLD_INFO = ("; an info with C text only was written by an older cypressc: rebuild the kernel "
-             "with `cypressc build` to get the expression trees")
+_OLD_INFO = (
+    "; an info with C text only was written by an older cypressc: rebuild the kernel "
+    "with `cypressc build` to get the expression trees"
+)
 
 
 def _expr_field(v: Any, what: str, sizes: Sequence[str]) -> tuple[str, Mapping[str, Any]]:
     """``{"c": C text, "tree": expression tree}`` of the info, checked against the sizes."""
     if not (isinstance(v, Mapping) and isinstance(v.get("c"), str) and "tree" in v):
-        raise ValueError(f"kernel info: {what} must be an object with 'c' (C text) and 'tree' (an "
-                         f"expression tree), got {brief(v)}" + (_OLD_INFO if isinstance(v, (str, list)) else ""))
+        raise ValueError(
+            f"kernel info: {what} must be an object with 'c' (C text) and 'tree' (an "
+            f"expression tree), got {brief(v)}" + (_OLD_INFO if isinstance(v, (str, list)) else "")
+        )
     try:
         used = expr_names(v["tree"])
     except ValueError as e:
         raise ValueError(f"kernel info: {what}.tree ({brief(v['c'])}): {e}") from None
     if bad := [n for n in dict.fromkeys(used) if n not in sizes]:
-        raise ValueError(f"kernel info: {what}.tree ({brief(v['c'])}) uses {', '.join(bad)[:200]}, not "
-                         f"among the sizes ({', '.join(sizes)})")
+        raise ValueError(
+            f"kernel info: {what}.tree ({brief(v['c'])}) uses {', '.join(bad)[:200]}, not "
+            f"among the sizes ({', '.join(sizes)})"
+        )
     return v["c"], v["tree"]
 
 
@@ -77,23 +83,33 @@ def _floats(v: Any, params: Sequence[str], sizes: Sequence[str]) -> tuple[str, .
         raise ValueError(f"kernel info: 'floats' must be a list of names, got {brief(v)}")
     for i, f in enumerate(v):
         if not isinstance(f, str) or not _IDENT.match(f) or f.startswith("cyp_"):
-            raise ValueError(f"kernel info: floats[{i}]: float {brief(f)} is not a C identifier (or uses the "
-                             "reserved prefix cyp_)")
+            raise ValueError(
+                f"kernel info: floats[{i}]: float {brief(f)} is not a C identifier (or uses the "
+                "reserved prefix cyp_)"
+            )
     if len(set(v)) != len(v) or set(v) & (set(params) | set(sizes)):
-        raise ValueError(f"kernel info: float names must be distinct from each other and from the "
-                         f"param and size names: {v} {list(params)} {list(sizes)}")
+        raise ValueError(
+            f"kernel info: float names must be distinct from each other and from the "
+            f"param and size names: {v} {list(params)} {list(sizes)}"
+        )
     return tuple(v)
 
 
 def _aliases(v: Any, names: Sequence[str], sizes: Sequence[str]) -> dict[str, str]:
     """The info's optional ``aliases``: other names of sizes (identifiers that are no param,
     size or float name) -> a size."""
-    if not (isinstance(v, Mapping) and all(isinstance(k, str) and _IDENT.match(k) and isinstance(s, str)
-                                           for k, s in v.items())):
-        raise ValueError(f"kernel info: 'aliases' must map identifiers to size names, got {brief(v)}")
+    if not (
+        isinstance(v, Mapping)
+        and all(isinstance(k, str) and _IDENT.match(k) and isinstance(s, str) for k, s in v.items())
+    ):
+        raise ValueError(
+            f"kernel info: 'aliases' must map identifiers to size names, got {brief(v)}"
+        )
     if bad := [k for k, s in v.items() if s not in sizes or k in names]:
-        raise ValueError(f"kernel info: aliases {', '.join(bad)} must name a size ({', '.join(sizes)}) and "
-                         "be no param, size or float name")
+        raise ValueError(
+            f"kernel info: aliases {', '.join(bad)} must name a size ({', '.join(sizes)}) and "
+            "be no param, size or float name"
+        )
     return dict(v)
 
 
@@ -122,7 +138,9 @@ class KernelInfo:
     requires: tuple[Requirement, ...]
     runtime_include: str
     cuda_arch: str
-    bindings: Mapping[str, str] = field(default_factory=dict)  # program parameters: {"T": "bf16", ...}
+    bindings: Mapping[str, str] = field(
+        default_factory=dict
+    )  # program parameters: {"T": "bf16", ...}
     floats: tuple[str, ...] = ()
     aliases: Mapping[str, str] = field(default_factory=dict)
 
@@ -139,13 +157,17 @@ class KernelInfo:
         does not know are ignored.  Nothing else escapes: every value is type-checked before
         it is hashed, compared or printed."""
         if not isinstance(d, Mapping):
-            raise ValueError(f"kernel info: expected a JSON object, got {type(d).__name__} {brief(d)}")
+            raise ValueError(
+                f"kernel info: expected a JSON object, got {type(d).__name__} {brief(d)}"
+            )
 
         def need(key: str, typ: type) -> Any:
             if key not in d:
                 raise ValueError(f"kernel info: missing {key!r}")
             if not isinstance(d[key], typ):
-                raise ValueError(f"kernel info: {key!r} must be a {typ.__name__}, got {brief(d[key])}")
+                raise ValueError(
+                    f"kernel info: {key!r} must be a {typ.__name__}, got {brief(d[key])}"
+                )
             return d[key]
 
         name = need("name", str)
@@ -154,8 +176,10 @@ class KernelInfo:
         sizes = tuple(need("sizes", list))
         for i, s in enumerate(sizes):
             if not isinstance(s, str) or not _IDENT.match(s) or s.startswith("cyp_"):
-                raise ValueError(f"kernel info: sizes[{i}] {brief(s)} is not a C identifier (or uses "
-                                 "the reserved prefix cyp_)")
+                raise ValueError(
+                    f"kernel info: sizes[{i}] {brief(s)} is not a C identifier (or uses "
+                    "the reserved prefix cyp_)"
+                )
         if len(set(sizes)) != len(sizes):
             raise ValueError(f"kernel info: duplicate size names in {list(sizes)}")
         params = []
@@ -167,26 +191,37 @@ class KernelInfo:
                 raise ValueError(f"kernel info: params[{i}].name {brief(pn)} is not a C identifier")
             dtype = p.get("dtype")
             if not isinstance(dtype, str) or dtype not in DTYPES:
-                raise ValueError(f"kernel info: params[{i}].dtype (param {pn!r}) is {brief(dtype)}; "
-                                 f"expected one of {', '.join(DTYPES)}")
+                raise ValueError(
+                    f"kernel info: params[{i}].dtype (param {pn!r}) is {brief(dtype)}; "
+                    f"expected one of {', '.join(DTYPES)}"
+                )
             dims = p.get("dims")
             if not isinstance(dims, list) or not dims:
-                raise ValueError(f"kernel info: params[{i}].dims (param {pn!r}) must be a non-empty "
-                                 f"list, got {brief(dims)}")
+                raise ValueError(
+                    f"kernel info: params[{i}].dims (param {pn!r}) must be a non-empty "
+                    f"list, got {brief(dims)}"
+                )
             for j, dim in enumerate(dims):
                 if isinstance(dim, bool) or not (
-                        (isinstance(dim, int) and 1 <= dim <= _INT64_MAX)
-                        or (isinstance(dim, str) and dim in sizes)):
-                    raise ValueError(f"kernel info: params[{i}].dims[{j}] (param {pn!r}) is {brief(dim)}: "
-                                     f"neither a size ({', '.join(sizes)}) nor a positive int64_t")
+                    (isinstance(dim, int) and 1 <= dim <= _INT64_MAX)
+                    or (isinstance(dim, str) and dim in sizes)
+                ):
+                    raise ValueError(
+                        f"kernel info: params[{i}].dims[{j}] (param {pn!r}) is {brief(dim)}: "
+                        f"neither a size ({', '.join(sizes)}) nor a positive int64_t"
+                    )
             reads, writes = p.get("reads"), p.get("writes")
             if not isinstance(reads, bool) or not isinstance(writes, bool) or not (reads or writes):
-                raise ValueError(f"kernel info: params[{i}] (param {pn!r}) needs booleans 'reads'/'writes', "
-                                 f"at least one true, got {brief(reads)}/{brief(writes)}")
+                raise ValueError(
+                    f"kernel info: params[{i}] (param {pn!r}) needs booleans 'reads'/'writes', "
+                    f"at least one true, got {brief(reads)}/{brief(writes)}"
+                )
             params.append(Param(pn, dtype, tuple(dims), reads, writes))
         names = [p.name for p in params]
         if len(set(names)) != len(names) or set(names) & set(sizes):
-            raise ValueError(f"kernel info: param and size names must be distinct: {names} {list(sizes)}")
+            raise ValueError(
+                f"kernel info: param and size names must be distinct: {names} {list(sizes)}"
+            )
         floats = _floats(d.get("floats", []), names, sizes)
         if "flops" not in d:
             raise ValueError("kernel info: missing 'flops'")
@@ -196,35 +231,69 @@ class KernelInfo:
         requires = []
         for i, r in enumerate(d.get("requires", [])):
             if not (isinstance(r, Mapping) and isinstance(r.get("why"), str)):
-                raise ValueError(f"kernel info: requires[{i}] must be an object with 'c', 'tree' and "
-                                 f"'why' (the message), got {brief(r)}" + (_OLD_INFO if isinstance(r, list) else ""))
+                raise ValueError(
+                    f"kernel info: requires[{i}] must be an object with 'c', 'tree' and "
+                    f"'why' (the message), got {brief(r)}"
+                    + (_OLD_INFO if isinstance(r, list) else "")
+                )
             requires.append(Requirement(*_expr_field(r, f"requires[{i}]", sizes), r["why"]))
         bindings = d.get("bindings", {})
-        if not (isinstance(bindings, Mapping) and all(isinstance(k, str) and isinstance(v, str)
-                                                      for k, v in bindings.items())):
-            raise ValueError(f"kernel info: 'bindings' must map parameter names to strings, got {brief(bindings)}")
+        if not (
+            isinstance(bindings, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in bindings.items())
+        ):
+            raise ValueError(
+                f"kernel info: 'bindings' must map parameter names to strings, got {brief(bindings)}"
+            )
         runtime_include = d.get("runtime_include", "")
         if not isinstance(runtime_include, str) or any(c in runtime_include for c in "\0\n\r"):
-            raise ValueError(f"kernel info: 'runtime_include' must be a directory path (a string on one "
-                             f"line), got {brief(runtime_include)}")
+            raise ValueError(
+                f"kernel info: 'runtime_include' must be a directory path (a string on one "
+                f"line), got {brief(runtime_include)}"
+            )
         cuda_arch = d.get("cuda_arch", "90a")
         if not isinstance(cuda_arch, str) or not _ARCH.match(cuda_arch):
-            raise ValueError(f"kernel info: 'cuda_arch' must be a GPU architecture like \"90a\", got "
-                             f"{brief(cuda_arch)}")
+            raise ValueError(
+                f"kernel info: 'cuda_arch' must be a GPU architecture like \"90a\", got "
+                f"{brief(cuda_arch)}"
+            )
         aliases = _aliases(d.get("aliases", {}), [*names, *sizes, *floats], sizes)
-        return cls(name, tuple(params), sizes, flops, flops_tree, tuple(requires),
-                   runtime_include, cuda_arch, dict(bindings), floats, aliases)
+        return cls(
+            name,
+            tuple(params),
+            sizes,
+            flops,
+            flops_tree,
+            tuple(requires),
+            runtime_include,
+            cuda_arch,
+            dict(bindings),
+            floats,
+            aliases,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name,
-                "params": [{"name": p.name, "dtype": p.dtype, "dims": list(p.dims), "reads": p.reads,
-                            "writes": p.writes} for p in self.params],
-                "sizes": list(self.sizes), **({"floats": list(self.floats)} if self.floats else {}),
-                "flops": {"c": self.flops, "tree": self.flops_tree},
-                "requires": [{"c": r.c, "tree": r.tree, "why": r.why} for r in self.requires],
-                "runtime_include": self.runtime_include, "cuda_arch": self.cuda_arch,
-                **({"bindings": dict(self.bindings)} if self.bindings else {}),
-                **({"aliases": dict(self.aliases)} if self.aliases else {})}
+        return {
+            "name": self.name,
+            "params": [
+                {
+                    "name": p.name,
+                    "dtype": p.dtype,
+                    "dims": list(p.dims),
+                    "reads": p.reads,
+                    "writes": p.writes,
+                }
+                for p in self.params
+            ],
+            "sizes": list(self.sizes),
+            **({"floats": list(self.floats)} if self.floats else {}),
+            "flops": {"c": self.flops, "tree": self.flops_tree},
+            "requires": [{"c": r.c, "tree": r.tree, "why": r.why} for r in self.requires],
+            "runtime_include": self.runtime_include,
+            "cuda_arch": self.cuda_arch,
+            **({"bindings": dict(self.bindings)} if self.bindings else {}),
+            **({"aliases": dict(self.aliases)} if self.aliases else {}),
+        }
 
     @classmethod
     def load_json(cls, path: str | Path) -> KernelInfo:
@@ -235,7 +304,9 @@ class KernelInfo:
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text (byte {e.start}): not a kernel info") from None
+            raise ValueError(
+                f"{path}: not UTF-8 text (byte {e.start}): not a kernel info"
+            ) from None
         try:
             d = json.loads(text)
         except RecursionError:
@@ -263,22 +334,34 @@ class KernelInfo:
         """The sizes, checked: each of the kernel's sizes that is given an ``int64_t``, each
         that the expression reads given."""
         if not isinstance(sizes, Mapping):
-            raise KernelError(f"{self.name}: sizes must be a mapping of size names to ints "
-                              f"({', '.join(self.sizes)}), got {type(sizes).__name__}")
+            raise KernelError(
+                f"{self.name}: sizes must be a mapping of size names to ints "
+                f"({', '.join(self.sizes)}), got {type(sizes).__name__}"
+            )
         if missing := [n for n in dict.fromkeys(used) if n not in sizes]:
-            raise KernelError(f"{self.name}: missing size {', '.join(missing)} (sizes: {', '.join(self.sizes)})")
+            raise KernelError(
+                f"{self.name}: missing size {', '.join(missing)} (sizes: {', '.join(self.sizes)})"
+            )
         env = {}
         for n in self.sizes:
             if n not in sizes:
                 continue
             v = sizes[n]
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not -_INT64_MAX - 1 <= v <= _INT64_MAX:
-                raise KernelError(f"{self.name}: size {n} must be an int (an int64_t), got "
-                                  f"{type(v).__name__} {brief(v)}")
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, numbers.Integral)
+                or not -_INT64_MAX - 1 <= v <= _INT64_MAX
+            ):
+                raise KernelError(
+                    f"{self.name}: size {n} must be an int (an int64_t), got "
+                    f"{type(v).__name__} {brief(v)}"
+                )
             env[n] = int(v)
         return env
 
-    def _eval(self, trees: Sequence[tuple[str, Mapping[str, Any]]], sizes: Mapping[str, Any]) -> list[int | float]:
+    def _eval(
+        self, trees: Sequence[tuple[str, Mapping[str, Any]]], sizes: Mapping[str, Any]
+    ) -> list[int | float]:
         """Each ``(C text, tree)`` evaluated at ``sizes`` (checked once, :meth:`_env`)."""
         env = self._env(sizes, [n for _, t in trees for n in expr_names(t)])
         out = []
@@ -300,11 +383,12 @@ class KernelInfo:
         try:
             return float(v)
         except OverflowError:  # an integer expression past what a double holds
-            raise KernelError(f"{self.name}: {what} is too large for a double at these sizes") from None
+            raise KernelError(
+                f"{self.name}: {what} is too large for a double at these sizes"
+            ) from None
 
     def failed_requires(self, sizes: Mapping[str, int]) -> list[str]:
         """Messages (``why``) of the ``requires`` conditions that do not hold at ``sizes``.
         Raises :class:`KernelError` like :meth:`flops_at`."""
         held = self._eval([(f"requires ({r.c})", r.tree) for r in self.requires], sizes)
         return [r.why for r, ok in zip(self.requires, held) if not ok]
-

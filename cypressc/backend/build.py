@@ -59,9 +59,13 @@ def render_build(tree: TaskTree, compiled: list[tuple[str, object]] | None = Non
     plan = m.kernel
     info = build_info(plan, str(RUNTIME_DIR), tree.program.bindings)
     ki = KernelInfo.from_dict(info)
-    files = {f"{plan.name}.cu": emit_cuda(plan), f"{plan.name}.h": emit_header(plan),
-             "main.cu": render_main(ki), "Makefile": render_makefile(ki),
-             f"{plan.name}.json": json.dumps(dict(info), indent=2) + "\n"}
+    files = {
+        f"{plan.name}.cu": emit_cuda(plan),
+        f"{plan.name}.h": emit_header(plan),
+        "main.cu": render_main(ki),
+        "Makefile": render_makefile(ki),
+        f"{plan.name}.json": json.dumps(dict(info), indent=2) + "\n",
+    }
     for name, path in plan.headers.items():  # the user's C++, so the directory builds elsewhere
         files[header_copy(name)] = Path(path).read_text()
     return RenderedBuild(plan, m, files, ki)
@@ -69,9 +73,12 @@ def render_build(tree: TaskTree, compiled: list[tuple[str, object]] | None = Non
 
 def _inputs_hash(tree: TaskTree, dtypes: dict[str, str] | None) -> str:
     h = hashlib.sha256()
-    for f in (tree.program.path, tree.mapping.path,
-              *(e.header_path for e in tree.program.externals if e.header_path),
-              *(e.reference for e in tree.program.externals if e.reference)):
+    for f in (
+        tree.program.path,
+        tree.mapping.path,
+        *(e.header_path for e in tree.program.externals if e.header_path),
+        *(e.reference for e in tree.program.externals if e.reference),
+    ):
         try:
             h.update(Path(f).read_bytes())
         except OSError:
@@ -107,22 +114,33 @@ def write_build(tree: TaskTree, outdir: Path | None, dtypes: dict[str, str] | No
     plan, m = r.plan, r.module
     outdir = Path(os.path.abspath(outdir if outdir is not None else Path("build") / plan.name))
 
-    left = replace_build_dir(outdir, r.files, program=str(tree.program.path), mapping=str(tree.mapping.path),
-                             inputs=_inputs_hash(tree, dtypes), kernel=plan.name)
+    left = replace_build_dir(
+        outdir,
+        r.files,
+        program=str(tree.program.path),
+        mapping=str(tree.mapping.path),
+        inputs=_inputs_hash(tree, dtypes),
+        kernel=plan.name,
+    )
     threads = 128 * (plan.consumers + (1 if plan.warpspecialize else 0))
-    roles = ("producer warpgroup (TMA) + " if plan.warpspecialize else "thread 0 issues TMA; ") + \
-        f"{plan.consumers} consumer warpgroup(s)"
+    roles = (
+        "producer warpgroup (TMA) + " if plan.warpspecialize else "thread 0 issues TMA; "
+    ) + f"{plan.consumers} consumer warpgroup(s)"
     grid = " x ".join(cexpr(g) for g in plan.grid)
-    return "\n".join([
-        f"built {plan.name} into {outdir}",
-        f"  grid      {grid} tiles{' (persistent: one block per SM)' if plan.persistent else ''}",
-        f"  block     {threads} threads: {roles}",
-        f"  dtype     {dtype_line(plan, tree.program)}",
-        f"  stages    {plan.stages} (mma groups in flight: {plan.mma_in_flight})",
-        f"  shared    {plan.smem_bytes} bytes",
-        f"  registers producer {plan.producer_registers}, consumers {plan.consumer_registers} "
-        f"(estimated need {m.resources.registers if m.resources is not None else None})",
-        f"next: make -C {outdir} && {outdir}/{plan.name} " + " ".join(example_sizes(r)),
-        *(f"note: {p} holds what was written into the old build while this one ran; cypressc left it"
-          for p in left),
-    ])
+    return "\n".join(
+        [
+            f"built {plan.name} into {outdir}",
+            f"  grid      {grid} tiles{' (persistent: one block per SM)' if plan.persistent else ''}",
+            f"  block     {threads} threads: {roles}",
+            f"  dtype     {dtype_line(plan, tree.program)}",
+            f"  stages    {plan.stages} (mma groups in flight: {plan.mma_in_flight})",
+            f"  shared    {plan.smem_bytes} bytes",
+            f"  registers producer {plan.producer_registers}, consumers {plan.consumer_registers} "
+            f"(estimated need {m.resources.registers if m.resources is not None else None})",
+            f"next: make -C {outdir} && {outdir}/{plan.name} " + " ".join(example_sizes(r)),
+            *(
+                f"note: {p} holds what was written into the old build while this one ran; cypressc left it"
+                for p in left
+            ),
+        ]
+    )

@@ -44,8 +44,22 @@ CALLS = ("cdiv", "min", "max")
 COMPARE = ("==", "!=", "<", "<=", ">", ">=")
 
 # C's binding strength (higher binds tighter), for operands printed without parentheses
-_PREC = {"*": 13, "/": 13, "//": 13, "%": 13, "+": 12, "-": 12, "<": 10, "<=": 10, ">": 10, ">=": 10,
-         "==": 9, "!=": 9, "^": 7, "&&": 5}
+_PREC = {
+    "*": 13,
+    "/": 13,
+    "//": 13,
+    "%": 13,
+    "+": 12,
+    "-": 12,
+    "<": 10,
+    "<=": 10,
+    ">": 10,
+    ">=": 10,
+    "==": 9,
+    "!=": 9,
+    "^": 7,
+    "&&": 5,
+}
 _SELECT = 3
 
 
@@ -105,8 +119,10 @@ def cexpr(e, top: bool = False) -> str:
         else:
             raise ValueError(f"no C operator for {op!r}")
     elif isinstance(e, N.IProc):
-        raise TypeError(f"the {e.proc.lower()} index in a kernel expression (the lowering substitutes "
-                        "processor indices by kernel variables)")
+        raise TypeError(
+            f"the {e.proc.lower()} index in a kernel expression (the lowering substitutes "
+            "processor indices by kernel variables)"
+        )
     else:
         raise TypeError(f"not a kernel expression: {e!r}")
     return text if top else f"({text})"

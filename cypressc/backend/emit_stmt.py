@@ -88,7 +88,9 @@ def _sync(w, p: P.KernelPlan, st: P.Sync) -> None:
     if isinstance(op, S.Wait):
         _line(w, f"cypress::wait(&{st.bar}[{_c(st.stage)}], {_c(st.parity)});", st.who, st.note)
     elif isinstance(op, S.ArriveExpectTx):
-        _line(w, f"cypress::arrive_expect_tx(&{st.bar}[{_c(st.stage)}], {op.bytes});", st.who, st.note)
+        _line(
+            w, f"cypress::arrive_expect_tx(&{st.bar}[{_c(st.stage)}], {op.bytes});", st.who, st.note
+        )
     elif isinstance(op, S.Arrive):
         _line(w, f"cypress::arrive(&{st.bar}[{_c(st.stage)}]);", st.who, st.note)
     elif isinstance(op, S.Fence) and op.kind == "wgmma":
@@ -107,7 +109,9 @@ def _sync(w, p: P.KernelPlan, st: P.Sync) -> None:
         _line(w, f"cypress::tma_store_wait<{op.pending}>();", st.who, st.note)
         if st.deferred and st.barrier is not None:
             bid, threads = st.barrier
-            w(f"cypress::named_sync({_c(bid)}, {threads});  // the other writers learn the store is done")
+            w(
+                f"cypress::named_sync({_c(bid)}, {threads});  // the other writers learn the store is done"
+            )
     elif isinstance(op, S.SyncWarp):
         _line(w, "__syncwarp();", st.who, st.note)
     elif isinstance(op, S.BarSync):
@@ -166,7 +170,9 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     b_buf = next(x for x in p.buffers if x.name == mm.b_buf)
     b_base = _stage_base(b_buf, mm.b_stage)
     src = f"A from registers %{mm.a_frag}, " if mm.a_frag else ""
-    fill = f" (fill {mm.zero_fill} folded in: scale-d off on the first step)" if mm.zero_fill else ""
+    fill = (
+        f" (fill {mm.zero_fill} folded in: scale-d off on the first step)" if mm.zero_fill else ""
+    )
     kmajor = ", B K-major" if mm.b_kmajor else ""
     w(f"// {mm.event}: warpgroup_mma, {src}{mm.k // 16} k16 step(s){kmajor}{fill}")
     w("#pragma unroll")
@@ -174,12 +180,16 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     # MN-major B: a k16 step is 16 swizzled rows; K-major A: 32 B along a swizzled row, so
     # swizzle / 32 steps per chunk (cypress.cuh explains both layouts)
     if mm.b_kmajor:  # B stored N x K: addressed like a K-major A tile, the instruction's tnspB = K
-        w(f"const uint64_t db = cypress::desc_k_sw{b_buf.swizzle}"
-          f"({_k_major_addr(b_buf, b_base, mm.b_col, None if is_zero(mm.b_row) else f'({_c(mm.b_row)})')});")
+        w(
+            f"const uint64_t db = cypress::desc_k_sw{b_buf.swizzle}"
+            f"({_k_major_addr(b_buf, b_base, mm.b_col, None if is_zero(mm.b_row) else f'({_c(mm.b_row)})')});"
+        )
     else:
         chunk = "" if mm.b_chunk == 0 else f"{mm.b_chunk} * {b_buf.name}_CHUNK + "
-        w(f"const uint64_t db = cypress::desc_mn_sw{b_buf.swizzle}({b_base} + {chunk}kk * 16 * {b_buf.swizzle}, "
-          f"{b_buf.name}_CHUNK);")
+        w(
+            f"const uint64_t db = cypress::desc_mn_sw{b_buf.swizzle}({b_base} + {chunk}kk * 16 * {b_buf.swizzle}, "
+            f"{b_buf.name}_CHUNK);"
+        )
     atoms = f.rows // 64
     zero = ", kk == 0" if mm.zero_fill else ""
     if mm.a_frag:
@@ -188,8 +198,10 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
         for_a = f"for (int a = 0; a < {atoms}; ++a) " if atoms > 1 else ""
         ai = "a" if atoms > 1 else "0"
         mb = ", cypress::Major::K" if mm.b_kmajor else ""
-        w(f"{for_a}cypress::wgmma_rs<{mm.n}, {CTYPE[mm.dtype]}{mb}>(&{mm.a_frag}[{ai}][kk * 4], db, "
-          f"{f.name}[{ai}]{zero});")
+        w(
+            f"{for_a}cypress::wgmma_rs<{mm.n}, {CTYPE[mm.dtype]}{mb}>(&{mm.a_frag}[{ai}][kk * 4], db, "
+            f"{f.name}[{ai}]{zero});"
+        )
         w.close()
         return
     a_buf = next(x for x in p.buffers if x.name == mm.a_buf)
@@ -199,7 +211,9 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     if atoms > 1:
         w("#pragma unroll")
         w.open(f"for (int a = 0; a < {atoms}; ++a)")
-    w(f"const uint64_t da = cypress::desc_k_sw{a_buf.swizzle}({_k_major_addr(a_buf, a_base, mm.a_col, row)});")
+    w(
+        f"const uint64_t da = cypress::desc_k_sw{a_buf.swizzle}({_k_major_addr(a_buf, a_base, mm.a_col, row)});"
+    )
     majors = ", cypress::Major::K, cypress::Major::K" if mm.b_kmajor else ""
     w(f"cypress::wgmma<{mm.n}, {CTYPE[mm.dtype]}{majors}>(da, db, {acc}{zero});")
     if atoms > 1:
@@ -215,14 +229,18 @@ def _row_sum(w, p: P.KernelPlan, op: P.RowSum) -> None:
     w.open(f"if ({_cond(op.active)})")
     w("#pragma unroll")
     w(f"for (int rr = 0; rr < {op.rows}; ++rr)")
-    w(f"  {op.vec}[rr] += cypress::sw128_row_sum<{CTYPE[op.dtype]}>({base}{chunk}, ({_c(op.row)}) + rr, "
-      f"{op.cols // 64}, {b.name}_CHUNK);")
+    w(
+        f"  {op.vec}[rr] += cypress::sw128_row_sum<{CTYPE[op.dtype]}>({base}{chunk}, ({_c(op.row)}) + rr, "
+        f"{op.cols // 64}, {b.name}_CHUNK);"
+    )
     w.close()
 
 
 def _fill_shared(w, p: P.KernelPlan, op: P.FillShared) -> None:
     b = next(x for x in p.buffers if x.name == op.buf)
-    w(f"// {op.event}: fill of %{op.buf}[{_c(op.row)}.., {_c(op.col)}..] ({op.rows}x{op.cols} per thread, SIMT)")
+    w(
+        f"// {op.event}: fill of %{op.buf}[{_c(op.row)}.., {_c(op.col)}..] ({op.rows}x{op.cols} per thread, SIMT)"
+    )
     guarded = not is_true(op.active)
     if guarded:
         w.open(f"if ({_cond(op.active)})")
@@ -231,8 +249,10 @@ def _fill_shared(w, p: P.KernelPlan, op: P.FillShared) -> None:
     w("#pragma unroll")
     w.open(f"for (int c = 0; c < {op.cols}; ++c)")
     w(f"const int row = ({_c(op.row)}) + r, col = ({_c(op.col)}) + c;")
-    w(f"*reinterpret_cast<{CTYPE[op.dtype]}*>(s_{b.name} + (col / {b.chunk_cols}) * {b.name}_CHUNK + "
-      f"cypress::sw_offset<{b.swizzle}>(row, col % {b.chunk_cols})) = {CTYPE[op.dtype]}({_c(op.value)});")
+    w(
+        f"*reinterpret_cast<{CTYPE[op.dtype]}*>(s_{b.name} + (col / {b.chunk_cols}) * {b.name}_CHUNK + "
+        f"cypress::sw_offset<{b.swizzle}>(row, col % {b.chunk_cols})) = {CTYPE[op.dtype]}({_c(op.value)});"
+    )
     w.close()
     w.close()
     if guarded:
@@ -307,7 +327,11 @@ def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
     f = _frag(p, op.acc)
     t = next(x for x in p.tensors if x.name == op.tensor)
     rows, cols = t.dims[-2], t.dims[-1]
-    base = op.tensor if op.batch is None else f"({op.tensor} + size_t({_c(op.batch)}) * {rows} * {cols})"
+    base = (
+        op.tensor
+        if op.batch is None
+        else f"({op.tensor} + size_t({_c(op.batch)}) * {rows} * {cols})"
+    )
     w(f"// {op.event}: copy %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment")
     if op.when is not None:
         w.open(f"if ({_cond(op.when)})  // last host-loop iteration only")
@@ -317,8 +341,10 @@ def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
     w("const int2 rc = cypress::acc_coord(j);")
     w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
     w(f"if (r < {rows} && c < {cols})")
-    w(f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
-      f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[{a}][2 * j], {op.acc}[{a}][2 * j + 1]);")
+    w(
+        f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
+        f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[{a}][2 * j], {op.acc}[{a}][2 * j + 1]);"
+    )
     w.close()
     _done(w, f.rows // 64)
     if op.when is not None:
@@ -333,15 +359,19 @@ def _staging(p: P.KernelPlan, acc: str, offset: int) -> str:
 def _stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
     f = _frag(p, op.acc)
     boxes = f.cols // 64
-    w(f"// {op.event}: copy %{op.acc} -> %{op.tensor} (this warpgroup's tile, swizzled 64x64 boxes)")
+    w(
+        f"// {op.event}: copy %{op.acc} -> %{op.tensor} (this warpgroup's tile, swizzled 64x64 boxes)"
+    )
     a = _each(w, "a", f.rows // 64)
     w("#pragma unroll")
     w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
     w("const int2 rc = cypress::acc_coord(j);")
     box = "rc.y / 64" if a == "0" else f"a * {boxes} + rc.y / 64"
     w(f"uint8_t* box = {_staging(p, op.acc, op.offset)} + ({box}) * 8192;")
-    w(f"*reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = "
-      f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[{a}][2 * j], {op.acc}[{a}][2 * j + 1]);")
+    w(
+        f"*reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = "
+        f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[{a}][2 * j], {op.acc}[{a}][2 * j + 1]);"
+    )
     w.close()
     _done(w, f.rows // 64)
 
@@ -355,9 +385,13 @@ def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
     atoms = f.rows // 64
     a = _each(w, "a", atoms, unroll=False)
     b = _each(w, "b", boxes, unroll=False)
-    box = " + ".join(t for t in (f"{a} * {boxes}" if a != "0" else "", b if b != "0" else "") if t) or "0"
-    src = _staging(p, op.acc, op.offset) + ("" if box == "0" else f" + ({box}) * 8192" if " " in box
-                                             else f" + {box} * 8192")
+    box = (
+        " + ".join(t for t in (f"{a} * {boxes}" if a != "0" else "", b if b != "0" else "") if t)
+        or "0"
+    )
+    src = _staging(p, op.acc, op.offset) + (
+        "" if box == "0" else f" + ({box}) * 8192" if " " in box else f" + {box} * 8192"
+    )
     col, row = f"({_c(op.col0)}){_times(64, b)}", f"({_c(op.row0)}){_times(64, a)}"
     if len(m.box) == 2:
         w(f"cypress::tma_store_2d(&{m.name}, {src}, {col}, {row});")
@@ -371,7 +405,11 @@ def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
 def _store_vector(w, p: P.KernelPlan, op: P.StoreVector) -> None:
     t = next(x for x in p.tensors if x.name == op.tensor)
     cond = _cond(op.active) if op.when is None else f"({_cond(op.active)}) && {_cond(op.when)}"
-    why = "" if op.when is None else ", last host-loop iteration only (the earlier ones' writes are overwritten)"
+    why = (
+        ""
+        if op.when is None
+        else ", last host-loop iteration only (the earlier ones' writes are overwritten)"
+    )
     w(f"// {op.event}: copy %{op.vec} -> {op.tensor} (f32){why}")
     w.open(f"if ({cond})")
     w(f"for (int i = 0; i < {op.n}; ++i)")
@@ -380,10 +418,16 @@ def _store_vector(w, p: P.KernelPlan, op: P.StoreVector) -> None:
     w.close()
 
 
-_ROW_CALLS = {"warpgroup_row_max": ("warpgroup_row_max", None), "warpgroup_row_sum": ("warpgroup_row_sum", None),
-              "exp2_diff": ("exp2_diff", "exp2_diff_vec"), "scale_rows": ("scale_rows", "scale_vec"),
-              "div_rows": ("div_rows", "div_vec"), "mask_columns": ("mask_columns", None),
-              "mask_causal": ("mask_causal", None), "row_log_sum_exp": (None, "row_log_sum_exp")}
+_ROW_CALLS = {
+    "warpgroup_row_max": ("warpgroup_row_max", None),
+    "warpgroup_row_sum": ("warpgroup_row_sum", None),
+    "exp2_diff": ("exp2_diff", "exp2_diff_vec"),
+    "scale_rows": ("scale_rows", "scale_vec"),
+    "div_rows": ("div_rows", "div_vec"),
+    "mask_columns": ("mask_columns", None),
+    "mask_causal": ("mask_causal", None),
+    "row_log_sum_exp": (None, "row_log_sum_exp"),
+}
 
 
 def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
@@ -415,8 +459,11 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
     w(f"// {op.event}: {op.fn} over accumulator rows{part}")
     if op.atoms > 1:
         w("#pragma unroll")
-        w(f"for (int a = 0; a < {op.atoms}; ++a) {{ {stmt} }}" if op.fn == "copy" else
-          f"for (int a = 0; a < {op.atoms}; ++a) {stmt}")
+        w(
+            f"for (int a = 0; a < {op.atoms}; ++a) {{ {stmt} }}"
+            if op.fn == "copy"
+            else f"for (int a = 0; a < {op.atoms}; ++a) {stmt}"
+        )
     else:
         w(stmt)
 
@@ -427,7 +474,9 @@ def _row_store(w, p: P.KernelPlan, op: P.RowStore) -> None:
     base = op.tensor if op.batch is None else f"{op.tensor} + size_t({_c(op.batch)}) * {n}"
     atoms = next(v.rows for v in p.row_vectors if v.name == op.vec) // 64
     w(f"// {op.event}: copy %{op.vec} -> {op.tensor} (f32), one lane of each quad")
-    cond = "threadIdx.x % 4 == 0" if op.when is None else f"threadIdx.x % 4 == 0 && {_cond(op.when)}"
+    cond = (
+        "threadIdx.x % 4 == 0" if op.when is None else f"threadIdx.x % 4 == 0 && {_cond(op.when)}"
+    )
     w.open(f"if ({cond})")
     w(f"float* __restrict__ dst = {base};")
     w(f"const int r0 = {_c(op.row0)} + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;")
@@ -440,11 +489,24 @@ def _row_store(w, p: P.KernelPlan, op: P.RowStore) -> None:
     w.close()
 
 
-_PRINT = {P.Sync: _sync, P.Load: _load, P.Mma: _mma, P.RowSum: _row_sum, P.Fill: _fill, P.FillVector: _fill,
-          P.FillShared: _fill_shared,
-          P.Convert: _convert,
-          P.Add: _add, P.External: _external, P.StoreDirect: _store_direct, P.StageWrite: _stage_write, P.TmaStore: _tma_store,
-          P.StoreVector: _store_vector, P.RowOp: _row_op, P.RowStore: _row_store}
+_PRINT = {
+    P.Sync: _sync,
+    P.Load: _load,
+    P.Mma: _mma,
+    P.RowSum: _row_sum,
+    P.Fill: _fill,
+    P.FillVector: _fill,
+    P.FillShared: _fill_shared,
+    P.Convert: _convert,
+    P.Add: _add,
+    P.External: _external,
+    P.StoreDirect: _store_direct,
+    P.StageWrite: _stage_write,
+    P.TmaStore: _tma_store,
+    P.StoreVector: _store_vector,
+    P.RowOp: _row_op,
+    P.RowStore: _row_store,
+}
 
 
 def emit_stmt(w, p: P.KernelPlan, st) -> None:

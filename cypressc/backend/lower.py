@@ -31,7 +31,14 @@ from cypressc.backend.peephole import defer_row_sums, fold_zero_fills, guard_dea
 from cypressc.backend.refusal import REFUSAL_CODE
 from cypressc.backend.refusal import Refuse as _Refuse
 from cypressc.backend.refusal import refuse as _refuse
-from cypressc.backend.sync_lower import KBASE, at_step, carry_turns, counted, defer_store_waits, lower_sync
+from cypressc.backend.sync_lower import (
+    KBASE,
+    at_step,
+    carry_turns,
+    counted,
+    defer_store_waits,
+    lower_sync,
+)
 from cypressc.diagnostics import CypressError
 from cypressc.ir import nodes as N
 from cypressc.passes.base import ModulePass
@@ -50,6 +57,7 @@ __all__ = ["cuda_lowering", "REFUSAL_CODE"]
 
 _K_SUBTILE = "a wgmma {} that starts inside its stage tile along K (a K sub-tile)"
 
+
 class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
     """The lowering of one warp-specialized module to a :class:`~cypressc.backend.plan.KernelPlan`
     (state of the walk; raises :class:`~cypressc.backend.refusal.Refuse` for E050)."""
@@ -65,7 +73,9 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         self.host_lo: N.IExpr = N.IConst(0)
         self.host_dim = 0  # its grid dimension: after the main loop's BLOCK dims
         self.last_only: set[str] = set()  # tensors whose writes only its last iteration keeps
-        self.thread_index: dict[str, N.IExpr] = {}  # WARP/THREAD -> kernel expression, inside SIMT code
+        self.thread_index: dict[
+            str, N.IExpr
+        ] = {}  # WARP/THREAD -> kernel expression, inside SIMT code
         self.kname = "kb"  # the main-loop variable in the kernel ("kn": a load issued STAGES - 1 steps ahead)
         self.lp: N.For | None = None  # the main loop whose statements are being lowered
         self.loop_no = 0  # ... its place among the block's main loops
@@ -124,7 +134,11 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         if after is None:
             after = self.section == "after"
         if self.lp is not None and self.lp.pipeline and static(self.lp.lo) == 0:
-            names = ("istage", "iphase") if self.kname == "kn" else (self._loop_var("stage"), self._loop_var("phase"))
+            names = (
+                ("istage", "iphase")
+                if self.kname == "kn"
+                else (self._loop_var("stage"), self._loop_var("phase"))
+            )
             before = self.lp.lo if self.section == "before" else None
             out = counted(e, self.kvar, self.lp.hi, self.lp.pipeline, after, *names, before=before)
             if out is not None:
@@ -202,8 +216,12 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         inst = self.target.block
         ws = bool(m.schedule is not None and m.schedule.warpspecialize)
         stages = lp.pipeline or 1
-        tensors = [P.GlobalTensor(a.name, a.dtype, tuple(cexpr(self.k(s)) for s in a.shape),
-                                  *self._privileges(a.name)) for a in m.params]
+        tensors = [
+            P.GlobalTensor(
+                a.name, a.dtype, tuple(cexpr(self.k(s)) for s in a.shape), *self._privileges(a.name)
+            )
+            for a in m.params
+        ]
         consumers = 1
         for o in walk_ops(m.body):
             for d in getattr(o, "dims", ()):
@@ -219,33 +237,55 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         for t in trips[1:]:
             steps = N.ibin("+", steps, t)
         plan = P.KernelPlan(
-            name=m.name, tensors=tensors, sizes=list(m.scalars), floats=list(m.floats),
-            size_aliases=dict(m.size_aliases), grid=[self.k(g) for g in grid],
-            grid_exprs=[self._sized(g) for g in grid], trip_expr=self._sized(steps), host_loop=self.host_var,
-            raster=inst.raster or 16, persistent=bool(inst.persistent), consumers=consumers,
-            stages=stages, trips=[self.k(t) for t in trips], maps=[], buffers=[], loads=[],
-            fragments=[], producer_registers=inst.producer_registers or 40,
+            name=m.name,
+            tensors=tensors,
+            sizes=list(m.scalars),
+            floats=list(m.floats),
+            size_aliases=dict(m.size_aliases),
+            grid=[self.k(g) for g in grid],
+            grid_exprs=[self._sized(g) for g in grid],
+            trip_expr=self._sized(steps),
+            host_loop=self.host_var,
+            raster=inst.raster or 16,
+            persistent=bool(inst.persistent),
+            consumers=consumers,
+            stages=stages,
+            trips=[self.k(t) for t in trips],
+            maps=[],
+            buffers=[],
+            loads=[],
+            fragments=[],
+            producer_registers=inst.producer_registers or 40,
             consumer_registers=inst.consumer_registers or (240 if consumers == 1 else 232),
             mma_in_flight=1 if inst.mma_in_flight is None else inst.mma_in_flight,
-            warpspecialize=ws)
+            warpspecialize=ws,
+        )
         if stages < 2:
             _refuse("`pipeline:` below 2 (one stage cannot overlap copies with wgmma)")
         if not 0 <= plan.mma_in_flight < stages:
-            _refuse(f"`mma_in_flight: {plan.mma_in_flight}` with {stages} stages: a stage stays "
-                    "read while its wgmma group is in flight, so it must be below `pipeline:`")
+            _refuse(
+                f"`mma_in_flight: {plan.mma_in_flight}` with {stages} stages: a stage stays "
+                "read while its wgmma group is in flight, so it must be below `pipeline:`"
+            )
         if not ws and len(loops) > 1:
-            _refuse("more than one main loop without warp specialization (the issuer thread runs one "
-                    "loop's loads ahead); map the block with `warpspecialize: true`")
+            _refuse(
+                "more than one main loop without warp specialization (the issuer thread runs one "
+                "loop's loads ahead); map the block with `warpspecialize: true`"
+            )
         if not ws and plan.mma_in_flight > 1:
-            _refuse("`mma_in_flight` above 1 without warp specialization (thread 0 refills the stage "
-                    "of the previous step)")
+            _refuse(
+                "`mma_in_flight` above 1 without warp specialization (thread 0 refills the stage "
+                "of the previous step)"
+            )
         if not ws and any(isinstance(o, S.Turn) for o in walk_ops(m.body)):
             # the IR's turns and the concurrent interpreter do not see the issuer's loads, which
             # the backend moves into a consumer warpgroup (found hanging on an H100)
-            _refuse("`pingpong` without warp specialization: the issuer thread, in a consumer warpgroup, "
-                    "loads STAGES - 1 steps ahead and waits there for the other warpgroup to release a "
-                    "stage, while its warpgroup holds the turn that the other one waits for (a deadlock); "
-                    "map the block with `warpspecialize: true`, or drop `pingpong`")
+            _refuse(
+                "`pingpong` without warp specialization: the issuer thread, in a consumer warpgroup, "
+                "loads STAGES - 1 steps ahead and waits there for the other warpgroup to release a "
+                "stage, while its warpgroup holds the turn that the other one waits for (a deadlock); "
+                "map the block with `warpspecialize: true`, or drop `pingpong`"
+            )
         regs = m.resources.register_budget if m.resources is not None else None
         if regs is not None:
             plan.producer_registers, plan.consumer_registers = regs
@@ -255,9 +295,9 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         self._barriers(plan, body)
         smem = m.resources.smem if m.resources is not None else {}
         at = [body.index(x) for x in loops] + [len(body)]
-        sections = [("before", 0, body[:at[0]])]
+        sections = [("before", 0, body[: at[0]])]
         for n, x in enumerate(loops):
-            sections += [("loop", n, list(x.body.ops)), ("after", n, body[at[n] + 1:at[n + 1]])]
+            sections += [("loop", n, list(x.body.ops)), ("after", n, body[at[n] + 1 : at[n + 1]])]
         for code in (plan.producer, plan.consumer):
             code.loops, code.afters = [[] for _ in loops], [[] for _ in loops]
         roles = m.role_map()
@@ -266,8 +306,11 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             for o in ops:
                 if isinstance(o, N.For):
                     _refuse("a sequential loop inside the main loop")
-                role = o.role if isinstance(o, SYNC_OPS) and hasattr(o, "role") else \
-                    roles.get(getattr(o, "ev", ""), "consumer")
+                role = (
+                    o.role
+                    if isinstance(o, SYNC_OPS) and hasattr(o, "role")
+                    else roles.get(getattr(o, "ev", ""), "consumer")
+                )
                 ahead = not ws and sec == "loop" and role != "producer" and self._issues_loads(o)
                 self.kname = "kn" if ahead else "kb"
                 self.role = "producer" if role == "producer" else "consumer"
@@ -281,7 +324,11 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                     plan.issue_ahead.append(replace(st, who=None) if isinstance(st, P.Sync) else st)
                 else:
                     code = plan.producer if role == "producer" else plan.consumer
-                    (code.before if sec == "before" else (code.loops if sec == "loop" else code.afters)[n]).append(st)
+                    (
+                        code.before
+                        if sec == "before"
+                        else (code.loops if sec == "loop" else code.afters)[n]
+                    ).append(st)
         self.lp, self.kvar, self.loop_no, self.section = lp, lp.var, 0, "loop"
         plan.ring_extra = [x.ring_extra for x in loops]
         for code in (plan.consumer, plan.producer):
@@ -290,8 +337,11 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             code.afters = [fold_zero_fills(x) for x in code.afters]
         if getattr(self, "_pending_stage", None) is not None:
             _refuse("a register fragment copied into shared memory that is never stored")
-        if not any(isinstance(st, P.Load) for sec in (*plan.producer.loops, *plan.consumer.loops, plan.issue_ahead)
-                   for st in sec):
+        if not any(
+            isinstance(st, P.Load)
+            for sec in (*plan.producer.loops, *plan.consumer.loops, plan.issue_ahead)
+            for st in sec
+        ):
             _refuse("no GLOBAL->SHARED copies in the main loop")
         if plan.persistent:
             try:
@@ -300,17 +350,25 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             except ValueError as e:
                 _refuse(str(e))
         if plan.persistent and any(static(x.hi) is not None for x in loops):
-            _refuse("a persistent block whose main loop has a static trip count: its pipeline positions "
-                    "after the loop are folded to constants, which are wrong from the block's second tile "
-                    "on; map the block with `persistent: false`")
+            _refuse(
+                "a persistent block whose main loop has a static trip count: its pipeline positions "
+                "after the loop are folded to constants, which are wrong from the block's second tile "
+                "on; map the block with `persistent: false`"
+            )
         if m.resources is not None and m.resources.war and plan.persistent:
             # the next tile rewrites shared bytes only through a copy that waits on its tile
             # channel's empty mbarrier (resource allocation shares only such a copy's bytes)
-            reloaded = {self.sym.root(self.sym.events[ev].dst) for b in self._mbarriers(body)
-                        if b.kind == "empty" and b.stages == 1 and not b.same_tile for ev in b.channel}
+            reloaded = {
+                self.sym.root(self.sym.events[ev].dst)
+                for b in self._mbarriers(body)
+                if b.kind == "empty" and b.stages == 1 and not b.same_tile
+                for ev in b.channel
+            }
             if any(not set(pair) & reloaded for pair in m.resources.war):
-                _refuse("shared tensors that share bytes in a persistent kernel, neither of them "
-                        "loaded once per tile on an empty mbarrier")
+                _refuse(
+                    "shared tensors that share bytes in a persistent kernel, neither of them "
+                    "loaded once per tile on an empty mbarrier"
+                )
         guard_dead_row_sums(plan)
         defer_row_sums(plan)
         plan.requires = self._requires(plan)
@@ -324,15 +382,27 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         self.bar_kind = {}
         self.tile_bars = S.once_per_tile(N.Block(tuple(body), ()))  # one phase per tile: `^ tphase`
         for b in self._mbarriers(body):
-            plan.barriers.append(P.Barrier(b.name, b.kind, b.stages, b.count, off,
-                                           "channel of " + ", ".join(self.en(e) for e in b.channel)))
+            plan.barriers.append(
+                P.Barrier(
+                    b.name,
+                    b.kind,
+                    b.stages,
+                    b.count,
+                    off,
+                    "channel of " + ", ".join(self.en(e) for e in b.channel),
+                )
+            )
             self.bar_kind[b.name] = b.kind
             off += 8 * b.stages
 
     @staticmethod
     def _mbarriers(body: list) -> list:
-        return [o for b in body for o in ([b] if not isinstance(b, N.For) else b.body.ops)
-                if isinstance(o, S.MBarrier)]
+        return [
+            o
+            for b in body
+            for o in ([b] if not isinstance(b, N.For) else b.body.ops)
+            if isinstance(o, S.MBarrier)
+        ]
 
     def _issues_loads(self, o) -> bool:
         """A TMA load with the ops that start it (the wait for its stage, the expected bytes):
@@ -368,11 +438,17 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                 return st
             if o.fn in ROW_LEAVES or o.fn in ("fill", "copy") and self._is_row_vector(o.args[0]):
                 return self._row_op(plan, o, sec)
-            if sec != "loop" and leaf_of(o).asynchronous:  # a step peeled off the loop (software pipelining)
+            if (
+                sec != "loop" and leaf_of(o).asynchronous
+            ):  # a step peeled off the loop (software pipelining)
                 self._whole_warpgroups(o)
                 return self._mma(plan, o)
-            if sec != "loop" and o.fn == "copy" and self.sym.mem(o.args[1]) == "REGISTER" \
-                    and not self._is_vector(o.args[0]):
+            if (
+                sec != "loop"
+                and o.fn == "copy"
+                and self.sym.mem(o.args[1]) == "REGISTER"
+                and not self._is_vector(o.args[0])
+            ):
                 return self._simt_loop(plan, o)
             if sec != "loop":
                 return self._simt(plan, o, sec == "before", smem)
@@ -389,18 +465,24 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
 
     def _fragment(self, plan: P.KernelPlan, v: N.View) -> P.Fragment:
         if not isinstance(v, N.TRef) or self.sym.allocs[v.name].mem != "REGISTER":
-            _refuse(f"{fmt_view(v) if isinstance(v, (N.TRef, N.Piece)) else v} is not a register fragment")
+            _refuse(
+                f"{fmt_view(v) if isinstance(v, (N.TRef, N.Piece)) else v} is not a register fragment"
+            )
         a = self.sym.allocs[v.name]
         for f in plan.fragments:
             if f.name == a.name:
                 return f
         _, _, _, mmas = self.origin(a.layout) if a.layout is not None else (None, None, None, [])
         if not mmas or mmas[0][0].params[1] != "WARP" or mmas[0][0].params[2] not in ("A", "C"):
-            _refuse(f"register tensor %{a.name} is not laid out by partition_by_mma(..., WARP, \"C\")")
+            _refuse(
+                f'register tensor %{a.name} is not laid out by partition_by_mma(..., WARP, "C")'
+            )
         rows, cols = self.shape2(mmas[0][0].base)
         if a.dtype != "f32" and (a.dtype not in ("f16", "bf16") or cols % 16):
-            _refuse(f"register tensor %{a.name}: a {a.dtype} fragment (registers hold f32 accumulators, "
-                    "or f16/bf16 wgmma A operands of whole k16 steps)")
+            _refuse(
+                f"register tensor %{a.name}: a {a.dtype} fragment (registers hold f32 accumulators, "
+                "or f16/bf16 wgmma A operands of whole k16 steps)"
+            )
         f = P.Fragment(a.name, rows, cols, a.dtype)
         plan.fragments.append(f)
         return f
@@ -413,8 +495,11 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                 v = self.sym.parts[v.partition].base
                 continue
             lay = self.sym.allocs[v.name].layout if isinstance(v, N.TRef) else None
-            if isinstance(lay, N.Piece) and self.sym.parts[lay.partition].kind == "mma" \
-                    and self.sym.mem(lay) == self.sym.allocs[v.name].mem:
+            if (
+                isinstance(lay, N.Piece)
+                and self.sym.parts[lay.partition].kind == "mma"
+                and self.sym.mem(lay) == self.sym.allocs[v.name].mem
+            ):
                 v = lay
                 continue
             return v
@@ -424,8 +509,10 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         f = self._fragment(plan, c)
         atom = lookup_atom(at.name)
         if atom.n != f.cols:
-            _refuse(f"{at.name} on a {f.rows}x{f.cols} accumulator: this backend needs the atom's N "
-                    "to equal the warpgroup tile's columns")
+            _refuse(
+                f"{at.name} on a {f.rows}x{f.cols} accumulator: this backend needs the atom's N "
+                "to equal the warpgroup tile's columns"
+            )
         b = self._wg_tile(b)
         bbuf, borg = self._buffer(plan, b, {})
         kmajor = o.fn == "warpgroup_mma_bt"  # B stored N x K: its rows are the product's columns
@@ -435,22 +522,45 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         bk = self._b_kmajor(bbuf, borg, kb) if kmajor else {}
         if self.sym.mem(a) == "REGISTER":
             fa = self._fragment(plan, a)
-            if fa.dtype not in ("f16", "bf16") or fa.rows != f.rows or fa.cols != kb or nb != f.cols:
-                _refuse(f"wgmma operand shapes {fa.rows}x{fa.cols} {fa.dtype} (registers) x {kb}x{nb} do not "
-                        f"match the {f.rows}x{f.cols} accumulator")
+            if (
+                fa.dtype not in ("f16", "bf16")
+                or fa.rows != f.rows
+                or fa.cols != kb
+                or nb != f.cols
+            ):
+                _refuse(
+                    f"wgmma operand shapes {fa.rows}x{fa.cols} {fa.dtype} (registers) x {kb}x{nb} do not "
+                    f"match the {f.rows}x{f.cols} accumulator"
+                )
             if not kmajor and static(borg[-2]) != 0:
                 _refuse(_K_SUBTILE.format("B operand"))
             zero = N.IConst(0)
-            mm = P.Mma(self.en(o.ev), f.name, "", zero, bbuf.name, 0 if kmajor else self._b_chunk(bbuf, borg), kb,
-                       atom.n, fa.dtype, zero, self._stage(bbuf, borg), zero, a_frag=fa.name, **bk)
+            mm = P.Mma(
+                self.en(o.ev),
+                f.name,
+                "",
+                zero,
+                bbuf.name,
+                0 if kmajor else self._b_chunk(bbuf, borg),
+                kb,
+                atom.n,
+                fa.dtype,
+                zero,
+                self._stage(bbuf, borg),
+                zero,
+                a_frag=fa.name,
+                **bk,
+            )
             plan.body.append(mm)
             return mm
         a = self._wg_tile(a)
         abuf, aorg = self._buffer(plan, a, {})
         ma, ka = self.shape2(a)
         if ka != kb or nb != f.cols or ma != f.rows:
-            _refuse(f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
-                    f"{f.rows}x{f.cols} accumulator")
+            _refuse(
+                f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
+                f"{f.rows}x{f.cols} accumulator"
+            )
         if (not kmajor and static(borg[-2]) != 0) or (static(aorg[-1]) != 0 and abuf.stages > 1):
             _refuse(_K_SUBTILE.format("operand"))
         if ka % 16:
@@ -459,8 +569,21 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         a_row = self.k(aorg[-2])
         b_chunk = 0 if kmajor else self._b_chunk(bbuf, borg)
         dt = self.sym.allocs[abuf.name].dtype
-        mm = P.Mma(self.en(o.ev), f.name, abuf.name, a_row, bbuf.name, b_chunk, ka, atom.n,
-                   dt, self._stage(abuf, aorg), self._stage(bbuf, borg), a_col, **bk)
+        mm = P.Mma(
+            self.en(o.ev),
+            f.name,
+            abuf.name,
+            a_row,
+            bbuf.name,
+            b_chunk,
+            ka,
+            atom.n,
+            dt,
+            self._stage(abuf, aorg),
+            self._stage(bbuf, borg),
+            a_col,
+            **bk,
+        )
         plan.body.append(mm)
         return mm
 
@@ -470,10 +593,14 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         atom) and its first column (K; a k16 step of an unstaged tile, as for A)."""
         row = static(borg[-2])
         if row is None:
-            _refuse(f"a K-major wgmma B operand at a run-time row of %{bbuf.name}: its first row must be static")
+            _refuse(
+                f"a K-major wgmma B operand at a run-time row of %{bbuf.name}: its first row must be static"
+            )
         if row % 8:
-            _refuse(f"a K-major wgmma B operand at row {row} of %{bbuf.name}: it must start on an 8-row "
-                    "swizzle atom")
+            _refuse(
+                f"a K-major wgmma B operand at row {row} of %{bbuf.name}: it must start on an 8-row "
+                "swizzle atom"
+            )
         if static(borg[-1]) != 0 and bbuf.stages > 1:
             _refuse(_K_SUBTILE.format("operand"))
         if k % 16:
@@ -486,8 +613,10 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         a static chunk boundary)."""
         b_col = static(borg[-1])
         if b_col is None or b_col % bbuf.chunk_cols:
-            _refuse(f"B operand columns must start on a {bbuf.chunk_cols}-column boundary (a chunk of "
-                    f"the {bbuf.swizzle}-byte-swizzled %{bbuf.name})")
+            _refuse(
+                f"B operand columns must start on a {bbuf.chunk_cols}-column boundary (a chunk of "
+                f"the {bbuf.swizzle}-byte-swizzled %{bbuf.name})"
+            )
         return b_col // bbuf.chunk_cols
 
     def _k_slice(self, buf: P.StageBuffer, col: N.IExpr, k: int) -> N.IExpr:
@@ -499,16 +628,22 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             return N.IConst(0)
         lp = self.lp
         lo, hi = (static(lp.lo), static(lp.hi)) if lp is not None else (None, None)
-        for step in range(lo, hi) if lo is not None and hi is not None and hi - lo <= 1 << 16 else (None,):
+        for step in (
+            range(lo, hi) if lo is not None and hi is not None and hi - lo <= 1 << 16 else (None,)
+        ):
             try:
                 c0 = evaluate(col, {lp.var: step} if step is not None else {}, self.lets)
             except (KeyError, ZeroDivisionError):
-                _refuse(f"a K-major wgmma operand at column {cexpr(self.k(col))} of %{buf.name}: a K slice of a shared "
-                        "tile needs a column that depends only on the main loop's variable, over a "
-                        "static trip count")
+                _refuse(
+                    f"a K-major wgmma operand at column {cexpr(self.k(col))} of %{buf.name}: a K slice of a shared "
+                    "tile needs a column that depends only on the main loop's variable, over a "
+                    "static trip count"
+                )
             if not isinstance(c0, int) or c0 % 16 or not 0 <= c0 <= buf.cols - k:
-                _refuse(f"a K-major wgmma operand at column {c0} (step {step}) of the {buf.cols}-column "
-                        f"%{buf.name}: a {k}-column K slice must start on a multiple of 16 inside the tile")
+                _refuse(
+                    f"a K-major wgmma operand at column {c0} (step {step}) of the {buf.cols}-column "
+                    f"%{buf.name}: a {k}-column K slice must start on a multiple of 16 inside the tile"
+                )
         return self.k(col)
 
     @staticmethod
@@ -517,8 +652,10 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         layouts and the wgmma instruction assume 4 warps of 32 threads)."""
         inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in ("WARP", "THREAD")]
         if inner != [("WARP", 4), ("THREAD", 32)]:
-            _refuse(f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; the backend "
-                    "needs all 4 warps x 32 threads")
+            _refuse(
+                f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; the backend "
+                "needs all 4 warps x 32 threads"
+            )
 
     def _simt(self, plan: P.KernelPlan, o: N.Call, before: bool, smem):
         if o.args and self._is_vector(o.args[0]):
@@ -549,10 +686,13 @@ def cuda_lowering(m: N.Module) -> N.Module:
     try:
         plan = _Lower(m).run()
     except _Refuse as r:
-        raise CypressError(REFUSAL_CODE, f"the CUDA backend cannot lower this program yet: {r}",
-                           (m.target or Target.default(m.name)).loc,
-                           hint="the IR passes and `cypressc explain` still work; see docs/language.md "
-                           "for the kernel shapes the backend generates") from None
+        raise CypressError(
+            REFUSAL_CODE,
+            f"the CUDA backend cannot lower this program yet: {r}",
+            (m.target or Target.default(m.name)).loc,
+            hint="the IR passes and `cypressc explain` still work; see docs/language.md "
+            "for the kernel shapes the backend generates",
+        ) from None
     return replace(m, kernel=plan)
 
 

@@ -26,7 +26,9 @@ class KernelInterface:
 
     def _mentions(self, e: N.IExpr, var: str) -> bool:
         """Whether ``e`` depends on ``var``, through Lets too."""
-        return any(n == var or (n in self.lets and self._mentions(self.lets[n], var)) for n in free_vars(e))
+        return any(
+            n == var or (n in self.lets and self._mentions(self.lets[n], var)) for n in free_vars(e)
+        )
 
     def _when(self, root: str) -> N.IExpr | None:
         """The condition writes of ``root`` are kept under (a last-iteration write: the block's
@@ -52,13 +54,21 @@ class KernelInterface:
         reads: set[str] = set()
         writes: dict[str, list[N.View]] = {}
         for o in walk_ops(hl.body):
-            for e in [getattr(o, "lo", None), getattr(o, "hi", None),
-                      *(d.extent for d in getattr(o, "dims", ())),
-                      *(getattr(o, "shape", ()) or ()),
-                      *(x for x in (getattr(o, "params", ()) if isinstance(o, N.Partition) else ())
-                        if isinstance(x, (N.IConst, N.IVar, N.IBin, N.IProc)))]:
+            for e in [
+                getattr(o, "lo", None),
+                getattr(o, "hi", None),
+                *(d.extent for d in getattr(o, "dims", ())),
+                *(getattr(o, "shape", ()) or ()),
+                *(
+                    x
+                    for x in (getattr(o, "params", ()) if isinstance(o, N.Partition) else ())
+                    if isinstance(x, (N.IConst, N.IVar, N.IBin, N.IProc))
+                ),
+            ]:
                 if e is not None and self._mentions(e, j):
-                    _refuse(f"a loop bound, shape or tile size inside the HOST loop over {j} depends on {j}")
+                    _refuse(
+                        f"a loop bound, shape or tile size inside the HOST loop over {j} depends on {j}"
+                    )
             for v, r, w in views_of(o):
                 root = self.sym.root(v)
                 if root not in params:
@@ -69,10 +79,14 @@ class KernelInterface:
                     writes.setdefault(root, []).append(v)
         both = sorted(reads & set(writes))
         if both:
-            _refuse(f"iterations of the HOST loop over {j} read {', '.join(both)}, which iterations "
-                    "write: they cannot run as parallel blocks")
+            _refuse(
+                f"iterations of the HOST loop over {j} read {', '.join(both)}, which iterations "
+                "write: they cannot run as parallel blocks"
+            )
         for root, views in writes.items():
-            dep = [any(self._mentions(i, j) for p in self.sym.chain(v) for i in p.idx) for v in views]
+            dep = [
+                any(self._mentions(i, j) for p in self.sym.chain(v) for i in p.idx) for v in views
+            ]
             if not any(dep):
                 self.last_only.add(root)
                 continue
@@ -84,26 +98,92 @@ class KernelInterface:
                         if isinstance(i, N.IVar) and i.name == j and part.kind == "blocks":
                             ok = True
                         elif self._mentions(i, j):
-                            _refuse(f"{fmt_view(v)} indexes with an expression of {j}; "
-                                    f"iterations of the HOST loop must write disjoint pieces P[.., {j}, ..]")
+                            _refuse(
+                                f"{fmt_view(v)} indexes with an expression of {j}; "
+                                f"iterations of the HOST loop must write disjoint pieces P[.., {j}, ..]"
+                            )
                 if not (d and ok):
-                    _refuse(f"%{root} is written both at pieces that depend on {j} and at pieces that "
-                            "do not")
+                    _refuse(
+                        f"%{root} is written both at pieces that depend on {j} and at pieces that "
+                        "do not"
+                    )
         self.host_var, self.host_lo = j, hl.lo
         return list(hl.body.ops)
 
-    RESERVED = {"s", "t", "r", "c", "a", "b", "e", "i", "j", "kb", "kk", "kn", "cw", "wg", "ls", "dev",
-                "grid", "sms", "full", "empty", "kbase", "it", "stage", "istage", "iphase", "smem", "smem_raw", "phase", "lphase", "prev_s", "leader",
-                "issuer", "num_k", "num_tiles", "tiles", "stage_c", "box", "rc", "da", "db", "per", "u",
-                "v", "p", "h", "group", "first", "rows", "stream", "cdiv", "min", "max", "tw", "rr", "STAGES", "CONSUMERS",
-                "THREADS", "RASTER", "STAGE_TX", "SMEM_BYTES"}
+    RESERVED = {
+        "s",
+        "t",
+        "r",
+        "c",
+        "a",
+        "b",
+        "e",
+        "i",
+        "j",
+        "kb",
+        "kk",
+        "kn",
+        "cw",
+        "wg",
+        "ls",
+        "dev",
+        "grid",
+        "sms",
+        "full",
+        "empty",
+        "kbase",
+        "it",
+        "stage",
+        "istage",
+        "iphase",
+        "smem",
+        "smem_raw",
+        "phase",
+        "lphase",
+        "prev_s",
+        "leader",
+        "issuer",
+        "num_k",
+        "num_tiles",
+        "tiles",
+        "stage_c",
+        "box",
+        "rc",
+        "da",
+        "db",
+        "per",
+        "u",
+        "v",
+        "p",
+        "h",
+        "group",
+        "first",
+        "rows",
+        "stream",
+        "cdiv",
+        "min",
+        "max",
+        "tw",
+        "rr",
+        "STAGES",
+        "CONSUMERS",
+        "THREADS",
+        "RASTER",
+        "STAGE_TX",
+        "SMEM_BYTES",
+    }
 
     def _check_names(self, plan: P.KernelPlan) -> None:
         """Size, float and tensor names become C++ identifiers next to the kernel's own locals."""
         for name in [*plan.sizes, *plan.floats, *(t.name for t in plan.tensors)]:
-            if name in self.RESERVED or re.fullmatch(r"b\d+|tiles\d*|(num_k|stage|phase|kbase)_\d+", name) \
-                    or name.startswith(("tm_", "s_")):
-                _refuse(f"the name '{name}' clashes with an identifier of the generated kernel; rename it")
+            if (
+                name in self.RESERVED
+                or re.fullmatch(r"b\d+|tiles\d*|(num_k|stage|phase|kbase)_\d+", name)
+                or name.startswith(("tm_", "s_"))
+            ):
+                _refuse(
+                    f"the name '{name}' clashes with an identifier of the generated kernel; rename it"
+                )
 
     # -- expressions over the sizes: what the launcher, the runtime and the tuner evaluate --
     def _sized(self, e: N.IExpr) -> N.IExpr:
@@ -134,19 +214,38 @@ class KernelInterface:
             inner = shapes[t.name][-1]
             if t.name in plan.pointer_reads:  # loaded element by element, never by TMA
                 continue
-            if t.reads or any(isinstance(s, P.TmaStore) and s.map.startswith(f"tm_{t.name}_")
-                              for s in plan.epilogue):
-                reqs.append(self._require(N.IBin("%", inner, N.IConst(8)), "==", zero,
-                                          f"the innermost extent of {t.name} ({t.dims[-1]}) must be a "
-                                          "multiple of 8: TMA needs 16-byte row strides"))
+            if t.reads or any(
+                isinstance(s, P.TmaStore) and s.map.startswith(f"tm_{t.name}_")
+                for s in plan.epilogue
+            ):
+                reqs.append(
+                    self._require(
+                        N.IBin("%", inner, N.IConst(8)),
+                        "==",
+                        zero,
+                        f"the innermost extent of {t.name} ({t.dims[-1]}) must be a "
+                        "multiple of 8: TMA needs 16-byte row strides",
+                    )
+                )
             elif t.writes and t.dtype in ("f16", "bf16"):
-                reqs.append(self._require(N.IBin("%", inner, N.IConst(2)), "==", zero,
-                                          f"the innermost extent of {t.name} ({t.dims[-1]}) must be even"))
+                reqs.append(
+                    self._require(
+                        N.IBin("%", inner, N.IConst(2)),
+                        "==",
+                        zero,
+                        f"the innermost extent of {t.name} ({t.dims[-1]}) must be even",
+                    )
+                )
             if t.reads:
                 for d in dict.fromkeys(x for x in shapes[t.name] if x not in out_dims):
                     r = self._require(d, ">", zero, "")
-                    reqs.append(replace(r, why=f"{t.name} is read through TMA, which needs a non-empty "
-                                               f"tensor ({r.c})"))
+                    reqs.append(
+                        replace(
+                            r,
+                            why=f"{t.name} is read through TMA, which needs a non-empty "
+                            f"tensor ({r.c})",
+                        )
+                    )
         reqs += self._exact_divisions(plan) + self._covered(plan)
         return list(dict.fromkeys(reqs))
 
@@ -162,8 +261,13 @@ class KernelInterface:
                 visit(e.b)
                 if e.op == "/" and free_vars(e) and free_vars(e) <= sizes:
                     r = self._require(N.IBin("%", e.a, e.b), "==", N.IConst(0), "")
-                    out.append(replace(r, why=f"{cexpr(e)} is the program's exact division: {cexpr(e.a)} "
-                                              f"must be a multiple of {cexpr(e.b)}"))
+                    out.append(
+                        replace(
+                            r,
+                            why=f"{cexpr(e)} is the program's exact division: {cexpr(e.a)} "
+                            f"must be a multiple of {cexpr(e.b)}",
+                        )
+                    )
 
         for o in walk_ops(self.m.body):
             for e in exprs_of(o):
@@ -202,9 +306,14 @@ class KernelInterface:
                 continue  # a static extent: the block checks (E049) cover it
             bound = N.ibin("*", N.IConst(max(idx) + 1), block)
             r = self._require(extent, "<=", bound, "")
-            out.append(replace(r, why=f"{self.sym.root(part.base)} is written in block(s) {sorted(idx)} of "
-                                      f"{cexpr(block)} along dimension {d} only: {cexpr(self._sized(extent))} must be "
-                                      f"at most {cexpr(bound)}"))
+            out.append(
+                replace(
+                    r,
+                    why=f"{self.sym.root(part.base)} is written in block(s) {sorted(idx)} of "
+                    f"{cexpr(block)} along dimension {d} only: {cexpr(self._sized(extent))} must be "
+                    f"at most {cexpr(bound)}",
+                )
+            )
         return out
 
     def _flops(self, plan: P.KernelPlan) -> N.IExpr:
@@ -213,7 +322,9 @@ class KernelInterface:
         multiply); a wgmma with a shared operand no load fills (a constant table the threads
         write, such as the ones of a row sum) is not counted.  The double constant first keeps
         every product floating, as in C."""
-        src = {ld.buffer: next(m.tensor for m in plan.maps if m.name == ld.map) for ld in plan.loads}
+        src = {
+            ld.buffer: next(m.tensor for m in plan.maps if m.name == ld.map) for ld in plan.loads
+        }
         shapes = {a.name: a.shape for a in self.m.params}
         total: N.IExpr | None = None
         # a register-sourced A (a converted accumulator) has the rows of the block's other products
@@ -245,8 +356,11 @@ class KernelInterface:
     def _access(self, name: str, writes: bool) -> bool:
         """Whether any copy or leaf reads (or writes) global tensor ``name``, by the
         leaf functions' operand rules."""
-        return any(self.sym.root(v) == name and (w if writes else r)
-                   for o in walk_ops(self.m.body) for v, r, w in views_of(o))
+        return any(
+            self.sym.root(v) == name and (w if writes else r)
+            for o in walk_ops(self.m.body)
+            for v, r, w in views_of(o)
+        )
 
     def _privileges(self, name: str) -> tuple[bool, bool]:
         """(reads, writes) of a kernel parameter.  A parameter no operation touches (a program

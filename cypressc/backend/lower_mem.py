@@ -36,13 +36,19 @@ class MemoryLowering:
             rows, cols = shape[-2], shape[-1]
             sw = P.swizzle_for(cols)
             if sw is None:
-                _refuse(f"shared tile %{root} has {cols} columns ({2 * cols}-byte rows); TMA and wgmma "
-                        "swizzle rows of 128, 64 or 32 bytes, so a tile needs a multiple of 16 columns "
-                        "(16-bit elements)")
+                _refuse(
+                    f"shared tile %{root} has {cols} columns ({2 * cols}-byte rows); TMA and wgmma "
+                    "swizzle rows of 128, 64 or 32 bytes, so a tile needs a multiple of 16 columns "
+                    "(16-bit elements)"
+                )
             if rows % 8:
-                _refuse(f"shared tile %{root} has {rows} rows; swizzled tiles are whole 8-row atoms")
+                _refuse(
+                    f"shared tile %{root} has {rows} rows; swizzled tiles are whole 8-row atoms"
+                )
             st = shape[0] if len(shape) == 3 else 1
-            existing[root] = P.StageBuffer(root, a.dtype, rows, cols, st, smem.get(root, (0, 0, 1))[0], sw)
+            existing[root] = P.StageBuffer(
+                root, a.dtype, rows, cols, st, smem.get(root, (0, 0, 1))[0], sw
+            )
             plan.buffers.append(existing[root])
         return existing[root], org
 
@@ -79,7 +85,9 @@ class MemoryLowering:
         if len(kept) != 2:
             _refuse(f"{fmt_view(o.src)} is not a 2-D tile")
         if kept != [len(keep) - 2, len(keep) - 1]:
-            _refuse(f"{fmt_view(o.src)}: a TMA tile must span the two innermost dimensions of %{root}")
+            _refuse(
+                f"{fmt_view(o.src)}: a TMA tile must span the two innermost dimensions of %{root}"
+            )
         if buf.rows > 256:
             _refuse(f"a {buf.rows}-row shared tile: one TMA box spans at most 256 rows")
         batch = self._batch(root, org, keep)
@@ -89,8 +97,16 @@ class MemoryLowering:
         tmap = f"tm_{root}_{buf.rows}x{buf.chunk_cols}"
         if tmap not in {t.name for t in plan.maps}:
             plan.maps.append(P.TmaMap(tmap, root, tuple(box), buf.swizzle))
-        ld = P.Load(self.en(o.ev), tmap, buf.name, coords, buf.chunks,
-                    self._stage(buf, dorg), o.bar.bar, self.pos(o.bar.stage))
+        ld = P.Load(
+            self.en(o.ev),
+            tmap,
+            buf.name,
+            coords,
+            buf.chunks,
+            self._stage(buf, dorg),
+            o.bar.bar,
+            self.pos(o.bar.stage),
+        )
         plan.loads.append(ld)
         return ld
 
@@ -101,12 +117,16 @@ class MemoryLowering:
         root, _, _, mmas = self.origin(o.args[1])
         dt = self.sym.allocs[root].dtype
         if not mmas or dt not in ("f16", "bf16"):
-            _refuse(f"copy of a register fragment into {fmt_view(o.args[1])}: the backend stages "
-                    "16-bit tiles laid out like the fragment")
+            _refuse(
+                f"copy of a register fragment into {fmt_view(o.args[1])}: the backend stages "
+                "16-bit tiles laid out like the fragment"
+            )
         if f.cols % 64:  # emit_stmt writes and TMA-stores 64 x 64 boxes (128-byte swizzled rows)
-            _refuse(f"a staged epilogue tile of {f.cols} columns ({fmt_view(o.args[1])}): the backend stages "
-                    "boxes of 64 columns; make the tile's columns a multiple of 64, or store it from "
-                    "registers (GLOBAL instead of SHARED in the mems of the store's instances)")
+            _refuse(
+                f"a staged epilogue tile of {f.cols} columns ({fmt_view(o.args[1])}): the backend stages "
+                "boxes of 64 columns; make the tile's columns a multiple of 64, or store it from "
+                "registers (GLOBAL instead of SHARED in the mems of the store's instances)"
+            )
         self._pending_stage = (o, f, root, dt)
         st = P.StageWrite(self.en(o.ev), f.name, root, smem.get(root, (0, 0, 1))[0], dt)
         plan.epilogue.append(st)
@@ -120,7 +140,9 @@ class MemoryLowering:
         if not dropped:
             return None
         if dropped != list(range(len(dropped))):
-            _refuse(f"%{root} is sliced along dimension(s) {dropped}; the backend slices leading dimensions")
+            _refuse(
+                f"%{root} is sliced along dimension(s) {dropped}; the backend slices leading dimensions"
+            )
         shape = self.sym.allocs[root].shape
         idx = org[0]
         for d in dropped[1:]:
@@ -133,8 +155,9 @@ class MemoryLowering:
         dst = o.args[1]
         root, org, keep, mmas = self.origin(dst)
         if not mmas:
-            _refuse(f"copy of a register fragment into {fmt_view(dst)}, which is not laid out "
-                    "like it")
+            _refuse(
+                f"copy of a register fragment into {fmt_view(dst)}, which is not laid out like it"
+            )
         kept = [d for d, k in enumerate(keep) if k]
         batch = self._batch(root, org, keep)
         row0, col0 = self.k(org[kept[0]]), self.k(org[kept[1]])
@@ -146,8 +169,7 @@ class MemoryLowering:
             _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
         if mem != "GLOBAL":
             _refuse(f"copy into {mem}")
-        st = P.StoreDirect(self.en(o.ev), f.name, root, row0, col0, batch, dt,
-                           self._when(root))
+        st = P.StoreDirect(self.en(o.ev), f.name, root, row0, col0, batch, dt, self._when(root))
         plan.epilogue.append(st)
         return st
 
@@ -171,8 +193,16 @@ class MemoryLowering:
         if tmap not in {t.name for t in plan.maps}:
             plan.maps.append(P.TmaMap(tmap, root, (1,) * (batch is not None) + (64, 64)))
         off = smem.get(sroot, (0, 0, 1))[0]
-        st = P.TmaStore(self.en(o.ev), f.name, sroot, tmap, off, self.k(org[kept[0]]), self.k(org[kept[1]]),
-                        batch)
+        st = P.TmaStore(
+            self.en(o.ev),
+            f.name,
+            sroot,
+            tmap,
+            off,
+            self.k(org[kept[0]]),
+            self.k(org[kept[1]]),
+            batch,
+        )
         plan.epilogue.append(st)
         self._pending_stage = None
         return st

@@ -15,8 +15,18 @@ from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["RowLowering", "ROW_LEAVES"]
 
-ROW_LEAVES = frozenset({"warpgroup_row_max", "warpgroup_row_sum", "exp2_diff", "scale_rows", "div_rows",
-                        "mask_columns", "mask_causal", "row_log_sum_exp"})
+ROW_LEAVES = frozenset(
+    {
+        "warpgroup_row_max",
+        "warpgroup_row_sum",
+        "exp2_diff",
+        "scale_rows",
+        "div_rows",
+        "mask_columns",
+        "mask_causal",
+        "row_log_sum_exp",
+    }
+)
 """The leaves that only exist over accumulator rows (``fill``/``copy`` join them on a
 per-row vector)."""
 
@@ -38,8 +48,10 @@ class RowLowering:
         part = mmas[0][0]
         rows = static(self.sym.shape(part.base)[0])
         if part.params[1] != "WARP" or a.dtype != "f32" or rows is None or rows % 64:
-            _refuse(f"per-row vector %{a.name}: an f32 vector of a warpgroup's rows laid out by "
-                    "partition_by_mma(..., WARP, \"C\") (a multiple of 64 rows)")
+            _refuse(
+                f"per-row vector %{a.name}: an f32 vector of a warpgroup's rows laid out by "
+                'partition_by_mma(..., WARP, "C") (a multiple of 64 rows)'
+            )
         x = P.RowVector(a.name, rows)
         plan.row_vectors.append(x)
         return x
@@ -52,11 +64,19 @@ class RowLowering:
         a = self.sym.allocs[root]
         kept = [d for d, k in enumerate(keep) if k]
         if a.mem != "GLOBAL" or a.dtype != "f32" or not mmas or kept != [len(keep) - 1]:
-            _refuse(f"copy of the per-row vector %{rv.name} into {fmt_view(o.dst)}: the backend stores "
-                    "per-row vectors into the rows of a global f32 vector laid out like them "
-                    "(partition_by_mma(..., \"C\"))")
-        st = P.RowStore(self.en(o.ev), rv.name, root, self.k(org[-1]), self._batch(root, org, keep),
-                        self._when(root))
+            _refuse(
+                f"copy of the per-row vector %{rv.name} into {fmt_view(o.dst)}: the backend stores "
+                "per-row vectors into the rows of a global f32 vector laid out like them "
+                '(partition_by_mma(..., "C"))'
+            )
+        st = P.RowStore(
+            self.en(o.ev),
+            rv.name,
+            root,
+            self.k(org[-1]),
+            self._batch(root, org, keep),
+            self._when(root),
+        )
         plan.epilogue.append(st)
         return st
 
@@ -77,13 +97,19 @@ class RowLowering:
             elif isinstance(a, N.TRef) and self.sym.mem(a) == "REGISTER":
                 f = self._fragment(plan, a)
                 if f.dtype != "f32":
-                    _refuse(f"{o.fn}() on the {f.dtype} fragment %{f.name}: row leaves take f32 accumulators")
+                    _refuse(
+                        f"{o.fn}() on the {f.dtype} fragment %{f.name}: row leaves take f32 accumulators"
+                    )
                 args.append(("frag", f.name))
                 rows.add(f.rows)
             else:
-                _refuse(f"{o.fn}() on {fmt_view(a)}: row leaves take register per-row vectors and fragments")
+                _refuse(
+                    f"{o.fn}() on {fmt_view(a)}: row leaves take register per-row vectors and fragments"
+                )
         if len(rows) != 1:
-            _refuse(f"{o.fn}() over tiles of {sorted(rows)} rows: its operands must cover the same rows")
+            _refuse(
+                f"{o.fn}() over tiles of {sorted(rows)} rows: its operands must cover the same rows"
+            )
         if o.fn == "copy" and [k for k, _ in args] != ["row", "row"]:
             _refuse("copy between a per-row vector and a fragment")
         st = P.RowOp(self.en(o.ev), o.fn, tuple(args), rows.pop() // 64, value)

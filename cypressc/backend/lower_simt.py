@@ -31,11 +31,19 @@ class SimtLowering:
         if o.fn == "fill":
             return P.Fill(self.en(o.ev), f.name, self.k(o.args[1]))
         if self.sym.mem(o.args[1]) != "REGISTER":
-            _refuse(f"copy of register fragment %{f.name} into {fmt_view(o.args[1])} inside the main loop")
+            _refuse(
+                f"copy of register fragment %{f.name} into {fmt_view(o.args[1])} inside the main loop"
+            )
         g = self._fragment(plan, o.args[1])
-        if f.dtype != "f32" or g.dtype not in ("f16", "bf16") or (f.rows, f.cols) != (g.rows, g.cols):
-            _refuse(f"copy of the {f.rows}x{f.cols} {f.dtype} fragment %{f.name} into the {g.rows}x{g.cols} "
-                    f"{g.dtype} fragment %{g.name} (the backend converts f32 to a 16-bit fragment of one shape)")
+        if (
+            f.dtype != "f32"
+            or g.dtype not in ("f16", "bf16")
+            or (f.rows, f.cols) != (g.rows, g.cols)
+        ):
+            _refuse(
+                f"copy of the {f.rows}x{f.cols} {f.dtype} fragment %{f.name} into the {g.rows}x{g.cols} "
+                f"{g.dtype} fragment %{g.name} (the backend converts f32 to a 16-bit fragment of one shape)"
+            )
         return P.Convert(self.en(o.ev), f.name, g.name, g.dtype)
 
     def _is_vector(self, v) -> bool:
@@ -49,7 +57,9 @@ class SimtLowering:
         a = self.sym.allocs[v.name]
         n = static(a.shape[0])
         if n is None or not 1 <= n <= 64 or a.dtype != "f32":
-            _refuse(f"register vector %{a.name} must be f32 with 1 to 64 static elements per thread")
+            _refuse(
+                f"register vector %{a.name} must be f32 with 1 to 64 static elements per thread"
+            )
         for x in plan.vectors:
             if x.name == a.name:
                 return x
@@ -70,11 +80,19 @@ class SimtLowering:
         if [p for p, _ in inner] == ["WARP", "THREAD"] and inner[0][1] <= 4 and inner[1][1] <= 32:
             warp, lane = N.IBin("//", TW, N.IConst(32)), N.IBin("%", TW, N.IConst(32))
             self.thread_index = {"WARP": warp, "THREAD": lane}
-            conds = [N.IBin("<", x, N.IConst(n)) for x, (_, n), full in
-                     ((warp, inner[0], inner[0][1] == 4), (lane, inner[1], inner[1][1] == 32)) if not full]
+            conds = [
+                N.IBin("<", x, N.IConst(n))
+                for x, (_, n), full in (
+                    (warp, inner[0], inner[0][1] == 4),
+                    (lane, inner[1], inner[1][1] == 32),
+                )
+                if not full
+            ]
             return conds[0] if len(conds) == 1 else N.IBin("&&", *conds) if conds else ALL
-        _refuse(f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; SIMT code needs "
-                "up to 128 threads, or up to 4 warps of up to 32 threads")
+        _refuse(
+            f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; SIMT code needs "
+            "up to 128 threads, or up to 4 warps of up to 32 threads"
+        )
         return ALL
 
     def _row_sum(self, plan: P.KernelPlan, o: N.Call) -> P.RowSum:
@@ -90,15 +108,29 @@ class SimtLowering:
             rows, cols = self.shape2(a)
             col0 = static(org[-1])
             if buf.swizzle != 128:
-                _refuse(f"row_sum() of %{buf.name}, whose {buf.cols}-column rows are "
-                        f"{buf.swizzle}-byte-swizzled; row_sum reads 128-byte-swizzled stages (a "
-                        "multiple of 64 columns)")
+                _refuse(
+                    f"row_sum() of %{buf.name}, whose {buf.cols}-column rows are "
+                    f"{buf.swizzle}-byte-swizzled; row_sum reads 128-byte-swizzled stages (a "
+                    "multiple of 64 columns)"
+                )
             if col0 is None or col0 % 64 or cols % 64:
-                _refuse("row_sum() over columns that are not whole 64-column chunks of the stage tile")
+                _refuse(
+                    "row_sum() over columns that are not whole 64-column chunks of the stage tile"
+                )
             if rows != vec.n:
                 _refuse(f"row_sum() of {rows} row(s) per thread into {vec.n} element(s)")
-            rs = P.RowSum(self.en(o.ev), vec.name, buf.name, self.k(org[-2]), rows, col0, cols,
-                          self.sym.allocs[buf.name].dtype, active, self._stage(buf, org))
+            rs = P.RowSum(
+                self.en(o.ev),
+                vec.name,
+                buf.name,
+                self.k(org[-2]),
+                rows,
+                col0,
+                cols,
+                self.sym.allocs[buf.name].dtype,
+                active,
+                self._stage(buf, org),
+            )
             plan.simt_body.append(rs)
             return rs
         finally:
@@ -113,15 +145,26 @@ class SimtLowering:
         where = f"fill of {fmt_view(o.args[0])} before the main loop"
         dtype = self.sym.allocs[self.sym.root(o.args[0])].dtype
         if dtype not in ("f16", "bf16"):
-            _refuse(f"{where}: a shared tile of {dtype} (shared tiles are swizzled rows of 16-bit elements)")
+            _refuse(
+                f"{where}: a shared tile of {dtype} (shared tiles are swizzled rows of 16-bit elements)"
+            )
         active = self._threads(o)
         try:
             buf, org = self._buffer(plan, o.args[0], smem)
             if buf.stages > 1 or len(org) != 2:
                 _refuse(f"{where}: a pipelined (staged) shared tile")
             rows, cols = self.shape2(o.args[0])
-            return P.FillShared(self.en(o.ev), buf.name, self.k(org[0]), rows, self.k(org[1]), cols,
-                                self.k(o.args[1]), buf.dtype, active)
+            return P.FillShared(
+                self.en(o.ev),
+                buf.name,
+                self.k(org[0]),
+                rows,
+                self.k(org[1]),
+                cols,
+                self.k(o.args[1]),
+                buf.dtype,
+                active,
+            )
         finally:
             self.thread_index = {}
 
@@ -135,15 +178,22 @@ class SimtLowering:
                 root, org, keep, mmas = self.origin(o.args[1])
                 t = next((t for t in plan.tensors if t.name == root), None)
                 if t is None or mmas or len(org) != 1 or t.dtype != "f32":
-                    _refuse(f"copy of register vector %{vec.name} into {fmt_view(o.args[1])}: the "
-                            "backend stores vectors to 1-D f32 global tensors")
+                    _refuse(
+                        f"copy of register vector %{vec.name} into {fmt_view(o.args[1])}: the "
+                        "backend stores vectors to 1-D f32 global tensors"
+                    )
                 n = static(self.sym.shape(o.args[1])[0])
                 if n != vec.n:
                     _refuse(f"copy of {vec.n} element(s) into {n}")
-                plan.epilogue.append(P.StoreVector(self.en(o.ev), vec.name, root, self.k(org[0]), n,
-                                                   active, self._when(root)))
+                plan.epilogue.append(
+                    P.StoreVector(
+                        self.en(o.ev), vec.name, root, self.k(org[0]), n, active, self._when(root)
+                    )
+                )
             else:
-                _refuse(f"leaf {o.fn}() on a register vector {'before' if before else 'after'} the main loop")
+                _refuse(
+                    f"leaf {o.fn}() on a register vector {'before' if before else 'after'} the main loop"
+                )
             return plan.prologue[-1] if before else plan.epilogue[-1]
         finally:
             self.thread_index = {}
@@ -166,16 +216,20 @@ class SimtLowering:
             if mem == "REGISTER":
                 f = self._fragment(plan, a)
                 if f.dtype != "f32" or acc is not None and (f.rows, f.cols) != (acc.rows, acc.cols):
-                    _refuse(f"{o.fn}() on the {f.rows}x{f.cols} {f.dtype} fragment %{f.name}: external "
-                            "leaf functions take f32 register fragments of one shape")
+                    _refuse(
+                        f"{o.fn}() on the {f.rows}x{f.cols} {f.dtype} fragment %{f.name}: external "
+                        "leaf functions take f32 register fragments of one shape"
+                    )
                 acc = acc or f
                 args.append(P.ExtArg("frag", f.name))
                 continue
             root, org, _, mmas = self.origin(a)
             t = next((t for t in plan.tensors if t.name == root), None)
             if mem != "GLOBAL" or t is None or mmas or len(self.sym.shape(a)) != 1:
-                _refuse(f"{o.fn}() reads {fmt_view(a)} in {mem}: external leaf functions read register "
-                        "fragments and 1-D vectors in global memory")
+                _refuse(
+                    f"{o.fn}() reads {fmt_view(a)} in {mem}: external leaf functions read register "
+                    "fragments and 1-D vectors in global memory"
+                )
             args.append(P.ExtArg("vec", root, t.dtype, self.k(org[0]), t.dims[0]))
             vectors.append(a)
             plan.pointer_reads.add(root)
@@ -183,7 +237,9 @@ class SimtLowering:
             _refuse(f"{o.fn}() has no register fragment operand to run over")
         for a in vectors:
             if (n := static(self.sym.shape(a)[0])) != acc.cols:
-                _refuse(f"{o.fn}(): the per-column vector {fmt_view(a)} has {n} element(s), the "
-                        f"{acc.rows}x{acc.cols} fragment's tile {acc.cols} columns")
+                _refuse(
+                    f"{o.fn}(): the per-column vector {fmt_view(a)} has {n} element(s), the "
+                    f"{acc.rows}x{acc.cols} fragment's tile {acc.cols} columns"
+                )
         plan.headers[ext.header] = ext.header_path or ext.header
         return P.External(self.en(o.ev), o.fn, ext.cpp, ext.header, acc.name, tuple(args))

@@ -52,7 +52,9 @@ _ID = tuple[int, int]  # (st_dev, st_ino): a file's identity
 
 
 def _refuse(outdir: Path, why: str, hint: str = _HINT) -> CypressError:
-    return CypressError(REFUSED, f"refusing to replace {outdir}: {why}", Loc(str(outdir)), hint=hint)
+    return CypressError(
+        REFUSED, f"refusing to replace {outdir}: {why}", Loc(str(outdir)), hint=hint
+    )
 
 
 def _ident(st: os.stat_result) -> _ID:
@@ -136,16 +138,22 @@ def _check(outdir: Path, pfd: int) -> _Checked | None:
             to = f" (to {os.readlink(name, dir_fd=pfd)})"
         except OSError:  # no longer a link: it is being swapped
             to = ""
-        raise _refuse(outdir, f"it is a symbolic link{to}; cypressc never follows a link out of the "
-                      "output path", "pass -o the real directory, or a new one")
+        raise _refuse(
+            outdir,
+            f"it is a symbolic link{to}; cypressc never follows a link out of the output path",
+            "pass -o the real directory, or a new one",
+        )
     if not stat.S_ISDIR(st.st_mode):
         raise _refuse(outdir, "it is a file, not a directory")
     try:
         fd = os.open(name, DIR_FLAGS, dir_fd=pfd)
     except OSError as e:
         if e.errno == errno.ELOOP:  # became a link since the stat
-            raise _refuse(outdir, "it is a symbolic link; cypressc never follows a link out of the output "
-                          "path", "pass -o the real directory, or a new one") from None
+            raise _refuse(
+                outdir,
+                "it is a symbolic link; cypressc never follows a link out of the output path",
+                "pass -o the real directory, or a new one",
+            ) from None
         raise
     try:
         return _check_open(outdir, fd)
@@ -165,9 +173,13 @@ def _check_open(outdir: Path, fd: int) -> _Checked:
     if stamp is None:
         top = [rel for rel, _ in listing if "/" not in rel]
         shown = ", ".join(top[:4]) + (f", … ({len(top)} entries)" if len(top) > 4 else "")
-        raise _refuse(outdir, f"it is not empty ({shown}) and was not written by `cypressc build` "
-                      f"(no valid {STAMP})")
-    dirs_needed = {"/".join(f.split("/")[:i]) for f in stamp.files for i in range(1, f.count("/") + 1)}
+        raise _refuse(
+            outdir,
+            f"it is not empty ({shown}) and was not written by `cypressc build` (no valid {STAMP})",
+        )
+    dirs_needed = {
+        "/".join(f.split("/")[:i]) for f in stamp.files for i in range(1, f.count("/") + 1)
+    }
     checked = _Checked(ident, fd, stamp)
     for rel, st in listing:
         p = outdir / rel
@@ -184,16 +196,25 @@ def _check_open(outdir: Path, fd: int) -> _Checked:
             finally:
                 os.close(sub)
             if stat.S_ISLNK(st.st_mode) or data is None or sha256(data) != stamp.files[rel]:
-                raise _refuse(outdir, f"{rel} was changed after cypressc wrote it",
-                              f"move {p} away (or delete it) if the change is not needed, or pass -o "
-                              "another directory")
+                raise _refuse(
+                    outdir,
+                    f"{rel} was changed after cypressc wrote it",
+                    f"move {p} away (or delete it) if the change is not needed, or pass -o "
+                    "another directory",
+                )
         elif rel in stamp.products:
             if not stat.S_ISREG(st.st_mode) or not _starts_with_elf(fd, rel):
-                raise _refuse(outdir, f"{rel} is not the file `make` builds (an ELF executable or "
-                              "library)", f"move {p} away if it belongs to you, or pass -o another directory")
+                raise _refuse(
+                    outdir,
+                    f"{rel} is not the file `make` builds (an ELF executable or library)",
+                    f"move {p} away if it belongs to you, or pass -o another directory",
+                )
         else:
-            raise _refuse(outdir, f"{rel} was not written by cypressc",
-                          f"move {p} away if it belongs to you, or pass -o another directory")
+            raise _refuse(
+                outdir,
+                f"{rel} was not written by cypressc",
+                f"move {p} away if it belongs to you, or pass -o another directory",
+            )
         if not stat.S_ISDIR(st.st_mode):
             checked.entries[rel] = _ident(st)
     return checked
@@ -235,7 +256,9 @@ def _write_files(tfd: int, files: dict[str, bytes]) -> None:
                 nxt = os.open(part, DIR_FLAGS, dir_fd=dfd)
                 os.close(dfd)
                 dfd = nxt
-            fd = os.open(tail, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=dfd)
+            fd = os.open(
+                tail, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=dfd
+            )
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
         finally:
@@ -291,6 +314,7 @@ def _delete_checked(old: _Checked) -> bool:
     """Delete what was checked in the old build (through its descriptor, wherever it now is);
     True when it is now empty.  Entries that changed or appeared since are left."""
     for rel, ident in old.entries.items():
+
         def unlink_same(d: int, name: str, ident: _ID = ident) -> None:
             if _ident(os.stat(name, dir_fd=d, follow_symlinks=False)) == ident:
                 os.unlink(name, dir_fd=d)
@@ -302,8 +326,9 @@ def _delete_checked(old: _Checked) -> bool:
         return next(iter(it), None) is None
 
 
-def replace_build_dir(outdir: Path, files: dict[str, str], *, program: str, mapping: str,
-                      inputs: str, kernel: str) -> list[Path]:
+def replace_build_dir(
+    outdir: Path, files: dict[str, str], *, program: str, mapping: str, inputs: str, kernel: str
+) -> list[Path]:
     """Write a build into ``outdir`` atomically.
 
     ``files`` maps each file of the build (POSIX path relative to ``outdir``) to its text; the
@@ -324,14 +349,21 @@ def replace_build_dir(outdir: Path, files: dict[str, str], *, program: str, mapp
         what = e.strerror or str(e)
         hint = None
         if e.errno == errno.ENAMETOOLONG:
-            hint = ("the file system refuses a name that long (at most 255 bytes a component, "
-                    "4096 a path on Linux); pass -o a shorter path")
-        raise CypressError("E061", f"cannot write the build directory {outdir}: {what}", Loc(str(outdir)),
-                           hint=hint) from None
+            hint = (
+                "the file system refuses a name that long (at most 255 bytes a component, "
+                "4096 a path on Linux); pass -o a shorter path"
+            )
+        raise CypressError(
+            "E061",
+            f"cannot write the build directory {outdir}: {what}",
+            Loc(str(outdir)),
+            hint=hint,
+        ) from None
 
 
-def _replace(outdir: Path, files: dict[str, str], program: str, mapping: str, inputs: str,
-             kernel: str) -> list[Path]:
+def _replace(
+    outdir: Path, files: dict[str, str], program: str, mapping: str, inputs: str, kernel: str
+) -> list[Path]:
     outdir.parent.mkdir(parents=True, exist_ok=True)
     pfd = os.open(outdir.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     name = outdir.name
@@ -346,7 +378,9 @@ def _replace(outdir: Path, files: dict[str, str], program: str, mapping: str, in
         tmp = _mkdir_fresh(pfd, ".cyp-")
         tfd = os.open(tmp, DIR_FLAGS, dir_fd=pfd)
         _write_files(tfd, data)
-        _write_files(tfd, {STAMP: Stamp(program, mapping, inputs, hashes, kernel).to_json().encode()})
+        _write_files(
+            tfd, {STAMP: Stamp(program, mapping, inputs, hashes, kernel).to_json().encode()}
+        )
         if old is None:
             # a directory renamed over anything but an empty directory fails: nothing is lost
             os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
@@ -357,17 +391,23 @@ def _replace(outdir: Path, files: dict[str, str], program: str, mapping: str, in
         try:
             os.rename(name, "d", src_dir_fd=pfd, dst_dir_fd=xfd)
         except FileNotFoundError:
-            raise _refuse(outdir, "it was moved away while cypressc was writing it",
-                          "run the build again when nothing else writes there") from None
+            raise _refuse(
+                outdir,
+                "it was moved away while cypressc was writing it",
+                "run the build again when nothing else writes there",
+            ) from None
         if _ident(os.stat("d", dir_fd=xfd, follow_symlinks=False)) != old.ident:
             # DIR was swapped after the check: put back what was moved, touch nothing else
             try:
                 os.rename("d", name, src_dir_fd=xfd, dst_dir_fd=pfd)
             except OSError:  # DIR is taken again: what was moved stays aside, whole
                 left.append(outdir.parent / trash / "d")
-            raise _refuse(outdir, "it was replaced by another file while cypressc was writing it"
-                          + (f" (it is now {left[0]})" if left else ""),
-                          "run the build again when nothing else writes there")
+            raise _refuse(
+                outdir,
+                "it was replaced by another file while cypressc was writing it"
+                + (f" (it is now {left[0]})" if left else ""),
+                "run the build again when nothing else writes there",
+            )
         try:
             os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
         except OSError as e:

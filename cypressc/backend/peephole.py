@@ -55,8 +55,12 @@ def fold_zero_fills(stmts: list) -> list:
         st = out[i]
         if isinstance(st, P.Fill) and is_zero(st.value, exact=False):
             nxt = next((j for j in range(i + 1, len(out)) if _touches(out[j], st.acc)), None)
-            if nxt is not None and isinstance(out[nxt], P.Mma) and out[nxt].acc == st.acc \
-                    and out[nxt].a_frag != st.acc:
+            if (
+                nxt is not None
+                and isinstance(out[nxt], P.Mma)
+                and out[nxt].acc == st.acc
+                and out[nxt].a_frag != st.acc
+            ):
                 out[nxt] = replace(out[nxt], zero_fill=st.event)
                 del out[i]
                 continue
@@ -66,8 +70,16 @@ def fold_zero_fills(stmts: list) -> list:
 
 def _lists(plan: P.KernelPlan) -> list[list]:
     """Every statement list of ``plan`` (the lists themselves, to edit in place)."""
-    return [plan.prologue, plan.simt_body, plan.epilogue, plan.issue_ahead, plan.entry, plan.exit,
-            *plan.consumer.sections(), *plan.producer.sections()]
+    return [
+        plan.prologue,
+        plan.simt_body,
+        plan.epilogue,
+        plan.issue_ahead,
+        plan.entry,
+        plan.exit,
+        *plan.consumer.sections(),
+        *plan.producer.sections(),
+    ]
 
 
 def _mentions(x, name: str) -> bool:
@@ -90,7 +102,9 @@ def guard_dead_row_sums(plan: P.KernelPlan) -> None:
     for rs in {id(st): st for st in stmts if isinstance(st, P.RowSum)}.values():
         users = [st for st in stmts if _mentions(st, rs.vec)]
         stores = [st for st in users if isinstance(st, P.StoreVector)]
-        if not stores or any(not isinstance(st, (P.RowSum, P.FillVector, P.StoreVector)) for st in users):
+        if not stores or any(
+            not isinstance(st, (P.RowSum, P.FillVector, P.StoreVector)) for st in users
+        ):
             continue
         conds = {cexpr(st.when) if st.when is not None else None for st in stores}
         if len(conds) != 1 or None in conds:
@@ -117,8 +131,9 @@ def _row_ops_of(st, v: str) -> tuple[bool, bool]:
 
 # row leaves whose result is the same on the 4 lanes of a quad when their per-row operands are
 # (a row sum is too, unless deferred: the candidates are excluded by name)
-_UNIFORM = frozenset({"fill", "copy", "warpgroup_row_max", "exp2_diff", "scale_rows", "div_rows",
-                      "row_log_sum_exp"})
+_UNIFORM = frozenset(
+    {"fill", "copy", "warpgroup_row_max", "exp2_diff", "scale_rows", "div_rows", "row_log_sum_exp"}
+)
 
 
 def _quad_uniform(flat: list, v: str, sums: set[str]) -> bool:
@@ -157,21 +172,36 @@ def defer_row_sums(plan: P.KernelPlan) -> None:
     flat = [(st, id(sec) in in_loop) for sec in secs for st in sec if not isinstance(st, P.Sync)]
     if any(isinstance(st, P.RowOp) and (st.partial or st.reduce) for st, _ in flat):
         return  # already rewritten: a second pass would reduce the parts twice
-    sums = {st.args[0][1] for st, _ in flat if isinstance(st, P.RowOp) and st.fn == "warpgroup_row_sum"}
+    sums = {
+        st.args[0][1] for st, _ in flat if isinstance(st, P.RowOp) and st.fn == "warpgroup_row_sum"
+    }
     new: dict[int, P.RowOp] = {}
     for v in sorted(sums):
         users = [(st, loop) for st, loop in flat if _mentions(st, v)]
         first, *rest = users
-        if not (isinstance(first[0], P.RowOp) and first[0].fn == "fill" and is_zero(first[0].value, exact=False)):
+        if not (
+            isinstance(first[0], P.RowOp)
+            and first[0].fn == "fill"
+            and is_zero(first[0].value, exact=False)
+        ):
             continue
         adds, read = [], None
         for st, loop in rest:
             reads, writes = _row_ops_of(st, v) if isinstance(st, P.RowOp) else (True, True)
             if read is None:
-                if isinstance(st, P.RowOp) and st.fn == "warpgroup_row_sum" and st.args[0] == ("row", v):
+                if (
+                    isinstance(st, P.RowOp)
+                    and st.fn == "warpgroup_row_sum"
+                    and st.args[0] == ("row", v)
+                ):
                     adds.append(st)
-                elif isinstance(st, P.RowOp) and st.fn == "scale_rows" and st.args[0] == ("row", v) \
-                        and st.args[1][0] == "row" and _quad_uniform(flat, st.args[1][1], sums):
+                elif (
+                    isinstance(st, P.RowOp)
+                    and st.fn == "scale_rows"
+                    and st.args[0] == ("row", v)
+                    and st.args[1][0] == "row"
+                    and _quad_uniform(flat, st.args[1][1], sums)
+                ):
                     continue
                 elif isinstance(st, P.RowOp) and reads and not writes and not loop:
                     read = st
@@ -184,7 +214,9 @@ def defer_row_sums(plan: P.KernelPlan) -> None:
                 continue
             for st in adds:  # a sum into v is no other vector's statement
                 new[id(st)] = replace(st, partial=True)
-            new[id(read)] = replace(new.get(id(read), read), reduce=new.get(id(read), read).reduce + (v,))
+            new[id(read)] = replace(
+                new.get(id(read), read), reduce=new.get(id(read), read).reduce + (v,)
+            )
     if new:
         for lst in _lists(plan):
             lst[:] = [new.get(id(st), st) for st in lst]

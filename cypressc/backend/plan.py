@@ -23,10 +23,37 @@ from cypressc.backend.cexpr import cexpr
 from cypressc.ir.nodes import IBin, IConst, IExpr, IProc, IVar
 from cypressc.ir.sync import Guard
 
-__all__ = ["SWIZZLES", "swizzle_for", "GlobalTensor", "TmaMap", "StageBuffer", "Load", "Fragment", "Convert", "Mma",
-           "Fill", "Add",
-           "StoreDirect", "StageWrite", "TmaStore", "Barrier", "Sync", "RoleCode", "Vector", "FillVector",
-           "FillShared", "RowSum", "StoreVector", "RowVector", "RowOp", "RowStore", "KernelPlan", "COMPARISONS", "Require", "size_tree"]
+__all__ = [
+    "SWIZZLES",
+    "swizzle_for",
+    "GlobalTensor",
+    "TmaMap",
+    "StageBuffer",
+    "Load",
+    "Fragment",
+    "Convert",
+    "Mma",
+    "Fill",
+    "Add",
+    "StoreDirect",
+    "StageWrite",
+    "TmaStore",
+    "Barrier",
+    "Sync",
+    "RoleCode",
+    "Vector",
+    "FillVector",
+    "FillShared",
+    "RowSum",
+    "StoreVector",
+    "RowVector",
+    "RowOp",
+    "RowStore",
+    "KernelPlan",
+    "COMPARISONS",
+    "Require",
+    "size_tree",
+]
 
 
 SWIZZLES = (128, 64, 32)  # TMA / wgmma swizzle modes, bytes per swizzled row, widest first
@@ -74,7 +101,9 @@ class Require:
 
     def __post_init__(self) -> None:
         if self.op not in COMPARISONS:
-            raise ValueError(f"a requirement compares with one of {' '.join(COMPARISONS)}, not {self.op!r}")
+            raise ValueError(
+                f"a requirement compares with one of {' '.join(COMPARISONS)}, not {self.op!r}"
+            )
 
     @property
     def c(self) -> str:
@@ -215,7 +244,9 @@ class Mma:
     b_stage: IExpr = IConst(0)
     a_col: IExpr = IConst(0)
     a_frag: str | None = None  # A from this register fragment (then a_buf, a_row are unused)
-    b_kmajor: bool = False  # B stored N x K (K contiguous): rows ``b_row``.., K from column ``b_col``
+    b_kmajor: bool = (
+        False  # B stored N x K (K contiguous): rows ``b_row``.., K from column ``b_col``
+    )
     b_row: IExpr = IConst(0)
     b_col: IExpr = IConst(0)
     zero_fill: str | None = None  # the fill of acc folded in: scale-d off on the first k16 step
@@ -370,7 +401,9 @@ class RowOp:
     args: tuple[tuple[str, str], ...]
     atoms: int
     value: IExpr | None = None
-    partial: bool = False  # warpgroup_row_sum: add this thread's part only (peephole.defer_row_sums)
+    partial: bool = (
+        False  # warpgroup_row_sum: add this thread's part only (peephole.defer_row_sums)
+    )
     reduce: tuple[str, ...] = ()  # per-row vectors to sum across the quad first (the same)
 
 
@@ -462,7 +495,9 @@ class KernelPlan:
     name: str
     tensors: list[GlobalTensor]
     sizes: list[str]
-    grid: list[IExpr]  # tiles along each BLOCK dimension (b0 outermost), over the kernel's variables
+    grid: list[
+        IExpr
+    ]  # tiles along each BLOCK dimension (b0 outermost), over the kernel's variables
     raster: int
     persistent: bool
     consumers: int
@@ -474,12 +509,18 @@ class KernelPlan:
     fragments: list[Fragment]
     prologue: list = field(default_factory=list)  # Fill / FillVector
     body: list = field(default_factory=list)  # Mma
-    epilogue: list = field(default_factory=list)  # Add / StoreDirect / StageWrite / TmaStore / StoreVector
+    epilogue: list = field(
+        default_factory=list
+    )  # Add / StoreDirect / StageWrite / TmaStore / StoreVector
     vectors: list[Vector] = field(default_factory=list)
     row_vectors: list[RowVector] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)  # include name -> path: user C++ headers
-    pointer_reads: set[str] = field(default_factory=set)  # read tensors the kernel loads by pointer (not TMA)
-    simt_body: list = field(default_factory=list)  # RowSum: SIMT work on each stage, after the wgmmas issue
+    pointer_reads: set[str] = field(
+        default_factory=set
+    )  # read tensors the kernel loads by pointer (not TMA)
+    simt_body: list = field(
+        default_factory=list
+    )  # RowSum: SIMT work on each stage, after the wgmmas issue
     smem_bytes: int = 0
     producer_registers: int = 40
     consumer_registers: int = 232
@@ -488,18 +529,30 @@ class KernelPlan:
     barriers: list[Barrier] = field(default_factory=list)
     producer: RoleCode = field(default_factory=RoleCode)
     consumer: RoleCode = field(default_factory=RoleCode)
-    issue_ahead: list = field(default_factory=list)  # no producer: the issuer's loads, STAGES - 1 steps ahead
+    issue_ahead: list = field(
+        default_factory=list
+    )  # no producer: the issuer's loads, STAGES - 1 steps ahead
     entry: list = field(default_factory=list)  # consumer statements before the first tile
     exit: list = field(default_factory=list)  # consumer statements after the last tile
-    ring_extra: list = field(default_factory=list)  # per main loop: ring positions per tile besides its steps
-    counters: set = field(default_factory=set)  # (role, "stage" | "istage" | "kbase", suffixed per main loop: "stage_1", …) the code uses
+    ring_extra: list = field(
+        default_factory=list
+    )  # per main loop: ring positions per tile besides its steps
+    counters: set = field(
+        default_factory=set
+    )  # (role, "stage" | "istage" | "kbase", suffixed per main loop: "stage_1", …) the code uses
     requires: list[Require] = field(default_factory=list)
     flops: IExpr = IConst(0.0)  # useful floating-point operations of one launch, over the sizes
-    grid_exprs: list[IExpr] = field(default_factory=list)  # ``grid`` over the sizes (cypressc tune's model)
+    grid_exprs: list[IExpr] = field(
+        default_factory=list
+    )  # ``grid`` over the sizes (cypressc tune's model)
     trip_expr: IExpr | None = None  # ``trip_count`` over the sizes and block indices
     host_loop: str | None = None  # a parallelized HOST loop: its variable, as the last grid dim
-    floats: list[str] = field(default_factory=list)  # float entry parameters: kernel arguments after the sizes
-    size_aliases: dict[str, str] = field(default_factory=dict)  # other names of the sizes (entry_sizes)
+    floats: list[str] = field(
+        default_factory=list
+    )  # float entry parameters: kernel arguments after the sizes
+    size_aliases: dict[str, str] = field(
+        default_factory=dict
+    )  # other names of the sizes (entry_sizes)
 
     @property
     def pointer_tensors(self) -> list[GlobalTensor]:
@@ -511,15 +564,25 @@ class KernelPlan:
         """The ``// kernel: …`` lines ``cypressc explain`` prints after cuda-lowering (the IR
         printer calls this: it does not know the plan's types)."""
         grid = " x ".join(cexpr(g) for g in self.grid)
-        out = [f"// kernel: grid {grid} tiles, {128 * (1 + self.consumers)} threads, "
-               f"{self.stages} stages, TMA maps {', '.join(t.name for t in self.maps)}"]
+        out = [
+            f"// kernel: grid {grid} tiles, {128 * (1 + self.consumers)} threads, "
+            f"{self.stages} stages, TMA maps {', '.join(t.name for t in self.maps)}"
+        ]
         if self.host_loop:
             kept = sorted({op.tensor for op in self.epilogue if getattr(op, "when", None)})
-            out.append(f"// kernel: HOST loop %{self.host_loop} runs as the last grid dimension"
-                       + (f"; {', '.join('%' + t for t in kept)} kept from its last iteration" if kept else ""))
+            out.append(
+                f"// kernel: HOST loop %{self.host_loop} runs as the last grid dimension"
+                + (
+                    f"; {', '.join('%' + t for t in kept)} kept from its last iteration"
+                    if kept
+                    else ""
+                )
+            )
         if self.simt_body:
-            out.append("// kernel: SIMT on each stage after the wgmmas issue: "
-                       + ", ".join(f"{op.event} row_sum" for op in self.simt_body))
+            out.append(
+                "// kernel: SIMT on each stage after the wgmmas issue: "
+                + ", ".join(f"{op.event} row_sum" for op in self.simt_body)
+            )
         return out
 
     @property

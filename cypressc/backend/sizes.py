@@ -42,7 +42,9 @@ _TOP = 4096  # a tile dimension of the example run
 _BATCH = 8  # a sliced (batch, head) dimension of the example run
 
 
-def failed(requires: Sequence[Mapping[str, Any]], sizes: Mapping[str, int]) -> list[Mapping[str, Any]]:
+def failed(
+    requires: Sequence[Mapping[str, Any]], sizes: Mapping[str, int]
+) -> list[Mapping[str, Any]]:
     """The conditions (``{"tree": …, "why": …}`` of the ABI's ``requires``) that do not hold
     at ``sizes``; one that cannot be evaluated there (a division by zero) fails too."""
     out = []
@@ -74,8 +76,13 @@ def _candidates(v: int, consts: Iterable[int], grow: bool) -> list[int]:
     return sorted(down, reverse=True)
 
 
-def satisfy(requires: Sequence[Mapping[str, Any]], sizes: Mapping[str, int], *, grow: bool,
-            keep: Iterable[str] = ()) -> dict[str, int]:
+def satisfy(
+    requires: Sequence[Mapping[str, Any]],
+    sizes: Mapping[str, int],
+    *,
+    grow: bool,
+    keep: Iterable[str] = (),
+) -> dict[str, int]:
     """``sizes`` with each failing condition repaired in turn by moving one size it reads
     (not one of ``keep``) to the first candidate (:func:`_candidates`) at which it holds and
     no condition that held fails.  A condition no single move repairs is left failing:
@@ -176,14 +183,18 @@ def example_sizes(info, m: N.Module) -> dict[str, int]:
     reqs = _requires(info)
     sizes = satisfy(reqs, sizes, grow=False, keep=flags)
     while tensor_bytes(info, sizes) > EXAMPLE_BYTES:
-        dims = sorted((s for s in sizes if s not in flags and sizes[s] > 1), key=lambda s: -sizes[s])
+        dims = sorted(
+            (s for s in sizes if s not in flags and sizes[s] > 1), key=lambda s: -sizes[s]
+        )
         if not dims:
             break
         sizes = satisfy(reqs, {**sizes, dims[0]: sizes[dims[0]] // 2}, grow=False, keep=flags)
     return sizes
 
 
-def check_sizes(m: N.Module, requires: Sequence[Mapping[str, Any]], small: Mapping[str, int]) -> dict[str, int]:
+def check_sizes(
+    m: N.Module, requires: Sequence[Mapping[str, Any]], small: Mapping[str, int]
+) -> dict[str, int]:
     """``small`` (the schedule check's smallest sizes, :func:`cypressc.ir.schedule_check.small_sizes`)
     grown where a ``requires`` condition of the kernel fails there (``D % 8 == 0`` takes
     FlashAttention's D from 1 to 8): the check runs at sizes the launcher accepts."""

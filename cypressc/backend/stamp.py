@@ -16,7 +16,16 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-__all__ = ["STAMP", "Stamp", "products_of", "read_stamp", "stamp_at", "read_at", "sha256", "DIR_FLAGS"]
+__all__ = [
+    "STAMP",
+    "Stamp",
+    "products_of",
+    "read_stamp",
+    "stamp_at",
+    "read_at",
+    "sha256",
+    "DIR_FLAGS",
+]
 
 STAMP = ".cypressc-build"  # JSON, but no .json suffix: a build directory's *.json is its kernel ABI
 _TOOL = "cypressc"
@@ -36,8 +45,13 @@ def sha256(data: bytes) -> str:
 def _valid_rel(name: str) -> bool:
     """A stamp's file name: relative, POSIX, no ``.``/``..``/empty components."""
     parts = name.split("/")
-    return bool(name) and "\\" not in name and "\0" not in name and \
-        all(p not in ("", ".", "..") for p in parts) and not PurePosixPath(name).is_absolute()
+    return (
+        bool(name)
+        and "\\" not in name
+        and "\0" not in name
+        and all(p not in ("", ".", "..") for p in parts)
+        and not PurePosixPath(name).is_absolute()
+    )
 
 
 @dataclass(frozen=True)
@@ -67,9 +81,22 @@ class Stamp:
             v = version("cypressc")
         except PackageNotFoundError:  # running from a source tree
             v = "unknown"
-        return json.dumps({"tool": _TOOL, "version": v, "program": self.program, "mapping": self.mapping,
-                           "inputs": self.inputs, "kernel": self.kernel, "files": self.files,
-                           "products": list(self.products)}, indent=2) + "\n"
+        return (
+            json.dumps(
+                {
+                    "tool": _TOOL,
+                    "version": v,
+                    "program": self.program,
+                    "mapping": self.mapping,
+                    "inputs": self.inputs,
+                    "kernel": self.kernel,
+                    "files": self.files,
+                    "products": list(self.products),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 def _parse_stamp(text: str) -> Stamp | None:
@@ -86,8 +113,12 @@ def _parse_stamp(text: str) -> Stamp | None:
     if not isinstance(raw, dict) or raw.get("tool") != _TOOL:
         return None
     files = raw.get("files")
-    if not (isinstance(files, dict) and all(isinstance(k, str) and _valid_rel(k) and isinstance(v, str)
-                                            for k, v in files.items())):
+    if not (
+        isinstance(files, dict)
+        and all(
+            isinstance(k, str) and _valid_rel(k) and isinstance(v, str) for k, v in files.items()
+        )
+    ):
         return None
     kernel = raw.get("kernel")
     if kernel is None:
@@ -96,11 +127,20 @@ def _parse_stamp(text: str) -> Stamp | None:
             kernel = products[0]
             if products != list(products_of(kernel)):
                 return None
-    if not (isinstance(kernel, str) and kernel.isidentifier() and f"{kernel}.cu" in files
-            and "Makefile" in files):
+    if not (
+        isinstance(kernel, str)
+        and kernel.isidentifier()
+        and f"{kernel}.cu" in files
+        and "Makefile" in files
+    ):
         return None
-    return Stamp(str(raw.get("program")), str(raw.get("mapping")), str(raw.get("inputs")), dict(files),
-                 kernel)
+    return Stamp(
+        str(raw.get("program")),
+        str(raw.get("mapping")),
+        str(raw.get("inputs")),
+        dict(files),
+        kernel,
+    )
 
 
 def read_stamp(d: Path) -> Stamp | None:

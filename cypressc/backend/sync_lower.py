@@ -42,8 +42,18 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.subst import subst_expr
 
-__all__ = ["KBASE", "TPHASE", "MORE", "LEADER", "at_step", "counted", "who", "lower_sync", "defer_store_waits",
-           "carry_turns"]
+__all__ = [
+    "KBASE",
+    "TPHASE",
+    "MORE",
+    "LEADER",
+    "at_step",
+    "counted",
+    "who",
+    "lower_sync",
+    "defer_store_waits",
+    "carry_turns",
+]
 
 KBASE = N.IVar("$kbase")  # printed `kbase`: pipeline steps of the block's earlier tiles
 TPHASE = N.IVar("tphase")  # the parity of the tiles a persistent block has run
@@ -70,8 +80,13 @@ def _offset(e: N.IExpr, kvar: str) -> int | None:
     """``c`` when ``e`` is ``kvar + c`` (or ``kvar - c``, or ``kvar``), else None."""
     if isinstance(e, N.IVar) and e.name == kvar:
         return 0
-    if isinstance(e, N.IBin) and e.op in ("+", "-") and isinstance(e.a, N.IVar) and e.a.name == kvar \
-            and isinstance(e.b, N.IConst):
+    if (
+        isinstance(e, N.IBin)
+        and e.op in ("+", "-")
+        and isinstance(e.a, N.IVar)
+        and e.a.name == kvar
+        and isinstance(e.b, N.IConst)
+    ):
         return e.b.value if e.op == "+" else -e.b.value
     return None
 
@@ -86,8 +101,16 @@ def _from_lo(e: N.IExpr, lo: N.IExpr, kvar: str) -> N.IExpr:
     return e
 
 
-def counted(e: N.IExpr, kvar: str, hi: N.IExpr, depth: int, after: bool,
-            stage: str, phase: str, before: N.IExpr | None = None) -> N.IExpr | None:
+def counted(
+    e: N.IExpr,
+    kvar: str,
+    hi: N.IExpr,
+    depth: int,
+    after: bool,
+    stage: str,
+    phase: str,
+    before: N.IExpr | None = None,
+) -> N.IExpr | None:
     """Pipeline position ``e`` through the running counters of the role: ``stage`` =
     (steps so far) mod ``depth`` and ``phase`` = its parity, which the kernel advances once
     per step (so a persistent block's tiles run on).  Matches the forms sync-insertion writes
@@ -108,24 +131,34 @@ def counted(e: N.IExpr, kvar: str, hi: N.IExpr, depth: int, after: bool,
         if c == 0:
             return st
         if c < 0:
-            return N.ISelect(N.IBin(">=", st, N.IConst(-c)), N.IBin("-", st, N.IConst(-c)),
-                             N.IBin("+", st, N.IConst(depth + c)))
+            return N.ISelect(
+                N.IBin(">=", st, N.IConst(-c)),
+                N.IBin("-", st, N.IConst(-c)),
+                N.IBin("+", st, N.IConst(depth + c)),
+            )
         ahead = N.IBin("+", st, N.IConst(c))
-        return N.ISelect(N.IBin("<", ahead, N.IConst(depth)), ahead, N.IBin("-", st, N.IConst(depth - c)))
+        return N.ISelect(
+            N.IBin("<", ahead, N.IConst(depth)), ahead, N.IBin("-", st, N.IConst(depth - c))
+        )
     if e.b.value != 2:
         return None
     q, p = e.a, 0
     if isinstance(q, N.IBin) and q.op == "+" and isinstance(q.b, N.IConst):
         q, p = q.a, q.b.value
-    if not (isinstance(q, N.IBin) and q.op == "//" and isinstance(q.b, N.IConst) and q.b.value == depth):
+    if not (
+        isinstance(q, N.IBin) and q.op == "//" and isinstance(q.b, N.IConst) and q.b.value == depth
+    ):
         return None
     c = _offset(q.a, kvar)
     if c is None or abs(c) >= depth:
         return None
     out: N.IExpr = ph
     if c:
-        wrapped = N.IBin("<", st, N.IConst(-c)) if c < 0 else \
-            N.IBin(">=", N.IBin("+", st, N.IConst(c)), N.IConst(depth))
+        wrapped = (
+            N.IBin("<", st, N.IConst(-c))
+            if c < 0
+            else N.IBin(">=", N.IBin("+", st, N.IConst(c)), N.IConst(depth))
+        )
         out = N.IBin("^", out, wrapped)
     return N.IBin("^", out, N.IConst(1)) if p % 2 else out
 
@@ -146,7 +179,11 @@ def who(role: str, dims: tuple[N.Dim, ...], issuer: bool) -> N.IExpr | None:
     if role == "producer":
         return None  # the producer's code runs on one elected thread already
     # once per block: the first consumer warpgroup's leader (the issuer without a producer)
-    return N.IVar("issuer") if issuer else N.IBin("&&", LEADER, N.IBin("==", N.IVar("cw"), N.IConst(0)))
+    return (
+        N.IVar("issuer")
+        if issuer
+        else N.IBin("&&", LEADER, N.IBin("==", N.IVar("cw"), N.IConst(0)))
+    )
 
 
 def _note(op, names) -> str:
@@ -156,8 +193,13 @@ def _note(op, names) -> str:
     parts = []
     for e in edges:
         src, dst = names.get(e.src, e.src), names.get(e.dst, e.dst) if e.dst else "end"
-        what = (f"the TMA store reads %{e.tensor}" if e.hazard == "end" else
-                f"{e.hazard} %{e.tensor}" if e.tensor else e.hazard)
+        what = (
+            f"the TMA store reads %{e.tensor}"
+            if e.hazard == "end"
+            else f"{e.hazard} %{e.tensor}"
+            if e.tensor
+            else e.hazard
+        )
         src = src or "start"
         if e.via == "carried":
             what += f", {e.distance} step(s) later"
@@ -189,9 +231,13 @@ def lower_sync(lw, op, section: str, role: str) -> P.Sync | None:
     if isinstance(op, (S.Wait, S.ArriveExpectTx, S.Arrive)):
         parity = lw.pos(op.parity, after) if isinstance(op, S.Wait) else None
         if parity is not None and lw.persistent and op.bar in lw.tile_bars:
-            parity = N.IBin("^", parity, TPHASE)  # the IR's parity is the tile's: flipped on odd tiles
+            parity = N.IBin(
+                "^", parity, TPHASE
+            )  # the IR's parity is the tile's: flipped on odd tiles
             lw.plan.counters.add((role, "tphase"))
-        return P.Sync(op, note, stage=lw.pos(op.stage, after), parity=parity, when=when, who=run, bar=op.bar)
+        return P.Sync(
+            op, note, stage=lw.pos(op.stage, after), parity=parity, when=when, who=run, bar=op.bar
+        )
     if isinstance(op, S.Fence) and op.kind == "wgmma":
         return P.Sync(op, note, who=run, accs=lw.fragments_of(op.edges))
     if isinstance(op, S.WaitGroup) and op.unit == "wgmma":
@@ -217,8 +263,12 @@ def defer_store_waits(code: P.RoleCode, exit_code: list) -> None:
     for sec in code.sections():
         for st in list(sec):
             op = st.op if isinstance(st, P.Sync) else None
-            if not (isinstance(op, S.WaitGroup) and op.unit == "bulk" and op.edges
-                    and all(e.hazard == "end" for e in op.edges)):
+            if not (
+                isinstance(op, S.WaitGroup)
+                and op.unit == "bulk"
+                and op.edges
+                and all(e.hazard == "end" for e in op.edges)
+            ):
                 continue
             tensors = {e.tensor for e in op.edges}
             stmts = code.all()
@@ -226,15 +276,27 @@ def defer_store_waits(code: P.RoleCode, exit_code: list) -> None:
             if not writes:
                 raise ValueError("a TMA store of a staging tile that no statement writes")
             first = writes[0]
-            bar = next((s for s in stmts[first:] if isinstance(s, P.Sync) and isinstance(s.op, S.BarSync)
-                        and s.who is None), None)
+            bar = next(
+                (
+                    s
+                    for s in stmts[first:]
+                    if isinstance(s, P.Sync) and isinstance(s.op, S.BarSync) and s.who is None
+                ),
+                None,
+            )
             if bar is None:
                 raise ValueError("a staged TMA store without a warpgroup barrier before it")
             sec.remove(st)
-            moved = P.Sync(op, st.note + " (persistent block: before the next tile writes "
-                           + ", ".join(f"%{t}" for t in sorted(tensors)) + ")",
-                           who=st.who, deferred=True,
-                           barrier=(N.IConst(0) if bar.stage is None else bar.stage, bar.op.threads))
+            moved = P.Sync(
+                op,
+                st.note
+                + " (persistent block: before the next tile writes "
+                + ", ".join(f"%{t}" for t in sorted(tensors))
+                + ")",
+                who=st.who,
+                deferred=True,
+                barrier=(N.IConst(0) if bar.stage is None else bar.stage, bar.op.threads),
+            )
             for part in code.sections():
                 if stmts[first] in part:
                     part.insert(part.index(stmts[first]), moved)
@@ -263,11 +325,20 @@ def carry_turns(plan: P.KernelPlan, ops) -> None:
         return
     code = plan.consumer
     tops = [sec for sec in code.sections() if all(sec is not lp for lp in code.loops)]
-    found = [[(sec, i) for sec in tops for i, st in enumerate(sec) if isinstance(st, P.Sync) and st.op is op]
-             for op in pair]
+    found = [
+        [
+            (sec, i)
+            for sec in tops
+            for i, st in enumerate(sec)
+            if isinstance(st, P.Sync) and st.op is op
+        ]
+        for op in pair
+    ]
     if any(len(f) != 1 for f in found) or found[0][0][0] is not code.before:
-        raise ValueError("ping-pong: the tile's first turn or its last pass is not one statement outside the "
-                         "main loops")
+        raise ValueError(
+            "ping-pong: the tile's first turn or its last pass is not one statement outside the "
+            "main loops"
+        )
     (_, i0), (sec, i1) = found[0][0], found[1][0]
     first = code.before.pop(i0)
     # `more`: the block has a tile (before the first; a block of the grid may have none) or
@@ -276,6 +347,12 @@ def carry_turns(plan: P.KernelPlan, ops) -> None:
     plan.entry.append(replace(first, when=when, note=first.note + " (the block's first tile)"))
     if sec is code.before and i0 < i1:
         i1 -= 1
-    sec.insert(i1 + 1, replace(first, when=when,
-                               note=first.note + " (persistent block: the next tile's, after this tile's last run)"))
+    sec.insert(
+        i1 + 1,
+        replace(
+            first,
+            when=when,
+            note=first.note + " (persistent block: the next tile's, after this tile's last run)",
+        ),
+    )
     plan.counters.add(("consumer", "more"))

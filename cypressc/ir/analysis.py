@@ -10,9 +10,24 @@ from cypressc.ir import nodes as N
 from cypressc.ir.shapes import layout_key
 from cypressc.ir.subst import map_views, rename_events, walk_ops
 
-__all__ = ["Symbols", "views_of", "canon", "dim_procs", "forward_refs", "replace_event", "remove_ops", "map_ops",
-           "substitute_view", "module_ops", "ref_for", "free_vars", "free_vars_through", "proc_names", "dedup_refs",
-           "exprs_of"]
+__all__ = [
+    "Symbols",
+    "views_of",
+    "canon",
+    "dim_procs",
+    "forward_refs",
+    "replace_event",
+    "remove_ops",
+    "map_ops",
+    "substitute_view",
+    "module_ops",
+    "ref_for",
+    "free_vars",
+    "free_vars_through",
+    "proc_names",
+    "dedup_refs",
+    "exprs_of",
+]
 
 
 class Symbols:
@@ -84,6 +99,7 @@ def proc_names(e) -> set[str]:
 def exprs_of(op: N.Op) -> list[N.IExpr]:
     """The scalar expressions one op holds (not those of ops in its loop body): shapes, Let
     values, partition extents, view indices, a call's scalar operands, loop bounds."""
+
     def view(v) -> list[N.IExpr]:
         return list(v.idx) if isinstance(v, N.Piece) else []
 
@@ -96,8 +112,17 @@ def exprs_of(op: N.Op) -> list[N.IExpr]:
     if isinstance(op, N.Copy):
         return [*view(op.src), *view(op.dst)]
     if isinstance(op, N.Call):
-        return [x for a in op.args for x in (view(a) if isinstance(a, (N.TRef, N.Piece)) else
-                                              [a] if not isinstance(a, N.AtomArg) else [])]
+        return [
+            x
+            for a in op.args
+            for x in (
+                view(a)
+                if isinstance(a, (N.TRef, N.Piece))
+                else [a]
+                if not isinstance(a, N.AtomArg)
+                else []
+            )
+        ]
     if isinstance(op, (N.For, N.PFor)):
         return [op.lo, op.hi, *(d.extent for d in op.dims)]
     return []
@@ -112,7 +137,11 @@ def views_of(op: N.Op) -> list[tuple[N.View, bool, bool]]:
         return [(op.src, True, False), (op.dst, False, True)]
     if isinstance(op, N.Call):
         rules = leaf_of(op).operands
-        return [(a, r.reads, r.writes) for a, r in zip(op.args, rules) if isinstance(a, (N.TRef, N.Piece))]
+        return [
+            (a, r.reads, r.writes)
+            for a, r in zip(op.args, rules)
+            if isinstance(a, (N.TRef, N.Piece))
+        ]
     return []
 
 
@@ -163,7 +192,9 @@ def forward_refs(user: N.EvRef, removed: N.Op) -> list[N.EvRef]:
         sub[p] = i
     out: list[N.EvRef] = []
     for r in removed.pre:  # type: ignore[union-attr]
-        idx = tuple(None if x is None else sub.get(x, x) if isinstance(x, N.IProc) else x for x in r.idx)
+        idx = tuple(
+            None if x is None else sub.get(x, x) if isinstance(x, N.IProc) else x for x in r.idx
+        )
         nr = N.EvRef(r.name, idx)
         if nr not in out:
             out.append(nr)
@@ -184,7 +215,9 @@ def replace_event(m: N.Module, ev: str, fn) -> N.Module:
             out += fn(r) if r.name == ev else [r]
         return dedup_refs(out)
 
-    return replace(m, body=N.Block(tuple(rename_events(o, refs) for o in m.body.ops), refs(m.body.yields)))
+    return replace(
+        m, body=N.Block(tuple(rename_events(o, refs) for o in m.body.ops), refs(m.body.yields))
+    )
 
 
 def remove_ops(m: N.Module, pred) -> N.Module:
@@ -207,8 +240,13 @@ def map_ops(m: N.Module, fn) -> N.Module:
     """Replace every op that is not a loop (at any depth) by ``fn(op)``."""
 
     def blk(b: N.Block) -> N.Block:
-        return N.Block(tuple(replace(o, body=blk(o.body)) if isinstance(o, (N.For, N.PFor)) else fn(o)
-                             for o in b.ops), b.yields)
+        return N.Block(
+            tuple(
+                replace(o, body=blk(o.body)) if isinstance(o, (N.For, N.PFor)) else fn(o)
+                for o in b.ops
+            ),
+            b.yields,
+        )
 
     return replace(m, body=blk(m.body))
 

@@ -27,8 +27,13 @@ def random_inputs(m: N.Module, sizes: dict[str, int], seed: int = 0) -> dict[str
     return out
 
 
-def run_module(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray],
-               written: list[str], seed: int | None) -> dict[str, np.ndarray]:
+def run_module(
+    m: N.Module,
+    sizes: dict[str, int],
+    arrays: dict[str, np.ndarray],
+    written: list[str],
+    seed: int | None,
+) -> dict[str, np.ndarray]:
     """Run on copies of ``arrays`` (``written`` params start as NaN); return all arrays."""
     data = {k: v.copy() for k, v in arrays.items()}
     for w in written:

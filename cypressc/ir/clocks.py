@@ -54,7 +54,9 @@ class HappensBefore:
         self.phases: dict[tuple, dict] = {}  # (barrier, stage, phase) -> released clocks
         self.named: dict[tuple, dict] = {}  # (named barrier id, generation) -> released clocks
         self.locs: dict[tuple, list[Access]] = {}
-        self.shared_bytes = {x for pair in (ci.m.resources.war if ci.m.resources is not None else ()) for x in pair}
+        self.shared_bytes = {
+            x for pair in (ci.m.resources.war if ci.m.resources is not None else ()) for x in pair
+        }
         self.mma_chain: dict[int, list] = {}  # thread -> its wgmma agents and their registers
 
     # -- agents and clocks ----------------------------------------------------------------
@@ -118,7 +120,9 @@ class HappensBefore:
             self._join(self.thread(t).vc, job["hb"].vc)
 
     # -- accesses -------------------------------------------------------------------------------
-    def location(self, v: N.View, scope, env) -> tuple[tuple, np.ndarray | None, tuple[int, int] | None]:
+    def location(
+        self, v: N.View, scope, env
+    ) -> tuple[tuple, np.ndarray | None, tuple[int, int] | None]:
         """The location a view touches and, in it, the flat indices of its elements, or
         (None, a byte interval) for a tensor sharing bytes with another, or (None, None) for
         the whole location.  A view into a fragment of
@@ -127,7 +131,9 @@ class HappensBefore:
         ci = self.ci
         root = ci.sym.root(v)
         alloc = ci.sym.allocs[root]
-        key = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc != "BLOCK" or len(ci.tiles) <= 1)
+        key = tuple(
+            env.get(p) for p in dim_procs(alloc.dims) if p.proc != "BLOCK" or len(ci.tiles) <= 1
+        )
         if alloc.mem == "REGISTER":
             wg = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc == "WARPGROUP")
             return ("REGISTER", root, wg), None, None
@@ -137,7 +143,11 @@ class HappensBefore:
                 break
         view = ci.vi.view(v, scope, env)
         idx, _ = view.cells()
-        flat = np.unique(np.ravel_multi_index(idx, view.arr.shape)) if idx else np.zeros(0, dtype=np.int64)
+        flat = (
+            np.unique(np.ravel_multi_index(idx, view.arr.shape))
+            if idx
+            else np.zeros(0, dtype=np.int64)
+        )
         if root in self.shared_bytes and len(flat):
             return ("SMEM",), None, self._bytes(root, env, view.arr, flat)
         return (alloc.mem, root, key), flat, None
@@ -152,7 +162,10 @@ class HappensBefore:
         stage = arr.size // max(1, slot.stages)
         isz = DTYPE_BYTES[alloc.dtype]
         base = slot.offset + wg * arr.size * isz
-        return (base + int(flat[0]) // stage * stage * isz, base + (int(flat[-1]) // stage + 1) * stage * isz - 1)
+        return (
+            base + int(flat[0]) // stage * stage * isz,
+            base + (int(flat[-1]) // stage + 1) * stage * isz - 1,
+        )
 
     def access(self, a: _Agent, v: N.View, scope, env, write: bool, label: str) -> None:
         loc, elems, interval = self.location(v, scope, env)
@@ -175,13 +188,19 @@ class HappensBefore:
             if r.clock > a.vc.get(r.agent, 0):
                 what = "write" if write else "read"
                 then = "write" if r.write else "read"
-                self.ci.fail("race", label, f"its {what} of %{self.ci.sym.root(v)} is not ordered after the {then} by "
-                                            f"{r.label} ({self.agents[r.agent].name}): no chain of "
-                                            "synchronization leads from one to the other")
+                self.ci.fail(
+                    "race",
+                    label,
+                    f"its {what} of %{self.ci.sym.root(v)} is not ordered after the {then} by "
+                    f"{r.label} ({self.agents[r.agent].name}): no chain of "
+                    "synchronization leads from one to the other",
+                )
             # an earlier access this write covers and is ordered after: later accesses that are
             # ordered after this write are ordered after it too
-            if write and ((elems is None and lo <= r.lo and r.hi <= hi)
-                          or (elems is not None and r.elems is not None and np.isin(r.elems, elems).all())):
+            if write and (
+                (elems is None and lo <= r.lo and r.hi <= hi)
+                or (elems is not None and r.elems is not None and np.isin(r.elems, elems).all())
+            ):
                 continue
             keep.append(r)
         keep.append(new)

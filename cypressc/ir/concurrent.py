@@ -53,12 +53,29 @@ from cypressc.ir import sync as S
 from cypressc.ir.analysis import Symbols, dim_procs
 from cypressc.ir.concurrent_ops import OpSemantics
 from cypressc.ir.clocks import HappensBefore
-from cypressc.ir.concurrent_state import (BLOCK, WG, Bar, Finding, Region, ScheduleFailure, Thread, alias_groups,
-                                         op_label)
+from cypressc.ir.concurrent_state import (
+    BLOCK,
+    WG,
+    Bar,
+    Finding,
+    Region,
+    ScheduleFailure,
+    Thread,
+    alias_groups,
+    op_label,
+)
 from cypressc.ir.printer import _Printer
 
-__all__ = ["Finding", "ScheduleFailure", "run_block", "block_ops", "op_label", "pipeline_ring", "tile_trips",
-           "ring_steps"]
+__all__ = [
+    "Finding",
+    "ScheduleFailure",
+    "run_block",
+    "block_ops",
+    "op_label",
+    "pipeline_ring",
+    "tile_trips",
+    "ring_steps",
+]
 
 
 def block_ops(b: N.Block):
@@ -77,15 +94,22 @@ def pipeline_ring(m: N.Module) -> int:
 def tile_trips(m: N.Module, vi: I._Interp, env: dict) -> list[int]:
     """The trip count of each block-level loop of ``m`` in the tile at block indices ``env``
     (``vi``: an interpreter at the sizes, its root scope holding the block program's lets)."""
-    return [int(vi.expr(op.hi, vi.root, env)) - int(vi.expr(op.lo, vi.root, env)) for op in block_ops(m.body)
-            if isinstance(op, N.For) and any(d.proc == BLOCK for d in op.dims)]
+    return [
+        int(vi.expr(op.hi, vi.root, env)) - int(vi.expr(op.lo, vi.root, env))
+        for op in block_ops(m.body)
+        if isinstance(op, N.For) and any(d.proc == BLOCK for d in op.dims)
+    ]
 
 
 def ring_steps(m: N.Module, vi: I._Interp, env: dict) -> list[int]:
     """The stage-ring positions each block-level loop of ``m`` advances in the tile at
     ``env``: its trip count plus the positions its ring members outside it take
     (``ring_extra``, :mod:`cypressc.passes.rings`)."""
-    loops = [op for op in block_ops(m.body) if isinstance(op, N.For) and any(d.proc == BLOCK for d in op.dims)]
+    loops = [
+        op
+        for op in block_ops(m.body)
+        if isinstance(op, N.For) and any(d.proc == BLOCK for d in op.dims)
+    ]
     return [n + op.ring_extra for n, op in zip(tile_trips(m, vi, env), loops)]
 
 
@@ -94,8 +118,16 @@ class _Concurrent(OpSemantics):
     generators walking the program (:meth:`walk`), the ops' semantics and race checks in
     :class:`~cypressc.ir.concurrent_ops.OpSemantics`, the scheduler in :meth:`run`."""
 
-    def __init__(self, m: N.Module, sizes, arrays, tiles: list[dict], seed: int, values: bool,
-                 happens_before: bool = False) -> None:
+    def __init__(
+        self,
+        m: N.Module,
+        sizes,
+        arrays,
+        tiles: list[dict],
+        seed: int,
+        values: bool,
+        happens_before: bool = False,
+    ) -> None:
         self.m, self.values, self.rng = m, values, random.Random(seed)
         self.vi = I._Interp(m, sizes, arrays, None)  # value semantics (views, leaf calls)
         self.sym = Symbols(m)
@@ -124,13 +156,17 @@ class _Concurrent(OpSemantics):
                 if d.proc == WG:
                     nwg = max(nwg, int(self.vi.expr(d.extent, self.vi.root, self.env0)))
         producer = any(r == "producer" for r in self.roles.values()) or any(
-            getattr(o, "role", "") == "producer" for o in block_ops(m.body))
+            getattr(o, "role", "") == "producer" for o in block_ops(m.body)
+        )
         self.threads = ([Thread("producer", "producer", 0)] if producer else []) + [
-            Thread(f"consumer wg{w}", "consumer", w) for w in range(nwg)]
+            Thread(f"consumer wg{w}", "consumer", w) for w in range(nwg)
+        ]
         self.hb = HappensBefore(self) if happens_before else None
 
     # -- walking the program, per thread --------------------------------------------
-    def scope_for(self, parent: I._Scope, key: tuple, block: N.Block, var: str | None, k) -> I._Scope:
+    def scope_for(
+        self, parent: I._Scope, key: tuple, block: N.Block, var: str | None, k
+    ) -> I._Scope:
         sc = self.scopes.get((parent.uid,) + key)
         if sc is None:
             sc = I._Scope(parent)
@@ -157,7 +193,9 @@ class _Concurrent(OpSemantics):
         barriers, shared buffers and registers carry over)."""
         for i in range(len(self.tiles)):
             t.tile = i
-            yield from self.walk(t, self.m.body, self.vi.root, f"tile {i}: " if len(self.tiles) > 1 else "")
+            yield from self.walk(
+                t, self.m.body, self.vi.root, f"tile {i}: " if len(self.tiles) > 1 else ""
+            )
 
     def walk(self, t: Thread, b: N.Block, scope: I._Scope, where: str):
         env0 = self.tiles[t.tile]
@@ -187,7 +225,9 @@ class _Concurrent(OpSemantics):
                 yield  # every sync op and async issue is a scheduling point
                 yield from self.execute(t, op, scope, envs)
             if carried and op is self.carry[1] and t.tile < len(self.tiles) - 1:
-                first = self.carry[0]  # the next tile's first turn, as the persistent kernel passes it
+                first = self.carry[
+                    0
+                ]  # the next tile's first turn, as the persistent kernel passes it
                 envs = self.instances(t, first, scope)
                 if envs:
                     t.pos = f"{op_label(first, self.names)} ({where}the next tile's first turn)"
@@ -208,7 +248,9 @@ class _Concurrent(OpSemantics):
             else:
                 free.append((p, range(int(self.vi.expr(d.extent, scope, fixed)))))
         when = getattr(op, "when", None)  # a guard over loop variables (and the warpgroup index)
-        if when is not None and self.vi.expr(when.a, scope, fixed) < self.vi.expr(when.b, scope, fixed):
+        if when is not None and self.vi.expr(when.a, scope, fixed) < self.vi.expr(
+            when.b, scope, fixed
+        ):
             return []
         out = []
         combos = itertools.product(*[r for _, r in free])
@@ -229,8 +271,10 @@ class _Concurrent(OpSemantics):
         for env in self.tiles:
             for n in ring_steps(self.m, self.vi, env):
                 if n % ring:
-                    raise ValueError(f"a main loop steps {n} ring position(s) in a tile, not a multiple of {ring}: "
-                                     "the tiles of one block would not restart the pipeline positions")
+                    raise ValueError(
+                        f"a main loop steps {n} ring position(s) in a tile, not a multiple of {ring}: "
+                        "the tiles of one block would not restart the pipeline positions"
+                    )
 
     # -- the scheduler ----------------------------------------------------------------
     def run(self) -> None:
@@ -244,8 +288,12 @@ class _Concurrent(OpSemantics):
                 if not live:
                     left = {b: st[0] for b, st in self.turns.items() if st[0]}
                     if left:  # a persistent block's next tile would find these phases half-full
-                        self.fail("deadlock", "end", "the block ends with arrivals on turn barrier(s) "
-                                  + ", ".join(f"{b} ({n} warpgroup(s))" for b, n in sorted(left.items())))
+                        self.fail(
+                            "deadlock",
+                            "end",
+                            "the block ends with arrivals on turn barrier(s) "
+                            + ", ".join(f"{b} ({n} warpgroup(s))" for b, n in sorted(left.items())),
+                        )
                     return
                 pos = "; ".join(f"{t.name} blocked at {t.pos}" for t in live)
                 self.fail("deadlock", live[0].pos.split(" (")[0], f"no thread can run: {pos}")
@@ -262,12 +310,20 @@ class _Concurrent(OpSemantics):
                 if x.open_mma or x.mma_groups:
                     self.fail("race", "end", f"{x.name} exits with wgmma groups that never retired")
                 if any(not j["done"] for g in x.bulk_groups + [x.open_bulk] for j in g):
-                    self.fail("race", "end", f"{x.name} exits while a TMA store still reads shared "
-                                             "memory")
+                    self.fail(
+                        "race", "end", f"{x.name} exits while a TMA store still reads shared memory"
+                    )
 
 
-def run_block(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], block: dict | list[dict],
-              seed: int, values: bool = True, happens_before: bool = False) -> Finding | None:
+def run_block(
+    m: N.Module,
+    sizes: dict[str, int],
+    arrays: dict[str, np.ndarray],
+    block: dict | list[dict],
+    seed: int,
+    values: bool = True,
+    happens_before: bool = False,
+) -> Finding | None:
     """Run one block (``block``: ``IProc`` → index, see
     :func:`cypressc.ir.schedule_check.grid_blocks`) of the
     synchronized module ``m`` under the random schedule ``seed``, in place on ``arrays``.

@@ -71,7 +71,7 @@ class OpSemantics(RaceChecks):
                     t.ready = lambda: live() <= op.pending
                     yield
                 if self.hb is not None:  # every group but the newest `pending` has completed
-                    for g in t.bulk_groups[:max(0, len(t.bulk_groups) - op.pending)]:
+                    for g in t.bulk_groups[: max(0, len(t.bulk_groups) - op.pending)]:
                         for j in g:
                             if j["done"]:
                                 self.hb.on_retire(t, j)
@@ -110,8 +110,12 @@ class OpSemantics(RaceChecks):
             st[2] += op.kind == "take"
             if st[0] == max(1, op.threads // 128):
                 if not st[2]:  # passes alone completed it: two warpgroups hold the turn at once
-                    self.fail("race", op, f"turn barrier {bid} completes a phase that no warpgroup took: "
-                                          "the warpgroups' turns on the Tensor Core are out of step")
+                    self.fail(
+                        "race",
+                        op,
+                        f"turn barrier {bid} completes a phase that no warpgroup took: "
+                        "the warpgroups' turns on the Tensor Core are out of step",
+                    )
                 st[0], st[1], st[2] = 0, gen + 1, 0
             elif op.kind == "take":
                 t.ready = lambda: st[1] > gen
@@ -135,8 +139,12 @@ class OpSemantics(RaceChecks):
     def arrive(self, op, bar, b: Bar, n: int) -> None:
         b.arrivals += n
         if b.arrivals > b.count:
-            self.fail("race", op, f"%{bar[0]}[{bar[1]}] receives {b.arrivals} arrivals in one phase "
-                                  f"(count {b.count})")
+            self.fail(
+                "race",
+                op,
+                f"%{bar[0]}[{bar[1]}] receives {b.arrivals} arrivals in one phase "
+                f"(count {b.count})",
+            )
         self.settle(b)
 
     @staticmethod
@@ -151,25 +159,40 @@ class OpSemantics(RaceChecks):
             if op.bar is not None:  # TMA load: async, completes on the barrier
                 bar = (op.bar.bar, int(self.vi.expr(op.bar.stage, scope, e)))
                 nbytes = self._bytes(op.dst, scope, e)
-                job = {"kind": "tma", "op": op_label(op, self.names), "done": False, "bar": bar,
-                       "phase": None, "bytes": nbytes, "run": (op, scope, e)}
+                job = {
+                    "kind": "tma",
+                    "op": op_label(op, self.names),
+                    "done": False,
+                    "bar": bar,
+                    "phase": None,
+                    "bytes": nbytes,
+                    "run": (op, scope, e),
+                }
                 for _, key in dst:
                     self.check_overwrite(t, op, key).writer = job
                 if self.hb is not None:
                     lbl = op_label(op, self.names)
-                    self.hb.on_issue(t, job, [(op.src, scope, e, False, lbl), (op.dst, scope, e, True, lbl)])
+                    self.hb.on_issue(
+                        t, job, [(op.src, scope, e, False, lbl), (op.dst, scope, e, True, lbl)]
+                    )
                 self.inflight.append(("tma", t, job))
             elif src and src[0][0] == "SHARED" and not dst:  # TMA store: bulk group
                 recs = []
                 for _, key in src:
                     if key in t.dirty:
-                        self.fail("race", op, f"TMA store reads %{key[0]} written by threads without "
-                                              "fence proxy_async")
+                        self.fail(
+                            "race",
+                            op,
+                            f"TMA store reads %{key[0]} written by threads without "
+                            "fence proxy_async",
+                        )
                     recs.append(self.check_read(t, op, key, retired=False))
                 job = {"kind": "bulk", "done": False, "run": (op, scope, e), "recs": recs}
                 if self.hb is not None:
                     lbl = op_label(op, self.names)
-                    self.hb.on_issue(t, job, [(op.src, scope, e, False, lbl), (op.dst, scope, e, True, lbl)])
+                    self.hb.on_issue(
+                        t, job, [(op.src, scope, e, False, lbl), (op.dst, scope, e, True, lbl)]
+                    )
                 t.open_bulk.append(job)
                 self.inflight.append(("bulk", t, job))
             else:
@@ -180,7 +203,9 @@ class OpSemantics(RaceChecks):
                     if mem == "SHARED":
                         self.check_overwrite(t, op, key).writer = {"kind": "simt"}
                         t.dirty.add(key)
-                if self.hb is not None and e is envs[0]:  # the lanes' union: one instance's stripped view
+                if (
+                    self.hb is not None and e is envs[0]
+                ):  # the lanes' union: one instance's stripped view
                     lbl = op_label(op, self.names)
                     self.hb.thread_access(t, op.src, scope, e, False, lbl)
                     self.hb.thread_access(t, op.dst, scope, e, True, lbl)
@@ -190,7 +215,9 @@ class OpSemantics(RaceChecks):
     def _bytes(self, v: N.View, scope, env) -> int:
         shape = self.sym.shape(v)
         n = int(np.prod([int(self.vi.expr(x, scope, env)) for x in shape]))
-        return n * DTYPE_BYTES[self.sym.allocs[self.sym.root(v)].dtype]  # the GPU's bytes: what expect_tx counts
+        return (
+            n * DTYPE_BYTES[self.sym.allocs[self.sym.root(v)].dtype]
+        )  # the GPU's bytes: what expect_tx counts
 
     def do_copy(self, op: N.Copy, scope, env) -> None:
         src, dst = self.vi.view(op.src, scope, env), self.vi.view(op.dst, scope, env)
@@ -200,24 +227,38 @@ class OpSemantics(RaceChecks):
         fn = leaf_of(op)
         mma = fn.asynchronous
         regs, recs = set(), []
-        views = [(i, a, fn.operands[i] if i < len(fn.operands) else None) for i, a in enumerate(op.args)
-                 if isinstance(a, (N.TRef, N.Piece))]
+        views = [
+            (i, a, fn.operands[i] if i < len(fn.operands) else None)
+            for i, a in enumerate(op.args)
+            if isinstance(a, (N.TRef, N.Piece))
+        ]
         for e in envs[:1] if mma else envs:  # a wgmma's shared operands are the same per warpgroup
-            for i, a, rule, (mem, key) in [(i, a, rule, reg) for i, a, rule in views
-                                           for reg in self.regions_of(a, scope, e)]:
+            for i, a, rule, (mem, key) in [
+                (i, a, rule, reg) for i, a, rule in views for reg in self.regions_of(a, scope, e)
+            ]:
                 writes = rule is not None and rule.writes
                 if mem == "REGISTER":
                     rkey = (key[0], t.wg)
                     if self.reg_pending.get(rkey, 0) and not mma:
-                        self.fail("race", op, f"touches %{key[0]} while a wgmma on it is in flight "
-                                              f"({t.name}: its group has not retired)")
+                        self.fail(
+                            "race",
+                            op,
+                            f"touches %{key[0]} while a wgmma on it is in flight "
+                            f"({t.name}: its group has not retired)",
+                        )
                     if mma and rkey in t.unfenced_regs:
-                        self.fail("race", op, f"wgmma on %{key[0]} written by threads without fence wgmma")
+                        self.fail(
+                            "race", op, f"wgmma on %{key[0]} written by threads without fence wgmma"
+                        )
                     regs.add(rkey)
                 elif mem == "SHARED":
                     if mma and any(key in u.dirty for u in self.threads):
-                        self.fail("race", op, f"wgmma reads %{key[0]} written by threads without fence "
-                                              "proxy_async (the async proxy may not see the writes)")
+                        self.fail(
+                            "race",
+                            op,
+                            f"wgmma reads %{key[0]} written by threads without fence "
+                            "proxy_async (the async proxy may not see the writes)",
+                        )
                     if rule is None or rule.reads:
                         recs.append(self.check_read(t, op, key, retired=not mma))
                     if writes:
@@ -234,7 +275,12 @@ class OpSemantics(RaceChecks):
         if mma:
             for rk in regs:
                 self.reg_pending[rk] = self.reg_pending.get(rk, 0) + 1
-            job = {"run": (op, scope, envs), "regs": regs, "recs": recs, "op": op_label(op, self.names)}
+            job = {
+                "run": (op, scope, envs),
+                "regs": regs,
+                "recs": recs,
+                "op": op_label(op, self.names),
+            }
             if self.hb is not None:
                 self.hb.on_issue(t, job, acc)
             t.open_mma.append(job)
@@ -243,7 +289,11 @@ class OpSemantics(RaceChecks):
             for a, sc, e, w, lbl in acc:
                 self.hb.thread_access(t, a, sc, e, w, lbl)
         for i, a, rule in views:
-            if rule is not None and rule.writes and self.sym.allocs[self.sym.root(a)].mem == "REGISTER":
+            if (
+                rule is not None
+                and rule.writes
+                and self.sym.allocs[self.sym.root(a)].mem == "REGISTER"
+            ):
                 t.unfenced_regs.add((self.sym.root(a), t.wg))
         if self.values:
             if fn.collective:  # a row reduction: the warpgroup's lanes together

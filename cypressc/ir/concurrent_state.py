@@ -20,8 +20,18 @@ from cypressc.ir.printer import fmt_expr
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
 
-__all__ = ["Finding", "ScheduleFailure", "op_label", "Bar", "Region", "Thread", "RaceChecks", "BLOCK", "WG",
-           "alias_groups"]
+__all__ = [
+    "Finding",
+    "ScheduleFailure",
+    "op_label",
+    "Bar",
+    "Region",
+    "Thread",
+    "RaceChecks",
+    "BLOCK",
+    "WG",
+    "alias_groups",
+]
 
 BLOCK, WG = "BLOCK", "WARPGROUP"
 
@@ -60,8 +70,11 @@ def op_label(op, names: dict | None = None) -> str:
         return f"bar_sync {fmt_expr(op.id)}, {op.threads}"
     if isinstance(op, S.Turn):
         return f"turn {op.kind} {fmt_expr(op.id)}, {op.threads}"
-    return {S.CommitGroup: lambda: f"commit_group {op.unit}", S.Fence: lambda: f"fence {op.kind}",
-            S.SyncWarp: lambda: "syncwarp"}.get(type(op), lambda: type(op).__name__)()
+    return {
+        S.CommitGroup: lambda: f"commit_group {op.unit}",
+        S.Fence: lambda: f"fence {op.kind}",
+        S.SyncWarp: lambda: "syncwarp",
+    }.get(type(op), lambda: type(op).__name__)()
 
 
 @dataclass(eq=False)
@@ -135,7 +148,9 @@ class RaceChecks:
     one block's memory)."""
 
     def fail(self, kind: str, op, msg: str):
-        raise ScheduleFailure(Finding(kind, op_label(op, self.names) if not isinstance(op, str) else op, msg))
+        raise ScheduleFailure(
+            Finding(kind, op_label(op, self.names) if not isinstance(op, str) else op, msg)
+        )
 
     def region(self, v: N.View, scope, env) -> tuple[str, tuple] | None:
         root = self.sym.root(v)
@@ -165,7 +180,11 @@ class RaceChecks:
         if not pairs:
             return [reg]
         alloc = self.sym.allocs[root]
-        blk = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc == BLOCK) if len(self.tiles) <= 1 else ()
+        blk = (
+            tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc == BLOCK)
+            if len(self.tiles) <= 1
+            else ()
+        )
         mine = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc == WG)
         out = []
         for canon, wgs in pairs:
@@ -178,12 +197,20 @@ class RaceChecks:
         w = r.writer
         if w is not None and w["kind"] == "tma":
             if not w["done"]:
-                self.fail("race", op, f"reads %{key[0]}{self._st(key)} while the TMA {w['op']} writing it "
-                                      f"is in flight ({t.name})")
+                self.fail(
+                    "race",
+                    op,
+                    f"reads %{key[0]}{self._st(key)} while the TMA {w['op']} writing it "
+                    f"is in flight ({t.name})",
+                )
             bar = w["bar"]
             if t.observed.get(bar, 0) <= w["phase"]:
-                self.fail("race", op, f"reads %{key[0]}{self._st(key)} without observing phase {w['phase']} of "
-                                      f"%{bar[0]}[{bar[1]}] that its TMA {w['op']} completed ({t.name})")
+                self.fail(
+                    "race",
+                    op,
+                    f"reads %{key[0]}{self._st(key)} without observing phase {w['phase']} of "
+                    f"%{bar[0]}[{bar[1]}] that its TMA {w['op']} completed ({t.name})",
+                )
         rec = {"thread": t, "op": op_label(op, self.names), "retired": retired, "tokens": set()}
         r.readers.append(rec)
         return rec
@@ -195,16 +222,28 @@ class RaceChecks:
     def check_overwrite(self, t: Thread, op, key) -> Region:
         r = self.regions.setdefault(key, Region())
         if r.writer is not None and r.writer["kind"] == "tma" and not r.writer["done"]:
-            self.fail("race", op, f"TMA into %{key[0]}{self._st(key)} while TMA {r.writer['op']} into it is "
-                                  "in flight")
+            self.fail(
+                "race",
+                op,
+                f"TMA into %{key[0]}{self._st(key)} while TMA {r.writer['op']} into it is "
+                "in flight",
+            )
         for rd in r.readers:
             if rd["thread"] is t and rd["retired"]:  # program order covers a finished own read
                 continue
             if not rd["retired"]:
-                self.fail("race", op, f"overwrites %{key[0]}{self._st(key)} while {rd['op']} "
-                                      f"({rd['thread'].name}) may still read it")
+                self.fail(
+                    "race",
+                    op,
+                    f"overwrites %{key[0]}{self._st(key)} while {rd['op']} "
+                    f"({rd['thread'].name}) may still read it",
+                )
             if not any(t.observed.get(b, 0) > ph for b, ph in rd["tokens"]):
-                self.fail("race", op, f"overwrites %{key[0]}{self._st(key)} before the release of "
-                                      f"{rd['op']} ({rd['thread'].name}) was observed")
+                self.fail(
+                    "race",
+                    op,
+                    f"overwrites %{key[0]}{self._st(key)} before the release of "
+                    f"{rd['op']} ({rd['thread'].name}) was observed",
+                )
         r.readers = []
         return r

@@ -35,10 +35,17 @@ def event_graph(m: N.Module) -> nx.DiGraph:
         elif isinstance(o, N.Call):
             label, kind = f"call {o.fn}", "call"
         else:
-            label, kind = f"{'for' if isinstance(o, N.For) else 'pfor'} %{o.var}", \
-                "for" if isinstance(o, N.For) else "pfor"
-        g.add_node(o.ev, label=label, kind=kind, role=roles.get(o.ev, ""),
-                   procs=",".join(d.proc for d in o.dims))
+            label, kind = (
+                f"{'for' if isinstance(o, N.For) else 'pfor'} %{o.var}",
+                "for" if isinstance(o, N.For) else "pfor",
+            )
+        g.add_node(
+            o.ev,
+            label=label,
+            kind=kind,
+            role=roles.get(o.ev, ""),
+            procs=",".join(d.proc for d in o.dims),
+        )
         for r in o.pre:
             g.add_edge(r.name, o.ev, broadcast=any(i is None for i in r.idx))
     return g
@@ -48,7 +55,11 @@ def to_dot(m: N.Module, title: str = "") -> str:
     """The event graph as Graphviz DOT text."""
     g = event_graph(m)
     names = {n: f"e{i + 1}" for i, n in enumerate(g.nodes)}
-    lines = ["digraph events {", f'  label="{title}";', "  node [shape=box, style=filled, fontname=monospace];"]
+    lines = [
+        "digraph events {",
+        f'  label="{title}";',
+        "  node [shape=box, style=filled, fontname=monospace];",
+    ]
     for n, d in g.nodes(data=True):
         color = ROLE_COLORS.get(d["role"]) or KIND_COLORS.get(d["kind"], "#ffffff")
         label = f"%{names[n]}: {d['label']}".replace('"', "'")
@@ -71,16 +82,30 @@ def render_svg(dot: str, program: str) -> str:
     fallback = "or use `--graph-format dot` (the default) and render the DOT text elsewhere"
     exe = shutil.which("dot")
     if exe is None:
-        raise CypressError("E060", "--graph-format svg needs graphviz's `dot` program, which is not on PATH",
-                           where, hint=f"install graphviz (e.g. `apt-get install graphviz`), {fallback}")
+        raise CypressError(
+            "E060",
+            "--graph-format svg needs graphviz's `dot` program, which is not on PATH",
+            where,
+            hint=f"install graphviz (e.g. `apt-get install graphviz`), {fallback}",
+        )
     try:
         r = subprocess.run([exe, "-Tsvg"], input=dot, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:
-        why = "took over 120 s" if isinstance(e, subprocess.TimeoutExpired) else e.strerror or str(e)
-        raise CypressError("E060", f"graphviz's `dot` ({exe}) could not render the event graph: {why}",
-                           where, hint=fallback.removeprefix("or ")) from None
+        why = (
+            "took over 120 s" if isinstance(e, subprocess.TimeoutExpired) else e.strerror or str(e)
+        )
+        raise CypressError(
+            "E060",
+            f"graphviz's `dot` ({exe}) could not render the event graph: {why}",
+            where,
+            hint=fallback.removeprefix("or "),
+        ) from None
     if r.returncode != 0:
         detail = next((ln.strip() for ln in r.stderr.splitlines() if ln.strip()), "no message")
-        raise CypressError("E060", f"graphviz's `dot` ({exe}) failed with exit status {r.returncode}: {detail}",
-                           where, hint=fallback.removeprefix("or "))
+        raise CypressError(
+            "E060",
+            f"graphviz's `dot` ({exe}) failed with exit status {r.returncode}: {detail}",
+            where,
+            hint=fallback.removeprefix("or "),
+        )
     return r.stdout

@@ -73,7 +73,9 @@ def check_happens_before(m: N.Module, sizes: dict[str, int] | None = None, seed:
     else:
         small = small_sizes(m)
         flags = _flags(m)[:2]
-        bases = [{**small, **dict(zip(flags, vals))} for vals in product(*[(small[f], 0) for f in flags])]
+        bases = [
+            {**small, **dict(zip(flags, vals))} for vals in product(*[(small[f], 0) for f in flags])
+        ]
     runs = []
     for base in bases:
         runs += [(base, [b]) for b in grid_blocks(m, base)[:2]]
@@ -83,12 +85,24 @@ def check_happens_before(m: N.Module, sizes: dict[str, int] | None = None, seed:
                 runs.append((two, grid_blocks(m, two)))
     for sz, blocks in runs:
         sz = {**sz, **{f: 0.75 for f in m.floats if f not in sz}}
-        arrays = {p.name: np.zeros([int(evaluate(x, sz)) for x in p.shape], NUMPY_DTYPES[p.dtype]) for p in m.params}
+        arrays = {
+            p.name: np.zeros([int(evaluate(x, sz)) for x in p.shape], NUMPY_DTYPES[p.dtype])
+            for p in m.params
+        }
         try:
-            f = C.run_block(m, sz, arrays, blocks if len(blocks) > 1 else blocks[0], seed, values=False,
-                            happens_before=True)
+            f = C.run_block(
+                m,
+                sz,
+                arrays,
+                blocks if len(blocks) > 1 else blocks[0],
+                seed,
+                values=False,
+                happens_before=True,
+            )
         except ValueError:
-            if len(blocks) > 1 and sizes is None:  # these tiles cannot run back to back: no such run
+            if (
+                len(blocks) > 1 and sizes is None
+            ):  # these tiles cannot run back to back: no such run
                 continue
             raise
         if f is not None:

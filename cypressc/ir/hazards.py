@@ -67,9 +67,17 @@ def evaluate(e: N.IExpr, env: dict[str, int], lets: dict[str, N.IExpr] | None = 
     if isinstance(e, N.IProc):
         raise KeyError(f"{e.proc}.{e.dim}")
     a, b = evaluate(e.a, env, lets), evaluate(e.b, env, lets)
-    ops = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "min": lambda: min(a, b),
-           "max": lambda: max(a, b), "//": lambda: a // b, "%": lambda: a % b,
-           "cdiv": lambda: -(-a // b), "/": lambda: a // b if a % b == 0 else a / b}
+    ops = {
+        "+": lambda: a + b,
+        "-": lambda: a - b,
+        "*": lambda: a * b,
+        "min": lambda: min(a, b),
+        "max": lambda: max(a, b),
+        "//": lambda: a // b,
+        "%": lambda: a % b,
+        "cdiv": lambda: -(-a // b),
+        "/": lambda: a // b if a % b == 0 else a / b,
+    }
     return ops[e.op]()
 
 
@@ -107,8 +115,6 @@ class Dep:
         return S.Edge(self.src, self.dst, self.hazard, self.tensor, self.via, self.distance)
 
 
-
-
 class Program:
     """The leaves, loops and dependences of a module (after warp specialization)."""
 
@@ -125,8 +131,11 @@ class Program:
         self.pfor = False
         self._rings: dict[str, list[Leaf]] | None = None
         self._walk(m.body, (), (), itertools.count())
-        self.space = IndexSpace({lp.var: (lp.lo, lp.hi) for lp, _, _ in self.loops.values()}, self.lets,
-                                frozenset(m.scalars))
+        self.space = IndexSpace(
+            {lp.var: (lp.lo, lp.hi) for lp, _, _ in self.loops.values()},
+            self.lets,
+            frozenset(m.scalars),
+        )
 
     # -- structure ------------------------------------------------------------------------
     def _walk(self, b: N.Block, loops, hosts, seq) -> None:
@@ -135,21 +144,28 @@ class Program:
             if isinstance(op, N.Let):
                 self.lets[op.name] = op.value
             elif isinstance(op, (N.Copy, N.Call)):
-                self.leaves[op.ev] = Leaf(op, b, loops, hosts, n, self.roles.get(op.ev, "consumer"),
-                                          self.kind(op))
+                self.leaves[op.ev] = Leaf(
+                    op, b, loops, hosts, n, self.roles.get(op.ev, "consumer"), self.kind(op)
+                )
             elif isinstance(op, (N.For, N.PFor)):
                 self.pfor = self.pfor or isinstance(op, N.PFor)
                 block_level = any(d.proc == "BLOCK" for d in op.dims)
                 self.loops[op.ev] = (op, loops, n)
-                self._walk(op.body, loops + (op,) if block_level else loops,
-                           hosts if block_level else hosts + (op,), seq)
+                self._walk(
+                    op.body,
+                    loops + (op,) if block_level else loops,
+                    hosts if block_level else hosts + (op,),
+                    seq,
+                )
 
     def kind(self, op) -> str:
         """tma_load / tma_store (GLOBAL<->SHARED copies: asynchronous, TMA), wgmma (a leaf a
         warpgroup issues collectively to the Tensor Core), or thread code."""
         if isinstance(op, N.Copy):
             src, dst = self.sym.mem(op.src), self.sym.mem(op.dst)
-            return {("GLOBAL", "SHARED"): "tma_load", ("SHARED", "GLOBAL"): "tma_store"}.get((src, dst), "thread")
+            return {("GLOBAL", "SHARED"): "tma_load", ("SHARED", "GLOBAL"): "tma_store"}.get(
+                (src, dst), "thread"
+            )
         return "wgmma" if leaf_of(op).asynchronous else "thread"
 
     def role_dims(self, role: str) -> tuple[N.Dim, ...]:
@@ -182,8 +198,14 @@ class Program:
 
     def ring_loop(self, root: str) -> N.For | None:
         """The loop whose steps fill stage ring ``root``."""
-        return next((lf.loops[0] for lf in self.leaves.values() if lf.kind == "tma_load" and lf.loops
-                     and self.sym.root(lf.op.dst) == root), None)
+        return next(
+            (
+                lf.loops[0]
+                for lf in self.leaves.values()
+                if lf.kind == "tma_load" and lf.loops and self.sym.root(lf.op.dst) == root
+            ),
+            None,
+        )
 
     def _ring_class(self, lf: Leaf, root: str) -> str:
         """Which ring positions a leaf touching ring ``root`` can touch: ``loop`` (a step's),
@@ -204,15 +226,31 @@ class Program:
         for root in self.rings():
             lp = self.ring_loop(root)
             depth = self.stages[root]
-            copies = [c for c in self.leaves.values() if c.kind == "tma_load" and self.sym.root(c.op.dst) == root]
+            copies = [
+                c
+                for c in self.leaves.values()
+                if c.kind == "tma_load" and self.sym.root(c.op.dst) == root
+            ]
             for p in self.leaves.values():
                 if p.kind == "tma_load" or not self._reads(p, root):
                     continue
                 for c in copies:
                     if p.loops and c.loops:
                         continue  # the loop's own ring: carried edges
-                    out.append(Dep(p.op.ev, c.op.ev, "ring", lp.ev if lp is not None else "", depth, "war",
-                                   root, root, "SHARED", self._scope(p, c, (), root, root)))
+                    out.append(
+                        Dep(
+                            p.op.ev,
+                            c.op.ev,
+                            "ring",
+                            lp.ev if lp is not None else "",
+                            depth,
+                            "war",
+                            root,
+                            root,
+                            "SHARED",
+                            self._scope(p, c, (), root, root),
+                        )
+                    )
         return out
 
     def _across_ring(self, d: Dep) -> bool:
@@ -221,7 +259,9 @@ class Program:
         edge is no hazard, and the ring's WAR hazards are :meth:`_ring_deps`'."""
         if d.tensor != d.other or d.tensor not in self.rings() or not d.dst:
             return False
-        return self._ring_class(self.leaves[d.src], d.tensor) != self._ring_class(self.leaves[d.dst], d.tensor)
+        return self._ring_class(self.leaves[d.src], d.tensor) != self._ring_class(
+            self.leaves[d.dst], d.tensor
+        )
 
     def stage(self, lf: Leaf) -> tuple[N.IExpr, int]:
         """The stage index and depth of the staged SHARED buffer a TMA copy writes
@@ -229,8 +269,13 @@ class Program:
         for piece in self.sym.chain(lf.op.dst):
             part = self.sym.parts[piece.partition]
             root = self.sym.root(lf.op.dst)
-            if part.kind == "slices" and isinstance(part.base, N.TRef) and part.base.name in self.stages \
-                    and part.base.name == root and static(part.params[0]) == 0:
+            if (
+                part.kind == "slices"
+                and isinstance(part.base, N.TRef)
+                and part.base.name in self.stages
+                and part.base.name == root
+                and static(part.params[0]) == 0
+            ):
                 return piece.idx[0], self.stages[root]
         return N.IConst(0), 1
 
@@ -254,17 +299,27 @@ class Program:
         if p is None or c is None:
             return frozenset()
         lp, lc = set(map(id, p.loops + p.hosts)), set(map(id, c.loops + c.hosts))
-        return frozenset(x.var for x in p.loops + p.hosts + c.loops + c.hosts if (id(x) in lp) != (id(x) in lc))
+        return frozenset(
+            x.var for x in p.loops + p.hosts + c.loops + c.hosts if (id(x) in lp) != (id(x) in lc)
+        )
 
-    def _variant(self, part: N.Partition, private: frozenset[str], shift: Mapping[str, int]) -> bool:
+    def _variant(
+        self, part: N.Partition, private: frozenset[str], shift: Mapping[str, int]
+    ) -> bool:
         """Whether a partition's tiling (block extents, piece shape) may differ between the
         two sides of a query: its pieces at different indices then need not be disjoint."""
         moving = private | set(shift)
         exprs = [x for x in (*part.params, *part.piece_shape) if not isinstance(x, str)]
         return any(free_vars_through(e, self.lets) & moving for e in exprs)
 
-    def overlap(self, va: N.View, vb: N.View, p: Leaf | None = None, c: Leaf | None = None,
-                shift: Mapping[str, int] | None = None) -> bool:
+    def overlap(
+        self,
+        va: N.View,
+        vb: N.View,
+        p: Leaf | None = None,
+        c: Leaf | None = None,
+        shift: Mapping[str, int] | None = None,
+    ) -> bool:
         """Whether ``va`` (touched by ``p``) and ``vb`` (by ``c``, ``shift``-ed iterations later:
         loop variable -> distance) may share elements: same tensor (or tensors sharing bytes)
         and no execution in which every blocks/slices index on their common partition chain
@@ -303,11 +358,15 @@ class Program:
             part, idx = cw[-1]
             keys = [(i.proc, i.dim) for i in idx if isinstance(i, N.IProc)]
             counts = self._piece_counts(part)
-            if len(keys) != len(idx) or len(set(keys)) != len(keys) or counts is None \
-                    or any((ext.get(k) or 0) < n for k, n in zip(keys, counts)):
+            if (
+                len(keys) != len(idx)
+                or len(set(keys)) != len(keys)
+                or counts is None
+                or any((ext.get(k) or 0) < n for k, n in zip(keys, counts))
+            ):
                 break
             cw.pop()
-        return self.sym.root(wv) == self.sym.root(v) and cv[:len(cw)] == cw
+        return self.sym.root(wv) == self.sym.root(v) and cv[: len(cw)] == cw
 
     def _piece_counts(self, name: str) -> list[int] | None:
         """How many pieces a partition has along each index (None when not static)."""
@@ -319,7 +378,9 @@ class Program:
                 return None
             return [-(-n // b) for n, b in zip(shape, blocks)]
         if part.kind == "mma":
-            return {"THREAD": [self.warp_threads], "WARP": [self.warpgroup_warps]}.get(part.params[1])
+            return {"THREAD": [self.warp_threads], "WARP": [self.warpgroup_warps]}.get(
+                part.params[1]
+            )
         return None
 
     def _private(self, root: str) -> set[str]:
@@ -339,14 +400,21 @@ class Program:
     @staticmethod
     def _grid(r: N.EvRef, dims) -> bool:
         """A reference that waits for other blocks (a broadcast over a BLOCK dimension)."""
-        return any(d.proc == "BLOCK" and (not r.idx or r.idx[i] is None) for i, d in enumerate(dims))
+        return any(
+            d.proc == "BLOCK" and (not r.idx or r.idx[i] is None) for i, d in enumerate(dims)
+        )
 
     def _same_preds(self, c: Leaf) -> list[tuple[Leaf, tuple]]:
         """The leaves ``c`` names in its preconditions in the same iteration (and tile)."""
         out = []
         for r in c.op.pre:
             p = self.leaves.get(r.name)
-            if p is not None and not self._grid(r, p.op.dims) and p.hosts == c.hosts and p.loops == c.loops:
+            if (
+                p is not None
+                and not self._grid(r, p.op.dims)
+                and p.hosts == c.hosts
+                and p.loops == c.loops
+            ):
                 out.append((p, r.idx))
         return out
 
@@ -402,7 +470,7 @@ class Program:
                         continue
                     if p.loops == c.loops:
                         yield p, c, "same", None, r.idx
-                    elif c.loops[:len(p.loops)] == p.loops:
+                    elif c.loops[: len(p.loops)] == p.loops:
                         yield p, c, "entry", c.loops[len(p.loops)], r.idx
                 elif r.name in self.loops:
                     lp = self.loops[r.name][0]
@@ -417,12 +485,16 @@ class Program:
             inside = self.under(lp)
             for r in lp.pre:
                 for pev, idx in self._expand(r.name, r.idx):
-                    if pev in self.leaves and not self._grid(N.EvRef(pev, idx), self.leaves[pev].op.dims):
+                    if pev in self.leaves and not self._grid(
+                        N.EvRef(pev, idx), self.leaves[pev].op.dims
+                    ):
                         for c in inside:
                             yield self.leaves[pev], c, "entry", lp, idx
             for y in lp.body.yields:
                 for pev, idx in self._expand(y.name, y.idx):
-                    if pev in self.leaves and not self._grid(N.EvRef(pev, idx), self.leaves[pev].op.dims):
+                    if pev in self.leaves and not self._grid(
+                        N.EvRef(pev, idx), self.leaves[pev].op.dims
+                    ):
                         for c in inside:
                             yield self.leaves[pev], c, "carried", lp, idx
 
@@ -433,23 +505,33 @@ class Program:
         for p, c, via, lp, idx in self._routes():
             for d in self._hazards(p, c, via, lp, idx):
                 if not self._across_ring(d):
-                    out.setdefault((d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d)
+                    out.setdefault(
+                        (d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d
+                    )
         for d in self._ring_deps():
-            out.setdefault((d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d)
+            out.setdefault(
+                (d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d
+            )
         for lf in self.leaves.values():
             if lf.kind == "tma_store":  # its shared source must outlive the TMA's reads
                 root = self.sym.root(lf.op.src)
-                out[(lf.op.ev, "", "end")] = Dep(lf.op.ev, "", "end", "", 0, "end", root, root, "SHARED", ())
+                out[(lf.op.ev, "", "end")] = Dep(
+                    lf.op.ev, "", "end", "", 0, "end", root, root, "SHARED", ()
+                )
         for d in self._tile_deps(list(out.values())):
             out.setdefault((d.src, d.dst, d.via), d)
         for d in self._alias_loads() + self._alias_writes():
             key = (d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other)
-            if key in out:  # an event edge's scope follows its index, which says nothing of the sharing
+            if (
+                key in out
+            ):  # an event edge's scope follows its index, which says nothing of the sharing
                 levels = set(out[key].scope) | set(d.scope)
                 d = replace(out[key], scope=tuple(lv for lv in LEVELS if lv in levels))
             out[key] = d
-        return sorted(out.values(), key=lambda d: (self.leaves[d.dst].seq if d.dst else 1 << 30,
-                                                   self.leaves[d.src].seq))
+        return sorted(
+            out.values(),
+            key=lambda d: (self.leaves[d.dst].seq if d.dst else 1 << 30, self.leaves[d.src].seq),
+        )
 
     def _tile_deps(self, inside: list[Dep]) -> list[Dep]:
         """WAR hazards into the next tile of the same block: a wgmma or thread code of this
@@ -470,12 +552,23 @@ class Program:
                 if not r or self.sym.allocs[root].mem != "SHARED":
                     continue
                 for c in self.leaves.values():
-                    if c.kind == "thread" and any(w and self.sym.root(x) == root for x, _, w in views_of(c.op)):
-                        flows = [x.scope for x in inside if (x.src, x.dst, x.hazard) == (c.op.ev, p.op.ev, "raw")
-                                 and x.other == root]
-                        scope = tuple(lv for lv in LEVELS if any(lv in f for f in flows)) if flows \
+                    if c.kind == "thread" and any(
+                        w and self.sym.root(x) == root for x, _, w in views_of(c.op)
+                    ):
+                        flows = [
+                            x.scope
+                            for x in inside
+                            if (x.src, x.dst, x.hazard) == (c.op.ev, p.op.ev, "raw")
+                            and x.other == root
+                        ]
+                        scope = (
+                            tuple(lv for lv in LEVELS if any(lv in f for f in flows))
+                            if flows
                             else self._scope(p, c, (), root, root)
-                        out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", root, root, "SHARED", scope))
+                        )
+                        out.append(
+                            Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", root, root, "SHARED", scope)
+                        )
         if self.m.schedule is not None and self.m.schedule.persistent:
             out += self._tile_loads()
         return out
@@ -491,7 +584,9 @@ class Program:
         implied through a TMA store that reads after them."""
         out = []
         for c in self.leaves.values():
-            if c.kind != "tma_load" or c.loops or self.ring_member(c):  # a ring's next tile: _ring_deps
+            if (
+                c.kind != "tma_load" or c.loops or self.ring_member(c)
+            ):  # a ring's next tile: _ring_deps
                 continue
             root = self.sym.root(c.op.dst)
             # a tensor that shares the copy's bytes (resource allocation: used after it in the
@@ -502,9 +597,13 @@ class Program:
                     continue
                 for t in shared:
                     if self._reads(p, t):
-                        out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", t, root, "SHARED", ()))
+                        out.append(
+                            Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", t, root, "SHARED", ())
+                        )
                     elif t != root and self._writes(p, t):
-                        out.append(Dep(p.op.ev, c.op.ev, "tile", "", 1, "waw", t, root, "SHARED", ()))
+                        out.append(
+                            Dep(p.op.ev, c.op.ev, "tile", "", 1, "waw", t, root, "SHARED", ())
+                        )
         return out
 
     def _sharing(self, root: str) -> list[str]:
@@ -523,9 +622,16 @@ class Program:
             root = self.sym.root(c.op.dst)
             for other in self._sharing(root):
                 for p in self.leaves.values():
-                    if p.kind == "tma_load" or p.seq > c.seq or p.hosts != c.hosts or not self._reads(p, other):
+                    if (
+                        p.kind == "tma_load"
+                        or p.seq > c.seq
+                        or p.hosts != c.hosts
+                        or not self._reads(p, other)
+                    ):
                         continue
-                    if c.loops:  # a copy in a loop after the reader (their live ranges are apart): the
+                    if (
+                        c.loops
+                    ):  # a copy in a loop after the reader (their live ranges are apart): the
                         # reader is done before the loop starts; only a path of synchronized edges
                         # can realize that, else sync-insertion refuses
                         if any(x is c.loops[0] for x in p.loops):
@@ -533,8 +639,20 @@ class Program:
                         via, lp = "entry", c.loops[0]
                     else:
                         via, lp = ("after", p.loops[0]) if p.loops else ("same", None)
-                    out.append(Dep(p.op.ev, c.op.ev, via, lp.ev if lp is not None else "", 0, "war", other, root,
-                                   "SHARED", self._scope(p, c, (), other, root)))
+                    out.append(
+                        Dep(
+                            p.op.ev,
+                            c.op.ev,
+                            via,
+                            lp.ev if lp is not None else "",
+                            0,
+                            "war",
+                            other,
+                            root,
+                            "SHARED",
+                            self._scope(p, c, (), other, root),
+                        )
+                    )
         return out
 
     def _alias_writes(self) -> list[Dep]:
@@ -547,22 +665,40 @@ class Program:
         same dependence, the two scopes merge.  A TMA copy into the earlier tensor is not a
         source: its readers wait for it and are sources themselves."""
         out = []
-        for early, late in (self.m.resources.war if self.m.resources is not None else ()):
+        for early, late in self.m.resources.war if self.m.resources is not None else ():
             for c in self.leaves.values():
                 if c.kind == "tma_load" or not self._writes(c, late):
                     continue
                 for p in self.leaves.values():
                     if p.kind == "tma_load" or p.seq > c.seq or p.hosts != c.hosts or p is c:
                         continue
-                    hazard = "war" if self._reads(p, early) else "waw" if self._writes(p, early) else None
+                    hazard = (
+                        "war"
+                        if self._reads(p, early)
+                        else "waw"
+                        if self._writes(p, early)
+                        else None
+                    )
                     if hazard is None:
                         continue
                     if p.loops:  # resource allocation's live ranges span a tensor's outermost loop
                         via, lp = "after", p.loops[0]
                     else:
                         via, lp = ("entry", c.loops[0]) if c.loops else ("same", None)
-                    out.append(Dep(p.op.ev, c.op.ev, via, lp.ev if lp is not None else "", 0, hazard, early, late,
-                                   "SHARED", self._scope(p, c, (), early, late)))
+                    out.append(
+                        Dep(
+                            p.op.ev,
+                            c.op.ev,
+                            via,
+                            lp.ev if lp is not None else "",
+                            0,
+                            hazard,
+                            early,
+                            late,
+                            "SHARED",
+                            self._scope(p, c, (), early, late),
+                        )
+                    )
         return out
 
     def _writes(self, lf: Leaf, root: str) -> bool:
@@ -578,8 +714,14 @@ class Program:
         (FlashAttention-3's peeled K tile, read with the Q panel by S = Q·K[0]ᵀ)."""
         p, c = self.leaves[d.src], self.leaves[d.dst]
         for x in self.leaves.values():
-            if x.kind == "tma_load" and not x.loops and x.role == c.role and x.seq < c.seq \
-                    and x.hosts == c.hosts and self._reads(p, self.sym.root(x.op.dst)):
+            if (
+                x.kind == "tma_load"
+                and not x.loops
+                and x.role == c.role
+                and x.seq < c.seq
+                and x.hosts == c.hosts
+                and self._reads(p, self.sym.root(x.op.dst))
+            ):
                 return x
         return None
 
@@ -590,21 +732,39 @@ class Program:
         if implied(d, covered):
             return True
         x = self._earlier_load(d) if d.via == "tile" else None
-        return x is not None and any(c.via == "tile" and c.src == d.src and c.dst == x.op.ev for c in covered)
+        return x is not None and any(
+            c.via == "tile" and c.src == d.src and c.dst == x.op.ev for c in covered
+        )
 
     def _hazards(self, p: Leaf, c: Leaf, via: str, lp, idx) -> list[Dep]:
         out = []
-        period = max([self.stages.get(self.sym.root(v), 1) for o in (p, c) for v, _, _ in views_of(o.op)] + [1])
+        period = max(
+            [self.stages.get(self.sym.root(v), 1) for o in (p, c) for v, _, _ in views_of(o.op)]
+            + [1]
+        )
         for vp, rp, wp in views_of(p.op):
             for vc, rc, wc in views_of(c.op):
-                hz = [h for h, ok in (("raw", wp and rc), ("war", rp and wc), ("waw", wp and wc)) if ok]
+                hz = [
+                    h
+                    for h, ok in (("raw", wp and rc), ("war", rp and wc), ("waw", wp and wc))
+                    if ok
+                ]
                 if not hz:
                     continue
                 dist = 0
                 if via == "carried":
-                    dist = next((d for d in range(1, period + 1) if self.overlap(vp, vc, p, c, {lp.var: d})), 0)
+                    dist = next(
+                        (
+                            d
+                            for d in range(1, period + 1)
+                            if self.overlap(vp, vc, p, c, {lp.var: d})
+                        ),
+                        0,
+                    )
                     if not dist and self.overlap(vp, vc, p, c, {lp.var: AtLeast(period + 1)}):
-                        dist = period + 1  # they meet further on, not within a ring's turn: an edge at
+                        dist = (
+                            period + 1
+                        )  # they meet further on, not within a ring's turn: an edge at
                         # period + 1 orders every later meeting too (the consumer's program order)
                     if not dist:
                         continue
@@ -616,8 +776,20 @@ class Program:
                     rp_, rc_ = self.sym.root(vp), self.sym.root(vc)
                     scope = self._scope(p, c, idx, rp_, rc_)
                     mem = self.sym.allocs[rc_].mem
-                    out.append(Dep(p.op.ev, c.op.ev, via, lp.ev if lp is not None else "", dist, h, rp_, rc_,
-                                   mem, scope))
+                    out.append(
+                        Dep(
+                            p.op.ev,
+                            c.op.ev,
+                            via,
+                            lp.ev if lp is not None else "",
+                            dist,
+                            h,
+                            rp_,
+                            rc_,
+                            mem,
+                            scope,
+                        )
+                    )
         return out
 
     def _killed(self, p: Leaf, c: Leaf, vc: N.View, via: str, lp) -> bool:
@@ -634,14 +806,22 @@ class Program:
                 between = self.loops[lp.ev][2] < w.seq < c.seq and lp not in w.loops
             else:
                 between = p.seq < w.seq < c.seq and w.loops == c.loops
-            if between and self._always_runs(w, c) and any(wr and self.covers(w, v, vc) for v, _, wr in views_of(w.op)):
+            if (
+                between
+                and self._always_runs(w, c)
+                and any(wr and self.covers(w, v, vc) for v, _, wr in views_of(w.op))
+            ):
                 return True
         return False
 
     def _always_runs(self, w: Leaf, c: Leaf) -> bool:
         """Whether ``w`` runs whenever ``c`` does: every loop around ``w`` that is not around
         ``c`` provably runs at least once (:func:`cypressc.ir.intsets.may_be_empty`)."""
-        return all(not may_be_empty(lp.lo, lp.hi, self.space) for lp in w.loops if all(x is not lp for x in c.loops))
+        return all(
+            not may_be_empty(lp.lo, lp.hi, self.space)
+            for lp in w.loops
+            if all(x is not lp for x in c.loops)
+        )
 
     def _scope(self, p: Leaf, c: Leaf, idx: tuple, rp: str, rc: str) -> tuple[str, ...]:
         levels = set()
@@ -686,7 +866,12 @@ class Program:
         if p.kind == "tma_load":
             return ("full",) if d.hazard == "raw" and c.kind != "tma_load" else ("implied",)
         if c.kind == "tma_load":
-            if d.hazard == "war" and d.tensor != d.other and d.via in ("same", "after") and p.role != c.role:
+            if (
+                d.hazard == "war"
+                and d.tensor != d.other
+                and d.via in ("same", "after")
+                and p.role != c.role
+            ):
                 return ("empty",)  # bytes shared with an earlier tensor: its readers free them
             return ("empty",) if d.hazard == "war" and d.via == "carried" else ("implied",)
         if p.role != c.role or p.kind == "tma_store":
@@ -701,8 +886,12 @@ class Program:
             out.append("wait_group")
         elif c.kind == "wgmma" and d.mem == "REGISTER":
             out.append("fence_wgmma")
-        if d.mem != "REGISTER" and d.hazard in ("raw", "waw") and p.kind == "thread" \
-                and c.kind in ("tma_store", "wgmma"):
+        if (
+            d.mem != "REGISTER"
+            and d.hazard in ("raw", "waw")
+            and p.kind == "thread"
+            and c.kind in ("tma_store", "wgmma")
+        ):
             out.append("proxy")
         if d.scope:
             out.append(self.barrier(d))
@@ -715,7 +904,9 @@ class Program:
     def barrier(self, d: Dep) -> str:
         """``syncwarp`` when the hazard spans only the threads of one warp, else ``bar_sync``."""
         ext = self.extents(self.leaves[d.src], self.leaves[d.dst])
-        if d.scope == ("THREAD",) and ("WARP" in ext or (ext.get("THREAD") or 1 << 30) <= self.warp_threads):
+        if d.scope == ("THREAD",) and (
+            "WARP" in ext or (ext.get("THREAD") or 1 << 30) <= self.warp_threads
+        ):
             return "syncwarp"
         return "bar_sync"
 
@@ -724,8 +915,9 @@ class Program:
         ext = self.extents(self.leaves[d.src], self.leaves[d.dst])
         if any(ext.get(lv, 1) is None for lv in LEVELS):
             return None
-        per_wg = ext.get("WARP") or (-(-ext["THREAD"] // self.warp_threads) if "THREAD" in ext
-                                     else self.warpgroup_warps)
+        per_wg = ext.get("WARP") or (
+            -(-ext["THREAD"] // self.warp_threads) if "THREAD" in ext else self.warpgroup_warps
+        )
         if "WARPGROUP" in d.scope:
             return ext.get("WARPGROUP", 1) * per_wg
         return per_wg if ("WARP" in d.scope or "WARP" not in ext) else 1
@@ -735,6 +927,7 @@ def implied(dep: Dep, covered: list[Dep]) -> bool:
     """Whether ``dep`` follows from a path of covered dependences through one or two ops
     (each completes before the next starts): same-iteration steps compose with any step
     (with a ``tile`` step into the next tile too), carried distances add up."""
+
     def step(a: Dep, b: Dep) -> tuple | None:
         kinds = (a.via, b.via)
         if "tile" in kinds and "same" not in kinds:
@@ -758,7 +951,11 @@ def implied(dep: Dep, covered: list[Dep]) -> bool:
                 return True
             for c in by_src.get(b.dst, []):
                 ab = step(a, b)
-                if c.dst == dep.dst and ab is not None and step(Dep("", "", *ab, "", "", "", "", ()), c) == goal:
+                if (
+                    c.dst == dep.dst
+                    and ab is not None
+                    and step(Dep("", "", *ab, "", "", "", "", ()), c) == goal
+                ):
                     return True
     return False
 

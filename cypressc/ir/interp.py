@@ -42,9 +42,17 @@ class InterpreterError(RuntimeError):
 
 _UIDS = itertools.count()
 _UNSET = object()
-_BINOPS = {"+": operator.add, "-": operator.sub, "*": operator.mul,
-           "/": lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) else a / b,
-           "//": operator.floordiv, "%": operator.mod, "cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
+_BINOPS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) else a / b,
+    "//": operator.floordiv,
+    "%": operator.mod,
+    "cdiv": lambda a, b: -(-a // b),
+    "min": min,
+    "max": max,
+}
 _LANES = ("WARP", "THREAD")  # the levels a collective leaf's issuing group spans
 
 
@@ -171,7 +179,9 @@ class _Task:
 
 
 class _Interp:
-    def __init__(self, m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], seed) -> None:
+    def __init__(
+        self, m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], seed
+    ) -> None:
         self.m = m
         if seed is not None and seed != LATEST_FIRST and not isinstance(seed, int):
             raise ValueError(f"seed must be None, an int or {LATEST_FIRST!r}, not {seed!r}")
@@ -254,13 +264,22 @@ class _Interp:
             if arr is None:
                 shape = tuple(int(self.expr(x, s, env)) for x in alloc.shape)
                 dt = NUMPY_DTYPES[alloc.dtype]
-                arr = np.full(shape, np.nan, dtype=dt) if np.issubdtype(dt, np.floating) else np.zeros(shape, dt)
+                arr = (
+                    np.full(shape, np.nan, dtype=dt)
+                    if np.issubdtype(dt, np.floating)
+                    else np.zeros(shape, dt)
+                )
                 s.storage[key] = arr
             layout = self.view(alloc.layout, s, env) if alloc.layout is not None else None
             pkey = (arr.shape, layout.key if layout is not None else None)
-            plan = self._plan(pkey, lambda: ([np.arange(n) for n in arr.shape], [True] * arr.ndim,
-                                             layout.coords if layout is not None
-                                             else [np.arange(n) for n in arr.shape]))
+            plan = self._plan(
+                pkey,
+                lambda: (
+                    [np.arange(n) for n in arr.shape],
+                    [True] * arr.ndim,
+                    layout.coords if layout is not None else [np.arange(n) for n in arr.shape],
+                ),
+            )
             return _View(arr, plan, alloc.dtype, pkey)
         s = scope.find(v.partition)
         part = s.defs[v.partition]
@@ -274,7 +293,12 @@ class _Interp:
         else:
             params = tuple(int(self.expr(x, s, env)) for x in self._shape_of(part.base, s))
         pkey = (id(part), base.key, idx, params)
-        return _View(base.arr, self._plan(pkey, lambda: self._piece(part, base.plan, idx, params)), base.dtype, pkey)
+        return _View(
+            base.arr,
+            self._plan(pkey, lambda: self._piece(part, base.plan, idx, params)),
+            base.dtype,
+            pkey,
+        )
 
     @staticmethod
     def _piece(part: N.Partition, base: _Plan, idx: tuple[int, ...], params: tuple[int, ...]):
@@ -293,7 +317,7 @@ class _Interp:
         elif part.kind == "slices":
             dim = int(part.params[0].value)
             d = logical[dim]
-            ix[d] = base.ix[d][idx[0]:idx[0] + 1]
+            ix[d] = base.ix[d][idx[0] : idx[0] + 1]
             keep[d] = False
             coords = [c for j, c in enumerate(base.coords) if j != dim]
         else:
@@ -323,7 +347,9 @@ class _Interp:
             dims = self._ev_dims_of(op)
             idx = r.idx or (None,) * len(dims)
             if len(idx) != len(dims):
-                raise InterpreterError(f"%{r.name} has {len(dims)} dimension(s), used with {len(idx)}")
+                raise InterpreterError(
+                    f"%{r.name} has {len(dims)} dimension(s), used with {len(idx)}"
+                )
             pattern, count = [], 1
             for d, i in zip(dims, idx):
                 if i is None:
@@ -342,8 +368,15 @@ class _Interp:
 
     def _ev_dims_of(self, op) -> tuple[N.Dim, ...]:
         """The dims of ``op``'s event (a ``pfor``'s has one more: its iterations)."""
-        return _by_identity(self.ev_dims, op, lambda o: o.dims + (N.Dim(N.ibin("-", o.hi, o.lo), o.proc),)
-                            if isinstance(o, N.PFor) else o.dims)
+        return _by_identity(
+            self.ev_dims,
+            op,
+            lambda o: (
+                o.dims + (N.Dim(N.ibin("-", o.hi, o.lo), o.proc),)
+                if isinstance(o, N.PFor)
+                else o.dims
+            ),
+        )
 
     def _met(self, key: tuple) -> bool:
         if len(key) == 3:
@@ -389,7 +422,9 @@ class _Interp:
                     e = dict(env)
                     e.update({p: i for (p, _), i in zip(free, t)})
                     self.add(_Task(op, scope, e, seq=next(self.seq)))
-        self.add(_Task(b, scope, dict(env), kind="yield", block=b, on_done=on_done, seq=next(self.seq)))
+        self.add(
+            _Task(b, scope, dict(env), kind="yield", block=b, on_done=on_done, seq=next(self.seq))
+        )
 
     def add(self, t: _Task) -> None:
         pre = t.block.yields if t.kind == "yield" else t.op.pre  # type: ignore[union-attr]
@@ -404,7 +439,9 @@ class _Interp:
             self._ready(t)
 
     def _ready(self, t: _Task) -> None:
-        if self.rng is None:  # the ready task of the lowest (or, latest first, highest) sequence number
+        if (
+            self.rng is None
+        ):  # the ready task of the lowest (or, latest first, highest) sequence number
             t.rank = self.sign * t.seq
             heapq.heappush(self.ready_list, t)
         else:
@@ -424,8 +461,13 @@ class _Interp:
             # run with it (a random order that interleaves 128 lanes with the copies would make
             # the group start only after nearly everything else, hiding a missing edge)
             key = self._group(t.op, t.scope, t.env)[0]
-            mates = [u for u in self.ready_list if u.op is t.op and self._collective(u)
-                     and self._group(u.op, u.scope, u.env)[0] == key]
+            mates = [
+                u
+                for u in self.ready_list
+                if u.op is t.op
+                and self._collective(u)
+                and self._group(u.op, u.scope, u.env)[0] == key
+            ]
             if mates and self.rng is None:
                 gone = {id(u) for u in mates}
                 self.ready_list[:] = [u for u in self.ready_list if id(u) not in gone]
@@ -452,7 +494,9 @@ class _Interp:
             dst = self.view(op.dst, scope, env)
             value = src.read()
             if value.size != int(np.prod(dst.shape)):
-                raise InterpreterError(f"copy {op.ev}: source shape {src.shape} does not fit {dst.shape}")
+                raise InterpreterError(
+                    f"copy {op.ev}: source shape {src.shape} does not fit {dst.shape}"
+                )
             dst.write(value.reshape(dst.shape))
             self.complete(op, scope, env)
         elif isinstance(op, N.Call) and leaf_of(op).collective:
@@ -479,8 +523,9 @@ class _Interp:
             for i in range(lo, hi):
                 it = _Scope(scope, lanes=hi - lo if lane else 0)
                 it.vars[op.var] = i
-                self.spawn_block(op.body, it, env,
-                                 lambda i=i: self.complete(op, scope, env, (i - lo,)))
+                self.spawn_block(
+                    op.body, it, env, lambda i=i: self.complete(op, scope, env, (i - lo,))
+                )
 
     def iterate(self, op: N.For, scope: _Scope, env: dict, k: int, hi: int) -> None:
         if k >= hi:
@@ -508,9 +553,17 @@ class _Interp:
         piece, placed by its coordinates (a replicated piece is the whole tile already)."""
         views = [self.view(a, sc, e) for sc, e in members]
         first = views[0]
-        if all(v is first or all(np.array_equal(x, y) for x, y in zip(v.coords, first.coords)) for v in views):
-            return Operand(first.read(), tuple(first.coords))  # replicated: every member holds the tile
-        shape = tuple(max(int(c.max()) + 1 if len(c) else 0 for c in cs) for cs in zip(*(v.coords for v in views)))
+        if all(
+            v is first or all(np.array_equal(x, y) for x, y in zip(v.coords, first.coords))
+            for v in views
+        ):
+            return Operand(
+                first.read(), tuple(first.coords)
+            )  # replicated: every member holds the tile
+        shape = tuple(
+            max(int(c.max()) + 1 if len(c) else 0 for c in cs)
+            for cs in zip(*(v.coords for v in views))
+        )
         tile = np.full(shape, np.nan, dtype=np.float64)
         for v in views:
             tile[np.ix_(*v.coords)] = v.read()
@@ -521,12 +574,19 @@ class _Interp:
         issuing group: the operands it only reads are gathered once, the written ones stay
         per thread (each thread's accumulator fragment)."""
         fn = leaf_of(op)
-        whole = {i: self.gather(a, members) for i, a in enumerate(op.args)
-                 if isinstance(a, (N.TRef, N.Piece)) and i < len(fn.operands) and not fn.operands[i].writes}
+        whole = {
+            i: self.gather(a, members)
+            for i, a in enumerate(op.args)
+            if isinstance(a, (N.TRef, N.Piece))
+            and i < len(fn.operands)
+            and not fn.operands[i].writes
+        }
         for sc, e in members:
             self.call(op, sc, e, whole)
 
-    def call(self, op: N.Call, scope: _Scope, env: dict, whole: dict[int, Operand] | None = None) -> None:
+    def call(
+        self, op: N.Call, scope: _Scope, env: dict, whole: dict[int, Operand] | None = None
+    ) -> None:
         fn = leaf_of(op)
         args: list[object] = []
         views: dict[int, _View] = {}
@@ -559,8 +619,9 @@ def evaluate(e: N.IExpr, sizes: dict[str, int]):
     return dummy.expr(e, dummy.root, {})
 
 
-def run(m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray],
-        seed: int | str | None = None) -> None:
+def run(
+    m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], seed: int | str | None = None
+) -> None:
     """Execute ``m`` in place on ``arrays`` (one per module parameter, by name).
 
     ``sizes`` binds the module's size scalars (``C_d0`` …); ``seed=None`` runs in program

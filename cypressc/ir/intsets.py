@@ -41,14 +41,25 @@ import z3
 
 from cypressc.ir import nodes as N
 
-__all__ = ["IndexSpace", "AtLeast", "may_meet", "may_be_empty", "Unsupported", "TIMEOUT_MS", "INT32_MAX", "stats"]
+__all__ = [
+    "IndexSpace",
+    "AtLeast",
+    "may_meet",
+    "may_be_empty",
+    "Unsupported",
+    "TIMEOUT_MS",
+    "INT32_MAX",
+    "stats",
+]
 
 TIMEOUT_MS = 2000  # per query; a timeout answers "may meet"
 INT32_MAX = 2**31 - 1
 
 # queries asked / answered from the cache / answered apart / unknown (for tests and --timings)
 stats = {"queries": 0, "cached": 0, "apart": 0, "unknown": 0}
-_ANSWERS: dict[str, dict] = {}  # the answers of each set of constraints (IndexSpace._cache), oldest first
+_ANSWERS: dict[
+    str, dict
+] = {}  # the answers of each set of constraints (IndexSpace._cache), oldest first
 _lock = threading.Lock()
 # Z3's default context is not thread-safe (the tuner compiles candidates on threads): every
 # term and solver of this module is made and used under this lock
@@ -96,8 +107,15 @@ class _Encoder:
     """Index expressions of one side of a query as Z3 terms, collecting the constraints
     (loop ranges, size bounds, division definitions) the terms rely on."""
 
-    def __init__(self, space: IndexSpace, facts: list, side: str, private: frozenset[str],
-                 shift: Mapping[str, int], shared: dict) -> None:
+    def __init__(
+        self,
+        space: IndexSpace,
+        facts: list,
+        side: str,
+        private: frozenset[str],
+        shift: Mapping[str, int],
+        shared: dict,
+    ) -> None:
         self.space, self.facts, self.side = space, facts, side
         self.private, self.shift, self.shared = private, shift, shared
         self.memo: dict = {}
@@ -146,10 +164,13 @@ class _Encoder:
             c = b.as_long()
             if c == 0:
                 raise Unsupported("division by zero")
-            self.facts += ([c * q <= a, a < c * q + c] if c > 0 else [c * q >= a, a > c * q + c])
+            self.facts += [c * q <= a, a < c * q + c] if c > 0 else [c * q >= a, a > c * q + c]
         else:
-            self.facts += [b != 0, z3.Implies(b > 0, z3.And(b * q <= a, a < b * q + b)),
-                           z3.Implies(b < 0, z3.And(b * q >= a, a > b * q + b))]
+            self.facts += [
+                b != 0,
+                z3.Implies(b > 0, z3.And(b * q <= a, a < b * q + b)),
+                z3.Implies(b < 0, z3.And(b * q >= a, a > b * q + b)),
+            ]
         return q
 
     def _enc(self, e: N.IExpr):
@@ -191,8 +212,13 @@ class _Encoder:
         raise Unsupported(f"operator {e.op!r}")
 
 
-def may_meet(pairs: Iterable[tuple[N.IExpr, N.IExpr]], space: IndexSpace, *,
-             private: Iterable[str] = (), shift: Mapping[str, int | AtLeast] | None = None) -> bool:
+def may_meet(
+    pairs: Iterable[tuple[N.IExpr, N.IExpr]],
+    space: IndexSpace,
+    *,
+    private: Iterable[str] = (),
+    shift: Mapping[str, int | AtLeast] | None = None,
+) -> bool:
     """Whether some execution makes ``a == b`` for every ``(a, b)`` in ``pairs`` at once.
 
     ``space`` gives the loop ranges, Lets and sizes.  Loop variables in ``private`` are
@@ -227,8 +253,12 @@ def may_meet(pairs: Iterable[tuple[N.IExpr, N.IExpr]], space: IndexSpace, *,
     return result
 
 
-def _decide(pairs: Sequence[tuple[N.IExpr, N.IExpr]], space: IndexSpace, private: frozenset[str],
-            shift: Mapping[str, int]) -> bool:
+def _decide(
+    pairs: Sequence[tuple[N.IExpr, N.IExpr]],
+    space: IndexSpace,
+    private: frozenset[str],
+    shift: Mapping[str, int],
+) -> bool:
     facts: list = []
     shared: dict = {}
     ea = _Encoder(space, facts, "a", private, {}, shared)

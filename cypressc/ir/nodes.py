@@ -47,9 +47,36 @@ if TYPE_CHECKING:
     from cypressc.ir.target import Target
 
 __all__ = [
-    "IConst", "IVar", "IProc", "IBin", "ISelect", "IExpr", "TRef", "Piece", "View", "AtomArg", "EvRef",
-    "Dim", "Alloc", "Let", "Partition", "Copy", "Call", "For", "PFor", "Block", "Module", "Op",
-    "AsyncOp", "ev_type_str", "view_root", "iconst", "ibin", "Schedule", "Resources", "SmemSlot",
+    "IConst",
+    "IVar",
+    "IProc",
+    "IBin",
+    "ISelect",
+    "IExpr",
+    "TRef",
+    "Piece",
+    "View",
+    "AtomArg",
+    "EvRef",
+    "Dim",
+    "Alloc",
+    "Let",
+    "Partition",
+    "Copy",
+    "Call",
+    "For",
+    "PFor",
+    "Block",
+    "Module",
+    "Op",
+    "AsyncOp",
+    "ev_type_str",
+    "view_root",
+    "iconst",
+    "ibin",
+    "Schedule",
+    "Resources",
+    "SmemSlot",
 ]
 
 
@@ -334,7 +361,9 @@ class Module:
     sites: Sites | None = field(default=None, compare=False)
     schedule: Schedule | None = field(default=None, compare=False)
     resources: Resources | None = field(default=None, compare=False)
-    kernel: object | None = field(default=None, compare=False)  # the backend's KernelPlan: opaque here
+    kernel: object | None = field(
+        default=None, compare=False
+    )  # the backend's KernelPlan: opaque here
     target: Target | None = field(default=None, compare=False)
 
     def role_map(self) -> dict[str, str]:

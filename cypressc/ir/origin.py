@@ -72,8 +72,16 @@ def where(origins: Iterable[Origin]) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def blame(code: str, message: str, loc: Loc, origins: Iterable[Origin], *, breaks: str,
-          hint: str | None = None, notes: tuple[tuple[str, Loc], ...] = ()) -> CypressError:
+def blame(
+    code: str,
+    message: str,
+    loc: Loc,
+    origins: Iterable[Origin],
+    *,
+    breaks: str,
+    hint: str | None = None,
+    notes: tuple[tuple[str, Loc], ...] = (),
+) -> CypressError:
     """A :class:`CypressError` at the mapping value that caused it, or at ``loc`` (the
     program statement) when no mapping value did.
 
@@ -85,7 +93,9 @@ def blame(code: str, message: str, loc: Loc, origins: Iterable[Origin], *, break
     if not os_:
         return CypressError(code, message, loc, hint=hint, notes=notes)
     first, rest = os_[0], os_[1:]
-    extra = tuple((f"{o.key}: {o.value} of instance '{o.instance}' also feeds it", o.loc) for o in rest)
+    extra = tuple(
+        (f"{o.key}: {o.value} of instance '{o.instance}' also feeds it", o.loc) for o in rest
+    )
     return CypressError(code, message, first.loc, hint=hint, notes=((breaks, loc),) + extra + notes)
 
 
@@ -143,5 +153,7 @@ class Sites:
                 return t
         t = self.tensors.get(root)
         if t is not None and t.mem_loc is None:
-            t = next((x for x in self.tensors.values() if x.caller_root == root and x.mem == "NONE"), t)
+            t = next(
+                (x for x in self.tensors.values() if x.caller_root == root and x.mem == "NONE"), t
+            )
         return t

@@ -93,28 +93,43 @@ class _Printer:
         elif isinstance(op, N.Let):
             self.lines.append(f"{pad}%{op.name} = {fmt_expr(op.value)}{rep}")
         elif isinstance(op, N.Partition):
-            self.lines.append(f"{pad}%{op.name} = partition_by_{op.kind} {fmt_view(op.base)} "
-                              f"{_param(tuple(op.params))}{rep}")
+            self.lines.append(
+                f"{pad}%{op.name} = partition_by_{op.kind} {fmt_view(op.base)} "
+                f"{_param(tuple(op.params))}{rep}"
+            )
         elif isinstance(op, N.Copy):
             bar = f" on %{op.bar.bar}[{fmt_expr(op.bar.stage)}]" if op.bar is not None else ""
-            self.lines.append(f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = copy {fmt_view(op.src)} -> "
-                              f"{fmt_view(op.dst)} {self.pre(op.pre)}{bar}{self.role(op.ev)}")
+            self.lines.append(
+                f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = copy {fmt_view(op.src)} -> "
+                f"{fmt_view(op.dst)} {self.pre(op.pre)}{bar}{self.role(op.ev)}"
+            )
         elif isinstance(op, N.Call):
             args = ", ".join(
-                fmt_view(a) if isinstance(a, (N.TRef, N.Piece)) else a.name if isinstance(a, N.AtomArg)
-                else fmt_expr(a) for a in op.args)
-            self.lines.append(f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = call {op.fn}({args}) "
-                              f"{self.pre(op.pre)}{self.role(op.ev)}")
+                fmt_view(a)
+                if isinstance(a, (N.TRef, N.Piece))
+                else a.name
+                if isinstance(a, N.AtomArg)
+                else fmt_expr(a)
+                for a in op.args
+            )
+            self.lines.append(
+                f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = call {op.fn}({args}) "
+                f"{self.pre(op.pre)}{self.role(op.ev)}"
+            )
         elif isinstance(op, N.For):
             pipe = f" pipeline({op.pipeline})" if op.pipeline else ""
             pipe += f" ring(+{op.ring_extra} per tile)" if op.ring_extra else ""
-            self.lines.append(f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = for %{op.var} in "
-                              f"[{fmt_expr(op.lo)}, {fmt_expr(op.hi)}){pipe} {self.pre(op.pre)} do")
+            self.lines.append(
+                f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = for %{op.var} in "
+                f"[{fmt_expr(op.lo)}, {fmt_expr(op.hi)}){pipe} {self.pre(op.pre)} do"
+            )
             self.block(op.body, ind + 1)
         elif isinstance(op, N.PFor):
             inner = self.ty(op.dims + (N.Dim(N.ibin("-", op.hi, op.lo), op.proc),))
-            self.lines.append(f"{pad}{self.ev(op.ev)}: {inner} = pfor %{op.var} in "
-                              f"[{fmt_expr(op.lo)}, {fmt_expr(op.hi)}) {op.proc} {self.pre(op.pre)} do")
+            self.lines.append(
+                f"{pad}{self.ev(op.ev)}: {inner} = pfor %{op.var} in "
+                f"[{fmt_expr(op.lo)}, {fmt_expr(op.hi)}) {op.proc} {self.pre(op.pre)} do"
+            )
             self.block(op.body, ind + 1)
         elif isinstance(op, SYNC_OPS):
             self.lines.append(pad + sync_line(op, self.ev, self.ty))
@@ -125,8 +140,10 @@ class _Printer:
 def print_module(m: N.Module) -> str:
     """The module as text: a header with parameters and sizes, then the body."""
     p = _Printer(m.role_map(), m.body)
-    params = ", ".join(f"%{a.name}: [{', '.join(fmt_expr(s) for s in a.shape)}] {a.dtype} @{a.mem}"
-                       for a in m.params)
+    params = ", ".join(
+        f"%{a.name}: [{', '.join(fmt_expr(s) for s in a.shape)}] {a.dtype} @{a.mem}"
+        for a in m.params
+    )
     sizes = ", ".join(f"%{s}" for s in m.scalars)
     floats = "".join(f" floats({', '.join(f'%{s}' for s in m.floats)})" if m.floats else "")
     p.lines.append(f"module @{m.name}({params}) sizes({sizes}){floats} {{")
@@ -147,17 +164,25 @@ def _results(m: N.Module, p: _Printer) -> list[str]:
     out: list[str] = []
     r = m.resources
     if r is not None:
-        out.append(f"// shared memory: {r.smem_bytes} bytes (mbarriers and 1024-byte alignment included)")
+        out.append(
+            f"// shared memory: {r.smem_bytes} bytes (mbarriers and 1024-byte alignment included)"
+        )
         for name, slot in r.smem.items():
-            out.append(f"//   %{name}: [{slot.offset}, {slot.offset + slot.bytes}) {slot.bytes} bytes, "
-                       f"{slot.stages} stage(s)")
+            out.append(
+                f"//   %{name}: [{slot.offset}, {slot.offset + slot.bytes}) {slot.bytes} bytes, "
+                f"{slot.stages} stage(s)"
+            )
         for x, y in r.war:
             out.append(f"//   %{x} and %{y} share bytes: WAR edge from the last readers of %{x}")
         out.append(f"// registers per consumer thread (estimate): {r.registers}")
-    if m.schedule is not None and not m.synchronized:  # after sync-insertion the mbarrier decls say it
+    if (
+        m.schedule is not None and not m.synchronized
+    ):  # after sync-insertion the mbarrier decls say it
         for prod, cons in m.schedule.channels.items():
-            out.append(f"// channel {p.ev(prod)} -> {', '.join(p.ev(c) for c in cons)}: full/empty "
-                       f"mbarrier pair per stage")
+            out.append(
+                f"// channel {p.ev(prod)} -> {', '.join(p.ev(c) for c in cons)}: full/empty "
+                f"mbarrier pair per stage"
+            )
     if m.kernel is not None:  # the backend's plan describes itself
         out += m.kernel.summary()
     return out
@@ -173,16 +198,25 @@ def _edges(edges, ev) -> str:
         groups.setdefault((e.src, e.dst, e.via, e.distance, e.tensor), []).append(e.hazard)
     srcs: dict[tuple, list[str]] = {}
     for (src, dst, via, dist, tensor), hz in groups.items():
-        srcs.setdefault((dst, via, dist, tensor, "+".join(hz)), []).append(ev(src) if src else "start")
+        srcs.setdefault((dst, via, dist, tensor, "+".join(hz)), []).append(
+            ev(src) if src else "start"
+        )
     out = []
     for (dst, via, dist, tensor, hz), names in srcs.items():
         if via == "end":
             out.append(f"{', '.join(names)} -> end (the TMA store reads %{tensor})")
             continue
-        how = {"same": "", "entry": ", into the loop", "after": ", after the loop",
-               "carried": f", {dist} iteration(s) later", "tile": ", the next tile",
-               "ring": f", its stage's next fill, {dist} ring position(s) on"}[via]
-        if hz == "turn":  # the Tensor Core, not a tensor: the previous warpgroup's run, then this one's
+        how = {
+            "same": "",
+            "entry": ", into the loop",
+            "after": ", after the loop",
+            "carried": f", {dist} iteration(s) later",
+            "tile": ", the next tile",
+            "ring": f", its stage's next fill, {dist} ring position(s) on",
+        }[via]
+        if (
+            hz == "turn"
+        ):  # the Tensor Core, not a tensor: the previous warpgroup's run, then this one's
             out.append(f"{', '.join(names)} -> {ev(dst)} (turn{how})")
             continue
         out.append(f"{', '.join(names)} -> {ev(dst)} ({hz} %{tensor}{how})")
@@ -191,18 +225,24 @@ def _edges(edges, ev) -> str:
 
 def sync_line(op, ev, ty) -> str:
     """One sync op in the paper's style (``ev`` names events, ``ty`` prints dims)."""
-    inner = tuple(d for d in getattr(op, "dims", ()) if d.proc != "BLOCK")  # once per block otherwise
+    inner = tuple(
+        d for d in getattr(op, "dims", ()) if d.proc != "BLOCK"
+    )  # once per block otherwise
     per = f" per {ty(inner)}" if inner else ""
     at = lambda bar, stage: f"%{bar}[{fmt_expr(stage)}]"  # noqa: E731
     if isinstance(op, S.MBarrier):
-        return (f"%{op.name} = mbarrier[{op.stages}] {op.kind} arrivals({op.count}) arrive @{op.arrive_role} "
-                f"wait @{op.wait_role}{' (this tile)' if op.same_tile else ''}  "
-                f"// channel of {', '.join(ev(e) for e in op.channel)}")
+        return (
+            f"%{op.name} = mbarrier[{op.stages}] {op.kind} arrivals({op.count}) arrive @{op.arrive_role} "
+            f"wait @{op.wait_role}{' (this tile)' if op.same_tile else ''}  "
+            f"// channel of {', '.join(ev(e) for e in op.channel)}"
+        )
     if isinstance(op, S.ArriveExpectTx):
         return f"arrive_expect_tx {at(op.bar, op.stage)} {op.bytes} bytes{per}  @{op.role}{_edges(op.edges, ev)}"
     if isinstance(op, S.Wait):
-        return (f"wait {at(op.bar, op.stage)} parity {fmt_expr(op.parity)}{per}  @{op.role}"
-                f"{_edges(op.edges, ev)}")
+        return (
+            f"wait {at(op.bar, op.stage)} parity {fmt_expr(op.parity)}{per}  @{op.role}"
+            f"{_edges(op.edges, ev)}"
+        )
     guard = getattr(op, "when", None)
     when = f" if {fmt_expr(guard.a)} >= {fmt_expr(guard.b)}" if guard is not None else ""
     if isinstance(op, S.Arrive):

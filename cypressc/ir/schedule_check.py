@@ -45,12 +45,21 @@ def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
     bounds another sequential loop two trips."""
     tile = {s: 1 for s in m.scalars}
     for e in _exprs(m.body):
-        if e.op == "cdiv" and isinstance(e.a, N.IVar) and isinstance(e.b, N.IConst) and e.a.name in tile:
+        if (
+            e.op == "cdiv"
+            and isinstance(e.a, N.IVar)
+            and isinstance(e.b, N.IConst)
+            and e.a.name in tile
+        ):
             tile[e.a.name] = max(tile[e.a.name], int(e.b.value))
     params = {a.name: a for a in m.params}
     for op in m.body.ops:  # a static block of a parameter (a resident tile): one whole block
-        if isinstance(op, N.Partition) and op.kind == "blocks" and isinstance(op.base, N.TRef) \
-                and op.base.name in params:
+        if (
+            isinstance(op, N.Partition)
+            and op.kind == "blocks"
+            and isinstance(op.base, N.TRef)
+            and op.base.name in params
+        ):
             for d, b in zip(params[op.base.name].shape, op.params):
                 if isinstance(d, N.IVar) and d.name in tile and isinstance(b, N.IConst):
                     tile[d.name] = max(tile[d.name], int(b.value))
@@ -72,7 +81,11 @@ def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
         if isinstance(h, N.IBin) and h.op == "cdiv" and isinstance(h.b, N.IConst):
             # a sequential loop runs twice (barrier phases carry over); a pipeline wraps
             # (members of its stage rings outside it take ring_extra positions per tile)
-            trips = wraps * op.pipeline - getattr(op, "ring_extra", 0) if getattr(op, "pipeline", 0) else 2
+            trips = (
+                wraps * op.pipeline - getattr(op, "ring_extra", 0)
+                if getattr(op, "pipeline", 0)
+                else 2
+            )
             for name in _bounding(h.a):
                 if name in out:
                     out[name] = max(out[name], (trips + peeled) * int(h.b.value))
@@ -164,7 +177,9 @@ def two_tile_sizes(m: N.Module, base: dict[str, int] | None = None) -> dict[str,
         return [n for b in blocks for n in C.ring_steps(m, vi, b)]
 
     want = trips(base, grid_blocks(m, base)[:1])
-    if any(n % C.pipeline_ring(m) for n in want):  # the pipeline positions would not restart with the tile
+    if any(
+        n % C.pipeline_ring(m) for n in want
+    ):  # the pipeline positions would not restart with the tile
         return None
     for name in sorted(base):
         sizes = {**base, name: 2 * base[name]}
@@ -180,8 +195,9 @@ def two_tile_sizes(m: N.Module, base: dict[str, int] | None = None) -> dict[str,
 _REFERENCES: OrderedDict[tuple, tuple[N.Module, dict[str, np.ndarray]]] = OrderedDict()
 
 
-def _reference(m_ref: N.Module, sizes: dict, seed: int, inputs: dict[str, np.ndarray],
-               outs: list[str]) -> dict[str, np.ndarray]:
+def _reference(
+    m_ref: N.Module, sizes: dict, seed: int, inputs: dict[str, np.ndarray], outs: list[str]
+) -> dict[str, np.ndarray]:
     """The sequential interpreter's result on ``m_ref`` at ``sizes`` from the inputs of
     ``seed``, in program order; the last few are kept (by the module's identity, which the
     entry keeps alive), as a check runs again on the same reference for each mutant."""
@@ -200,9 +216,17 @@ def _reference(m_ref: N.Module, sizes: dict, seed: int, inputs: dict[str, np.nda
     return want
 
 
-def check_schedules(m_sync: N.Module, m_ref: N.Module, *, sizes: dict[str, int] | None = None,
-                    seed: int = 0, schedules: int = 50, value_every: int = 10,
-                    max_blocks: int = 2, persistent: bool = False) -> Verdict:
+def check_schedules(
+    m_sync: N.Module,
+    m_ref: N.Module,
+    *,
+    sizes: dict[str, int] | None = None,
+    seed: int = 0,
+    schedules: int = 50,
+    value_every: int = 10,
+    max_blocks: int = 2,
+    persistent: bool = False,
+) -> Verdict:
     """Run ``schedules`` random schedules (seeds ``seed``, ``seed + 1`` …) of the
     synchronized module ``m_sync`` on up to ``max_blocks`` blocks (``persistent``: as the
     tiles of one block, in order, see :func:`cypressc.ir.concurrent.run_block`); every ``value_every``-th
@@ -226,7 +250,7 @@ def check_schedules(m_sync: N.Module, m_ref: N.Module, *, sizes: dict[str, int] 
         got = {k: v.copy() for k, v in inputs.items()}
         for o in outs:
             got[o][...] = np.nan
-        for b in ([blocks] if persistent else blocks):
+        for b in [blocks] if persistent else blocks:
             f = C.run_block(m_sync, sizes, got, b, s, values=values)
             if f is not None:
                 return Verdict(f, s, n + 1, sizes)

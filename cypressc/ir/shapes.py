@@ -34,9 +34,17 @@ def static(e: IExpr) -> int | None:
     return e.value if isinstance(e, IConst) and isinstance(e.value, int) else None
 
 
-def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand: str,
-                    loc: Loc, *, atom_origin: tuple[Origin, ...] = (), proc_origin: tuple[Origin, ...] = (),
-                    breaks: str = "the tile is partitioned here") -> tuple[IExpr, ...]:
+def mma_piece_shape(
+    shape: tuple[IExpr, ...],
+    atom_name: str,
+    proc: str,
+    operand: str,
+    loc: Loc,
+    *,
+    atom_origin: tuple[Origin, ...] = (),
+    proc_origin: tuple[Origin, ...] = (),
+    breaks: str = "the tile is partitioned here",
+) -> tuple[IExpr, ...]:
     """Shape of one piece of ``partition_by_mma``; raises a located E040 when the tile does
     not fit the atom (rows not a multiple of 64/16, columns not a multiple of 8, …).
 
@@ -45,6 +53,7 @@ def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand
     where the error is reported (:func:`cypressc.ir.origin.blame`; ``breaks`` is the note at
     ``loc``).  The piece's extents keep the tile's origins, plus the processor's.
     """
+
     def fail(msg: str, *culprits: object, hint: str | None = None) -> CypressError:
         return blame("E040", msg, loc, culprits, breaks=breaks, hint=hint)
 
@@ -58,12 +67,17 @@ def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand
         if proc not in ("WARP", "THREAD"):
             raise fail(f"partition_by_mma splits among WARP or THREAD, not {proc}", proc_origin)
         if rows % unit:
-            raise fail(f"a {'warpgroup' if proc == 'WARP' else 'warp'}'s per-row vector has {rows} rows; "
-                       f"it must be a multiple of {unit}", shape[0])
+            raise fail(
+                f"a {'warpgroup' if proc == 'WARP' else 'warp'}'s per-row vector has {rows} rows; "
+                f"it must be a multiple of {unit}",
+                shape[0],
+            )
         return (IConst(rows // 4 if proc == "WARP" else rows // 8, r_origin),)
     if None in s or len(s) != 2:
-        raise fail(f"partition_by_mma needs a static rank-2 tile; got {len(shape)} dims with run-time extents",
-                   hint="partition by blocks with tunable sizes first, then by mma")
+        raise fail(
+            f"partition_by_mma needs a static rank-2 tile; got {len(shape)} dims with run-time extents",
+            hint="partition by blocks with tunable sizes first, then by mma",
+        )
     rows, cols = s
     if operand == "A" and cols % atom.k:
         raise fail(f"the A tile's K extent {cols} is not a multiple of {atom.k}", shape[1])
@@ -71,27 +85,42 @@ def mma_piece_shape(shape: tuple[IExpr, ...], atom_name: str, proc: str, operand
         # "Bt": the B operand stored N x K (warpgroup_mma_bt), so K runs along the columns
         k_dim = 0 if operand == "B" else 1
         if s[k_dim] % atom.k:
-            raise fail(f"the {operand} tile's K extent {s[k_dim]} is not a multiple of {atom.k}", shape[k_dim])
+            raise fail(
+                f"the {operand} tile's K extent {s[k_dim]} is not a multiple of {atom.k}",
+                shape[k_dim],
+            )
         return tuple(shape)
     if operand == "C" and (cols % 8 or cols % atom.n and atom.n % cols):
-        raise fail(f"the accumulator tile has {cols} columns; {atom.name} needs a multiple of {atom.n}",
-                   shape[1], atom_origin, hint="pick an atom whose N divides the tile's N")
+        raise fail(
+            f"the accumulator tile has {cols} columns; {atom.name} needs a multiple of {atom.n}",
+            shape[1],
+            atom_origin,
+            hint="pick an atom whose N divides the tile's N",
+        )
     r_origin, c_origin = shape[0].origin + proc_origin, shape[1].origin + proc_origin  # type: ignore[union-attr]
     what = "accumulator" if operand == "C" else "A"
     if proc == "WARP":
         if rows % atom.m:
-            raise fail(f"a warpgroup's {what} tile has {rows} rows; {atom.name} needs a multiple of "
-                       f"{atom.m}", shape[0], hint="make the block tile's rows per warpgroup a multiple of 64")
+            raise fail(
+                f"a warpgroup's {what} tile has {rows} rows; {atom.name} needs a multiple of "
+                f"{atom.m}",
+                shape[0],
+                hint="make the block tile's rows per warpgroup a multiple of 64",
+            )
         return (IConst(rows // 4, r_origin), IConst(cols, shape[1].origin))  # type: ignore[union-attr]
     if proc == "THREAD":
         if rows % 16:
-            raise fail(f"a warp's {what} tile has {rows} rows; it must be a multiple of 16", shape[0])
+            raise fail(
+                f"a warp's {what} tile has {rows} rows; it must be a multiple of 16", shape[0]
+            )
         return (IConst(rows // 8, r_origin), IConst(cols // 4, c_origin))
     raise fail(f"partition_by_mma splits among WARP or THREAD, not {proc}", proc_origin)
 
 
 @lru_cache(maxsize=4096)
-def mma_coords(shape: tuple[int, ...], proc: str, operand: str, index: int) -> tuple[np.ndarray, ...]:
+def mma_coords(
+    shape: tuple[int, ...], proc: str, operand: str, index: int
+) -> tuple[np.ndarray, ...]:
     """Row and column coordinates (inside the partitioned tile) of piece ``index``; only the
     row coordinates for a per-row vector (a rank-1 ``shape``)."""
     if len(shape) == 1:

@@ -32,8 +32,10 @@ def _arg(a, sub):
 
 
 def _refs(refs, sub):
-    return tuple(N.EvRef(r.name, tuple(None if i is None else subst_expr(i, sub) for i in r.idx))
-                 for r in refs)
+    return tuple(
+        N.EvRef(r.name, tuple(None if i is None else subst_expr(i, sub) for i in r.idx))
+        for r in refs
+    )
 
 
 def subst_op(op: N.Op, sub: dict[str, N.IExpr]) -> N.Op:
@@ -41,21 +43,35 @@ def subst_op(op: N.Op, sub: dict[str, N.IExpr]) -> N.Op:
     if not sub:
         return op
     if isinstance(op, N.Alloc):
-        return replace(op, shape=tuple(subst_expr(s, sub) for s in op.shape),
-                       layout=None if op.layout is None else subst_view(op.layout, sub))
+        return replace(
+            op,
+            shape=tuple(subst_expr(s, sub) for s in op.shape),
+            layout=None if op.layout is None else subst_view(op.layout, sub),
+        )
     if isinstance(op, N.Let):
         return replace(op, value=subst_expr(op.value, sub))
     if isinstance(op, N.Partition):
         params = tuple(subst_expr(p, sub) if not isinstance(p, str) else p for p in op.params)
-        return replace(op, base=subst_view(op.base, sub), params=params,
-                       piece_shape=tuple(subst_expr(s, sub) for s in op.piece_shape))
+        return replace(
+            op,
+            base=subst_view(op.base, sub),
+            params=params,
+            piece_shape=tuple(subst_expr(s, sub) for s in op.piece_shape),
+        )
     if isinstance(op, N.Copy):
-        return replace(op, src=subst_view(op.src, sub), dst=subst_view(op.dst, sub), pre=_refs(op.pre, sub))
+        return replace(
+            op, src=subst_view(op.src, sub), dst=subst_view(op.dst, sub), pre=_refs(op.pre, sub)
+        )
     if isinstance(op, N.Call):
         return replace(op, args=tuple(_arg(a, sub) for a in op.args), pre=_refs(op.pre, sub))
     if isinstance(op, (N.For, N.PFor)):
-        return replace(op, lo=subst_expr(op.lo, sub), hi=subst_expr(op.hi, sub), pre=_refs(op.pre, sub),
-                       body=N.Block(tuple(subst_op(o, sub) for o in op.body.ops), _refs(op.body.yields, sub)))
+        return replace(
+            op,
+            lo=subst_expr(op.lo, sub),
+            hi=subst_expr(op.hi, sub),
+            pre=_refs(op.pre, sub),
+            body=N.Block(tuple(subst_op(o, sub) for o in op.body.ops), _refs(op.body.yields, sub)),
+        )
     raise TypeError(op)
 
 
@@ -68,9 +84,13 @@ def map_views(op: N.Op, fn) -> N.Op:
     if isinstance(op, N.Copy):
         return replace(op, src=fn(op.src), dst=fn(op.dst))
     if isinstance(op, N.Call):
-        return replace(op, args=tuple(fn(a) if isinstance(a, (N.TRef, N.Piece)) else a for a in op.args))
+        return replace(
+            op, args=tuple(fn(a) if isinstance(a, (N.TRef, N.Piece)) else a for a in op.args)
+        )
     if isinstance(op, (N.For, N.PFor)):
-        return replace(op, body=N.Block(tuple(map_views(o, fn) for o in op.body.ops), op.body.yields))
+        return replace(
+            op, body=N.Block(tuple(map_views(o, fn) for o in op.body.ops), op.body.yields)
+        )
     return op
 
 
@@ -79,8 +99,11 @@ def rename_events(op: N.Op, fn) -> N.Op:
     if isinstance(op, (N.Copy, N.Call)):
         return replace(op, pre=fn(op.pre))
     if isinstance(op, (N.For, N.PFor)):
-        return replace(op, pre=fn(op.pre), body=N.Block(tuple(rename_events(o, fn) for o in op.body.ops),
-                                                         fn(op.body.yields)))
+        return replace(
+            op,
+            pre=fn(op.pre),
+            body=N.Block(tuple(rename_events(o, fn) for o in op.body.ops), fn(op.body.yields)),
+        )
     return op
 
 

@@ -39,9 +39,27 @@ from typing import Union
 
 from cypressc.ir import nodes as N
 
-__all__ = ["Edge", "Guard", "BarIdx", "MBarrier", "ArriveExpectTx", "Wait", "Arrive", "CommitGroup",
-           "WaitGroup", "SyncWarp", "BarSync", "Turn", "Fence", "SyncOp", "SYNC_OPS", "HAZARDS", "VIAS",
-           "once_per_tile", "carried_turns"]
+__all__ = [
+    "Edge",
+    "Guard",
+    "BarIdx",
+    "MBarrier",
+    "ArriveExpectTx",
+    "Wait",
+    "Arrive",
+    "CommitGroup",
+    "WaitGroup",
+    "SyncWarp",
+    "BarSync",
+    "Turn",
+    "Fence",
+    "SyncOp",
+    "SYNC_OPS",
+    "HAZARDS",
+    "VIAS",
+    "once_per_tile",
+    "carried_turns",
+]
 
 # "turn": not a data hazard but the Tensor Core as a resource the consumer warpgroups take
 # turns on (a mapping's `pingpong`): warpgroup w's run of wgmma issues after w - 1's
@@ -131,8 +149,10 @@ class MBarrier:
     def __post_init__(self) -> None:
         _check(self.kind in BARRIER_KINDS, f"mbarrier kind {self.kind!r}")
         _check(self.stages >= 1 and self.count >= 1, "mbarrier with no stage or no arrival")
-        _check(not self.same_tile or (self.kind == "empty" and self.stages == 1),
-               "a same-tile mbarrier is a one-stage empty barrier")
+        _check(
+            not self.same_tile or (self.kind == "empty" and self.stages == 1),
+            "a same-tile mbarrier is a one-stage empty barrier",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,8 +292,21 @@ class Fence:
         _check(self.kind in FENCE_KINDS, f"fence kind {self.kind!r}")
 
 
-SyncOp = Union[MBarrier, ArriveExpectTx, Wait, Arrive, CommitGroup, WaitGroup, SyncWarp, BarSync, Turn, Fence]
-SYNC_OPS = (MBarrier, ArriveExpectTx, Wait, Arrive, CommitGroup, WaitGroup, SyncWarp, BarSync, Turn, Fence)
+SyncOp = Union[
+    MBarrier, ArriveExpectTx, Wait, Arrive, CommitGroup, WaitGroup, SyncWarp, BarSync, Turn, Fence
+]
+SYNC_OPS = (
+    MBarrier,
+    ArriveExpectTx,
+    Wait,
+    Arrive,
+    CommitGroup,
+    WaitGroup,
+    SyncWarp,
+    BarSync,
+    Turn,
+    Fence,
+)
 
 
 def once_per_tile(body: N.Block) -> set[str]:
@@ -301,6 +334,8 @@ def carried_turns(ops) -> tuple[Turn, Turn] | None:
         return None
     lasts = [op for op in passes if op.when is not None and all(op is not f for f in firsts)]
     if len(firsts) != 1 or firsts[0].when is None or len(lasts) != 1:
-        raise ValueError("ping-pong: the tile's turns are not one guarded first pass from the start and one "
-                         "guarded pass after the tile's last run")
+        raise ValueError(
+            "ping-pong: the tile's turns are not one guarded first pass from the start and one "
+            "guarded pass after the tile's last run"
+        )
     return firsts[0], lasts[0]

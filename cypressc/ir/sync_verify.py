@@ -49,7 +49,6 @@ from cypressc.ir.shapes import static
 __all__ = ["verify_sync"]
 
 
-
 def _error(msg: str):
     return VerifyError(f"sync: {msg}")
 
@@ -89,16 +88,28 @@ class _Run:
         if isinstance(e, N.IProc):
             raise _error("a stage index that depends on the processor")
         a, b = self.val(e.a, env), self.val(e.b, env)
-        return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0,
-                "min": min(a, b), "max": max(a, b), "cdiv": -(-a // b) if b else 0, "/": a // b if b else 0}[e.op]
+        return {
+            "+": a + b,
+            "-": a - b,
+            "*": a * b,
+            "//": a // b if b else 0,
+            "%": a % b if b else 0,
+            "min": min(a, b),
+            "max": max(a, b),
+            "cdiv": -(-a // b) if b else 0,
+            "/": a // b if b else 0,
+        }[e.op]
 
     def walk(self, b: N.Block, env: dict) -> None:
         for op in b.ops:
             if isinstance(op, S.MBarrier):
                 continue
             if isinstance(op, S.SYNC_OPS):
-                if isinstance(op, (S.Arrive, S.SyncWarp)) and op.when is not None and \
-                        self.val(op.when.a, env) < self.val(op.when.b, env):
+                if (
+                    isinstance(op, (S.Arrive, S.SyncWarp))
+                    and op.when is not None
+                    and self.val(op.when.a, env) < self.val(op.when.b, env)
+                ):
                     continue
                 self.traces.setdefault(op.role, []).append((op, env))
             elif isinstance(op, (N.Copy, N.Call)):
@@ -114,7 +125,9 @@ class _Run:
                 self.trips[op.ev] = self.n
                 for i in range(self.n):
                     self.walk(op.body, {**env, op.var: lo + i})
-            elif isinstance(op, (N.For, N.PFor)):  # a HOST loop: one iteration is one block's program
+            elif isinstance(
+                op, (N.For, N.PFor)
+            ):  # a HOST loop: one iteration is one block's program
                 try:
                     lo = self.val(op.lo, env)
                 except AssertionError:
@@ -141,8 +154,10 @@ class _Run:
                         waits[(role,) + key] = j + 1
                         q = j - bar.lag
                         if self.val(op.parity, env) != q % 2:
-                            raise _error(f"wait #{j} on %{op.bar}[{s}] ({role}) has parity "
-                                         f"{self.val(op.parity, env)}, phase {q} has parity {q % 2}")
+                            raise _error(
+                                f"wait #{j} on %{op.bar}[{s}] ({role}) has parity "
+                                f"{self.val(op.parity, env)}, phase {q} has parity {q % 2}"
+                            )
                         self.phase[id(op), tuple(env.items())] = q
                         continue
                     want = "full" if isinstance(op, S.ArriveExpectTx) else "empty"
@@ -150,7 +165,9 @@ class _Run:
                         raise _error(f"{type(op).__name__} on the {bar.kind} barrier %{op.bar}")
                     k = _inst(op.dims)
                     if bar.count % k:
-                        raise _error(f"{k} arrivals per op on %{op.bar}, whose phases need {bar.count}")
+                        raise _error(
+                            f"{k} arrivals per op on %{op.bar}, whose phases need {bar.count}"
+                        )
                     before = arrivals.get(key, 0)
                     arrivals[key] = before + k
                     self.phase[id(op), tuple(env.items())] = before // bar.count
@@ -160,8 +177,10 @@ class _Run:
                 elif isinstance(op, N.Copy) and op.bar is not None:
                     key = (op.bar.bar, self.val(op.bar.stage, env))
                     if key not in tx:
-                        raise _error(f"TMA copy %{op.ev} completes on %{key[0]}[{key[1]}] with no "
-                                     "arrive_expect_tx before it")
+                        raise _error(
+                            f"TMA copy %{op.ev} completes on %{key[0]}[{key[1]}] with no "
+                            "arrive_expect_tx before it"
+                        )
                     tx[key][1] += self.prog.nbytes(op.dst) or 0
             for key in list(tx):
                 self._tx_close(tx, key)
@@ -169,13 +188,17 @@ class _Run:
         for key, a in arrivals.items():
             count = self.bars[key[0]].count
             if a % count:
-                raise _error(f"%{key[0]}[{key[1]}] ends with a phase of {a % count} of {count} arrivals")
+                raise _error(
+                    f"%{key[0]}[{key[1]}] ends with a phase of {a % count} of {count} arrivals"
+                )
             fills[key] = a // count
         for (role, name, s), j in waits.items():
             need = j - self.bars[name].lag
             if need > fills.get((name, s), 0):
-                raise _error(f"{role} waits for phase {need - 1} of %{name}[{s}], which completes "
-                             f"{fills.get((name, s), 0)} phase(s)")
+                raise _error(
+                    f"{role} waits for phase {need - 1} of %{name}[{s}], which completes "
+                    f"{fills.get((name, s), 0)} phase(s)"
+                )
         for name, bar in self.bars.items():
             if bar.kind != "empty":
                 continue
@@ -183,14 +206,18 @@ class _Run:
             for s in range(bar.stages):
                 f = fills.get((full.name, s), 0) if full else 0
                 if fills.get((name, s), 0) != f:
-                    raise _error(f"stage {s} of %{name} is released {fills.get((name, s), 0)} time(s) but "
-                                 f"filled {f} time(s)")
+                    raise _error(
+                        f"stage {s} of %{name} is released {fills.get((name, s), 0)} time(s) but "
+                        f"filled {f} time(s)"
+                    )
 
     @staticmethod
     def _tx_close(tx: dict, key) -> None:
         if key in tx and tx[key][0] != tx[key][1]:
-            raise _error(f"arrive_expect_tx on %{key[0]}[{key[1]}] announces {tx[key][0]} bytes, its copies "
-                         f"land {tx[key][1]}")
+            raise _error(
+                f"arrive_expect_tx on %{key[0]}[{key[1]}] announces {tx[key][0]} bytes, its copies "
+                f"land {tx[key][1]}"
+            )
 
     # -- positions ---------------------------------------------------------------------------------
     def pos(self, ev: str, vals: tuple) -> tuple[str, int] | None:
@@ -200,7 +227,10 @@ class _Run:
         """(src position, dst position) pairs of ``d`` in this run (dst None: block end)."""
         p, c = self.prog.leaves[d.src], self.prog.leaves.get(d.dst)
         for (ev, vals), at in list(self.where.items()):
-            if d.via in ("end", "tile"):  # to the end of the tile (the next tile's writer comes after it)
+            if d.via in (
+                "end",
+                "tile",
+            ):  # to the end of the tile (the next tile's writer comes after it)
                 if ev == d.src:
                     yield at, None
                 continue
@@ -228,7 +258,9 @@ class _Run:
 
 def _full_of(bars: dict[str, S.MBarrier], bar: S.MBarrier) -> S.MBarrier | None:
     """The full barrier the copies of empty barrier ``bar`` complete on (it may hold more copies)."""
-    return next((b for b in bars.values() if b.kind == "full" and set(bar.channel) <= set(b.channel)), None)
+    return next(
+        (b for b in bars.values() if b.kind == "full" and set(bar.channel) <= set(b.channel)), None
+    )
 
 
 def _structure(m: N.Module) -> dict[str, S.MBarrier]:
@@ -246,21 +278,29 @@ def _structure(m: N.Module) -> dict[str, S.MBarrier]:
             elif isinstance(op, (S.Wait, S.Arrive, S.ArriveExpectTx)) and op.bar not in scope:
                 raise _error(f"{type(op).__name__} on %{op.bar}, which is not declared before it")
             elif isinstance(op, N.Copy) and op.bar is not None and op.bar.bar not in scope:
-                raise _error(f"copy %{op.ev} completes on %{op.bar.bar}, which is not declared before it")
+                raise _error(
+                    f"copy %{op.ev} completes on %{op.bar.bar}, which is not declared before it"
+                )
             elif isinstance(op, S.Turn):
                 wg = next((static(d.extent) for d in op.dims if d.proc == "WARPGROUP"), 1) or 1
                 if not op.edges or any(e.hazard != "turn" for e in op.edges):
                     raise _error(f"turn {op.kind} realizes no turn edge")
                 for w in range(wg):
                     i = _wg_val(op.id, w)
-                    if not 1 <= i <= S.NAMED_BARRIERS or not isinstance(ids.setdefault(i, "turn"), str):
-                        raise _error(f"turn barrier id {i} out of 1..{S.NAMED_BARRIERS} or used by a named barrier")
+                    if not 1 <= i <= S.NAMED_BARRIERS or not isinstance(
+                        ids.setdefault(i, "turn"), str
+                    ):
+                        raise _error(
+                            f"turn barrier id {i} out of 1..{S.NAMED_BARRIERS} or used by a named barrier"
+                        )
             elif isinstance(op, S.BarSync):
                 wg = next((static(d.extent) for d in op.dims if d.proc == "WARPGROUP"), 1) or 1
                 for w in range(wg):
                     i = _wg_val(op.id, w)
                     if not 1 <= i <= S.NAMED_BARRIERS or ids.setdefault(i, op) is not op:
-                        raise _error(f"named barrier id {i} out of 1..{S.NAMED_BARRIERS} or used by two barriers")
+                        raise _error(
+                            f"named barrier id {i} out of 1..{S.NAMED_BARRIERS} or used by two barriers"
+                        )
             elif isinstance(op, (N.For, N.PFor)):
                 block(op.body, scope)
 
@@ -288,8 +328,14 @@ def _turns(run: "_Run") -> None:
     if not ops:
         return
     wgs = next((static(d.extent) for d in ops[0].dims if d.proc == "WARPGROUP"), 1) or 1
-    seqs = [[(op.kind, _wg_val(op.id, w), op.threads // 128) for op in ops
-             if op.when is None or _wg_val(op.when.a, w) >= _wg_val(op.when.b, w)] for w in range(wgs)]
+    seqs = [
+        [
+            (op.kind, _wg_val(op.id, w), op.threads // 128)
+            for op in ops
+            if op.when is None or _wg_val(op.when.a, w) >= _wg_val(op.when.b, w)
+        ]
+        for w in range(wgs)
+    ]
     pos, arrived, phases, joined = [0] * wgs, {}, {}, [None] * wgs
     progress = True
     while progress:
@@ -316,10 +362,14 @@ def _turns(run: "_Run") -> None:
                 progress = True
     stuck = [w for w in range(wgs) if pos[w] < len(seqs[w])]
     if stuck:
-        raise _error(f"turn barriers deadlock with {run.n} trip(s): warpgroup(s) {stuck} never get their turn")
+        raise _error(
+            f"turn barriers deadlock with {run.n} trip(s): warpgroup(s) {stuck} never get their turn"
+        )
     left = sorted(b for b, n in arrived.items() if n)
     if left:
-        raise _error(f"turn barrier(s) {left} keep an arrival at the end of the tile ({run.n} trip(s))")
+        raise _error(
+            f"turn barrier(s) {left} keep an arrival at the end of the tile ({run.n} trip(s))"
+        )
 
 
 def verify_sync(m: N.Module, trips=None) -> None:
@@ -333,7 +383,9 @@ def verify_sync(m: N.Module, trips=None) -> None:
         _verify(m, trips)
     except VerifyError as e:
         names = event_names(m)
-        raise VerifyError(re.sub(r"%([\w#.]+)", lambda mo: names.get(mo.group(1), mo.group(0)), str(e))) from None
+        raise VerifyError(
+            re.sub(r"%([\w#.]+)", lambda mo: names.get(mo.group(1), mo.group(0)), str(e))
+        ) from None
 
 
 def _verify(m: N.Module, trips) -> None:
@@ -359,8 +411,10 @@ def _verify(m: N.Module, trips) -> None:
                 covered.append(d)
         for d in deps:
             if "implied" in prog.needs(d) and not prog.is_implied(d, covered):
-                raise _error(f"the {d.hazard.upper()} edge %{d.src} -> %{d.dst} on %{d.other} ({d.via}) is "
-                             "not synchronized and no path of synchronized edges implies it")
+                raise _error(
+                    f"the {d.hazard.upper()} edge %{d.src} -> %{d.dst} on %{d.other} ({d.via}) is "
+                    "not synchronized and no path of synchronized edges implies it"
+                )
 
 
 def _fills(run: _Run) -> dict[tuple, list[tuple[str, dict]]]:
@@ -388,7 +442,9 @@ def _check_ring(run: _Run, prog: Program, d: Dep, deps: list[Dep]) -> None:
     barrier for the phase that previous fill's release completes (the release itself, after
     the read retired, :func:`_releases` checks)."""
     name = f"the WAR edge %{d.src} -> %{d.dst} on %{d.other} (ring)"
-    ename = next((b.name for b in run.bars.values() if b.kind == "empty" and d.edge() in b.edges), None)
+    ename = next(
+        (b.name for b in run.bars.values() if b.kind == "empty" and d.edge() in b.edges), None
+    )
     if ename is None:
         raise _error(f"{name}: no empty barrier guards the ring")
     readers, fills = _raw_readers(prog, deps), _fills(run)
@@ -401,9 +457,13 @@ def _check_ring(run: _Run, prog: Program, d: Dep, deps: list[Dep]) -> None:
         n = next(j for j, (e, v) in enumerate(seq) if e == ev and v is env)
         if n == 0 or d.src not in readers.get(seq[n - 1][0], ()):
             continue
-        ok = [j for j in run.between(role, -1, i, lambda o: isinstance(o, S.Wait) and o.bar == ename)
-              if run.val(run.traces[role][j][0].stage, run.traces[role][j][1]) == s
-              and run.phase[id(run.traces[role][j][0]), tuple(run.traces[role][j][1].items())] >= n - 1]
+        ok = [
+            j
+            for j in run.between(role, -1, i, lambda o: isinstance(o, S.Wait) and o.bar == ename)
+            if run.val(run.traces[role][j][0].stage, run.traces[role][j][1]) == s
+            and run.phase[id(run.traces[role][j][0]), tuple(run.traces[role][j][1].items())]
+            >= n - 1
+        ]
         if not ok:
             raise _error(f"{name}: fill #{n} of %{ename}[{s}] does not wait for phase {n - 1}")
 
@@ -417,7 +477,9 @@ def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
             readers.setdefault(d.dst, []).append(d)
     members = {lf.op.ev for ms in prog.rings().values() for lf in ms}
     copy_fills, raw = _fills(run), _raw_readers(prog, deps)
-    fill_of: dict[tuple, list[dict]] = {}  # (full barrier, stage) -> loop env of each fill, in order
+    fill_of: dict[
+        tuple, list[dict]
+    ] = {}  # (full barrier, stage) -> loop env of each fill, in order
     for role, tr in run.traces.items():
         for op, env in tr:
             if isinstance(op, S.ArriveExpectTx):
@@ -447,15 +509,22 @@ def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
             for ev in bar.channel:
                 for d in readers.get(ev, []):
                     p = prog.leaves[d.src]
-                    if p.role != role or d.edge() not in bar.edges:  # another empty barrier of the copy's
+                    if (
+                        p.role != role or d.edge() not in bar.edges
+                    ):  # another empty barrier of the copy's
                         continue
-                    if d.via in ("tile", "after"):  # every read of the tile (or of the loop) comes first
+                    if d.via in (
+                        "tile",
+                        "after",
+                    ):  # every read of the tile (or of the loop) comes first
                         for (x, _), (r, i) in list(run.where.items()):
                             if x != d.src or r != role:
                                 continue
                             if i > pos:
-                                raise _error(f"%{op.bar}[{s}] is released to the next tile before its "
-                                             f"reader %{d.src} ran")
+                                raise _error(
+                                    f"%{op.bar}[{s}] is released to the next tile before its "
+                                    f"reader %{d.src} ran"
+                                )
                             _retired(run, d, i, pos, op)
                         continue
                     at = run.pos(d.src, tuple(fills[q].get(lp.var) for lp in p.loops))
@@ -471,20 +540,30 @@ def _retired(run: _Run, d: Dep, a: int, b: int, arrive: S.Arrive) -> None:
         _waited(run, role, a, b, f"the release of %{arrive.bar} after %{d.src}")
     elif p.kind == "tma_store":  # its reads of shared memory retire with its bulk group
         c = run.between(role, a, b, lambda o: isinstance(o, S.CommitGroup) and o.unit == "bulk")
-        if not c or not run.between(role, c[0], b, lambda o: isinstance(o, S.WaitGroup) and o.unit == "bulk"
-                                    and o.pending == 0):
-            raise _error(f"%{arrive.bar} is released after the TMA store %{d.src} before its bulk group "
-                         "retired its reads")
+        if not c or not run.between(
+            role,
+            c[0],
+            b,
+            lambda o: isinstance(o, S.WaitGroup) and o.unit == "bulk" and o.pending == 0,
+        ):
+            raise _error(
+                f"%{arrive.bar} is released after the TMA store %{d.src} before its bulk group "
+                "retired its reads"
+            )
     elif any(x.proc in ("WARP", "THREAD") for x in p.op.dims):
         levels = {x.proc for x in arrive.dims}
         if "THREAD" in levels:
             return
         if "WARP" in levels:
             if not run.between(role, a, b, lambda o: isinstance(o, S.SyncWarp)):
-                raise _error(f"warps release %{arrive.bar} after thread code %{d.src} with no syncwarp")
+                raise _error(
+                    f"warps release %{arrive.bar} after thread code %{d.src} with no syncwarp"
+                )
         elif not run.between(role, a, b, lambda o: isinstance(o, S.BarSync)):
-            raise _error(f"one thread per warpgroup releases %{arrive.bar} after thread code %{d.src} "
-                         "with no barrier")
+            raise _error(
+                f"one thread per warpgroup releases %{arrive.bar} after thread code %{d.src} "
+                "with no barrier"
+            )
 
 
 def _waited(run: _Run, role: str, a: int, b: int | None, what: str) -> int:
@@ -494,8 +573,14 @@ def _waited(run: _Run, role: str, a: int, b: int | None, what: str) -> int:
     commit = run.between(role, a, b, lambda o: isinstance(o, S.CommitGroup) and o.unit == "wgmma")
     if not commit:
         raise _error(f"{what}: the wgmma's group is never committed")
-    for y in run.between(role, commit[0], b, lambda o: isinstance(o, S.WaitGroup) and o.unit == "wgmma"):
-        later = len(run.between(role, commit[0], y, lambda o: isinstance(o, S.CommitGroup) and o.unit == "wgmma"))
+    for y in run.between(
+        role, commit[0], b, lambda o: isinstance(o, S.WaitGroup) and o.unit == "wgmma"
+    ):
+        later = len(
+            run.between(
+                role, commit[0], y, lambda o: isinstance(o, S.CommitGroup) and o.unit == "wgmma"
+            )
+        )
         if later >= tr[y][0].pending:
             return y
     raise _error(f"{what}: no wait_group retires the wgmma's group")
@@ -503,35 +588,59 @@ def _waited(run: _Run, role: str, a: int, b: int | None, what: str) -> int:
 
 def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> None:
     role, pa = a
-    name = (f"the {d.hazard.upper()} edge %{d.src} -> %{d.dst} on %{d.other} ({d.via})" if d.dst
-            else f"the TMA store %{d.src} reading %{d.other}")
+    name = (
+        f"the {d.hazard.upper()} edge %{d.src} -> %{d.dst} on %{d.other} ({d.via})"
+        if d.dst
+        else f"the TMA store %{d.src} reading %{d.other}"
+    )
     p = prog.leaves[d.src]
     if "bulk" in needs:
         c = run.between(role, pa, None, lambda o: isinstance(o, S.CommitGroup) and o.unit == "bulk")
-        if not c or not run.between(role, c[0], None, lambda o: isinstance(o, S.WaitGroup) and o.unit == "bulk"
-                                    and o.pending == 0):
-            raise _error(f"{name}: the TMA store's bulk group is not committed and waited before the end")
+        if not c or not run.between(
+            role,
+            c[0],
+            None,
+            lambda o: isinstance(o, S.WaitGroup) and o.unit == "bulk" and o.pending == 0,
+        ):
+            raise _error(
+                f"{name}: the TMA store's bulk group is not committed and waited before the end"
+            )
         return
     if d.via == "tile" and "empty" in needs:  # the readers release, the next tile's copy waits
         # (a same-tile barrier of the copy orders this tile's earlier readers, not the next tile)
-        ename = next((b.name for b in run.bars.values() if b.kind == "empty" and d.edge() in b.edges
-                      and b.stages == 1 and not b.same_tile), None)
+        ename = next(
+            (
+                b.name
+                for b in run.bars.values()
+                if b.kind == "empty" and d.edge() in b.edges and b.stages == 1 and not b.same_tile
+            ),
+            None,
+        )
         if ename is None:
             raise _error(f"{name}: no empty barrier hands the buffer to the next tile")
         if not run.between(role, pa, None, lambda o: isinstance(o, S.Arrive) and o.bar == ename):
             raise _error(f"{name}: the reader never releases %{ename} to the next tile")
         crole = prog.leaves[d.dst].role
         at = [i for (x, _), (r, i) in run.where.items() if x == d.dst]
-        if not at or not run.between(crole, -1, at[0], lambda o: isinstance(o, S.Wait) and o.bar == ename):
-            raise _error(f"{name}: the copy does not wait on %{ename} for the previous tile's release")
+        if not at or not run.between(
+            crole, -1, at[0], lambda o: isinstance(o, S.Wait) and o.bar == ename
+        ):
+            raise _error(
+                f"{name}: the copy does not wait on %{ename} for the previous tile's release"
+            )
         return
     if d.via == "tile":  # the barrier must follow the retiring wait (a wgmma) or the read
         start = _waited(run, role, pa, None, name) if "wait_group" in needs else pa
         threads = 32 * (prog.warps(d) or 0)
-        if "bar_sync" in needs and not run.between(role, start, None, lambda o: isinstance(o, S.BarSync)
-                                                   and o.threads == threads):
-            raise _error(f"{name}: no named barrier of {threads} threads before the end of the tile")
-        if "syncwarp" in needs and not run.between(role, start, None, lambda o: isinstance(o, S.SyncWarp)):
+        if "bar_sync" in needs and not run.between(
+            role, start, None, lambda o: isinstance(o, S.BarSync) and o.threads == threads
+        ):
+            raise _error(
+                f"{name}: no named barrier of {threads} threads before the end of the tile"
+            )
+        if "syncwarp" in needs and not run.between(
+            role, start, None, lambda o: isinstance(o, S.SyncWarp)
+        ):
             raise _error(f"{name}: no syncwarp before the end of the tile")
         return
     crole, pc = b
@@ -540,30 +649,51 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
         if bar is None:
             raise _error(f"{name}: the TMA copy has no completion barrier")
         s = run.val(bar.stage, run.traces[role][pa][1])
-        q = max((run.phase[id(o), tuple(e.items())] for o, e in run.traces[role][:pa]
-                 if isinstance(o, S.ArriveExpectTx) and o.bar == bar.bar and run.val(o.stage, e) == s), default=None)
+        q = max(
+            (
+                run.phase[id(o), tuple(e.items())]
+                for o, e in run.traces[role][:pa]
+                if isinstance(o, S.ArriveExpectTx) and o.bar == bar.bar and run.val(o.stage, e) == s
+            ),
+            default=None,
+        )
         if q is None:
             raise _error(f"{name}: no arrive_expect_tx before the copy")
-        ok = [i for i in run.between(crole, -1, pc, lambda o: isinstance(o, S.Wait) and o.bar == bar.bar)
-              if run.val(run.traces[crole][i][0].stage, run.traces[crole][i][1]) == s
-              and run.phase[id(run.traces[crole][i][0]), tuple(run.traces[crole][i][1].items())] >= q]
+        ok = [
+            i
+            for i in run.between(
+                crole, -1, pc, lambda o: isinstance(o, S.Wait) and o.bar == bar.bar
+            )
+            if run.val(run.traces[crole][i][0].stage, run.traces[crole][i][1]) == s
+            and run.phase[id(run.traces[crole][i][0]), tuple(run.traces[crole][i][1].items())] >= q
+        ]
         if not ok:
             raise _error(f"{name}: no wait on %{bar.bar}[{s}] for its phase {q} before the reader")
         return
     if "empty" in needs:
-        ename = next((b.name for b in run.bars.values() if b.kind == "empty" and d.edge() in b.edges), None)
+        ename = next(
+            (b.name for b in run.bars.values() if b.kind == "empty" and d.edge() in b.edges), None
+        )
         if ename is None:
             raise _error(f"{name}: no empty barrier guards the stage")
         c = prog.leaves[d.dst].op
         s = run.val(c.bar.stage, run.traces[crole][pc][1]) if c.bar is not None else None
-        rel = [i for i in run.between(role, pa, None, lambda o: isinstance(o, S.Arrive) and o.bar == ename)
-               if run.val(run.traces[role][i][0].stage, run.traces[role][i][1]) == s]
+        rel = [
+            i
+            for i in run.between(
+                role, pa, None, lambda o: isinstance(o, S.Arrive) and o.bar == ename
+            )
+            if run.val(run.traces[role][i][0].stage, run.traces[role][i][1]) == s
+        ]
         if not rel:
             raise _error(f"{name}: the reader never releases %{ename}")
         rop, renv = run.traces[role][rel[0]]
         q = run.phase[id(rop), tuple(renv.items())]
-        ok = [i for i in run.between(crole, -1, pc, lambda o: isinstance(o, S.Wait) and o.bar == ename)
-              if run.phase[id(run.traces[crole][i][0]), tuple(run.traces[crole][i][1].items())] >= q]
+        ok = [
+            i
+            for i in run.between(crole, -1, pc, lambda o: isinstance(o, S.Wait) and o.bar == ename)
+            if run.phase[id(run.traces[crole][i][0]), tuple(run.traces[crole][i][1].items())] >= q
+        ]
         if not ok:
             raise _error(f"{name}: the copy does not wait for phase {q} of %{ename}")
         return
@@ -571,10 +701,14 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
         raise _error(f"{name}: crosses from {role} to {crole} with no barrier")
     if "wait_group" in needs:
         _waited(run, role, pa, pc, name)
-    for need, cls, kind in (("fence_wgmma", S.Fence, "wgmma"), ("proxy", S.Fence, "proxy_async"),
-                            ("syncwarp", S.SyncWarp, None)):
-        if need in needs and not run.between(role, pa, pc, lambda o: isinstance(o, cls) and
-                                             (kind is None or o.kind == kind)):
+    for need, cls, kind in (
+        ("fence_wgmma", S.Fence, "wgmma"),
+        ("proxy", S.Fence, "proxy_async"),
+        ("syncwarp", S.SyncWarp, None),
+    ):
+        if need in needs and not run.between(
+            role, pa, pc, lambda o: isinstance(o, cls) and (kind is None or o.kind == kind)
+        ):
             raise _error(f"{name}: no {need.replace('_', ' ')} between them")
     if "fence_wgmma" in needs:
         last = run.between(role, pa, pc, lambda o: isinstance(o, S.Fence) and o.kind == "wgmma")[-1]
@@ -583,9 +717,12 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
             raise _error(f"{name}: an mbarrier wait lies between the wgmma fence and the wgmma")
     if "bar_sync" in needs:
         threads = 32 * (prog.warps(d) or 0)
-        found = run.between(role, pa, pc, lambda o: isinstance(o, S.BarSync) and o.threads == threads)
+        found = run.between(
+            role, pa, pc, lambda o: isinstance(o, S.BarSync) and o.threads == threads
+        )
         if not found:
             raise _error(f"{name}: no named barrier of {threads} threads between them")
-        if "proxy" in needs and not run.between(role, pa, found[-1], lambda o: isinstance(o, S.Fence)
-                                                and o.kind == "proxy_async"):
+        if "proxy" in needs and not run.between(
+            role, pa, found[-1], lambda o: isinstance(o, S.Fence) and o.kind == "proxy_async"
+        ):
             raise _error(f"{name}: the proxy fence must come before the barrier")

@@ -90,5 +90,11 @@ def target_of(tree: TaskTree) -> Target:
         return Target(tree.machine, loc=Loc(tree.mapping.path), declared=declared)
     inst = block.instance
     knobs = BlockKnobs(inst.instance, **{k: getattr(inst, k) for k in KNOBS})
-    locs = {k: tree.mapping.instance_loc(inst.instance, k) for k in KNOBS if getattr(inst, k) is not None}
-    return Target(tree.machine, knobs, tree.mapping.instance_loc(inst.instance, "instance"), locs, declared)
+    locs = {
+        k: tree.mapping.instance_loc(inst.instance, k)
+        for k in KNOBS
+        if getattr(inst, k) is not None
+    }
+    return Target(
+        tree.machine, knobs, tree.mapping.instance_loc(inst.instance, "instance"), locs, declared
+    )

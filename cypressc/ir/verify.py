@@ -44,8 +44,10 @@ def verify(m: N.Module) -> None:
             if op is None or not isinstance(op, N.AsyncOp):
                 raise VerifyError(f"{where}: event %{r.name} is not defined before its use")
             if r.idx and len(r.idx) != _ev_rank(op):
-                raise VerifyError(f"{where}: event %{r.name} has {_ev_rank(op)} dimension(s), "
-                                  f"indexed with {len(r.idx)}")
+                raise VerifyError(
+                    f"{where}: event %{r.name} has {_ev_rank(op)} dimension(s), "
+                    f"indexed with {len(r.idx)}"
+                )
 
     def block(b: N.Block) -> None:
         scope.append({})

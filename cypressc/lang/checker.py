@@ -79,8 +79,14 @@ class _Checker:
         self.tasks = prog.tasks()
         self.leaves = leaf_functions(prog)
 
-    def error(self, code: str, msg: str, loc: Loc, hint: str | None = None,
-              notes: tuple[tuple[str, Loc], ...] = ()) -> None:
+    def error(
+        self,
+        code: str,
+        msg: str,
+        loc: Loc,
+        hint: str | None = None,
+        notes: tuple[tuple[str, Loc], ...] = (),
+    ) -> None:
         self.errors.append(CypressError(code, msg, loc, hint=hint, notes=notes))
 
     # -- program level -----------------------------------------------------------------
@@ -88,18 +94,26 @@ class _Checker:
         seen: dict[str, S.Variant] = {}
         for v in self.prog.variants:
             if v.name in seen:
-                self.error("E020", f"variant '{v.name}' is defined twice", v.loc,
-                           notes=(("first defined here", seen[v.name].loc),))
+                self.error(
+                    "E020",
+                    f"variant '{v.name}' is defined twice",
+                    v.loc,
+                    notes=(("first defined here", seen[v.name].loc),),
+                )
             seen[v.name] = v
         for task, vs in self.tasks.items():
             first = vs[0]
             for v in vs[1:]:
                 if signature(v) != signature(first):
                     self.error(
-                        "E024", f"variant '{v.name}' of task '{task}' has signature {signature(v)}, "
-                        f"but '{first.name}' has {signature(first)}", v.loc,
+                        "E024",
+                        f"variant '{v.name}' of task '{task}' has signature {signature(v)}, "
+                        f"but '{first.name}' has {signature(first)}",
+                        v.loc,
                         "all variants of a task share one signature; give a different computation "
-                        "its own task name", notes=((f"'{first.name}' declared here", first.loc),))
+                        "its own task name",
+                        notes=((f"'{first.name}' declared here", first.loc),),
+                    )
         for v in self.prog.variants:
             self.variant(v)
 
@@ -117,28 +131,48 @@ class _Checker:
         for priv in ("reads", "writes"):
             for n in getattr(v, priv):
                 if n not in tensor_names:
-                    self.error("E025", f"{priv}= names '{n}', which is not a tensor parameter of "
-                               f"'{v.name}'", v.loc,
-                               f"tensor parameters: {', '.join(sorted(tensor_names)) or '(none)'}")
+                    self.error(
+                        "E025",
+                        f"{priv}= names '{n}', which is not a tensor parameter of '{v.name}'",
+                        v.loc,
+                        f"tensor parameters: {', '.join(sorted(tensor_names)) or '(none)'}",
+                    )
         if v.kind == "leaf":
             for s in S.walk(v.body):
                 if not isinstance(s, (S.LeafCall, S.Tunable, S.Let)):
-                    what = {S.Launch: "launch tasks", S.Loop: "contain loops",
-                            S.PartitionDecl: "partition tensors", S.MakeTensor: "make tensors"}
-                    self.error("E029", f"a Leaf variant cannot {what.get(type(s), 'do this')}",
-                               s.loc, "move this into an Inner variant; leaves only call leaf functions")
+                    what = {
+                        S.Launch: "launch tasks",
+                        S.Loop: "contain loops",
+                        S.PartitionDecl: "partition tensors",
+                        S.MakeTensor: "make tensors",
+                    }
+                    self.error(
+                        "E029",
+                        f"a Leaf variant cannot {what.get(type(s), 'do this')}",
+                        s.loc,
+                        "move this into an Inner variant; leaves only call leaf functions",
+                    )
         self.block(v, v.body, env, loopvars=())
 
     def define(self, env: VariantEnv, name: str, b: Binding, loc: Loc) -> None:
         if name in env:
             prev = env[name].loc
-            self.error("E026", f"'{name}' is already defined", loc,
-                       notes=((("previously defined here", prev),) if prev else ()))
+            self.error(
+                "E026",
+                f"'{name}' is already defined",
+                loc,
+                notes=((("previously defined here", prev),) if prev else ()),
+            )
             return
         env[name] = b
 
-    def block(self, v: S.Variant, stmts: tuple[S.Stmt, ...], env: VariantEnv,
-              loopvars: tuple[tuple[S.Loop, str], ...]) -> None:
+    def block(
+        self,
+        v: S.Variant,
+        stmts: tuple[S.Stmt, ...],
+        env: VariantEnv,
+        loopvars: tuple[tuple[S.Loop, str], ...],
+    ) -> None:
         for s in stmts:
             if isinstance(s, S.Tunable):
                 self.define(env, s.name, Binding(f"tunable_{s.kind}", loc=s.loc), s.loc)
@@ -147,8 +181,12 @@ class _Checker:
                 self.define(env, s.name, Binding("scalar", loc=s.loc), s.loc)
             elif isinstance(s, S.MakeTensor):
                 if len(s.dims) != s.type.rank:
-                    self.error("E034", f"make_tensor gives {len(s.dims)} extent(s) for a rank-"
-                               f"{s.type.rank} tensor", s.loc)
+                    self.error(
+                        "E034",
+                        f"make_tensor gives {len(s.dims)} extent(s) for a rank-"
+                        f"{s.type.rank} tensor",
+                        s.loc,
+                    )
                 for d in s.dims:
                     self.scalar(d, env)
                 self.define(env, s.name, Binding("tensor", s.type, local=True, loc=s.loc), s.loc)
@@ -181,12 +219,19 @@ class _Checker:
             if b is None:
                 self.error("E026", f"'{e.id}' is not defined", e.loc)
             elif b.kind == "float" and not value:
-                self.error("E035", f"'{e.id}' is a float parameter, not an index", e.loc,
-                           "a float is a value for a leaf's scalar operand or a float parameter; "
-                           "extents, indices, offsets and int parameters take ints")
+                self.error(
+                    "E035",
+                    f"'{e.id}' is a float parameter, not an index",
+                    e.loc,
+                    "a float is a value for a leaf's scalar operand or a float parameter; "
+                    "extents, indices, offsets and int parameters take ints",
+                )
             elif b.kind not in ("scalar", "loopvar", "tunable_int", "float"):
-                self.error("E035" if b.kind in ("tensor", "partition") else "E031",
-                           f"'{e.id}' is a {b.kind.replace('_', ' ')}, not a number", e.loc)
+                self.error(
+                    "E035" if b.kind in ("tensor", "partition") else "E031",
+                    f"'{e.id}' is a {b.kind.replace('_', ' ')}, not a number",
+                    e.loc,
+                )
         elif isinstance(e, S.BinOp):
             self.scalar(e.lhs, env, value)
             self.scalar(e.rhs, env, value)
@@ -202,64 +247,102 @@ class _Checker:
             elif b.kind != "tensor":
                 self.error("E035", f"'{e.tensor}' is not a tensor, it has no shape", e.loc)
             elif not 0 <= e.dim < b.type.rank:  # type: ignore[union-attr]
-                self.error("E035", f"'{e.tensor}' has rank {b.type.rank}; shape[{e.dim}] is out of range",  # type: ignore[union-attr]
-                           e.loc)
+                self.error(
+                    "E035",
+                    f"'{e.tensor}' has rank {b.type.rank}; shape[{e.dim}] is out of range",  # type: ignore[union-attr]
+                    e.loc,
+                )
         else:
             self.error("E035", "expected a scalar expression", e.loc)
 
     def partition(self, s: S.PartitionDecl, env: VariantEnv) -> Binding | None:
         b = env.get(s.tensor)
         if b is None or b.kind != "tensor":
-            self.error("E026" if b is None else "E034",
-                       f"'{s.tensor}' is not {'defined' if b is None else 'a tensor'}", s.loc)
+            self.error(
+                "E026" if b is None else "E034",
+                f"'{s.tensor}' is not {'defined' if b is None else 'a tensor'}",
+                s.loc,
+            )
             return None
         t = b.type
         assert t is not None
         if s.kind == "blocks":
             if len(s.args) != t.rank:
-                self.error("E034", f"partition_by_blocks of rank-{t.rank} '{s.tensor}' needs {t.rank} "
-                           f"block extents, got {len(s.args)}", s.loc)
+                self.error(
+                    "E034",
+                    f"partition_by_blocks of rank-{t.rank} '{s.tensor}' needs {t.rank} "
+                    f"block extents, got {len(s.args)}",
+                    s.loc,
+                )
             for a in s.args:
                 self.scalar(a, env)
             return Binding("partition", t, s.tensor, "blocks", index_rank=t.rank, loc=s.loc)
         if s.kind == "slices":
             dim = _const_value(s.args[0])
             if t.rank < 2 or dim is None or not 0 <= dim < t.rank:
-                self.error("E034", f"partition_by_slices needs a dimension of a tensor of rank >= 2 "
-                           f"('{s.tensor}' has rank {t.rank})", s.loc)
+                self.error(
+                    "E034",
+                    f"partition_by_slices needs a dimension of a tensor of rank >= 2 "
+                    f"('{s.tensor}' has rank {t.rank})",
+                    s.loc,
+                )
                 return None
-            return Binding("partition", S.TensorType(t.rank - 1, t.dtype), s.tensor, "slices",
-                           index_rank=1, loc=s.loc)
+            return Binding(
+                "partition",
+                S.TensorType(t.rank - 1, t.dtype),
+                s.tensor,
+                "slices",
+                index_rank=1,
+                loc=s.loc,
+            )
         atom_e, proc_e, op_e = s.args
         self.atom_arg(atom_e, env)
         if isinstance(proc_e, S.Name):
             pb = env.get(proc_e.id)
             if pb is None and proc_e.id not in S.PROCESSORS:
-                self.error("E026", f"'{proc_e.id}' is not defined", proc_e.loc,
-                           f"processors: {', '.join(S.PROCESSORS)}")
+                self.error(
+                    "E026",
+                    f"'{proc_e.id}' is not defined",
+                    proc_e.loc,
+                    f"processors: {', '.join(S.PROCESSORS)}",
+                )
             elif pb is not None and pb.kind != "tunable_processor":
-                self.error("E031", f"'{proc_e.id}' must be a processor (tunable(processor) or "
-                           f"WARP/THREAD)", proc_e.loc)
+                self.error(
+                    "E031",
+                    f"'{proc_e.id}' must be a processor (tunable(processor) or WARP/THREAD)",
+                    proc_e.loc,
+                )
         else:
             self.error("E034", "the processor of partition_by_mma must be a name", proc_e.loc)
         op = op_e.value if isinstance(op_e, S.Str) else "C"
         if t.rank != 2 and not (t.rank == 1 and op == "C"):
-            self.error("E034", "partition_by_mma splits rank-2 tiles (and rank-1 per-row vectors as \"C\")",
-                       s.loc)
+            self.error(
+                "E034",
+                'partition_by_mma splits rank-2 tiles (and rank-1 per-row vectors as "C")',
+                s.loc,
+            )
         return Binding("partition", t, s.tensor, "mma", operand=op, index_rank=1, loc=s.loc)
 
     def atom_arg(self, e: S.Expr, env: VariantEnv) -> None:
         if isinstance(e, S.Atom):
             if not is_atom_name(e.name):
-                self.error("E036", f"unknown instruction atom '{e.name}'", e.loc,
-                           "atoms are WGMMA_64xNx16() with N a multiple of 8 from 8 to 256")
+                self.error(
+                    "E036",
+                    f"unknown instruction atom '{e.name}'",
+                    e.loc,
+                    "atoms are WGMMA_64xNx16() with N a multiple of 8 from 8 to 256",
+                )
         elif isinstance(e, S.Name):
             b = env.get(e.id)
             if b is None:
                 self.error("E026", f"'{e.id}' is not defined", e.loc)
             elif b.kind != "tunable_atom":
-                self.error("E031", f"'{e.id}' is not an atom", e.loc,
-                           "declare it with tunable(atom) or write WGMMA_64xNx16()")
+                self.error(
+                    "E031",
+                    f"'{e.id}' is not an atom",
+                    e.loc,
+                    "declare it with tunable(atom) or write WGMMA_64xNx16()",
+                )
         else:
             self.error("E036", "expected an instruction atom such as WGMMA_64x256x16()", e.loc)
 
@@ -273,8 +356,9 @@ class _Checker:
             if b.kind == "tensor":
                 return b.type, e.id  # type: ignore[return-value]
             if b.kind == "partition":
-                self.error("E023", f"'{e.id}' is a partition; pass one piece of it, e.g. {e.id}[i]",
-                           e.loc)
+                self.error(
+                    "E023", f"'{e.id}' is a partition; pass one piece of it, e.g. {e.id}[i]", e.loc
+                )
                 return None
             return None
         if isinstance(e, S.Piece):
@@ -283,31 +367,48 @@ class _Checker:
                 self.error("E026", f"'{e.partition}' is not defined", e.loc)
                 return None
             if b.kind != "partition":
-                self.error("E034", f"'{e.partition}' is not a partition and cannot be indexed", e.loc,
-                           "partition it first with partition_by_blocks / partition_by_mma")
+                self.error(
+                    "E034",
+                    f"'{e.partition}' is not a partition and cannot be indexed",
+                    e.loc,
+                    "partition it first with partition_by_blocks / partition_by_mma",
+                )
                 return None
             if len(e.indices) != b.index_rank:
-                self.error("E034", f"partition '{e.partition}' takes {b.index_rank} index(es), got "
-                           f"{len(e.indices)}", e.loc)
+                self.error(
+                    "E034",
+                    f"partition '{e.partition}' takes {b.index_rank} index(es), got "
+                    f"{len(e.indices)}",
+                    e.loc,
+                )
             for i in e.indices:
                 self.scalar(i, env)
             return b.type, b.tensor  # type: ignore[return-value]
         return None
 
     # -- launches ----------------------------------------------------------------------
-    def launch(self, v: S.Variant, s: S.Launch, env: VariantEnv,
-               loopvars: tuple[tuple[S.Loop, str], ...]) -> None:
+    def launch(
+        self, v: S.Variant, s: S.Launch, env: VariantEnv, loopvars: tuple[tuple[S.Loop, str], ...]
+    ) -> None:
         if v.kind == "leaf":
             return  # reported as E029
         vs = self.tasks.get(s.task)
         if not vs:
-            self.error("E021", f"no variant implements task '{s.task}'", s.loc,
-                       f"tasks defined: {', '.join(sorted(self.tasks))}")
+            self.error(
+                "E021",
+                f"no variant implements task '{s.task}'",
+                s.loc,
+                f"tasks defined: {', '.join(sorted(self.tasks))}",
+            )
             return
         callee = vs[0]
         if len(s.args) != len(callee.params):
-            self.error("E022", f"task '{s.task}' takes {len(callee.params)} argument(s), "
-                       f"{len(s.args)} given", s.loc, f"signature: {signature(callee)}")
+            self.error(
+                "E022",
+                f"task '{s.task}' takes {len(callee.params)} argument(s), {len(s.args)} given",
+                s.loc,
+                f"signature: {signature(callee)}",
+            )
             return
         caller_reads, caller_writes = set(v.reads), set(v.writes)
         for arg, param in zip(s.args, callee.params):
@@ -317,68 +418,115 @@ class _Checker:
             ta = self.tensor_arg(arg, env)
             if ta is None:
                 if not isinstance(arg, (S.Name, S.Piece)) or (
-                        isinstance(arg, S.Name) and env.get(arg.id) is not None
-                        and env[arg.id].kind not in ("tensor", "partition")):
-                    self.error("E023", f"argument for '{param.name}' of '{s.task}' must be a tensor "
-                               f"{param.type}", arg.loc)
+                    isinstance(arg, S.Name)
+                    and env.get(arg.id) is not None
+                    and env[arg.id].kind not in ("tensor", "partition")
+                ):
+                    self.error(
+                        "E023",
+                        f"argument for '{param.name}' of '{s.task}' must be a tensor {param.type}",
+                        arg.loc,
+                    )
                 continue
             ty, root = ta
             if ty.rank != param.type.rank or ty.dtype != param.type.dtype:
-                self.error("E023", f"argument for '{param.name}' of '{s.task}' is {ty}, expected "
-                           f"{param.type}", arg.loc)
+                self.error(
+                    "E023",
+                    f"argument for '{param.name}' of '{s.task}' is {ty}, expected {param.type}",
+                    arg.loc,
+                )
             reads_it = any(param.name in c.reads for c in vs)
             writes_it = any(param.name in c.writes for c in vs)
             if env[root].local:
                 pass
             else:
                 if writes_it and root not in caller_writes:
-                    self.error("E027", f"'{s.task}' writes its parameter '{param.name}', but '{v.name}' holds no "
-                               f"write privilege on '{root}'", arg.loc,
-                               f"add \"{root}\" to writes= of '{v.name}' or pass a tensor it may write")
+                    self.error(
+                        "E027",
+                        f"'{s.task}' writes its parameter '{param.name}', but '{v.name}' holds no "
+                        f"write privilege on '{root}'",
+                        arg.loc,
+                        f"add \"{root}\" to writes= of '{v.name}' or pass a tensor it may write",
+                    )
                 elif reads_it and root not in caller_reads | caller_writes:
-                    self.error("E027", f"'{s.task}' reads its parameter '{param.name}', but '{v.name}' holds no "
-                               f"privilege on '{root}'", arg.loc,
-                               f"add \"{root}\" to reads= of '{v.name}'")
+                    self.error(
+                        "E027",
+                        f"'{s.task}' reads its parameter '{param.name}', but '{v.name}' holds no "
+                        f"privilege on '{root}'",
+                        arg.loc,
+                        f"add \"{root}\" to reads= of '{v.name}'",
+                    )
             if writes_it:
                 self.disjoint(s, arg, env, loopvars, param.name)
 
-    def disjoint(self, s: S.Launch, arg: S.Expr, env: VariantEnv,
-                 loopvars: tuple[tuple[S.Loop, str], ...], pname: str) -> None:
+    def disjoint(
+        self,
+        s: S.Launch,
+        arg: S.Expr,
+        env: VariantEnv,
+        loopvars: tuple[tuple[S.Loop, str], ...],
+        pname: str,
+    ) -> None:
         """Writes inside a prange must go to distinct pieces for distinct iterations."""
         pvars = [var for loop, var in loopvars if loop.kind == "prange"]
         if not pvars:
             return
-        hint = ("index a partition of the written tensor with every prange variable, "
-                "e.g. Cp[i, j], so each iteration writes its own piece")
+        hint = (
+            "index a partition of the written tensor with every prange variable, "
+            "e.g. Cp[i, j], so each iteration writes its own piece"
+        )
         if not isinstance(arg, S.Piece):
-            self.error("E030", f"every iteration of the prange writes all of '{pname}'", arg.loc, hint)
+            self.error(
+                "E030", f"every iteration of the prange writes all of '{pname}'", arg.loc, hint
+            )
             return
         b = env[arg.partition]
         if b.pkind == "mma" and b.operand != "C":
-            self.error("E030", f"pieces of an mma partition for operand {b.operand} overlap; they "
-                       f"cannot be written in a prange", arg.loc,
-                       'only the "C" operand partition splits a tile into disjoint pieces')
+            self.error(
+                "E030",
+                f"pieces of an mma partition for operand {b.operand} overlap; they "
+                f"cannot be written in a prange",
+                arg.loc,
+                'only the "C" operand partition splits a tile into disjoint pieces',
+            )
             return
         plain = {i.id for i in arg.indices if isinstance(i, S.Name)}
         missing = [var for var in pvars if var not in plain]
         if missing:
-            self.error("E030", f"writes to '{arg.partition}' are not provably disjoint: prange "
-                       f"variable(s) {', '.join(missing)} do not index the piece", arg.loc, hint)
+            self.error(
+                "E030",
+                f"writes to '{arg.partition}' are not provably disjoint: prange "
+                f"variable(s) {', '.join(missing)} do not index the piece",
+                arg.loc,
+                hint,
+            )
 
     # -- leaves ------------------------------------------------------------------------
     def leaf_call(self, v: S.Variant, s: S.LeafCall, env: VariantEnv) -> None:
         if v.kind == "inner":
-            self.error("E028", f"Inner variant '{v.name}' calls leaf function '{s.fn}'", s.loc,
-                       "inner variants only partition and launch; put computation in a Leaf variant")
+            self.error(
+                "E028",
+                f"Inner variant '{v.name}' calls leaf function '{s.fn}'",
+                s.loc,
+                "inner variants only partition and launch; put computation in a Leaf variant",
+            )
             return
         fn = self.leaves.get(s.fn)
         if fn is None:
-            self.error("E032", f"unknown leaf function '{s.fn}'", s.loc,
-                       f"leaf functions: {', '.join(sorted(self.leaves))}")
+            self.error(
+                "E032",
+                f"unknown leaf function '{s.fn}'",
+                s.loc,
+                f"leaf functions: {', '.join(sorted(self.leaves))}",
+            )
             return
         if len(s.args) != len(fn.operands):
-            self.error("E032", f"{s.fn}() takes {len(fn.operands)} argument(s), {len(s.args)} given",
-                       s.loc, f"{s.fn}({', '.join(r.name for r in fn.operands)})")
+            self.error(
+                "E032",
+                f"{s.fn}() takes {len(fn.operands)} argument(s), {len(s.args)} given",
+                s.loc,
+                f"{s.fn}({', '.join(r.name for r in fn.operands)})",
+            )
             return
         for arg, rule in zip(s.args, fn.operands):
             if rule.kind == "atom":
@@ -389,22 +537,40 @@ class _Checker:
                 ta = self.tensor_arg(arg, env)
                 if ta is None:
                     if not (isinstance(arg, S.Name) and arg.id not in env):
-                        self.error("E032", f"argument '{rule.name}' of {s.fn}() must be a tensor",
-                                   arg.loc)
+                        self.error(
+                            "E032", f"argument '{rule.name}' of {s.fn}() must be a tensor", arg.loc
+                        )
                     continue
                 ty, root = ta
                 if rule.dtypes and ty.dtype not in rule.dtypes:
-                    self.error("E032", f"'{rule.name}' of {s.fn}() must be "
-                               f"{' or '.join(rule.dtypes)}, got {ty.dtype}", arg.loc)
+                    self.error(
+                        "E032",
+                        f"'{rule.name}' of {s.fn}() must be "
+                        f"{' or '.join(rule.dtypes)}, got {ty.dtype}",
+                        arg.loc,
+                    )
                 if rule.rank and ty.rank != rule.rank:
-                    self.error("E032", f"'{rule.name}' of {s.fn}() must have rank {rule.rank}, got "
-                               f"{ty.rank}", arg.loc)
+                    self.error(
+                        "E032",
+                        f"'{rule.name}' of {s.fn}() must have rank {rule.rank}, got {ty.rank}",
+                        arg.loc,
+                    )
                 if rule.writes and root not in v.writes:
-                    self.error("E033", f"{s.fn}() writes '{rule.name}', but '{v.name}' does not hold "
-                               f"writes on '{root}'", arg.loc, f"add \"{root}\" to writes=")
+                    self.error(
+                        "E033",
+                        f"{s.fn}() writes '{rule.name}', but '{v.name}' does not hold "
+                        f"writes on '{root}'",
+                        arg.loc,
+                        f'add "{root}" to writes=',
+                    )
                 elif rule.reads and root not in set(v.reads) | set(v.writes):
-                    self.error("E033", f"{s.fn}() reads '{rule.name}', but '{v.name}' does not hold "
-                               f"reads on '{root}'", arg.loc, f"add \"{root}\" to reads=")
+                    self.error(
+                        "E033",
+                        f"{s.fn}() reads '{rule.name}', but '{v.name}' does not hold "
+                        f"reads on '{root}'",
+                        arg.loc,
+                        f'add "{root}" to reads=',
+                    )
 
 
 def _param_binding(p: S.Param) -> Binding:

@@ -43,7 +43,14 @@ from cypressc.diagnostics import CypressError, Loc
 from cypressc.lang import syntax as S
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS, LeafFn, Operand, OperandRule
 
-__all__ = ["ParserHost", "parse_external", "parse_choice", "leaf_functions", "leaf_fn", "find_header"]
+__all__ = [
+    "ParserHost",
+    "parse_external",
+    "parse_choice",
+    "leaf_functions",
+    "leaf_fn",
+    "find_header",
+]
 
 
 class ParserHost(Protocol):
@@ -64,7 +71,9 @@ class ParserHost(Protocol):
     def type_(self, ann: ast.expr) -> S.Type: ...
 
 
-_USAGE = 'write @external("ns::cpp_name", writes=["x"]) over a def with typed parameters and no body'
+_USAGE = (
+    'write @external("ns::cpp_name", writes=["x"]) over a def with typed parameters and no body'
+)
 # a C++ id-expression: qualified names, template arguments (numbers, names, ::)
 _CPP_NAME = re.compile(r"^(::)?[A-Za-z_]\w*(::[A-Za-z_]\w*)*(<[\w:, .+-]*>)?$")
 
@@ -85,31 +94,44 @@ def _base_name(cpp: str) -> str:
     return cpp.split("<", 1)[0].rsplit("::", 1)[-1]
 
 
-def parse_external(p: ParserHost, fn: ast.FunctionDef, includes: list[tuple[str, Path | None]]) -> S.External:
+def parse_external(
+    p: ParserHost, fn: ast.FunctionDef, includes: list[tuple[str, Path | None]]
+) -> S.External:
     """An ``@external(...)`` def -> :class:`~cypressc.lang.syntax.External` (E014 if malformed)."""
     dec = fn.decorator_list[0]
     assert isinstance(dec, ast.Call)
     if len(fn.decorator_list) != 1:
         raise p.err("E014", f"external '{fn.name}' takes exactly one decorator", fn, _USAGE)
-    if len(dec.args) != 1 or not (isinstance(dec.args[0], ast.Constant) and isinstance(dec.args[0].value, str)):
+    if len(dec.args) != 1 or not (
+        isinstance(dec.args[0], ast.Constant) and isinstance(dec.args[0].value, str)
+    ):
         raise p.err("E014", "@external takes the C++ function's name as one string", dec, _USAGE)
     cpp = dec.args[0].value.strip()
     if not _CPP_NAME.match(cpp):
-        raise p.err("E014", f"'{cpp}' is not a C++ function name", dec.args[0],
-                    "a name, optionally qualified and with template arguments: ns::f, ns::act<1>")
+        raise p.err(
+            "E014",
+            f"'{cpp}' is not a C++ function name",
+            dec.args[0],
+            "a name, optionally qualified and with template arguments: ns::f, ns::act<1>",
+        )
     privs: dict[str, tuple[str, ...] | None] = {"reads": None, "writes": None}
     named: list[tuple[str, ast.Constant]] = []  # (keyword, its string): errors point at the string
     for kw in dec.keywords:
         if kw.arg not in privs:
             raise p.err("E014", f"unknown @external keyword '{kw.arg}'", kw, _USAGE)
         if not isinstance(kw.value, (ast.List, ast.Tuple)) or not all(
-                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in kw.value.elts):
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in kw.value.elts
+        ):
             raise p.err("E014", f"{kw.arg}= takes a list of parameter names as strings", kw.value)
         privs[kw.arg] = tuple(e.value for e in kw.value.elts)  # type: ignore[union-attr]
         named += [(kw.arg, e) for e in kw.value.elts]  # type: ignore[misc]
     if fn.name in LEAF_FUNCTIONS:
-        raise p.err("E014", f"'{fn.name}' is a built-in leaf function; an external needs its own name", fn,
-                    f"rename the def (e.g. '{fn.name}_ext') and call it by that name; the C++ name may stay")
+        raise p.err(
+            "E014",
+            f"'{fn.name}' is a built-in leaf function; an external needs its own name",
+            fn,
+            f"rename the def (e.g. '{fn.name}_ext') and call it by that name; the C++ name may stay",
+        )
     a = fn.args
     if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs or a.kw_defaults:
         raise p.err("E014", "external parameters are plain positional names with types", fn)
@@ -118,13 +140,25 @@ def parse_external(p: ParserHost, fn: ast.FunctionDef, includes: list[tuple[str,
         if any(q.name == arg.arg for q in params):
             raise p.err("E014", f"duplicate parameter '{arg.arg}'", arg)
         if arg.annotation is None:
-            raise p.err("E014", f"parameter '{arg.arg}' has no type", arg,
-                        "annotate it: `x: tensor[2, f32]`, `n: int` or `alpha: float`")
+            raise p.err(
+                "E014",
+                f"parameter '{arg.arg}' has no type",
+                arg,
+                "annotate it: `x: tensor[2, f32]`, `n: int` or `alpha: float`",
+            )
         params.append(S.Param(arg.arg, p.type_(arg.annotation), p.loc(arg)))
     for st in fn.body:
-        if not (isinstance(st, ast.Pass) or isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant)):
-            raise p.err("E014", "an external's body is its docstring (or ...): the code is the C++ function",
-                        st, "write the computation in the header; add a NumPy reference next to it")
+        if not (
+            isinstance(st, ast.Pass)
+            or isinstance(st, ast.Expr)
+            and isinstance(st.value, ast.Constant)
+        ):
+            raise p.err(
+                "E014",
+                "an external's body is its docstring (or ...): the code is the C++ function",
+                st,
+                "write the computation in the header; add a NumPy reference next to it",
+            )
     tensors = [q for q in params if isinstance(q.type, S.TensorType)]
     names = {q.name for q in tensors}
     writes = privs["writes"] or ()
@@ -132,41 +166,79 @@ def parse_external(p: ParserHost, fn: ast.FunctionDef, includes: list[tuple[str,
     for kw_name, e in named:
         if e.value not in names:
             scalar = any(q.name == e.value for q in params)
-            raise p.err("E014", f"{kw_name}= names '{e.value}', which is not a tensor parameter of external "
-                        f"'{fn.name}'", e, f"tensor parameters: {', '.join(sorted(names)) or '(none)'}"
-                        + ("; a scalar parameter is passed by value and cannot be written" if scalar else ""))
+            raise p.err(
+                "E014",
+                f"{kw_name}= names '{e.value}', which is not a tensor parameter of external "
+                f"'{fn.name}'",
+                e,
+                f"tensor parameters: {', '.join(sorted(names)) or '(none)'}"
+                + (
+                    "; a scalar parameter is passed by value and cannot be written"
+                    if scalar
+                    else ""
+                ),
+            )
     if not writes:
-        raise p.err("E014", f"external '{fn.name}' writes nothing", dec,
-                    'name the operands it changes: writes=["x"]')
+        raise p.err(
+            "E014",
+            f"external '{fn.name}' writes nothing",
+            dec,
+            'name the operands it changes: writes=["x"]',
+        )
     first = tensors[0].type
     assert isinstance(first, S.TensorType)
     for q in tensors:
         t = q.type
         assert isinstance(t, S.TensorType)
-        if t.rank > 2 or t.rank != first.rank and not (t.rank == 1 and first.rank == 2) \
-                or q.name in writes and t.rank != first.rank:
-            vs = "" if q is tensors[0] else f", the first operand '{tensors[0].name}' rank {first.rank}"
-            raise p.err("E014", f"operand '{q.name}' of external '{fn.name}' has rank {t.rank}{vs}",
-                        next(x.annotation or x for x in a.args if x.arg == q.name),
-                        "an elementwise external's operands all have the first one's rank (1 or 2), "
-                        "except that a rank-2 call may read rank-1 per-column vectors")
+        if (
+            t.rank > 2
+            or t.rank != first.rank
+            and not (t.rank == 1 and first.rank == 2)
+            or q.name in writes
+            and t.rank != first.rank
+        ):
+            vs = (
+                ""
+                if q is tensors[0]
+                else f", the first operand '{tensors[0].name}' rank {first.rank}"
+            )
+            raise p.err(
+                "E014",
+                f"operand '{q.name}' of external '{fn.name}' has rank {t.rank}{vs}",
+                next(x.annotation or x for x in a.args if x.arg == q.name),
+                "an elementwise external's operands all have the first one's rank (1 or 2), "
+                "except that a rank-2 call may read rank-1 per-column vectors",
+            )
     header = _declaring_header(p, fn, cpp, includes)
     ref = header.with_suffix(".py") if header is not None else None
     ref_path = str(ref.resolve()) if ref is not None and ref.is_file() else None
     if ref_path is not None:
         _load_reference(p, fn, ref_path, str(ref))
     hname = next((n for n, h in includes if h == header), "")
-    return S.External(fn.name, cpp, tuple(params), tuple(reads), tuple(writes), hname, ref_path, p.loc(fn),
-                      str(header.resolve()) if header is not None else None)
+    return S.External(
+        fn.name,
+        cpp,
+        tuple(params),
+        tuple(reads),
+        tuple(writes),
+        hname,
+        ref_path,
+        p.loc(fn),
+        str(header.resolve()) if header is not None else None,
+    )
 
 
-def _declaring_header(p: ParserHost, fn: ast.FunctionDef, cpp: str,
-                      includes: list[tuple[str, Path | None]]) -> Path | None:
+def _declaring_header(
+    p: ParserHost, fn: ast.FunctionDef, cpp: str, includes: list[tuple[str, Path | None]]
+) -> Path | None:
     """The included header that mentions the C++ function's name (E014 if none does)."""
     if not includes:
-        raise p.err("E014", f"external '{fn.name}' is declared but the program includes no header",
-                    fn.decorator_list[0], 'add include("ops.cuh") naming the header that defines '
-                    f"{cpp}, above the declaration")
+        raise p.err(
+            "E014",
+            f"external '{fn.name}' is declared but the program includes no header",
+            fn.decorator_list[0],
+            f'add include("ops.cuh") naming the header that defines {cpp}, above the declaration',
+        )
     base = _base_name(cpp)
     word = re.compile(rf"\b{re.escape(base)}\b")
     for name, path in includes:
@@ -179,9 +251,12 @@ def _declaring_header(p: ParserHost, fn: ast.FunctionDef, cpp: str,
             continue
     if all(path is None for _, path in includes):
         return None
-    raise p.err("E014", f"no included header defines '{base}' (for external '{fn.name}')",
-                fn.decorator_list[0].args[0],  # type: ignore[attr-defined]
-                "included: " + ", ".join(n for n, _ in includes) + f"; define {cpp} in one of them")
+    raise p.err(
+        "E014",
+        f"no included header defines '{base}' (for external '{fn.name}')",
+        fn.decorator_list[0].args[0],  # type: ignore[attr-defined]
+        "included: " + ", ".join(n for n, _ in includes) + f"; define {cpp} in one of them",
+    )
 
 
 class _NoFunction(AttributeError):
@@ -194,9 +269,13 @@ def _load_reference(p: ParserHost, fn: ast.FunctionDef, path: str, shown: str) -
         return reference(path, fn.name)
     except Exception as e:  # the user's Python: any failure is theirs to see, located here
         why = str(e) if isinstance(e, _NoFunction) else f"{type(e).__name__}: {e}"
-        raise p.err("E014", f"the NumPy reference {shown} of external '{fn.name}' cannot be used: {why}", fn,
-                    f"define `def {fn.name}({', '.join(x.arg for x in fn.args.args)})` there, returning "
-                    "the written operands' new values") from None
+        raise p.err(
+            "E014",
+            f"the NumPy reference {shown} of external '{fn.name}' cannot be used: {why}",
+            fn,
+            f"define `def {fn.name}({', '.join(x.arg for x in fn.args.args)})` there, returning "
+            "the written operands' new values",
+        ) from None
 
 
 _REFS: dict[tuple[str, float], object] = {}
@@ -217,7 +296,9 @@ def reference(path: str, name: str) -> Callable:
     f = getattr(mod, name, None)
     if not callable(f):
         # not the module's AttributeError: its name is a cache key, meaningless to the user
-        raise _NoFunction(f"it defines no function '{name}'" if f is None else f"its '{name}' is not a function")
+        raise _NoFunction(
+            f"it defines no function '{name}'" if f is None else f"its '{name}' is not a function"
+        )
     return f
 
 
@@ -226,7 +307,9 @@ def parse_choice(p: ParserHost, st: ast.Assign) -> S.ChoiceParam:
     ``p.bindings[ACT]`` or ``f`` (E015)."""
     call = st.value
     assert isinstance(call, ast.Call)
-    usage = "write `ACT = choice(bias_gelu, bias_silu)`: a name and the leaf functions it may stand for"
+    usage = (
+        "write `ACT = choice(bias_gelu, bias_silu)`: a name and the leaf functions it may stand for"
+    )
     if len(st.targets) != 1 or not isinstance(st.targets[0], ast.Name):
         raise p.err("E015", "a choice parameter is one plain name", st, usage)
     name = st.targets[0].id
@@ -236,13 +319,24 @@ def parse_choice(p: ParserHost, st: ast.Assign) -> S.ChoiceParam:
     if len(set(allowed)) != len(allowed):
         raise p.err("E015", "choice() lists a function twice", call, usage)
     if name in LEAF_FUNCTIONS or name in p.choices or name in p.dtype_params:
-        raise p.err("E015", f"'{name}' is already a leaf function or program parameter", st.targets[0], usage)
+        raise p.err(
+            "E015",
+            f"'{name}' is already a leaf function or program parameter",
+            st.targets[0],
+            usage,
+        )
     for x in call.args:
         p.choice_args[(name, x.id)] = p.loc(x)  # type: ignore[attr-defined]
     bound = p.bindings.get(name, allowed[0])
     if bound not in allowed:
-        p.errors.append(p.err("E015", f"--param {name}={bound}: '{name}' may only be "
-                              + " or ".join(allowed), st, "pick one of the functions its declaration lists"))
+        p.errors.append(
+            p.err(
+                "E015",
+                f"--param {name}={bound}: '{name}' may only be " + " or ".join(allowed),
+                st,
+                "pick one of the functions its declaration lists",
+            )
+        )
         bound = allowed[0]
     return S.ChoiceParam(name, tuple(allowed), bound, p.loc(st))
 
@@ -254,11 +348,15 @@ def check_choices(p: ParserHost, choices: list[S.ChoiceParam], externals: list[S
     for c in choices:
         for f in c.allowed:
             if f not in known:
-                p.errors.append(CypressError(
-                    "E015", f"choice '{c.name}' lists '{f}', which is not a leaf function",
-                    p.choice_args.get((c.name, f), c.loc),
-                    hint=f"declare it with @external in this program (externals declared: {declared}), "
-                    "or name a built-in leaf function"))
+                p.errors.append(
+                    CypressError(
+                        "E015",
+                        f"choice '{c.name}' lists '{f}', which is not a leaf function",
+                        p.choice_args.get((c.name, f), c.loc),
+                        hint=f"declare it with @external in this program (externals declared: {declared}), "
+                        "or name a built-in leaf function",
+                    )
+                )
 
 
 # ----------------------------------------------------------------------------- leaf table
@@ -284,17 +382,25 @@ def _semantics(ext: S.External) -> Callable[..., dict[int, np.ndarray]]:
             if v.ndim == 1 and x0.value.ndim == 2:
                 cols = x0.coords[-1]
                 if len(cols) and int(cols.max()) >= v.shape[0]:
-                    raise ValueError(f"{ext.name}(): the per-column vector '{ext.params[i].name}' has "
-                                     f"{v.shape[0]} element(s), the tile {int(cols.max()) + 1}+ columns")
+                    raise ValueError(
+                        f"{ext.name}(): the per-column vector '{ext.params[i].name}' has "
+                        f"{v.shape[0]} element(s), the tile {int(cols.max()) + 1}+ columns"
+                    )
                 v = np.broadcast_to(v[cols], x0.value.shape)
             args.append(v)
         out = fn(*args)
         outs = out if isinstance(out, tuple) else (out,)
         if len(outs) != len(written):
-            raise ValueError(f"{ext.reference}: {ext.name}() returned {len(outs)} value(s) for "
-                             f"{len(written)} written operand(s)")
-        return {i: np.broadcast_to(np.asarray(o, dtype=np.float64), ops[i].value.shape).astype(ops[i].value.dtype)
-                for i, o in zip(written, outs)}
+            raise ValueError(
+                f"{ext.reference}: {ext.name}() returned {len(outs)} value(s) for "
+                f"{len(written)} written operand(s)"
+            )
+        return {
+            i: np.broadcast_to(np.asarray(o, dtype=np.float64), ops[i].value.shape).astype(
+                ops[i].value.dtype
+            )
+            for i, o in zip(written, outs)
+        }
 
     return run
 
@@ -306,13 +412,27 @@ def leaf_fn(ext: S.External) -> LeafFn:
     for q in ext.params:
         if isinstance(q.type, S.TensorType):
             w = q.name in ext.writes
-            rules.append(OperandRule(q.name, writes=w, reads=q.name in ext.reads,
-                                     mems=("REGISTER",) if w else ("REGISTER", "GLOBAL"),
-                                     dtypes=(q.type.dtype,), rank=q.type.rank))
+            rules.append(
+                OperandRule(
+                    q.name,
+                    writes=w,
+                    reads=q.name in ext.reads,
+                    mems=("REGISTER",) if w else ("REGISTER", "GLOBAL"),
+                    dtypes=(q.type.dtype,),
+                    rank=q.type.rank,
+                )
+            )
         else:
             rules.append(OperandRule(q.name, kind="scalar"))
-    return LeafFn(ext.name, ext.cpp, tuple(rules), "THREAD", _semantics(ext),
-                  doc=f"user C++ {ext.cpp} from {ext.header}, elementwise", external=ext)
+    return LeafFn(
+        ext.name,
+        ext.cpp,
+        tuple(rules),
+        "THREAD",
+        _semantics(ext),
+        doc=f"user C++ {ext.cpp} from {ext.header}, elementwise",
+        external=ext,
+    )
 
 
 def leaf_functions(prog: S.Program) -> dict[str, LeafFn]:

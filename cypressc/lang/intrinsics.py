@@ -22,8 +22,17 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Operand", "OperandRule", "LeafFn", "MmaAtom", "LEAF_FUNCTIONS", "atom", "is_atom_name",
-           "NUMPY_DTYPES", "leaf_of"]
+__all__ = [
+    "Operand",
+    "OperandRule",
+    "LeafFn",
+    "MmaAtom",
+    "LEAF_FUNCTIONS",
+    "atom",
+    "is_atom_name",
+    "NUMPY_DTYPES",
+    "leaf_of",
+]
 
 NUMPY_DTYPES = {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "i32": np.int32}
 """NumPy storage per dtype.  bf16 has no NumPy type: it is stored in f32 and rounded to
@@ -172,7 +181,11 @@ def _rows_of(x: Operand, v: Operand) -> np.ndarray:
 
 
 def _row_max(m: Operand, x: Operand) -> dict[int, np.ndarray]:
-    return {0: np.maximum(m.value.astype(np.float64), x.value.astype(np.float64)[m.coords[0]].max(axis=-1))}
+    return {
+        0: np.maximum(
+            m.value.astype(np.float64), x.value.astype(np.float64)[m.coords[0]].max(axis=-1)
+        )
+    }
 
 
 def _row_sum_frag(y: Operand, x: Operand) -> dict[int, np.ndarray]:
@@ -181,7 +194,9 @@ def _row_sum_frag(y: Operand, x: Operand) -> dict[int, np.ndarray]:
 
 def _exp2_diff(x: Operand, m: Operand, scale: float) -> dict[int, np.ndarray]:
     mm = _rows_of(x, m)
-    mm = np.where(np.isneginf(mm), 0.0, mm)  # a row with no finite value yet: exp2(-inf) = 0, not NaN
+    mm = np.where(
+        np.isneginf(mm), 0.0, mm
+    )  # a row with no finite value yet: exp2(-inf) = 0, not NaN
     with np.errstate(invalid="ignore", over="ignore"):
         return {0: np.exp2((x.value.astype(np.float64) - mm) * scale)}
 
@@ -218,118 +233,191 @@ _MMA_IN = ("f16", "bf16")
 def _mma_operands(b: str) -> tuple[OperandRule, ...]:
     """The operands of a wgmma leaf: the atom, the f32 accumulator C (registers), A (shared
     or registers) and the B operand named ``b`` (shared)."""
-    return (OperandRule("atom", kind="atom"),
-            OperandRule("C", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
-            OperandRule("A", mems=("SHARED", "REGISTER"), dtypes=_MMA_IN, rank=2),
-            OperandRule(b, mems=("SHARED",), dtypes=_MMA_IN, rank=2))
+    return (
+        OperandRule("atom", kind="atom"),
+        OperandRule("C", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
+        OperandRule("A", mems=("SHARED", "REGISTER"), dtypes=_MMA_IN, rank=2),
+        OperandRule(b, mems=("SHARED",), dtypes=_MMA_IN, rank=2),
+    )
 
 
 def _row_operands(v: str) -> tuple[OperandRule, ...]:
     """A row reduction's operands: the per-row f32 vector it updates and the f32 tile."""
-    return (OperandRule(v, writes=True, mems=("REGISTER",), dtypes=("f32",), rank=1),
-            OperandRule("X", mems=("REGISTER",), dtypes=("f32",), rank=2))
+    return (
+        OperandRule(v, writes=True, mems=("REGISTER",), dtypes=("f32",), rank=1),
+        OperandRule("X", mems=("REGISTER",), dtypes=("f32",), rank=2),
+    )
 
 
 def _broadcast_operands(v: str) -> tuple[OperandRule, ...]:
     """A row-broadcast leaf's operands: the f32 register tensor it updates (a tile, or a
     per-row vector) and the per-row f32 vector ``v`` it reads."""
-    return (OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",)),
-            OperandRule(v, mems=("REGISTER",), dtypes=("f32",), rank=1))
+    return (
+        OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",)),
+        OperandRule(v, mems=("REGISTER",), dtypes=("f32",), rank=1),
+    )
 
 
 def _mask_operands(bound: str) -> tuple[OperandRule, ...]:
     """A mask's operands: the f32 accumulator tile it writes -inf into and its int bound."""
-    return (OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
-            OperandRule(bound, kind="scalar"))
+    return (
+        OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
+        OperandRule(bound, kind="scalar"),
+    )
 
 
 LEAF_FUNCTIONS: dict[str, LeafFn] = {
     f.name: f
     for f in (
         LeafFn(
-            "warpgroup_mma", "cypress::warpgroup_mma", _mma_operands("B"), "THREAD", _mma, collective="WARPGROUP", asynchronous=True,
+            "warpgroup_mma",
+            "cypress::warpgroup_mma",
+            _mma_operands("B"),
+            "THREAD",
+            _mma,
+            collective="WARPGROUP",
+            asynchronous=True,
             doc="C += A @ B on the Tensor Core (wgmma.mma_async); C is this thread's fragment "
-                "of the f32 accumulator, A (shared, or registers: each thread its fragment, the "
-                "accumulator layout) and B (shared) are read as the warpgroup's whole tiles.",
+            "of the f32 accumulator, A (shared, or registers: each thread its fragment, the "
+            "accumulator layout) and B (shared) are read as the warpgroup's whole tiles.",
         ),
         LeafFn(
-            "warpgroup_mma_bt", "cypress::warpgroup_mma_bt", _mma_operands("Bt"), "THREAD", _mma_bt, collective="WARPGROUP", asynchronous=True,
+            "warpgroup_mma_bt",
+            "cypress::warpgroup_mma_bt",
+            _mma_operands("Bt"),
+            "THREAD",
+            _mma_bt,
+            collective="WARPGROUP",
+            asynchronous=True,
             doc="C += A @ Bt^T on the Tensor Core: as warpgroup_mma, with B given as the N x K tile "
-                "it is stored as (K contiguous, a K-major wgmma B operand; attention's S = Q @ K^T "
-                "with K stored row-major).",
+            "it is stored as (K contiguous, a K-major wgmma B operand; attention's S = Q @ K^T "
+            "with K stored row-major).",
         ),
         LeafFn(
-            "fill", "cypress::fill",
-            (OperandRule("C", writes=True, reads=False, dtypes=_FLOAT + ("i32",)),
-             OperandRule("value", kind="scalar")),
-            "THREAD", _fill, doc="C[...] = value.",
+            "fill",
+            "cypress::fill",
+            (
+                OperandRule("C", writes=True, reads=False, dtypes=_FLOAT + ("i32",)),
+                OperandRule("value", kind="scalar"),
+            ),
+            "THREAD",
+            _fill,
+            doc="C[...] = value.",
         ),
         LeafFn(
-            "copy", "cypress::copy",
+            "copy",
+            "cypress::copy",
             (OperandRule("src"), OperandRule("dst", writes=True, reads=False)),
-            "THREAD", _copy, doc="dst[...] = src[...], converting dtype (f32 -> f16 rounds to nearest).",
+            "THREAD",
+            _copy,
+            doc="dst[...] = src[...], converting dtype (f32 -> f16 rounds to nearest).",
         ),
         LeafFn(
-            "add", "cypress::add",
+            "add",
+            "cypress::add",
             (OperandRule("C", writes=True, dtypes=_FLOAT), OperandRule("X", dtypes=_FLOAT)),
-            "THREAD", _add, doc="C[...] += X[...] elementwise (same shape).",
+            "THREAD",
+            _add,
+            doc="C[...] += X[...] elementwise (same shape).",
         ),
         LeafFn(
-            "row_sum", "cypress::row_sum",
-            (OperandRule("y", writes=True, dtypes=("f32",), rank=1),
-             OperandRule("A", dtypes=_FLOAT, rank=2)),
-            "THREAD", _row_sum, doc="y[i] += sum_k A[i, k] on the CUDA cores (SIMT).",
+            "row_sum",
+            "cypress::row_sum",
+            (
+                OperandRule("y", writes=True, dtypes=("f32",), rank=1),
+                OperandRule("A", dtypes=_FLOAT, rank=2),
+            ),
+            "THREAD",
+            _row_sum,
+            doc="y[i] += sum_k A[i, k] on the CUDA cores (SIMT).",
         ),
         LeafFn(
-            "warpgroup_row_max", "cypress::warpgroup_row_max", _row_operands("m"), "THREAD", _row_max,
+            "warpgroup_row_max",
+            "cypress::warpgroup_row_max",
+            _row_operands("m"),
+            "THREAD",
+            _row_max,
             collective="WARPGROUP",
             doc="m[r] = max(m[r], max_c X[r, c]) over the rows of the warpgroup's accumulator tile X; "
-                "each thread's m is its piece of partition_by_mma(m, ..., \"C\") (its rows, shared "
-                "with the other 3 lanes of its quad), reduced across the quad.",
+            'each thread\'s m is its piece of partition_by_mma(m, ..., "C") (its rows, shared '
+            "with the other 3 lanes of its quad), reduced across the quad.",
         ),
         LeafFn(
-            "warpgroup_row_sum", "cypress::warpgroup_row_sum", _row_operands("l"), "THREAD", _row_sum_frag,
+            "warpgroup_row_sum",
+            "cypress::warpgroup_row_sum",
+            _row_operands("l"),
+            "THREAD",
+            _row_sum_frag,
             collective="WARPGROUP",
             doc="l[r] += sum_c X[r, c] over the rows of the warpgroup's accumulator tile X (as "
-                "warpgroup_row_max).",
+            "warpgroup_row_max).",
         ),
         LeafFn(
-            "exp2_diff", "cypress::exp2_diff", _broadcast_operands("m") + (OperandRule("scale", kind="scalar"),),
-            "THREAD", _exp2_diff, collective="WARPGROUP",
+            "exp2_diff",
+            "cypress::exp2_diff",
+            _broadcast_operands("m") + (OperandRule("scale", kind="scalar"),),
+            "THREAD",
+            _exp2_diff,
+            collective="WARPGROUP",
             doc="X[r, ...] = exp2((X[r, ...] - m[r]) * scale), m a per-row vector (where m[r] is "
-                "-inf, as if it were 0); the online softmax's exponent (ex2.approx on the GPU).",
+            "-inf, as if it were 0); the online softmax's exponent (ex2.approx on the GPU).",
         ),
         LeafFn(
-            "scale_rows", "cypress::scale_rows", _broadcast_operands("v"), "THREAD", _scale_rows, collective="WARPGROUP",
+            "scale_rows",
+            "cypress::scale_rows",
+            _broadcast_operands("v"),
+            "THREAD",
+            _scale_rows,
+            collective="WARPGROUP",
             doc="X[r, ...] *= v[r], v a per-row vector (the online softmax's rescale of O and l).",
         ),
         LeafFn(
-            "mask_columns", "cypress::mask_columns",
-            _mask_operands("n"), "THREAD", _mask_columns, collective="WARPGROUP",
+            "mask_columns",
+            "cypress::mask_columns",
+            _mask_operands("n"),
+            "THREAD",
+            _mask_columns,
+            collective="WARPGROUP",
             doc="X[r, c] = -inf for every column c >= n of the warpgroup's accumulator tile X (keys "
-                "past the end of a ragged sequence); nothing to do, and nothing done, when n >= the "
-                "tile's columns.",
+            "past the end of a ragged sequence); nothing to do, and nothing done, when n >= the "
+            "tile's columns.",
         ),
         LeafFn(
-            "mask_causal", "cypress::mask_causal",
-            _mask_operands("d"), "THREAD", _mask_causal, collective="WARPGROUP",
+            "mask_causal",
+            "cypress::mask_causal",
+            _mask_operands("d"),
+            "THREAD",
+            _mask_causal,
+            collective="WARPGROUP",
             doc="X[r, c] = -inf where c > r + d (r, c the row and column in the warpgroup's "
-                "accumulator tile X; d = the tile's first query row minus its first key column: "
-                "a causal mask); nothing done when d >= the tile's columns - 1.",
+            "accumulator tile X; d = the tile's first query row minus its first key column: "
+            "a causal mask); nothing done when d >= the tile's columns - 1.",
         ),
         LeafFn(
-            "row_log_sum_exp", "cypress::row_log_sum_exp",
-            (OperandRule("lse", writes=True, reads=False, mems=("REGISTER",), dtypes=("f32",), rank=1),
-             OperandRule("m", mems=("REGISTER",), dtypes=("f32",), rank=1),
-             OperandRule("l", mems=("REGISTER",), dtypes=("f32",), rank=1),
-             OperandRule("scale", kind="scalar")),
-            "THREAD", _row_log_sum_exp, collective="WARPGROUP",
+            "row_log_sum_exp",
+            "cypress::row_log_sum_exp",
+            (
+                OperandRule(
+                    "lse", writes=True, reads=False, mems=("REGISTER",), dtypes=("f32",), rank=1
+                ),
+                OperandRule("m", mems=("REGISTER",), dtypes=("f32",), rank=1),
+                OperandRule("l", mems=("REGISTER",), dtypes=("f32",), rank=1),
+                OperandRule("scale", kind="scalar"),
+            ),
+            "THREAD",
+            _row_log_sum_exp,
+            collective="WARPGROUP",
             doc="lse[r] = m[r] * scale + ln(l[r]) over per-row vectors: the natural log-sum-exp of "
-                "a softmax row whose maximum is m (in score units, scale the softmax scale) and "
-                "whose sum of exp((s - m) * scale) is l.",
+            "a softmax row whose maximum is m (in score units, scale the softmax scale) and "
+            "whose sum of exp((s - m) * scale) is l.",
         ),
         LeafFn(
-            "div_rows", "cypress::div_rows", _broadcast_operands("v"), "THREAD", _div_rows, collective="WARPGROUP",
+            "div_rows",
+            "cypress::div_rows",
+            _broadcast_operands("v"),
+            "THREAD",
+            _div_rows,
+            collective="WARPGROUP",
             doc="X[r, ...] /= v[r], v a per-row vector (the softmax's normalization O / l).",
         ),
     )

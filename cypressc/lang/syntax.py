@@ -304,7 +304,10 @@ class Program:
     @property
     def bindings(self) -> dict[str, str]:
         """Every program parameter and what this parse bound it to (``{"T": "f16", "ACT": "bias_gelu"}``)."""
-        return {**{d.name: d.bound for d in self.dtype_params}, **{c.name: c.bound for c in self.choices}}
+        return {
+            **{d.name: d.bound for d in self.dtype_params},
+            **{c.name: c.bound for c in self.choices},
+        }
 
     def variant(self, name: str) -> Variant | None:
         for v in self.variants:

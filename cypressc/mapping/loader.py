@@ -66,18 +66,33 @@ def _check_depth(text: str, lines: list[str], file: str) -> None:
             depth += 1
             if depth > MAX_DEPTH:
                 m = ev.start_mark
-                raise CypressError("M000", f"the mapping nests lists/mappings more than {MAX_DEPTH} levels deep",
-                                   Loc(file, m.line + 1, m.column + 1, m.column + 2,
-                                       lines[m.line] if m.line < len(lines) else ""),
-                                   hint="a mapping is a few levels deep: instances, their keys, tunables")
+                raise CypressError(
+                    "M000",
+                    f"the mapping nests lists/mappings more than {MAX_DEPTH} levels deep",
+                    Loc(
+                        file,
+                        m.line + 1,
+                        m.column + 1,
+                        m.column + 2,
+                        lines[m.line] if m.line < len(lines) else "",
+                    ),
+                    hint="a mapping is a few levels deep: instances, their keys, tunables",
+                )
         elif isinstance(ev, yaml.CollectionEndEvent):
             depth -= 1
 
 
-def _convert(node: yaml.Node, path: Path_, lines: list[str], file: str,
-             locs: dict[Path_, Loc], key_locs: dict[Path_, Loc],
-             _active: set[int] | None = None, _count: list[int] | None = None,
-             _depth: int = 0) -> object:
+def _convert(
+    node: yaml.Node,
+    path: Path_,
+    lines: list[str],
+    file: str,
+    locs: dict[Path_, Loc],
+    key_locs: dict[Path_, Loc],
+    _active: set[int] | None = None,
+    _count: list[int] | None = None,
+    _depth: int = 0,
+) -> object:
     """Turn a composed YAML node into Python data, recording the location of every node.
 
     Merge keys (``<<: *defaults``) are honoured: merged keys come first and the mapping's
@@ -92,23 +107,34 @@ def _convert(node: yaml.Node, path: Path_, lines: list[str], file: str,
     def mk(mark: yaml.Mark, end: yaml.Mark | None = None) -> Loc:
         line = mark.line + 1
         end_col = end.column + 1 if end is not None and end.line == mark.line else 0
-        return Loc(file, line, mark.column + 1, end_col, lines[mark.line] if mark.line < len(lines) else "")
+        return Loc(
+            file, line, mark.column + 1, end_col, lines[mark.line] if mark.line < len(lines) else ""
+        )
 
     def sub(n: yaml.Node, p: Path_) -> object:
         return _convert(n, p, lines, file, locs, key_locs, active, count, _depth + 1)
 
     count[0] += 1
     if count[0] > _MAX_NODES:
-        raise CypressError("M000", "the mapping expands to too many YAML nodes (alias bomb?)",
-                           mk(node.start_mark, node.end_mark))
+        raise CypressError(
+            "M000",
+            "the mapping expands to too many YAML nodes (alias bomb?)",
+            mk(node.start_mark, node.end_mark),
+        )
     if _depth > MAX_DEPTH:
         # only reachable through aliases: _check_depth bounds the written nesting
-        raise CypressError("M000", f"aliases nest the mapping more than {MAX_DEPTH} levels deep",
-                           mk(node.start_mark, node.end_mark),
-                           hint="an alias (*name) expands to its anchor's whole value")
+        raise CypressError(
+            "M000",
+            f"aliases nest the mapping more than {MAX_DEPTH} levels deep",
+            mk(node.start_mark, node.end_mark),
+            hint="an alias (*name) expands to its anchor's whole value",
+        )
     if id(node) in active:
-        raise CypressError("M000", "recursive YAML alias: a node contains itself",
-                           mk(node.start_mark, node.end_mark))
+        raise CypressError(
+            "M000",
+            "recursive YAML alias: a node contains itself",
+            mk(node.start_mark, node.end_mark),
+        )
     locs[path] = mk(node.start_mark, node.end_mark)
     if isinstance(node, yaml.MappingNode):
         active.add(id(node))
@@ -119,8 +145,11 @@ def _convert(node: yaml.Node, path: Path_, lines: list[str], file: str,
                 merged = sub(v, path)
                 parts = merged if isinstance(merged, list) else [merged]
                 if not all(isinstance(m, dict) for m in parts):
-                    raise CypressError("M000", "'<<' merges a mapping or a list of mappings",
-                                       mk(v.start_mark, v.end_mark))
+                    raise CypressError(
+                        "M000",
+                        "'<<' merges a mapping or a list of mappings",
+                        mk(v.start_mark, v.end_mark),
+                    )
                 for m in parts:
                     for mk_, mv in m.items():
                         if mk_ not in own and mk_ not in out:
@@ -129,10 +158,13 @@ def _convert(node: yaml.Node, path: Path_, lines: list[str], file: str,
                 continue
             if not isinstance(k, yaml.ScalarNode):
                 what = "a list" if isinstance(k, yaml.SequenceNode) else "a mapping"
-                raise CypressError("M002", f"a key must be a plain name, not {what}",
-                                   mk(k.start_mark, k.end_mark),
-                                   hint="`? [a, b]` and `{a: 1}: x` are YAML complex keys; "
-                                        "mapping keys are names such as `proc:`")
+                raise CypressError(
+                    "M002",
+                    f"a key must be a plain name, not {what}",
+                    mk(k.start_mark, k.end_mark),
+                    hint="`? [a, b]` and `{a: 1}: x` are YAML complex keys; "
+                    "mapping keys are names such as `proc:`",
+                )
             key = k.value
             if key in own:
                 raise CypressError("M001", f"duplicate key '{key}'", mk(k.start_mark, k.end_mark))
@@ -150,10 +182,17 @@ def _convert(node: yaml.Node, path: Path_, lines: list[str], file: str,
         return yaml.constructor.SafeConstructor().construct_object(node)  # type: ignore[arg-type]
     except Exception as e:  # noqa: BLE001 - any failure to build a scalar is a bad scalar
         tag = node.tag.removeprefix("tag:yaml.org,2002:")
-        msg = f"unsupported YAML tag '{node.tag}'" if isinstance(e, yaml.YAMLError) \
+        msg = (
+            f"unsupported YAML tag '{node.tag}'"
+            if isinstance(e, yaml.YAMLError)
             else f"{node.value!r} is not a valid !!{tag}"
-        raise CypressError("M000", msg, mk(node.start_mark, node.end_mark),
-                           hint="mappings use plain YAML scalars; drop the explicit tag") from None
+        )
+        raise CypressError(
+            "M000",
+            msg,
+            mk(node.start_mark, node.end_mark),
+            hint="mappings use plain YAML scalars; drop the explicit tag",
+        ) from None
 
 
 def _field_name(loc: tuple) -> str:
@@ -167,17 +206,30 @@ def _field_name(loc: tuple) -> str:
 
 # what a strict type error expected, in the words of docs/language.md §6
 _EXPECTED = {
-    "string_type": "a string", "str_type": "a string",
-    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
-    "float_type": "a number", "float_parsing": "a number",
-    "bool_type": "true or false", "bool_parsing": "true or false",
-    "list_type": "a list", "tuple_type": "a list", "set_type": "a list",
-    "dict_type": "a mapping (key: value)", "mapping_type": "a mapping (key: value)",
-    "model_type": "a mapping (key: value)", "model_attributes_type": "a mapping (key: value)",
+    "string_type": "a string",
+    "str_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "set_type": "a list",
+    "dict_type": "a mapping (key: value)",
+    "mapping_type": "a mapping (key: value)",
+    "model_type": "a mapping (key: value)",
+    "model_attributes_type": "a mapping (key: value)",
 }
-_BOUNDS = {"greater_than_equal": ("ge", "at least"), "less_than_equal": ("le", "at most"),
-           "greater_than": ("gt", "above"), "less_than": ("lt", "below"),
-           "multiple_of": ("multiple_of", "a multiple of")}
+_BOUNDS = {
+    "greater_than_equal": ("ge", "at least"),
+    "less_than_equal": ("le", "at most"),
+    "greater_than": ("gt", "above"),
+    "less_than": ("lt", "below"),
+    "multiple_of": ("multiple_of", "a multiple of"),
+}
 _ITEMS = {"instances": "instance", "calls": "instance"}
 
 
@@ -215,14 +267,19 @@ def _pydantic_message(err: dict) -> str:
         count = "one" if n == 1 else str(n)
         if t == "too_short":
             need = f"at least {count} {item}{'' if n == 1 else 's'}"
-            return f"'{field}' is empty; it needs {need}" if not ctx.get("actual_length") \
+            return (
+                f"'{field}' is empty; it needs {need}"
+                if not ctx.get("actual_length")
                 else f"'{field}' needs {need} (got {ctx['actual_length']})"
+            )
         return f"'{field}' takes at most {count} {item}{'' if n == 1 else 's'} (got {ctx.get('actual_length')})"
     if t in _BOUNDS:
         key, words = _BOUNDS[t]
         return f"'{field}' must be {words} {ctx.get(key)} (got {got})"
     if t in ("model_type", "model_attributes_type") and len(loc) >= 2 and loc[-2] == "instances":
-        return f"'{field}': an instance is a mapping of instance, variant, proc, mems, … (got {got})"
+        return (
+            f"'{field}': an instance is a mapping of instance, variant, proc, mems, … (got {got})"
+        )
     if t in _EXPECTED:
         return f"'{field}': expected {_EXPECTED[t]} (got {got})"
     return f"'{field}': this value is not allowed here (got {got})"
@@ -233,7 +290,9 @@ def load_mapping_source(text: str, path: str = "<string>") -> LoadedMapping:
     # YAML allows a byte-order mark; dropped here, it is neither shown nor a column
     text = text.removeprefix("\ufeff")
     if "\x00" in text:
-        raise CypressErrors([CypressError("M000", "the mapping is binary, not YAML", Loc(path, 1, 1))])
+        raise CypressErrors(
+            [CypressError("M000", "the mapping is binary, not YAML", Loc(path, 1, 1))]
+        )
     lines = text.splitlines()
     try:
         _check_depth(text, lines, path)
@@ -241,6 +300,7 @@ def load_mapping_source(text: str, path: str = "<string>") -> LoadedMapping:
     except CypressError as e:
         raise CypressErrors([e]) from None
     except yaml.MarkedYAMLError as e:
+
         def at(mark: yaml.Mark | None) -> Loc:
             line = mark.line + 1 if mark else 1
             col = mark.column + 1 if mark else 1
@@ -248,17 +308,38 @@ def load_mapping_source(text: str, path: str = "<string>") -> LoadedMapping:
 
         mark = e.problem_mark or e.context_mark
         notes: tuple[tuple[str, Loc], ...] = ()
-        if e.context and e.context_mark is not None and e.problem_mark is not None \
-                and (e.context_mark.line, e.context_mark.column) != (e.problem_mark.line, e.problem_mark.column):
+        if (
+            e.context
+            and e.context_mark is not None
+            and e.problem_mark is not None
+            and (e.context_mark.line, e.context_mark.column)
+            != (e.problem_mark.line, e.problem_mark.column)
+        ):
             notes = ((f"{e.context}, which starts here", at(e.context_mark)),)
-        raise CypressErrors([CypressError(
-            "M000", f"YAML syntax error: {e.problem or e}", at(mark), notes=notes,
-            hint="mappings are YAML: `key: value`, lists as `- item`, indentation with spaces")]) from None
+        raise CypressErrors(
+            [
+                CypressError(
+                    "M000",
+                    f"YAML syntax error: {e.problem or e}",
+                    at(mark),
+                    notes=notes,
+                    hint="mappings are YAML: `key: value`, lists as `- item`, indentation with spaces",
+                )
+            ]
+        ) from None
     except yaml.YAMLError as e:
         raise CypressErrors([CypressError("M000", f"YAML error: {e}", Loc(path, 1, 1))]) from None
     if node is None:
-        raise CypressErrors([CypressError("M000", "the mapping is empty", Loc(path, 1, 1),
-                                          hint="a mapping has keys machine, entrypoint and instances")])
+        raise CypressErrors(
+            [
+                CypressError(
+                    "M000",
+                    "the mapping is empty",
+                    Loc(path, 1, 1),
+                    hint="a mapping has keys machine, entrypoint and instances",
+                )
+            ]
+        )
     locs: dict[Path_, Loc] = {}
     key_locs: dict[Path_, Loc] = {}
     try:
@@ -268,8 +349,16 @@ def load_mapping_source(text: str, path: str = "<string>") -> LoadedMapping:
     except yaml.YAMLError as e:
         raise CypressErrors([CypressError("M000", f"YAML error: {e}", Loc(path, 1, 1))]) from None
     if not isinstance(data, dict):
-        raise CypressErrors([CypressError("M002", "the mapping must be a YAML mapping (key: value)",
-                                          locs[()], hint="start with `machine: h100`")])
+        raise CypressErrors(
+            [
+                CypressError(
+                    "M002",
+                    "the mapping must be a YAML mapping (key: value)",
+                    locs[()],
+                    hint="start with `machine: h100`",
+                )
+            ]
+        )
     try:
         spec = MappingSpec.model_validate(data)
     except ValidationError as ve:
@@ -282,10 +371,15 @@ def load_mapping_source(text: str, path: str = "<string>") -> LoadedMapping:
             while loc is None and k:
                 k = k[:-1]
                 loc = locs.get(k)
-            errs.append(CypressError("M002", _pydantic_message(err), loc or Loc(path, 1, 1),
-                                     hint=_hint(err)))
+            errs.append(
+                CypressError(
+                    "M002", _pydantic_message(err), loc or Loc(path, 1, 1), hint=_hint(err)
+                )
+            )
         raise CypressErrors(errs) from None
-    return LoadedMapping(spec, path, {**locs, **{k: v for k, v in key_locs.items() if k not in locs}})
+    return LoadedMapping(
+        spec, path, {**locs, **{k: v for k, v in key_locs.items() if k not in locs}}
+    )
 
 
 def _hint(err: dict) -> str | None:
@@ -293,13 +387,18 @@ def _hint(err: dict) -> str | None:
     t, loc, got = err["type"], tuple(err["loc"]), err.get("input")
     if t == "extra_forbidden":
         from cypressc.mapping.schema import Instance
+
         keys = Instance.model_fields if "instances" in loc else MappingSpec.model_fields
         return "allowed keys: " + ", ".join(keys)
     if t == "too_short" and loc == ("instances",):
         return "list at least the entrypoint: `- {instance: NAME, variant: DEF, proc: HOST, mems: [GLOBAL, …]}`"
     if t in ("model_type", "model_attributes_type") and len(loc) >= 2 and loc[-2] == "instances":
         return "write each instance as `- instance: NAME` with variant:, proc:, mems: … indented under it"
-    if isinstance(got, str) and t in ("int_type", "int_parsing") and got.strip().lstrip("+-").isdigit():
+    if (
+        isinstance(got, str)
+        and t in ("int_type", "int_parsing")
+        and got.strip().lstrip("+-").isdigit()
+    ):
         return f"write the number without quotes: `{_field_name(loc)}: {got.strip()}`"
     if t in ("bool_type", "bool_parsing"):
         return "write `true` or `false`"
@@ -318,16 +417,30 @@ def read_mapping_text(path: str | Path) -> str:
     try:
         data = p.read_bytes()
     except FileNotFoundError:
-        raise CypressErrors([CypressError("M000", f"no such file: {path}", Loc(str(path)))]) from None
+        raise CypressErrors(
+            [CypressError("M000", f"no such file: {path}", Loc(str(path)))]
+        ) from None
     except OSError as e:
-        raise CypressErrors([CypressError("M000", f"cannot read {path}: {e.strerror}", Loc(str(path)))]) from None
+        raise CypressErrors(
+            [CypressError("M000", f"cannot read {path}: {e.strerror}", Loc(str(path)))]
+        ) from None
     if b"\x00" in data:
-        raise CypressErrors([CypressError("M000", "the mapping is binary, not YAML", Loc(str(path), 1, 1))])
+        raise CypressErrors(
+            [CypressError("M000", "the mapping is binary, not YAML", Loc(str(path), 1, 1))]
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         # point at the first byte that is not UTF-8
         line, col = decode_error_position(data, e.start)
-        raise CypressErrors([CypressError("M000", "the mapping is not UTF-8 text", Loc(str(path), line, col, col + 1),
-                                          hint="save the mapping as UTF-8")]) from None
+        raise CypressErrors(
+            [
+                CypressError(
+                    "M000",
+                    "the mapping is not UTF-8 text",
+                    Loc(str(path), line, col, col + 1),
+                    hint="save the mapping as UTF-8",
+                )
+            ]
+        ) from None
     return text

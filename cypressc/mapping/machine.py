@@ -70,10 +70,14 @@ def load_machine(name: str) -> Machine:
     """Load the machine model ``name``; raises ``KeyError`` when there is none."""
     if name not in machine_names():
         raise KeyError(name)
-    data = yaml.safe_load((resources.files("cypressc.mapping") / "machines" / f"{name}.yaml").read_text())
+    data = yaml.safe_load(
+        (resources.files("cypressc.mapping") / "machines" / f"{name}.yaml").read_text()
+    )
     procs = tuple(
         ProcessorLevel(p["name"], i, int(p["threads"]), tuple(p["memories"]))
         for i, p in enumerate(data["processors"])
     )
-    mems = {k: (None if v["bytes"] is None else int(v["bytes"])) for k, v in data["memories"].items()}
+    mems = {
+        k: (None if v["bytes"] is None else int(v["bytes"])) for k, v in data["memories"].items()
+    }
     return Machine(data["name"], data.get("description", ""), procs, mems, dict(data["limits"]))

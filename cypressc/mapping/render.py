@@ -15,9 +15,19 @@ def _label(n: TaskNode, color: bool) -> str:
     args = ", ".join(f"{p}@{m}" for p, m in n.mems.items())
     tun = ", ".join(f"{k}={v}" for k, v in n.tunables.items())
     inst, var, proc = n.instance.instance, n.variant.name, n.proc
-    knobs = [f"{k}={getattr(n.instance, k)}" for k in
-             ("warpspecialize", "pipeline", "mma_in_flight", "smem_limit", "persistent", "raster", "pingpong")
-             if getattr(n.instance, k) is not None]
+    knobs = [
+        f"{k}={getattr(n.instance, k)}"
+        for k in (
+            "warpspecialize",
+            "pipeline",
+            "mma_in_flight",
+            "smem_limit",
+            "persistent",
+            "raster",
+            "pingpong",
+        )
+        if getattr(n.instance, k) is not None
+    ]
     # Labels are rich markup in both modes (Tree renders them), so user text and the
     # knob list "[...]" are escaped: unescaped, "[pipeline=4, ...]" would vanish as a tag.
     if color:
@@ -49,6 +59,8 @@ def print_task_tree(tree: TaskTree, console: Console | None = None) -> None:
         if not console.is_terminal:  # piped: no wrapping, so the text diffs line by line
             console = Console(width=1000, no_color=True)
     color = console.is_terminal
-    console.print(f"task tree ({tree.machine.name}, entrypoint {tree.root.instance.instance}):",
-                  highlight=False)
+    console.print(
+        f"task tree ({tree.machine.name}, entrypoint {tree.root.instance.instance}):",
+        highlight=False,
+    )
     console.print(task_tree_text(tree, color), highlight=False)

@@ -62,24 +62,33 @@ class Instance(BaseModel):
     variant: str = Field(description="the task variant (a def name in the program) it runs")
     proc: Proc = Field(description="the processor level it runs on")
     mems: list[Mem] = Field(description="one memory per tensor parameter, in order")
-    tunables: dict[str, TunableValue] = Field(default_factory=dict,
-                                              description="values for the variant's tunables")
-    calls: list[str] = Field(default_factory=list,
-                             description="instances that the variant's launches dispatch to")
+    tunables: dict[str, TunableValue] = Field(
+        default_factory=dict, description="values for the variant's tunables"
+    )
+    calls: list[str] = Field(
+        default_factory=list, description="instances that the variant's launches dispatch to"
+    )
     warpspecialize: bool | None = Field(default=None, description="BLOCK: producer/consumer roles")
-    pipeline: int | None = Field(default=None, ge=1, le=8,
-                                 description="BLOCK: stage depth D of pipelined loops")
-    mma_in_flight: int | None = Field(default=None, ge=0, le=4,
-                                      description="BLOCK: wgmma groups left in flight (Tawa's P)")
-    smem_limit: int | None = Field(default=None, ge=1, description="BLOCK: shared-memory bound in bytes")
+    pipeline: int | None = Field(
+        default=None, ge=1, le=8, description="BLOCK: stage depth D of pipelined loops"
+    )
+    mma_in_flight: int | None = Field(
+        default=None, ge=0, le=4, description="BLOCK: wgmma groups left in flight (Tawa's P)"
+    )
+    smem_limit: int | None = Field(
+        default=None, ge=1, description="BLOCK: shared-memory bound in bytes"
+    )
     producer_registers: int | None = Field(default=None, ge=24, le=256)
     consumer_registers: int | None = Field(default=None, ge=24, le=256)
-    persistent: bool | None = Field(default=None,
-                                    description="BLOCK: one block per SM looping over tiles")
-    raster: int | None = Field(default=None, ge=1, le=64,
-                               description="BLOCK: grid rasterization group height (L2 reuse)")
-    pingpong: bool | None = Field(default=None,
-                                  description="BLOCK: consumer warpgroups take turns on the Tensor Core")
+    persistent: bool | None = Field(
+        default=None, description="BLOCK: one block per SM looping over tiles"
+    )
+    raster: int | None = Field(
+        default=None, ge=1, le=64, description="BLOCK: grid rasterization group height (L2 reuse)"
+    )
+    pingpong: bool | None = Field(
+        default=None, description="BLOCK: consumer warpgroups take turns on the Tensor Core"
+    )
 
     @field_validator("smem_limit", mode="before")
     @classmethod
@@ -120,6 +129,7 @@ class MappingSpec(BaseModel):
     entrypoint: str = Field(description="the root instance (runs on HOST)")
     instances: list[Instance] = Field(min_length=1)
     tune: dict[str, TuneValues] | None = Field(
-        default=None, description="`cypressc tune`: candidate values per knob (docs/tuning.md); "
-        "ignored by every other command")
-
+        default=None,
+        description="`cypressc tune`: candidate values per knob (docs/tuning.md); "
+        "ignored by every other command",
+    )

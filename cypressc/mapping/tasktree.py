@@ -25,8 +25,17 @@ from cypressc.mapping.schema import Instance
 
 __all__ = ["TaskNode", "TaskTree", "instantiate", "unused_knobs"]
 
-BLOCK_KNOBS = ("warpspecialize", "pipeline", "mma_in_flight", "smem_limit", "producer_registers",
-               "consumer_registers", "raster", "persistent", "pingpong")
+BLOCK_KNOBS = (
+    "warpspecialize",
+    "pipeline",
+    "mma_in_flight",
+    "smem_limit",
+    "producer_registers",
+    "consumer_registers",
+    "raster",
+    "persistent",
+    "pingpong",
+)
 
 
 @dataclass(eq=False)
@@ -81,8 +90,15 @@ class _Instantiator:
         self.by_name: dict[str, tuple[int, Instance]] = {}
         self.reached: set[str] = set()
 
-    def err(self, code: str, msg: str, inst: str | None, *key: str | int, hint: str | None = None,
-            notes: tuple = ()) -> None:
+    def err(
+        self,
+        code: str,
+        msg: str,
+        inst: str | None,
+        *key: str | int,
+        hint: str | None = None,
+        notes: tuple = (),
+    ) -> None:
         loc = self.lm.instance_loc(inst, *key) if inst else self.lm.loc(*key)
         self.errors.append(CypressError(code, msg, loc, hint=hint, notes=notes))
 
@@ -90,27 +106,49 @@ class _Instantiator:
         try:
             machine = load_machine(self.spec.machine)
         except KeyError:
-            self.err("M010", f"unknown machine '{self.spec.machine}'", None, "machine",
-                     hint=f"machines: {', '.join(machine_names())}")
+            self.err(
+                "M010",
+                f"unknown machine '{self.spec.machine}'",
+                None,
+                "machine",
+                hint=f"machines: {', '.join(machine_names())}",
+            )
             return None, None
         self.machine = machine
         for i, inst in enumerate(self.spec.instances):
             if inst.instance in self.by_name:
                 first = self.lm.loc("instances", self.by_name[inst.instance][0], "instance")
-                self.err("M012", f"instance '{inst.instance}' is defined twice", None, "instances", i, "instance",
-                         notes=(("first defined here", first),))
+                self.err(
+                    "M012",
+                    f"instance '{inst.instance}' is defined twice",
+                    None,
+                    "instances",
+                    i,
+                    "instance",
+                    notes=(("first defined here", first),),
+                )
             else:
                 self.by_name[inst.instance] = (i, inst)
         for inst in self.spec.instances:
             self.check_instance(inst)
         if self.spec.entrypoint not in self.by_name:
-            self.err("M011", f"entrypoint '{self.spec.entrypoint}' is not an instance", None, "entrypoint",
-                     hint=f"instances: {', '.join(self.by_name)}")
+            self.err(
+                "M011",
+                f"entrypoint '{self.spec.entrypoint}' is not an instance",
+                None,
+                "entrypoint",
+                hint=f"instances: {', '.join(self.by_name)}",
+            )
             return None, machine
         root_inst = self.by_name[self.spec.entrypoint][1]
         if root_inst.proc != machine.processors[0].name:
-            self.err("M011", f"the entrypoint must run on {machine.processors[0].name}, "
-                     f"'{root_inst.instance}' runs on {root_inst.proc}", root_inst.instance, "proc")
+            self.err(
+                "M011",
+                f"the entrypoint must run on {machine.processors[0].name}, "
+                f"'{root_inst.instance}' runs on {root_inst.proc}",
+                root_inst.instance,
+                "proc",
+            )
         if self.errors:
             return None, machine
         root = self.node(root_inst, stack=())
@@ -120,61 +158,128 @@ class _Instantiator:
         name = inst.instance
         v = self.prog.variant(inst.variant)
         if v is None:
-            self.err("M013", f"no variant '{inst.variant}' in {self.prog.path}", name, "variant",
-                     hint="variants: " + ", ".join(x.name for x in self.prog.variants))
+            self.err(
+                "M013",
+                f"no variant '{inst.variant}' in {self.prog.path}",
+                name,
+                "variant",
+                hint="variants: " + ", ".join(x.name for x in self.prog.variants),
+            )
             return
         m = self.machine
         tparams = v.tensor_params
         if len(inst.mems) != len(tparams):
-            self.err("M014", f"'{v.name}' has {len(tparams)} tensor parameter(s) "
-                     f"({', '.join(p.name for p in tparams)}), mems lists {len(inst.mems)}", name, "mems")
+            self.err(
+                "M014",
+                f"'{v.name}' has {len(tparams)} tensor parameter(s) "
+                f"({', '.join(p.name for p in tparams)}), mems lists {len(inst.mems)}",
+                name,
+                "mems",
+            )
         for j, (mem, p) in enumerate(zip(inst.mems, tparams)):
             if not m.visible(inst.proc, mem):
-                self.err("M015", f"{mem} is not visible from {inst.proc} (parameter '{p.name}')", name,
-                         "mems", j, hint=f"{inst.proc} can name: {', '.join(m.level(inst.proc).memories)}, NONE")
+                self.err(
+                    "M015",
+                    f"{mem} is not visible from {inst.proc} (parameter '{p.name}')",
+                    name,
+                    "mems",
+                    j,
+                    hint=f"{inst.proc} can name: {', '.join(m.level(inst.proc).memories)}, NONE",
+                )
         declared = v.tunables()
         for t, decl in declared.items():
             if t not in inst.tunables:
-                self.err("M016", f"tunable '{t}' of '{v.name}' ({decl.kind}) is not bound", name,
-                         "tunables",  # the key, or the instance when it has none
-                         hint=f"add `{t}: …` under tunables of instance '{name}'")
+                self.err(
+                    "M016",
+                    f"tunable '{t}' of '{v.name}' ({decl.kind}) is not bound",
+                    name,
+                    "tunables",  # the key, or the instance when it has none
+                    hint=f"add `{t}: …` under tunables of instance '{name}'",
+                )
                 continue
             val = inst.tunables[t]
-            if decl.kind == "int" and (not isinstance(val, int) or isinstance(val, bool) or val <= 0):
-                self.err("M016", f"tunable '{t}' is an int; got {_shown(val)}", name, "tunables", t,
-                         hint="int tunables take positive integers")
+            if decl.kind == "int" and (
+                not isinstance(val, int) or isinstance(val, bool) or val <= 0
+            ):
+                self.err(
+                    "M016",
+                    f"tunable '{t}' is an int; got {_shown(val)}",
+                    name,
+                    "tunables",
+                    t,
+                    hint="int tunables take positive integers",
+                )
             elif decl.kind == "processor":
                 if val not in m.processor_names:
-                    self.err("M016", f"tunable '{t}' is a processor; got {_shown(val)}", name, "tunables", t,
-                             hint=f"processors: {', '.join(m.processor_names)}")
+                    self.err(
+                        "M016",
+                        f"tunable '{t}' is a processor; got {_shown(val)}",
+                        name,
+                        "tunables",
+                        t,
+                        hint=f"processors: {', '.join(m.processor_names)}",
+                    )
                 elif not m.level(str(val)).depth > m.level(inst.proc).depth:
-                    self.err("M016", f"processor tunable '{t}' = {val} must be below {inst.proc}",
-                             name, "tunables", t)
+                    self.err(
+                        "M016",
+                        f"processor tunable '{t}' = {val} must be below {inst.proc}",
+                        name,
+                        "tunables",
+                        t,
+                    )
             elif decl.kind == "atom" and not (isinstance(val, str) and is_atom_name(val)):
-                self.err("M016", f"tunable '{t}' is an instruction atom; got {_shown(val)}", name, "tunables", t,
-                         hint="atoms: WGMMA_64xNx16 with N a multiple of 8 from 8 to 256")
+                self.err(
+                    "M016",
+                    f"tunable '{t}' is an instruction atom; got {_shown(val)}",
+                    name,
+                    "tunables",
+                    t,
+                    hint="atoms: WGMMA_64xNx16 with N a multiple of 8 from 8 to 256",
+                )
         for t in inst.tunables:
             if t not in declared:
-                self.err("M016", f"'{v.name}' declares no tunable '{t}'", name, "tunables", t,
-                         hint=f"declared: {', '.join(declared) or '(none)'}")
+                self.err(
+                    "M016",
+                    f"'{v.name}' declares no tunable '{t}'",
+                    name,
+                    "tunables",
+                    t,
+                    hint=f"declared: {', '.join(declared) or '(none)'}",
+                )
         if inst.proc != "BLOCK":
             for knob in BLOCK_KNOBS:
                 if getattr(inst, knob) is not None:
-                    self.err("M022", f"'{knob}' applies to BLOCK instances; '{name}' runs on {inst.proc}",
-                             name, knob)
+                    self.err(
+                        "M022",
+                        f"'{knob}' applies to BLOCK instances; '{name}' runs on {inst.proc}",
+                        name,
+                        knob,
+                    )
         if v.kind == "leaf":
             for j, (mem, p) in enumerate(zip(inst.mems, tparams)):
                 if mem == "NONE":
-                    self.err("M023", f"leaf '{v.name}' touches '{p.name}', so it cannot be NONE here",
-                             name, "mems", j,
-                             hint="NONE means never materialized at this level; a leaf reads or "
-                                  f"writes its tensors, so map '{p.name}' to a memory {inst.proc} can name")
+                    self.err(
+                        "M023",
+                        f"leaf '{v.name}' touches '{p.name}', so it cannot be NONE here",
+                        name,
+                        "mems",
+                        j,
+                        hint="NONE means never materialized at this level; a leaf reads or "
+                        f"writes its tensors, so map '{p.name}' to a memory {inst.proc} can name",
+                    )
             for s in S.walk(v.body):
-                if isinstance(s, S.LeafCall) and s.fn in self.leaves \
-                        and self.leaves[s.fn].proc != inst.proc:
-                    self.err("M021", f"leaf '{v.name}' calls {s.fn}(), which runs on "
-                             f"{self.leaves[s.fn].proc}; the instance maps it to {inst.proc}",
-                             name, "proc")
+                if (
+                    isinstance(s, S.LeafCall)
+                    and s.fn in self.leaves
+                    and self.leaves[s.fn].proc != inst.proc
+                ):
+                    self.err(
+                        "M021",
+                        f"leaf '{v.name}' calls {s.fn}(), which runs on "
+                        f"{self.leaves[s.fn].proc}; the instance maps it to {inst.proc}",
+                        name,
+                        "proc",
+                    )
         for j, c in enumerate(inst.calls):
             if c not in self.by_name:
                 self.err("M018", f"calls names unknown instance '{c}'", name, "calls", j)
@@ -189,25 +294,47 @@ class _Instantiator:
         for s in S.walk(v.body):
             if not isinstance(s, S.Launch):
                 continue
-            cands = [c for c in inst.calls if c in self.by_name
-                     and (cv := self.prog.variant(self.by_name[c][1].variant)) is not None and cv.task == s.task]
+            cands = [
+                c
+                for c in inst.calls
+                if c in self.by_name
+                and (cv := self.prog.variant(self.by_name[c][1].variant)) is not None
+                and cv.task == s.task
+            ]
             if len(cands) != 1:
                 impl = [x.name for x in tasks.get(s.task, [])]
-                what = "no instance" if not cands else f"{len(cands)} instances ({', '.join(cands)})"
-                self.err("M017", f"launch of '{s.task}' in '{v.name}' resolves to {what} in calls of "
-                         f"'{inst.instance}'", inst.instance, "calls",
-                         hint=f"list exactly one instance whose variant is one of: {', '.join(impl)}")
+                what = (
+                    "no instance" if not cands else f"{len(cands)} instances ({', '.join(cands)})"
+                )
+                self.err(
+                    "M017",
+                    f"launch of '{s.task}' in '{v.name}' resolves to {what} in calls of "
+                    f"'{inst.instance}'",
+                    inst.instance,
+                    "calls",
+                    hint=f"list exactly one instance whose variant is one of: {', '.join(impl)}",
+                )
                 continue
             child = self.by_name[cands[0]][1]
             if not self.machine.deeper_or_equal(child.proc, inst.proc):
-                self.err("M019", f"'{child.instance}' runs on {child.proc}, above its caller "
-                         f"'{inst.instance}' on {inst.proc}", child.instance, "proc",
-                         hint="a launched task runs on the same processor level or a deeper one")
+                self.err(
+                    "M019",
+                    f"'{child.instance}' runs on {child.proc}, above its caller "
+                    f"'{inst.instance}' on {inst.proc}",
+                    child.instance,
+                    "proc",
+                    hint="a launched task runs on the same processor level or a deeper one",
+                )
                 continue
             if child.instance in stack + (inst.instance,):
-                self.err("M020", f"instance '{child.instance}' launches itself through "
-                         f"{' -> '.join(stack + (inst.instance, child.instance))}", inst.instance, "calls",
-                         hint="recursion must bottom out: map each level to its own instance")
+                self.err(
+                    "M020",
+                    f"instance '{child.instance}' launches itself through "
+                    f"{' -> '.join(stack + (inst.instance, child.instance))}",
+                    inst.instance,
+                    "calls",
+                    hint="recursion must bottom out: map each level to its own instance",
+                )
                 continue
             node.children.append((s, self.node(child, stack + (inst.instance,))))
         return node
@@ -243,18 +370,30 @@ def unused_knobs(root: TaskNode, lm: LoadedMapping) -> list[Warning_]:
                 continue
             loc = lm.instance_loc(inst.instance, knob)
             if knob == "pipeline":
-                if not any(isinstance(s, S.Loop) and s.kind == "srange" for s in S.walk(n.variant.body)):
-                    out.append(Warning_(
-                        "W002", f"'pipeline' has no effect on '{inst.instance}': its variant "
-                        f"'{n.variant.name}' has no srange loop to pipeline", loc,
-                        hint="pipeline stages the srange loops of the variant it is set on; "
-                             "set it on the instance whose variant holds the main loop"))
+                if not any(
+                    isinstance(s, S.Loop) and s.kind == "srange" for s in S.walk(n.variant.body)
+                ):
+                    out.append(
+                        Warning_(
+                            "W002",
+                            f"'pipeline' has no effect on '{inst.instance}': its variant "
+                            f"'{n.variant.name}' has no srange loop to pipeline",
+                            loc,
+                            hint="pipeline stages the srange loops of the variant it is set on; "
+                            "set it on the instance whose variant holds the main loop",
+                        )
+                    )
             elif inst is not kernel:
                 assert kernel is not None
-                out.append(Warning_(
-                    "W002", f"'{knob}' has no effect on '{inst.instance}': the BLOCK knobs configure "
-                    f"the kernel's block, which is '{kernel.instance}' (the outermost BLOCK instance)",
-                    loc, hint=f"set it on instance '{kernel.instance}', or remove it"))
+                out.append(
+                    Warning_(
+                        "W002",
+                        f"'{knob}' has no effect on '{inst.instance}': the BLOCK knobs configure "
+                        f"the kernel's block, which is '{kernel.instance}' (the outermost BLOCK instance)",
+                        loc,
+                        hint=f"set it on instance '{kernel.instance}', or remove it",
+                    )
+                )
     return out
 
 
@@ -270,9 +409,14 @@ def instantiate(prog: S.Program, lm: LoadedMapping) -> TaskTree:
     if ins.errors or root is None or machine is None:
         raise CypressErrors(ins.errors)
     warnings = [
-        Warning_("W001", f"instance '{inst.instance}' is never reached from '{lm.spec.entrypoint}'",
-                 lm.instance_loc(inst.instance, "instance"), hint="remove it, or list it in the calls of the instance that launches it")
-        for inst in lm.spec.instances if inst.instance not in ins.reached
+        Warning_(
+            "W001",
+            f"instance '{inst.instance}' is never reached from '{lm.spec.entrypoint}'",
+            lm.instance_loc(inst.instance, "instance"),
+            hint="remove it, or list it in the calls of the instance that launches it",
+        )
+        for inst in lm.spec.instances
+        if inst.instance not in ins.reached
     ]
     warnings += unused_knobs(root, lm)
     warnings.sort(key=lambda w: (w.loc.line, w.loc.col))

@@ -33,8 +33,18 @@ from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
 from cypressc.passes.base import ModulePass
 from cypressc.ir.target import Target
-from cypressc.ir.analysis import (Symbols, canon, forward_refs, free_vars, map_ops, ref_for, remove_ops,
-                                  replace_event, substitute_view, views_of)
+from cypressc.ir.analysis import (
+    Symbols,
+    canon,
+    forward_refs,
+    free_vars,
+    map_ops,
+    ref_for,
+    remove_ops,
+    replace_event,
+    substitute_view,
+    views_of,
+)
 from cypressc.ir.origin import Sites, TensorSite
 from cypressc.ir.subst import map_views, walk_ops
 
@@ -123,8 +133,11 @@ def _try_alias(m: N.Module) -> N.Module | None:
         t = a.name
         acc = list(ix.accessors(t))
         ins = [o for o, _, _ in acc if isinstance(o, N.Copy) and o.dst == N.TRef(t)]
-        outs = [o for o, _, _ in acc if isinstance(o, N.Copy) and o.src == N.TRef(t)
-                and ix.sym.root(o.dst) != t]
+        outs = [
+            o
+            for o, _, _ in acc
+            if isinstance(o, N.Copy) and o.src == N.TRef(t) and ix.sym.root(o.dst) != t
+        ]
         if len(ins) > 1 or len(outs) > 1 or not (ins or outs):
             continue
         cin, cout = (ins or [None])[0], (outs or [None])[0]
@@ -151,20 +164,40 @@ def _try_alias(m: N.Module) -> N.Module | None:
             continue
         m = _alias(m, ix, a, cin, cout, x)
         if promote:
-            m = map_ops(m, lambda o: replace(o, mem=a.mem) if isinstance(o, N.Alloc) and o.name == xa.name else o)
+            m = map_ops(
+                m,
+                lambda o: (
+                    replace(o, mem=a.mem) if isinstance(o, N.Alloc) and o.name == xa.name else o
+                ),
+            )
         return m
     return None
 
 
-def _promotes(ix: _Index, a: N.Alloc, cin: N.Copy | None, cout: N.Copy | None, x: N.View,
-              xa: object, xmem: str) -> bool:
+def _promotes(
+    ix: _Index,
+    a: N.Alloc,
+    cin: N.Copy | None,
+    cout: N.Copy | None,
+    x: N.View,
+    xa: object,
+    xmem: str,
+) -> bool:
     """A task's fresh SHARED tensor whose whole value is copied out into its caller's
     NONE tensor made on the same processors (``launch("fill_table", E)`` on a block-local
     ``E``): the caller's tensor takes the callee's memory, as if the mapping had put it
     there, so the readers that want it in that memory alias it instead of copying."""
-    return (cin is None and cout is not None and xmem == "NONE" and a.mem == "SHARED"
-            and a.layout is None and isinstance(x, N.TRef) and isinstance(xa, N.Alloc)
-            and xa not in ix.m.params and xa.dims == a.dims)
+    return (
+        cin is None
+        and cout is not None
+        and xmem == "NONE"
+        and a.mem == "SHARED"
+        and a.layout is None
+        and isinstance(x, N.TRef)
+        and isinstance(xa, N.Alloc)
+        and xa not in ix.m.params
+        and xa.dims == a.dims
+    )
 
 
 def _find(m: N.Module, ev: str) -> N.Op:
@@ -189,8 +222,9 @@ def _readonly_after(ix: _Index, root: str, cin: N.Copy) -> bool:
     return True
 
 
-def _alias(m: N.Module, ix: _Index, a: N.Alloc, cin: N.Copy | None, cout: N.Copy | None,
-           x: N.View) -> N.Module:
+def _alias(
+    m: N.Module, ix: _Index, a: N.Alloc, cin: N.Copy | None, cout: N.Copy | None, x: N.View
+) -> N.Module:
     t = a.name
     extra: tuple[N.EvRef, ...] = ()
     if cout is not None:
@@ -213,23 +247,33 @@ def _try_hoist(m: N.Module) -> N.Module | None:
         if not isinstance(lp, N.For):
             continue
         body_evs = {o.ev for o in walk_ops(lp.body) if isinstance(o, N.AsyncOp)}
-        body_allocs = {o.name for o in walk_ops(lp.body) if isinstance(o, (N.Alloc, N.Partition, N.Let))}
+        body_allocs = {
+            o.name for o in walk_ops(lp.body) if isinstance(o, (N.Alloc, N.Partition, N.Let))
+        }
         for cin in lp.body.ops:
             if not (isinstance(cin, N.Copy) and isinstance(cin.dst, N.TRef)):
                 continue
             t = cin.dst.name
             if t not in {o.name for o in lp.body.ops if isinstance(o, N.Alloc)}:
                 continue
-            couts = [o for o in lp.body.ops if isinstance(o, N.Copy) and o.src == cin.dst
-                     and canon(o.dst, ix.sym) == canon(cin.src, ix.sym)]
+            couts = [
+                o
+                for o in lp.body.ops
+                if isinstance(o, N.Copy)
+                and o.src == cin.dst
+                and canon(o.dst, ix.sym) == canon(cin.src, ix.sym)
+            ]
             if len(couts) != 1 or any(r.name in body_evs for r in cin.pre):
                 continue
             cout = couts[0]
             root = ix.sym.root(cin.src)
             if _depends_on(cin.src, ix, lp.var, body_allocs - _pure_chain(cin.src, ix)):
                 continue
-            users = [o for o, _, _ in ix.accessors(root) if o is not cin and o is not cout
-                     and lp in ix.loops[id(o)]]
+            users = [
+                o
+                for o, _, _ in ix.accessors(root)
+                if o is not cin and o is not cout and lp in ix.loops[id(o)]
+            ]
             if users:
                 continue
             return _hoist(m, ix, lp, cin, cout)
@@ -258,8 +302,11 @@ def _hoist(m: N.Module, ix: _Index, lp: N.For, cin: N.Copy, cout: N.Copy) -> N.M
     t = cin.dst.name  # type: ignore[union-attr]
     chain = _pure_chain(cin.src, ix)
     moved_names = chain | {t}
-    pre_ops = [o for o in walk_ops(lp.body) if isinstance(o, (N.Partition, N.Alloc))
-               and getattr(o, "name", None) in moved_names]
+    pre_ops = [
+        o
+        for o in walk_ops(lp.body)
+        if isinstance(o, (N.Partition, N.Alloc)) and getattr(o, "name", None) in moved_names
+    ]
     hoisted_in = replace(cin, pre=tuple(dict.fromkeys(cin.pre + lp.pre)))
     new_cout = replace(cout, pre=(ref_for(lp.ev, lp.dims, cout.dims),))
 
@@ -276,8 +323,11 @@ def _hoist(m: N.Module, ix: _Index, lp: N.For, cin: N.Copy, cout: N.Copy) -> N.M
             ys += forward_refs(y, cout) if y.name == cout.ev else [y]
         return N.Block(tuple(ops), tuple(dict.fromkeys(ys)))
 
-    new_loop = replace(lp, pre=tuple(dict.fromkeys(lp.pre + (ref_for(cin.ev, cin.dims, lp.dims),))),
-                       body=strip(lp.body))
+    new_loop = replace(
+        lp,
+        pre=tuple(dict.fromkeys(lp.pre + (ref_for(cin.ev, cin.dims, lp.dims),))),
+        body=strip(lp.body),
+    )
     # a body op that waited for the copy-out (through a task's collapsed event) waits for
     # what the copy-out waited for; uses of the hoisted copy-in then wait only for the
     # iteration start
@@ -302,8 +352,7 @@ def _hoist(m: N.Module, ix: _Index, lp: N.For, cin: N.Copy, cout: N.Copy) -> N.M
 
 def _forward_in_block(b: N.Block, ev: str, removed: N.Op) -> N.Block:
     tmp = N.Module("tmp", (), (), b)
-    tmp = replace_event(tmp, ev, lambda r: [x for x in forward_refs(r, removed)
-                                            if x.name != ev])
+    tmp = replace_event(tmp, ev, lambda r: [x for x in forward_refs(r, removed) if x.name != ev])
     return tmp.body
 
 
@@ -346,11 +395,17 @@ def _try_spill(m: N.Module) -> N.Module | None:
             if canon(cin.src, ix.sym) != key:
                 continue
             r2 = cin.dst.name
-            if ix.alloc_of(r2) is None or ix.sym.allocs[r2].mem != rmem or cin.dims != cout.dims \
-                    or not _same_shape(ix.sym.allocs[r2].shape, ix.sym.allocs[r].shape) \
-                    or ix.parent[id(cin)] is not ix.parent[id(cout)]:
+            if (
+                ix.alloc_of(r2) is None
+                or ix.sym.allocs[r2].mem != rmem
+                or cin.dims != cout.dims
+                or not _same_shape(ix.sym.allocs[r2].shape, ix.sym.allocs[r].shape)
+                or ix.parent[id(cin)] is not ix.parent[id(cout)]
+            ):
                 continue
-            if ix.written_between(root, p0, ix.pos[id(cin)]) or ix.written_between(r, p0, ix.pos[id(cin)]):
+            if ix.written_between(root, p0, ix.pos[id(cin)]) or ix.written_between(
+                r, p0, ix.pos[id(cin)]
+            ):
                 continue
             return _spill(m, ix, cout, cin)
     return None
@@ -379,14 +434,19 @@ def _try_duplicate(m: N.Module) -> N.Module | None:
         t1 = c1.dst.name  # type: ignore[union-attr]
         if ix.alloc_of(t1) is None or len(ix.writes_of(t1)) != 1:
             continue
-        for c2 in copies[i + 1:]:
+        for c2 in copies[i + 1 :]:
             t2 = c2.dst.name  # type: ignore[union-attr]
             if t2 == t1 or ix.alloc_of(t2) is None or len(ix.writes_of(t2)) != 1:
                 continue
             a1, a2 = ix.sym.allocs[t1], ix.sym.allocs[t2]
-            if canon(c1.src, ix.sym) != canon(c2.src, ix.sym) or a1.mem != a2.mem \
-                    or not _same_shape(a1.shape, a2.shape) or a1.dtype != a2.dtype \
-                    or c1.dims != c2.dims or ix.parent[id(c1)] is not ix.parent[id(c2)]:
+            if (
+                canon(c1.src, ix.sym) != canon(c2.src, ix.sym)
+                or a1.mem != a2.mem
+                or not _same_shape(a1.shape, a2.shape)
+                or a1.dtype != a2.dtype
+                or c1.dims != c2.dims
+                or ix.parent[id(c1)] is not ix.parent[id(c2)]
+            ):
                 continue
             if ix.written_between(ix.sym.root(c1.src), ix.pos[id(c1)], ix.pos[id(c2)]):
                 continue
@@ -434,9 +494,14 @@ def _overwritten(ix: _Index, o: N.Copy, readers: list[N.Op]) -> bool:
     back after one task and again after the next): the first write-back is dead."""
     p0, key = ix.pos[id(o)], canon(o.dst, ix.sym)
     first_read = min((ix.pos[id(u)] for u in readers if ix.pos[id(u)] > p0), default=len(ix.order))
-    return any(isinstance(c, N.Copy) and c.src == o.src and c.dims == o.dims
-               and ix.parent.get(id(c)) is ix.parent[id(o)] and canon(c.dst, ix.sym) == key
-               for c in ix.order[p0 + 1:first_read])
+    return any(
+        isinstance(c, N.Copy)
+        and c.src == o.src
+        and c.dims == o.dims
+        and ix.parent.get(id(c)) is ix.parent[id(o)]
+        and canon(c.dst, ix.sym) == key
+        for c in ix.order[p0 + 1 : first_read]
+    )
 
 
 # ----------------------------------------------------------------------------- carried values
@@ -455,12 +520,20 @@ def _try_snapshot(m: N.Module) -> N.Module | None:
             continue  # only a tensor that is copied in once and then only read
         cin = ins[0]
         x = cin.src
-        if any(isinstance(o, N.Copy) and ix.sym.root(o.src) == a.name and ix.sym.root(o.dst) == ix.sym.root(x)
-               for o, _, _ in acc):
+        if any(
+            isinstance(o, N.Copy)
+            and ix.sym.root(o.src) == a.name
+            and ix.sym.root(o.dst) == ix.sym.root(x)
+            for o, _, _ in acc
+        ):
             continue  # copied back: an ordinary alias (or nothing) once the write-back is gone
         xa = ix.sym.allocs[ix.sym.root(x)]
-        if (xa not in ix.m.params and ix.pos[id(xa)] > ix.pos[id(a)]) or not (a.mem == "NONE" or a.mem == ix.sym.mem(x)) \
-                or not _same_shape(ix.sym.shape(x), a.shape) or cin.dims != a.dims:
+        if (
+            (xa not in ix.m.params and ix.pos[id(xa)] > ix.pos[id(a)])
+            or not (a.mem == "NONE" or a.mem == ix.sym.mem(x))
+            or not _same_shape(ix.sym.shape(x), a.shape)
+            or cin.dims != a.dims
+        ):
             continue
         later = _later_writes(ix, ix.sym.root(x), cin, [o for o, _, _ in acc if o is not cin])
         if not later:
@@ -526,10 +599,14 @@ def _try_rotate(m: N.Module) -> N.Module | None:
         body = lp.body.ops
         allocs = {o.name: o for o in body if isinstance(o, N.Alloc)}
         for cin in body:
-            if not (isinstance(cin, N.Copy) and isinstance(cin.dst, N.TRef) and cin.dst.name in allocs):
+            if not (
+                isinstance(cin, N.Copy) and isinstance(cin.dst, N.TRef) and cin.dst.name in allocs
+            ):
                 continue
             root = ix.sym.root(cin.src)
-            if root in allocs or any(o for o in walk_ops(lp.body) if isinstance(o, N.Alloc) and o.name == root):
+            if root in allocs or any(
+                o for o in walk_ops(lp.body) if isinstance(o, N.Alloc) and o.name == root
+            ):
                 continue
             key = canon(cin.src, ix.sym)
             inside = [o for o, _, _ in ix.accessors(root) if lp in ix.loops[id(o)]]
@@ -537,13 +614,22 @@ def _try_rotate(m: N.Module) -> N.Module | None:
             if len(couts) != 1:
                 continue
             cout = couts[0]
-            if not (isinstance(cout, N.Copy) and isinstance(cout.src, N.TRef) and cout.src.name in allocs
-                    and ix.parent[id(cout)] is lp.body and canon(cout.dst, ix.sym) == key
-                    and ix.pos[id(cout)] > ix.pos[id(cin)]):
+            if not (
+                isinstance(cout, N.Copy)
+                and isinstance(cout.src, N.TRef)
+                and cout.src.name in allocs
+                and ix.parent[id(cout)] is lp.body
+                and canon(cout.dst, ix.sym) == key
+                and ix.pos[id(cout)] > ix.pos[id(cin)]
+            ):
                 continue
             r1, r2 = allocs[cin.dst.name], allocs[cout.src.name]
-            if r1.name == r2.name or (r1.mem, tuple(r1.shape), r1.dtype, r1.dims) != \
-                    (r2.mem, tuple(r2.shape), r2.dtype, r2.dims):
+            if r1.name == r2.name or (r1.mem, tuple(r1.shape), r1.dtype, r1.dims) != (
+                r2.mem,
+                tuple(r2.shape),
+                r2.dtype,
+                r2.dims,
+            ):
                 continue
             uses1 = [o for o, _, _ in ix.accessors(r1.name)]
             uses2 = [o for o, _, _ in ix.accessors(r2.name)]
@@ -551,7 +637,9 @@ def _try_rotate(m: N.Module) -> N.Module | None:
                 continue
             if max(ix.pos[id(u)] for u in uses1) > min(ix.pos[id(u)] for u in uses2):
                 continue
-            targets = {id(u2): tuple(ref_for(u1.ev, u1.dims, u2.dims) for u1 in uses1) for u2 in uses2}
+            targets = {
+                id(u2): tuple(ref_for(u1.ev, u1.dims, u2.dims) for u1 in uses1) for u2 in uses2
+            }
             m = _add_pre_each(m, targets)
             m = remove_ops(m, lambda o: isinstance(o, N.Alloc) and o.name == r2.name)
             return substitute_view(m, r2.name, N.TRef(r1.name))
@@ -580,7 +668,9 @@ def _check_none(m: N.Module) -> None:
                 raise _none_error(m, ix, o, v, root)
 
 
-def _copy_notes(ix: _Index, sites: Sites, users: list[tuple[N.Op, N.View]]) -> list[tuple[str, Loc]]:
+def _copy_notes(
+    ix: _Index, sites: Sites, users: list[tuple[N.Op, N.View]]
+) -> list[tuple[str, Loc]]:
     """``this launch of 'mma' copies it into 'C' of instance 'mma_block' (SHARED)``: one note
     per launch statement whose copy-in or copy-out is among ``users`` (op, its NONE view)."""
     seen: dict[Loc, tuple[TensorSite, set[bool]]] = {}
@@ -594,8 +684,13 @@ def _copy_notes(ix: _Index, sites: Sites, users: list[tuple[N.Op, N.View]]) -> l
     notes = []
     for loc, (t, dirs) in seen.items():
         what = f"'{t.param}' of instance '{t.instance}' ({t.mem})"
-        how = f"it to and from {what}" if len(dirs) == 2 else f"it into {what}" if True in dirs \
+        how = (
+            f"it to and from {what}"
+            if len(dirs) == 2
+            else f"it into {what}"
+            if True in dirs
             else f"{what} back into it"
+        )
         notes.append((f"this launch of '{t.task}' copies {how}", loc))
     return notes
 
@@ -608,26 +703,47 @@ def _none_error(m: N.Module, ix: _Index, o: N.Op, v: N.View, root: str) -> Cypre
     sites: Sites | None = m.sites
     out = isinstance(o, N.Copy) and v is o.src
     entry = sites.none_entry([p.partition for p in ix.sym.chain(v)], root) if sites else None
-    here = f" (as '{entry.param}' of instance '{entry.instance}')" if entry and entry.mem_loc else ""
+    here = (
+        f" (as '{entry.param}' of instance '{entry.instance}')" if entry and entry.mem_loc else ""
+    )
     notes: list[tuple[str, Loc]] = []
     if sites is not None:
-        users = [(o, v)] + [(u, w) for u in ix.order for w, _, _ in views_of(u) if ix.sym.root(w) == root]
+        users = [(o, v)] + [
+            (u, w) for u in ix.order for w, _, _ in views_of(u) if ix.sym.root(w) == root
+        ]
         notes = _copy_notes(ix, sites, users)
     made = sites.tensors.get(root) if sites else None
     if made is not None and made.mem_loc is None:
         notes.append((f"%{root} is made here, in instance '{made.instance}'", made.loc))
-    loc = entry.mem_loc if entry and entry.mem_loc else made.loc if made else \
-        (m.target or Target.default(m.name)).loc
+    loc = (
+        entry.mem_loc
+        if entry and entry.mem_loc
+        else made.loc
+        if made
+        else (m.target or Target.default(m.name)).loc
+    )
     return CypressError(
-        "E044", f"tensor %{root} is mapped to NONE{here} but must be materialized: an "
-        f"operation still copies {'from' if out else 'into'} it after copy elimination", loc,
+        "E044",
+        f"tensor %{root} is mapped to NONE{here} but must be materialized: an "
+        f"operation still copies {'from' if out else 'into'} it after copy elimination",
+        loc,
         notes=tuple(notes),
         hint="map the tensor's instance to a memory, or make the tasks that share it "
-        "partition it the same way (same atoms, tiles and processors)")
+        "partition it the same way (same atoms, tiles and processors)",
+    )
 
 
 # the carried-value patterns come last: they only fire on what the paper's patterns leave
-PATTERNS = (_try_self, _try_alias, _try_hoist, _try_spill, _try_duplicate, _try_dead, _try_snapshot, _try_rotate)
+PATTERNS = (
+    _try_self,
+    _try_alias,
+    _try_hoist,
+    _try_spill,
+    _try_duplicate,
+    _try_dead,
+    _try_snapshot,
+    _try_rotate,
+)
 
 
 class NotConverged(RuntimeError):
@@ -650,7 +766,9 @@ def rewrite_to_fixpoint(m: N.Module) -> tuple[N.Module, int]:
                 break
         else:
             return m, rounds
-    raise NotConverged(f"copy-elimination: the rewrite patterns did not reach a fixpoint in {limit} rewrites")
+    raise NotConverged(
+        f"copy-elimination: the rewrite patterns did not reach a fixpoint in {limit} rewrites"
+    )
 
 
 def copy_elimination(m: N.Module) -> N.Module:

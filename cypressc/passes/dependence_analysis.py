@@ -193,7 +193,9 @@ class _DA:
         self.pieces: list[tuple] = []  # mma pieces indexed in the loop bodies being lowered
         self.misfits: list[_Misfit] = []  # wgmmas whose atom's N is not their tile's width
         self.issuers: set[str] = set()  # instances whose leaf issues a wgmma
-        self.part_procs: dict[str, tuple[Origin, ...]] = {}  # mma partition -> its processor's origin
+        self.part_procs: dict[
+            str, tuple[Origin, ...]
+        ] = {}  # mma partition -> its processor's origin
         self.bound = 0  # tunables bound so far: orders origins by depth
 
     # -- helpers -----------------------------------------------------------------------
@@ -290,7 +292,9 @@ class _DA:
                 kind = {"int": "scalar", "processor": "proc", "atom": "atom"}[s.kind]
                 self.bound += 1
                 inst = sc.node.instance.instance
-                o = Origin(s.name, val, inst, self.mapping_loc(inst, "tunables", s.name), self.bound)
+                o = Origin(
+                    s.name, val, inst, self.mapping_loc(inst, "tunables", s.name), self.bound
+                )
                 sc.origins[s.name] = o
                 sc.env[s.name] = (kind, N.IConst(val, (o,)) if kind == "scalar" else val)
             elif isinstance(s, S.Let):
@@ -304,7 +308,9 @@ class _DA:
                 name = self.names.fresh(s.name)
                 dims = tuple(self.extent(d, sc, "make_tensor extent") for d in s.dims)
                 self.emit(f, N.Alloc(name, dims, s.type.dtype, "NONE"))
-                self.sites.tensors[name] = TensorSite(sc.node.instance.instance, s.name, -1, "NONE", s.loc)
+                self.sites.tensors[name] = TensorSite(
+                    sc.node.instance.instance, s.name, -1, "NONE", s.loc
+                )
                 sc.env[s.name] = ("tensor", N.TRef(name))
             elif isinstance(s, S.PartitionDecl):
                 self.partition(s, sc, f)
@@ -333,22 +339,32 @@ class _DA:
             proc = self.proc(s.args[1], sc)
             op = s.args[2].value  # type: ignore[union-attr]
             params = (atom_name, proc, op)
-            piece = mma_piece_shape(shape, atom_name, proc, op, s.loc, atom_origin=self.origin(s.args[0], sc),
-                                    proc_origin=self.origin(s.args[1], sc),
-                                    breaks=sc.here(f"it breaks this partition of '{s.tensor}'"))
+            piece = mma_piece_shape(
+                shape,
+                atom_name,
+                proc,
+                op,
+                s.loc,
+                atom_origin=self.origin(s.args[0], sc),
+                proc_origin=self.origin(s.args[1], sc),
+                breaks=sc.here(f"it breaks this partition of '{s.tensor}'"),
+            )
         name = self.names.fresh(s.name)
         if s.kind == "mma":
             self.part_procs[name] = self.origin(s.args[1], sc)
         self.emit(f, N.Partition(name, base, s.kind, params, piece))
-        self.sites.partitions[name] = PartitionSite(sc.node.instance.instance, s.tensor, s.loc, self.root(base))
+        self.sites.partitions[name] = PartitionSite(
+            sc.node.instance.instance, s.tensor, s.loc, self.root(base)
+        )
         sc.env[s.name] = ("part", name)
 
     def loop(self, s: S.Loop, sc: _Scope, f: _Frame) -> None:
         his = tuple(self.extent(e, sc, f"{s.kind} extent") for e in s.extents)
         self._one_loop(s, 0, sc, f, his, sequential=s.kind == "srange")
 
-    def _one_loop(self, s: S.Loop, d: int, sc: _Scope, f: _Frame, his: tuple[N.IExpr, ...],
-                  sequential: bool) -> None:
+    def _one_loop(
+        self, s: S.Loop, d: int, sc: _Scope, f: _Frame, his: tuple[N.IExpr, ...], sequential: bool
+    ) -> None:
         var = self.names.fresh(s.vars[d])
         sc.env[s.vars[d]] = ("scalar", N.IVar(var))
         self.extents[var] = his[d]
@@ -358,8 +374,9 @@ class _DA:
         else:
             self.body(s.body, sc, inner)
         ev = self.names.event()
-        yields = dedup_refs(r for root in inner.touched for r in
-                        inner.state[root].writes + inner.state[root].reads)
+        yields = dedup_refs(
+            r for root in inner.touched for r in inner.state[root].writes + inner.state[root].reads
+        )
         block = N.Block(tuple(inner.ops), yields)
         pre = dedup_refs(inner.needs)
         hi = his[d]
@@ -401,16 +418,21 @@ class _DA:
             # step 1: a fresh allocation in the memory the mapping names
             inst = child.instance.instance
             name = self.names.fresh(f"{p.name}_{inst}")
-            alloc = N.Alloc(name, self.shape(v), p.type.dtype, mem, v if isinstance(v, N.Piece) else None)
+            alloc = N.Alloc(
+                name, self.shape(v), p.type.dtype, mem, v if isinstance(v, N.Piece) else None
+            )
             self.emit(f, alloc)
             j = tensor_index[p.name]
-            self.sites.tensors[name] = TensorSite(inst, p.name, j, mem, s.loc, self.mapping_loc(inst, "mems", j),
-                                                  s.task, self.root(v))
+            self.sites.tensors[name] = TensorSite(
+                inst, p.name, j, mem, s.loc, self.mapping_loc(inst, "mems", j), s.task, self.root(v)
+            )
             # step 2: copy-in what the callee reads
             reads = p.name in cv.reads
             if reads:
                 ev = N.EvRef(self.names.event())
-                self.emit(f, N.Copy(ev.name, v, N.TRef(name), dedup_refs(f.read_deps(self.root(v)))))
+                self.emit(
+                    f, N.Copy(ev.name, v, N.TRef(name), dedup_refs(f.read_deps(self.root(v))))
+                )
                 f.did_read(self.root(v), ev)
                 f.did_write(name, ev)
             else:
@@ -431,7 +453,9 @@ class _DA:
             f.did_read(name, ev)
             f.did_write(root, ev)
 
-    def _check_piece_level(self, s: S.Launch, sc: _Scope, child: TaskNode, arg: S.Expr, v: N.View) -> None:
+    def _check_piece_level(
+        self, s: S.Launch, sc: _Scope, child: TaskNode, arg: S.Expr, v: N.View
+    ) -> None:
         """E041 when a task takes a piece of a ``partition_by_mma`` laid out for another
         level: piece ``i`` of a partition at WARP is what warp ``i`` holds (at THREAD, lane
         ``i``), so the task that gets it must run on WARP (THREAD).  Left alone, the tasks
@@ -451,32 +475,54 @@ class _DA:
         m = self.tree.machine
         kid, site = child.instance.instance, self.sites.partitions[v.partition]
         name = arg.partition if isinstance(arg, S.Piece) else v.partition
-        parent = next(i.proc for i in self.tree.mapping.spec.instances if i.instance == site.instance)
+        parent = next(
+            i.proc for i in self.tree.mapping.spec.instances if i.instance == site.instance
+        )
         depth = m.level(parent).depth + 1
         below = m.processors[depth].name if depth < len(m.processors) else None
         proc_origin = self.part_procs.get(v.partition, ())
         at_proc = self.mapping_loc(kid, "proc")
         launch = (sc.here(f"the launch that passes it a piece of '{name}'"), s.loc)
-        split = (f"'{name}' splits '{site.tensor}' among {level}s here, in instance '{site.instance}'", site.loc)
+        split = (
+            f"'{name}' splits '{site.tensor}' among {level}s here, in instance '{site.instance}'",
+            site.loc,
+        )
         what = f"piece i of '{name}' is what {level.lower()} i holds"
         if proc_origin and child.proc == below:
             o = proc_origin[0]
-            kid_ok = all(m.level(str(x)).depth > m.level(level).depth for t, x in child.tunables.items()
-                         if child.variant.tunables()[t].kind == "processor") and m.deeper_or_equal(level, parent)
+            kid_ok = all(
+                m.level(str(x)).depth > m.level(level).depth
+                for t, x in child.tunables.items()
+                if child.variant.tunables()[t].kind == "processor"
+            ) and m.deeper_or_equal(level, parent)
             raise CypressError(
-                "E041", f"{o.key}: {level} of instance '{o.instance}' lays out '{name}' for {level}s, but "
-                f"'{kid}', which takes its pieces, runs on {child.proc}: {what}", o.loc,
+                "E041",
+                f"{o.key}: {level} of instance '{o.instance}' lays out '{name}' for {level}s, but "
+                f"'{kid}', which takes its pieces, runs on {child.proc}: {what}",
+                o.loc,
                 notes=(split, launch, (f"'{kid}' runs on {child.proc}", at_proc)),
                 hint=f"set {o.key}: {child.proc} in instance '{o.instance}'"
-                     + (f", or proc: {level} in instance '{kid}'" if kid_ok else ""))
-        alt = f", or {proc_origin[0].key}: {child.proc} in instance '{proc_origin[0].instance}'" \
-            if proc_origin and child.proc in ("WARP", "THREAD") and not m.deeper_or_equal(parent, child.proc) else ""
-        notes = [launch, split] + [(f"{o.key}: {o.value} of instance '{o.instance}' picks {level}", o.loc)
-                                   for o in proc_origin]
+                + (f", or proc: {level} in instance '{kid}'" if kid_ok else ""),
+            )
+        alt = (
+            f", or {proc_origin[0].key}: {child.proc} in instance '{proc_origin[0].instance}'"
+            if proc_origin
+            and child.proc in ("WARP", "THREAD")
+            and not m.deeper_or_equal(parent, child.proc)
+            else ""
+        )
+        notes = [launch, split] + [
+            (f"{o.key}: {o.value} of instance '{o.instance}' picks {level}", o.loc)
+            for o in proc_origin
+        ]
         raise CypressError(
-            "E041", f"'{kid}' runs on {child.proc}, but it takes a piece of '{name}', which partition_by_mma "
-            f"lays out for {level}s: {what}", at_proc, notes=tuple(notes),
-            hint=f"set proc: {level} in instance '{kid}'{alt}")
+            "E041",
+            f"'{kid}' runs on {child.proc}, but it takes a piece of '{name}', which partition_by_mma "
+            f"lays out for {level}s: {what}",
+            at_proc,
+            notes=tuple(notes),
+            hint=f"set proc: {level} in instance '{kid}'{alt}",
+        )
 
     def leaf_call(self, s: S.LeafCall, sc: _Scope, f: _Frame) -> None:
         fn = self.leaves[s.fn]
@@ -484,10 +530,13 @@ class _DA:
             if mem == "NONE":
                 inst = sc.node.instance.instance
                 raise CypressError(
-                    "E042", f"leaf '{sc.node.variant.name}' touches '{p}', which instance "
-                    f"'{inst}' maps to NONE", self.mapping_loc(inst, "mems", j),
+                    "E042",
+                    f"leaf '{sc.node.variant.name}' touches '{p}', which instance "
+                    f"'{inst}' maps to NONE",
+                    self.mapping_loc(inst, "mems", j),
                     notes=((sc.here(f"{s.fn}() touches it"), s.loc),),
-                    hint="a leaf computes on data: map its tensors to REGISTER, SHARED or GLOBAL")
+                    hint="a leaf computes on data: map its tensors to REGISTER, SHARED or GLOBAL",
+                )
         args: list[object] = []
         pre: list[N.EvRef] = []
         roots: list[tuple[str, bool, bool]] = []
@@ -508,8 +557,17 @@ class _DA:
         self._check_leaf_mems(s, sc, fn, args)
         self._check_wgmma_atom(s, sc, fn, args)
         ev = N.EvRef(self.names.event())
-        self.emit(f, N.Call(ev.name, s.fn, tuple(args), dedup_refs(pre), task=sc.node.variant.name,
-                              ext=fn if fn.external is not None else None))
+        self.emit(
+            f,
+            N.Call(
+                ev.name,
+                s.fn,
+                tuple(args),
+                dedup_refs(pre),
+                task=sc.node.variant.name,
+                ext=fn if fn.external is not None else None,
+            ),
+        )
         for root, r, w in roots:
             if w:
                 f.did_write(root, ev)
@@ -526,10 +584,13 @@ class _DA:
                 inst = site.instance if site else sc.node.instance.instance
                 call = sc.here(f"{s.fn}() is called here")
                 raise CypressError(
-                    "E043", f"{s.fn}() takes '{rule.name}' in {' or '.join(rule.mems)}, but instance "
-                    f"'{inst}' places it in {mem}", site.mem_loc if site and site.mem_loc else s.loc,
+                    "E043",
+                    f"{s.fn}() takes '{rule.name}' in {' or '.join(rule.mems)}, but instance "
+                    f"'{inst}' places it in {mem}",
+                    site.mem_loc if site and site.mem_loc else s.loc,
                     notes=((call, s.loc),) if site and site.mem_loc else (),
-                    hint="change the instance's mems in the mapping")
+                    hint="change the instance's mems in the mapping",
+                )
 
     def _warpgroup_tile(self, v: N.View) -> tuple[N.IExpr, ...] | None:
         """The warpgroup's accumulator tile behind a thread's fragment ``v``: the base of
@@ -563,7 +624,9 @@ class _DA:
         atom_name = args[k].name
         if cols is None or lookup_atom(atom_name).n == cols:
             return
-        self.misfits.append(_Misfit(s, sc.node, atom_name, rows, cols, tile[1], self.origin(s.args[k], sc)))
+        self.misfits.append(
+            _Misfit(s, sc.node, atom_name, rows, cols, tile[1], self.origin(s.args[k], sc))
+        )
 
     def _raise_misfits(self) -> None:
         """E040 at the first misfit atom's YAML value (or, for an atom the program writes, at
@@ -582,28 +645,57 @@ class _DA:
                 return f"set {m.origin[0].key}: {fit} in instance '{m.origin[0].instance}'"
             return f"write {fit}() in variant '{m.node.variant.name}'"
 
-        others = tuple((f"{m.issuer()} also issues {m.atom} on a {m.shape()} accumulator tile"
-                        + (f" ({m.fit()} fits)" if m.fit() else ""), m.origin[0].loc if m.origin else m.stmt.loc)
-                       for m in ms[1:])
+        others = tuple(
+            (
+                f"{m.issuer()} also issues {m.atom} on a {m.shape()} accumulator tile"
+                + (f" ({m.fit()} fits)" if m.fit() else ""),
+                m.origin[0].loc if m.origin else m.stmt.loc,
+            )
+            for m in ms[1:]
+        )
         fits = [m.fit() for m in ms]
         hint = "; ".join(fix(m) for m in ms)
         reached = {n.instance.instance for n in self.tree.root.walk()}
         atoms = sorted({m.atom for m in ms})
-        keep = [inst.instance for inst in self.tree.mapping.spec.instances
-                if inst.instance not in self.issuers and inst.instance in reached
-                and any(str(v) in atoms for v in inst.tunables.values())]
-        bound = sorted({str(v) for inst in self.tree.mapping.spec.instances if inst.instance in keep
-                        for v in inst.tunables.values() if str(v) in atoms})
+        keep = [
+            inst.instance
+            for inst in self.tree.mapping.spec.instances
+            if inst.instance not in self.issuers
+            and inst.instance in reached
+            and any(str(v) in atoms for v in inst.tunables.values())
+        ]
+        bound = sorted(
+            {
+                str(v)
+                for inst in self.tree.mapping.spec.instances
+                if inst.instance in keep
+                for v in inst.tunables.values()
+                if str(v) in atoms
+            }
+        )
         if keep:
-            hint += (f"; {_and(keep)} bind{'s' if len(keep) == 1 else ''} {_and(bound)} only to partition tiles "
-                     "(partition_by_mma's layout does not depend on the atom's N): "
-                     f"{'it' if len(keep) == 1 else 'they'} may keep {'it' if len(bound) == 1 else 'them'} "
-                     "or change too")
-        what = f"; {fits[0]} fits" if fits[0] else "; no wgmma atom has that N (8 to 256, a multiple of 8)"
-        raise blame("E040", f"{first.stmt.fn}() issues {first.atom} on a {first.shape()} accumulator tile: "
-                    f"the atom's N ({lookup_atom(first.atom).n}) must equal the tile's columns ({first.cols})"
-                    f"{what}", first.stmt.loc, [*first.origin, first.cols_expr],
-                    breaks=first.node_here(f"it breaks this {first.stmt.fn}()"), hint=hint, notes=others)
+            hint += (
+                f"; {_and(keep)} bind{'s' if len(keep) == 1 else ''} {_and(bound)} only to partition tiles "
+                "(partition_by_mma's layout does not depend on the atom's N): "
+                f"{'it' if len(keep) == 1 else 'they'} may keep {'it' if len(bound) == 1 else 'them'} "
+                "or change too"
+            )
+        what = (
+            f"; {fits[0]} fits"
+            if fits[0]
+            else "; no wgmma atom has that N (8 to 256, a multiple of 8)"
+        )
+        raise blame(
+            "E040",
+            f"{first.stmt.fn}() issues {first.atom} on a {first.shape()} accumulator tile: "
+            f"the atom's N ({lookup_atom(first.atom).n}) must equal the tile's columns ({first.cols})"
+            f"{what}",
+            first.stmt.loc,
+            [*first.origin, first.cols_expr],
+            breaks=first.node_here(f"it breaks this {first.stmt.fn}()"),
+            hint=hint,
+            notes=others,
+        )
 
     # -- module ------------------------------------------------------------------------
     def run(self) -> N.Module:
@@ -644,9 +736,15 @@ class _DA:
         self.body(v.body, sc, f)
         if self.misfits:
             self._raise_misfits()
-        return N.Module(self.tree.program.path.rsplit("/", 1)[-1].removesuffix(".cyp"),
-                        tuple(params), tuple(scalars), N.Block(tuple(f.ops)), floats=tuple(floats),
-                        size_aliases=aliases, sites=self.sites)
+        return N.Module(
+            self.tree.program.path.rsplit("/", 1)[-1].removesuffix(".cyp"),
+            tuple(params),
+            tuple(scalars),
+            N.Block(tuple(f.ops)),
+            floats=tuple(floats),
+            size_aliases=aliases,
+            sites=self.sites,
+        )
 
 
 def dependence_analysis(tree: TaskTree) -> N.Module:

@@ -140,7 +140,11 @@ def entry_sizes(v: S.Variant) -> EntrySizes:
     # every partition of an entry tensor: (tensor, kind, block extents | slice dimension)
     parts: dict[str, tuple[str, str, tuple]] = {}
     for s in stmts:
-        if isinstance(s, S.PartitionDecl) and s.tensor in tensors and s.kind in ("blocks", "slices"):
+        if (
+            isinstance(s, S.PartitionDecl)
+            and s.tensor in tensors
+            and s.kind in ("blocks", "slices")
+        ):
             parts[s.name] = (s.tensor, s.kind, s.args)
 
     def claim(kind: str, block: S.Expr | None, idx: S.Expr) -> Slot | None:
@@ -227,7 +231,11 @@ def entry_sizes(v: S.Variant) -> EntrySizes:
     for n, sl in let_names:
         aliases[n] = name_of[u.find(sl)]
     return EntrySizes(
-        dims={t: tuple(name_of[u.find(slot_of[t, d])] for d in range(ty.rank)) for t, ty in tensors.items()},
+        dims={
+            t: tuple(name_of[u.find(slot_of[t, d])] for d in range(ty.rank))
+            for t, ty in tensors.items()
+        },
         ints={n: name_of[u.find(("name", n))] for n in ints},
         sizes=sizes,
-        aliases={a: n for a, n in aliases.items() if a != n and a not in sizes and a not in params})
+        aliases={a: n for a, n in aliases.items() if a != n and a not in sizes and a not in params},
+    )

@@ -26,7 +26,7 @@ def source(e: S.Expr) -> str:
     """The text of ``e`` as written (from its location), or a rendering of it."""
     loc = e.loc
     if loc.line > 0 and loc.text and 0 < loc.col < loc.end_col <= len(loc.text) + 1:
-        return loc.text[loc.col - 1:loc.end_col - 1]
+        return loc.text[loc.col - 1 : loc.end_col - 1]
     if isinstance(e, S.Const):
         return repr(e.value)
     if isinstance(e, S.Name):
@@ -50,8 +50,13 @@ def _error(code: str, msg: str, e: S.Expr, v: object, hint: str) -> CypressError
     """At the expression, naming the tunables behind it (a note at each YAML value); a bare
     tunable name is the mapping's value itself, so that error goes to the YAML."""
     os_ = origins_of(v)
-    if isinstance(e, S.Name) and len(os_) == 1 and os_[0].key == e.id and isinstance(v, N.IConst) \
-            and os_[0].value == v.value:
+    if (
+        isinstance(e, S.Name)
+        and len(os_) == 1
+        and os_[0].key == e.id
+        and isinstance(v, N.IConst)
+        and os_[0].value == v.value
+    ):
         return blame(code, msg, e.loc, os_, breaks=f"'{e.id}' is used here", hint=hint)
     notes = tuple((f"{o.key} is set here, in instance '{o.instance}'", o.loc) for o in os_)
     return CypressError(code, msg + where(os_), e.loc, hint=hint, notes=notes)
@@ -63,11 +68,22 @@ def check_value(e: S.Expr, v: N.IExpr) -> None:
         return
     x = v.value
     if isinstance(x, float):
-        raise _error("E048", f"{_shown(e, x)} is not an integer", e, v,
-                     hint="extents and indices are integers; `/` divides exactly, `//` rounds down")
+        raise _error(
+            "E048",
+            f"{_shown(e, x)} is not an integer",
+            e,
+            v,
+            hint="extents and indices are integers; `/` divides exactly, `//` rounds down",
+        )
     if abs(x) > INT64_MAX:
-        raise _error("E048", f"{_shown(e, x)} overflows the signed 64-bit range that "
-                     "extents and indices are computed in", e, v, hint=f"extents and indices are at most 2**63 - 1 = {INT64_MAX}")
+        raise _error(
+            "E048",
+            f"{_shown(e, x)} overflows the signed 64-bit range that "
+            "extents and indices are computed in",
+            e,
+            v,
+            hint=f"extents and indices are at most 2**63 - 1 = {INT64_MAX}",
+        )
 
 
 def check_division(e: S.Expr, op: str, a: N.IExpr, b: N.IExpr) -> None:
@@ -79,31 +95,62 @@ def check_division(e: S.Expr, op: str, a: N.IExpr, b: N.IExpr) -> None:
     if b.value == 0:
         shown = source(rhs)
         what = "" if shown == "0" else f": {shown} is 0"
-        raise _error("E048", f"{source(e)} divides by zero{what}", e, b,
-                     hint="a divisor in index arithmetic must not be 0")
-    if op == "/" and isinstance(a, N.IConst) and isinstance(a.value, int) and isinstance(b.value, int) \
-            and a.value % b.value:
+        raise _error(
+            "E048",
+            f"{source(e)} divides by zero{what}",
+            e,
+            b,
+            hint="a divisor in index arithmetic must not be 0",
+        )
+    if (
+        op == "/"
+        and isinstance(a, N.IConst)
+        and isinstance(a.value, int)
+        and isinstance(b.value, int)
+        and a.value % b.value
+    ):
         src = source(e)
         shown = src if src == f"{a.value} / {b.value}" else f"{src} is {a.value} / {b.value}, which"
-        raise _error("E048", f"{shown} is not an integer", e, both,
-                     hint="`/` is exact integer division: pick values that divide evenly, or write "
-                     "cdiv(a, b) or a // b")
+        raise _error(
+            "E048",
+            f"{shown} is not an integer",
+            e,
+            both,
+            hint="`/` is exact integer division: pick values that divide evenly, or write "
+            "cdiv(a, b) or a // b",
+        )
 
 
 def check_extent(e: S.Expr, v: N.IExpr, what: str) -> None:
     """E049 when a loop range, block extent or ``make_tensor`` extent is a number <= 0."""
     if isinstance(v, N.IConst) and isinstance(v.value, int) and v.value <= 0:
         loop = what.endswith("range extent")
-        raise _error("E049", f"the {what} {_shown(e, v.value)} is not positive", e, v,
-                     hint="a loop runs at least one iteration" if loop else
-                     "a tile or tensor has at least one element along each dimension")
+        raise _error(
+            "E049",
+            f"the {what} {_shown(e, v.value)} is not positive",
+            e,
+            v,
+            hint="a loop runs at least one iteration"
+            if loop
+            else "a tile or tensor has at least one element along each dimension",
+        )
 
 
 def check_block(e: S.Expr, v: N.IExpr, extent: N.IExpr, tensor: str, dim: int) -> None:
     """E049 when a static block extent exceeds the static extent of the tile it partitions
     (its one piece would reach past the tile: ``M * 99999999999`` rows of a 128-row tile)."""
-    if isinstance(v, N.IConst) and isinstance(extent, N.IConst) and isinstance(v.value, int) \
-            and isinstance(extent.value, int) and v.value > extent.value:
-        raise _error("E049", f"the block extent {_shown(e, v.value)} exceeds dimension {dim} of "
-                     f"'{tensor}', which is {extent.value}", e, (v, extent),
-                     hint="a block extent is at most the extent of the tensor it partitions")
+    if (
+        isinstance(v, N.IConst)
+        and isinstance(extent, N.IConst)
+        and isinstance(v.value, int)
+        and isinstance(extent.value, int)
+        and v.value > extent.value
+    ):
+        raise _error(
+            "E049",
+            f"the block extent {_shown(e, v.value)} exceeds dimension {dim} of "
+            f"'{tensor}', which is {extent.value}",
+            e,
+            (v, extent),
+            hint="a block extent is at most the extent of the tensor it partitions",
+        )

@@ -38,8 +38,14 @@ class TunableRoles:
 
 def _ints(*exprs: object) -> Tunables:
     """The int tunables among the origins of ``exprs``, in task-tree order (outermost first)."""
-    found = sorted((o for o in origins_of(*exprs) if isinstance(o.value, int) and not isinstance(o.value, bool)),
-                   key=lambda o: o.seq)
+    found = sorted(
+        (
+            o
+            for o in origins_of(*exprs)
+            if isinstance(o.value, int) and not isinstance(o.value, bool)
+        ),
+        key=lambda o: o.seq,
+    )
     return {(o.key, o.instance): None for o in found}
 
 

@@ -37,16 +37,25 @@ def loop_proc(tree: TaskTree, s: S.Loop, node: TaskNode) -> tuple[str, str | Non
     if other is not None:
         a, b = first.instance.instance, other.instance.instance
         raise CypressError(
-            "E041", "a prange launches tasks mapped to different processor levels "
-            f"({', '.join(sorted({first.proc, other.proc}))})", tree.mapping.instance_loc(b, "proc"),
+            "E041",
+            "a prange launches tasks mapped to different processor levels "
+            f"({', '.join(sorted({first.proc, other.proc}))})",
+            tree.mapping.instance_loc(b, "proc"),
             hint="map every task launched in one prange to the same processor level",
-            notes=((f"'{a}', launched in the same prange, runs on {first.proc}",
-                    tree.mapping.instance_loc(a, "proc")), (here(node, "the prange that launches both"), s.loc)))
+            notes=(
+                (
+                    f"'{a}', launched in the same prange, runs on {first.proc}",
+                    tree.mapping.instance_loc(a, "proc"),
+                ),
+                (here(node, "the prange that launches both"), s.loc),
+            ),
+        )
     return first.proc, first.instance.instance
 
 
-def check_processors(tree: TaskTree, s: S.Loop, node: TaskNode, proc: str, kid: str | None,
-                     extent: N.IExpr) -> None:
+def check_processors(
+    tree: TaskTree, s: S.Loop, node: TaskNode, proc: str, kid: str | None, extent: N.IExpr
+) -> None:
     """A prange that hands work to the processors inside the current one (warps of a
     warpgroup, threads of a warp) has at most one iteration per processor: vectorization
     turns the loop variable into that processor's index (paper §4.2.2).
@@ -61,14 +70,23 @@ def check_processors(tree: TaskTree, s: S.Loop, node: TaskNode, proc: str, kid: 
     loc = runs[0][1] if runs else s.loc
     if proc in ("HOST", "BLOCK") or proc == level:
         if proc == "BLOCK" and level == "BLOCK":
-            raise CypressError("E041", "a BLOCK task launches a parallel group of BLOCK tasks", loc,
-                               notes=at_loop if runs else (),
-                               hint="map the launched tasks to WARPGROUP (or a deeper level)")
+            raise CypressError(
+                "E041",
+                "a BLOCK task launches a parallel group of BLOCK tasks",
+                loc,
+                notes=at_loop if runs else (),
+                hint="map the launched tasks to WARPGROUP (or a deeper level)",
+            )
         return
     if len(s.vars) > 1:
-        raise CypressError("E041", f"a {len(s.vars)}-dimensional prange over {proc}s: processors "
-                           "below BLOCK are numbered in one dimension", loc, notes=at_loop if runs else (),
-                           hint="launch over one prange variable and partition in two steps")
+        raise CypressError(
+            "E041",
+            f"a {len(s.vars)}-dimensional prange over {proc}s: processors "
+            "below BLOCK are numbered in one dimension",
+            loc,
+            notes=at_loop if runs else (),
+            hint="launch over one prange variable and partition in two steps",
+        )
     m = tree.machine
     inner, outer = m.level(proc).threads, m.level(level).threads
     if level == "BLOCK" or not inner or not outer:
@@ -77,19 +95,35 @@ def check_processors(tree: TaskTree, s: S.Loop, node: TaskNode, proc: str, kid: 
     got = static(extent)
     if got is None or got > want:
         raise blame(
-            "E041", f"this prange launches {proc} tasks from a {level} task: it may have at most {want} "
+            "E041",
+            f"this prange launches {proc} tasks from a {level} task: it may have at most {want} "
             f"iterations (one per {proc.lower()} in a {level.lower()}), it has "
-            f"{got if got is not None else 'a run-time number of'}", s.loc, [extent],
-            breaks=here(node, "it sizes this prange"), notes=runs,
-            hint=(f"set the tunable that sizes the prange to at most {want}" if getattr(extent, "origin", ())
-                  else f"launch at most {want} {proc} tasks here, or map them to a deeper level"))
+            f"{got if got is not None else 'a run-time number of'}",
+            s.loc,
+            [extent],
+            breaks=here(node, "it sizes this prange"),
+            notes=runs,
+            hint=(
+                f"set the tunable that sizes the prange to at most {want}"
+                if getattr(extent, "origin", ())
+                else f"launch at most {want} {proc} tasks here, or map them to a deeper level"
+            ),
+        )
 
 
-MMA_PIECES = {"WARP": 4, "THREAD": 32}  # partition_by_mma pieces: warps of a warpgroup, lanes of a warp
+MMA_PIECES = {
+    "WARP": 4,
+    "THREAD": 32,
+}  # partition_by_mma pieces: warps of a warpgroup, lanes of a warp
 
 
-def check_mma_pieces(e: S.Piece, part: N.Partition, indices: tuple[N.IExpr, ...],
-                     extents: dict[str, N.IExpr], breaks: str) -> None:
+def check_mma_pieces(
+    e: S.Piece,
+    part: N.Partition,
+    indices: tuple[N.IExpr, ...],
+    extents: dict[str, N.IExpr],
+    breaks: str,
+) -> None:
     """E041 when a piece of a ``partition_by_mma`` is indexed past its piece count (paper
     Fig. 4: 4 pieces at WARP, one per warp of a warpgroup; 32 at THREAD, one per lane of a
     warp), by a number or by a loop variable whose static extent is larger: a ``prange(128)``
@@ -103,11 +137,21 @@ def check_mma_pieces(e: S.Piece, part: N.Partition, indices: tuple[N.IExpr, ...]
         n = static(extents[ix.name]) if isinstance(ix, N.IVar) and ix.name in extents else None
         if n is not None and n > count:
             src = extents[ix.name]
-            raise blame("E041", f"'{e.partition}' has {count} pieces (partition_by_mma at {proc}: one per "
-                        f"{'warp of a warpgroup' if proc == 'WARP' else 'lane of a warp'}), but a loop of {n} "
-                        "iterations indexes it", e.loc, [src], breaks=breaks,
-                        hint=f"size the loop to {count} (partition by WARP first, then by THREAD)")
+            raise blame(
+                "E041",
+                f"'{e.partition}' has {count} pieces (partition_by_mma at {proc}: one per "
+                f"{'warp of a warpgroup' if proc == 'WARP' else 'lane of a warp'}), but a loop of {n} "
+                "iterations indexes it",
+                e.loc,
+                [src],
+                breaks=breaks,
+                hint=f"size the loop to {count} (partition by WARP first, then by THREAD)",
+            )
         k = static(ix)
         if k is not None and not 0 <= k < count:
-            raise CypressError("E041", f"piece {k} of '{e.partition}' does not exist: partition_by_mma at "
-                               f"{proc} has pieces 0..{count - 1}", e.loc)
+            raise CypressError(
+                "E041",
+                f"piece {k} of '{e.partition}' does not exist: partition_by_mma at "
+                f"{proc} has pieces 0..{count - 1}",
+                e.loc,
+            )

@@ -34,8 +34,12 @@ class PassInfo:
 PASSES: list[PassInfo] = [
     PassInfo("vectorization", "§4.2.2", "cypressc.passes.vectorization", "Vectorization"),
     PassInfo("copy-elimination", "§4.2.3", "cypressc.passes.copy_elimination", "CopyElimination"),
-    PassInfo("resource-allocation", "§4.2.4", "cypressc.passes.resource_allocation", "ResourceAllocation"),
-    PassInfo("warp-specialization", "§4.2.5", "cypressc.passes.warp_specialization", "WarpSpecialization"),
+    PassInfo(
+        "resource-allocation", "§4.2.4", "cypressc.passes.resource_allocation", "ResourceAllocation"
+    ),
+    PassInfo(
+        "warp-specialization", "§4.2.5", "cypressc.passes.warp_specialization", "WarpSpecialization"
+    ),
     PassInfo("sync-insertion", "§4.2.6", "cypressc.passes.sync_insertion", "SyncInsertion"),
 ]
 

@@ -71,8 +71,13 @@ def _bytes(a: N.Alloc, sites: Sites | None = None) -> int:
             if t is not None and t.mem_loc is not None:
                 what += f" ('{t.param}' of instance '{t.instance}')"
                 loc, notes = t.mem_loc, ((f"the launch of '{t.task}' passes it here", t.loc),)
-            raise CypressError("E045", f"{what} has a run-time extent; shared memory needs static tile "
-                               "shapes", loc, notes=notes, hint="partition by tunable block sizes")
+            raise CypressError(
+                "E045",
+                f"{what} has a run-time extent; shared memory needs static tile shapes",
+                loc,
+                notes=notes,
+                hint="partition by tunable block sizes",
+            )
         n *= v
     return n
 
@@ -104,10 +109,14 @@ class _ProgramOrder:
         visit(m.body, [])
 
     def extent(self, lp: N.For) -> tuple[int, int]:
-        return self.pos[id(lp)], max([self.pos[id(x)] for x in walk_ops(lp.body)] + [self.pos[id(lp)]])
+        return self.pos[id(lp)], max(
+            [self.pos[id(x)] for x in walk_ops(lp.body)] + [self.pos[id(lp)]]
+        )
 
 
-def _live(m: N.Module, joins: dict | None = None) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+def _live(
+    m: N.Module, joins: dict | None = None
+) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
     """Live range in one tile (first, last position in program order) and stage count per
     SHARED tensor; a ring member's (``joins``, :mod:`cypressc.passes.rings`) widens its ring's."""
     po = _ProgramOrder(m)
@@ -151,7 +160,11 @@ def _tile_loaded(m: N.Module) -> set[str]:
     (``tile`` edges), so a tensor used after it in the tile may share its bytes: that copy
     then also waits for the later tensor's readers."""
     po, sym = _ProgramOrder(m), Symbols(m)
-    out = {o.name for o in po.ops if isinstance(o, N.Alloc) and o.mem == "SHARED" and not po.loops[id(o)]}
+    out = {
+        o.name
+        for o in po.ops
+        if isinstance(o, N.Alloc) and o.mem == "SHARED" and not po.loops[id(o)]
+    }
     copied = set()
     for o in po.ops:
         if isinstance(o, (N.For, N.PFor, N.Alloc, N.Partition)):
@@ -193,16 +206,25 @@ def resource_allocation(m: N.Module) -> N.Module:
     device_max = target.smem_max
     limit = knobs.smem_limit if knobs.smem_limit is not None else device_max
     if limit > device_max:
-        raise CypressError("E046", f"smem_limit {limit} exceeds the {device_max} bytes a block can have "
-                           f"on {target.machine.name}", target.knob_loc("smem_limit"),
-                           hint=f"lower `smem_limit:` to at most {_kib(device_max)}, or leave it out "
-                           "(the default is the machine's maximum)")
+        raise CypressError(
+            "E046",
+            f"smem_limit {limit} exceeds the {device_max} bytes a block can have "
+            f"on {target.machine.name}",
+            target.knob_loc("smem_limit"),
+            hint=f"lower `smem_limit:` to at most {_kib(device_max)}, or leave it out "
+            "(the default is the machine's maximum)",
+        )
     persistent = bool(knobs.persistent)
     # a copy's wait on its readers' release needs a producer role apart from those readers
     ws = bool(knobs.warpspecialize)
-    joins = ring_joins(m, ws)  # tiles that take a position of a stage ring have no bytes of their own
-    allocs = {o.name: o for o in walk_ops(m.body)
-              if isinstance(o, N.Alloc) and o.mem == "SHARED" and o.name not in joins}
+    joins = ring_joins(
+        m, ws
+    )  # tiles that take a position of a stage ring have no bytes of their own
+    allocs = {
+        o.name: o
+        for o in walk_ops(m.body)
+        if isinstance(o, N.Alloc) and o.mem == "SHARED" and o.name not in joins
+    }
     live, stages = _live(m, joins)
     size = {n: _bytes(a, m.sites) * stages.get(n, 1) * _replicas(a) for n, a in allocs.items()}
     pipe = max(stages.values(), default=1)
@@ -213,7 +235,7 @@ def resource_allocation(m: N.Module) -> N.Module:
     names = sorted(allocs, key=lambda n: (0 if persistent else live.get(n, (0, 0))[0], n))
     reloaded = _tile_loaded(m) if persistent else set()
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             la, lb = live.get(a, (0, 0)), live.get(b, (0, 0))
             apart = la[1] < lb[0] or lb[1] < la[0]
             if persistent:  # the next tile writes the earlier one again: only a reloaded copy may
@@ -223,37 +245,59 @@ def resource_allocation(m: N.Module) -> N.Module:
     # in a persistent block: a later tensor that a copy fills waits on an mbarrier the producer
     # waits on, not a barrier of the consumer warpgroups; and the earlier tensor's next-tile
     # copy waits for the later one's readers: the later that copy comes, the less it costs
-    aux = sorted(((a, b) for a, b, d in g.edges(data=True) if d["aux"]),
-                 key=lambda e: (-(size[e[0]] + size[e[1]]),
-                                -(e[0] in reloaded and e[1] in reloaded) if persistent and ws else 0,
-                                -min(live[e[0]][0], live[e[1]][0]) if persistent else 0))
+    aux = sorted(
+        ((a, b) for a, b, d in g.edges(data=True) if d["aux"]),
+        key=lambda e: (
+            -(size[e[0]] + size[e[1]]),
+            -(e[0] in reloaded and e[1] in reloaded) if persistent and ws else 0,
+            -min(live[e[0]][0], live[e[1]][0]) if persistent else 0,
+        ),
+    )
     off, total = _assign(g, size, names)
     while total + barrier_bytes > limit and aux:
         g.remove_edge(*aux.pop(0))
         off, total = _assign(g, size, names)
     if total + barrier_bytes > limit:
-        rows = "\n".join(f"  %{n:<24} {size[n]:>8} B  stages {stages.get(n, 1)}  live {live.get(n)}"
-                         for n in names)
+        rows = "\n".join(
+            f"  %{n:<24} {size[n]:>8} B  stages {stages.get(n, 1)}  live {live.get(n)}"
+            for n in names
+        )
         raise CypressError(
-            "E046", f"shared memory does not fit: {total + barrier_bytes} bytes needed, the limit is "
+            "E046",
+            f"shared memory does not fit: {total + barrier_bytes} bytes needed, the limit is "
             f"{limit}\n{rows}\n  (+{barrier_bytes} B of mbarriers and alignment)",
             target.knob_loc("smem_limit") if limit < device_max else target.loc,
-            hint=_smem_hint(m, target, pipe, limit, device_max))
-    war = [(a, b) if live.get(a, (0, 0)) <= live.get(b, (0, 0)) else (b, a)  # the earlier one first
-           for i, a in enumerate(names) for b in names[i + 1:]
-           if not g.has_edge(a, b) and off[a] < off[b] + size[b] and off[b] < off[a] + size[a]]
+            hint=_smem_hint(m, target, pipe, limit, device_max),
+        )
+    war = [
+        (a, b) if live.get(a, (0, 0)) <= live.get(b, (0, 0)) else (b, a)  # the earlier one first
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+        if not g.has_edge(a, b) and off[a] < off[b] + size[b] and off[b] < off[a] + size[a]
+    ]
     regs = _registers(m)
     producer, consumer = _register_split(m, target)
     if regs > consumer:
         raise CypressError(
-            "E047", f"the consumer threads need about {regs} registers each (accumulators "
+            "E047",
+            f"the consumer threads need about {regs} registers each (accumulators "
             f"{regs - REGISTER_OVERHEAD} + {REGISTER_OVERHEAD} overhead); the budget is {consumer}",
             target.knob_loc("consumer_registers"),
-            hint=_register_hint(m, target, regs, consumer, _max_consumer(m, target, producer)))
-    return replace(m, resources=N.Resources(
-        smem={n: N.SmemSlot(off[n], size[n], stages.get(n, 1)) for n in names},
-        smem_bytes=total + barrier_bytes, barrier_offset=total, barrier_bytes=barrier_bytes - ALIGN,
-        smem_limit=limit, war=tuple(war), registers=regs, register_budget=(producer, consumer)))
+            hint=_register_hint(m, target, regs, consumer, _max_consumer(m, target, producer)),
+        )
+    return replace(
+        m,
+        resources=N.Resources(
+            smem={n: N.SmemSlot(off[n], size[n], stages.get(n, 1)) for n in names},
+            smem_bytes=total + barrier_bytes,
+            barrier_offset=total,
+            barrier_bytes=barrier_bytes - ALIGN,
+            smem_limit=limit,
+            war=tuple(war),
+            registers=regs,
+            register_budget=(producer, consumer),
+        ),
+    )
 
 
 def _warpgroups(m: N.Module) -> int:
@@ -293,23 +337,36 @@ def _register_split(m: N.Module, target: Target) -> tuple[int, int]:
     default = min(240, ((pool - producer) // wgs) // 8 * 8)
     consumer = knobs.consumer_registers or default
     if 128 * (producer + wgs * consumer) > 128 * pool:
-        named = [f"`{k}: {getattr(knobs, k)}`" for k in ("consumer_registers", "producer_registers")
-                 if getattr(knobs, k)]
+        named = [
+            f"`{k}: {getattr(knobs, k)}`"
+            for k in ("consumer_registers", "producer_registers")
+            if getattr(knobs, k)
+        ]
         wg = tunable_roles(m).warpgroups
-        fewer = f"lower the warpgroup count {fmt_tunables(wg, 'and')}" if wg else "use fewer consumer warpgroups"
+        fewer = (
+            f"lower the warpgroup count {fmt_tunables(wg, 'and')}"
+            if wg
+            else "use fewer consumer warpgroups"
+        )
         threads = 128 * (wgs + (1 if ws else 0))
         raise CypressError(
-            "E047", f"registers: {wgs} consumer warpgroup(s) x {consumer} + a producer warpgroup x "
+            "E047",
+            f"registers: {wgs} consumer warpgroup(s) x {consumer} + a producer warpgroup x "
             f"{producer} per thread need {128 * (producer + wgs * consumer)} of the {128 * pool} registers "
             f"a block of {threads} threads is launched with ({launch} per thread of the {file}; "
-            "setmaxnreg cannot take more)", target.knob_loc("consumer_registers", "producer_registers"),
-            hint=_join([f"lower {' or '.join(named)}" if named else "", fewer]))
+            "setmaxnreg cannot take more)",
+            target.knob_loc("consumer_registers", "producer_registers"),
+            hint=_join([f"lower {' or '.join(named)}" if named else "", fewer]),
+        )
     if ws and producer > consumer:
         raise CypressError(
-            "E047", f"the producer warpgroup gets {producer} registers per thread, more than the "
+            "E047",
+            f"the producer warpgroup gets {producer} registers per thread, more than the "
             f"consumers' {consumer}: it only issues TMA copies, and setmaxnreg gives what it frees "
-            "to the consumers", target.knob_loc("producer_registers", "consumer_registers"),
-            hint="lower `producer_registers:` (default 40) or raise `consumer_registers:`")
+            "to the consumers",
+            target.knob_loc("producer_registers", "consumer_registers"),
+            hint="lower `producer_registers:` (default 40) or raise `consumer_registers:`",
+        )
     return producer, consumer
 
 
@@ -337,15 +394,20 @@ def _smem_hint(m: N.Module, target: Target, pipe: int, limit: int, device_max: i
     if the loop is pipelined, the tunables that size its shared tiles, ``persistent`` when
     it is what keeps tensors from sharing bytes, ``smem_limit`` only if it can still grow."""
     tiles = tunable_roles(m).tiles("SHARED")
-    opts = [f"lower `pipeline: {pipe}`" if pipe > 1 else "",
-            f"shrink the tile tunables {fmt_tunables(tiles)}" if tiles
-            else "shrink the blocks the program partitions into shared memory"]
+    opts = [
+        f"lower `pipeline: {pipe}`" if pipe > 1 else "",
+        f"shrink the tile tunables {fmt_tunables(tiles)}"
+        if tiles
+        else "shrink the blocks the program partitions into shared memory",
+    ]
     if target.block.persistent:
         live, _ = _live(m)
         spans = sorted(live.values())
         if any(a[1] < b[0] for a, b in zip(spans, spans[1:])):
-            opts.append("drop `persistent: true` (in a persistent block only a tensor copied in once "
-                        "per tile, outside the main loop, shares its bytes with one used after it)")
+            opts.append(
+                "drop `persistent: true` (in a persistent block only a tensor copied in once "
+                "per tile, outside the main loop, shares its bytes with one used after it)"
+            )
     if limit < device_max:
         opts.append(f"raise `smem_limit:` (at most {_kib(device_max)} on {target.machine.name})")
     return _join(opts)
@@ -356,10 +418,14 @@ def _register_hint(m: N.Module, target: Target, regs: int, consumer: int, most: 
     warpgroup-count tunable), smaller register tiles, or a larger budget if setmaxnreg allows."""
     roles = tunable_roles(m)
     wg, tiles = roles.warpgroups, roles.tiles("REGISTER")
-    opts = [f"raise the warpgroup count {fmt_tunables(wg, 'and')} so that each warpgroup holds "
-            "fewer rows" if wg else "split the tile over more consumer warpgroups (a prange "
-            "launching WARPGROUP instances)",
-            f"shrink the tile tunables {fmt_tunables(tiles)}" if tiles else ""]
+    opts = [
+        f"raise the warpgroup count {fmt_tunables(wg, 'and')} so that each warpgroup holds "
+        "fewer rows"
+        if wg
+        else "split the tile over more consumer warpgroups (a prange "
+        "launching WARPGROUP instances)",
+        f"shrink the tile tunables {fmt_tunables(tiles)}" if tiles else "",
+    ]
     if consumer < most and regs <= most:
         opts.append(f"raise `consumer_registers:` to {-(-regs // 8) * 8} (at most {most})")
     return _join(opts)
@@ -412,7 +478,10 @@ def _registers(m: N.Module) -> int:
         return -(-n // 4)
 
     events = sorted({p for lo, hi in span.values() for p in (lo, hi)})
-    peak = max((sum(words(regs[n]) for n, (lo, hi) in span.items() if lo <= p <= hi) for p in events), default=0)
+    peak = max(
+        (sum(words(regs[n]) for n, (lo, hi) in span.items() if lo <= p <= hi) for p in events),
+        default=0,
+    )
     return peak + REGISTER_OVERHEAD
 
 

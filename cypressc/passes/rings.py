@@ -80,7 +80,9 @@ def _ring_copy(buf: N.Alloc, ops: list[N.Op], sym: Symbols) -> N.Copy | None:
     if len(writes) != 1 or not isinstance(writes[0], N.Copy):
         return None
     c = writes[0]
-    if not (isinstance(c.dst, N.TRef) and isinstance(c.src, N.Piece) and sym.mem(c.src) == "GLOBAL"):
+    if not (
+        isinstance(c.dst, N.TRef) and isinstance(c.src, N.Piece) and sym.mem(c.src) == "GLOBAL"
+    ):
         return None
     return c
 
@@ -107,24 +109,42 @@ def ring_joins(m: N.Module, warpspecialize: bool) -> dict[str, Join]:
 
 def _loop_joins(b: N.Block, at: int, lp: N.For, sym: Symbols, every: list[N.Op]) -> dict[str, Join]:
     bufs = [o for o in lp.body.ops if isinstance(o, N.Alloc) and o.mem == "SHARED"]
-    members: dict[str, list[tuple[int, str, str]]] = {x.name: [] for x in bufs}  # ring -> (pos, side, member)
+    members: dict[str, list[tuple[int, str, str]]] = {
+        x.name: [] for x in bufs
+    }  # ring -> (pos, side, member)
     for x in bufs:
         c = _ring_copy(x, list(walk_ops(lp.body)), sym)
         if c is None:
             continue
         for a in b.ops:
-            if not (isinstance(a, N.Alloc) and a.mem == "SHARED" and a.shape == x.shape and a.dtype == x.dtype
-                    and a.dims == x.dims):
+            if not (
+                isinstance(a, N.Alloc)
+                and a.mem == "SHARED"
+                and a.shape == x.shape
+                and a.dtype == x.dtype
+                and a.dims == x.dims
+            ):
                 continue
             ac = _ring_copy(a, every, sym)
-            if ac is None or ac.src.partition != c.src.partition or ac.dims != c.dims or ac not in b.ops:
+            if (
+                ac is None
+                or ac.src.partition != c.src.partition
+                or ac.dims != c.dims
+                or ac not in b.ops
+            ):
                 continue
-            sides = {"pre" if j < at else "post" for j, o in enumerate(b.ops)
-                     if j != at and not isinstance(o, N.Alloc) and a.name in _uses(o, sym)}
+            sides = {
+                "pre" if j < at else "post"
+                for j, o in enumerate(b.ops)
+                if j != at and not isinstance(o, N.Alloc) and a.name in _uses(o, sym)
+            }
             if a.name in _uses(lp, sym) or len(sides) != 1:
                 continue
             members[x.name].append((b.ops.index(ac), sides.pop(), a.name))
-    counts = {r: (sum(s == "pre" for _, s, _ in ms), sum(s == "post" for _, s, _ in ms)) for r, ms in members.items()}
+    counts = {
+        r: (sum(s == "pre" for _, s, _ in ms), sum(s == "post" for _, s, _ in ms))
+        for r, ms in members.items()
+    }
     extra = {a + p for a, p in counts.values()}
     if len(extra) != 1 or extra == {0} or next(iter(extra)) > lp.pipeline:
         return {}  # the rings would not advance in step, or a member would wait on another's release

@@ -35,8 +35,13 @@ class TmaChannels(Placement):
     (the wgmma commit groups), ``covered`` (edges already synchronized), ``seqs`` and
     ``ops`` (leaves by program position, ops by id)."""
 
-    def _channels(self, full: dict[str, list[Dep]], empty: dict[str, list[Dep]],
-                  tile: dict[str, list[Dep]] | None = None, ring: dict[str, list[Dep]] | None = None) -> None:
+    def _channels(
+        self,
+        full: dict[str, list[Dep]],
+        empty: dict[str, list[Dep]],
+        tile: dict[str, list[Dep]] | None = None,
+        ring: dict[str, list[Dep]] | None = None,
+    ) -> None:
         """Group the TMA copies into channels: one loop, stage index, role and shape, the same
         wait point per consumer role and the same release point per reader role (in the loop,
         and into the next tile for ``tile``'s copies outside it) — sharing a barrier then never
@@ -44,7 +49,9 @@ class TmaChannels(Placement):
         tile, ring = tile or {}, ring or {}
         members = {lf.op.ev for ms in self.prog.rings().values() for lf in ms}
         groups: dict[tuple, list[Leaf]] = {}
-        for ev in sorted(set(full) | set(empty) | set(tile) | set(ring), key=lambda x: self.prog.leaves[x].seq):
+        for ev in sorted(
+            set(full) | set(empty) | set(tile) | set(ring), key=lambda x: self.prog.leaves[x].seq
+        ):
             lf = self.prog.leaves[ev]
             if ev in members:  # on its ring's channel (_channel)
                 continue
@@ -54,9 +61,22 @@ class TmaChannels(Placement):
             waits = self._wait_points(lf, full.get(ev, []))
             release = self._release_points(lf, empty.get(ev, []), depth)
             nxt = self._tile_release(tile.get(ev, []))
-            key = (id(lf.block), lf.loops, lf.role, lf.op.dims, stage, depth, waits,
-                   tuple(sorted((r, v[0], v[1], v[7]) for r, v in release.items())),
-                   tuple(sorted((r, tuple((id(a), sd, n) for a, sd, n, _, _ in v[0])) for r, v in nxt.items())))
+            key = (
+                id(lf.block),
+                lf.loops,
+                lf.role,
+                lf.op.dims,
+                stage,
+                depth,
+                waits,
+                tuple(sorted((r, v[0], v[1], v[7]) for r, v in release.items())),
+                tuple(
+                    sorted(
+                        (r, tuple((id(a), sd, n) for a, sd, n, _, _ in v[0]))
+                        for r, v in nxt.items()
+                    )
+                ),
+            )
             groups.setdefault(key, []).append(lf)
         for (_, _, _, _, stage, depth, _, _, _), copies in groups.items():
             self._channel(copies, stage, depth, full, empty, ring)
@@ -87,27 +107,37 @@ class TmaChannels(Placement):
                 out[role] = self._after_store(mine, readers, stores, mma)
                 continue
             if any(r.kind not in ("wgmma", "thread") for r in readers):
-                raise _Refuse(f"TMA copy %{mine[0].dst} outside the main loop read by a "
-                              f"{next(r.kind for r in readers if r.kind not in ('wgmma', 'thread'))}")
+                raise _Refuse(
+                    f"TMA copy %{mine[0].dst} outside the main loop read by a "
+                    f"{next(r.kind for r in readers if r.kind not in ('wgmma', 'thread'))}"
+                )
             if any(len(r.loops) > 1 for r in readers):
-                raise _Refuse(f"TMA copy %{mine[0].dst} outside the main loop read in a nested loop")
+                raise _Refuse(
+                    f"TMA copy %{mine[0].dst} outside the main loop read in a nested loop"
+                )
             unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
             places = self._in_last_step(readers, mma) or [self._after_reads(readers, mma)]
             out[role] = (places, self._arrivals(role, unit), tuple(d.edge() for d in mine))
         return out
 
-    def _after_store(self, deps: list[Dep], readers: list[Leaf], stores: list[Leaf], mma: list[Leaf]) -> tuple:
+    def _after_store(
+        self, deps: list[Dep], readers: list[Leaf], stores: list[Leaf], mma: list[Leaf]
+    ) -> tuple:
         """The release of a copy's bytes that a TMA store of this tile reads too (a staged
         output tile sharing them, resource allocation): after the last store's bulk group
         retires its reads of shared memory (``wait_group bulk 0``, each warpgroup's storing
         thread), where every other read of the tile is over."""
         last = max(stores, key=lambda r: r.seq)
         if any(r.kind == "thread" for r in readers):  # one thread per warpgroup releases
-            raise _Refuse(f"TMA copy %{deps[0].dst} outside the main loop: thread code reads the bytes a "
-                          "TMA store of this tile reads too")
+            raise _Refuse(
+                f"TMA copy %{deps[0].dst} outside the main loop: thread code reads the bytes a "
+                "TMA store of this tile reads too"
+            )
         if last.loops or any(r.seq > last.seq for r in readers):
-            raise _Refuse(f"TMA copy %{deps[0].dst} outside the main loop: a read of its bytes after "
-                          f"the TMA store %{last.op.ev} of them")
+            raise _Refuse(
+                f"TMA copy %{deps[0].dst} outside the main loop: a read of its bytes after "
+                f"the TMA store %{last.op.ev} of them"
+            )
         place = (last.op, "after", self._pending_before(mma, last.seq, last.op), None, True)
         return ([place], self._arrivals(last.role, "WARPGROUP"), tuple(d.edge() for d in deps))
 
@@ -121,7 +151,7 @@ class TmaChannels(Placement):
                 n = self._after_group(r) if r.loops[0] is anchor else 0
             else:  # commits of the tile after this one and no later than the release
                 bid, g = self.groups[r.op.ev]
-                n = sum(1 for s in self.commits[bid][g + 1:] if s <= rseq)
+                n = sum(1 for s in self.commits[bid][g + 1 :] if s <= rseq)
             pending = n if pending is None else min(pending, n)
         return pending
 
@@ -138,7 +168,11 @@ class TmaChannels(Placement):
 
     def _in_last_step(self, readers: list[Leaf], mma: list[Leaf]) -> list[tuple] | None:
         inner = [r for r in readers if r.loops]
-        if not inner or any(r.kind != "wgmma" for r in inner) or max(readers, key=lambda r: r.seq) not in inner:
+        if (
+            not inner
+            or any(r.kind != "wgmma" for r in inner)
+            or max(readers, key=lambda r: r.seq) not in inner
+        ):
             return None  # thread code in the loop, or a read after it: released after the reads
         lp = inner[0].loops[0]
         g = max(self.groups[r.op.ev][1] for r in inner)
@@ -146,12 +180,14 @@ class TmaChannels(Placement):
         if early is None:
             return None
         commits = self.commits[id(early.block)]
-        n = sum(1 for s in commits[g + 1:] if s < early.seq)
+        n = sum(1 for s in commits[g + 1 :] if s < early.seq)
         top = [r for r in mma if not r.loops]
         last_step = S.Guard(N.IVar(lp.var), N.IBin("-", lp.hi, N.IConst(1)))
         no_step = S.Guard(lp.lo, lp.hi)
-        return [(early.op, "before", n, last_step, False),
-                (lp, "after", self._pending_before(top, self.prog.loops[lp.ev][2], lp), no_step, False)]
+        return [
+            (early.op, "before", n, last_step, False),
+            (lp, "after", self._pending_before(top, self.prog.loops[lp.ev][2], lp), no_step, False),
+        ]
 
     def _tile_channel(self, copies: list[Leaf], deps: list[Dep]) -> None:
         """The *empty* barrier of a channel outside the main loop: its copies wait for the
@@ -169,14 +205,27 @@ class TmaChannels(Placement):
         tile's release (parity 0).  FlashAttention-3's last V tile in the
         bytes of the peeled K tile: its copy waits for S = Q·K[0]ᵀ to retire.  The releases are
         placed as :meth:`_tile_release` places them."""
-        release = self._tile_release(deps)  # where this tile's reads are over, as for the next tile's
-        tops = [(self.prog.loops[r.loops[0].ev][2], r.loops[0]) if r.loops else (r.seq, r.op)
-                for r in (self.prog.leaves[d.src] for d in deps)]
+        release = self._tile_release(
+            deps
+        )  # where this tile's reads are over, as for the next tile's
+        tops = [
+            (self.prog.loops[r.loops[0].ev][2], r.loops[0]) if r.loops else (r.seq, r.op)
+            for r in (self.prog.leaves[d.src] for d in deps)
+        ]
         decl = min(tops, key=lambda t: t[0])[1]  # declared before its first release
-        self._once_per_tile([copy], deps, release, f"free_{self.prog.sym.root(copy.op.dst)}", 0, decl)
+        self._once_per_tile(
+            [copy], deps, release, f"free_{self.prog.sym.root(copy.op.dst)}", 0, decl
+        )
 
-    def _once_per_tile(self, copies: list[Leaf], deps: list[Dep], release: dict[str, tuple], ename: str,
-                       parity: int, decl: N.For | N.Copy | N.Call | None = None) -> None:
+    def _once_per_tile(
+        self,
+        copies: list[Leaf],
+        deps: list[Dep],
+        release: dict[str, tuple],
+        ename: str,
+        parity: int,
+        decl: N.For | N.Copy | N.Call | None = None,
+    ) -> None:
         """A one-stage empty mbarrier ``ename`` (declared before ``decl``, else the first copy)
         the copies wait on (``parity`` 1: the previous tile's release, 0: this tile's) and
         ``release``'s reader roles arrive on once per tile."""
@@ -185,11 +234,31 @@ class TmaChannels(Placement):
         ee = tuple(d.edge() for d in deps)
         bdims = tuple(d for d in first.op.dims if d.proc == "BLOCK")
         count = sum(_count(r[1]) for r in release.values())
-        self.put(decl if decl is not None else first.op, "before", S.MBarrier, ("mbar", ename),
-                 lambda ins: S.MBarrier(ename, "empty", 1, count, ",".join(sorted(release)), first.role,
-                                        evs, ee, bdims, same_tile=parity == 0))
-        self.put(first.op, "before", S.Wait, ("wait", ename),
-                 lambda ins: S.Wait(ename, N.IConst(0), N.IConst(parity), first.role, ee, first.op.dims))
+        self.put(
+            decl if decl is not None else first.op,
+            "before",
+            S.MBarrier,
+            ("mbar", ename),
+            lambda ins: S.MBarrier(
+                ename,
+                "empty",
+                1,
+                count,
+                ",".join(sorted(release)),
+                first.role,
+                evs,
+                ee,
+                bdims,
+                same_tile=parity == 0,
+            ),
+        )
+        self.put(
+            first.op,
+            "before",
+            S.Wait,
+            ("wait", ename),
+            lambda ins: S.Wait(ename, N.IConst(0), N.IConst(parity), first.role, ee, first.op.dims),
+        )
         self._put_releases(release, ename, N.IConst(0))
 
     def _put_releases(self, release: dict[str, tuple], ename: str, stage: N.IExpr) -> None:
@@ -200,21 +269,49 @@ class TmaChannels(Placement):
             rdims = self.prog.role_dims(role)
             for anchor, side, pending, when, bulk in places:
                 if bulk:  # the TMA store's group: its reads of shared memory retired
-                    self.put(anchor, side, S.WaitGroup, ("wait_group", "bulk", role),
-                             lambda ins, role=role, rdims=rdims: S.WaitGroup("bulk", 0, role, tuple(ins.edges),
-                                                                             rdims), edges)
+                    self.put(
+                        anchor,
+                        side,
+                        S.WaitGroup,
+                        ("wait_group", "bulk", role),
+                        lambda ins, role=role, rdims=rdims: S.WaitGroup(
+                            "bulk", 0, role, tuple(ins.edges), rdims
+                        ),
+                        edges,
+                    )
                 if pending is not None:
-                    self.put(anchor, side, S.WaitGroup, ("wait_group", role),
-                             lambda ins, role=role, rdims=rdims: S.WaitGroup("wgmma", ins.pending, role,
-                                                                             tuple(ins.edges), rdims),
-                             edges, pending=pending)
+                    self.put(
+                        anchor,
+                        side,
+                        S.WaitGroup,
+                        ("wait_group", role),
+                        lambda ins, role=role, rdims=rdims: S.WaitGroup(
+                            "wgmma", ins.pending, role, tuple(ins.edges), rdims
+                        ),
+                        edges,
+                        pending=pending,
+                    )
                 if any(d.proc == "WARP" for d in arr):
-                    self.put(anchor, side, S.SyncWarp, ("syncwarp", role),
-                             lambda ins, role=role, rdims=rdims, when=when: S.SyncWarp(role, tuple(ins.edges),
-                                                                                       rdims, when), edges)
-                self.put(anchor, side, S.Arrive, ("arrive", ename, role, stage),
-                         lambda ins, role=role, arr=arr, when=when: S.Arrive(ename, stage, role, when,
-                                                                             tuple(ins.edges), arr), edges)
+                    self.put(
+                        anchor,
+                        side,
+                        S.SyncWarp,
+                        ("syncwarp", role),
+                        lambda ins, role=role, rdims=rdims, when=when: S.SyncWarp(
+                            role, tuple(ins.edges), rdims, when
+                        ),
+                        edges,
+                    )
+                self.put(
+                    anchor,
+                    side,
+                    S.Arrive,
+                    ("arrive", ename, role, stage),
+                    lambda ins, role=role, arr=arr, when=when: S.Arrive(
+                        ename, stage, role, when, tuple(ins.edges), arr
+                    ),
+                    edges,
+                )
 
     def _wait_points(self, lf: Leaf, deps: list[Dep]) -> tuple:
         """(role, id of the op the wait goes before) per consumer role."""
@@ -241,8 +338,10 @@ class TmaChannels(Placement):
             mine = [d for d in deps if self.prog.leaves[d.src].role == role]
             readers = [self.prog.leaves[d.src] for d in mine]
             if any(d.distance != depth for d in mine) or any(r.loops != lf.loops for r in readers):
-                raise _Refuse(f"stage buffer of TMA copy %{lf.op.ev} reused at a distance other than its "
-                              f"{depth} stage(s)")
+                raise _Refuse(
+                    f"stage buffer of TMA copy %{lf.op.ev} reused at a distance other than its "
+                    f"{depth} stage(s)"
+                )
             if any(r.kind not in ("wgmma", "thread") for r in readers):
                 raise _Refuse(f"stage of TMA copy %{lf.op.ev} read by a TMA store")
             mma = [r for r in readers if r.kind == "wgmma"]
@@ -253,17 +352,28 @@ class TmaChannels(Placement):
             side = "after"
             if early is not None:  # thread code of this step waits for the readers' groups anyway
                 lag, at, side = 0, early.seq, "before"
-                n = sum(1 for s in commits[g + 1:] if s < early.seq)
+                n = sum(1 for s in commits[g + 1 :] if s < early.seq)
             else:
                 if lag:  # a later step's last commit: its wait_group retires this step's groups
                     at = commits[-1]
                 else:
-                    at = max([r.seq for r in readers if r.kind == "thread"] + ([commits[g]] if mma else []))
+                    at = max(
+                        [r.seq for r in readers if r.kind == "thread"]
+                        + ([commits[g]] if mma else [])
+                    )
                 n = (sum(1 for s in commits if s <= at) - 1 - g + lag * len(commits)) if mma else 0
             anchor = self.seqs[at]
             unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
-            out[role] = (lag, id(anchor.op), n, self._arrivals(role, unit), tuple(d.edge() for d in mine),
-                         anchor, bool(mma), side)
+            out[role] = (
+                lag,
+                id(anchor.op),
+                n,
+                self._arrivals(role, unit),
+                tuple(d.edge() for d in mine),
+                anchor,
+                bool(mma),
+                side,
+            )
         return out
 
     def _retired_in_step(self, mma: list[Leaf], g: int, readers: list[Leaf]) -> Leaf | None:
@@ -272,12 +382,23 @@ class TmaChannels(Placement):
         the stage is free right there, ``mma_in_flight`` does not hold it back (FlashAttention's
         K stage, free once S = Q·Kᵀ retired for the softmax)."""
         last = [r for r in mma if self.groups[r.op.ev][1] == g]
-        cands = [self.prog.leaves[d.dst] for d in self.covered
-                 if d.via == "same" and d.hazard == "raw" and d.src in {r.op.ev for r in last}
-                 and d.dst in self.prog.leaves and self.prog.leaves[d.dst].kind == "thread"
-                 and "wait_group" in self.prog.needs(d)]
-        cands = [c for c in cands if c.role == mma[0].role and c.block is mma[0].block
-                 and all(r.seq < c.seq for r in readers if r.kind == "thread")]
+        cands = [
+            self.prog.leaves[d.dst]
+            for d in self.covered
+            if d.via == "same"
+            and d.hazard == "raw"
+            and d.src in {r.op.ev for r in last}
+            and d.dst in self.prog.leaves
+            and self.prog.leaves[d.dst].kind == "thread"
+            and "wait_group" in self.prog.needs(d)
+        ]
+        cands = [
+            c
+            for c in cands
+            if c.role == mma[0].role
+            and c.block is mma[0].block
+            and all(r.seq < c.seq for r in readers if r.kind == "thread")
+        ]
         return min(cands, key=lambda c: c.seq, default=None)
 
     def _arrivals(self, role: str, unit: str) -> tuple[N.Dim, ...]:
@@ -288,27 +409,41 @@ class TmaChannels(Placement):
         out = tuple(d for d in dims if depth.get(d.proc, 3) <= depth[unit])
         if unit == "WARP" and not any(d.proc == "WARP" for d in out):
             threads = next((static(d.extent) for d in dims if d.proc == "THREAD"), None)
-            warps = self.cfg.warpgroup_warps if threads is None else -(-threads // self.cfg.warp_threads)
+            warps = (
+                self.cfg.warpgroup_warps
+                if threads is None
+                else -(-threads // self.cfg.warp_threads)
+            )
             out = out + (N.Dim(N.IConst(warps), "WARP"),)
         return out
 
-    def _channel(self, copies: list[Leaf], stage: N.IExpr, depth: int, full, empty, ring=None) -> None:
+    def _channel(
+        self, copies: list[Leaf], stage: N.IExpr, depth: int, full, empty, ring=None
+    ) -> None:
         """The full (and, with readers to release, empty) barrier of one channel; a stage ring's
         members outside the loop (:meth:`_member`) take positions on the same barriers."""
         ring = ring or {}
         first = copies[0]
-        release = self._release_points(first, [d for c in copies for d in empty.get(c.op.ev, [])], depth)
+        release = self._release_points(
+            first, [d for c in copies for d in empty.get(c.op.ev, [])], depth
+        )
         lp = first.loops[-1] if first.loops else None
         rootset = list(dict.fromkeys(self.prog.sym.root(c.op.dst) for c in copies))
-        members = [x for r in rootset for x in self.prog.rings().get(r, [])] if lp is not None else []
+        members = (
+            [x for r in rootset for x in self.prog.rings().get(r, [])] if lp is not None else []
+        )
         if members and len(rootset) > 1:
-            raise _Refuse(f"the stage ring of TMA copy %{first.op.ev}, with copies outside its loop, shares a "
-                          "channel with another ring")
+            raise _Refuse(
+                f"the stage ring of TMA copy %{first.op.ev}, with copies outside its loop, shares a "
+                "channel with another ring"
+            )
         roots = "_".join(rootset)
         fname, ename = f"full_{roots}", f"empty_{roots}"
         fdeps = [d for c in copies for d in full.get(c.op.ev, [])]
         edeps = [d for c in copies for d in empty.get(c.op.ev, [])]
-        rdeps = [d for c in copies for d in ring.get(c.op.ev, [])]  # members' readers: the ring's WAR
+        rdeps = [
+            d for c in copies for d in ring.get(c.op.ev, [])
+        ]  # members' readers: the ring's WAR
         mfull = [d for c in members for d in full.get(c.op.ev, [])]
         mring = [d for c in members for d in ring.get(c.op.ev, [])]
         nbytes = [self.prog.nbytes(c.op.dst) for c in copies]
@@ -316,48 +451,115 @@ class TmaChannels(Placement):
             raise _Refuse(f"TMA copy %{first.op.ev} of a tile with a run-time shape")
         evs = tuple(c.op.ev for c in copies) + tuple(c.op.ev for c in members)
         pre = [x for x in members if x.seq < self.prog.loops[lp.ev][2]] if lp is not None else []
-        decl = pre[0].op if pre else lp if lp is not None else first.op  # declared before the ring's first use
+        decl = (
+            pre[0].op if pre else lp if lp is not None else first.op
+        )  # declared before the ring's first use
         fe = tuple(d.edge() for d in fdeps + mfull)
         ee = tuple(dict.fromkeys(d.edge() for d in edeps + rdeps + mring))
         wait_roles = sorted({self.prog.leaves[d.dst].role for d in fdeps})
         bdims = tuple(d for d in first.op.dims if d.proc == "BLOCK")
-        self.put(decl, "before", S.MBarrier, ("mbar", fname),
-                 lambda ins: S.MBarrier(fname, "full", depth, _count(first.op.dims), first.role,
-                                        ",".join(wait_roles) or first.role, evs, fe, bdims))
+        self.put(
+            decl,
+            "before",
+            S.MBarrier,
+            ("mbar", fname),
+            lambda ins: S.MBarrier(
+                fname,
+                "full",
+                depth,
+                _count(first.op.dims),
+                first.role,
+                ",".join(wait_roles) or first.role,
+                evs,
+                fe,
+                bdims,
+            ),
+        )
         k = N.IVar(lp.var) if lp is not None else None
-        phase = N.ibin("//", N.ibin("-", k, lp.lo), N.IConst(depth)) if lp is not None else N.IConst(0)
+        phase = (
+            N.ibin("//", N.ibin("-", k, lp.lo), N.IConst(depth)) if lp is not None else N.IConst(0)
+        )
         if members:  # step k takes ring position k + (the members before the loop)
             phase = N.ibin("//", stage.a, N.IConst(depth))
         for c in copies:
             self.bars[c.op.ev] = S.BarIdx(fname, stage)
         if edeps or rdeps or mring:
             if not release:
-                raise _Refuse(f"the stage ring of TMA copy %{first.op.ev} has members outside its loop but "
-                              "no release inside it")
+                raise _Refuse(
+                    f"the stage ring of TMA copy %{first.op.ev} has members outside its loop but "
+                    "no release inside it"
+                )
             count = sum(_count(r[3]) for r in release.values())
-            self.put(decl, "before", S.MBarrier, ("mbar", ename),
-                     lambda ins: S.MBarrier(ename, "empty", depth, count, ",".join(sorted(release)), first.role,
-                                            evs, ee, bdims))
+            self.put(
+                decl,
+                "before",
+                S.MBarrier,
+                ("mbar", ename),
+                lambda ins: S.MBarrier(
+                    ename,
+                    "empty",
+                    depth,
+                    count,
+                    ",".join(sorted(release)),
+                    first.role,
+                    evs,
+                    ee,
+                    bdims,
+                ),
+            )
             we = tuple(d.edge() for d in edeps + rdeps)
-            self.put(first.op, "before", S.Wait, ("wait", ename),
-                     lambda ins: S.Wait(ename, stage, N.ibin("%", N.ibin("+", phase, N.IConst(1)), N.IConst(2)),
-                                        first.role, we, first.op.dims))
+            self.put(
+                first.op,
+                "before",
+                S.Wait,
+                ("wait", ename),
+                lambda ins: S.Wait(
+                    ename,
+                    stage,
+                    N.ibin("%", N.ibin("+", phase, N.IConst(1)), N.IConst(2)),
+                    first.role,
+                    we,
+                    first.op.dims,
+                ),
+            )
             for x in members:
                 self._member(x, fname, ename, depth, count, full.get(x.op.ev, []), ring)
         own = tuple(d.edge() for d in fdeps)
-        self.put(first.op, "before", S.ArriveExpectTx, ("atx", fname),
-                 lambda ins: S.ArriveExpectTx(fname, stage, sum(nbytes), first.role, own, first.op.dims))
+        self.put(
+            first.op,
+            "before",
+            S.ArriveExpectTx,
+            ("atx", fname),
+            lambda ins: S.ArriveExpectTx(fname, stage, sum(nbytes), first.role, own, first.op.dims),
+        )
         for role, w in self._wait_points(first, fdeps):
-            self.put(self.ops[w], "before", S.Wait, ("wait", fname, role),
-                     lambda ins, role=role: S.Wait(fname, stage, N.ibin("%", phase, N.IConst(2)), role,
-                                                   tuple(d.edge() for d in fdeps
-                                                         if self.prog.leaves[d.dst].role == role),
-                                                   self.prog.role_dims(role)))
+            self.put(
+                self.ops[w],
+                "before",
+                S.Wait,
+                ("wait", fname, role),
+                lambda ins, role=role: S.Wait(
+                    fname,
+                    stage,
+                    N.ibin("%", phase, N.IConst(2)),
+                    role,
+                    tuple(d.edge() for d in fdeps if self.prog.leaves[d.dst].role == role),
+                    self.prog.role_dims(role),
+                ),
+            )
         for role, (lag, _, n, arr, edges, anchor, mma, side) in release.items():
             self._release(lp, stage, ename, role, lag, anchor, n, arr, edges, mma, side)
 
-    def _member(self, m: Leaf, fname: str, ename: str, depth: int, count: int, fdeps: list[Dep],
-                ring: dict[str, list[Dep]]) -> None:
+    def _member(
+        self,
+        m: Leaf,
+        fname: str,
+        ename: str,
+        depth: int,
+        count: int,
+        fdeps: list[Dep],
+        ring: dict[str, list[Dep]],
+    ) -> None:
         """A ring member's copy (a tile outside the loop at ring position ``pos``: its stage
         ``pos % D``, :mod:`cypressc.passes.rings`) on the ring's barriers: it waits on the empty
         barrier for the phase of its position (``(pos // D + 1) % 2``: its first fill passes at
@@ -372,51 +574,114 @@ class TmaChannels(Placement):
         self.bars[m.op.ev] = S.BarIdx(fname, stage)
         into = ring.get(m.op.ev, [])
         if into:
-            self.put(m.op, "before", S.Wait, ("wait", ename, stage),
-                     lambda ins: S.Wait(ename, stage, N.IBin("%", N.IBin("+", phase, N.IConst(1)), N.IConst(2)),
-                                        m.role, tuple(d.edge() for d in into), m.op.dims))
+            self.put(
+                m.op,
+                "before",
+                S.Wait,
+                ("wait", ename, stage),
+                lambda ins: S.Wait(
+                    ename,
+                    stage,
+                    N.IBin("%", N.IBin("+", phase, N.IConst(1)), N.IConst(2)),
+                    m.role,
+                    tuple(d.edge() for d in into),
+                    m.op.dims,
+                ),
+            )
         nbytes = self.prog.nbytes(m.op.dst)
         if nbytes is None:
             raise _Refuse(f"TMA copy %{m.op.ev} of a tile with a run-time shape")
-        self.put(m.op, "before", S.ArriveExpectTx, ("atx", fname, stage),
-                 lambda ins: S.ArriveExpectTx(fname, stage, nbytes, m.role, tuple(d.edge() for d in fdeps),
-                                              m.op.dims))
+        self.put(
+            m.op,
+            "before",
+            S.ArriveExpectTx,
+            ("atx", fname, stage),
+            lambda ins: S.ArriveExpectTx(
+                fname, stage, nbytes, m.role, tuple(d.edge() for d in fdeps), m.op.dims
+            ),
+        )
         for role, w in self._wait_points(m, fdeps):
-            self.put(self.ops[w], "before", S.Wait, ("wait", fname, role, stage),
-                     lambda ins, role=role: S.Wait(fname, stage, N.IBin("%", phase, N.IConst(2)), role,
-                                                   tuple(d.edge() for d in fdeps
-                                                         if self.prog.leaves[d.dst].role == role),
-                                                   self.prog.role_dims(role)))
+            self.put(
+                self.ops[w],
+                "before",
+                S.Wait,
+                ("wait", fname, role, stage),
+                lambda ins, role=role: S.Wait(
+                    fname,
+                    stage,
+                    N.IBin("%", phase, N.IConst(2)),
+                    role,
+                    tuple(d.edge() for d in fdeps if self.prog.leaves[d.dst].role == role),
+                    self.prog.role_dims(role),
+                ),
+            )
         readers = {d.dst for d in fdeps}
         release = self._tile_release([d for ds in ring.values() for d in ds if d.src in readers])
         if sum(_count(r[1]) for r in release.values()) != count:
-            raise _Refuse(f"the readers of TMA copy %{m.op.ev} release its ring stage with other arrivals "
-                          "than the loop's")
+            raise _Refuse(
+                f"the readers of TMA copy %{m.op.ev} release its ring stage with other arrivals "
+                "than the loop's"
+            )
         self._put_releases(release, ename, stage)
 
-    def _release(self, lp: N.For, stage, ename: str, role: str, lag: int, anchor: Leaf, n: int, arr,
-                 edges, mma: bool, side: str = "after") -> None:
+    def _release(
+        self,
+        lp: N.For,
+        stage,
+        ename: str,
+        role: str,
+        lag: int,
+        anchor: Leaf,
+        n: int,
+        arr,
+        edges,
+        mma: bool,
+        side: str = "after",
+    ) -> None:
         k = N.IVar(lp.var)
         rdims = self.prog.role_dims(role)
         warp = any(d.proc == "WARP" for d in arr)
 
         def at(where, side, it: N.IExpr, pending: int, when):
             if mma:
-                self.put(where, side, S.WaitGroup, ("wait_group", role),
-                         lambda ins: S.WaitGroup("wgmma", ins.pending, role, tuple(ins.edges), rdims),
-                         edges, pending=pending)
+                self.put(
+                    where,
+                    side,
+                    S.WaitGroup,
+                    ("wait_group", role),
+                    lambda ins: S.WaitGroup("wgmma", ins.pending, role, tuple(ins.edges), rdims),
+                    edges,
+                    pending=pending,
+                )
             if warp:
-                self.put(where, side, S.SyncWarp, ("syncwarp", role),
-                         lambda ins: S.SyncWarp(role, tuple(ins.edges), rdims, when), edges)
+                self.put(
+                    where,
+                    side,
+                    S.SyncWarp,
+                    ("syncwarp", role),
+                    lambda ins: S.SyncWarp(role, tuple(ins.edges), rdims, when),
+                    edges,
+                )
             st = subst_expr(stage, {lp.var: it})
-            self.put(where, side, S.Arrive, ("arrive", ename, role, st),
-                     lambda ins: S.Arrive(ename, st, role, when, tuple(ins.edges), arr), edges)
+            self.put(
+                where,
+                side,
+                S.Arrive,
+                ("arrive", ename, role, st),
+                lambda ins: S.Arrive(ename, st, role, when, tuple(ins.edges), arr),
+                edges,
+            )
 
         if lag == 0:
             at(anchor.op, side, k, n, None)
             return
-        at(anchor.op, "after", N.ibin("-", k, N.IConst(lag)), n,
-           S.Guard(k, N.ibin("+", lp.lo, N.IConst(lag))))
+        at(
+            anchor.op,
+            "after",
+            N.ibin("-", k, N.IConst(lag)),
+            n,
+            S.Guard(k, N.ibin("+", lp.lo, N.IConst(lag))),
+        )
         for j in range(lag, 0, -1):  # the drain: the last `lag` stages, once every group retired
             it = N.IBin("-", lp.hi, N.IConst(j))  # unfolded: it names the loop's bound
             at(lp, "after", it, 0, S.Guard(it, lp.lo))

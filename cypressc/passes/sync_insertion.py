@@ -94,9 +94,18 @@ class SyncInsertion(ModulePass):
     name = "sync-insertion"
     section = "§4.2.6"
 
-    def __init__(self, mma_in_flight: int = 1, warp_threads: int = 32, warpgroup_warps: int = 4,
-                 pingpong: bool = False) -> None:
-        self.mma_in_flight, self.warp_threads, self.warpgroup_warps = mma_in_flight, warp_threads, warpgroup_warps
+    def __init__(
+        self,
+        mma_in_flight: int = 1,
+        warp_threads: int = 32,
+        warpgroup_warps: int = 4,
+        pingpong: bool = False,
+    ) -> None:
+        self.mma_in_flight, self.warp_threads, self.warpgroup_warps = (
+            mma_in_flight,
+            warp_threads,
+            warpgroup_warps,
+        )
         self.pingpong = pingpong
 
     @classmethod
@@ -104,8 +113,12 @@ class SyncInsertion(ModulePass):
         """The BLOCK knobs ``mma_in_flight`` and ``pingpong`` and the machine's warp geometry."""
         lim = target.machine.limits
         p = target.block.mma_in_flight
-        return cls(1 if p is None else p, lim.get("warp_threads", 32), lim.get("warpgroup_warps", 4),
-                   bool(target.block.pingpong))
+        return cls(
+            1 if p is None else p,
+            lim.get("warp_threads", 32),
+            lim.get("warpgroup_warps", 4),
+            bool(target.block.pingpong),
+        )
 
     @classmethod
     def for_module(cls, m: N.Module) -> "SyncInsertion":
@@ -121,9 +134,13 @@ class SyncInsertion(ModulePass):
         except _Refuse as r:
             names = event_names(m)  # the %eN names `cypressc explain` prints, not internal ids
             why = re.sub(r"%(ev#\d+)", lambda e: names.get(e.group(1), e.group(0)), str(r))
-            raise CypressError("E050", f"the CUDA backend cannot synchronize this program yet: {why}", loc,
-                               hint="the IR passes before sync-insertion and `cypressc explain` still work; "
-                               "see docs/language.md for the kernel shapes the backend generates") from None
+            raise CypressError(
+                "E050",
+                f"the CUDA backend cannot synchronize this program yet: {why}",
+                loc,
+                hint="the IR passes before sync-insertion and `cypressc explain` still work; "
+                "see docs/language.md for the kernel shapes the backend generates",
+            ) from None
         return _barrier_bytes(out, loc)
 
 
@@ -137,9 +154,13 @@ def _barrier_bytes(m: N.Module, loc: Loc) -> N.Module:
     total = res.smem_bytes + need - res.barrier_bytes
     limit = res.smem_limit
     if total > limit:
-        raise CypressError("E046", f"shared memory does not fit: the mbarriers of the pipeline's channels "
-                           f"need {need} bytes, {total} in all, the limit is {limit}", loc,
-                           hint="lower `pipeline:` or the tile sizes")
+        raise CypressError(
+            "E046",
+            f"shared memory does not fit: the mbarriers of the pipeline's channels "
+            f"need {need} bytes, {total} in all, the limit is {limit}",
+            loc,
+            hint="lower `pipeline:` or the tile sizes",
+        )
     return replace(m, resources=replace(res, smem_bytes=total, barrier_bytes=need))
 
 
@@ -161,7 +182,9 @@ class _Insert(TmaChannels):
             raise _Refuse("a parallel loop inside the block program")
         self.covered: list[Dep] = []
         self.next_id = 1
-        self.groups: dict[str, tuple[int, int]] = {}  # wgmma event -> (id of its block, group index)
+        self.groups: dict[
+            str, tuple[int, int]
+        ] = {}  # wgmma event -> (id of its block, group index)
         self.commits: dict[int, list[int]] = {}  # id(block) -> seq of each commit's last wgmma
         self.blocks: dict[int, N.Block] = {}
         self.seqs = {lf.seq: lf for lf in self.prog.leaves.values()}
@@ -177,14 +200,21 @@ class _Insert(TmaChannels):
         self.first_use: dict[str, int] = {}
         for d in deps:
             c = self.prog.leaves.get(d.dst)
-            if d.via == "same" and c is not None and c.kind == "thread" and "wait_group" in self.prog.needs(d):
+            if (
+                d.via == "same"
+                and c is not None
+                and c.kind == "thread"
+                and "wait_group" in self.prog.needs(d)
+            ):
                 self.first_use[d.src] = min(self.first_use.get(d.src, INF), c.seq)
         self._commits(self.m.body)
         full: dict[str, list[Dep]] = {}
         empty: dict[str, list[Dep]] = {}
         tile: dict[str, list[Dep]] = {}  # a copy outside the main loop -> its readers (next tile)
         freed: dict[str, list[Dep]] = {}  # a copy into shared bytes -> the earlier tensor's readers
-        ring: dict[str, list[Dep]] = {}  # a copy into a stage ring with members -> readers of the ring
+        ring: dict[
+            str, list[Dep]
+        ] = {}  # a copy into a stage ring with members -> readers of the ring
         later = []
         for d in deps:
             needs = self.prog.needs(d)
@@ -210,9 +240,15 @@ class _Insert(TmaChannels):
         for d in later:
             if not self.prog.is_implied(d, self.covered):
                 names = f"%{d.src} -> %{d.dst}"
-                on = f"%{d.other}" if d.tensor == d.other else f"%{d.tensor} (sharing its bytes with %{d.other})"
-                raise _Refuse(f"the {d.hazard.upper()} edge {names} on {on} is not a TMA channel, a "
-                              "stage release or thread-level synchronization inside one role")
+                on = (
+                    f"%{d.other}"
+                    if d.tensor == d.other
+                    else f"%{d.tensor} (sharing its bytes with %{d.other})"
+                )
+                raise _Refuse(
+                    f"the {d.hazard.upper()} edge {names} on {on} is not a TMA channel, a "
+                    "stage release or thread-level synchronization inside one role"
+                )
             self.covered.append(d)
         body, _ = prune_wait_groups(self._rebuild(self.m.body), {})
         body = merge_wgmma_fences(body)
@@ -234,16 +270,26 @@ class _Insert(TmaChannels):
                 seqs.append(last.seq)
                 for lf in run:
                     self.groups[lf.op.ev] = (id(b), len(seqs) - 1)
-                self.put(last.op, "after", S.CommitGroup, ("commit", role),
-                         lambda ins, ev=tuple(x.op.ev for x in run), lf=last: S.CommitGroup(
-                             "wgmma", lf.role, ev, self.prog.role_dims(lf.role)))
+                self.put(
+                    last.op,
+                    "after",
+                    S.CommitGroup,
+                    ("commit", role),
+                    lambda ins, ev=tuple(x.op.ev for x in run), lf=last: S.CommitGroup(
+                        "wgmma", lf.role, ev, self.prog.role_dims(lf.role)
+                    ),
+                )
 
         for op in b.ops:
             lf = self.prog.leaves.get(getattr(op, "ev", ""))
             if lf is not None and lf.kind == "wgmma":
                 run = runs.get(lf.role, [])
-                if run and min(self.first_use.get(x.op.ev, INF) for x in run) < self.first_use.get(lf.op.ev, INF):
-                    close(lf.role)  # thread code needs the run so far before this wgmma: a group of its own
+                if run and min(self.first_use.get(x.op.ev, INF) for x in run) < self.first_use.get(
+                    lf.op.ev, INF
+                ):
+                    close(
+                        lf.role
+                    )  # thread code needs the run so far before this wgmma: a group of its own
                 runs.setdefault(lf.role, []).append(lf)
             elif lf is not None and lf.kind == "thread":  # TMA issues leave the group open
                 close(lf.role)
@@ -264,12 +310,23 @@ class _Insert(TmaChannels):
         p, c = self.prog.leaves[d.src], self.prog.leaves.get(d.dst)
         e = d.edge()
         if "bulk" in needs:
-            self.put(p.op, "after", S.CommitGroup, ("bulk", p.role),
-                     lambda ins: S.CommitGroup("bulk", p.role, (p.op.ev,), p.op.dims))
+            self.put(
+                p.op,
+                "after",
+                S.CommitGroup,
+                ("bulk", p.role),
+                lambda ins: S.CommitGroup("bulk", p.role, (p.op.ev,), p.op.dims),
+            )
             top = p.loops[0] if p.loops else p.op
             blk = next(b for b in self.blocks.values() if any(o is top for o in b.ops))
-            self.put(blk, "end", 0, ("bulkwait", p.role),
-                     lambda ins: S.WaitGroup("bulk", 0, p.role, tuple(ins.edges), p.op.dims), [e])
+            self.put(
+                blk,
+                "end",
+                0,
+                ("bulkwait", p.role),
+                lambda ins: S.WaitGroup("bulk", 0, p.role, tuple(ins.edges), p.op.dims),
+                [e],
+            )
             return
         if d.via == "tile":
             self._tile(d, needs, p, c, e)
@@ -282,30 +339,66 @@ class _Insert(TmaChannels):
             # carried across iterations stands there and realizes both (one fence, not two)
             where, side = c.op, "before"
         if "fence_wgmma" in needs:
-            self.put(where, side, "wgmma", ("fence", "wgmma", c.role),
-                     lambda ins: S.Fence("wgmma", c.role, tuple(ins.edges), c.op.dims), [e])
+            self.put(
+                where,
+                side,
+                "wgmma",
+                ("fence", "wgmma", c.role),
+                lambda ins: S.Fence("wgmma", c.role, tuple(ins.edges), c.op.dims),
+                [e],
+            )
         if "proxy" in needs:
-            self.put(where, side, "proxy", ("fence", "proxy", p.role),
-                     lambda ins: S.Fence("proxy_async", p.role, tuple(ins.edges), p.op.dims), [e])
+            self.put(
+                where,
+                side,
+                "proxy",
+                ("fence", "proxy", p.role),
+                lambda ins: S.Fence("proxy_async", p.role, tuple(ins.edges), p.op.dims),
+                [e],
+            )
         self._meet(d, needs, p, c, e, where, side)
 
-    def _meet(self, d: Dep, needs: tuple[str, ...], p: Leaf, c: Leaf, e: S.Edge, where, side: str,
-              prio=None, tag: tuple = ()) -> None:
+    def _meet(
+        self,
+        d: Dep,
+        needs: tuple[str, ...],
+        p: Leaf,
+        c: Leaf,
+        e: S.Edge,
+        where,
+        side: str,
+        prio=None,
+        tag: tuple = (),
+    ) -> None:
         """The broadcast ``d`` needs at ``where``/``side``: a ``syncwarp`` over one warp's
         threads, or a named barrier over warps or warpgroups (one id per warpgroup when the
         hazard stays inside each).  ``prio``: the op's order in an ``end`` slot; ``tag`` keeps
         its barrier apart from the same edge's other ones."""
         if "syncwarp" in needs:
-            self.put(where, side, S.SyncWarp if prio is None else prio, ("syncwarp", p.role, *tag),
-                     lambda ins: S.SyncWarp(p.role, tuple(ins.edges), p.op.dims), [e])
+            self.put(
+                where,
+                side,
+                S.SyncWarp if prio is None else prio,
+                ("syncwarp", p.role, *tag),
+                lambda ins: S.SyncWarp(p.role, tuple(ins.edges), p.op.dims),
+                [e],
+            )
         if "bar_sync" in needs:
             warps = self.prog.warps(d)
             if warps is None:
-                raise _Refuse(f"a named barrier over a run-time number of threads (%{d.src} -> %{d.dst})")
+                raise _Refuse(
+                    f"a named barrier over a run-time number of threads (%{d.src} -> %{d.dst})"
+                )
             dims = max(p.op.dims, c.op.dims, key=len)
             per_wg = "WARPGROUP" not in d.scope and any(x.proc == "WARPGROUP" for x in dims)
-            self.put(where, side, S.BarSync if prio is None else prio, ("bar", p.role, d.scope, *tag),
-                     lambda ins: self._bar_sync(ins, p.role, dims, per_wg, 32 * warps), [e])
+            self.put(
+                where,
+                side,
+                S.BarSync if prio is None else prio,
+                ("bar", p.role, d.scope, *tag),
+                lambda ins: self._bar_sync(ins, p.role, dims, per_wg, 32 * warps),
+                [e],
+            )
 
     def _tile(self, d: Dep, needs: tuple[str, ...], p: Leaf, c: Leaf, e: S.Edge) -> None:
         """A read (a wgmma's, or thread code's) of a thread-written shared tensor before the
@@ -320,11 +413,20 @@ class _Insert(TmaChannels):
                 raise _Refuse(f"wgmma %{p.op.ev} is in no commit group")
             where, side = (p.loops[-1], "after") if p.loops else (blk, "end")
             if p.loops and p.loops[-1] is not top:
-                raise _Refuse(f"a wgmma in a nested loop reading %{d.other}, which the next tile's threads write")
-            self.put(where, side, S.WaitGroup, ("wait_group", p.role),
-                     lambda ins: S.WaitGroup("wgmma", ins.pending, p.role, tuple(ins.edges),
-                                             self.prog.role_dims(p.role)),
-                     [e], pending=0)
+                raise _Refuse(
+                    f"a wgmma in a nested loop reading %{d.other}, which the next tile's threads write"
+                )
+            self.put(
+                where,
+                side,
+                S.WaitGroup,
+                ("wait_group", p.role),
+                lambda ins: S.WaitGroup(
+                    "wgmma", ins.pending, p.role, tuple(ins.edges), self.prog.role_dims(p.role)
+                ),
+                [e],
+                pending=0,
+            )
         self._meet(d, needs, p, c, e, blk, "end", prio=2, tag=("tile",))
 
     def _bar_sync(self, ins: _Ins, role: str, dims, per_wg: bool, threads: int) -> S.BarSync:
@@ -351,13 +453,25 @@ class _Insert(TmaChannels):
         elif d.via == "entry":
             lp = self.prog.loops[d.loop][0]
             where, side = lp, "before"
-            n = sum(1 for s in commits[g + 1:] if s < self.prog.loops[d.loop][2])
+            n = sum(1 for s in commits[g + 1 :] if s < self.prog.loops[d.loop][2])
         elif d.via == "carried":
             where, side = c.op, "before"
-            n = self._after_group(p) + (d.distance - 1) * len(commits) + sum(1 for s in commits if s < c.seq)
+            n = (
+                self._after_group(p)
+                + (d.distance - 1) * len(commits)
+                + sum(1 for s in commits if s < c.seq)
+            )
         else:
             where, side = c.op, "before"
-            n = sum(1 for s in commits[g + 1:] if s < c.seq)
-        self.put(where, side, S.WaitGroup, ("wait_group", p.role),
-                 lambda ins: S.WaitGroup("wgmma", ins.pending, p.role, tuple(ins.edges), self.prog.role_dims(p.role)),
-                 [e], pending=n)
+            n = sum(1 for s in commits[g + 1 :] if s < c.seq)
+        self.put(
+            where,
+            side,
+            S.WaitGroup,
+            ("wait_group", p.role),
+            lambda ins: S.WaitGroup(
+                "wgmma", ins.pending, p.role, tuple(ins.edges), self.prog.role_dims(p.role)
+            ),
+            [e],
+            pending=n,
+        )

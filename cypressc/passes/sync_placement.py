@@ -14,10 +14,20 @@ from cypressc.ir.hazards import Dep, Program, instances
 
 __all__ = ["Refuse", "Ins", "count_instances", "Placement"]
 
-_BEFORE = {S.MBarrier: 0, S.WaitGroup: 1, "proxy": 2, S.SyncWarp: 3, S.BarSync: 4, S.Wait: 5,
-           S.ArriveExpectTx: 6, "wgmma": 7}
+_BEFORE = {
+    S.MBarrier: 0,
+    S.WaitGroup: 1,
+    "proxy": 2,
+    S.SyncWarp: 3,
+    S.BarSync: 4,
+    S.Wait: 5,
+    S.ArriveExpectTx: 6,
+    "wgmma": 7,
+}
 _AFTER = {S.CommitGroup: 0, S.WaitGroup: 1, S.SyncWarp: 2, S.Arrive: 3}
-_BEFORE[S.Arrive] = 3.5  # a stage released before a thread op: after the wait_group that retired its readers
+_BEFORE[S.Arrive] = (
+    3.5  # a stage released before a thread op: after the wait_group that retired its readers
+)
 
 
 class Refuse(Exception):

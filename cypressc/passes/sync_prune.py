@@ -46,7 +46,9 @@ def prune_wait_groups(b: N.Block, state: dict) -> tuple[N.Block, dict]:
         if isinstance(op, S.CommitGroup):
             key = (op.role, op.unit)
             state[key] = min(state.get(key, 0) + 1, _MANY)
-            last.pop(key, None)  # a later wait's groups may include this one: not the earlier wait's
+            last.pop(
+                key, None
+            )  # a later wait's groups may include this one: not the earlier wait's
         elif isinstance(op, S.WaitGroup):
             key = (op.role, op.unit)
             if state.get(key, 0) <= op.pending:
@@ -85,9 +87,14 @@ def merge_wgmma_fences(b: N.Block) -> N.Block:
             op = replace(op, body=merge_wgmma_fences(op.body))
             last.clear()
         elif isinstance(op, S.SYNC_OPS):
-            last.pop(getattr(op, "role", None), None)  # the role's waits and commits end its run of issues
-        elif not (isinstance(op, N.Call) and leaf_of(op).asynchronous
-                  or isinstance(op, (N.Partition, N.Alloc, N.Let))):
+            last.pop(
+                getattr(op, "role", None), None
+            )  # the role's waits and commits end its run of issues
+        elif not (
+            isinstance(op, N.Call)
+            and leaf_of(op).asynchronous
+            or isinstance(op, (N.Partition, N.Alloc, N.Let))
+        ):
             last.clear()
         ops.append(op)
     return N.Block(tuple(ops), b.yields)

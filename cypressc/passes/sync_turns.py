@@ -67,17 +67,23 @@ def _is_block_loop(op) -> bool:
 class _Turns:
     def __init__(self, prog: Program, base: int) -> None:
         self.prog, self.base = prog, base
-        self.wgmma = {ev for ev, lf in prog.leaves.items() if lf.kind == "wgmma" and lf.role == "consumer"}
+        self.wgmma = {
+            ev for ev, lf in prog.leaves.items() if lf.kind == "wgmma" and lf.role == "consumer"
+        }
         dims = next((prog.leaves[ev].op.dims for ev in sorted(self.wgmma)), ())
         self.dims = tuple(d for d in dims if d.proc in ("BLOCK", "WARPGROUP"))
         wg = next((d for d in dims if d.proc == "WARPGROUP"), None)
         self.wgs = static(wg.extent) if wg is not None else None
         if not self.wgmma or not self.wgs or self.wgs < 2:
-            raise Refuse("pingpong needs the consumers' wgmmas issued by two or more consumer warpgroups "
-                         "(set the tunable that splits the tile over warpgroups to 2 or 3, or drop pingpong)")
+            raise Refuse(
+                "pingpong needs the consumers' wgmmas issued by two or more consumer warpgroups "
+                "(set the tunable that splits the tile over warpgroups to 2 or 3, or drop pingpong)"
+            )
         if base + self.wgs - 1 > S.NAMED_BARRIERS:
-            raise Refuse(f"more than {S.NAMED_BARRIERS} named barriers (pingpong takes one per consumer "
-                         "warpgroup)")
+            raise Refuse(
+                f"more than {S.NAMED_BARRIERS} named barriers (pingpong takes one per consumer "
+                "warpgroup)"
+            )
         self.before: dict[int, list] = {}  # id(op) -> turn ops placed right before it
         self.after: dict[int, list] = {}  # id(op) -> turn ops placed right after it
 
@@ -86,13 +92,27 @@ class _Turns:
         return S.Edge(r.tail.ev, r.head.ev, "turn", "", via)
 
     def take(self, r: _Run, via: str = "same") -> S.Turn:
-        return S.Turn("take", N.ibin("+", N.IConst(self.base), WG), TURN_THREADS, "consumer", None,
-                      (self._edge(r, via),), self.dims)
+        return S.Turn(
+            "take",
+            N.ibin("+", N.IConst(self.base), WG),
+            TURN_THREADS,
+            "consumer",
+            None,
+            (self._edge(r, via),),
+            self.dims,
+        )
 
     def pass_(self, r: _Run, via: str = "same") -> S.Turn:
         nxt = N.ibin("%", N.ibin("+", WG, N.IConst(1)), N.IConst(self.wgs))
-        return S.Turn("pass", N.ibin("+", N.IConst(self.base), nxt), TURN_THREADS, "consumer", None,
-                      (self._edge(r, via),), self.dims)
+        return S.Turn(
+            "pass",
+            N.ibin("+", N.IConst(self.base), nxt),
+            TURN_THREADS,
+            "consumer",
+            None,
+            (self._edge(r, via),),
+            self.dims,
+        )
 
     # -- runs ---------------------------------------------------------------------------
     def _items(self, b: N.Block) -> list:
@@ -127,12 +147,16 @@ class _Turns:
             self.loop(it)
             prev = items[i - 1] if i else None
             if isinstance(prev, N.Call):
-                raise Refuse(f"pingpong: wgmma %{prev.ev} is issued right before a loop with no wait "
-                             "in between (its run of wgmmas would cross the loop)")
+                raise Refuse(
+                    f"pingpong: wgmma %{prev.ev} is issued right before a loop with no wait "
+                    "in between (its run of wgmmas would cross the loop)"
+                )
             nxt = items[i + 1] if i + 1 < len(items) else None
             if isinstance(nxt, N.Call) and self._wraps(it):
-                raise Refuse(f"pingpong: wgmma %{nxt.ev} follows loop %{it.ev} with no wait in between "
-                             "(its run of wgmmas would cross the loop)")
+                raise Refuse(
+                    f"pingpong: wgmma %{nxt.ev} follows loop %{it.ev} with no wait in between "
+                    "(its run of wgmmas would cross the loop)"
+                )
         for calls in self._split(items):
             r = _Run(calls[0], calls[-1])
             self._place(r.head, "take", self.take(r))
@@ -146,7 +170,9 @@ class _Turns:
     def loop(self, lp: N.For) -> None:
         items = self._items(lp.body)
         if any(isinstance(it, N.For) for it in items):
-            raise Refuse(f"pingpong: loop %{lp.ev} has a loop inside it (turns are placed per main-loop step)")
+            raise Refuse(
+                f"pingpong: loop %{lp.ev} has a loop inside it (turns are placed per main-loop step)"
+            )
         runs = self._split(items)
         if not runs:
             return
@@ -215,16 +241,25 @@ def place_turns(body: N.Block, prog: Program, base: int) -> tuple[N.Block, int]:
         raise Refuse("pingpong: the consumers issue no wgmma")
     top, i, last = [x for x in turns if x[2].kind == "pass"][-1]
     if not top:
-        raise Refuse("pingpong: the tile's last run of wgmmas is inside a loop (its last pass would need "
-                     "the iteration); issue a wgmma after the loop or drop pingpong")
+        raise Refuse(
+            "pingpong: the tile's last run of wgmmas is inside a loop (its last pass would need "
+            "the iteration); issue a wgmma after the loop or drop pingpong"
+        )
     # the last warpgroup passes nothing after the tile's last run, and passes warpgroup 0 the
     # tile's first turn when it starts the tile: a persistent block's warpgroup 0 then takes the
     # next tile's first turn only once the last one has taken all of this tile's turns
     ops = list(out.ops)
     ops[i] = replace(last, when=S.Guard(N.IConst(t.wgs - 2), WG))
     first = next(op for _, _, op in turns if op.kind == "take")
-    start = S.Turn("pass", N.IConst(base), TURN_THREADS, "consumer", S.Guard(WG, N.IConst(t.wgs - 1)),
-                   (S.Edge("", first.edges[0].dst, "turn"),), t.dims)
+    start = S.Turn(
+        "pass",
+        N.IConst(base),
+        TURN_THREADS,
+        "consumer",
+        S.Guard(WG, N.IConst(t.wgs - 1)),
+        (S.Edge("", first.edges[0].dst, "turn"),),
+        t.dims,
+    )
     return N.Block((start, *ops), out.yields), base + t.wgs
 
 

@@ -55,8 +55,9 @@ class _Vec:
                     out.append(nr)
         return tuple(out)
 
-    def block(self, b: N.Block, ctx: _Ctx, sub: dict[str, N.IExpr], entry: tuple[N.EvRef, ...],
-              grid: int) -> tuple[list[N.Op], tuple[N.EvRef, ...]]:
+    def block(
+        self, b: N.Block, ctx: _Ctx, sub: dict[str, N.IExpr], entry: tuple[N.EvRef, ...], grid: int
+    ) -> tuple[list[N.Op], tuple[N.EvRef, ...]]:
         """Flatten one block; ``entry`` are the (unindexed) events that ops with no
         precondition must wait for (the preconditions of enclosing flattened loops)."""
         ops: list[N.Op] = []
@@ -66,14 +67,18 @@ class _Vec:
                 op = replace(op, lo=subst_op_expr(op.lo, sub), hi=subst_op_expr(op.hi, sub))
                 proc = "BLOCK" if op.proc in ("HOST", "BLOCK") else op.proc
                 pidx = N.IProc(proc, grid if proc == "BLOCK" else 0)
-                inner = _Ctx(ctx.dims + (N.Dim(N.ibin("-", op.hi, op.lo), proc),),
-                             ctx.origins + (op.ev,), ctx.procs + (pidx,))
+                inner = _Ctx(
+                    ctx.dims + (N.Dim(N.ibin("-", op.hi, op.lo), proc),),
+                    ctx.origins + (op.ev,),
+                    ctx.procs + (pidx,),
+                )
                 isub = dict(sub)
                 isub[op.var] = N.ibin("+", op.lo, pidx)
                 pre = tuple(_subst_refs(op.pre, sub))
                 body_entry = (entry if not pre else ()) + pre
-                body_ops, yields = self.block(op.body, inner, isub, body_entry,
-                                              grid + (proc == "BLOCK"))
+                body_ops, yields = self.block(
+                    op.body, inner, isub, body_entry, grid + (proc == "BLOCK")
+                )
                 ops += body_ops
                 names: list[str] = []
                 for y in yields or body_entry:
@@ -87,8 +92,14 @@ class _Vec:
                 pre = tuple(_subst_refs(op.pre, sub)) or entry
                 self.ev_ctx[op.ev] = ctx
                 body_ops, yields = self.block(op.body, ctx, sub, (), grid)
-                ops.append(replace(op, pre=self.refs(pre, ctx), dims=ctx.dims,
-                                   body=N.Block(tuple(body_ops), self.refs(yields, ctx))))
+                ops.append(
+                    replace(
+                        op,
+                        pre=self.refs(pre, ctx),
+                        dims=ctx.dims,
+                        body=N.Block(tuple(body_ops), self.refs(yields, ctx)),
+                    )
+                )
                 continue
             if isinstance(op, (N.Copy, N.Call)):
                 pre = op.pre or entry

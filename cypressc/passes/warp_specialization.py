@@ -45,17 +45,30 @@ def _stage_loop(m: N.Module, lp: N.For, joins: dict[str, Join]) -> tuple[N.Modul
         return m, {}
     names = {b.name for b in bufs}
     staged = [replace(b, shape=(N.IConst(d),) + b.shape, layout=None) for b in bufs]
-    parts = [N.Partition(f"{b.name}#stage", N.TRef(b.name), "slices", (N.IConst(0),), b.shape, b.dims)
-             for b in bufs]
+    parts = [
+        N.Partition(f"{b.name}#stage", N.TRef(b.name), "slices", (N.IConst(0),), b.shape, b.dims)
+        for b in bufs
+    ]
     mine = {n: j for n, j in joins.items() if j.loop == lp.ev}
     # a ring with members before the loop: step k takes ring position k + (their count)
     pre = {b.name: sum(j.ring == b.name and j.side == "pre" for j in mine.values()) for b in bufs}
     k = N.IVar(lp.var)
-    idx = {n: N.ibin("%", N.ibin("+", k, N.IConst(a)) if a else k, N.IConst(d)) for n, a in pre.items()}
+    idx = {
+        n: N.ibin("%", N.ibin("+", k, N.IConst(a)) if a else k, N.IConst(d)) for n, a in pre.items()
+    }
     # a member's position, unfolded: it names the loop's bound (the CUDA lowering counts from there)
-    pos = {n: N.IBin("%", N.IBin("+", lp.lo if j.side == "pre" else lp.hi,
-                                 N.IConst(j.index + (j.pre if j.side == "post" else 0))), N.IConst(d))
-           for n, j in mine.items()}
+    pos = {
+        n: N.IBin(
+            "%",
+            N.IBin(
+                "+",
+                lp.lo if j.side == "pre" else lp.hi,
+                N.IConst(j.index + (j.pre if j.side == "post" else 0)),
+            ),
+            N.IConst(d),
+        )
+        for n, j in mine.items()
+    }
 
     def inner(v: N.View) -> N.View:
         if isinstance(v, N.TRef) and v.name in names:
@@ -69,8 +82,14 @@ def _stage_loop(m: N.Module, lp: N.For, joins: dict[str, Join]) -> tuple[N.Modul
 
     body = N.Block(tuple(map_views(o, inner) for o in lp.body.ops if o not in bufs), lp.body.yields)
     new_lp = replace(lp, body=body, ring_extra=ring_extra(joins, lp.ev))
-    first = next((o for o in walk_ops(m.body) if isinstance(o, N.Alloc) and o.name in mine
-                  and mine[o.name].side == "pre"), None)
+    first = next(
+        (
+            o
+            for o in walk_ops(m.body)
+            if isinstance(o, N.Alloc) and o.name in mine and mine[o.name].side == "pre"
+        ),
+        None,
+    )
 
     def place(b: N.Block) -> N.Block:
         ops: list[N.Op] = []
@@ -85,8 +104,12 @@ def _stage_loop(m: N.Module, lp: N.For, joins: dict[str, Join]) -> tuple[N.Modul
                 continue
             if isinstance(o, (N.For, N.PFor)):
                 o = replace(o, body=place(o.body))
-            if isinstance(o, N.Copy) and isinstance(o.dst, N.TRef) and o.dst.name in mine \
-                    and mine[o.dst.name].side == "post":
+            if (
+                isinstance(o, N.Copy)
+                and isinstance(o.dst, N.TRef)
+                and o.dst.name in mine
+                and mine[o.dst.name].side == "post"
+            ):
                 # its bytes are the ring's: it comes after the loop's reads of them (event order;
                 # sync-insertion's ring edges, not this one, synchronize it)
                 o = replace(o, pre=o.pre + (ref_for(lp.ev, lp.dims, o.dims),))
@@ -111,7 +134,12 @@ def warp_specialization(m: N.Module) -> N.Module:
     sym = Symbols(m)
     roles: dict[str, str] = {}
     for o in walk_ops(m.body):
-        if isinstance(o, N.Copy) and sym.mem(o.src) == "GLOBAL" and sym.mem(o.dst) == "SHARED" and ws:
+        if (
+            isinstance(o, N.Copy)
+            and sym.mem(o.src) == "GLOBAL"
+            and sym.mem(o.dst) == "SHARED"
+            and ws
+        ):
             roles[o.ev] = "producer"
         elif isinstance(o, N.AsyncOp) and not isinstance(o, (N.For, N.PFor)):
             roles[o.ev] = "consumer"
@@ -121,7 +149,9 @@ def warp_specialization(m: N.Module) -> N.Module:
             for r in o.pre:
                 if roles.get(r.name) == "producer":
                     channels[r.name] = channels.get(r.name, ()) + (o.ev,)
-    return replace(m, schedule=N.Schedule(channels, stages, ws, persistent), roles=tuple(roles.items()))
+    return replace(
+        m, schedule=N.Schedule(channels, stages, ws, persistent), roles=tuple(roles.items())
+    )
 
 
 class WarpSpecialization(ModulePass):

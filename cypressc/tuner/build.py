@@ -26,8 +26,16 @@ from pathlib import Path
 from cypressc.runtime import KernelInfo
 from cypressc.tuner.cache import cache_dir, digest
 
-__all__ = ["BuildError", "Built", "nvcc_version", "cutlass_include", "nvcc_command", "build_kernel",
-           "build_many", "make_library"]
+__all__ = [
+    "BuildError",
+    "Built",
+    "nvcc_version",
+    "cutlass_include",
+    "nvcc_command",
+    "build_kernel",
+    "build_many",
+    "make_library",
+]
 
 _FLAG_ENV = ("NVCC", "NVCCFLAGS", "EXTRA_NVCCFLAGS", "CUDA_ARCH", "CUTLASS_INCLUDE", "CUTLASS_INC")
 
@@ -59,7 +67,9 @@ def nvcc_version() -> str:
     try:
         p = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise BuildError(f"cannot run {nvcc}: {e}; install the CUDA toolkit (nvcc >= 12.4)") from None
+        raise BuildError(
+            f"cannot run {nvcc}: {e}; install the CUDA toolkit (nvcc >= 12.4)"
+        ) from None
     if p.returncode:
         raise BuildError(f"{nvcc} --version failed", p.stdout + p.stderr)
     return p.stdout.strip()
@@ -87,8 +97,15 @@ def nvcc_command(outdir: Path, name: str, target: str, extra: str = "") -> list[
     if not (Path(runtime) / "cypress.cuh").exists():
         runtime = str(RUNTIME_DIR)
     arch = info.cuda_arch or "90a"
-    cmd = ["nvcc", "-O3", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}", *extra.split(),
-           f"-I{runtime}", f"-I{cutlass_include()}"]
+    cmd = [
+        "nvcc",
+        "-O3",
+        "-std=c++17",
+        f"-gencode=arch=compute_{arch},code=sm_{arch}",
+        *extra.split(),
+        f"-I{runtime}",
+        f"-I{cutlass_include()}",
+    ]
     if target == f"lib{name}.so":
         return cmd + ["-Xcompiler", "-fPIC", "-shared", "-o", target, f"{name}.cu"]
     return cmd + ["-o", target, "main.cu", f"{name}.cu"]
@@ -98,9 +115,15 @@ def _key(d: Path, name: str) -> str:
     info = KernelInfo.load_json(d / f"{name}.json")
     runtime = Path(info.runtime_include) / "cypress.cuh"
     files = [d / f"{name}.cu", d / f"{name}.h", d / f"{name}.json", d / "Makefile"]
-    return digest("kernel-v1", *[f.name for f in files], *[f.read_bytes() if f.exists() else b"" for f in files],
-                  runtime.read_bytes() if runtime.exists() else b"", cutlass_include(), nvcc_version(),
-                  {k: os.environ.get(k, "") for k in _FLAG_ENV})
+    return digest(
+        "kernel-v1",
+        *[f.name for f in files],
+        *[f.read_bytes() if f.exists() else b"" for f in files],
+        runtime.read_bytes() if runtime.exists() else b"",
+        cutlass_include(),
+        nvcc_version(),
+        {k: os.environ.get(k, "") for k in _FLAG_ENV},
+    )
 
 
 def make_library(d: Path, name: str, timeout: float = 900) -> float:
@@ -118,7 +141,9 @@ def make_library(d: Path, name: str, timeout: float = 900) -> float:
     except OSError as e:
         raise BuildError(f"cannot run {cmd[0]}: {e}") from None
     if p.returncode or not (d / f"lib{name}.so").exists():
-        raise BuildError(f"building lib{name}.so failed (exit {p.returncode})", (p.stdout + p.stderr)[-4000:])
+        raise BuildError(
+            f"building lib{name}.so failed (exit {p.returncode})", (p.stdout + p.stderr)[-4000:]
+        )
     return time.perf_counter() - t0
 
 
@@ -143,7 +168,7 @@ def build_kernel(tree, root: Path | None = None) -> Built:
         seconds = make_library(d, name)
         try:
             d.rename(final)
-        except OSError:      # another process finished the same kernel first: use theirs
+        except OSError:  # another process finished the same kernel first: use theirs
             if not (final / f"lib{name}.so").exists():
                 raise
         return Built(final, name, key, False, seconds)
@@ -151,8 +176,13 @@ def build_kernel(tree, root: Path | None = None) -> Built:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def build_many(jobs: Sequence[Callable[[], object]], *, workers: int | None = None, root: Path | None = None,
-               on_done: Callable[[int, Built | BaseException], None] | None = None) -> list[Built | BaseException]:
+def build_many(
+    jobs: Sequence[Callable[[], object]],
+    *,
+    workers: int | None = None,
+    root: Path | None = None,
+    on_done: Callable[[int, Built | BaseException], None] | None = None,
+) -> list[Built | BaseException]:
     """:func:`build_kernel` of each ``jobs[i]()`` (a function returning the task tree) on
     ``workers`` threads (default: every core).  Each result is a :class:`Built` or the
     exception that job raised; ``on_done(i, result)`` reports progress.  A KeyboardInterrupt

@@ -37,8 +37,13 @@ def digest(*parts: Any) -> str:
     that ("ab", "c") and ("a", "bc") differ."""
     h = hashlib.sha256()
     for p in parts:
-        b = p if isinstance(p, bytes) else p.encode() if isinstance(p, str) else \
-            json.dumps(p, sort_keys=True, default=str).encode()
+        b = (
+            p
+            if isinstance(p, bytes)
+            else p.encode()
+            if isinstance(p, str)
+            else json.dumps(p, sort_keys=True, default=str).encode()
+        )
         h.update(len(b).to_bytes(8, "little"))
         h.update(b)
     return h.hexdigest()

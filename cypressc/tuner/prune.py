@@ -56,26 +56,41 @@ def plan_features(plan) -> dict[str, Any]:
     """What :func:`static_score` reads of a :class:`~cypressc.backend.plan.KernelPlan`."""
     from cypressc.backend.plan import StoreDirect, TmaStore, size_tree
 
-    def tree(e):  # None where the expression is not over the sizes (static_score then assumes nothing)
+    def tree(
+        e,
+    ):  # None where the expression is not over the sizes (static_score then assumes nothing)
         try:
             return size_tree(e)
         except ValueError:
             return None
 
-    return {"sizes": list(plan.sizes), "aliases": dict(plan.size_aliases), "floats": list(plan.floats),
-            "grid": [tree(g) for g in plan.grid_exprs], "trip_count": tree(plan.trip_expr),
-            "flops": tree(plan.flops),
-            "stage_bytes": sum(b.stage_bytes for b in plan.buffers), "stages": plan.stages,
-            "smem_bytes": plan.smem_bytes, "consumers": plan.consumers,
-            "warpspecialize": plan.warpspecialize, "persistent": plan.persistent,
-            "mma_in_flight": plan.mma_in_flight, "raster": plan.raster,
-            "staged_stores": sum(isinstance(s, TmaStore) for s in plan.epilogue),
-            "direct_stores": sum(isinstance(s, StoreDirect) for s in plan.epilogue),
-            "acc_floats": sum(f.rows * f.cols for f in plan.fragments)}
+    return {
+        "sizes": list(plan.sizes),
+        "aliases": dict(plan.size_aliases),
+        "floats": list(plan.floats),
+        "grid": [tree(g) for g in plan.grid_exprs],
+        "trip_count": tree(plan.trip_expr),
+        "flops": tree(plan.flops),
+        "stage_bytes": sum(b.stage_bytes for b in plan.buffers),
+        "stages": plan.stages,
+        "smem_bytes": plan.smem_bytes,
+        "consumers": plan.consumers,
+        "warpspecialize": plan.warpspecialize,
+        "persistent": plan.persistent,
+        "mma_in_flight": plan.mma_in_flight,
+        "raster": plan.raster,
+        "staged_stores": sum(isinstance(s, TmaStore) for s in plan.epilogue),
+        "direct_stores": sum(isinstance(s, StoreDirect) for s in plan.epilogue),
+        "acc_floats": sum(f.rows * f.cols for f in plan.fragments),
+    }
 
 
-def check_all(jobs: Sequence[tuple], *, workers: int | None = None,
-              on_done: Callable[[int, dict], None] | None = None) -> list[dict]:
+def check_all(
+    jobs: Sequence[tuple],
+    *,
+    workers: int | None = None,
+    on_done: Callable[[int, dict], None] | None = None,
+) -> list[dict]:
     """:func:`check_candidate` over ``jobs`` on ``workers`` processes (default: every core);
     ``on_done(i, result)`` is called as each finishes (progress).  Small batches run in
     this process (a pool costs more to start than they take)."""
@@ -123,7 +138,9 @@ def _start_method() -> str:
     return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def static_score(feat: Mapping[str, Any], sizes: Mapping[str, int], sms: int, smem_max: int) -> float:
+def static_score(
+    feat: Mapping[str, Any], sizes: Mapping[str, int], sms: int, smem_max: int
+) -> float:
     """A relative speed estimate (higher is better, about 1 for a kernel at the machine's
     peak) of a candidate at ``sizes``: tensor-core work per staged byte against a reference
     intensity, times the fraction of the last wave of blocks that is busy, times small
@@ -149,7 +166,7 @@ def static_score(feat: Mapping[str, Any], sizes: Mapping[str, int], sms: int, sm
     ws = 1.0 if feat["warpspecialize"] else 0.85
     persist = 1.0 if feat["persistent"] else 0.97
     inflight = 1.0 if feat["mma_in_flight"] >= 1 else 0.95
-    stores = 0.97 if feat["direct_stores"] else 1.0     # tiles stored from registers, not by the TMA
+    stores = 0.97 if feat["direct_stores"] else 1.0  # tiles stored from registers, not by the TMA
     # accumulators above ~128 floats per consumer thread spill-risk the register file
     per_thread = feat["acc_floats"] / 128
     regs = 1.0 if per_thread <= 128 else 0.8

@@ -8,8 +8,17 @@ from typing import Any
 from cypressc.tuner.cache import JsonStore, cache_dir, compiler_fingerprint, digest
 from cypressc.tuner.search import Candidate, Result
 
-__all__ = ["Progress", "table", "best_yaml", "closing_note", "failures", "failure_lines", "tuning_key",
-           "store_result", "cached_result"]
+__all__ = [
+    "Progress",
+    "table",
+    "best_yaml",
+    "closing_note",
+    "failures",
+    "failure_lines",
+    "tuning_key",
+    "store_result",
+    "cached_result",
+]
 
 
 class Progress:
@@ -36,8 +45,13 @@ class Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as RichProgress
 
-            self._p = RichProgress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
-                                   TimeElapsedColumn(), console=Console(stderr=True))
+            self._p = RichProgress(
+                TextColumn("{task.description:<34}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+            )
 
     def __enter__(self) -> Progress:
         if self._p is not None:
@@ -56,14 +70,24 @@ class Progress:
         import time
 
         now = time.perf_counter()
-        self._phases[phase] = {"what": description, "total": total, "done": done, "t0": now, "said": now,
-                               "step": done * 10 // max(1, total)}
+        self._phases[phase] = {
+            "what": description,
+            "total": total,
+            "done": done,
+            "t0": now,
+            "said": now,
+            "step": done * 10 // max(1, total),
+        }
         if self.mode == "lines":
-            self._line(f"{description}: {total} candidate{'s' if total != 1 else ''}"
-                       + (f" ({done} already done)" if done else ""))
+            self._line(
+                f"{description}: {total} candidate{'s' if total != 1 else ''}"
+                + (f" ({done} already done)" if done else "")
+            )
         elif self._p is not None:
             if phase in self._tasks:
-                self._p.update(self._tasks[phase], description=description, total=total, completed=done)
+                self._p.update(
+                    self._tasks[phase], description=description, total=total, completed=done
+                )
             else:
                 self._tasks[phase] = self._p.add_task(description, total=total, completed=done)
 
@@ -82,8 +106,10 @@ class Progress:
         step = st["done"] * 10 // max(1, st["total"])
         if (step > st["step"] and now - st["said"] >= self.GAP) or now - st["said"] >= self.QUIET:
             st["step"], st["said"] = step, now
-            self._line(f"{st['what']}: {st['done']}/{st['total']} ({100 * st['done'] // max(1, st['total'])}%) "
-                       f"in {now - st['t0']:.1f} s")
+            self._line(
+                f"{st['what']}: {st['done']}/{st['total']} ({100 * st['done'] // max(1, st['total'])}%) "
+                f"in {now - st['t0']:.1f} s"
+            )
 
     def finish(self, phase: str, summary: str) -> None:
         """The end of ``phase``: ``summary`` says what came of it (counts); the seconds are added."""
@@ -103,7 +129,9 @@ class Progress:
         :mod:`cypressc.tuner.timing`) about ``cand``: the bars show counts only, the lines a
         GPU worker's start; the failures are listed at the end."""
         if self.mode == "lines" and ev.get("event") == "started":
-            self._line(f"GPU worker {ev.get('gpu')} ({ev.get('device')}) started in {ev.get('seconds', 0):.1f} s")
+            self._line(
+                f"GPU worker {ev.get('gpu')} ({ev.get('device')}) started in {ev.get('seconds', 0):.1f} s"
+            )
 
 
 def _speed(c: Candidate) -> str:
@@ -130,7 +158,9 @@ def table(res: Result, top: int = 10) -> str:
             rel = f"{c.tflops / base.tflops:.2f}x"
         tag = " (start)" if c.baseline else ""
         built = _speed(c) if not res.options.compile_only else ("cache" if c.hit else "compiled")
-        lines.append(f"| {i} | {res.space.describe(c.values)}{tag} | {c.score or 0:.3f} | {built} | {rel} |")
+        lines.append(
+            f"| {i} | {res.space.describe(c.values)}{tag} | {c.score or 0:.3f} | {built} | {rel} |"
+        )
     return "\n".join(lines)
 
 
@@ -139,19 +169,30 @@ def closing_note(res: Result) -> str:
     n = res.counts()
     by = ", ".join(f"{k} {v}" for k, v in sorted(n["pruned_by"].items())) or "none"
     s = res.seconds
-    out = [f"{n['considered']} candidates: {n['pruned']} pruned by the compiler ({by}), "
-           f"{n['compiled']} compiled, {n['cache_hits']} from the kernel cache, "
-           f"{n['build_failed']} failed to build"
-           + ("" if res.options.compile_only else f", {n['timed']} timed, {n['failed_check']} failed the check"),
-           f"wall {s.get('total', 0):.1f} s: prune {s['prune']:.1f} s, compile {s['compile']:.1f} s, "
-           f"timing {s['timing']:.1f} s"]
+    out = [
+        f"{n['considered']} candidates: {n['pruned']} pruned by the compiler ({by}), "
+        f"{n['compiled']} compiled, {n['cache_hits']} from the kernel cache, "
+        f"{n['build_failed']} failed to build"
+        + (
+            ""
+            if res.options.compile_only
+            else f", {n['timed']} timed, {n['failed_check']} failed the check"
+        ),
+        f"wall {s.get('total', 0):.1f} s: prune {s['prune']:.1f} s, compile {s['compile']:.1f} s, "
+        f"timing {s['timing']:.1f} s",
+    ]
     if res.pruning:  # what pruning costs: the compiler's passes on every candidate (docs/tuning.md)
         p, procs = res.pruning, max(1, res.pruning["processes"])
-        checked = (f"{p['checked']} checked by the compiler on {procs} process{'es' if procs != 1 else ''} "
-                   f"(about {s['prune'] * procs / p['checked']:.2f} s of a core each)" if p["checked"] else
-                   "none checked by the compiler")
-        out.append(f"pruned {n['pruned']} of {n['considered']} in {s['prune']:.1f} s: {checked}, "
-                   f"{p['cached']} from the prune cache")
+        checked = (
+            f"{p['checked']} checked by the compiler on {procs} process{'es' if procs != 1 else ''} "
+            f"(about {s['prune'] * procs / p['checked']:.2f} s of a core each)"
+            if p["checked"]
+            else "none checked by the compiler"
+        )
+        out.append(
+            f"pruned {n['pruned']} of {n['considered']} in {s['prune']:.1f} s: {checked}, "
+            f"{p['cached']} from the prune cache"
+        )
     if res.partial:
         out.append("interrupted: the result covers the candidates measured so far")
     out += failure_lines(res)
@@ -168,18 +209,27 @@ def failures(res: Result) -> list[dict[str, Any]]:
     for c in res.candidates:
         base = {"label": c.label, "knobs": res.space.describe(c.values), "start": c.baseline}
         if c.verdict is not None and not c.verdict["ok"] and c.verdict["code"] == "internal":
-            out.append({**base, "stage": "prune", "kind": "internal", "error": c.verdict["message"]})
+            out.append(
+                {**base, "stage": "prune", "kind": "internal", "error": c.verdict["message"]}
+            )
         elif c.error and not c.dir:
-            out.append({**base, "stage": "build", "kind": "build", "error": c.error.splitlines()[0]})
+            out.append(
+                {**base, "stage": "build", "kind": "build", "error": c.error.splitlines()[0]}
+            )
         elif c.timing and not c.timing.get("ok"):
-            out.append({**base, "stage": "check", **{k: v for k, v in c.timing.items() if k != "ok"}})
+            out.append(
+                {**base, "stage": "check", **{k: v for k, v in c.timing.items() if k != "ok"}}
+            )
     return out
 
 
 def failure_lines(res: Result) -> list[str]:
     """One ``FAILED`` line per :func:`failures` entry: the knobs, the kind, why."""
-    return [f"FAILED ({f.get('kind')}) {f['knobs']}{' (start)' if f['start'] else ''} [{f['label']}]: "
-            f"{f.get('error', '')}" for f in failures(res)]
+    return [
+        f"FAILED ({f.get('kind')}) {f['knobs']}{' (start)' if f['start'] else ''} [{f['label']}]: "
+        f"{f.get('error', '')}"
+        for f in failures(res)
+    ]
 
 
 def best_yaml(res: Result, program: str, mapping: str) -> str | None:
@@ -189,11 +239,15 @@ def best_yaml(res: Result, program: str, mapping: str) -> str | None:
         return None
     sizes = " ".join(f"{k}={v}" for k, v in res.options.sizes.items())
     dts = " ".join(f"{k}={v}" for k, v in res.options.dtypes.items()) or "defaults"
-    head = [f"# cypressc tune: the best of {len(res.candidates)} candidates for {program}, from {mapping}",
-            f"# device: {res.device}; sizes {sizes}; dtypes {dts}"]
+    head = [
+        f"# cypressc tune: the best of {len(res.candidates)} candidates for {program}, from {mapping}",
+        f"# device: {res.device}; sizes {sizes}; dtypes {dts}",
+    ]
     if best.tflops:
-        head.append(f"# measured: {best.tflops:.1f} TFLOP/s ({best.timing['ms']:.4f} ms, median of "  # type: ignore[index]
-                    f"{res.options.rounds}x{res.options.reps} calls)")
+        head.append(
+            f"# measured: {best.tflops:.1f} TFLOP/s ({best.timing['ms']:.4f} ms, median of "  # type: ignore[index]
+            f"{res.options.rounds}x{res.options.reps} calls)"
+        )
     else:
         why = "--compile-only" if res.options.compile_only else "interrupted before any timing"
         head.append(f"# not timed ({why}): ranked by the static model, score {best.score or 0:.3f}")
@@ -209,8 +263,15 @@ def best_yaml(res: Result, program: str, mapping: str) -> str | None:
 
 def tuning_key(program_text: str, mapping_text: str, device: str, dtypes: dict, sizes: dict) -> str:
     """The tuning cache key: program and mapping content, the compiler, device, dtypes, sizes."""
-    return digest("tune-v1", compiler_fingerprint(), program_text, mapping_text, device,
-                  dict(sorted(dtypes.items())), dict(sorted(sizes.items())))
+    return digest(
+        "tune-v1",
+        compiler_fingerprint(),
+        program_text,
+        mapping_text,
+        device,
+        dict(sorted(dtypes.items())),
+        dict(sorted(sizes.items())),
+    )
 
 
 def _store() -> JsonStore:
@@ -223,13 +284,28 @@ def store_result(res: Result, program_text: str, mapping_text: str, yaml_text: s
     key = tuning_key(program_text, mapping_text, res.device, res.options.dtypes, res.options.sizes)
     if best is None or res.partial or res.options.compile_only:
         return key
-    _store().put(key, {"device": res.device, "sizes": res.options.sizes, "dtypes": res.options.dtypes,
-                       "best": {"knobs": res.space.describe(best.values), "tflops": best.tflops,
-                                "ms": best.timing["ms"], "mapping": best.text},  # type: ignore[index]
-                       "yaml": yaml_text, "table": table(res), "note": closing_note(res)})
+    _store().put(
+        key,
+        {
+            "device": res.device,
+            "sizes": res.options.sizes,
+            "dtypes": res.options.dtypes,
+            "best": {
+                "knobs": res.space.describe(best.values),
+                "tflops": best.tflops,
+                "ms": best.timing["ms"],
+                "mapping": best.text,
+            },  # type: ignore[index]
+            "yaml": yaml_text,
+            "table": table(res),
+            "note": closing_note(res),
+        },
+    )
     return key
 
 
-def cached_result(program_text: str, mapping_text: str, device: str, dtypes: dict, sizes: dict) -> dict | None:
+def cached_result(
+    program_text: str, mapping_text: str, device: str, dtypes: dict, sizes: dict
+) -> dict | None:
     """A stored result for exactly these inputs, or ``None``."""
     return _store().get(tuning_key(program_text, mapping_text, device, dtypes, sizes))

@@ -94,12 +94,16 @@ class Result:
     device: str
     seconds: dict[str, float]
     partial: bool = False
-    pruning: dict[str, int] = field(default_factory=dict)  # checked by the compiler, cached, processes
+    pruning: dict[str, int] = field(
+        default_factory=dict
+    )  # checked by the compiler, cached, processes
 
     def _ranked(self) -> list[Candidate]:
         timed = [c for c in self.candidates if c.tflops]
         if self.options.compile_only or (self.partial and not timed):
-            built = [c for c in self.candidates if c.dir]     # interrupted before any timing: the model's
+            built = [
+                c for c in self.candidates if c.dir
+            ]  # interrupted before any timing: the model's
             return sorted(built, key=lambda c: -(c.score or 0.0))
         return sorted(timed, key=lambda c: -c.tflops)  # type: ignore[operator]
 
@@ -174,14 +178,18 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
     else:
         pruning["cached"] += 1
     secs["prune"] += time.perf_counter() - t0
-    if not v["ok"]:                       # the user's own mapping: show the located error
+    if not v["ok"]:  # the user's own mapping: show the located error
         _front_and_compile(program, mapping, opts.dtypes)
     base.verdict, seen[text] = v, base
-    opts = replace(opts, sizes=bind_sizes(opts.sizes, v["plan"]["sizes"], v["plan"].get("aliases", {})))
+    opts = replace(
+        opts, sizes=bind_sizes(opts.sizes, v["plan"]["sizes"], v["plan"].get("aliases", {}))
+    )
     if bad := [f for f in opts.floats if f not in v["plan"].get("floats", [])]:
-        raise OptionError(f"the kernel has no float parameter {', '.join(bad)}"
-                          + (f" (it has {', '.join(v['plan']['floats'])})" if v["plan"].get("floats") else ""),
-                          "--float")
+        raise OptionError(
+            f"the kernel has no float parameter {', '.join(bad)}"
+            + (f" (it has {', '.join(v['plan']['floats'])})" if v["plan"].get("floats") else ""),
+            "--float",
+        )
     floats = {f: float(opts.floats.get(f, 1.0)) for f in v["plan"].get("floats", [])}
     base.score = static_score(v["plan"], opts.sizes, sms, smem_max)
 
@@ -202,12 +210,17 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
             if c.verdict is None:
                 fresh.append(c)
         if progress:
-            progress.start("prune", f"round {rnd}: checking", len(todo), done=len(todo) - len(fresh))
-        results = check_all([(program, opts.dtypes, c.text, mapping) for c in fresh], workers=opts.workers,
-                            on_done=lambda i, r: progress and progress.advance("prune"))
+            progress.start(
+                "prune", f"round {rnd}: checking", len(todo), done=len(todo) - len(fresh)
+            )
+        results = check_all(
+            [(program, opts.dtypes, c.text, mapping) for c in fresh],
+            workers=opts.workers,
+            on_done=lambda i, r: progress and progress.advance("prune"),
+        )
         for c, r in zip(fresh, results):
             c.verdict = r
-            if r["ok"] or r["code"] != "internal":     # a compiler bug is never cached
+            if r["ok"] or r["code"] != "internal":  # a compiler bug is never cached
                 store.put(keys[c.label], r)
         secs["prune"] += time.perf_counter() - t0
         pruning["checked"] += len(fresh)
@@ -216,8 +229,16 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
         if progress and hasattr(progress, "finish"):
             refused = Counter(c.verdict["code"] for c in todo if not c.verdict["ok"])
             by = ", ".join(f"{k} {n}" for k, n in sorted(refused.items()))
-            progress.finish("prune", f"pruned {sum(refused.values())} of {len(todo)}" + (f" ({by})" if by else "")
-                            + (f", {len(todo) - len(fresh)} from the prune cache" if len(fresh) < len(todo) else ""))
+            progress.finish(
+                "prune",
+                f"pruned {sum(refused.values())} of {len(todo)}"
+                + (f" ({by})" if by else "")
+                + (
+                    f", {len(todo) - len(fresh)} from the prune cache"
+                    if len(fresh) < len(todo)
+                    else ""
+                ),
+            )
         ok = [c for c in cands if c.verdict["ok"]]
         for c in ok:
             c.score = static_score(c.verdict["plan"], opts.sizes, sms, smem_max)
@@ -239,7 +260,9 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
         def done(i: int, r: Any) -> None:
             c = chosen[i]
             if isinstance(r, BaseException):
-                c.error = f"{type(r).__name__}: {r}" + (f"\n{r.log}" if getattr(r, "log", "") else "")
+                c.error = f"{type(r).__name__}: {r}" + (
+                    f"\n{r.log}" if getattr(r, "log", "") else ""
+                )
             else:
                 c.dir, c.name, c.hit, c.compile_s = str(r.dir), r.name, r.hit, r.seconds
             if progress:
@@ -250,8 +273,11 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
         if progress and hasattr(progress, "finish"):
             hits = sum(1 for c in chosen if c.hit)
             failed = sum(1 for c in chosen if c.error and not c.dir)
-            progress.finish("compile", f"{len(chosen) - hits - failed} compiled, {hits} from the kernel cache, "
-                            f"{failed} failed to build")
+            progress.finish(
+                "compile",
+                f"{len(chosen) - hits - failed} compiled, {hits} from the kernel cache, "
+                f"{failed} failed to build",
+            )
 
     def _time(chosen: list[Candidate], rnd: int) -> None:
         from cypressc.tuner.timing import time_candidates
@@ -265,40 +291,61 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
             progress.start("time", f"round {rnd}: checking and timing", len(cands) + opts.rounds)
         by_label = {c.label: c for c in cands}
 
-        def on_event(ev: dict) -> None:   # results land as they come: Ctrl-C keeps them
+        def on_event(ev: dict) -> None:  # results land as they come: Ctrl-C keeps them
             c = by_label.get(ev.get("label") or "")
             if ev.get("event") == "result" and c is not None:
-                c.timing = {k: v for k, v in ev.items() if k not in ("event", "label", "gpu")} | {"ok": True}
+                c.timing = {k: v for k, v in ev.items() if k not in ("event", "label", "gpu")} | {
+                    "ok": True
+                }
             elif ev.get("event") == "checked" and not ev["ok"] and c is not None:
-                c.timing = {k: v for k, v in ev.items() if k not in ("event", "label", "gpu", "fatal")}
+                c.timing = {
+                    k: v for k, v in ev.items() if k not in ("event", "label", "gpu", "fatal")
+                }
             if progress and ev.get("event") in ("checked", "round"):
                 progress.advance("time")
             if progress:
                 progress.event(ev, c)
 
-        res = time_candidates([{"label": c.label, "dir": c.dir, "name": c.name} for c in cands], opts.sizes,
-                              floats=floats, reference=opts.reference, baseline=base.label, rounds=opts.rounds,
-                              reps=opts.reps, gpus=opts.gpus, on_event=on_event)
+        res = time_candidates(
+            [{"label": c.label, "dir": c.dir, "name": c.name} for c in cands],
+            opts.sizes,
+            floats=floats,
+            reference=opts.reference,
+            baseline=base.label,
+            rounds=opts.rounds,
+            reps=opts.reps,
+            gpus=opts.gpus,
+            on_event=on_event,
+        )
         for label, r in res.items():
             if label in by_label and (by_label[label].timing is None or r.get("ok")):
                 by_label[label].timing = r
         secs["timing"] += time.perf_counter() - t0
         if progress and hasattr(progress, "finish"):
             ok = sum(1 for c in cands if c.tflops)
-            progress.finish("time", f"{ok} timed, {sum(1 for c in cands if c.timing and not c.timing.get('ok'))} "
-                            "failed the check")
+            progress.finish(
+                "time",
+                f"{ok} timed, {sum(1 for c in cands if c.timing and not c.timing.get('ok'))} "
+                "failed the check",
+            )
 
     partial = False
     try:
         if space.size() <= opts.exhaustive:
-            run_round(1, list(space.product([k.name for k in space.knobs], space.base)), opts.budget)
+            run_round(
+                1, list(space.product([k.name for k in space.knobs], space.base)), opts.budget
+            )
         else:
             first = {k.name: k.candidates[0] for k in space.knobs if k.group == "block"}
             tiles = [k.name for k in space.knobs if k.group == "tiles"]
             n1, n2 = round_budgets(opts.budget)
             ok = run_round(1, list(space.product(tiles, {**space.base, **first})), n1)
             measured = [c for c in ok if c.tflops]
-            top = sorted(measured, key=lambda c: -c.tflops)[:opts.keep] if measured else ok[:opts.keep]  # type: ignore[operator]
+            top = (
+                sorted(measured, key=lambda c: -c.tflops)[: opts.keep]
+                if measured
+                else ok[: opts.keep]
+            )  # type: ignore[operator]
             flags = [k.name for k in space.knobs if k.group == "block"]
             points = [p for c in top for p in space.product(flags, c.values)]
             if n2:
@@ -312,7 +359,9 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
     return Result(space, opts, list(seen.values()), device, secs, partial, pruning)
 
 
-def bind_sizes(given: Mapping[str, int], sizes: list[str], aliases: Mapping[str, str]) -> dict[str, int]:
+def bind_sizes(
+    given: Mapping[str, int], sizes: list[str], aliases: Mapping[str, str]
+) -> dict[str, int]:
     """``given`` as the kernel's ``sizes`` (in their order), each given by its name or one
     of its ``aliases`` (``C_d0`` for ``M``: :mod:`cypressc.passes.entry_sizes`).  Raises
     :class:`OptionError` for a size left out, a name the kernel does not have, or two names
@@ -330,9 +379,15 @@ def bind_sizes(given: Mapping[str, int], sizes: list[str], aliases: Mapping[str,
     missing = [s for s in sizes if s not in bound]
     extra = [s for s in bound if s not in sizes]
     if missing or extra:
-        raise OptionError(f"the kernel's sizes are {', '.join(names(s) for s in sizes)}: "
-                          + (f"bind {', '.join(missing)} with --size NAME=N" if missing else
-                             f"it has no size {', '.join(extra)}"), "--size")
+        raise OptionError(
+            f"the kernel's sizes are {', '.join(names(s) for s in sizes)}: "
+            + (
+                f"bind {', '.join(missing)} with --size NAME=N"
+                if missing
+                else f"it has no size {', '.join(extra)}"
+            ),
+            "--size",
+        )
     return {s: bound[s] for s in sizes}
 
 
@@ -362,8 +417,9 @@ def _device_name() -> str:
     try:
         import torch
     except ImportError:
-        raise RuntimeError("timing candidates needs PyTorch with CUDA (pip install torch); "
-                           "or pass --compile-only") from None
+        raise RuntimeError(
+            "timing candidates needs PyTorch with CUDA (pip install torch); or pass --compile-only"
+        ) from None
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA GPU is visible; pass --compile-only to prune and compile only")
     return torch.cuda.get_device_name(0)
@@ -377,7 +433,9 @@ def _space(program: str, mapping: str, text: str, dtypes: Mapping[str, str]) -> 
     share it and its rendered candidates (:meth:`Space.render` is memoized)."""
     from cypressc.tuner.space import derive_space
 
-    key = digest("space", Path(program).read_text(), program, mapping, text, dict(sorted(dtypes.items())))
+    key = digest(
+        "space", Path(program).read_text(), program, mapping, text, dict(sorted(dtypes.items()))
+    )
     if key not in _SPACES:
         _SPACES[key] = derive_space(_front_from_text(program, text, mapping, dtypes), text)
     return _SPACES[key]

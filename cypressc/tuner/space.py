@@ -47,14 +47,20 @@ from cypressc.mapping.tasktree import TaskTree
 
 __all__ = ["Site", "Knob", "Space", "derive_space", "TUNE_CODE"]
 
-TUNE_CODE = "M024"   # the tune: section names no knob, or a candidate does not fit its knob
+TUNE_CODE = "M024"  # the tune: section names no knob, or a candidate does not fit its knob
 
 # (knob, search group, default candidates given the current value; None = unset)
 _FLAG_KNOBS = ("warpspecialize", "persistent")
 _ATOM = re.compile(r"^WGMMA_64x(\d+)x16$")
 _TILE_MAX = 256
 # what the compiler does with an unset BLOCK knob (cypressc/backend/lower.py)
-_DEFAULTS = {"warpspecialize": False, "persistent": False, "raster": 16, "mma_in_flight": 1, "pingpong": False}
+_DEFAULTS = {
+    "warpspecialize": False,
+    "persistent": False,
+    "raster": 16,
+    "mma_in_flight": 1,
+    "pingpong": False,
+}
 
 
 @dataclass(frozen=True)
@@ -113,12 +119,19 @@ def _block_defaults(knob: str, cur: Any) -> list[Any]:
         return list(dict.fromkeys([cur or 16, 16, 8]))
     if knob == "mma_in_flight":
         return list(dict.fromkeys([1 if cur is None else cur, 1, 0]))
-    return [cur]   # register split: as written unless tune: lists values
+    return [cur]  # register split: as written unless tune: lists values
 
 
-_BLOCK_KNOBS = {"pipeline": "tiles", "warpspecialize": "block", "persistent": "block",
-                "raster": "block", "mma_in_flight": "block", "producer_registers": "block",
-                "consumer_registers": "block", "pingpong": "block"}
+_BLOCK_KNOBS = {
+    "pipeline": "tiles",
+    "warpspecialize": "block",
+    "persistent": "block",
+    "raster": "block",
+    "mma_in_flight": "block",
+    "producer_registers": "block",
+    "consumer_registers": "block",
+    "pingpong": "block",
+}
 
 
 class Space:
@@ -196,8 +209,8 @@ class Space:
 
     def _edit(self, values: Mapping[str, Any]) -> str:
         lines = self.text.splitlines(keepends=True)
-        subs: list[tuple[int, int, int, str]] = []       # (line, col, end_col, text), 1-based
-        inserts: dict[int, list[str]] = {}               # after line -> new lines
+        subs: list[tuple[int, int, int, str]] = []  # (line, col, end_col, text), 1-based
+        inserts: dict[int, list[str]] = {}  # after line -> new lines
         for name, v in values.items():
             knob = self.by_name[name]
             if v == knob.current:
@@ -216,12 +229,13 @@ class Space:
                     if line[:key_col].strip() not in ("", "-"):
                         raise ValueError("proc is not on a line of its own")
                     inserts.setdefault(proc.line, []).append(
-                        " " * key_col + f"{site.key[0]}: {_yaml_scalar(v)}\n")
+                        " " * key_col + f"{site.key[0]}: {_yaml_scalar(v)}\n"
+                    )
                 else:
                     raise ValueError(f"cannot place {path}")
         for line, col, end, new in sorted(subs, reverse=True):
             s = lines[line - 1]
-            lines[line - 1] = s[:col - 1] + new + s[end - 1:]
+            lines[line - 1] = s[: col - 1] + new + s[end - 1 :]
         for after in sorted(inserts, reverse=True):
             lines[after:after] = inserts[after]
         return "".join(lines)
@@ -298,8 +312,12 @@ def _staging_knobs(tree: TaskTree) -> list[Knob]:
             while frontier:
                 nxt = []
                 for c in frontier:
-                    if c.variant.task != node.variant.task or c.proc == "BLOCK" \
-                            or len(c.instance.mems) <= pos or c.instance.mems[pos] not in ("SHARED", "GLOBAL"):
+                    if (
+                        c.variant.task != node.variant.task
+                        or c.proc == "BLOCK"
+                        or len(c.instance.mems) <= pos
+                        or c.instance.mems[pos] not in ("SHARED", "GLOBAL")
+                    ):
                         continue
                     site = Site(index[c.instance.instance], ("mems", pos))
                     if site not in chain:
@@ -309,8 +327,16 @@ def _staging_knobs(tree: TaskTree) -> list[Knob]:
                 frontier = nxt
             if chain and len(vals) == 1:
                 cur = vals.pop()
-                knobs.append(Knob(f"{node.instance.instance}.{pname}", "mem", "tiles", tuple(chain), cur,
-                                  (cur, "GLOBAL" if cur == "SHARED" else "SHARED")))
+                knobs.append(
+                    Knob(
+                        f"{node.instance.instance}.{pname}",
+                        "mem",
+                        "tiles",
+                        tuple(chain),
+                        cur,
+                        (cur, "GLOBAL" if cur == "SHARED" else "SHARED"),
+                    )
+                )
     return knobs
 
 
@@ -326,9 +352,23 @@ def derive_space(tree: TaskTree, text: str) -> Space:
         if len(vals) != 1:
             continue
         cur = next(iter(vals))
-        cands = _pow2_around(cur) if kind == "int" else _atoms_around(cur) if _ATOM.match(str(cur)) else [cur]
-        knobs.append(Knob(name, kind if kind == "atom" else "tunable", "tiles", tuple(sites), cur,
-                          tuple(cands)))
+        cands = (
+            _pow2_around(cur)
+            if kind == "int"
+            else _atoms_around(cur)
+            if _ATOM.match(str(cur))
+            else [cur]
+        )
+        knobs.append(
+            Knob(
+                name,
+                kind if kind == "atom" else "tunable",
+                "tiles",
+                tuple(sites),
+                cur,
+                tuple(cands),
+            )
+        )
     knobs.sort(key=lambda k: k.kind == "atom")
     knobs += _staging_knobs(tree)
     block = tree.block_node()
@@ -336,8 +376,16 @@ def derive_space(tree: TaskTree, text: str) -> Space:
         i = [inst.instance for inst in lm.spec.instances].index(block.instance.instance)
         for name, group in _BLOCK_KNOBS.items():
             cur = getattr(block.instance, name)
-            knobs.append(Knob(name, "block", group, (Site(i, (name,)),), cur,
-                              tuple(_block_defaults(name, cur))))
+            knobs.append(
+                Knob(
+                    name,
+                    "block",
+                    group,
+                    (Site(i, (name,)),),
+                    cur,
+                    tuple(_block_defaults(name, cur)),
+                )
+            )
     space = Space(lm, text, knobs)
     return _apply_tune_section(space, tied)
 
@@ -349,24 +397,41 @@ def _apply_tune_section(space: Space, tied: dict) -> Space:
     for name, values in section.items():
         loc = space.lm.loc("tune", name)
         knob = space.by_name.get(name)
-        if knob is None and name in tied:      # a tunable bound to several values: set them all
+        if knob is None and name in tied:  # a tunable bound to several values: set them all
             kind, sites, vals = tied[name]
-            knob = Knob(name, "atom" if kind == "atom" else "tunable", "tiles", tuple(sites), None,
-                        tuple(sorted(vals, key=str)))
+            knob = Knob(
+                name,
+                "atom" if kind == "atom" else "tunable",
+                "tiles",
+                tuple(sites),
+                None,
+                tuple(sorted(vals, key=str)),
+            )
             knobs.append(knob)
             space = Space(space.lm, space.text, knobs)
         if knob is None:
-            errors.append(CypressError(
-                TUNE_CODE, f"tune: '{name}' is not a knob of this mapping", loc,
-                hint="knobs: " + ", ".join(k.name for k in space.knobs)))
+            errors.append(
+                CypressError(
+                    TUNE_CODE,
+                    f"tune: '{name}' is not a knob of this mapping",
+                    loc,
+                    hint="knobs: " + ", ".join(k.name for k in space.knobs),
+                )
+            )
             continue
         for j, v in enumerate(values):
             why = _bad_value(space, knob, v)
             if why:
-                errors.append(CypressError(TUNE_CODE, f"tune: {name} cannot be {_yaml_scalar(v)}: {why}",
-                                           space.lm.loc("tune", name, j)))
-        knobs[knobs.index(knob)] = Knob(knob.name, knob.kind, knob.group, knob.sites, knob.current,
-                                        tuple(dict.fromkeys(values)))
+                errors.append(
+                    CypressError(
+                        TUNE_CODE,
+                        f"tune: {name} cannot be {_yaml_scalar(v)}: {why}",
+                        space.lm.loc("tune", name, j),
+                    )
+                )
+        knobs[knobs.index(knob)] = Knob(
+            knob.name, knob.kind, knob.group, knob.sites, knob.current, tuple(dict.fromkeys(values))
+        )
         space = Space(space.lm, space.text, knobs)
     if errors:
         raise CypressErrors(errors)

@@ -42,13 +42,22 @@ from typing import Any
 
 from cypressc.tuner.verdicts import failure
 
-__all__ = ["timed", "interleaved", "load_reference", "gpu_count", "time_candidates", "stop_workers", "workers",
-           "CHECK_DEADLINE_S"]
+__all__ = [
+    "timed",
+    "interleaved",
+    "load_reference",
+    "gpu_count",
+    "time_candidates",
+    "stop_workers",
+    "workers",
+    "CHECK_DEADLINE_S",
+]
 
-CHECK_DEADLINE_S = 5.0    # a check launch not finished by then hangs (the slowest sane candidate: ~0.1 s)
-_START_S = 240.0          # import torch + CUDA context on a fresh worker
-_SETUP_S = 120.0          # inputs + reference of a new (program, sizes), on top of the deadline
-
+CHECK_DEADLINE_S = (
+    5.0  # a check launch not finished by then hangs (the slowest sane candidate: ~0.1 s)
+)
+_START_S = 240.0  # import torch + CUDA context on a fresh worker
+_SETUP_S = 120.0  # inputs + reference of a new (program, sizes), on top of the deadline
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,7 +69,10 @@ def timed(torch, fn: Callable[[], Any], reps: int) -> list[float]:
     """``reps`` calls of ``fn``, each between its own CUDA events, queued behind ~1 ms of GPU
     sleep so host launch overhead never leaves the GPU idle inside a measured interval;
     returns the milliseconds of each call."""
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    ev = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(reps)
+    ]
     if hasattr(torch.cuda, "_sleep"):
         torch.cuda._sleep(2_000_000)
     for e0, e1 in ev:
@@ -71,8 +83,13 @@ def timed(torch, fn: Callable[[], Any], reps: int) -> list[float]:
     return [e0.elapsed_time(e1) for e0, e1 in ev]
 
 
-def interleaved(torch, fns: Mapping[str, Callable[[], Any]], rounds: int, reps: int,
-                on_round: Callable[[int], None] | None = None) -> dict[str, list[float]]:
+def interleaved(
+    torch,
+    fns: Mapping[str, Callable[[], Any]],
+    rounds: int,
+    reps: int,
+    on_round: Callable[[int], None] | None = None,
+) -> dict[str, list[float]]:
     """Per-call milliseconds of each function over ``rounds`` interleaved rounds of ``reps``.
     Round ``r`` starts at the ``r``-th function (the order rotates): a function timed late in
     every round would pay for the heat of the others (up to 4.7 % measured for one binary at
@@ -143,7 +160,7 @@ class _Worker:
         self.starts = 0
         self.next_id = 0
         self.lock = threading.Lock()
-        self.broken: dict[str, Any] | None = None    # why it cannot start: every request fails so
+        self.broken: dict[str, Any] | None = None  # why it cannot start: every request fails so
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -154,8 +171,14 @@ class _Worker:
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.lines, self.stderr = queue.Queue(), collections.deque(maxlen=40)
-        p = subprocess.Popen([sys.executable, "-m", "cypressc.tuner.worker"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "cypressc.tuner.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.proc, self.starts = p, self.starts + 1
         threading.Thread(target=_pump, args=(p.stdout, self.lines), daemon=True).start()
         threading.Thread(target=_pump, args=(p.stderr, self.stderr), daemon=True).start()
@@ -166,8 +189,15 @@ class _Worker:
             raise _Lost(self.broken)
         self.device = ev.get("device", "")
         if on_event:
-            on_event({"event": "started", "gpu": self.gpu, "device": self.device, "starts": self.starts,
-                      "seconds": time.perf_counter() - t0})
+            on_event(
+                {
+                    "event": "started",
+                    "gpu": self.gpu,
+                    "device": self.device,
+                    "starts": self.starts,
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
 
     def ensure(self, on_event: Callable[[dict], None] | None = None) -> None:
         """A running process: started now if there is none (:class:`_Lost` if it cannot be);
@@ -187,7 +217,9 @@ class _Worker:
                 pass
         self.proc = None
 
-    def request(self, msg: dict, timeout: float, on_event: Callable[[dict], None] | None = None) -> dict:
+    def request(
+        self, msg: dict, timeout: float, on_event: Callable[[dict], None] | None = None
+    ) -> dict:
         """Send ``msg``; return the worker's reply.  Raises :class:`_Lost` (the worker is
         killed) when it dies or gives no reply within ``timeout`` seconds."""
         self.ensure(on_event)
@@ -197,9 +229,9 @@ class _Worker:
             self.proc.stdin.write(json.dumps(msg) + "\n")  # type: ignore[union-attr]
             self.proc.stdin.flush()  # type: ignore[union-attr]
         except OSError:
-            pass                       # it died: the read below says how
+            pass  # it died: the read below says how
         reply = self._read(timeout, on_event, msg["id"])
-        if reply.get("fatal"):         # it exits by itself; make sure before the next request
+        if reply.get("fatal"):  # it exits by itself; make sure before the next request
             try:
                 self.proc.wait(30)  # type: ignore[union-attr]
             except subprocess.TimeoutExpired:
@@ -213,11 +245,16 @@ class _Worker:
                 line = self.lines.get(timeout=max(0.0, end - time.monotonic()))
             except queue.Empty:
                 self.kill()
-                raise _Lost({"kind": "timeout", "message": f"no answer from the worker within {timeout:.0f} s"})
-            if line is None:           # stdout closed: the process died
+                raise _Lost(
+                    {
+                        "kind": "timeout",
+                        "message": f"no answer from the worker within {timeout:.0f} s",
+                    }
+                )
+            if line is None:  # stdout closed: the process died
                 code = self.proc.wait() if self.proc is not None else None
                 self.proc = None
-                time.sleep(0.05)       # let the stderr pump catch up
+                time.sleep(0.05)  # let the stderr pump catch up
                 raise _Lost({"kind": "crash", "exit": code, "stderr": "".join(self.stderr)[-600:]})
             try:
                 ev = json.loads(line)
@@ -251,7 +288,10 @@ def workers() -> dict[int, dict[str, Any]]:
     """The workers of this process by GPU: ``{"device", "starts", "alive"}`` (``starts`` above
     1: restarted after a crash or a hang)."""
     with _POOL_LOCK:
-        return {g: {"device": w.device, "starts": w.starts, "alive": w.alive()} for g, w in sorted(_POOL.items())}
+        return {
+            g: {"device": w.device, "starts": w.starts, "alive": w.alive()}
+            for g, w in sorted(_POOL.items())
+        }
 
 
 def stop_workers() -> None:
@@ -282,10 +322,19 @@ def _visible(gpu: int) -> str:
     return str(gpu)
 
 
-def time_candidates(cands: Sequence[Mapping[str, str]], sizes: Mapping[str, int], *,
-                    floats: Mapping[str, float] | None = None, reference: str | None = None,
-                    baseline: str | None = None, rounds: int = 5, reps: int = 10, gpus: int | None = None, deadline_s: float = CHECK_DEADLINE_S,
-                    on_event: Callable[[dict], None] | None = None) -> dict[str, dict]:
+def time_candidates(
+    cands: Sequence[Mapping[str, str]],
+    sizes: Mapping[str, int],
+    *,
+    floats: Mapping[str, float] | None = None,
+    reference: str | None = None,
+    baseline: str | None = None,
+    rounds: int = 5,
+    reps: int = 10,
+    gpus: int | None = None,
+    deadline_s: float = CHECK_DEADLINE_S,
+    on_event: Callable[[dict], None] | None = None,
+) -> dict[str, dict]:
     """Check and time ``cands`` (each ``{"label", "dir", "name"}``) at ``sizes``, passing
     ``floats`` (the values of the kernel's ``float`` parameters) to every call.
 
@@ -305,11 +354,13 @@ def time_candidates(cands: Sequence[Mapping[str, str]], sizes: Mapping[str, int]
         setup["floats"] = {k: float(v) for k, v in floats.items()}
     if reference is None:
         if baseline not in by_label:
-            raise ValueError("time_candidates: without a reference, the baseline must be one of the candidates")
+            raise ValueError(
+                "time_candidates: without a reference, the baseline must be one of the candidates"
+            )
         base = by_label[baseline]
         setup["baseline"] = {"dir": base["dir"], "name": base.get("name")}
     groups = [list(cands[i::gpus]) for i in range(gpus)]
-    if reference is None:               # every GPU checks the baseline first: it defines the reference
+    if reference is None:  # every GPU checks the baseline first: it defines the reference
         groups = [g if by_label[baseline] in g else [by_label[baseline], *g] for g in groups]
     results: dict[str, dict] = {}
     lock = threading.Lock()
@@ -322,31 +373,59 @@ def time_candidates(cands: Sequence[Mapping[str, str]], sizes: Mapping[str, int]
     def drive(gpu: int, group: list[Mapping[str, str]]) -> None:
         w = _worker(gpu)
         with w.lock:
-            got = _drive(w, group, setup, baseline if reference is None else None, rounds, reps, deadline_s, emit)
+            got = _drive(
+                w,
+                group,
+                setup,
+                baseline if reference is None else None,
+                rounds,
+                reps,
+                deadline_s,
+                emit,
+            )
         with lock:
             for label, r in got.items():
                 if label not in results or r.get("ok"):
                     results[label] = r
 
-    threads = [threading.Thread(target=drive, args=(g, grp), daemon=True) for g, grp in enumerate(groups) if grp]
+    threads = [
+        threading.Thread(target=drive, args=(g, grp), daemon=True)
+        for g, grp in enumerate(groups)
+        if grp
+    ]
     for t in threads:
         t.start()
     for t in threads:
         while t.is_alive():
-            t.join(0.2)      # joins in slices so Ctrl-C reaches the caller
+            t.join(0.2)  # joins in slices so Ctrl-C reaches the caller
     return results
 
 
-def _drive(w: _Worker, group: list, setup: dict, baseline: str | None, rounds: int, reps: int,
-           deadline_s: float, emit: Callable[[dict], None]) -> dict[str, dict]:
+def _drive(
+    w: _Worker,
+    group: list,
+    setup: dict,
+    baseline: str | None,
+    rounds: int,
+    reps: int,
+    deadline_s: float,
+    emit: Callable[[dict], None],
+) -> dict[str, dict]:
     """Check every candidate of ``group`` on ``w`` (the baseline first when it defines the
     reference), then time the ones that passed."""
     out: dict[str, dict] = {}
     order = sorted(group, key=lambda c: c["label"] != baseline)
-    passed: dict[str, dict] = {}        # label -> its checked event (rel, est_ms) and worker start
+    passed: dict[str, dict] = {}  # label -> its checked event (rel, est_ms) and worker start
     for c in order:
-        if w.broken is None and baseline is not None and baseline in out and not out[baseline].get("ok", True):
-            rec = failure("setup", None, label=c["label"], message="no reference: the baseline kernel failed")
+        if (
+            w.broken is None
+            and baseline is not None
+            and baseline in out
+            and not out[baseline].get("ok", True)
+        ):
+            rec = failure(
+                "setup", None, label=c["label"], message="no reference: the baseline kernel failed"
+            )
             out[c["label"]] = rec
             emit(rec)
             continue
@@ -359,24 +438,32 @@ def _drive(w: _Worker, group: list, setup: dict, baseline: str | None, rounds: i
         return out
     labels = list(passed)
     try:
-        w.ensure(emit)                  # a fatal last check left no process: start one now
+        w.ensure(emit)  # a fatal last check left no process: start one now
     except _Lost as e:
         for x in labels:
-            out[x] = failure(e.why.get("kind", "worker"), None, label=x,
-                             **{k: v for k, v in e.why.items() if k != "kind"})
+            out[x] = failure(
+                e.why.get("kind", "worker"),
+                None,
+                label=x,
+                **{k: v for k, v in e.why.items() if k != "kind"},
+            )
         return out
-    for x in list(labels):              # checked in a process that has exited since: check again
+    for x in list(labels):  # checked in a process that has exited since: check again
         if passed[x]["start"] != w.starts:
-            ev = _check(w, next(c for c in group if c["label"] == x), setup, deadline_s, lambda e: None)
+            ev = _check(
+                w, next(c for c in group if c["label"] == x), setup, deadline_s, lambda e: None
+            )
             if not ev["ok"]:
                 out[x] = ev
                 labels.remove(x)
     est = sum(float(passed[x].get("est_ms", 1.0)) for x in labels)
     timeout = 60.0 + 3.0 * rounds * reps * est / 1e3 + rounds * len(labels) * 0.1
     try:
-        r = w.request({"op": "time", "labels": labels, "rounds": rounds, "reps": reps}, timeout, emit)
+        r = w.request(
+            {"op": "time", "labels": labels, "rounds": rounds, "reps": reps}, timeout, emit
+        )
         timed, why = r.get("results", {}), r.get("message")
-    except _Lost:                       # one of them breaks when run back to back: time each alone
+    except _Lost:  # one of them breaks when run back to back: time each alone
         timed, why = {}, None
         for x in labels:
             ev = _check(w, next(c for c in group if c["label"] == x), setup, deadline_s, emit)
@@ -384,11 +471,18 @@ def _drive(w: _Worker, group: list, setup: dict, baseline: str | None, rounds: i
                 out[x] = ev
                 continue
             try:
-                r = w.request({"op": "time", "labels": [x], "rounds": rounds, "reps": reps}, timeout, emit)
+                r = w.request(
+                    {"op": "time", "labels": [x], "rounds": rounds, "reps": reps}, timeout, emit
+                )
                 timed.update(r.get("results", {}))
             except _Lost as e:
-                out[x] = failure(e.why.get("kind", "crash"), None, label=x,
-                                 **{k: v for k, v in e.why.items() if k != "kind"}, phase="timing")
+                out[x] = failure(
+                    e.why.get("kind", "crash"),
+                    None,
+                    label=x,
+                    **{k: v for k, v in e.why.items() if k != "kind"},
+                    phase="timing",
+                )
                 emit(out[x])
     for x in labels:
         if x in timed:
@@ -396,21 +490,35 @@ def _drive(w: _Worker, group: list, setup: dict, baseline: str | None, rounds: i
             out[x] = res
             emit(dict(res, event="result", label=x, gpu=w.gpu))
         elif x not in out or out[x].get("ok"):
-            out[x] = failure("error", None, label=x, message=f"not timed: {why or 'the worker lost the kernel'}",
-                             phase="timing")
+            out[x] = failure(
+                "error",
+                None,
+                label=x,
+                message=f"not timed: {why or 'the worker lost the kernel'}",
+                phase="timing",
+            )
             emit(out[x])
     return out
 
 
-def _check(w: _Worker, c: Mapping[str, str], setup: dict, deadline_s: float,
-           emit: Callable[[dict], None]) -> dict:
-    req = {"op": "check", "cand": {"label": c["label"], "dir": c["dir"], "name": c.get("name")},
-           "setup": setup, "deadline_s": deadline_s}
+def _check(
+    w: _Worker, c: Mapping[str, str], setup: dict, deadline_s: float, emit: Callable[[dict], None]
+) -> dict:
+    req = {
+        "op": "check",
+        "cand": {"label": c["label"], "dir": c["dir"], "name": c.get("name")},
+        "setup": setup,
+        "deadline_s": deadline_s,
+    }
     try:
         ev = w.request(req, deadline_s + _SETUP_S, emit)
     except _Lost as e:
-        ev = failure(e.why.get("kind", "crash"), None, label=c["label"],
-                     **{k: v for k, v in e.why.items() if k != "kind"})
+        ev = failure(
+            e.why.get("kind", "crash"),
+            None,
+            label=c["label"],
+            **{k: v for k, v in e.why.items() if k != "kind"},
+        )
     ev = dict(ev, label=c["label"], gpu=w.gpu)
     ev.pop("id", None)
     emit(ev)

@@ -14,15 +14,28 @@ from typing import Any
 
 __all__ = ["compare", "failure", "failure_text", "TOLERANCE", "ELEMENT_TOLERANCE", "FAILURE_KINDS"]
 
-TOLERANCE = 1e-2          # ||out - ref|| / ||ref||
+TOLERANCE = 1e-2  # ||out - ref|| / ||ref||
 ELEMENT_TOLERANCE = 0.05  # an element is wrong when off by more than this x the reference's RMS
-FAILURE_KINDS = ("refused", "launch_error", "crash", "timeout", "wrong", "load_error", "setup", "worker", "error")
+FAILURE_KINDS = (
+    "refused",
+    "launch_error",
+    "crash",
+    "timeout",
+    "wrong",
+    "load_error",
+    "setup",
+    "worker",
+    "error",
+)
 
 
-
-
-def compare(torch, got: Mapping[str, Any], ref: Mapping[str, Any], tol: float = TOLERANCE,
-            elem_tol: float = ELEMENT_TOLERANCE) -> dict[str, Any]:
+def compare(
+    torch,
+    got: Mapping[str, Any],
+    ref: Mapping[str, Any],
+    tol: float = TOLERANCE,
+    elem_tol: float = ELEMENT_TOLERANCE,
+) -> dict[str, Any]:
     """Compare a kernel's outputs ``got`` with ``ref`` (tensors by parameter name; any device;
     names missing from ``got`` are skipped).
 
@@ -56,7 +69,12 @@ def compare(torch, got: Mapping[str, Any], ref: Mapping[str, Any], tol: float = 
             lo, hi = idx.min(dim=0).values.tolist(), idx.max(dim=0).values.tolist()
             first = tuple(idx[0].tolist())
             out["where"] = f"{name}[{', '.join(f'{a}..{b}' for a, b in zip(lo, hi))}]"
-            out["first"] = {"tensor": name, "index": list(first), "got": float(g[first]), "want": float(r[first])}
+            out["first"] = {
+                "tensor": name,
+                "index": list(first),
+                "got": float(g[first]),
+                "want": float(r[first]),
+            }
         out["wrong"] += wrong
     out["ok"] = out["nan"] == 0 and out["wrong"] == 0 and out["rel"] < tol
     return out
@@ -80,8 +98,14 @@ def _classify(exc: BaseException) -> tuple[str, dict[str, Any]]:
     return "error", {}
 
 
-def failure(kind: str | None, exc: BaseException | None, *, label: str | None = None, fatal: bool = False,
-            **details: Any) -> dict[str, Any]:
+def failure(
+    kind: str | None,
+    exc: BaseException | None,
+    *,
+    label: str | None = None,
+    fatal: bool = False,
+    **details: Any,
+) -> dict[str, Any]:
     """The ``checked`` event of a failed candidate: ``{"event", "label", "ok": False, "kind",
     "error" (:func:`failure_text`), "fatal"}`` plus the details.  ``kind`` ``None`` classifies
     ``exc``: :class:`~cypressc.runtime.KernelError` and a launcher's ``cudaErrorInvalidValue``
@@ -91,8 +115,14 @@ def failure(kind: str | None, exc: BaseException | None, *, label: str | None = 
     if kind is None and exc is not None:
         kind, extra = _classify(exc)
         details = {**extra, **details}
-    rec: dict[str, Any] = {"event": "checked", "label": label, "ok": False, "kind": kind or "error",
-                           "fatal": fatal, **details}
+    rec: dict[str, Any] = {
+        "event": "checked",
+        "label": label,
+        "ok": False,
+        "kind": kind or "error",
+        "fatal": fatal,
+        **details,
+    }
     if exc is not None:
         rec["message"] = f"{type(exc).__name__}: {exc}"[:600]
     rec["error"] = failure_text(rec)
@@ -107,11 +137,16 @@ def failure_text(rec: Mapping[str, Any]) -> str:
     if kind == "wrong":
         where = f", in {rec['where']}" if rec.get("where") else ""
         first = rec.get("first")
-        at = (f"; first at {first['tensor']}{first['index']}: got {first['got']:.4g}, want {first['want']:.4g}"
-              if first else "")
-        return (f"wrong result: rel error {rec.get('rel', float('nan')):.3g}, {rec.get('nan', 0)} NaN, "
-                f"{rec.get('wrong', 0)} of {rec.get('elements', 0)} elements wrong{where}{at} "
-                "(the compiler accepted this mapping: a miscompile)")
+        at = (
+            f"; first at {first['tensor']}{first['index']}: got {first['got']:.4g}, want {first['want']:.4g}"
+            if first
+            else ""
+        )
+        return (
+            f"wrong result: rel error {rec.get('rel', float('nan')):.3g}, {rec.get('nan', 0)} NaN, "
+            f"{rec.get('wrong', 0)} of {rec.get('elements', 0)} elements wrong{where}{at} "
+            "(the compiler accepted this mapping: a miscompile)"
+        )
     if kind == "refused":
         return f"refused by the {rec.get('by', 'runtime')}: {msg}"
     if kind == "launch_error":
@@ -121,8 +156,9 @@ def failure_text(rec: Mapping[str, Any]) -> str:
     if kind == "crash":
         if "exit" in rec:
             tail = str(rec.get("stderr", "")).strip().splitlines()
-            return (f"crashed: the worker process died (exit {rec['exit']})"
-                    + (f": {tail[-1][:300]}" if tail else ""))
+            return f"crashed: the worker process died (exit {rec['exit']})" + (
+                f": {tail[-1][:300]}" if tail else ""
+            )
         return f"crashed: {msg} (worker restarted)"
     if kind == "load_error":
         return f"cannot load the library: {msg}"

@@ -57,8 +57,8 @@ class _State:
         self.floats: dict[str, float] = {}
         self.sizes: dict[str, int] = {}
         self.ref: dict[str, Any] | None = None
-        self.kept: dict[str, tuple[Any, Any, float]] = {}     # label -> (kernel, bound launch, flops)
-        self.ref_fns: dict[str, Any] = {}                      # reference spec -> function (loaded once)
+        self.kept: dict[str, tuple[Any, Any, float]] = {}  # label -> (kernel, bound launch, flops)
+        self.ref_fns: dict[str, Any] = {}  # reference spec -> function (loaded once)
 
     # ---- setup ---------------------------------------------------------------------------
 
@@ -81,8 +81,11 @@ class _State:
             tdt = getattr(torch, dt.torch)
             shape = kernel.info.shape(p, sizes)
             if p.reads:
-                self.inputs[p.name] = (torch.randn(shape, device="cuda", generator=gen).to(tdt) if dt.floating
-                                       else torch.randint(-8, 8, shape, dtype=tdt, device="cuda", generator=gen))
+                self.inputs[p.name] = (
+                    torch.randn(shape, device="cuda", generator=gen).to(tdt)
+                    if dt.floating
+                    else torch.randint(-8, 8, shape, dtype=tdt, device="cuda", generator=gen)
+                )
             if p.writes:
                 self.outs[p.name] = torch.empty(shape, dtype=tdt, device="cuda")
         if setup.get("reference"):
@@ -91,14 +94,16 @@ class _State:
                 self.ref_fns[spec] = load_reference(spec)
             got = self.ref_fns[spec]({**self.inputs, **self.floats})
             self.ref = {n: t.float() for n, t in got.items()}
-        else:                                   # the baseline kernel's outputs are the reference
+        else:  # the baseline kernel's outputs are the reference
             base = setup["baseline"]
             k = runtime.load(base["dir"], base.get("name"))
             self._run(k.bind(*self._args(k), **self._keywords(k)), 30.0)
             self.ref = {n: t.float().clone() for n, t in self.outs.items()}
             bad = [n for n, t in self.ref.items() if bool(torch.isnan(t).any())]
             if bad:
-                raise RuntimeError(f"no reference: the baseline kernel left NaN in {', '.join(bad)}")
+                raise RuntimeError(
+                    f"no reference: the baseline kernel left NaN in {', '.join(bad)}"
+                )
         torch.cuda.synchronize()
         self.key = key
 
@@ -155,7 +160,7 @@ class _State:
             return failure("load_error", e, label=label)
         try:
             self.setup(req["setup"], kernel)
-        except TimeoutError as e:                # the baseline hung defining the reference
+        except TimeoutError as e:  # the baseline hung defining the reference
             return failure("setup", e, label=label, fatal=True)
         except Exception as e:  # noqa: BLE001 - inputs or reference: the whole setup fails
             return failure("setup", e, label=label, fatal=not _healthy(torch))
@@ -169,30 +174,52 @@ class _State:
             return failure(None, e, label=label, fatal=not _healthy(torch))
         verdict = compare(torch, self.outs, self.ref or {})
         if not verdict["ok"]:
-            return failure("wrong", None, label=label, **{k: v for k, v in verdict.items() if k != "ok"})
-        try:                                     # two more launches: warm, and a time estimate
+            return failure(
+                "wrong", None, label=label, **{k: v for k, v in verdict.items() if k != "ok"}
+            )
+        try:  # two more launches: warm, and a time estimate
             ms = min(ms, *(self._run(launch, float(req.get("deadline_s", 5.0))) for _ in range(2)))
         except TimeoutError as e:
             return failure("timeout", e, label=label, fatal=True)
         except Exception as e:  # noqa: BLE001
             return failure(None, e, label=label, fatal=not _healthy(torch))
         self.kept[label] = (kernel, launch, kernel.flops(sizes))
-        return {"event": "checked", "label": label, "ok": True, "rel": verdict["rel"], "est_ms": ms,
-                "seconds": time.perf_counter() - t0}
+        return {
+            "event": "checked",
+            "label": label,
+            "ok": True,
+            "rel": verdict["rel"],
+            "est_ms": ms,
+            "seconds": time.perf_counter() - t0,
+        }
 
     def time(self, req: dict) -> dict:
         labels = [x for x in req["labels"] if x in self.kept]
         fns = {x: self.kept[x][1] for x in labels}
         t0 = time.perf_counter()
-        samples = interleaved(self.torch, fns, int(req["rounds"]), int(req["reps"]),
-                              on_round=lambda r: _say(event="round", round=r + 1, of=int(req["rounds"])))
+        samples = interleaved(
+            self.torch,
+            fns,
+            int(req["rounds"]),
+            int(req["reps"]),
+            on_round=lambda r: _say(event="round", round=r + 1, of=int(req["rounds"])),
+        )
         out = {}
         for x in labels:
             ms = statistics.median(samples[x])
-            out[x] = {"ms": ms, "tflops": self.kept[x][2] / ms / 1e9 if ms else 0.0, "min_ms": min(samples[x]),
-                      "max_ms": max(samples[x]), "n": len(samples[x])}
-        return {"event": "timed", "results": out, "missing": [x for x in req["labels"] if x not in self.kept],
-                "seconds": time.perf_counter() - t0}
+            out[x] = {
+                "ms": ms,
+                "tflops": self.kept[x][2] / ms / 1e9 if ms else 0.0,
+                "min_ms": min(samples[x]),
+                "max_ms": max(samples[x]),
+                "n": len(samples[x]),
+            }
+        return {
+            "event": "timed",
+            "results": out,
+            "missing": [x for x in req["labels"] if x not in self.kept],
+            "seconds": time.perf_counter() - t0,
+        }
 
 
 def _healthy(torch) -> bool:
@@ -212,7 +239,7 @@ def main() -> None:  # pragma: no cover - runs on a GPU machine
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         name = torch.cuda.get_device_name()
-        torch.ones(1, device="cuda").add_(1).item()          # the context, now: not in the first check
+        torch.ones(1, device="cuda").add_(1).item()  # the context, now: not in the first check
     except Exception as e:  # noqa: BLE001 - the parent fails every candidate with this
         _say(event="fatal", error=f"{type(e).__name__}: {e}"[:800])
         sys.exit(1)
@@ -227,16 +254,28 @@ def main() -> None:  # pragma: no cover - runs on a GPU machine
         if op == "quit":
             break
         try:
-            reply = state.check(req) if op == "check" else state.time(req) if op == "time" else \
-                {"event": "error", "error": f"unknown op {op!r}"}
+            reply = (
+                state.check(req)
+                if op == "check"
+                else state.time(req)
+                if op == "time"
+                else {"event": "error", "error": f"unknown op {op!r}"}
+            )
         except Exception as e:  # noqa: BLE001 - never leave the parent without a reply
-            reply = failure(None, e, label=req.get("cand", {}).get("label"), fatal=not _healthy(torch))
+            reply = failure(
+                None, e, label=req.get("cand", {}).get("label"), fatal=not _healthy(torch)
+            )
             if op == "time":
-                reply = {"event": "timed", "results": {}, "missing": req.get("labels", []),
-                         "message": reply["message"], "fatal": reply["fatal"]}
+                reply = {
+                    "event": "timed",
+                    "results": {},
+                    "missing": req.get("labels", []),
+                    "message": reply["message"],
+                    "fatal": reply["fatal"],
+                }
         _say(**reply, id=req.get("id"))
         if reply.get("fatal"):
-            os._exit(3)        # the GPU may still run the kernel: the process exit frees it
+            os._exit(3)  # the GPU may still run the kernel: the process exit frees it
 
 
 if __name__ == "__main__":  # pragma: no cover

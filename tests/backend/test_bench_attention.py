@@ -38,8 +38,11 @@ def ba():
 def infos(tmp_path_factory):
     """Kernel infos of real builds: {"d64", "d128", "d64_bf16"}."""
     out = {}
-    for key, mapping, extra in (("d64", "h100_d64", []), ("d128", "h100_d128", []),
-                                ("d64_bf16", "h100_d64", ["--dtype", "T=bf16"])):
+    for key, mapping, extra in (
+        ("d64", "h100_d64", []),
+        ("d128", "h100_d128", []),
+        ("d64_bf16", "h100_d64", ["--dtype", "T=bf16"]),
+    ):
         d = tmp_path_factory.mktemp(key)
         yaml = ROOT / "mappings" / "flash_attention2" / f"{mapping}.yaml"
         r = CliRunner().invoke(main, ["build", str(FA2), "-m", str(yaml), "-o", str(d), *extra])
@@ -92,7 +95,6 @@ def fake_triton(q, k, v, scale, causal, out=None, lse=None):
 fake_triton.best = lambda M, N, D, causal: "128x64 w4 s3"
 
 
-
 def test_bench_attention_infers_d_and_checks_the_abi(ba, infos):
     assert ba.infer_d(infos["d64"]) == 64 and ba.infer_d(infos["d128"]) == 128
     assert ba.parse_build_spec("build/x:128") == ("build/x", 128)
@@ -103,11 +105,19 @@ def test_bench_attention_infers_d_and_checks_the_abi(ba, infos):
         def __init__(self, info):
             self.info = info
 
-    assert ba.check_build(K(infos["d64"])) == "f16" and ba.check_build(K(infos["d64_bf16"])) == "bf16"
+    assert (
+        ba.check_build(K(infos["d64"])) == "f16" and ba.check_build(K(infos["d64_bf16"])) == "bf16"
+    )
     d64 = infos["d64"]
-    narrow = dataclasses.replace(d64, requires=tuple(
-        dataclasses.replace(r, tree={"op": "<=", "a": {"var": "D"}, "b": {"const": 32}}) if "at most 64" in r.why else r
-        for r in d64.requires))
+    narrow = dataclasses.replace(
+        d64,
+        requires=tuple(
+            dataclasses.replace(r, tree={"op": "<=", "a": {"var": "D"}, "b": {"const": 32}})
+            if "at most 64" in r.why
+            else r
+            for r in d64.requires
+        ),
+    )
     with pytest.raises(ValueError, match="refuses both D = 128 and D = 64: D=128: .*at most 64"):
         ba.infer_d(narrow)
     no_floats = dataclasses.replace(d64, floats=())
@@ -118,10 +128,10 @@ def test_bench_attention_infers_d_and_checks_the_abi(ba, infos):
 @pytest.mark.parametrize("causal", [0, 1])
 def test_bench_attention_reference_in_chunks(ba, monkeypatch, causal):
     monkeypatch.setattr(ba, "DEVICE", "cpu")
-    monkeypatch.setattr(ba, "REF_CHUNK", 3 * 40 * 56)     # 3 heads a chunk: 2·6 heads split 3+3+3+3
+    monkeypatch.setattr(ba, "REF_CHUNK", 3 * 40 * 56)  # 3 heads a chunk: 2·6 heads split 3+3+3+3
     g = torch.Generator().manual_seed(3)
     q = torch.randn(2, 6, 40, 64, generator=g).half()
-    k = torch.randn(2, 3, 56, 64, generator=g).half()     # G = 2, N != M (top-left aligned mask)
+    k = torch.randn(2, 3, 56, 64, generator=g).half()  # G = 2, N != M (top-left aligned mask)
     v = torch.randn(2, 3, 56, 64, generator=g).half()
     o, lse = ba.reference(torch, q, k, v, 0.125, bool(causal))
     ro, rl = naive(q, k, v, 0.125, causal)
@@ -129,7 +139,7 @@ def test_bench_attention_reference_in_chunks(ba, monkeypatch, causal):
     torch.testing.assert_close(o, ro, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lse, rl, atol=1e-5, rtol=1e-5)
     other = naive(q, k, v, 0.125, 1 - causal)
-    assert (lse - other[1]).abs().max() > 0.1              # the mask matters at these sizes
+    assert (lse - other[1]).abs().max() > 0.1  # the mask matters at these sizes
 
 
 def test_bench_attention_group_rows_and_table(ba, infos, monkeypatch, wall_clock):
@@ -141,11 +151,23 @@ def test_bench_attention_group_rows_and_table(ba, infos, monkeypatch, wall_clock
         rounds, reps, scale = 2, 1, None
 
     good = ba.Build("fa-good", Path("/x/fa-good"), FakeFA2(infos["d64"]), 64, "f16", "inferred")
-    wrong = ba.Build("fa-nocausal", Path("/x/fa-nocausal"), FakeFA2(infos["d64"], ignore_causal=True), 64, "f16",
-                     "inferred")
+    wrong = ba.Build(
+        "fa-nocausal",
+        Path("/x/fa-nocausal"),
+        FakeFA2(infos["d64"], ignore_causal=True),
+        64,
+        "f16",
+        "inferred",
+    )
     data = ba.make_data(torch, 2, 4, 2, 96, 64, "f16")
-    assert data["q"].shape == (2, 4, 96, 64) and data["k"].shape == (2, 2, 96, 64) and data["q"].dtype == torch.float16
-    assert torch.equal(data["q"], ba.make_data(torch, 2, 4, 2, 96, 64, "f16")["q"])   # one seed per (D, seq)
+    assert (
+        data["q"].shape == (2, 4, 96, 64)
+        and data["k"].shape == (2, 2, 96, 64)
+        and data["q"].dtype == torch.float16
+    )
+    assert torch.equal(
+        data["q"], ba.make_data(torch, 2, 4, 2, 96, 64, "f16")["q"]
+    )  # one seed per (D, seq)
     g = ba.run_group(torch, [good, wrong], 96, 1, data, Args, fake_triton)
     rows = g["rows"]
     assert rows["cypressc fa-good"]["ok"] and "ms" in rows["cypressc fa-good"]
@@ -153,12 +175,14 @@ def test_bench_attention_group_rows_and_table(ba, infos, monkeypatch, wall_clock
     assert not rows["cypressc fa-nocausal"]["ok"] and "ms" not in rows["cypressc fa-nocausal"]
     assert rows["cypressc fa-nocausal"]["rel"] > 1e-2
     assert rows["flash"]["ok"] and rows["flash"]["lse_err"] is None and "ms" in rows["flash"]
-    assert "error" in rows["cudnn"] and "ms" not in rows["cudnn"]     # no cuDNN on the CPU: n/a
+    assert "error" in rows["cudnn"] and "ms" not in rows["cudnn"]  # no cuDNN on the CPU: n/a
     assert rows["triton"]["ok"] and rows["triton"]["config"] == "128x64 w4 s3"
     assert g["scale"] == 0.125 and g["flop"] == 4.0 * 2 * 4 * 96 * 96 * 64 / 2
     g["builds"] = ba.build_rows(g, [good, wrong])
     rec = g["builds"][0]
-    assert rec["flash/cypressc"] == pytest.approx(rows["flash"]["ms"] / rows["cypressc fa-good"]["ms"])
+    assert rec["flash/cypressc"] == pytest.approx(
+        rows["flash"]["ms"] / rows["cypressc fa-good"]["ms"]
+    )
     assert rec["cudnn/cypressc"] is None and g["builds"][1]["triton/cypressc"] is None
     assert "cudnn n/a" in ba.line(g, rec) and "triton: 128x64 w4 s3" in ba.line(g, rec)
     text = "\n".join(ba.table([g], "cpu", Args))
@@ -169,9 +193,14 @@ def test_bench_attention_group_rows_and_table(ba, infos, monkeypatch, wall_clock
     # a head dimension above the mapping's E: the runtime refuses it, the row is FAILED
     data = ba.make_data(torch, 1, 2, 2, 64, 128, "f16")
     g = ba.run_group(torch, [good], 64, 0, data, Args, None)
-    assert "D must be at most 64" in g["rows"]["cypressc fa-good"]["error"] and "triton" not in g["rows"]
+    assert (
+        "D must be at most 64" in g["rows"]["cypressc fa-good"]["error"]
+        and "triton" not in g["rows"]
+    )
     g["builds"] = ba.build_rows(g, [good])
-    assert "| fa-good | 128 | f16 | 64 | 1 | 2 | 2 | 0 | FAILED |" in "\n".join(ba.table([g], "cpu", Args))
+    assert "| fa-good | 128 | f16 | 64 | 1 | 2 | 2 | 0 | FAILED |" in "\n".join(
+        ba.table([g], "cpu", Args)
+    )
 
 
 def test_gpu_check_attention_reference_and_keywords(infos):
@@ -184,12 +213,17 @@ def test_gpu_check_attention_reference_and_keywords(infos):
     finally:
         sys.path.remove(BENCH)
     g = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(2, 4, 37, 16, generator=g), torch.randn(2, 2, 53, 16, generator=g),
-               torch.randn(2, 2, 53, 16, generator=g))
+    q, k, v = (
+        torch.randn(2, 4, 37, 16, generator=g),
+        torch.randn(2, 2, 53, 16, generator=g),
+        torch.randn(2, 2, 53, 16, generator=g),
+    )
     for causal in (0, 1):
         got = gc._attention_ref({"Q": q, "K": k, "V": v, "scale": 0.3, "causal": causal})
         want_o, want_lse = naive(q, k, v, 0.3, causal)
-        assert torch.allclose(got["O"], want_o, atol=1e-5) and torch.allclose(got["LSE"], want_lse, atol=1e-5)
+        assert torch.allclose(got["O"], want_o, atol=1e-5) and torch.allclose(
+            got["LSE"], want_lse, atol=1e-5
+        )
     info = infos["d64"]
     sizes = gc.PROGRAMS["flash_attention2"].check[1]
     assert gc.scalar_args(info, sizes) == {"causal": sizes["causal"], "scale": sizes["scale"]}

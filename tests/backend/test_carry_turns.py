@@ -48,13 +48,22 @@ from cypressc.pipeline import compile_module
 ROOT = Path(__file__).resolve().parents[2]
 FA2, FA3 = "flash_attention2", "flash_attention3"
 PP_PERSISTENT = ROOT / "mappings" / FA3 / "h100_d64_pp_staged_persistent.yaml"
-PP_PLAIN = ROOT / "mappings" / FA3 / "h100_d64_pp_staged.yaml"  # the same mapping, one tile per block
-WG3_PP = ROOT / "mappings" / FA3 / "h100_d128_wg3_pp.yaml"  # three consumer warpgroups, not persistent
+PP_PLAIN = (
+    ROOT / "mappings" / FA3 / "h100_d64_pp_staged.yaml"
+)  # the same mapping, one tile per block
+WG3_PP = (
+    ROOT / "mappings" / FA3 / "h100_d128_wg3_pp.yaml"
+)  # three consumer warpgroups, not persistent
 # every mapping with `pingpong: true` and `persistent: true` (flash_attention2/h100.yaml is a link
 # to h100_d128_pp_staged_persistent.yaml)
-PP_MAPPINGS = [(FA3, "h100_d64_pp_staged_persistent"), (FA3, "h100_d128_pp_staged_persistent"),
-               (FA3, "h100_d128_pp_persistent"), (FA2, "h100"), (FA2, "h100_d64_pp_staged_persistent"),
-               (FA2, "h100_d128_pp_staged_persistent")]
+PP_MAPPINGS = [
+    (FA3, "h100_d64_pp_staged_persistent"),
+    (FA3, "h100_d128_pp_staged_persistent"),
+    (FA3, "h100_d128_pp_persistent"),
+    (FA2, "h100"),
+    (FA2, "h100_d64_pp_staged_persistent"),
+    (FA2, "h100_d128_pp_staged_persistent"),
+]
 TURN_THREADS = 256
 CONSUMER = "// ---- consumer warpgroups"
 
@@ -62,7 +71,9 @@ CONSUMER = "// ---- consumer warpgroups"
 @functools.lru_cache(maxsize=None)
 def _lowered(program: str, mapping: str) -> N.Module:
     """The module after cuda-lowering: the synchronized IR (``body``) and its plan (``kernel``)."""
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")), load_mapping(Path(mapping)))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs" / f"{program}.cyp")), load_mapping(Path(mapping))
+    )
     return dict(compile_module(tree, until="cuda-lowering"))["cuda-lowering"]
 
 
@@ -111,7 +122,7 @@ class Block:
 def _consumer_tree(cu: str) -> list:
     """The consumer warpgroups' code as nested blocks holding only the turn ops (and the
     blocks around them): from the consumer banner to the brace closing its branch."""
-    lines = cu[cu.index(CONSUMER):].splitlines()[1:]
+    lines = cu[cu.index(CONSUMER) :].splitlines()[1:]
     root: list = []
     stack = [root]
     for raw in lines:
@@ -135,7 +146,9 @@ def _consumer_tree(cu: str) -> list:
             m = _TURN.search(raw.strip())
             if m:
                 call, bar, threads, note = m.groups()
-                stack[-1].append(Turn("take" if call == "named_sync" else "pass", bar, int(threads), note))
+                stack[-1].append(
+                    Turn("take" if call == "named_sync" else "pass", bar, int(threads), note)
+                )
     raise AssertionError("the consumer branch does not close")
 
 
@@ -150,7 +163,7 @@ def _is_tile_loop(n) -> bool:
 def _split(tree: list) -> tuple[list, Block, list]:
     """(the code before the tile loop, the tile loop, the code after it)."""
     (i,) = [i for i, n in enumerate(tree) if _is_tile_loop(n)]
-    return tree[:i], tree[i], tree[i + 1:]
+    return tree[:i], tree[i], tree[i + 1 :]
 
 
 def _py(cond: str) -> str:
@@ -167,10 +180,10 @@ def _run(nodes: list, env: dict, out: list, tile: int) -> None:
             out.append((n.kind, eval(n.bar, {}, env), tile))
         elif not _has_turns(n.body):
             continue
-        elif (m := re.fullmatch(r"for \(int kb = 0; kb < (\w+); \+\+kb\)", n.header)):
+        elif m := re.fullmatch(r"for \(int kb = 0; kb < (\w+); \+\+kb\)", n.header):
             for kb in range(env[m.group(1)]):
                 _run(n.body, {**env, "kb": kb}, out, tile)
-        elif (m := re.fullmatch(r"if \((.*)\)", n.header)):
+        elif m := re.fullmatch(r"if \((.*)\)", n.header):
             if eval(_py(m.group(1)), {}, env):
                 _run(n.body, env, out, tile)
         else:
@@ -217,7 +230,9 @@ def _simulate(per_wg: list[list], base: int, pick) -> tuple[list, str | None]:
         waiting[w] = kind == "take"
         if len(arrived) * 128 == TURN_THREADS:
             owner = bar - base
-            if sorted((a[0], a[1]) for a in arrived) != sorted([(owner, "take"), ((owner - 1) % wgs, "pass")]):
+            if sorted((a[0], a[1]) for a in arrived) != sorted(
+                [(owner, "take"), ((owner - 1) % wgs, "pass")]
+            ):
                 return log, f"a phase of barrier {bar} completed by {arrived}"
             for v, k, t in arrived:
                 if k == "take":
@@ -238,11 +253,22 @@ def test_the_start_pass_runs_once_before_the_tile_loop_and_again_after_each_tile
     assert plan.persistent and plan.consumers == 2
     # the plan: the IR's start pass (its edges from "start") in entry, none left at the tile's start
     (start,) = plan.entry
-    assert isinstance(start.op, S.Turn) and start.op.kind == "pass" and all(not e.src for e in start.op.edges)
-    assert cexpr(start.when, top=True) == "cw >= 1 && more" and ("consumer", "more") in plan.counters
-    assert not [st for st in plan.consumer.before
-                if isinstance(st, P.Sync) and isinstance(st.op, S.Turn) and st.op.kind == "pass"
-                and all(not e.src for e in st.op.edges)]
+    assert (
+        isinstance(start.op, S.Turn)
+        and start.op.kind == "pass"
+        and all(not e.src for e in start.op.edges)
+    )
+    assert (
+        cexpr(start.when, top=True) == "cw >= 1 && more" and ("consumer", "more") in plan.counters
+    )
+    assert not [
+        st
+        for st in plan.consumer.before
+        if isinstance(st, P.Sync)
+        and isinstance(st.op, S.Turn)
+        and st.op.kind == "pass"
+        and all(not e.src for e in st.op.edges)
+    ]
     base = start.stage.value
     start_line = f"cypress::named_arrive({base}, 256);  // start ->"
     take_line = f"cypress::named_sync(({base} + cw), 256);"
@@ -251,28 +277,39 @@ def test_the_start_pass_runs_once_before_the_tile_loop_and_again_after_each_tile
     # the kernel text: the producer's tile loop, then the consumers'
     loops = [m.start() for m in re.finditer(r"for \(int k = 0, t = ", cu)]
     assert len(loops) == 2 and cu.index(CONSUMER) < loops[1]
-    consumer = cu[cu.index(CONSUMER):]
+    consumer = cu[cu.index(CONSUMER) :]
     loop = consumer.index("for (int k = 0, t = ")
     head, tile = consumer[:loop], consumer[loop:]
     assert head.count(start_line) == 1 and tile.count(start_line) == 1 and cu.count(start_line) == 2
     assert re.search(r"if \(cw >= 1 && more\) \{\n\s*" + re.escape(start_line), head)
     # `more` before the tile loop: the block has a tile (a block of the paired walk may have none)
-    assert head.count("bool more = (blockIdx.x << P) < num_tiles;") == 1 and cu.count("bool more = ") == 1
+    assert (
+        head.count("bool more = (blockIdx.x << P) < num_tiles;") == 1
+        and cu.count("bool more = ") == 1
+    )
     # the tile's top: the more flag, then no pass before the tile's first take
     first_take = tile.index(take_line)
     assert "named_arrive(" not in tile[:first_take]
-    assert len(re.findall(r"\n\s*more = ", tile[:first_take])) == 1 and len(re.findall(r"\n\s*more = ", cu)) == 1
-    assert "more" not in cu[:cu.index(CONSUMER)]  # the producer has no use for it
+    assert (
+        len(re.findall(r"\n\s*more = ", tile[:first_take])) == 1
+        and len(re.findall(r"\n\s*more = ", cu)) == 1
+    )
+    assert "more" not in cu[: cu.index(CONSUMER)]  # the producer has no use for it
     # exactly one carried pass, right after the tile's last (guarded) pass, after the key loop
     assert cu.count("if (cw >= 1 && more) {") == 2 and tile.count("if (cw >= 1 && more) {") == 1
-    last = re.compile(r"\n(\s*)if \(0 >= cw\) \{\n\s*cypress::named_arrive\(\(" + str(base)
-                      + r" \+ \(\(cw \+ 1\) % 2\)\), 256\);[^\n]*\(turn[^\n]*\n\1\}\n")
+    last = re.compile(
+        r"\n(\s*)if \(0 >= cw\) \{\n\s*cypress::named_arrive\(\("
+        + str(base)
+        + r" \+ \(\(cw \+ 1\) % 2\)\), 256\);[^\n]*\(turn[^\n]*\n\1\}\n"
+    )
     lasts = list(last.finditer(tile))
     assert len(lasts) == 1
-    after = tile[lasts[0].end():]
+    after = tile[lasts[0].end() :]
     assert re.match(r"\s*if \(cw >= 1 && more\) \{\n\s*" + re.escape(start_line), after)
     assert tile.index("for (int kb = 0; kb < num_k; ++kb)") < lasts[0].start()
-    assert "named_sync((" + str(base) not in after.split("kbase += num_k;")[0]  # no take after it in the tile
+    assert (
+        "named_sync((" + str(base) not in after.split("kbase += num_k;")[0]
+    )  # no take after it in the tile
 
 
 def test_each_warpgroup_takes_as_many_turns_per_tile_as_it_is_passed():
@@ -297,7 +334,9 @@ def test_each_warpgroup_takes_as_many_turns_per_tile_as_it_is_passed():
         # the last warpgroup: not after the tile's last run, but the next tile's first turn
         assert count(1, "pass", base, i) == nk + 1 + (i + 1 < len(trips))
         assert count(0, "pass", base, i) == count(1, "pass", base + 1, i) == 0
-    assert [e for e in per_wg[1] if e[2] == -1] == [("pass", base, -1)]  # the first tile's, before it
+    assert [e for e in per_wg[1] if e[2] == -1] == [
+        ("pass", base, -1)
+    ]  # the first tile's, before it
     assert [e for e in per_wg[0] if e[2] == -1] == []
     # over the block, every barrier is taken as often as it is passed
     for bar in (base, base + 1):
@@ -307,7 +346,9 @@ def test_each_warpgroup_takes_as_many_turns_per_tile_as_it_is_passed():
 
 
 @pytest.mark.parametrize("program,mapping", PP_MAPPINGS + [(FA3, "wg3")], ids=lambda x: x)
-def test_the_ring_runs_a_blocks_tiles_and_warpgroup_0_starts_the_next_tile_early(program, mapping, request):
+def test_the_ring_runs_a_blocks_tiles_and_warpgroup_0_starts_the_next_tile_early(
+    program, mapping, request
+):
     """Every ping-pong persistent kernel (and three warpgroups, a temporary mapping): the turn
     ops read back from the kernel run on a named-barrier model for blocks of 1 to 4 tiles
     (main loops of 0 to 3 steps) under random schedules: no deadlock, every phase completed
@@ -315,11 +356,17 @@ def test_the_ring_runs_a_blocks_tiles_and_warpgroup_0_starts_the_next_tile_early
     ends.  And with warpgroup 0 always stepped first, it takes its first turn of the second
     tile before the last warpgroup has finished the first tile (the early pass); without the
     carry it would have to wait for the last warpgroup's next tile to start."""
-    path = request.getfixturevalue("wg3_persistent") if mapping == "wg3" else _mapping(program, mapping)
+    path = (
+        request.getfixturevalue("wg3_persistent")
+        if mapping == "wg3"
+        else _mapping(program, mapping)
+    )
     plan, cu = _plan(program, path), _cu(program, path)
     wgs, base = plan.consumers, _start_base(plan)
     assert plan.persistent and wgs == (3 if mapping == "wg3" else 2)
-    assert cu.count(f"if (cw >= {wgs - 1} && more) {{") == 2 and f"if (cw >= {wgs - 1}) {{" not in cu
+    assert (
+        cu.count(f"if (cw >= {wgs - 1} && more) {{") == 2 and f"if (cw >= {wgs - 1}) {{" not in cu
+    )
     assert f"if ({wgs - 2} >= cw) {{" in cu
     rng = random.Random(7)
     for trips in ([0], [2], [1, 1], [0, 3], [3, 0, 2], [1, 2, 0, 1]):
@@ -343,8 +390,8 @@ def test_a_block_without_a_tile_passes_nothing():
     per_wg = [_events(cu, cw, []) for cw in (0, 1)]
     assert all(k not in ("take", "pass") for w in per_wg for k, _, _ in w), per_wg
     assert _simulate(per_wg, base, min)[1] is None
-    head = cu[cu.index(CONSUMER):]
-    head = head[:head.index("for (int k = 0, t = ")]
+    head = cu[cu.index(CONSUMER) :]
+    head = head[: head.index("for (int k = 0, t = ")]
     unguarded = cu.replace(head, head.replace("if (cw >= 1 && more) {", "if (cw >= 1) {"))
     assert unguarded != cu
     _, bad = _simulate([_events(unguarded, cw, []) for cw in (0, 1)], base, min)
@@ -362,10 +409,16 @@ def test_the_model_finds_a_pass_left_at_the_end_or_run_a_tile_ahead():
     no_more = cu.replace("if (cw >= 1 && more) {", "if (cw >= 1) {")
     _, bad = _simulate([_events(no_more, cw, trips) for cw in (0, 1)], base, min)
     assert bad is not None and bad.startswith("arrivals left at the end") and f"{base}:" in bad
-    to_self = cu.replace("if (cw >= 1) {", "if (0 >= cw) {").replace("if (cw >= 1 && more) {", "if (0 >= cw && more) {")
-    found = [_simulate([_events(to_self, cw, trips) for cw in (0, 1)], base, pick)[1]
-             for pick in (min, max, random.Random(3).choice)]
-    assert all(f is not None and f.startswith(f"a phase of barrier {base} completed by") for f in found), found
+    to_self = cu.replace("if (cw >= 1) {", "if (0 >= cw) {").replace(
+        "if (cw >= 1 && more) {", "if (0 >= cw && more) {"
+    )
+    found = [
+        _simulate([_events(to_self, cw, trips) for cw in (0, 1)], base, pick)[1]
+        for pick in (min, max, random.Random(3).choice)
+    ]
+    assert all(
+        f is not None and f.startswith(f"a phase of barrier {base} completed by") for f in found
+    ), found
 
 
 def test_more_says_whether_the_consumers_tile_loop_runs_again():
@@ -376,8 +429,11 @@ def test_more_says_whether_the_consumers_tile_loop_runs_again():
     an odd number; ``P = 0``: one tile per block)."""
     cu = _cu(FA3, str(PP_PERSISTENT))
     assert "constexpr int P = kPairs;" in cu
-    assert re.search(r"if \(tiles > grid\) flash_attention3_kernel<true><<<.*\n\s*else flash_attention3_kernel<false><<<", cu)
-    consumer = cu[cu.index(CONSUMER):]
+    assert re.search(
+        r"if \(tiles > grid\) flash_attention3_kernel<true><<<.*\n\s*else flash_attention3_kernel<false><<<",
+        cu,
+    )
+    consumer = cu[cu.index(CONSUMER) :]
     head = re.search(r"for \(int k = 0, t = (.+?); t < num_tiles; \+\+k, t = (.+?)\) \{", consumer)
     more = re.search(r"\n\s*more = (.+?) < num_tiles;", consumer)
     first = re.search(r"bool more = (.+?) < num_tiles;", consumer)
@@ -386,8 +442,22 @@ def test_more_says_whether_the_consumers_tile_loop_runs_again():
     def py(e):
         return e.replace("blockIdx.x", "bx").replace("gridDim.x", "gx")
 
-    init, step, nxt, has = py(head.group(1)), py(head.group(2)), py(more.group(1)), py(first.group(1))
-    for num_tiles, grid in ((7, 7), (5, 3), (264, 132), (301, 132), (1, 1), (2, 1), (100, 100), (132, 132)):
+    init, step, nxt, has = (
+        py(head.group(1)),
+        py(head.group(2)),
+        py(more.group(1)),
+        py(first.group(1)),
+    )
+    for num_tiles, grid in (
+        (7, 7),
+        (5, 3),
+        (264, 132),
+        (301, 132),
+        (1, 1),
+        (2, 1),
+        (100, 100),
+        (132, 132),
+    ):
         seen = []
         for bx in range(grid):
             env = {"bx": bx, "gx": grid, "k": 0, "P": int(num_tiles > grid)}
@@ -399,8 +469,15 @@ def test_more_says_whether_the_consumers_tile_loop_runs_again():
                 flags.append(eval(nxt, {}, {**env, "t": t}) < num_tiles)
                 env["k"] += 1
                 t = eval(step, {}, env)
-            assert flags == [True] * (len(tiles) - 1) + [False] * bool(tiles), (num_tiles, grid, bx, flags)
-            if num_tiles <= grid:  # a block for every tile: one each (pairs would idle half the grid)
+            assert flags == [True] * (len(tiles) - 1) + [False] * bool(tiles), (
+                num_tiles,
+                grid,
+                bx,
+                flags,
+            )
+            if (
+                num_tiles <= grid
+            ):  # a block for every tile: one each (pairs would idle half the grid)
                 assert tiles == ([bx] if bx < num_tiles else []), (num_tiles, grid, bx, tiles)
             seen += tiles
         assert sorted(seen) == list(range(num_tiles))
@@ -411,12 +488,17 @@ def test_a_one_tile_block_passes_the_first_turn_at_the_start_of_its_tile():
     plan, cu = _plan(FA3, str(PP_PLAIN)), _cu(FA3, str(PP_PLAIN))
     assert not plan.persistent and plan.entry == [] and ("consumer", "more") not in plan.counters
     assert "more" not in re.sub(r"//[^\n]*", "", cu) and "&& more" not in cu
-    consumer = cu[cu.index(CONSUMER):]
+    consumer = cu[cu.index(CONSUMER) :]
     loop = consumer.index("for (int t = blockIdx.x; t < num_tiles; t += num_tiles)")
     tile = consumer[loop:]
     assert "named_arrive(" not in consumer[:loop]
-    start = re.search(r"if \(cw >= 1\) \{\n\s*cypress::named_arrive\((\d+), 256\);  // start -> %e\d+ \(turn\)\n", tile)
-    assert start and start.start() < tile.index(f"cypress::named_sync(({start.group(1)} + cw), 256);")
+    start = re.search(
+        r"if \(cw >= 1\) \{\n\s*cypress::named_arrive\((\d+), 256\);  // start -> %e\d+ \(turn\)\n",
+        tile,
+    )
+    assert start and start.start() < tile.index(
+        f"cypress::named_sync(({start.group(1)} + cw), 256);"
+    )
     assert tile.count("// start ->") == 1
 
 
@@ -434,8 +516,11 @@ def test_the_persistent_kernel_moves_only_the_start_pass():
                 if isinstance(n, Turn):
                     out.append((guard, n.kind, n.bar, n.note.split(" (turn")[0]))
                 elif _has_turns(n.body):
-                    out += [("loop",)] + flat(n.body, guard) + [("/loop",)] if n.header.startswith("for") \
+                    out += (
+                        [("loop",)] + flat(n.body, guard) + [("/loop",)]
+                        if n.header.startswith("for")
                         else flat(n.body, n.header)
+                    )
             return out
 
         return flat(before), flat(loop.body), flat(after)
@@ -457,7 +542,9 @@ def test_a_persistent_block_without_ping_pong_has_no_turns_to_carry(mapping):
     plan, cu = _plan(FA3, _mapping(FA3, mapping)), _cu(FA3, _mapping(FA3, mapping))
     assert plan.persistent and plan.entry == [] and ("consumer", "more") not in plan.counters
     assert "bool more" not in cu and "&& more" not in cu and "named_arrive(" not in cu
-    assert not [st for st in plan.consumer.all() if isinstance(st, P.Sync) and isinstance(st.op, S.Turn)]
+    assert not [
+        st for st in plan.consumer.all() if isinstance(st, P.Sync) and isinstance(st.op, S.Turn)
+    ]
 
 
 # ----------------------------------------------------------------------------- the same two ops as the interpreter
@@ -471,10 +558,14 @@ def test_the_kernel_carries_the_turns_the_interpreter_carries(program, mapping):
     plan = m.kernel
     (entry,) = plan.entry
     assert entry.op is first
-    (sec,) = [sec for sec in plan.consumer.afters if any(getattr(st, "op", None) is last for st in sec)]
+    (sec,) = [
+        sec for sec in plan.consumer.afters if any(getattr(st, "op", None) is last for st in sec)
+    ]
     i = next(i for i, st in enumerate(sec) if getattr(st, "op", None) is last)
     carried = sec[i + 1]
-    assert carried.op is first and carried.when == entry.when == N.IBin("&&", S.Guard(CW, N.IConst(plan.consumers - 1)), MORE)
+    assert carried.op is first and carried.when == entry.when == N.IBin(
+        "&&", S.Guard(CW, N.IConst(plan.consumers - 1)), MORE
+    )
     assert [st for st in plan.consumer.all() if getattr(st, "op", None) is first] == [carried]
 
 
@@ -490,7 +581,11 @@ WAIT = P.Sync(S.WaitGroup("wgmma", 0, "consumer"), "an epilogue statement")
 def _turn(kind: str, bar: N.IExpr, src: str, when: S.Guard | None = None) -> P.Sync:
     """A turn op as ``lower_sync`` writes it: the IR op (its guard over the warpgroup index),
     the barrier id in ``stage``, the guard over ``cw`` in ``when``."""
-    irw = None if when is None else S.Guard(WG if when.a == CW else when.a, WG if when.b == CW else when.b)
+    irw = (
+        None
+        if when is None
+        else S.Guard(WG if when.a == CW else when.a, WG if when.b == CW else when.b)
+    )
     op = S.Turn(kind, bar, TURN_THREADS, "consumer", irw, (S.Edge(src, "%e7", "turn"),))
     return P.Sync(op, f"{src or 'start'} -> %e7 (turn)", stage=bar, when=when)
 
@@ -520,22 +615,38 @@ def _hand(before, loop, after, ops=None) -> tuple[P.KernelPlan, list]:
 
 
 def test_carry_turns_moves_the_start_pass_to_entry_and_after_the_last_pass():
-    start, take0, pass0, take1, pass1, take2, last = (_start(), _take(), _pass(), _take("%e22"), _pass("%e22"),
-                                                      _take("%e34"), _last())
+    start, take0, pass0, take1, pass1, take2, last = (
+        _start(),
+        _take(),
+        _pass(),
+        _take("%e22"),
+        _pass("%e22"),
+        _take("%e34"),
+        _last(),
+    )
     plan, ops = _hand([start, take0, pass0], [take1, pass1], [take2, last, WAIT])
     carry_turns(plan, ops)
     (entry,) = plan.entry
-    assert entry.op is start.op and entry.when == N.IBin("&&", start.when, MORE) and entry.stage == start.stage
+    assert (
+        entry.op is start.op
+        and entry.when == N.IBin("&&", start.when, MORE)
+        and entry.stage == start.stage
+    )
     assert entry.note.startswith(start.note) and "first tile" in entry.note
     assert plan.consumer.before == [take0, pass0] and plan.consumer.loops == [[take1, pass1]]
     t2, l2, carried, w2 = plan.consumer.afters[0]
     assert (t2, l2, w2) == (take2, last, WAIT)
     assert carried.op is start.op and carried.stage == start.stage and carried.who is None
-    assert carried.when == N.IBin("&&", start.when, MORE) and cexpr(carried.when, top=True) == "cw >= 1 && more"
+    assert (
+        carried.when == N.IBin("&&", start.when, MORE)
+        and cexpr(carried.when, top=True) == "cw >= 1 && more"
+    )
     assert plan.counters == {("consumer", "more")}
 
 
-@pytest.mark.parametrize("where", ["before the main loop", "between two main loops", "after the second loop"])
+@pytest.mark.parametrize(
+    "where", ["before the main loop", "between two main loops", "after the second loop"]
+)
 def test_carry_turns_puts_the_copy_right_after_the_last_pass_wherever_it_is(where):
     start, last = _start(), _last()
     tail = [_take("%e34"), last, WAIT]
@@ -552,8 +663,13 @@ def test_carry_turns_puts_the_copy_right_after_the_last_pass_wherever_it_is(wher
 
 
 IR_SHAPES = ["no last pass", "two last passes", "first pass unguarded", "two first passes"]
-PLAN_SHAPES = ["last pass missing from the plan", "last pass twice in the plan", "last pass only in the loop",
-               "first pass missing from the plan", "first pass after the loop"]
+PLAN_SHAPES = [
+    "last pass missing from the plan",
+    "last pass twice in the plan",
+    "last pass only in the loop",
+    "first pass missing from the plan",
+    "first pass after the loop",
+]
 
 
 @pytest.mark.parametrize("case", IR_SHAPES + PLAN_SHAPES)
@@ -562,10 +678,18 @@ def test_carry_turns_refuses_turns_of_another_shape(case):
     pass after the tile's last run), then their statements in the plan (once each outside
     the main loops, the first one before them)."""
     start, last = _start(), _last()
-    before, loop, after = [start, _take(), _pass()], [_take("%e22"), _pass("%e22")], [_take("%e34"), last, WAIT]
+    before, loop, after = (
+        [start, _take(), _pass()],
+        [_take("%e22"), _pass("%e22")],
+        [_take("%e34"), last, WAIT],
+    )
     ops = None
     if case == "no last pass":
-        after = [_take("%e34"), _pass("%e34"), WAIT]  # the last warpgroup passes too: nothing withheld
+        after = [
+            _take("%e34"),
+            _pass("%e34"),
+            WAIT,
+        ]  # the last warpgroup passes too: nothing withheld
     elif case == "two last passes":
         before = [start, _take(), _pass("%e7", S.Guard(N.IConst(0), CW))]
     elif case == "first pass unguarded":
@@ -577,11 +701,19 @@ def test_carry_turns_refuses_turns_of_another_shape(case):
     elif case == "last pass twice in the plan":
         ops, after = [start.op, last.op], [_take("%e34"), last, last, WAIT]
     elif case == "last pass only in the loop":
-        ops, loop, after = [start.op, last.op], [_take("%e22"), _pass("%e22"), last], [_take("%e34"), WAIT]
+        ops, loop, after = (
+            [start.op, last.op],
+            [_take("%e22"), _pass("%e22"), last],
+            [_take("%e34"), WAIT],
+        )
     elif case == "first pass missing from the plan":
         ops, before = [start.op, last.op], [_take(), _pass()]
     else:
-        ops, before, after = [start.op, last.op], [_take(), _pass()], [_take("%e34"), last, start, WAIT]
+        ops, before, after = (
+            [start.op, last.op],
+            [_take(), _pass()],
+            [_take("%e34"), last, start, WAIT],
+        )
     plan, ops = _hand(before, loop, after, ops)
     was = copy.deepcopy(plan)
     with pytest.raises(ValueError, match="ping-pong"):
@@ -593,7 +725,9 @@ def test_carry_turns_leaves_a_block_without_a_first_pass_alone():
     cases = {
         "no turns": _hand([WAIT], [], [WAIT]),
         # takes and passes, none from the start (a guarded pass that would be the last)
-        "no first pass": _hand([_take(), _pass()], [_take("%e22"), _pass("%e22")], [_take("%e34"), _last()]),
+        "no first pass": _hand(
+            [_take(), _pass()], [_take("%e22"), _pass("%e22")], [_take("%e34"), _last()]
+        ),
         # the plan's first pass is not among the IR's top-level ops
         "first pass only in the plan": _hand([_start(), _take()], [], [_last()], ops=[]),
     }

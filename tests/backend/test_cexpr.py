@@ -29,7 +29,9 @@ def test_index_arithmetic_is_grouped_at_every_level_and_top_drops_only_the_outer
     assert cexpr(B("+", a, B("*", b, c))) == "(a + (b * c))"
     assert cexpr(B("+", a, B("*", b, c)), top=True) == "a + (b * c)"
     assert cexpr(B("-", a, B("-", b, c)), top=True) == "a - (b - c)"  # not a - b - c
-    assert cexpr(a) == cexpr(a, top=True) == "a" and cexpr(C(128)) == "128" and cexpr(C(2.0)) == "2.0"
+    assert (
+        cexpr(a) == cexpr(a, top=True) == "a" and cexpr(C(128)) == "128" and cexpr(C(2.0)) == "2.0"
+    )
 
 
 def test_floor_division_prints_as_c_division_and_calls_print_as_calls():
@@ -85,16 +87,28 @@ def test_zero_and_mentions():
     assert not mentions(None, "leader") and mentions(Guard(C(1), V("kb")), "kb")
 
 
-@pytest.mark.parametrize(("c", "expected"), [(0, "stage"), (-1, "(stage >= 1 ? stage - 1 : stage + 3)"),
-                                             (1, "(stage + 1 < 4 ? stage + 1 : stage - 3)")])
+@pytest.mark.parametrize(
+    ("c", "expected"),
+    [
+        (0, "stage"),
+        (-1, "(stage >= 1 ? stage - 1 : stage + 3)"),
+        (1, "(stage + 1 < 4 ? stage + 1 : stage - 3)"),
+    ],
+)
 def test_counted_stages_are_typed_and_print_as_before(c, expected):
     e = B("%", N.ibin("+", V("k"), C(c)), C(4))
     assert cexpr(counted(e, "k", V("K"), 4, False, "stage", "phase")) == expected
 
 
-@pytest.mark.parametrize(("c", "p", "expected"), [(0, 0, "phase"), (0, 1, "(phase ^ 1)"),
-                                                  (-1, 1, "(phase ^ (stage < 1) ^ 1)"),
-                                                  (2, 0, "(phase ^ (stage + 2 >= 4))")])
+@pytest.mark.parametrize(
+    ("c", "p", "expected"),
+    [
+        (0, 0, "phase"),
+        (0, 1, "(phase ^ 1)"),
+        (-1, 1, "(phase ^ (stage < 1) ^ 1)"),
+        (2, 0, "(phase ^ (stage + 2 >= 4))"),
+    ],
+)
 def test_counted_parities_are_typed_and_print_as_before(c, p, expected):
     k = V("k")
     e = B("%", N.ibin("+", B("//", N.ibin("+", k, C(c)), C(4)), C(p)), C(2))
@@ -108,7 +122,10 @@ def test_which_threads_run_an_op():
     assert cexpr(who("consumer", procs("BLOCK", "WARPGROUP"), False), top=True) == "leader"
     assert cexpr(who("consumer", procs("BLOCK"), False), top=True) == "leader && cw == 0"
     assert cexpr(who("consumer", procs("BLOCK"), True), top=True) == "issuer"
-    assert who("producer", procs("BLOCK"), False) is None and who("consumer", procs("THREAD"), False) is None
+    assert (
+        who("producer", procs("BLOCK"), False) is None
+        and who("consumer", procs("THREAD"), False) is None
+    )
 
 
 def test_launcher_conditions_and_flops_come_from_the_printer():
@@ -118,23 +135,52 @@ def test_launcher_conditions_and_flops_come_from_the_printer():
     assert cexpr(flops, top=True) == "((2.0 * M) * N) * K"
 
 
-_NAMES = {"event", "map", "buffer", "bar", "acc", "a_buf", "b_buf", "tensor", "vec", "buf", "dtype", "src",
-          "dst", "other", "a_frag", "zero_fill", "note", "accs"}
+_NAMES = {
+    "event",
+    "map",
+    "buffer",
+    "bar",
+    "acc",
+    "a_buf",
+    "b_buf",
+    "tensor",
+    "vec",
+    "buf",
+    "dtype",
+    "src",
+    "dst",
+    "other",
+    "a_frag",
+    "zero_fill",
+    "note",
+    "accs",
+}
 
 
 @pytest.fixture(scope="module")
 def gemm_reduction_plan() -> P.KernelPlan:
     """A plan with every kind of statement expression: loads, wgmmas, counted stages and
     parities, guards, SIMT thread conditions, direct stores with a last-iteration guard."""
-    tree = instantiate(check_program(parse_file(ROOT / "programs/gemm_reduction.cyp")),
-                       load_mapping(ROOT / "mappings/gemm_reduction/h100_direct.yaml"))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs/gemm_reduction.cyp")),
+        load_mapping(ROOT / "mappings/gemm_reduction/h100_direct.yaml"),
+    )
     return compile_module(tree)[-1][1].kernel
 
 
 def test_plan_statements_keep_only_names_as_strings(gemm_reduction_plan):
     p = gemm_reduction_plan
-    stmts = [*p.producer.all(), *p.consumer.all(), *p.issue_ahead, *p.exit, *p.prologue, *p.epilogue,
-             *p.simt_body, *p.loads, *p.body]
+    stmts = [
+        *p.producer.all(),
+        *p.consumer.all(),
+        *p.issue_ahead,
+        *p.exit,
+        *p.prologue,
+        *p.epilogue,
+        *p.simt_body,
+        *p.loads,
+        *p.body,
+    ]
     exprs = []
     for st in stmts:
         for f in dataclasses.fields(st):
@@ -145,7 +191,14 @@ def test_plan_statements_keep_only_names_as_strings(gemm_reduction_plan):
             vs = v if isinstance(v, tuple) else (v,)
             exprs += [x for x in vs if isinstance(x, (N.IConst, N.IVar, N.IBin, N.ISelect, Guard))]
     assert isinstance(p.trip_count, N.IBin) and all(not isinstance(g, str) for g in p.grid)
-    shown = [cexpr(e) for e in exprs]  # every one is over the kernel's variables (no processor index)
-    assert {"(b1 * 256)", "(kb * 64)", "(((b0 * 128) + (cw * 64)) + tw)", "(b1 == tiles1 - 1)"} <= set(shown)
+    shown = [
+        cexpr(e) for e in exprs
+    ]  # every one is over the kernel's variables (no processor index)
+    assert {
+        "(b1 * 256)",
+        "(kb * 64)",
+        "(((b0 * 128) + (cw * 64)) + tw)",
+        "(b1 == tiles1 - 1)",
+    } <= set(shown)
     for text in shown:  # the lowering folds: no zero terms reach the kernel
         assert not any(z in text for z in ("(0 * ", " * 0)", " + 0)", "(0 + ")), text

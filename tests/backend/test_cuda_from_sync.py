@@ -23,10 +23,14 @@ from cypressc.pipeline import compile_module
 from cypressc.passes.sync_insertion import sync_insertion
 
 ROOT = Path(__file__).resolve().parents[2]
-PAIRS = [(p.stem, f"mappings/{p.stem}/h100.yaml") for p in sorted((ROOT / "programs").glob("*.cyp"))] + [
-    ("gemm", "mappings/gemm/h100_nows.yaml"), ("gemm", "mappings/gemm/h100_alias.yaml"),
+PAIRS = [
+    (p.stem, f"mappings/{p.stem}/h100.yaml") for p in sorted((ROOT / "programs").glob("*.cyp"))
+] + [
+    ("gemm", "mappings/gemm/h100_nows.yaml"),
+    ("gemm", "mappings/gemm/h100_alias.yaml"),
     ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml"),
-    ("tests/programs/gemm_two_loops.cyp", "tests/mappings/gemm_two_loops.yaml")]
+    ("tests/programs/gemm_two_loops.cyp", "tests/mappings/gemm_two_loops.yaml"),
+]
 
 
 def _compiled(program: str, mapping: str):
@@ -52,12 +56,17 @@ def _sync_ops(b: N.Block):
 
 
 def _drop(b: N.Block, victim) -> N.Block:
-    ops = [replace(o, body=_drop(o.body, victim)) if isinstance(o, (N.For, N.PFor)) else o
-           for o in b.ops if o is not victim]
+    ops = [
+        replace(o, body=_drop(o.body, victim)) if isinstance(o, (N.For, N.PFor)) else o
+        for o in b.ops
+        if o is not victim
+    ]
     return N.Block(tuple(ops), b.yields)
 
 
-@pytest.mark.parametrize("program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS])
+@pytest.mark.parametrize(
+    "program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS]
+)
 def test_every_sync_op_reaches_the_cuda(program, mapping):
     snaps = _compiled(program, mapping)
     m = snaps["sync-insertion"]
@@ -84,7 +93,11 @@ def test_deleting_every_edge_changes_the_cuda(program):
         ops = []
         for o in b.ops:
             if isinstance(o, (N.For, N.PFor)):
-                o = replace(o, body=strip(o.body), pre=()) if hasattr(o, "pre") else replace(o, body=strip(o.body))
+                o = (
+                    replace(o, body=strip(o.body), pre=())
+                    if hasattr(o, "pre")
+                    else replace(o, body=strip(o.body))
+                )
             elif hasattr(o, "pre"):
                 o = replace(o, pre=())
             ops.append(o)
@@ -115,8 +128,17 @@ def test_a_size_named_like_a_pipeline_counter_is_refused(tmp_path, name):
         lines[i] = re.sub(r"\bK\b", name, lines[i])
     prog = tmp_path / "gemm.cyp"
     prog.write_text("\n".join(lines))
-    r = CliRunner().invoke(main, ["build", str(prog), "-m", str(ROOT / "mappings/gemm/h100.yaml"),
-                                  "-o", str(tmp_path / "out")])
+    r = CliRunner().invoke(
+        main,
+        [
+            "build",
+            str(prog),
+            "-m",
+            str(ROOT / "mappings/gemm/h100.yaml"),
+            "-o",
+            str(tmp_path / "out"),
+        ],
+    )
     assert r.exit_code != 0 and "error[E050]" in r.output, r.output
     assert f"the name '{name}' clashes with an identifier of the generated kernel" in r.output
     assert not (tmp_path / "out").exists()

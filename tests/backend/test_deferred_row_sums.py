@@ -29,7 +29,10 @@ def _plan(before, loop, after) -> P.KernelPlan:
     return plan
 
 
-FILL_L, FILL_M = _op("%e1", "fill", ("row", "l"), value=ZERO), _op("%e2", "fill", ("row", "m"), value=MINF)
+FILL_L, FILL_M = (
+    _op("%e1", "fill", ("row", "l"), value=ZERO),
+    _op("%e2", "fill", ("row", "m"), value=MINF),
+)
 SUM0 = _op("%e3", "warpgroup_row_sum", ("row", "l"), ("frag", "S0"))
 MAX = _op("%e4", "warpgroup_row_max", ("row", "m"), ("frag", "S"))
 SCALE = _op("%e5", "scale_rows", ("row", "l"), ("row", "alpha"))
@@ -40,7 +43,9 @@ SYNC = P.Sync(None, "")  # sync statements order accesses and never count as use
 
 
 def _fns(plan):
-    return [(st.event, st.partial, st.reduce) for st in plan.consumer.all() if isinstance(st, P.RowOp)]
+    return [
+        (st.event, st.partial, st.reduce) for st in plan.consumer.all() if isinstance(st, P.RowOp)
+    ]
 
 
 def test_the_row_sum_is_reduced_once_where_the_finish_first_reads_it():
@@ -50,27 +55,54 @@ def test_the_row_sum_is_reduced_once_where_the_finish_first_reads_it():
     got = {ev: (partial, red) for ev, partial, red in _fns(plan)}
     assert got["%e3"] == (True, ()) and got["%e6"] == (True, ())  # both sums: this lane's part
     assert got["%e7"] == (False, ("l",))  # the first read sums the parts across the quad
-    assert got["%e8"] == (False, ()) and got["%e5"] == (False, ())  # the scale distributes over them
+    assert got["%e8"] == (False, ()) and got["%e5"] == (
+        False,
+        (),
+    )  # the scale distributes over them
     assert plan.epilogue[0].reduce == ("l",) and plan.epilogue[1] is LSE
 
 
 def test_uses_that_would_see_the_parts_keep_the_per_step_reduction():
     cases = {
         "read in the loop": ([FILL_L, SUM0], [SUM, DIV], [LSE]),
-        "not zeroed first": ([_op("%e1", "fill", ("row", "l"), value=N.IConst(1.0)), SUM0], [SUM], [DIV]),
+        "not zeroed first": (
+            [_op("%e1", "fill", ("row", "l"), value=N.IConst(1.0)), SUM0],
+            [SUM],
+            [DIV],
+        ),
         "a sum after the read": ([FILL_L, SUM0, DIV], [SUM], [LSE]),
-        "scaled by a deferred sum": ([FILL_L, _op("%e9", "fill", ("row", "alpha"), value=ZERO), SUM0,
-                                      _op("%e10", "warpgroup_row_sum", ("row", "alpha"), ("frag", "S0"))],
-                                     [_op("%e5", "scale_rows", ("row", "l"), ("row", "alpha")), SUM], [DIV]),
-        "copied out": ([FILL_L, SUM0], [SUM], [P.RowStore("%e11", "l", "LSE", ZERO, None, None), DIV]),
-        "written by the max": ([FILL_L, SUM0], [SUM], [_op("%e12", "warpgroup_row_max", ("row", "l"), ("frag", "S"))]),
-        "scaled by a vector of another leaf": ([FILL_L, SUM0, _op("%e13", "per_lane", ("row", "alpha"), ("frag", "S0"))],
-                                               [SCALE, SUM], [DIV]),
+        "scaled by a deferred sum": (
+            [
+                FILL_L,
+                _op("%e9", "fill", ("row", "alpha"), value=ZERO),
+                SUM0,
+                _op("%e10", "warpgroup_row_sum", ("row", "alpha"), ("frag", "S0")),
+            ],
+            [_op("%e5", "scale_rows", ("row", "l"), ("row", "alpha")), SUM],
+            [DIV],
+        ),
+        "copied out": (
+            [FILL_L, SUM0],
+            [SUM],
+            [P.RowStore("%e11", "l", "LSE", ZERO, None, None), DIV],
+        ),
+        "written by the max": (
+            [FILL_L, SUM0],
+            [SUM],
+            [_op("%e12", "warpgroup_row_max", ("row", "l"), ("frag", "S"))],
+        ),
+        "scaled by a vector of another leaf": (
+            [FILL_L, SUM0, _op("%e13", "per_lane", ("row", "alpha"), ("frag", "S0"))],
+            [SCALE, SUM],
+            [DIV],
+        ),
     }
     for what, (before, loop, after) in cases.items():
         plan = _plan(before, loop, after)
         defer_row_sums(plan)
-        changed = [(ev, p, r) for ev, p, r in _fns(plan) if ev in ("%e3", "%e6", "%e7") and (p or r)]
+        changed = [
+            (ev, p, r) for ev, p, r in _fns(plan) if ev in ("%e3", "%e6", "%e7") and (p or r)
+        ]
         assert not changed, (what, changed)
 
 
@@ -92,15 +124,30 @@ def test_the_reduced_sum_may_be_read_again_in_a_later_loop():
 
 
 def test_flash_attention_kernels_sum_their_row_sums_once_per_tile(tmp_path):
-    for prog, mapping in (("flash_attention3", "h100_d64_pp_staged_persistent"), ("flash_attention2", "h100")):
+    for prog, mapping in (
+        ("flash_attention3", "h100_d64_pp_staged_persistent"),
+        ("flash_attention2", "h100"),
+    ):
         out = tmp_path / prog
-        r = CliRunner().invoke(main, ["build", str(ROOT / "programs" / f"{prog}.cyp"), "-m",
-                                      str(ROOT / "mappings" / prog / f"{mapping}.yaml"), "-o", str(out)])
+        r = CliRunner().invoke(
+            main,
+            [
+                "build",
+                str(ROOT / "programs" / f"{prog}.cyp"),
+                "-m",
+                str(ROOT / "mappings" / prog / f"{mapping}.yaml"),
+                "-o",
+                str(out),
+            ],
+        )
         assert r.exit_code == 0, r.output
         cu = (out / f"{prog}.cu").read_text()
-        assert "cypress::warpgroup_row_sum(" not in cu and "cypress::warpgroup_row_sum_partial(l_" in cu
+        assert (
+            "cypress::warpgroup_row_sum(" not in cu
+            and "cypress::warpgroup_row_sum_partial(l_" in cu
+        )
         assert cu.count("cypress::quad_reduce(") == 1
-        body = cu[cu.index("// ---- consumer warpgroups"):]
+        body = cu[cu.index("// ---- consumer warpgroups") :]
         loop = body.index("for (int kb = 0; kb < num_k; ++kb) {")
         red, div = body.index("cypress::quad_reduce(l_"), body.index("cypress::div_rows(")
         assert loop < red < div  # after the key loop, right before the finish reads l

@@ -31,8 +31,11 @@ from cypressc.ir.schedule_check import small_sizes
 from tests.compiled import rendered, snapshots
 
 ROOT = Path(__file__).resolve().parents[2]
-PAIRS = [(p.stem, m.relative_to(ROOT).as_posix()) for p in sorted((ROOT / "programs").glob("*.cyp"))
-         for m in sorted((ROOT / "mappings" / p.stem).glob("*.yaml"))]
+PAIRS = [
+    (p.stem, m.relative_to(ROOT).as_posix())
+    for p in sorted((ROOT / "programs").glob("*.cyp"))
+    for m in sorted((ROOT / "mappings" / p.stem).glob("*.yaml"))
+]
 
 
 def _requires(info) -> list[dict]:
@@ -60,21 +63,42 @@ def test_flash_attention_sizes_are_the_kernels_own():
         for program in ("flash_attention2", "flash_attention3"):
             r = rendered(program, f"mappings/{program}/{mapping}.yaml")
             sizes = dict(zip(r.info.sizes, map(int, example_sizes(r))))
-            assert sizes == {"B": 8, "H": 8, "M": 4096, "D": d, "HK": 8, "N": 4096, "causal": 0}, sizes
-            assert sliced_sizes(r.module) == {"B", "H", "HK"} and flag_sizes(r.module) == {"causal": 0}
+            assert sizes == {"B": 8, "H": 8, "M": 4096, "D": d, "HK": 8, "N": 4096, "causal": 0}, (
+                sizes
+            )
+            assert sliced_sizes(r.module) == {"B", "H", "HK"} and flag_sizes(r.module) == {
+                "causal": 0
+            }
 
 
 def test_satisfy_repairs_what_it_can_and_leaves_the_rest():
     le = {"tree": {"op": "<=", "a": {"var": "D"}, "b": {"const": 128}}, "why": "D <= 128"}
-    mod8 = {"tree": {"op": "==", "a": {"op": "%", "a": {"var": "D"}, "b": {"const": 8}}, "b": {"const": 0}},
-            "why": "D % 8 == 0"}
-    div = {"tree": {"op": "==", "a": {"op": "%", "a": {"var": "H"}, "b": {"var": "HK"}}, "b": {"const": 0}},
-           "why": "H % HK == 0"}
+    mod8 = {
+        "tree": {
+            "op": "==",
+            "a": {"op": "%", "a": {"var": "D"}, "b": {"const": 8}},
+            "b": {"const": 0},
+        },
+        "why": "D % 8 == 0",
+    }
+    div = {
+        "tree": {
+            "op": "==",
+            "a": {"op": "%", "a": {"var": "H"}, "b": {"var": "HK"}},
+            "b": {"const": 0},
+        },
+        "why": "H % HK == 0",
+    }
     assert satisfy([le, mod8], {"D": 4096}, grow=False) == {"D": 128}
     assert satisfy([le, mod8], {"D": 1}, grow=True) == {"D": 8}
-    assert satisfy([div], {"H": 8, "HK": 3}, grow=False) == {"H": 8, "HK": 1}  # no halving of H: HK's
+    assert satisfy([div], {"H": 8, "HK": 3}, grow=False) == {
+        "H": 8,
+        "HK": 1,
+    }  # no halving of H: HK's
     never = {"tree": {"op": "<", "a": {"var": "D"}, "b": {"const": 0}}, "why": "D < 0"}
-    assert satisfy([never], {"D": 4}, grow=False)["D"] >= 0  # nothing repairs it: the caller sees it fail
+    assert (
+        satisfy([never], {"D": 4}, grow=False)["D"] >= 0
+    )  # nothing repairs it: the caller sees it fail
 
 
 @pytest.mark.parametrize("program, mapping", PAIRS, ids=[f"{p}-{Path(m).stem}" for p, m in PAIRS])
@@ -91,22 +115,53 @@ def test_check_schedule_says_what_it_checks_first(monkeypatch):
     """A line on stderr before the long run (what, how many schedules, at which sizes), and
     the verdict with sizes written as on a command line, D = 8 for FlashAttention-3."""
     monkeypatch.chdir(ROOT)
-    r = CliRunner().invoke(main, ["explain", "programs/flash_attention3.cyp", "-m",
-                                  "mappings/flash_attention3/h100_d64.yaml", "--check-schedule", "--schedules", "1"],
-                           catch_exceptions=False)
+    r = CliRunner().invoke(
+        main,
+        [
+            "explain",
+            "programs/flash_attention3.cyp",
+            "-m",
+            "mappings/flash_attention3/h100_d64.yaml",
+            "--check-schedule",
+            "--schedules",
+            "1",
+        ],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output
     first, last = r.output.splitlines()
-    assert first == r.stderr.strip() and first.startswith("checking programs/flash_attention3.cyp: 1 random schedule(s)")
+    assert first == r.stderr.strip() and first.startswith(
+        "checking programs/flash_attention3.cyp: 1 random schedule(s)"
+    )
     sizes = re.search(r"sizes (.*)\)$", last).group(1)
-    assert sizes == "B=1 H=1 M=128 D=8 HK=1 N=512 causal=1 scale=0.75" and f" at {sizes} " in first, r.output
+    assert (
+        sizes == "B=1 H=1 M=128 D=8 HK=1 N=512 causal=1 scale=0.75" and f" at {sizes} " in first
+    ), r.output
 
 
 def test_build_says_the_dtype(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     for program, dtype, line in [
-            ("gemm", "T=bf16", "  dtype     bf16 (C, A, B); accumulate f32 (T=bf16)"),
-            ("flash_attention3", "T=f16", "  dtype     f16 (O, Q, K, V), f32 (LSE); accumulate f32 (T=f16)")]:
-        r = CliRunner().invoke(main, ["build", f"programs/{program}.cyp", "-m", f"mappings/{program}/h100.yaml",
-                                      "--dtype", dtype, "-o", str(tmp_path / program)], catch_exceptions=False)
+        ("gemm", "T=bf16", "  dtype     bf16 (C, A, B); accumulate f32 (T=bf16)"),
+        (
+            "flash_attention3",
+            "T=f16",
+            "  dtype     f16 (O, Q, K, V), f32 (LSE); accumulate f32 (T=f16)",
+        ),
+    ]:
+        r = CliRunner().invoke(
+            main,
+            [
+                "build",
+                f"programs/{program}.cyp",
+                "-m",
+                f"mappings/{program}/h100.yaml",
+                "--dtype",
+                dtype,
+                "-o",
+                str(tmp_path / program),
+            ],
+            catch_exceptions=False,
+        )
         assert r.exit_code == 0, r.output
         assert line in r.stdout.splitlines(), r.stdout

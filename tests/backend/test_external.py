@@ -41,7 +41,9 @@ def test_epilogue_calls_the_users_function_per_element(tmp_path):
     out = _build(tmp_path, str(EPI), "-m", str(EPI_MAP))
     cu = (out / "gemm_epilogue.cu").read_text()
     # the header travels with the build directory, byte for byte
-    assert (out / "include" / "ops" / "epilogue.cuh").read_text() == (ROOT / "programs/ops/epilogue.cuh").read_text()
+    assert (out / "include" / "ops" / "epilogue.cuh").read_text() == (
+        ROOT / "programs/ops/epilogue.cuh"
+    ).read_text()
     assert '#include "include/ops/epilogue.cuh"' in cu
     # two calls per column pair of the fragment: elements 2j and 2j + 1, each with its bias element
     assert "cypress_ops::bias_gelu(C_clear_thread[0][2 * j + 0], v1_0);" in cu
@@ -53,8 +55,8 @@ def test_epilogue_calls_the_users_function_per_element(tmp_path):
     assert not any(m.startswith("tm_bias") for m in re.findall(r"CUtensorMap (\w+)", cu))
     # the wgmma group retires before the call reads the accumulator: an edge to the call's event
     ev = re.search(r"// (%e\d+): bias_gelu\(\)", cu).group(1)
-    before = cu[:cu.index(f"// {ev}: bias_gelu()")]
-    last_wait = before[before.rindex("cypress::wait<0>();"):]
+    before = cu[: cu.index(f"// {ev}: bias_gelu()")]
+    last_wait = before[before.rindex("cypress::wait<0>();") :]
     assert f"-> {ev} (raw %C_clear_thread" in last_wait.splitlines()[0]
     info = json.loads((out / "gemm_epilogue.json").read_text())
     assert info["bindings"] == {"T": "f16", "BIAS": "f32", "ACT": "bias_gelu"}
@@ -62,7 +64,9 @@ def test_epilogue_calls_the_users_function_per_element(tmp_path):
 
 
 def test_choice_and_dtype_parameters_pick_the_function_and_the_bias_type(tmp_path):
-    out = _build(tmp_path, str(EPI), "-m", str(EPI_MAP), "--param", "ACT=bias_silu", "--dtype", "BIAS=bf16")
+    out = _build(
+        tmp_path, str(EPI), "-m", str(EPI_MAP), "--param", "ACT=bias_silu", "--dtype", "BIAS=bf16"
+    )
     cu = (out / "gemm_epilogue.cu").read_text()
     assert "cypress_ops::bias_silu(C_clear_thread[0][2 * j + 0], v1_0);" in cu
     assert "cypress_ops::bias_gelu(" not in cu
@@ -73,28 +77,37 @@ def test_choice_and_dtype_parameters_pick_the_function_and_the_bias_type(tmp_pat
 
 
 def test_a_choice_binding_outside_the_list_is_located(tmp_path):
-    r = CliRunner().invoke(main, ["check", str(EPI), "-m", str(EPI_MAP), "--param", "ACT=bias_relu"])
+    r = CliRunner().invoke(
+        main, ["check", str(EPI), "-m", str(EPI_MAP), "--param", "ACT=bias_relu"]
+    )
     assert r.exit_code == 1
-    assert "error[E015]: --param ACT=bias_relu: 'ACT' may only be bias_gelu or bias_silu" in r.output
+    assert (
+        "error[E015]: --param ACT=bias_relu: 'ACT' may only be bias_gelu or bias_silu" in r.output
+    )
     assert "ACT = choice(bias_gelu, bias_silu)" in r.output
 
 
 def test_include_dirs_find_headers_outside_the_programs_folder(tmp_path):
     r = CliRunner().invoke(main, ["check", str(SOFTCAP), "-m", str(SOFTCAP_MAP)])
-    assert r.exit_code == 1 and "error[E003]: include() names 'ops/scores.cuh', which does not exist" in r.output
+    assert (
+        r.exit_code == 1
+        and "error[E003]: include() names 'ops/scores.cuh', which does not exist" in r.output
+    )
     assert "E014" not in r.output  # the external under a missing include is not reported again
-    r = CliRunner().invoke(main, ["check", str(SOFTCAP), "-m", str(SOFTCAP_MAP), "-I", str(ROOT / "programs")])
+    r = CliRunner().invoke(
+        main, ["check", str(SOFTCAP), "-m", str(SOFTCAP_MAP), "-I", str(ROOT / "programs")]
+    )
     assert r.exit_code == 0, r.output
 
 
 def test_softcap_runs_between_the_two_wgmmas_of_a_step(tmp_path):
     out = _build(tmp_path, str(SOFTCAP), "-m", str(SOFTCAP_MAP), "-I", str(ROOT / "programs"))
     cu = (out / "chain_gemm_softcap.cu").read_text()
-    loop = cu[cu.index("for (int kb"):]
+    loop = cu[cu.index("for (int kb") :]
     call = loop.index("cypress_ops::softcap(")
     # after S's wgmma retired (wait<0>), before the conversion that feeds P to the second wgmma
     assert loop.rindex("cypress::wait<0>();", 0, call) < call < loop.index("cypress::acc_to_a<")
-    assert "float(30.0)" in loop[call:call + 80]
+    assert "float(30.0)" in loop[call : call + 80]
     assert (out / "include" / "ops" / "scores.cuh").is_file()
 
 
@@ -106,11 +119,22 @@ def test_header_copies_stay_inside_the_build_directory():
 
 def test_without_a_numpy_reference_the_schedule_is_checked_and_the_values_are_not(tmp_path):
     (tmp_path / "ops").mkdir()
-    shutil.copy(ROOT / "programs/ops/epilogue.cuh", tmp_path / "ops" / "epilogue.cuh")  # no epilogue.py
+    shutil.copy(
+        ROOT / "programs/ops/epilogue.cuh", tmp_path / "ops" / "epilogue.cuh"
+    )  # no epilogue.py
     shutil.copy(EPI, tmp_path / "gemm_epilogue.cyp")
-    r = CliRunner().invoke(main, ["explain", str(tmp_path / "gemm_epilogue.cyp"), "-m",
-                                  str(ROOT / "tests/mappings/gemm_epilogue_small.yaml"), "--check-schedule",
-                                  "--schedules", "3"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "explain",
+            str(tmp_path / "gemm_epilogue.cyp"),
+            "-m",
+            str(ROOT / "tests/mappings/gemm_epilogue_small.yaml"),
+            "--check-schedule",
+            "--schedules",
+            "3",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert ": clean (3 schedule(s)" in r.output
     assert "note: external bias_gelu() has no NumPy reference" in r.output
@@ -118,7 +142,9 @@ def test_without_a_numpy_reference_the_schedule_is_checked_and_the_values_are_no
 
 
 def test_kernel_info_bindings_round_trip_and_are_validated(tmp_path):
-    d = json.loads((_build(tmp_path, str(EPI), "-m", str(EPI_MAP)) / "gemm_epilogue.json").read_text())
+    d = json.loads(
+        (_build(tmp_path, str(EPI), "-m", str(EPI_MAP)) / "gemm_epilogue.json").read_text()
+    )
     assert KernelInfo.from_dict(d).to_dict()["bindings"] == d["bindings"]
     assert KernelInfo.from_dict({k: v for k, v in d.items() if k != "bindings"}).bindings == {}
     with pytest.raises(ValueError, match="'bindings' must map parameter names to strings"):

@@ -43,7 +43,9 @@ def test_every_mapping_lowers(tmp_path):
     assert {m.stem for m in MAPPINGS} >= {"h100_d64", "h100_d128", "h100_d128_wg3", "h100_d64_w64"}
     for m in MAPPINGS:  # everything `check` does, on the session's compile (tests/compiled.py)
         assert rendered(FA2, m).files
-    m = ROOT / "mappings" / "flash_attention2" / "h100.yaml"  # and through the command, as a user checks one
+    m = (
+        ROOT / "mappings" / "flash_attention2" / "h100.yaml"
+    )  # and through the command, as a user checks one
     r = CliRunner().invoke(main, ["check", str(FA2), "-m", str(m)])
     assert r.exit_code == 0, (m.name, r.output)
 
@@ -60,7 +62,9 @@ def test_the_kernel_interface_and_its_requirements(tmp_path):
     assert any("D must be at most 64" in w for w in info.failed_requires(_sizes(D=128)))
     assert info.failed_requires(_sizes(D=32)) == []
     _, info128, _ = _build(tmp_path, ROOT / "mappings" / "flash_attention2" / "h100_d128.yaml")
-    assert info128.failed_requires(_sizes(D=128)) == [] and info128.failed_requires(_sizes(D=64)) == []
+    assert (
+        info128.failed_requires(_sizes(D=128)) == [] and info128.failed_requires(_sizes(D=64)) == []
+    )
 
 
 def test_the_causal_trip_count_is_computed_per_tile(tmp_path):
@@ -85,10 +89,15 @@ def test_heads_are_tma_batches_and_kv_heads_are_shared(tmp_path):
 
 def test_masks_and_the_log_sum_exp_store(tmp_path):
     cu, _, _ = _build(tmp_path, ROOT / "mappings" / "flash_attention2" / "h100_d64.yaml")
-    assert "cypress::mask_columns(C_clear_thread_1[0], (N - (kb * 128)));" in cu  # one atom: no loop
+    assert (
+        "cypress::mask_columns(C_clear_thread_1[0], (N - (kb * 128)));" in cu
+    )  # one atom: no loop
     # the diagonal offset: the block's first row minus the tile's first key, per warpgroup and atom
     assert re.search(r"cypress::mask_causal\(C_clear_thread_1\[0\], .*\(cw \* 64\)\)\);", cu)
-    assert "cypress::row_log_sum_exp(LSE_finish_thread[0], m_init_thread[0], l_init_thread[0], scale);" in cu
+    assert (
+        "cypress::row_log_sum_exp(LSE_finish_thread[0], m_init_thread[0], l_init_thread[0], scale);"
+        in cu
+    )
     store = cu.split("copy %LSE_finish_thread -> LSE")[1].split("}")[0]
     assert "threadIdx.x % 4 == 0" in store and "LSE + size_t(((b0 * H) + b1)) * M" in store
     assert "if (r0 + 8 * h < M)" in store
@@ -105,7 +114,9 @@ def test_mask_and_log_sum_exp_semantics():
     assert np.array_equal(np.isneginf(got), cols[None, :] > rows[:, None] - 2)
     m, l = np.array([1.0, 2.0, 3.0], np.float32), np.array([1.0, np.e, 0.0], np.float32)
     lse = Operand(np.zeros(2, np.float32), (np.array([0, 1]),))
-    got = LEAF_FUNCTIONS["row_log_sum_exp"].semantics(lse, Operand(m, (np.arange(3),)), Operand(l, (np.arange(3),)), 0.5)[0]
+    got = LEAF_FUNCTIONS["row_log_sum_exp"].semantics(
+        lse, Operand(m, (np.arange(3),)), Operand(l, (np.arange(3),)), 0.5
+    )[0]
     assert np.allclose(got, [0.5, 2.0])
 
 
@@ -113,5 +124,7 @@ def test_mask_and_log_sum_exp_semantics():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("mapping", ["h100_d128", "h100_d128_wg3"])
 def test_the_kernel_compiles_without_spills(tmp_path, mapping, clean_ptxas):
-    _, _, out = _build(tmp_path, ROOT / "mappings" / "flash_attention2" / f"{mapping}.yaml", "--dtype", "T=bf16")
+    _, _, out = _build(
+        tmp_path, ROOT / "mappings" / "flash_attention2" / f"{mapping}.yaml", "--dtype", "T=bf16"
+    )
     clean_ptxas(out, "libflash_attention2.so")

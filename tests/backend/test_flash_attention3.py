@@ -33,10 +33,22 @@ FA3 = ROOT / "programs" / "flash_attention3.cyp"
 MAPPINGS = sorted((ROOT / "mappings" / "flash_attention3").glob("h100_*.yaml"))
 
 
-def _build(tmp_path: Path, program: str, mapping: Path, *extra: str) -> tuple[str, KernelInfo, Path]:
+def _build(
+    tmp_path: Path, program: str, mapping: Path, *extra: str
+) -> tuple[str, KernelInfo, Path]:
     out = tmp_path / f"{program}-{mapping.stem}"
-    r = CliRunner().invoke(main, ["build", str(ROOT / "programs" / f"{program}.cyp"), "-m", str(mapping),
-                                  "-o", str(out), *extra])
+    r = CliRunner().invoke(
+        main,
+        [
+            "build",
+            str(ROOT / "programs" / f"{program}.cyp"),
+            "-m",
+            str(mapping),
+            "-o",
+            str(out),
+            *extra,
+        ],
+    )
     assert r.exit_code == 0, r.output
     info = KernelInfo.from_dict(json.loads((out / f"{program}.json").read_text()))
     return (out / f"{program}.cu").read_text(), info, out
@@ -44,8 +56,8 @@ def _build(tmp_path: Path, program: str, mapping: Path, *extra: str) -> tuple[st
 
 def _consumer_loop(cu: str) -> list[str]:
     """The statements of the consumer's main loop (comments and pragmas dropped)."""
-    body = cu[cu.index("consumer warpgroups"):]
-    body = body[body.index("for (int kb = 0; kb < num_k; ++kb) {"):]
+    body = cu[cu.index("consumer warpgroups") :]
+    body = body[body.index("for (int kb = 0; kb < num_k; ++kb) {") :]
     lines = [ln.strip() for ln in body.splitlines()[1:]]
     out = []
     for ln in lines:
@@ -57,10 +69,18 @@ def _consumer_loop(cu: str) -> list[str]:
 
 
 def test_every_mapping_lowers():
-    assert {m.stem for m in MAPPINGS} >= {"h100_d64", "h100_d128", "h100_d128_wg3", "h100_d64_w64", "h100_d64_p3"}
+    assert {m.stem for m in MAPPINGS} >= {
+        "h100_d64",
+        "h100_d128",
+        "h100_d128_wg3",
+        "h100_d64_w64",
+        "h100_d64_p3",
+    }
     for m in MAPPINGS:  # everything `check` does, on the session's compile (tests/compiled.py)
         assert rendered(FA3, m).files
-    m = ROOT / "mappings" / "flash_attention3" / "h100.yaml"  # and through the command, as a user checks one
+    m = (
+        ROOT / "mappings" / "flash_attention3" / "h100.yaml"
+    )  # and through the command, as a user checks one
     r = CliRunner().invoke(main, ["check", str(FA3), "-m", str(m)])
     assert r.exit_code == 0, (m.name, r.output)
 
@@ -73,7 +93,9 @@ def test_the_program_writes_no_synchronization():
 
 
 def test_the_steps_overlap_as_flash_attention3_places_them_by_hand(tmp_path):
-    cu, _, _ = _build(tmp_path, "flash_attention3", ROOT / "mappings" / "flash_attention3" / "h100_d128.yaml")
+    cu, _, _ = _build(
+        tmp_path, "flash_attention3", ROOT / "mappings" / "flash_attention3" / "h100_d128.yaml"
+    )
     loop = _consumer_loop(cu)
 
     def at(pred, what):
@@ -99,8 +121,12 @@ def test_the_steps_overlap_as_flash_attention3_places_them_by_hand(tmp_path):
 
 
 def test_the_interface_and_requirements_are_flash_attention2s(tmp_path):
-    cu2, info2, _ = _build(tmp_path, "flash_attention2", ROOT / "mappings" / "flash_attention2" / "h100_d64.yaml")
-    cu3, info3, _ = _build(tmp_path, "flash_attention3", ROOT / "mappings" / "flash_attention3" / "h100_d64.yaml")
+    cu2, info2, _ = _build(
+        tmp_path, "flash_attention2", ROOT / "mappings" / "flash_attention2" / "h100_d64.yaml"
+    )
+    cu3, info3, _ = _build(
+        tmp_path, "flash_attention3", ROOT / "mappings" / "flash_attention3" / "h100_d64.yaml"
+    )
     assert [(p.name, p.dtype) for p in info3.params] == [(p.name, p.dtype) for p in info2.params]
     assert info3.sizes == info2.sizes and info3.floats == info2.floats
     assert [r.why for r in info3.requires] == [r.why for r in info2.requires]
@@ -113,7 +139,10 @@ def test_the_interface_and_requirements_are_flash_attention2s(tmp_path):
 
 
 def _final(program: str, mapping: str):
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")), load_mapping(ROOT / mapping))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs" / f"{program}.cyp")),
+        load_mapping(ROOT / mapping),
+    )
     return compile_module(tree, until="warp-specialization")[-1][1]
 
 
@@ -131,13 +160,20 @@ def test_flash_attention2_and_3_agree_on_the_same_inputs(causal):
         o3 = run_module(m3, sizes, inputs, ["O", "LSE"], seed)
         for k in ("O", "LSE"):
             assert not np.isnan(o3[k]).any()
-            assert np.allclose(o2[k].astype(np.float64), o3[k].astype(np.float64), rtol=1e-3, atol=1e-3), k
+            assert np.allclose(
+                o2[k].astype(np.float64), o3[k].astype(np.float64), rtol=1e-3, atol=1e-3
+            ), k
 
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("mapping", ["h100_d128", "h100_d64_wg3"])
 def test_the_kernel_compiles_without_spills(tmp_path, mapping, clean_ptxas):
-    _, _, out = _build(tmp_path, "flash_attention3", ROOT / "mappings" / "flash_attention3" / f"{mapping}.yaml",
-                       "--dtype", "T=bf16")
+    _, _, out = _build(
+        tmp_path,
+        "flash_attention3",
+        ROOT / "mappings" / "flash_attention3" / f"{mapping}.yaml",
+        "--dtype",
+        "T=bf16",
+    )
     clean_ptxas(out, "libflash_attention3.so")

@@ -57,7 +57,9 @@ FREE = f"free_{V}"
 _REAL = ra.resource_allocation  # captured before any test patches it
 
 
-def _compile(monkeypatch, mapping: Path, war: tuple, snaps: dict | None = None) -> dict[str, N.Module]:
+def _compile(
+    monkeypatch, mapping: Path, war: tuple, snaps: dict | None = None
+) -> dict[str, N.Module]:
     """The passes up to sync-insertion (which verifies its sync) with resource allocation's
     ``war`` pairs replaced by ``war``.  ``snaps`` collects each pass's snapshot as it
     completes, so that they survive a refusal."""
@@ -68,7 +70,9 @@ def _compile(monkeypatch, mapping: Path, war: tuple, snaps: dict | None = None) 
 
     monkeypatch.setattr(ra, "resource_allocation", forced)
     out = {} if snaps is None else snaps
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{FA3}.cyp")), load_mapping(mapping))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs" / f"{FA3}.cyp")), load_mapping(mapping)
+    )
     compile_module(tree, until="sync-insertion", hook=lambda name, m, _dt: out.__setitem__(name, m))
     return out
 
@@ -96,9 +100,17 @@ def _readers(m: N.Module) -> tuple[str, str]:
 
 def _drop(m: N.Module, op) -> N.Module:
     """``m`` without ``op`` (at the top level or in the main loop's body)."""
+
     def strip(b: N.Block) -> N.Block:
-        return replace(b, ops=tuple(replace(o, body=strip(o.body)) if isinstance(o, N.For) else o
-                                    for o in b.ops if o is not op))
+        return replace(
+            b,
+            ops=tuple(
+                replace(o, body=strip(o.body)) if isinstance(o, N.For) else o
+                for o in b.ops
+                if o is not op
+            ),
+        )
+
     return replace(m, body=strip(m.body))
 
 
@@ -117,9 +129,22 @@ def _findings(snaps, mutant: N.Module) -> list:
     for wraps in (2, 0):
         base = {**small_sizes(m, wraps=wraps), "causal": 0}
         for seed in (0, 11):
-            out.append(check_schedules(mutant, ref, sizes=base, seed=seed, schedules=12, value_every=0).finding)
-            out.append(check_schedules(mutant, ref, sizes=two_tile_sizes(m, base), seed=seed, schedules=12,
-                                       value_every=0, persistent=True).finding)
+            out.append(
+                check_schedules(
+                    mutant, ref, sizes=base, seed=seed, schedules=12, value_every=0
+                ).finding
+            )
+            out.append(
+                check_schedules(
+                    mutant,
+                    ref,
+                    sizes=two_tile_sizes(m, base),
+                    seed=seed,
+                    schedules=12,
+                    value_every=0,
+                    persistent=True,
+                ).finding
+            )
     return out
 
 
@@ -147,7 +172,9 @@ def test_two_earlier_tensors_are_released_to_the_copy_on_one_free_barrier(monkey
     assert {(e.src, e.tensor, e.via) for e in bar.edges} == want
     assert all(e.dst == v.ev and e.hazard == "war" for e in bar.edges)
     (wait,) = [o for o in _top(m, S.Wait) if o.bar == FREE]
-    assert wait.parity == N.IConst(0) and wait.role == "producer"  # this tile's release, not the last tile's
+    assert (
+        wait.parity == N.IConst(0) and wait.role == "producer"
+    )  # this tile's release, not the last tile's
     assert {(e.src, e.tensor, e.via) for e in wait.edges} == want
     ops = list(m.body.ops)
     assert ops.index(wait) < ops.index(v)
@@ -155,7 +182,9 @@ def test_two_earlier_tensors_are_released_to_the_copy_on_one_free_barrier(monkey
     inner = [o for o in lp.body.ops if isinstance(o, S.Arrive) and o.bar == FREE]
     outer = [o for o in _top(m, S.Arrive) if o.bar == FREE]
     assert len(inner) == 1 and len(outer) == 1  # one release per path through the tile
-    assert inner[0].when == S.Guard(N.IVar(lp.var), N.IBin("-", lp.hi, N.IConst(1)))  # the loop's last step
+    assert inner[0].when == S.Guard(
+        N.IVar(lp.var), N.IBin("-", lp.hi, N.IConst(1))
+    )  # the loop's last step
     assert outer[0].when == S.Guard(lp.lo, lp.hi)  # the loop ran no step
     assert ops.index(lp) < ops.index(outer[0]) < ops.index(wait)
     for arrive in inner + outer:
@@ -207,8 +236,12 @@ def test_a_release_after_the_peeled_k_tiles_reads_alone_races_on_the_q_panel(mon
     with pytest.raises(VerifyError):
         verify_sync(hybrid)
     found = [f for f in _findings(snaps, _only(hybrid, Q_PAIR)) if f is not None]
-    assert any(f.kind == "race" and "B_mma_pv_1|Q_block" in f.message and "before the release of" in f.message
-               for f in found), found
+    assert any(
+        f.kind == "race"
+        and "B_mma_pv_1|Q_block" in f.message
+        and "before the release of" in f.message
+        for f in found
+    ), found
     assert _findings(snaps, _only(hybrid, K_PAIR)) == [None] * 8  # for K's bytes it is right
 
 
@@ -227,13 +260,17 @@ def test_both_guarded_releases_of_the_free_barrier_are_needed(monkeypatch, where
     else:
         victim = next(o for o in _top(m, S.Arrive) if o.bar == FREE)
     mutant = _drop(m, victim)
-    with pytest.raises(VerifyError, match=f"waits for phase 0 of %{FREE}\\[0\\], which completes 0"):
+    with pytest.raises(
+        VerifyError, match=f"waits for phase 0 of %{FREE}\\[0\\], which completes 0"
+    ):
         verify_sync(mutant)
     found = _findings(snaps, _only(mutant, Q_PAIR))
     steps, none = found[:4], found[4:]  # wraps 2 (the loop runs), wraps 0 (it does not)
     hit, clean = (steps, none) if where == "in_the_loop" else (none, steps)
     assert clean == [None] * 4, clean
-    assert all(f is not None and f.kind == "deadlock" and f"wait %{FREE}" in f.message for f in hit), hit
+    assert all(
+        f is not None and f.kind == "deadlock" and f"wait %{FREE}" in f.message for f in hit
+    ), hit
 
 
 def test_the_interpreter_takes_two_pairs_with_one_common_tensor_as_they_are(monkeypatch):
@@ -263,7 +300,9 @@ def test_without_a_producer_role_a_free_edge_is_refused_with_e050(monkeypatch, t
     with pytest.raises(CypressError) as ei:
         _compile(monkeypatch, mapping, war, snaps)
     e = ei.value
-    assert "sync-insertion" not in snaps and "warp-specialization" in snaps  # refused by sync-insertion
+    assert (
+        "sync-insertion" not in snaps and "warp-specialization" in snaps
+    )  # refused by sync-insertion
     ws = snaps["warp-specialization"]
     qk0 = next(o for o in _top(ws, N.Call) if o.fn == "warpgroup_mma_bt").ev
     v = _copy(ws, V).ev
@@ -272,8 +311,12 @@ def test_without_a_producer_role_a_free_edge_is_refused_with_e050(monkeypatch, t
     # the edge from S = Q·K[0]ᵀ into the V copy by the ``%eN`` names ``cypressc explain`` shows,
     # and the hazard on the peeled K tile's reads, in the bytes the V tile shares
     shown = event_names(ws)
-    assert (f"the WAR edge {shown[qk0]} -> {shown[v]} on %B_mma_qk (sharing its bytes with %{V}) "
-            "is not a TMA channel") in e.message, e.message
+    assert (
+        f"the WAR edge {shown[qk0]} -> {shown[v]} on %B_mma_qk (sharing its bytes with %{V}) "
+        "is not a TMA channel"
+    ) in e.message, e.message
     assert "ev#" not in e.message
-    assert Path(e.loc.file).name == "nows.yaml" and e.loc.line > 0  # the BLOCK instance of the mapping
+    assert (
+        Path(e.loc.file).name == "nows.yaml" and e.loc.line > 0
+    )  # the BLOCK instance of the mapping
     assert e.hint and "cypressc explain" in e.hint

@@ -17,19 +17,28 @@ from tests.compiled import snapshots, tree
 
 ROOT = Path(__file__).resolve().parents[2]
 # goldens of a program under another mapping or dtype: name -> (program, mapping, dtypes)
-EXTRA = {"gemm_bf16": ("gemm", "h100", {"T": "bf16"}),
-         # the Tensor-Core row sums: a shared table the threads fill (swizzled stores, proxy fence,
-         # the barriers before the loop and at the end of the tile), an N = 8 K-major wgmma
-         "gemm_reduction_tc": ("gemm_reduction", "h100_tc", {})}
+EXTRA = {
+    "gemm_bf16": ("gemm", "h100", {"T": "bf16"}),
+    # the Tensor-Core row sums: a shared table the threads fill (swizzled stores, proxy fence,
+    # the barriers before the loop and at the end of the tile), an N = 8 K-major wgmma
+    "gemm_reduction_tc": ("gemm_reduction", "h100_tc", {}),
+}
 PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp")) + sorted(EXTRA)
-LOWERED = {"gemm", "batched_gemm", "dual_gemm", "gemm_reduction"}  # must keep lowering: a refusal is a regression
+LOWERED = {
+    "gemm",
+    "batched_gemm",
+    "dual_gemm",
+    "gemm_reduction",
+}  # must keep lowering: a refusal is a regression
 
 
 def _plan(program: str):
     """programs/<program>.cyp under mappings/<program>/h100.yaml, or an :data:`EXTRA` one."""
     program, mapping, dtypes = EXTRA.get(program, (program, "h100", {}))
     try:
-        return snapshots(program, ROOT / "mappings" / program / f"{mapping}.yaml", dtypes=dtypes)[-1][1].kernel
+        return snapshots(program, ROOT / "mappings" / program / f"{mapping}.yaml", dtypes=dtypes)[
+            -1
+        ][1].kernel
     except CypressError as e:
         assert e.code == "E050" and program not in LOWERED, e
         pytest.skip(f"{program}: backend refuses it ({e.message}) — tracked as an open issue")
@@ -60,20 +69,31 @@ def test_golden_cuda_compiles_for_sm90a(program, tmp_path):
     name, mapping, dtypes = EXTRA.get(program, (program, "h100", {}))
     maps = ROOT / "mappings" / name / f"{mapping}.yaml"
     r = render_build(tree(name, maps, dtypes), snapshots(name, maps, dtypes=dtypes))
-    assert r.files[f"{r.plan.name}.cu"] == golden.read_text()  # the golden, as `cypressc build` writes it
+    assert (
+        r.files[f"{r.plan.name}.cu"] == golden.read_text()
+    )  # the golden, as `cypressc build` writes it
     d = tmp_path / "k"
     for rel, text in r.files.items():  # headers included by a call-external under include/
         (d / rel).parent.mkdir(parents=True, exist_ok=True)
         (d / rel).write_text(text)
     env = {**os.environ, **PTXAS_V}
     if shutil.which("make"):  # as cypressc.tuner.build.make_library does
-        out = subprocess.run(["make", "-s", "-C", str(d), f"lib{r.plan.name}.so"], capture_output=True, text=True,
-                             env=env)
+        out = subprocess.run(
+            ["make", "-s", "-C", str(d), f"lib{r.plan.name}.so"],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
     else:
         from cypressc.tuner.build import nvcc_command
 
-        out = subprocess.run(nvcc_command(d, r.plan.name, f"lib{r.plan.name}.so", PTXAS_V["EXTRA_NVCCFLAGS"]),
-                             cwd=d, capture_output=True, text=True, env=env)
+        out = subprocess.run(
+            nvcc_command(d, r.plan.name, f"lib{r.plan.name}.so", PTXAS_V["EXTRA_NVCCFLAGS"]),
+            cwd=d,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
     assert out.returncode == 0, out.stderr[-4000:]
     log = out.stdout + out.stderr
     assert "spill stores" in log

@@ -18,6 +18,7 @@ import pytest
 from cypressc import runtime as rt
 from cypressc.backend.harness import render_main, render_makefile, write_harness
 
+
 def tree(x) -> dict:
     """An expression tree of the kernel info from a compact form: a name, a number, or
     (op, a, b)."""
@@ -42,8 +43,10 @@ GEMM_INFO = {
     ],
     "sizes": ["M", "N", "K"],
     "flops": expr("2.0 * M * N * K", ("*", ("*", ("*", 2.0, "M"), "N"), "K")),
-    "requires": [expr("N % 8 == 0", ("==", ("%", "N", 8), 0), "N must be a multiple of 8 (TMA row stride)"),
-                 expr("K % 8 == 0", ("==", ("%", "K", 8), 0), "K must be a multiple of 8 (TMA row stride)")],
+    "requires": [
+        expr("N % 8 == 0", ("==", ("%", "N", 8), 0), "N must be a multiple of 8 (TMA row stride)"),
+        expr("K % 8 == 0", ("==", ("%", "K", 8), 0), "K must be a multiple of 8 (TMA row stride)"),
+    ],
     "runtime_include": str(Path(rt.__file__).resolve().parent / "backend" / "runtime"),
     "cuda_arch": "90a",
 }
@@ -59,10 +62,18 @@ MIXED_INFO = {
         {"name": "Z", "dtype": "bf16", "dims": ["L", "M"], "reads": False, "writes": True},
     ],
     "sizes": ["L", "M", "K"],
-    "flops": expr("65536.0 * cdiv(M, 128) * min(L, 4) * ((K + 63) / 64)",
-                  ("*", ("*", ("*", 65536.0, ("cdiv", "M", 128)), ("min", "L", 4)), ("/", ("+", "K", 63), 64))),
-    "requires": [expr("K % 8 == 0", ("==", ("%", "K", 8), 0), "K must be a multiple of 8"),
-                 expr("L >= 1", (">=", "L", 1), "L must be positive")],
+    "flops": expr(
+        "65536.0 * cdiv(M, 128) * min(L, 4) * ((K + 63) / 64)",
+        (
+            "*",
+            ("*", ("*", 65536.0, ("cdiv", "M", 128)), ("min", "L", 4)),
+            ("/", ("+", "K", 63), 64),
+        ),
+    ),
+    "requires": [
+        expr("K % 8 == 0", ("==", ("%", "K", 8), 0), "K must be a multiple of 8"),
+        expr("L >= 1", (">=", "L", 1), "L must be positive"),
+    ],
     "runtime_include": GEMM_INFO["runtime_include"],
     "cuda_arch": "90a",
 }
@@ -101,8 +112,9 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 
 
 def _make(d: Path, *targets: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "-C", str(d), "-j2", *targets], capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        ["make", "-C", str(d), "-j2", *targets], capture_output=True, text=True, timeout=600
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,8 +129,10 @@ def test_write_harness_writes_three_files(tmp_path):
     assert json.loads((out / "gemm.json").read_text()) == GEMM_INFO
     assert (out / "gemm.json").read_text().startswith("{\n  ")  # pretty-printed
     main = (out / "main.cu").read_text()
-    assert ('extern "C" int gemm_launch(void* C, const void* A, const void* B, int64_t M, '
-            'int64_t N, int64_t K, cudaStream_t stream);') in main
+    assert (
+        'extern "C" int gemm_launch(void* C, const void* A, const void* B, int64_t M, '
+        "int64_t N, int64_t K, cudaStream_t stream);"
+    ) in main
     assert '#include "gemm.h"' in main
     assert "cudaEventElapsedTime" in main and "--dump" in main
 
@@ -136,33 +150,57 @@ def test_makefile_flags(tmp_path):
 
 def test_main_has_every_dtype_and_inout():
     main = render_main(rt.KernelInfo.from_dict(MIXED_INFO))
-    assert 'cyp_dump(dump, "Acc.in.npy", "<f4"' in main        # in/out also dumped before
+    assert 'cyp_dump(dump, "Acc.in.npy", "<f4"' in main  # in/out also dumped before
     assert '"Z.npy", "<u2"' in main and '"Idx.npy", "<i4"' in main
     assert "cyp_random<int32_t>(d_Idx" in main and "cyp_random<__nv_bfloat16>(d_X" in main
-    assert "cyp_random<float>(d_Acc" in main                    # read and written: random
-    assert "cudaMemset(d_Y, 0xff" in main                       # written only: NaN
+    assert "cyp_random<float>(d_Acc" in main  # read and written: random
+    assert "cudaMemset(d_Y, 0xff" in main  # written only: NaN
     assert "cyp_nans<float>(d_Acc" in main and "cyp_nans<int32_t>" not in main
     assert "const std::vector<int64_t> shape_Acc = {s.M, (int64_t)128};" in main
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.update(name="1gemm"), "not a C identifier"),
-    (lambda d: d["params"][0].update(dtype="f64"), "params[0].dtype (param 'C') is 'f64'"),
-    (lambda d: d["params"][1].update(dims=["M", "Q"]), "params[1].dims[1] (param 'A') is 'Q'"),
-    (lambda d: d["params"][1].update(reads=False), "at least one true"),
-    (lambda d: d.update(flops=expr("2.0 * M * N * P", ("*", ("*", ("*", 2.0, "M"), "N"), "P"))),
-     "kernel info: flops.tree ('2.0 * M * N * P') uses P, not among the sizes (M, N, K)"),
-    (lambda d: d["requires"][1].pop("why"), "requires[1] must be an object with 'c', 'tree' and 'why'"),
-    (lambda d: d["requires"][0].update(tree=tree(("**", "N", 8))),
-     "requires[0].tree ('N % 8 == 0'): unknown operator '**' in an expression tree"),
-    (lambda d: d["requires"][0].update(tree={"op": "%", "a": {"var": "N"}}), "malformed expression tree node"),
-    (lambda d: d["requires"][0].update(tree=tree(("==", ("%", "N", True), 0))), "malformed expression tree node"),
-    # an info written before the trees (C text only) is refused with what to do
-    (lambda d: d.update(requires=[["N % 8 == 0", "x"]]), "older cypressc: rebuild the kernel with `cypressc build`"),
-    (lambda d: d.update(flops="2.0 * M * N * K"), "kernel info: flops must be an object with 'c' (C text) and 'tree'"),
-    (lambda d: d.update(sizes=["M", "N", "K", "M"]), "duplicate size"),
-    (lambda d: d.pop("params"), "missing 'params'"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(name="1gemm"), "not a C identifier"),
+        (lambda d: d["params"][0].update(dtype="f64"), "params[0].dtype (param 'C') is 'f64'"),
+        (lambda d: d["params"][1].update(dims=["M", "Q"]), "params[1].dims[1] (param 'A') is 'Q'"),
+        (lambda d: d["params"][1].update(reads=False), "at least one true"),
+        (
+            lambda d: d.update(
+                flops=expr("2.0 * M * N * P", ("*", ("*", ("*", 2.0, "M"), "N"), "P"))
+            ),
+            "kernel info: flops.tree ('2.0 * M * N * P') uses P, not among the sizes (M, N, K)",
+        ),
+        (
+            lambda d: d["requires"][1].pop("why"),
+            "requires[1] must be an object with 'c', 'tree' and 'why'",
+        ),
+        (
+            lambda d: d["requires"][0].update(tree=tree(("**", "N", 8))),
+            "requires[0].tree ('N % 8 == 0'): unknown operator '**' in an expression tree",
+        ),
+        (
+            lambda d: d["requires"][0].update(tree={"op": "%", "a": {"var": "N"}}),
+            "malformed expression tree node",
+        ),
+        (
+            lambda d: d["requires"][0].update(tree=tree(("==", ("%", "N", True), 0))),
+            "malformed expression tree node",
+        ),
+        # an info written before the trees (C text only) is refused with what to do
+        (
+            lambda d: d.update(requires=[["N % 8 == 0", "x"]]),
+            "older cypressc: rebuild the kernel with `cypressc build`",
+        ),
+        (
+            lambda d: d.update(flops="2.0 * M * N * K"),
+            "kernel info: flops must be an object with 'c' (C text) and 'tree'",
+        ),
+        (lambda d: d.update(sizes=["M", "N", "K", "M"]), "duplicate size"),
+        (lambda d: d.pop("params"), "missing 'params'"),
+    ],
+)
 def test_info_validation(tmp_path, mutate, message):
     info = json.loads(json.dumps(GEMM_INFO))
     mutate(info)
@@ -184,18 +222,36 @@ MIXED = rt.KernelInfo.from_dict(MIXED_INFO)
 def test_infer_sizes():
     assert rt.infer_sizes(GEMM, [(64, 32), (64, 16), (16, 32)]) == {"M": 64, "N": 32, "K": 16}
     assert list(rt.infer_sizes(GEMM, [(1, 2), (1, 3), (3, 2)])) == ["M", "N", "K"]
-    assert rt.infer_sizes(MIXED, [(5,), (5, 128), (2, 5, 8), (8,), (2, 5)]) == {"L": 2, "M": 5, "K": 8}
+    assert rt.infer_sizes(MIXED, [(5,), (5, 128), (2, 5, 8), (8,), (2, 5)]) == {
+        "L": 2,
+        "M": 5,
+        "K": 8,
+    }
 
 
-@pytest.mark.parametrize("shapes, given, message", [
-    ([(64, 32), (64, 16), (17, 32)], None,
-     "argument 2 ('B', f16[K, N]): dimension 0 (K) is 17, but K = 16 from A.shape[1]"),
-    ([(64, 32), (63, 16), (16, 32)], None, "argument 1 ('A', f16[M, K]): dimension 0 (M) is 63, but M = 64 from C.shape[0]"),
-    ([(64, 32), (64, 16, 1), (16, 32)], None, "expected a rank-2 tensor, got shape [64, 16, 1] (rank 3)"),
-    ([(64, 32), (64, 16)], None, "expected 3 tensors (C, A, B), got 2"),
-    ([(64, 32), (64, 16), (16, 32)], {"M": 65}, "M = 65 from the keyword argument"),
-    ([(64, 32), (64, 16), (16, 32)], {"Q": 1}, "unknown size 'Q'"),
-])
+@pytest.mark.parametrize(
+    "shapes, given, message",
+    [
+        (
+            [(64, 32), (64, 16), (17, 32)],
+            None,
+            "argument 2 ('B', f16[K, N]): dimension 0 (K) is 17, but K = 16 from A.shape[1]",
+        ),
+        (
+            [(64, 32), (63, 16), (16, 32)],
+            None,
+            "argument 1 ('A', f16[M, K]): dimension 0 (M) is 63, but M = 64 from C.shape[0]",
+        ),
+        (
+            [(64, 32), (64, 16, 1), (16, 32)],
+            None,
+            "expected a rank-2 tensor, got shape [64, 16, 1] (rank 3)",
+        ),
+        ([(64, 32), (64, 16)], None, "expected 3 tensors (C, A, B), got 2"),
+        ([(64, 32), (64, 16), (16, 32)], {"M": 65}, "M = 65 from the keyword argument"),
+        ([(64, 32), (64, 16), (16, 32)], {"Q": 1}, "unknown size 'Q'"),
+    ],
+)
 def test_infer_sizes_errors(shapes, given, message):
     with pytest.raises(rt.KernelError) as e:
         rt.infer_sizes(GEMM, shapes, given)
@@ -204,39 +260,64 @@ def test_infer_sizes_errors(shapes, given, message):
 
 
 def test_infer_sizes_fixed_dim_and_missing():
-    with pytest.raises(rt.KernelError, match=r"argument 1 \('Acc', f32\[M, 128\]\): dimension 1 must be 128, got 64"):
+    with pytest.raises(
+        rt.KernelError,
+        match=r"argument 1 \('Acc', f32\[M, 128\]\): dimension 1 must be 128, got 64",
+    ):
         rt.infer_sizes(MIXED, [(5,), (5, 64), (2, 5, 8), (8,), (2, 5)])
     info = rt.KernelInfo.from_dict({**GEMM_INFO, "sizes": ["M", "N", "K", "S"]})
-    with pytest.raises(rt.KernelError, match=r"S appear in no tensor's shape; pass them as keyword arguments \(S=...\)"):
+    with pytest.raises(
+        rt.KernelError,
+        match=r"S appear in no tensor's shape; pass them as keyword arguments \(S=...\)",
+    ):
         rt.infer_sizes(info, [(4, 8), (4, 8), (8, 8)])
     assert rt.infer_sizes(info, [(4, 8), (4, 8), (8, 8)], {"S": 3})["S"] == 3
 
 
 def _desc(shape, dtype="f16", device=("cuda", 0), contiguous=True, ptr=1 << 20):
     n = int(np.prod(shape))
-    return rt.TensorDesc(dtype, {"f16": "float16", None: "float64"}.get(dtype, dtype), tuple(shape),
-                         device, contiguous, ptr, n)
+    return rt.TensorDesc(
+        dtype,
+        {"f16": "float16", None: "float64"}.get(dtype, dtype),
+        tuple(shape),
+        device,
+        contiguous,
+        ptr,
+        n,
+    )
 
 
 def test_validate_ok_and_requires():
     ds = [_desc((64, 32)), _desc((64, 16)), _desc((16, 32))]
     assert rt.validate(GEMM, ds) == {"M": 64, "N": 32, "K": 16}
     bad = [_desc((64, 30)), _desc((64, 16)), _desc((16, 30))]
-    with pytest.raises(rt.KernelError, match=r"does not support these sizes \(M=64, N=30, K=16\): N must be a multiple of 8"):
+    with pytest.raises(
+        rt.KernelError,
+        match=r"does not support these sizes \(M=64, N=30, K=16\): N must be a multiple of 8",
+    ):
         rt.validate(GEMM, bad)
     assert rt.validate(GEMM, bad, check_requires=False)["N"] == 30
     assert GEMM.failed_requires({"M": 1, "N": 30, "K": 4}) == [
-        "N must be a multiple of 8 (TMA row stride)", "K must be a multiple of 8 (TMA row stride)"]
+        "N must be a multiple of 8 (TMA row stride)",
+        "K must be a multiple of 8 (TMA row stride)",
+    ]
     assert GEMM.flops_at({"M": 2, "N": 3, "K": 4}) == 48.0
 
 
-@pytest.mark.parametrize("which, kwargs, message", [
-    (1, {"dtype": None}, "argument 1 ('A', f16[M, K]): expected dtype float16 (f16), got float64"),
-    (2, {"device": ("cpu", None)}, "argument 2 ('B', f16[K, N]): is on cpu"),
-    (2, {"device": ("cuda", 1)}, "is on cuda:1 but argument 0 ('C') is on cuda:0"),
-    (0, {"contiguous": False}, "argument 0 ('C', f16[M, N]): is not contiguous"),
-    (1, {"ptr": (1 << 20) + 2}, "data pointer 0x100002 is not 16-byte aligned"),
-])
+@pytest.mark.parametrize(
+    "which, kwargs, message",
+    [
+        (
+            1,
+            {"dtype": None},
+            "argument 1 ('A', f16[M, K]): expected dtype float16 (f16), got float64",
+        ),
+        (2, {"device": ("cpu", None)}, "argument 2 ('B', f16[K, N]): is on cpu"),
+        (2, {"device": ("cuda", 1)}, "is on cuda:1 but argument 0 ('C') is on cuda:0"),
+        (0, {"contiguous": False}, "argument 0 ('C', f16[M, N]): is not contiguous"),
+        (1, {"ptr": (1 << 20) + 2}, "data pointer 0x100002 is not 16-byte aligned"),
+    ],
+)
 def test_validate_errors(which, kwargs, message):
     shapes = [(64, 32), (64, 16), (16, 32)]
     ds = [_desc(s, **(kwargs if i == which else {})) for i, s in enumerate(shapes)]
@@ -303,8 +384,14 @@ def test_make_builds_binary_and_library(built_gemm):
 @needs_nvcc
 def test_binary_usage(built_gemm):
     exe = str(built_gemm / "gemm")
-    for args in ([], ["8", "8"], ["8", "8", "x"], ["8", "8", "-1"], ["8", "8", "8", "--bogus"],
-                 ["8", "8", "8", "--iters"]):
+    for args in (
+        [],
+        ["8", "8"],
+        ["8", "8", "x"],
+        ["8", "8", "-1"],
+        ["8", "8", "8", "--bogus"],
+        ["8", "8", "8", "--iters"],
+    ):
         p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
         assert p.returncode == 2, (args, p.stdout, p.stderr)
         assert p.stdout == ""
@@ -314,25 +401,37 @@ def test_binary_usage(built_gemm):
 
 @needs_nvcc
 def test_binary_npy_writer(built_gemm, tmp_path):
-    p = subprocess.run([str(built_gemm / "gemm"), "--npy-selftest", str(tmp_path)], capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        [str(built_gemm / "gemm"), "--npy-selftest", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     f2 = np.load(tmp_path / "f2.npy")
     assert f2.dtype == np.float16 and f2.shape == (2, 3)
     assert f2.tolist() == [[1.0, -2.0, 0.0], [65504.0, 0.5, -1.0]]
     assert np.load(tmp_path / "f4.npy").tolist() == pytest.approx([1.5, -2.0, 0.0, 3.25, 1e-3])
     i4 = np.load(tmp_path / "i4.npy")
-    assert i4.dtype == np.int32 and i4.shape == (1, 2, 2) and i4.ravel().tolist() == [-8, 7, 0, 123456]
+    assert (
+        i4.dtype == np.int32 and i4.shape == (1, 2, 2) and i4.ravel().tolist() == [-8, 7, 0, 123456]
+    )
     assert np.load(tmp_path / "empty.npy").shape == (0, 4)
     for name in ("f2", "f4", "i4", "empty"):
-        assert (tmp_path / f"{name}.npy").stat().st_size % 64 == ({"f2": 12, "f4": 20, "i4": 16, "empty": 0}[name]) % 64
+        assert (tmp_path / f"{name}.npy").stat().st_size % 64 == (
+            {"f2": 12, "f4": 20, "i4": 16, "empty": 0}[name]
+        ) % 64
 
 
 @needs_nvcc
 def test_binary_runs_or_reports_cuda_error(built_gemm, tmp_path):
     """Without a GPU: exit 1 and a JSON error line; with one: the stub fills C, a timing line."""
-    p = subprocess.run([str(built_gemm / "gemm"), "64", "64", "64", "--iters", "3", "--dump", str(tmp_path / "d")],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [str(built_gemm / "gemm"), "64", "64", "64", "--iters", "3", "--dump", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = json.loads(p.stdout.strip().splitlines()[-1])
     assert line["name"] == "gemm" and line["sizes"] == {"M": 64, "N": 64, "K": 64}
     if p.returncode == 1:
@@ -345,7 +444,9 @@ def test_binary_runs_or_reports_cuda_error(built_gemm, tmp_path):
         assert a.shape == (64, 64) and a.std() > 0.5 and (a != 0).mean() > 0.99
         meta = json.loads((tmp_path / "d" / "meta.json").read_text())
         assert meta["sizes"] == {"M": 64, "N": 64, "K": 64}
-        r = subprocess.run([str(built_gemm / "gemm"), "64", "60", "64"], capture_output=True, text=True)
+        r = subprocess.run(
+            [str(built_gemm / "gemm"), "64", "60", "64"], capture_output=True, text=True
+        )
         assert r.returncode == 1 and "cudaErrorInvalidValue" in r.stdout
         assert "N must be a multiple of 8" in r.stderr
 
@@ -363,8 +464,21 @@ def test_mixed_dtypes_compile(tmp_path):
 def test_header_signature_mismatch_is_a_compile_error(tmp_path):
     write_harness(tmp_path, GEMM_INFO)
     (tmp_path / "gemm.h").write_text(STUB_H.replace("void* C", "const void* C"))
-    p = subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-c", "main.cu",
-                        "-o", "main.o"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            "nvcc",
+            "-std=c++17",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            "-c",
+            "main.cu",
+            "-o",
+            "main.o",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode != 0
     assert "gemm_launch" in p.stdout + p.stderr
 
@@ -374,8 +488,12 @@ def test_makefile_reports_missing_cutlass(tmp_path):
         pytest.skip("make not on PATH")
     write_harness(tmp_path, GEMM_INFO)
     (tmp_path / "gemm.cu").write_text(STUB_CU)
-    p = subprocess.run(["make", "-C", str(tmp_path), "CUTLASS_INCLUDE=/nonexistent"], capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        ["make", "-C", str(tmp_path), "CUTLASS_INCLUDE=/nonexistent"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode != 0 and "CUTLASS/CuTe headers not found" in p.stderr
 
 
@@ -399,17 +517,24 @@ def test_kernel_checks_before_launch(built_gemm):
     torch = pytest.importorskip("torch")
     k = rt.load(built_gemm)
     assert k.name == "gemm" and "C: f16[M, N]" in repr(k)
-    C, A, B = (torch.empty(64, 32, dtype=torch.float16), torch.empty(64, 16, dtype=torch.float16),
-               torch.empty(16, 32, dtype=torch.float16))
+    C, A, B = (
+        torch.empty(64, 32, dtype=torch.float16),
+        torch.empty(64, 16, dtype=torch.float16),
+        torch.empty(16, 32, dtype=torch.float16),
+    )
     with pytest.raises(rt.KernelError, match=r"argument 0 \('C', f16\[M, N\]\): is on cpu"):
         k(C, A, B)
     with pytest.raises(rt.KernelError, match="expected dtype float16 \\(f16\\), got float32"):
         k(C, A.float(), B)
-    with pytest.raises(rt.KernelError, match="argument 2 \\('B', f16\\[K, N\\]\\): expected a torch.Tensor"):
+    with pytest.raises(
+        rt.KernelError, match="argument 2 \\('B', f16\\[K, N\\]\\): expected a torch.Tensor"
+    ):
         k(C, A, [1, 2])
     with pytest.raises(rt.KernelError, match="expected 3 tensors"):
         k(C, A)
-    with pytest.raises(rt.KernelError, match=r"dimension 0 \(K\) is 17, but K = 16 from A.shape\[1\]"):
+    with pytest.raises(
+        rt.KernelError, match=r"dimension 0 \(K\) is 17, but K = 16 from A.shape\[1\]"
+    ):
         k(C, A, torch.empty(17, 32, dtype=torch.float16))
 
 
@@ -445,21 +570,53 @@ ptxas info    : Used 20 registers
 def test_gpu_check_ptxas_and_verdict(bench_mods):
     gc, _ = bench_mods
     s = gc.ptxas_summary(PTXAS_LOG)
-    assert s == {"_Z11gemm_kernel14CUtensorMap_stS_S_P6__halfiii": {"stack": 0, "spill_st": 8, "spill_ld": 4,
-                                                                    "regs": 168}}
-    r = {"build": {"rc": 0}, "make": {"rc": 0, "ptxas": s},
-         "check": {"checks": [{"sizes": {"M": 1, "N": 8, "K": 8}, "expect": "compute", "ok": True, "rel": {"C": 1e-4},
-                               "nan": {"C": 0}, "det": True},
-                              {"sizes": {"M": 1, "N": 7, "K": 8}, "expect": "refuse", "ok": False, "python": "raised",
-                               "rc": 0, "untouched": False}],
-                   "api": [{"case": "x", "ok": True, "msg": ""}], "bind_ok": True},
-         "harness": {"run": {"ok": True, "json": {"tflops": 700.0}}},
-         "sanitizer": [{"tool": "memcheck", "sizes": {"M": 1}, "ok": True}]}
+    assert s == {
+        "_Z11gemm_kernel14CUtensorMap_stS_S_P6__halfiii": {
+            "stack": 0,
+            "spill_st": 8,
+            "spill_ld": 4,
+            "regs": 168,
+        }
+    }
+    r = {
+        "build": {"rc": 0},
+        "make": {"rc": 0, "ptxas": s},
+        "check": {
+            "checks": [
+                {
+                    "sizes": {"M": 1, "N": 8, "K": 8},
+                    "expect": "compute",
+                    "ok": True,
+                    "rel": {"C": 1e-4},
+                    "nan": {"C": 0},
+                    "det": True,
+                },
+                {
+                    "sizes": {"M": 1, "N": 7, "K": 8},
+                    "expect": "refuse",
+                    "ok": False,
+                    "python": "raised",
+                    "rc": 0,
+                    "untouched": False,
+                },
+            ],
+            "api": [{"case": "x", "ok": True, "msg": ""}],
+            "bind_ok": True,
+        },
+        "harness": {"run": {"ok": True, "json": {"tflops": 700.0}}},
+        "sanitizer": [{"tool": "memcheck", "sizes": {"M": 1}, "ok": True}],
+    }
     ok, why = gc.verdict(r)
     assert not ok and why == ["wrong at 1x7x8", "spills"]
     t = gc.Target("gemm-h100", "gemm", Path("/nonexistent"), result=r)
     table = "\n".join(gc.summary_table([t]))
-    assert "gemm-h100" in table and "168/12" in table and "1/1" in table and "0/1" in table and "700.0" in table
+    assert (
+        "gemm-h100" in table
+        and "168/12" in table
+        and "1/1" in table
+        and "0/1" in table
+        and "700.0" in table
+    )
     assert "FAIL: wrong at 1x7x8; spills" in table
 
 
@@ -467,14 +624,27 @@ def test_gpu_check_program_table(bench_mods):
     gc, _ = bench_mods
     info = rt.KernelInfo.from_dict(GEMM_INFO)
     prog, check, small, run_sizes, why = gc.program_for("gemm", info)
-    assert prog is gc.PROGRAMS["gemm"] and not why and run_sizes == {"M": 4096, "N": 4096, "K": 4096}
-    assert any(info.failed_requires(s) for s in check) and any(not info.failed_requires(s) for s in check)
-    other = rt.KernelInfo.from_dict({**GEMM_INFO, "sizes": ["X", "Y", "Z"], "flops": expr("1.0", 1.0), "requires": [],
-                                     "params": [{**p, "dims": [{"M": "X", "N": "Y", "K": "Z"}[d] for d in p["dims"]]}
-                                                for p in GEMM_INFO["params"]]})
+    assert (
+        prog is gc.PROGRAMS["gemm"] and not why and run_sizes == {"M": 4096, "N": 4096, "K": 4096}
+    )
+    assert any(info.failed_requires(s) for s in check) and any(
+        not info.failed_requires(s) for s in check
+    )
+    other = rt.KernelInfo.from_dict(
+        {
+            **GEMM_INFO,
+            "sizes": ["X", "Y", "Z"],
+            "flops": expr("1.0", 1.0),
+            "requires": [],
+            "params": [
+                {**p, "dims": [{"M": "X", "N": "Y", "K": "Z"}[d] for d in p["dims"]]}
+                for p in GEMM_INFO["params"]
+            ],
+        }
+    )
     prog, check, small, _, why = gc.program_for("gemm", other)
     assert "generic sizes" in why and all(set(s) == {"X", "Y", "Z"} for s in check + small)
-    for name, p in gc.PROGRAMS.items():                 # every table entry is self-consistent
+    for name, p in gc.PROGRAMS.items():  # every table entry is self-consistent
         assert all(set(s) == set(p.check[0]) for s in p.check + p.small + [p.run]), name
 
 
@@ -490,12 +660,19 @@ def test_gpu_check_build_proto_layout(bench_mods, tmp_path):
     gc, _ = bench_mods
     gc.build_proto(tmp_path, "bf16")
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["Makefile", "gemm.cu", "gemm.h", "gemm.json", "main.cu", "proto_gemm_target.cu"]
+    assert names == [
+        "Makefile",
+        "gemm.cu",
+        "gemm.h",
+        "gemm.json",
+        "main.cu",
+        "proto_gemm_target.cu",
+    ]
     info = rt.KernelInfo.load_json(tmp_path / "gemm.json")
     assert [p.dtype for p in info.params] == ["bf16"] * 3
     assert "#define CYP_BF16" in (tmp_path / "gemm.cu").read_text()
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
-    gc.build_proto(tmp_path, "bf16")                   # unchanged files are not rewritten
+    gc.build_proto(tmp_path, "bf16")  # unchanged files are not rewritten
     assert before == {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
 
 
@@ -505,7 +682,9 @@ def test_bench_shapes(bench_mods):
     assert len(gemm.parse_shapes(gemm.DEFAULT_SHAPES)) == 7
     with pytest.raises(SystemExit):
         gemm.parse_shapes("1x2")
-    assert gemm.fmt_peer({"tflops": 650.04, "ratio": 0.98765, "rel_vs_cublas": 0.0}) == "650.0 (0.988)"
+    assert (
+        gemm.fmt_peer({"tflops": 650.04, "ratio": 0.98765, "rel_vs_cublas": 0.0}) == "650.0 (0.988)"
+    )
     assert gemm.fmt_peer({"error": "x"}) == "FAIL" and gemm.fmt_peer(None) == "-"
 
 
@@ -517,10 +696,16 @@ def test_gpu_check_nvcc_fallback_matches_makefile(bench_mods, tmp_path):
     write_harness(tmp_path, GEMM_INFO)
     (tmp_path / "gemm.cu").write_text(STUB_CU)
     for target in ("gemm", "libgemm.so"):
-        p = subprocess.run(["make", "-n", "-C", str(tmp_path), target, "EXTRA_NVCCFLAGS=-Xptxas -v"],
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            ["make", "-n", "-C", str(tmp_path), target, "EXTRA_NVCCFLAGS=-Xptxas -v"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         line = next(x for x in p.stdout.splitlines() if x.startswith("nvcc"))
-        assert line.replace('"', "").split() == gc.nvcc_command(tmp_path, "gemm", target, "-Xptxas -v")
+        assert line.replace('"', "").split() == gc.nvcc_command(
+            tmp_path, "gemm", target, "-Xptxas -v"
+        )
 
 
 class _FakeGemm:
@@ -532,8 +717,10 @@ class _FakeGemm:
 
     def _check(self, ts, requires=True):
         descs = [rt.describe(t) for t in ts]
-        descs = [rt.TensorDesc(d.dtype, d.dtype_str, d.shape, ("cuda", 0), d.contiguous, d.ptr, d.numel)
-                 for d in descs]
+        descs = [
+            rt.TensorDesc(d.dtype, d.dtype_str, d.shape, ("cuda", 0), d.contiguous, d.ptr, d.numel)
+            for d in descs
+        ]
         return rt.validate(self.info, descs, check_requires=requires)
 
     def launch(self, *ts, check_requires=True):
@@ -562,7 +749,9 @@ def test_gpu_check_logic_with_fake_kernel(bench_mods, monkeypatch):
     ok = gc.check_size(torch, _FakeGemm(), prog, {"M": 129, "N": 264, "K": 72})
     assert ok["ok"] and ok["expect"] == "compute" and ok["det"] and ok["nan"] == {"C": 0}
     assert ok["rel"]["C"] < 1e-3
-    bad = gc.check_size(torch, _FakeGemm(wrong_at={"M": 64, "N": 64, "K": 64}), prog, {"M": 64, "N": 64, "K": 64})
+    bad = gc.check_size(
+        torch, _FakeGemm(wrong_at={"M": 64, "N": 64, "K": 64}), prog, {"M": 64, "N": 64, "K": 64}
+    )
     assert not bad["ok"] and bad["rel"]["C"] > 1e-2
     ref = gc.check_size(torch, _FakeGemm(), prog, {"M": 129, "N": 257, "K": 72})
     assert ref["ok"] and ref["expect"] == "refuse" and ref["python"] == "raised" and ref["rc"] == 1
@@ -570,9 +759,13 @@ def test_gpu_check_logic_with_fake_kernel(bench_mods, monkeypatch):
     assert gc.cell(ok).startswith("ok ") and gc.cell(ref).startswith("refused")
     api = gc.api_checks(torch, _FakeGemm(), {"M": 64, "N": 64, "K": 64})
     assert {a["case"]: a["ok"] for a in api} == {
-        "dtype of B": True, "B on cpu": False,          # the fake reports CPU tensors as cuda:0
-        "missing tensor": True, "non-contiguous C": True, "misaligned C": True,
-        "inconsistent C.shape[0]": True}
+        "dtype of B": True,
+        "B on cpu": False,  # the fake reports CPU tensors as cuda:0
+        "missing tensor": True,
+        "non-contiguous C": True,
+        "misaligned C": True,
+        "inconsistent C.shape[0]": True,
+    }
 
 
 def test_variants_bench_helpers(bench_mods):

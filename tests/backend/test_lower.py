@@ -24,8 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _compile(mapping: str):
-    tree = instantiate(check_program(parse_file(ROOT / "programs/gemm_reduction.cyp")),
-                       load_mapping(ROOT / "mappings/gemm_reduction" / mapping))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs/gemm_reduction.cyp")),
+        load_mapping(ROOT / "mappings/gemm_reduction" / mapping),
+    )
     return compile_module(tree, until="sync-insertion")[-1][1]
 
 
@@ -48,10 +50,13 @@ def _with_host_body(m: N.Module, ops) -> N.Module:
 def test_host_loop_becomes_the_last_grid_dimension(reduction):
     m = reduction
     plan: P.KernelPlan = cuda_lowering(m).kernel
-    assert plan.host_loop == "j" and [cexpr(g) for g in plan.grid] == ["cdiv(M, 128)", "cdiv(N, 256)"]
+    assert plan.host_loop == "j" and [cexpr(g) for g in plan.grid] == [
+        "cdiv(M, 128)",
+        "cdiv(N, 256)",
+    ]
     (c,) = [e for e in plan.epilogue if isinstance(e, P.StoreDirect)]
     (y,) = [e for e in plan.epilogue if isinstance(e, P.StoreVector)]
-    assert c.when is None and cexpr(c.col0) == "(b1 * 256)"          # C[i, j]: disjoint per j
+    assert c.when is None and cexpr(c.col0) == "(b1 * 256)"  # C[i, j]: disjoint per j
     # y[i]: the last j keeps it
     assert cexpr(y.when, top=True) == "b1 == tiles1 - 1" and cexpr(y.active, top=True) == "tw < 64"
     assert cexpr(y.index) == "(((b0 * 128) + (cw * 64)) + tw)"
@@ -89,8 +94,10 @@ def test_an_iteration_reading_what_another_writes_stays_sequential(reduction):
 def test_a_loop_bound_that_depends_on_the_host_variable_is_refused(reduction):
     m = reduction
     hl = _host_loop(m)
-    ops = [replace(o, hi=N.ibin("+", o.hi, N.IVar("j"))) if isinstance(o, N.For) else o
-           for o in hl.body.ops]
+    ops = [
+        replace(o, hi=N.ibin("+", o.hi, N.IVar("j"))) if isinstance(o, N.For) else o
+        for o in hl.body.ops
+    ]
     assert "depends on j" in _refusal(_with_host_body(m, ops))
 
 
@@ -115,7 +122,14 @@ def test_a_parameter_nothing_touches_keeps_its_declared_privilege(tmp_path):
     del lines[drop[0]]
     prog = tmp_path / "dual_gemm.cyp"
     prog.write_text("".join(lines))
-    tree = instantiate(check_program(parse_file(prog)), load_mapping(ROOT / "mappings/dual_gemm/h100.yaml"))
+    tree = instantiate(
+        check_program(parse_file(prog)), load_mapping(ROOT / "mappings/dual_gemm/h100.yaml")
+    )
     plan = compile_module(tree)[-1][1].kernel
     access = {t.name: (t.reads, t.writes) for t in plan.tensors}
-    assert access == {"D": (False, True), "A": (True, False), "B1": (True, False), "B2": (True, False)}
+    assert access == {
+        "D": (False, True),
+        "A": (True, False),
+        "B1": (True, False),
+        "B2": (True, False),
+    }

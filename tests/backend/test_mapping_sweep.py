@@ -39,14 +39,19 @@ def _tunables(text: str) -> dict[str, set]:
 
 
 def _block(text: str):
-    return next(i for i in load_mapping_source(text, "<variant>").spec.instances if i.proc == "BLOCK"
-                and i.pipeline is not None)
+    return next(
+        i
+        for i in load_mapping_source(text, "<variant>").spec.instances
+        if i.proc == "BLOCK" and i.pipeline is not None
+    )
 
 
 def test_the_space_is_the_tuners_with_one_and_a_half_times_each_int(ms):
     space = ms.space_of(FA3, MAPS / "h100_d64_pp_staged_persistent.yaml")
     knobs = {k.name: k for k in space.knobs}
-    assert knobs["U"].current == 128 and 192 in knobs["U"].candidates and 256 in knobs["U"].candidates
+    assert (
+        knobs["U"].current == 128 and 192 in knobs["U"].candidates and 256 in knobs["U"].candidates
+    )
     assert 3 in knobs["WGS"].candidates and knobs["pingpong"].candidates == (True, False)
     assert "MMA" not in knobs  # S's and O's atoms differ: not one tied knob
 
@@ -81,7 +86,9 @@ def test_the_compiler_picks_which_atoms_follow(ms, tmp_path):
     def builds(text: str, program: Path = FA3) -> bool:
         path = tmp_path / "v.yaml"
         path.write_text(text)
-        r = CliRunner().invoke(main, ["build", str(program), "-m", str(path), "-o", str(tmp_path / "k")])
+        r = CliRunner().invoke(
+            main, ["build", str(program), "-m", str(path), "-o", str(tmp_path / "k")]
+        )
         return r.exit_code == 0
 
     plain, moved = ms.variants(space, {**space.base, "W": 64})
@@ -102,8 +109,23 @@ def test_a_draw_changes_one_to_three_knobs(ms):
 
 
 def test_only_variants_the_compiler_builds_are_written(ms, tmp_path, capsys):
-    assert ms.main_(["--out", str(tmp_path), "--count", "3", "--seed", "2", "--programs", "flash_attention3",
-                     "--tries", "2"]) == 0
+    assert (
+        ms.main_(
+            [
+                "--out",
+                str(tmp_path),
+                "--count",
+                "3",
+                "--seed",
+                "2",
+                "--programs",
+                "flash_attention3",
+                "--tries",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr()
     printed = [Path(p) for p in out.out.split()]
     assert len(printed) == 3 and sorted(printed) == sorted(tmp_path.rglob("*.yaml"))

@@ -45,7 +45,9 @@ STAGED = ROOT / "mappings" / FA3 / "h100_d128_staged_persistent.yaml"
 
 @functools.lru_cache(maxsize=None)
 def _snaps(mapping: Path) -> dict[str, N.Module]:
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{FA3}.cyp")), load_mapping(mapping))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs" / f"{FA3}.cyp")), load_mapping(mapping)
+    )
     return dict(compile_module(tree, until="sync-insertion"))
 
 
@@ -95,10 +97,16 @@ def test_the_peeled_k_tile_needs_no_barrier_of_its_own():
 
 def test_dropping_a_next_tile_release_or_wait_is_refused_by_the_verifier():
     m = _snaps(PERSISTENT)["sync-insertion"]
-    victims = [o for o in _top(m, S.Wait) + _top(m, S.Arrive) if o.bar in ("empty_Q_block", "empty_B_mma_pv_1")]
+    victims = [
+        o
+        for o in _top(m, S.Wait) + _top(m, S.Arrive)
+        if o.bar in ("empty_Q_block", "empty_B_mma_pv_1")
+    ]
     assert len(victims) == 4
     for op in victims:
-        mutant = replace(m, body=N.Block(tuple(o for o in m.body.ops if o is not op), m.body.yields))
+        mutant = replace(
+            m, body=N.Block(tuple(o for o in m.body.ops if o is not op), m.body.yields)
+        )
         with pytest.raises(VerifyError):
             verify_sync(mutant)
 
@@ -112,30 +120,57 @@ def test_two_tiles_of_one_block_catch_a_copy_that_does_not_wait_for_the_release(
     m = snaps["sync-insertion"]
     op = next(o for o in _top(m, S.Wait) if o.bar == victim)
     mutant = replace(m, body=N.Block(tuple(o for o in m.body.ops if o is not op), m.body.yields))
-    one = check_schedules(mutant, snaps["warp-specialization"], sizes={**small_sizes(m), "causal": 0},
-                          seed=0, schedules=20, value_every=0)
+    one = check_schedules(
+        mutant,
+        snaps["warp-specialization"],
+        sizes={**small_sizes(m), "causal": 0},
+        seed=0,
+        schedules=20,
+        value_every=0,
+    )
     assert one.finding is None  # invisible in one tile
     found = []
     for base in ({**small_sizes(m), "causal": 0}, {**small_sizes(m, wraps=0), "causal": 0}):
-        v = check_schedules(mutant, snaps["warp-specialization"], sizes=two_tile_sizes(m, base), seed=0,
-                            schedules=20, value_every=0, persistent=True)
+        v = check_schedules(
+            mutant,
+            snaps["warp-specialization"],
+            sizes=two_tile_sizes(m, base),
+            seed=0,
+            schedules=20,
+            value_every=0,
+            persistent=True,
+        )
         found.append(v.finding)
-    assert any(f is not None and f.kind == "race" and victim.removeprefix("empty_") in f.message for f in found), found
+    assert any(
+        f is not None and f.kind == "race" and victim.removeprefix("empty_") in f.message
+        for f in found
+    ), found
 
 
 def test_two_tiles_of_the_unmutated_block_are_clean_with_values():
     snaps = _snaps(PERSISTENT)
     m = snaps["sync-insertion"]
     sizes = two_tile_sizes(m, {**small_sizes(m), "causal": 0})
-    assert sizes is not None and sizes["B"] == 2  # two (batch) tiles, the key loop wrapping twice in each
-    v = check_schedules(m, snaps["warp-specialization"], sizes=sizes, seed=5, schedules=4, value_every=2,
-                        persistent=True)
+    assert (
+        sizes is not None and sizes["B"] == 2
+    )  # two (batch) tiles, the key loop wrapping twice in each
+    v = check_schedules(
+        m,
+        snaps["warp-specialization"],
+        sizes=sizes,
+        seed=5,
+        schedules=4,
+        value_every=2,
+        persistent=True,
+    )
     assert v.finding is None, v.line(FA3)
 
 
 def _cu(tmp_path: Path, mapping: Path) -> str:
     out = tmp_path / mapping.stem
-    r = CliRunner().invoke(main, ["build", str(ROOT / "programs" / f"{FA3}.cyp"), "-m", str(mapping), "-o", str(out)])
+    r = CliRunner().invoke(
+        main, ["build", str(ROOT / "programs" / f"{FA3}.cyp"), "-m", str(mapping), "-o", str(out)]
+    )
     assert r.exit_code == 0, r.output
     return (out / f"{FA3}.cu").read_text()
 
@@ -145,7 +180,9 @@ def test_the_persistent_kernel_flips_the_once_per_tile_parities(tmp_path):
     assert cu.count("tphase ^= 1;") == 2  # the producer's tile loop and the consumers'
     assert "cypress::wait(&empty_Q_block[0], (1 ^ tphase));" in cu
     assert "cypress::wait(&full_Q_block[0], (0 ^ tphase));" in cu
-    assert "cypress::wait(&empty_B_mma_qk_1[stage], (phase ^ 1));" in cu  # the key loop's ring runs on
+    assert (
+        "cypress::wait(&empty_B_mma_qk_1[stage], (phase ^ 1));" in cu
+    )  # the key loop's ring runs on
     assert "const long long grid = tiles < sms ? tiles : sms;" in cu
 
 
@@ -158,10 +195,21 @@ def test_the_persistent_kernel_takes_causal_tiles_in_long_and_short_pairs(tmp_pa
     assert "template <bool kPairs>" in cu and "constexpr int P = kPairs;" in cu
     loop = "for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P))"
     assert cu.count(loop) == 2
-    assert re.search(r"if \(tiles > grid\) flash_attention3_kernel<true><<<.*\n\s*else flash_attention3_kernel<false><<<", cu)
+    assert re.search(
+        r"if \(tiles > grid\) flash_attention3_kernel<true><<<.*\n\s*else flash_attention3_kernel<false><<<",
+        cu,
+    )
     assert "b2 = j % 2 ? j / 2 : tiles2 - 1 - j / 2;" in cu
     # the walk visits every tile once, for any grid; one tile per block when the grid covers them
-    for tiles, sms in ((2048, 132), (7, 132), (301, 132), (264, 132), (5, 3), (132, 132), (100, 132)):
+    for tiles, sms in (
+        (2048, 132),
+        (7, 132),
+        (301, 132),
+        (264, 132),
+        (5, 3),
+        (132, 132),
+        (100, 132),
+    ):
         grid, seen = min(tiles, sms), []
         P = int(tiles > grid)
         for b in range(grid):
@@ -174,7 +222,9 @@ def test_the_persistent_kernel_takes_causal_tiles_in_long_and_short_pairs(tmp_pa
             seen += mine
         assert sorted(seen) == list(range(tiles))
     for tiles2 in (1, 2, 5, 8):  # the pair order is a permutation of the query blocks
-        assert sorted(j // 2 if j % 2 else tiles2 - 1 - j // 2 for j in range(tiles2)) == list(range(tiles2))
+        assert sorted(j // 2 if j % 2 else tiles2 - 1 - j // 2 for j in range(tiles2)) == list(
+            range(tiles2)
+        )
 
 
 WG3 = ROOT / "mappings" / FA3 / "h100_d64_wg3_staged_persistent.yaml"
@@ -188,22 +238,30 @@ def _walk(tmp_path: Path, cu: str, shapes) -> dict:
     loop = loop.replace("blockIdx.x", "b").replace("gridDim.x", "grid")
     walk = "    const int P = num_tiles > grid;  // the launcher's choice of kPairs"
     src = tmp_path / "walk.cpp"
-    src.write_text("#include <cstdio>\n#include <cstdlib>\nint main(int argc, char** argv) {\n"
-                   "  const int tiles0 = atoi(argv[1]), tiles1 = atoi(argv[2]), tiles2 = atoi(argv[3]);\n"
-                   "  const int grid = atoi(argv[4]), num_tiles = tiles0 * tiles1 * tiles2;\n"
-                   f"{lam}\n  for (int b = 0; b < grid; ++b) {{\n{walk}\n    {loop}\n"
-                   "      int b0, b1, b2;\n      tile_coords(t, b0, b1, b2);\n"
-                   "      printf(\"%d %d %d %d\\n\", b, b0, b1, b2);\n    }\n  }\n}\n")
+    src.write_text(
+        "#include <cstdio>\n#include <cstdlib>\nint main(int argc, char** argv) {\n"
+        "  const int tiles0 = atoi(argv[1]), tiles1 = atoi(argv[2]), tiles2 = atoi(argv[3]);\n"
+        "  const int grid = atoi(argv[4]), num_tiles = tiles0 * tiles1 * tiles2;\n"
+        f"{lam}\n  for (int b = 0; b < grid; ++b) {{\n{walk}\n    {loop}\n"
+        "      int b0, b1, b2;\n      tile_coords(t, b0, b1, b2);\n"
+        '      printf("%d %d %d %d\\n", b, b0, b1, b2);\n    }\n  }\n}\n'
+    )
     exe = tmp_path / "walk"
-    subprocess.run([shutil.which("g++") or "c++", "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True)
+    subprocess.run(
+        [shutil.which("g++") or "c++", "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True
+    )
     out = {}
     for shape in shapes:
-        run = subprocess.run([str(exe), *map(str, shape)], check=True, capture_output=True, text=True)
+        run = subprocess.run(
+            [str(exe), *map(str, shape)], check=True, capture_output=True, text=True
+        )
         out[shape] = [tuple(map(int, line.split())) for line in run.stdout.splitlines()]
     return out
 
 
-@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="no host C++ compiler")
+@pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("c++") is None, reason="no host C++ compiler"
+)
 def test_the_pairs_of_an_odd_row_stay_balanced(tmp_path):
     """Three consumer warpgroups take 192-row tiles: seq 2048 has 11 per (batch, head) row.
     Pairs straddling two rows would give every block of a 132-block grid (12 x 11) the same
@@ -211,11 +269,20 @@ def test_the_pairs_of_an_odd_row_stay_balanced(tmp_path):
     walk pairs an odd row's tiles two rows at a time, the two middle tiles together.  The
     kernel's own walk, compiled for the host: every tile once, blocks within 10 % of the mean."""
     cu = _cu(tmp_path, WG3)
-    shapes = [(8, 32, 11, 132), (8, 32, 11, 131), (1, 3, 11, 4), (2, 5, 7, 3), (3, 1, 1, 2), (4, 4, 8, 132),
-              (1, 1, 5, 1)]
+    shapes = [
+        (8, 32, 11, 132),
+        (8, 32, 11, 131),
+        (1, 3, 11, 4),
+        (2, 5, 7, 3),
+        (3, 1, 1, 2),
+        (4, 4, 8, 132),
+        (1, 1, 5, 1),
+    ]
     for shape, visits in _walk(tmp_path, cu, shapes).items():
         t0, t1, t2, grid = shape
-        assert sorted(v[1:] for v in visits) == [(a, b, c) for a in range(t0) for b in range(t1) for c in range(t2)], shape
+        assert sorted(v[1:] for v in visits) == [
+            (a, b, c) for a in range(t0) for b in range(t1) for c in range(t2)
+        ], shape
         work = [0] * grid
         for b, _, _, b2 in visits:
             work[b] += b2 + 1  # the causal trip count grows with the query block
@@ -226,7 +293,11 @@ def test_the_pairs_of_an_odd_row_stay_balanced(tmp_path):
 def test_a_one_tile_block_has_no_next_tile_to_release_to(tmp_path):
     """``persistent: false``: each block runs one tile, no tile edge, no empty barrier for Q."""
     m = _snaps(PLAIN)["sync-insertion"]
-    assert not [b for b in _top(m, S.MBarrier) if b.kind == "empty" and b.name in ("empty_Q_block", "empty_B_mma_pv_1")]
+    assert not [
+        b
+        for b in _top(m, S.MBarrier)
+        if b.kind == "empty" and b.name in ("empty_Q_block", "empty_B_mma_pv_1")
+    ]
     cu = _cu(tmp_path, PLAIN)
     assert "tphase" not in cu and "empty_Q_block" not in cu
     assert "t += num_tiles" in cu
@@ -243,14 +314,32 @@ def test_ping_pong_turns_do_not_run_into_the_next_tile():
     assert isinstance(start, S.Turn) and start.kind == "pass"
     assert start.when == S.Guard(N.IProc("WARPGROUP"), N.IConst(1))  # the last of two warpgroups
     sizes = two_tile_sizes(m, {**small_sizes(m), "causal": 0})
-    ok = check_schedules(m, snaps["warp-specialization"], sizes=sizes, seed=11, schedules=20, value_every=0,
-                         persistent=True)
+    ok = check_schedules(
+        m,
+        snaps["warp-specialization"],
+        sizes=sizes,
+        seed=11,
+        schedules=20,
+        value_every=0,
+        persistent=True,
+    )
     assert ok.finding is None, ok.line(FA3)
     one_tile = replace(start, when=S.Guard(N.IConst(0), N.IProc("WARPGROUP")))  # warpgroup 0 itself
     mutant = replace(m, body=N.Block((one_tile, *m.body.ops[1:]), m.body.yields))
-    bad = check_schedules(mutant, snaps["warp-specialization"], sizes=sizes, seed=11, schedules=20, value_every=0,
-                          persistent=True)
-    assert bad.finding is not None and bad.finding.kind == "race" and "turn barrier" in bad.finding.message, bad
+    bad = check_schedules(
+        mutant,
+        snaps["warp-specialization"],
+        sizes=sizes,
+        seed=11,
+        schedules=20,
+        value_every=0,
+        persistent=True,
+    )
+    assert (
+        bad.finding is not None
+        and bad.finding.kind == "race"
+        and "turn barrier" in bad.finding.message
+    ), bad
 
 
 # ----------------------------------------------------------------------------- the peeled K tile and the last V tile share bytes
@@ -266,7 +355,9 @@ def test_a_persistent_block_shares_the_peeled_k_tiles_bytes_with_the_last_v_tile
     for t in (k, v):  # O's bytes overlap neither
         assert o.offset + o.bytes <= t.offset or t.offset + t.bytes <= o.offset, (o, t)
     others = [n for n in res.smem if n not in ("B_mma_qk", "B_mma_pv_1")]
-    spans = sorted((res.smem[n].offset, res.smem[n].offset + res.smem[n].bytes) for n in others + ["B_mma_qk"])
+    spans = sorted(
+        (res.smem[n].offset, res.smem[n].offset + res.smem[n].bytes) for n in others + ["B_mma_qk"]
+    )
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # nothing else shares
     plain = _snaps(PERSISTENT)["resource-allocation"].resources
     assert not plain.war  # everything fits: nothing shares
@@ -291,18 +382,24 @@ def test_the_last_v_copy_waits_for_s_q_k0_to_retire():
     assert bar.channel == (v.ev,)
     (arrive,) = [o for o in _top(m, S.Arrive) if o.bar == "free_B_mma_pv_1"]
     assert arrive.when is None and arrive.role == "consumer"
-    assert {(e.hazard, e.dst, e.tensor, e.via) for e in arrive.edges} == {("war", v.ev, "B_mma_qk", "same")}
+    assert {(e.hazard, e.dst, e.tensor, e.via) for e in arrive.edges} == {
+        ("war", v.ev, "B_mma_qk", "same")
+    }
     (src,) = {e.src for e in arrive.edges}
     qk = next(o for o in _top(m, N.Call) if o.ev == src)  # top level: outside the loop
     assert qk.fn == "warpgroup_mma_bt"
-    assert qk is next(o for o in _top(m, N.Call) if o.fn == "warpgroup_mma_bt")  # the first: S = Q·K[0]ᵀ
-    retire = next(o for o in ops[ops.index(qk):] if isinstance(o, S.WaitGroup))
+    assert qk is next(
+        o for o in _top(m, N.Call) if o.fn == "warpgroup_mma_bt"
+    )  # the first: S = Q·K[0]ᵀ
+    retire = next(o for o in ops[ops.index(qk) :] if isinstance(o, S.WaitGroup))
     assert retire.unit == "wgmma" and retire.pending == 0
     assert ops.index(qk) < ops.index(retire) < ops.index(arrive)
     (wait,) = [o for o in _top(m, S.Wait) if o.bar == "free_B_mma_pv_1"]
     assert wait.role == "producer" and wait.parity == N.IConst(0) and wait.edges == arrive.edges
     assert ops.index(wait) < ops.index(v)
-    assert not [o for o in ops[ops.index(wait):ops.index(v)] if isinstance(o, N.Copy)]  # right before the V copy
+    assert not [
+        o for o in ops[ops.index(wait) : ops.index(v)] if isinstance(o, N.Copy)
+    ]  # right before the V copy
     # the peeled K copy is handed to the next tile after the last O += P·V (its bytes are V's)
     names = {b.name for b in _top(m, S.MBarrier)}
     assert "empty_B_mma_qk" in names
@@ -315,10 +412,19 @@ def _drop(m: N.Module, op) -> N.Module:
 
 def _two_tiles(snaps, mutant):
     m = snaps["sync-insertion"]
-    return [check_schedules(mutant, snaps["warp-specialization"], sizes=two_tile_sizes(m, base), seed=s,
-                            schedules=20, value_every=0, persistent=True).finding
-            for base in ({**small_sizes(m), "causal": 0}, {**small_sizes(m, wraps=0), "causal": 0})
-            for s in (0, 11)]
+    return [
+        check_schedules(
+            mutant,
+            snaps["warp-specialization"],
+            sizes=two_tile_sizes(m, base),
+            seed=s,
+            schedules=20,
+            value_every=0,
+            persistent=True,
+        ).finding
+        for base in ({**small_sizes(m), "causal": 0}, {**small_sizes(m, wraps=0), "causal": 0})
+        for s in (0, 11)
+    ]
 
 
 def test_dropping_the_k_tiles_release_to_the_v_copy_is_refused_and_raced():
@@ -327,17 +433,27 @@ def test_dropping_the_k_tiles_release_to_the_v_copy_is_refused_and_raced():
     assert _two_tiles(snaps, m) == [None] * 4  # the unmutated block is clean
     wait = next(o for o in _top(m, S.Wait) if o.bar == "free_B_mma_pv_1")
     mutant = _drop(m, wait)
-    with pytest.raises(VerifyError, match=r"the copy does not wait for phase 0 of %free_B_mma_pv_1"):
+    with pytest.raises(
+        VerifyError, match=r"the copy does not wait for phase 0 of %free_B_mma_pv_1"
+    ):
         verify_sync(mutant)
     found = _two_tiles(snaps, mutant)
-    assert any(f is not None and f.kind == "race" and ("B_mma_pv_1" in f.message or "B_mma_qk" in f.message)
-               for f in found), found
+    assert any(
+        f is not None
+        and f.kind == "race"
+        and ("B_mma_pv_1" in f.message or "B_mma_qk" in f.message)
+        for f in found
+    ), found
     arrive = next(o for o in _top(m, S.Arrive) if o.bar == "free_B_mma_pv_1")
     mutant = _drop(m, arrive)
-    with pytest.raises(VerifyError, match=r"waits for phase 0 of %free_B_mma_pv_1\[0\], which completes 0"):
+    with pytest.raises(
+        VerifyError, match=r"waits for phase 0 of %free_B_mma_pv_1\[0\], which completes 0"
+    ):
         verify_sync(mutant)
     found = _two_tiles(snaps, mutant)  # nobody releases the bytes: the producer waits forever
-    assert any(f is not None and f.kind == "deadlock" and "free_B_mma_pv_1" in f.message for f in found), found
+    assert any(
+        f is not None and f.kind == "deadlock" and "free_B_mma_pv_1" in f.message for f in found
+    ), found
 
 
 def test_the_interpreter_sees_the_shared_bytes():
@@ -350,10 +466,16 @@ def test_the_interpreter_sees_the_shared_bytes():
     wait = next(o for o in _top(m, S.Wait) if o.bar == "free_B_mma_pv_1")
     mutant = _drop(m, wait)
     sizes = {**small_sizes(m, wraps=0), "causal": 0}
-    ok = check_schedules(m, snaps["warp-specialization"], sizes=sizes, seed=0, schedules=20, value_every=0)
+    ok = check_schedules(
+        m, snaps["warp-specialization"], sizes=sizes, seed=0, schedules=20, value_every=0
+    )
     assert ok.finding is None, ok.line(FA3)
-    v = check_schedules(mutant, snaps["warp-specialization"], sizes=sizes, seed=0, schedules=20, value_every=0)
-    assert v.finding is not None and v.finding.kind == "race" and "B_mma_qk" in v.finding.message, v.finding
+    v = check_schedules(
+        mutant, snaps["warp-specialization"], sizes=sizes, seed=0, schedules=20, value_every=0
+    )
+    assert v.finding is not None and v.finding.kind == "race" and "B_mma_qk" in v.finding.message, (
+        v.finding
+    )
     assert "%e7" in v.finding.message  # the reader: S = Q·K[0]ᵀ
 
 
@@ -361,14 +483,18 @@ def test_the_staged_kernel_loads_the_last_v_tile_into_the_k_tiles_bytes(tmp_path
     cu = _cu(tmp_path, STAGED)
     off = lambda name: cu.split(f"uint8_t* {name} = smem + ", 1)[1].split(";", 1)[0]  # noqa: E731
     assert off("s_B_mma_qk") == off("s_B_mma_pv_1")
-    o = cu.split("uint8_t* box = smem + ", 1)[1].split(" + cw * 16384", 1)[0]  # each warpgroup's 64 rows of O
+    o = cu.split("uint8_t* box = smem + ", 1)[1].split(" + cw * 16384", 1)[
+        0
+    ]  # each warpgroup's 64 rows of O
     assert o.isdigit() and o != off("s_B_mma_pv_1")
-    assert o not in {off(n) for n in ("s_Q_block", "s_B_mma_qk_1", "s_B_mma_pv")}  # O's bytes are its own
-    producer = cu[cu.index("// ---- producer warpgroup"):cu.index("// ---- consumer warpgroups")]
+    assert o not in {
+        off(n) for n in ("s_Q_block", "s_B_mma_qk_1", "s_B_mma_pv")
+    }  # O's bytes are its own
+    producer = cu[cu.index("// ---- producer warpgroup") : cu.index("// ---- consumer warpgroups")]
     w = producer.index("cypress::wait(&free_B_mma_pv_1[0], (0 ^ tphase));")
     assert w < producer.index("cypress::tma_load_3d(s_B_mma_pv_1")
     assert "cypress::tma_load_3d(s_B_mma_pv_1" not in producer[:w]
-    consumer = cu[cu.index("// ---- consumer warpgroups"):]
+    consumer = cu[cu.index("// ---- consumer warpgroups") :]
     qk = consumer.index("// %e7: warpgroup_mma")
     retire = consumer.index("cypress::wait<0>();", qk)
     a = consumer.index("cypress::arrive(&free_B_mma_pv_1[0]);")
@@ -392,7 +518,9 @@ def test_a_reader_in_the_loop_releases_the_shared_bytes_after_it(monkeypatch):
         return replace(m, resources=replace(m.resources, war=(("Q_block", "B_mma_pv_1"),)))
 
     monkeypatch.setattr(ra, "resource_allocation", forced)
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{FA3}.cyp")), load_mapping(STAGED))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs" / f"{FA3}.cyp")), load_mapping(STAGED)
+    )
     m = dict(compile_module(tree, until="sync-insertion"))["sync-insertion"]  # verifies the sync
     (arrive,) = [o for o in _top(m, S.Arrive) if o.bar == "free_B_mma_pv_1"]
     assert {(e.via, e.tensor) for e in arrive.edges} == {("same", "Q_block"), ("after", "Q_block")}
@@ -411,8 +539,9 @@ def test_without_a_producer_role_o_shares_the_last_v_tiles_bytes(tmp_path):
     mapping = tmp_path / "nows.yaml"
     mapping.write_text(STAGED.read_text().replace("warpspecialize: true", "warpspecialize: false"))
     snaps = _snaps(mapping)
-    assert {frozenset(p) for p in snaps["resource-allocation"].resources.war} == \
-        {frozenset(("B_mma_pv_1", "D_store_wg"))}
+    assert {frozenset(p) for p in snaps["resource-allocation"].resources.war} == {
+        frozenset(("B_mma_pv_1", "D_store_wg"))
+    }
     m = snaps["sync-insertion"]
     assert not [b for b in _top(m, S.MBarrier) if b.same_tile]
     wait = next(o for o in _top(m, S.WaitGroup) if o.unit == "bulk")

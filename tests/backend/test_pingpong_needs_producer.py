@@ -21,19 +21,29 @@ from cypressc.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("program, mapping", [("flash_attention2", "h100_d128_pp_staged_persistent"),
-                                              ("flash_attention3", "h100_d64_pp")])
-def test_pingpong_without_a_producer_warpgroup_is_refused(tmp_path, mapping_variant, program, mapping):
+@pytest.mark.parametrize(
+    "program, mapping",
+    [("flash_attention2", "h100_d128_pp_staged_persistent"), ("flash_attention3", "h100_d64_pp")],
+)
+def test_pingpong_without_a_producer_warpgroup_is_refused(
+    tmp_path, mapping_variant, program, mapping
+):
     base = ROOT / "mappings" / program / f"{mapping}.yaml"
     path = mapping_variant(base, "warpspecialize: true", "warpspecialize: false")
     cyp = ROOT / "programs" / f"{program}.cyp"
     r = CliRunner().invoke(main, ["build", str(cyp), "-m", str(path), "-o", str(tmp_path / "k")])
     assert r.exit_code == 1, r.output
-    assert re.search(rf"^{re.escape(str(path))}:\d+:\d+: error\[E050\]: .*`pingpong` without warp "
-                     r"specialization: .*deadlock.*`warpspecialize: true`", r.output, re.M), r.output
+    assert re.search(
+        rf"^{re.escape(str(path))}:\d+:\d+: error\[E050\]: .*`pingpong` without warp "
+        r"specialization: .*deadlock.*`warpspecialize: true`",
+        r.output,
+        re.M,
+    ), r.output
     assert not (tmp_path / "k").exists()
     # without ping-pong the same mapping builds: the refusal is about the two together
-    path = mapping_variant(base, "warpspecialize: true", "warpspecialize: false", ("pingpong: true", "pingpong: false"))
+    path = mapping_variant(
+        base, "warpspecialize: true", "warpspecialize: false", ("pingpong: true", "pingpong: false")
+    )
     r = CliRunner().invoke(main, ["build", str(cyp), "-m", str(path), "-o", str(tmp_path / "k2")])
     assert r.exit_code == 0, r.output
     assert "(turn" not in (tmp_path / "k2" / f"{program}.cu").read_text()  # no turn barrier

@@ -33,9 +33,24 @@ RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 def _ptxas(src: str, tmp: Path) -> str:
     cu = tmp / "k.cu"
     cu.write_text(src)
-    c = subprocess.run(["nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{RUNTIME}",
-                        f"-I{cutlass_include()}", "-Xptxas", "-v", "-c", "-o", str(tmp / "k.o"), str(cu)],
-                       capture_output=True, text=True)
+    c = subprocess.run(
+        [
+            "nvcc",
+            "-O3",
+            "-std=c++17",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            f"-I{RUNTIME}",
+            f"-I{cutlass_include()}",
+            "-Xptxas",
+            "-v",
+            "-c",
+            "-o",
+            str(tmp / "k.o"),
+            str(cu),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert c.returncode == 0, c.stderr[-4000:]
     return c.stderr
 
@@ -43,15 +58,28 @@ def _ptxas(src: str, tmp: Path) -> str:
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_the_fence_after_the_wait_keeps_ptxas_from_inserting_one(tmp_path):
-    tree = instantiate(check_program(parse_file(ROOT / "programs/dual_gemm.cyp")),
-                       load_mapping(ROOT / "mappings/dual_gemm/h100.yaml"))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs/dual_gemm.cyp")),
+        load_mapping(ROOT / "mappings/dual_gemm/h100.yaml"),
+    )
     m = dict(compile_module(tree, until="sync-insertion"))["sync-insertion"]
     (lp,) = [o for o in m.body.ops if isinstance(o, N.For)]
     fences = [o for o in lp.body.ops if isinstance(o, S.Fence) and o.kind == "wgmma"]
     assert len(fences) == 2
     second = fences[1]
-    without = replace(m, body=replace(m.body, ops=tuple(
-        replace(o, body=N.Block(tuple(x for x in o.body.ops if x is not second), o.body.yields)) if o is lp else o
-        for o in m.body.ops)))
+    without = replace(
+        m,
+        body=replace(
+            m.body,
+            ops=tuple(
+                replace(
+                    o, body=N.Block(tuple(x for x in o.body.ops if x is not second), o.body.yields)
+                )
+                if o is lp
+                else o
+                for o in m.body.ops
+            ),
+        ),
+    )
     assert "C7519" not in _ptxas(emit_cuda(cuda_lowering(m).kernel), tmp_path)
     assert "C7519" in _ptxas(emit_cuda(cuda_lowering(without).kernel), tmp_path)

@@ -51,10 +51,20 @@ def test_the_a_fragment_is_the_accumulator_layout():
     shape = (N.IConst(64), N.IConst(32))
     for proc in ("WARP", "THREAD"):
         sub = (64, 32) if proc == "WARP" else (16, 32)
-        a = mma_piece_shape(shape if proc == "WARP" else (N.IConst(16), N.IConst(32)), "WGMMA_64x128x16",
-                            proc, "A", Loc("t", 1, 1))
-        c = mma_piece_shape(shape if proc == "WARP" else (N.IConst(16), N.IConst(32)), "WGMMA_64x32x16",
-                            proc, "C", Loc("t", 1, 1))
+        a = mma_piece_shape(
+            shape if proc == "WARP" else (N.IConst(16), N.IConst(32)),
+            "WGMMA_64x128x16",
+            proc,
+            "A",
+            Loc("t", 1, 1),
+        )
+        c = mma_piece_shape(
+            shape if proc == "WARP" else (N.IConst(16), N.IConst(32)),
+            "WGMMA_64x32x16",
+            proc,
+            "C",
+            Loc("t", 1, 1),
+        )
         assert a == c
         for i in range(4 if proc == "WARP" else 32):
             for x, y in zip(mma_coords(sub, proc, "A", i), mma_coords(sub, proc, "C", i)):
@@ -63,16 +73,25 @@ def test_the_a_fragment_is_the_accumulator_layout():
     # "wgmma .m64nNk16 register fragment A")
     r, c = mma_coords((16, 16), "THREAD", "A", 5)
     assert list(r) == [1, 9] and list(c) == [2, 3, 10, 11]
-    assert layout_key("mma", ("WGMMA_64x64x16", "THREAD", "A")) == layout_key("mma", ("WGMMA_64x8x16", "THREAD", "C"))
-    assert layout_key("mma", ("WGMMA_64x64x16", "THREAD", "B")) != layout_key("mma", ("WGMMA_64x64x16", "THREAD", "C"))
+    assert layout_key("mma", ("WGMMA_64x64x16", "THREAD", "A")) == layout_key(
+        "mma", ("WGMMA_64x8x16", "THREAD", "C")
+    )
+    assert layout_key("mma", ("WGMMA_64x64x16", "THREAD", "B")) != layout_key(
+        "mma", ("WGMMA_64x64x16", "THREAD", "C")
+    )
 
 
 def test_p_stays_in_the_converting_threads_registers_and_is_synchronized_from_edges():
     m = _snaps()["sync-insertion"]
     (lp,) = [o for o in m.body.ops if isinstance(o, N.For)]
     body = list(lp.body.ops)
-    mmas = [o for o in body if isinstance(o, N.Call) and o.fn in ("warpgroup_mma_bt", "warpgroup_mma")]
-    assert [o.fn for o in mmas] == ["warpgroup_mma_bt", "warpgroup_mma"]  # S = Q·Kᵀ (K row-major), O += P·V
+    mmas = [
+        o for o in body if isinstance(o, N.Call) and o.fn in ("warpgroup_mma_bt", "warpgroup_mma")
+    ]
+    assert [o.fn for o in mmas] == [
+        "warpgroup_mma_bt",
+        "warpgroup_mma",
+    ]  # S = Q·Kᵀ (K row-major), O += P·V
     (conv,) = [o for o in body if isinstance(o, N.Call) and o.fn == "copy"]
     assert len(mmas) == 2
     first, second = mmas
@@ -87,14 +106,19 @@ def test_p_stays_in_the_converting_threads_registers_and_is_synchronized_from_ed
     assert wg.unit == "wgmma" and wg.pending == 0
     assert any(e.src == first.ev and e.dst == conv.ev for e in wg.edges)
     fences = [o for o in body[ic:i2] if isinstance(o, S.Fence) and o.kind == "wgmma"]
-    assert fences and any(e.src == conv.ev and e.dst == second.ev and e.tensor == p.name for e in fences[0].edges)
+    assert fences and any(
+        e.src == conv.ev and e.dst == second.ev and e.tensor == p.name for e in fences[0].edges
+    )
     # K and V stream on separate channels, each released by its own empty barrier; K's stage
     # is free as soon as the wait_group the conversion needs retired S's wgmma (this step, not
     # mma_in_flight steps later), V's only after a later wait_group retired P·V
     # (the Q panel's one-stage empty barrier, released to the next tile, is not a stage ring)
     loads = {o.ev for o in body if isinstance(o, N.Copy)}
-    empties = {o.name: o for o in walk_ops(m.body) if isinstance(o, S.MBarrier) and o.kind == "empty"
-               and set(o.channel) <= loads}
+    empties = {
+        o.name: o
+        for o in walk_ops(m.body)
+        if isinstance(o, S.MBarrier) and o.kind == "empty" and set(o.channel) <= loads
+    }
     assert len(empties) == 2
     arrives = {o.bar: o for o in body if isinstance(o, S.Arrive) and o.bar in empties}
     kt = next(b for b, a in arrives.items() if any(e.src == first.ev for e in a.edges))
@@ -106,10 +130,12 @@ def test_p_stays_in_the_converting_threads_registers_and_is_synchronized_from_ed
 
 def test_the_cuda_converts_in_registers_and_issues_wgmma_rs():
     cu = emit_cuda(_snaps()["cuda-lowering"].kernel)
-    loop = cu[cu.index("for (int kb = 0; kb < num_k; ++kb)", cu.index("consumer warpgroups")):]
+    loop = cu[cu.index("for (int kb = 0; kb < num_k; ++kb)", cu.index("consumer warpgroups")) :]
     conv = loop.index("cypress::acc_to_a<__half>(")
     assert loop.index("cypress::wait<0>();") < conv < loop.index("cypress::wgmma_rs<64, __half>(")
-    assert "uint32_t D_convert_thread[1][16];" in cu  # 64 x 64 f16 per warpgroup: 16 packed pairs a thread
+    assert (
+        "uint32_t D_convert_thread[1][16];" in cu
+    )  # 64 x 64 f16 per warpgroup: 16 packed pairs a thread
     # S's fill became the first k16 step's scale-d, and is no longer a loop statement
     assert "C_clear_thread_1[0], kk == 0);" in loop and "C_clear_thread_1[0][i] = 0" not in cu
     assert "fill %e4 folded in" in loop
@@ -136,9 +162,24 @@ def test_a_zero_fill_folds_only_into_the_next_wgmma_that_touches_it():
 def test_ptxas_injects_no_wait_and_spills_nothing(tmp_path):
     cu = tmp_path / "k.cu"
     cu.write_text(emit_cuda(_snaps()["cuda-lowering"].kernel))
-    c = subprocess.run(["nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{RUNTIME}",
-                        f"-I{cutlass_include()}", "-Xptxas", "-v", "-c", "-o", str(tmp_path / "k.o"), str(cu)],
-                       capture_output=True, text=True)
+    c = subprocess.run(
+        [
+            "nvcc",
+            "-O3",
+            "-std=c++17",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            f"-I{RUNTIME}",
+            f"-I{cutlass_include()}",
+            "-Xptxas",
+            "-v",
+            "-c",
+            "-o",
+            str(tmp_path / "k.o"),
+            str(cu),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert c.returncode == 0, c.stderr[-4000:]
     assert "C7517" not in c.stderr and "C7519" not in c.stderr, c.stderr[-2000:]
     assert "0 bytes spill stores" in c.stderr

@@ -36,7 +36,6 @@ RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 PANEL = "tm_A_64x64, &full_A_block[0]"  # the panel's TMA load (2 boxes of 64 columns)
 
 
-
 def _build(tmp_path: Path, mapping: Path = MAP) -> str:
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["build", str(PROG), "-m", str(mapping), "-o", str(out)])
@@ -53,7 +52,10 @@ def test_the_copy_before_the_loop_gets_a_one_stage_full_barrier_and_one_wait():
     (copy,) = [i for i, o in enumerate(top) if isinstance(o, N.Copy)]
     cp = top[copy]
     assert copy < loop and (sym.mem(cp.src), sym.mem(cp.dst)) == ("GLOBAL", "SHARED")
-    assert sym.root(cp.dst) == "A_block" and sym.allocs["A_block"].shape == (N.IConst(64), N.IConst(128))
+    assert sym.root(cp.dst) == "A_block" and sym.allocs["A_block"].shape == (
+        N.IConst(64),
+        N.IConst(128),
+    )
     assert cp.bar == S.BarIdx("full_A_block", N.IConst(0))
     bars = {o.name: o for o in walk_ops(m.body) if isinstance(o, S.MBarrier)}
     full = bars["full_A_block"]
@@ -64,17 +66,23 @@ def test_the_copy_before_the_loop_gets_a_one_stage_full_barrier_and_one_wait():
     assert sorted(n for n, b in bars.items() if b.kind == "empty") == ["empty_B_mma_wg"]
     assert not [o for o in walk_ops(m.body) if isinstance(o, S.Arrive) and o.bar == "full_A_block"]
     atx = top[copy - 1]
-    assert isinstance(atx, S.ArriveExpectTx) and atx.bar == "full_A_block" and atx.role == "producer"
+    assert (
+        isinstance(atx, S.ArriveExpectTx) and atx.bar == "full_A_block" and atx.role == "producer"
+    )
     assert atx.bytes == 64 * 128 * 2 and static(atx.stage) == 0
     waits = [o for o in walk_ops(m.body) if isinstance(o, S.Wait) and o.bar == "full_A_block"]
     assert len(waits) == 1 and waits[0] is top[loop - 1]  # once, right before the loop
     w = waits[0]
     assert w.role == "consumer" and static(w.stage) == 0 and static(w.parity) == 0
-    assert [(e.src, e.hazard, e.tensor, e.via) for e in w.edges] == [(cp.ev, "raw", "A_block", "entry")]
+    assert [(e.src, e.hazard, e.tensor, e.via) for e in w.edges] == [
+        (cp.ev, "raw", "A_block", "entry")
+    ]
 
 
 def test_explain_prints_the_panel_synchronization_before_the_loop():
-    r = CliRunner().invoke(main, ["explain", str(PROG), "-m", str(MAP), "--after", "sync-insertion"])
+    r = CliRunner().invoke(
+        main, ["explain", str(PROG), "-m", str(MAP), "--after", "sync-insertion"]
+    )
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     at = lambda pat: next(i for i, ln in enumerate(lines) if re.search(pat, ln))
@@ -95,22 +103,30 @@ def test_cuda_loads_the_panel_once_before_the_main_loop_and_waits_once(tmp_path)
     assert src.count("cypress::arrive_expect_tx(&full_A_block[0], 16384);") == 1
     # producer: in the tile loop (which runs once: not persistent), before the main loop
     assert "t += num_tiles)" in prod and "kbase" not in src
-    tile, atx, load = (prod.index(s) for s in
-                       ("for (int t = blockIdx.x", "arrive_expect_tx(&full_A_block[0]", PANEL))
+    tile, atx, load = (
+        prod.index(s)
+        for s in ("for (int t = blockIdx.x", "arrive_expect_tx(&full_A_block[0]", PANEL)
+    )
     assert tile < atx < load < prod.index("for (int kb = 0; kb < num_k; ++kb)")
-    assert ("tma_load_2d(s_A_block + j * A_block_CHUNK, &tm_A_64x64, &full_A_block[0], "
-            "0 + 64 * j, (b0 * 64));") in prod
+    assert (
+        "tma_load_2d(s_A_block + j * A_block_CHUNK, &tm_A_64x64, &full_A_block[0], "
+        "0 + 64 * j, (b0 * 64));"
+    ) in prod
     # consumers: one wait for phase 0 before the main loop, none inside it
     wait = cons.index("cypress::wait(&full_A_block[0], 0);")
     loop = cons.index("for (int kb = 0; kb < num_k; ++kb)")
     assert cons.index("for (int t = blockIdx.x") < wait < loop
     assert "full_A_block" not in cons[loop:]
-    assert "constexpr int A_block_STAGE = 16384, A_block_CHUNK = 8192;" in src  # one stage, 2 chunks
+    assert (
+        "constexpr int A_block_STAGE = 16384, A_block_CHUNK = 8192;" in src
+    )  # one stage, 2 chunks
     assert "make_tma_map(&tm_A_64x64, A, false, K, M, 1, 64, 64, 2))" in src  # 128-byte swizzle
     # step kb reads columns [32 kb, 32 kb + 32) of the panel: k16 steps 2 kb and 2 kb + 1
     da = re.findall(r"desc_k_sw128\([^;]*;", src)
-    assert da == ["desc_k_sw128(s_A_block + ((kk + ((kb * 32)) / 16) / 4) * A_block_CHUNK + (0) * 128 "
-                  "+ ((kk + ((kb * 32)) / 16) % 4) * 32);"]
+    assert da == [
+        "desc_k_sw128(s_A_block + ((kk + ((kb * 32)) / 16) / 4) * A_block_CHUNK + (0) * 128 "
+        "+ ((kk + ((kb * 32)) / 16) % 4) * 32);"
+    ]
     assert "const int num_k = 4;" in src
 
 
@@ -118,8 +134,10 @@ def test_without_a_producer_the_issuer_thread_loads_the_panel(tmp_path, mapping_
     src = _build(tmp_path, mapping_variant(MAP, "warpspecialize: true", "warpspecialize: false"))
     body = src.split("const bool issuer = threadIdx.x == 0;")[1]
     atx = body.index("if (issuer) cypress::arrive_expect_tx(&full_A_block[0], 16384);")
-    guard = body.index("if (issuer) {\n        #pragma unroll\n        for (int j = 0; j < 2; ++j) {\n"
-                       "          cypress::tma_load_2d(s_A_block")
+    guard = body.index(
+        "if (issuer) {\n        #pragma unroll\n        for (int j = 0; j < 2; ++j) {\n"
+        "          cypress::tma_load_2d(s_A_block"
+    )
     wait = body.index("cypress::wait(&full_A_block[0], 0);")
     assert atx < guard < wait < body.index("for (int kb = 0; kb < num_k; ++kb)")
     assert src.count(PANEL) == 1
@@ -127,8 +145,9 @@ def test_without_a_producer_the_issuer_thread_loads_the_panel(tmp_path, mapping_
 
 def test_without_a_producer_the_schedule_is_clean(tmp_path, mapping_variant):
     m = mapping_variant(MAP, "warpspecialize: true", "warpspecialize: false")
-    r = CliRunner().invoke(main, ["explain", str(PROG), "-m", str(m), "--check-schedule",
-                                  "--schedules", "20"])
+    r = CliRunner().invoke(
+        main, ["explain", str(PROG), "-m", str(m), "--check-schedule", "--schedules", "20"]
+    )
     assert r.exit_code == 0, r.output
     assert r.output.strip().endswith("clean (20 schedule(s), sizes M=64 N=64 K=128)")
 
@@ -140,19 +159,29 @@ def test_a_persistent_block_with_a_static_trip_count_is_refused(tmp_path, mappin
     r = CliRunner().invoke(main, ["check", str(PROG), "-m", str(m)])
     assert r.exit_code == 1, r.output
     first = r.stderr.splitlines()[0]
-    line = next(i for i, ln in enumerate(m.read_text().splitlines(), 1) if "{instance: block," in ln)
-    assert first.startswith(f"{m}:{line}:16: error[E050]: the CUDA backend cannot lower this program yet: "
-                            "a persistent block whose main loop has a static trip count"), r.stderr
+    line = next(
+        i for i, ln in enumerate(m.read_text().splitlines(), 1) if "{instance: block," in ln
+    )
+    assert first.startswith(
+        f"{m}:{line}:16: error[E050]: the CUDA backend cannot lower this program yet: "
+        "a persistent block whose main loop has a static trip count"
+    ), r.stderr
     assert "before the main loop" not in first
     assert "instance: block, variant: gemm_block" in r.stderr  # the source line under the caret
 
 
 def test_a_k_slice_past_the_panel_is_refused(tmp_path, mapping_variant):
     """W = 48: cdiv(128, 48) = 3 steps, and the third slice [96, 144) ends past the panel."""
-    r = CliRunner().invoke(main, ["check", str(PROG), "-m", str(mapping_variant(MAP, "{W: 32}", "{W: 48}"))])
+    r = CliRunner().invoke(
+        main, ["check", str(PROG), "-m", str(mapping_variant(MAP, "{W: 32}", "{W: 48}"))]
+    )
     assert r.exit_code == 1, r.output
-    assert "error[E050]" in r.stderr and "a K-major wgmma operand at column 96 (step 2) of the 128-column " \
-        "%A_block: a 48-column K slice must start on a multiple of 16 inside the tile" in r.stderr, r.stderr
+    assert (
+        "error[E050]" in r.stderr
+        and "a K-major wgmma operand at column 96 (step 2) of the 128-column "
+        "%A_block: a 48-column K slice must start on a multiple of 16 inside the tile"
+        in r.stderr
+    ), r.stderr
 
 
 @pytest.mark.nvcc
@@ -160,10 +189,25 @@ def test_a_k_slice_past_the_panel_is_refused(tmp_path, mapping_variant):
 def test_it_compiles_for_sm90a(tmp_path):
     _build(tmp_path)
     c = subprocess.run(
-        ["nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{RUNTIME}",
-         f"-I{cutlass_include()}", "-Xcompiler", "-fPIC", "-shared", "-Xptxas", "-v",
-         "-o", str(tmp_path / "lib.so"), str(tmp_path / "out" / "gemm_resident_a.cu")],
-        capture_output=True, text=True)
+        [
+            "nvcc",
+            "-O3",
+            "-std=c++17",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            f"-I{RUNTIME}",
+            f"-I{cutlass_include()}",
+            "-Xcompiler",
+            "-fPIC",
+            "-shared",
+            "-Xptxas",
+            "-v",
+            "-o",
+            str(tmp_path / "lib.so"),
+            str(tmp_path / "out" / "gemm_resident_a.cu"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert c.returncode == 0, c.stderr[-4000:]
     spills = [ln for ln in c.stderr.splitlines() if "spill stores" in ln]
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills

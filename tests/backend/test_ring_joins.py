@@ -36,7 +36,9 @@ K_RING, V_RING = "B_mma_qk_1", "B_mma_pv"
 
 
 def _tree(program: str, mapping: Path):
-    return instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")), load_mapping(mapping))
+    return instantiate(
+        check_program(parse_file(ROOT / "programs" / f"{program}.cyp")), load_mapping(mapping)
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,10 +54,17 @@ def test_the_peeled_k_and_the_last_v_tile_join_the_key_loops_rings():
     m = _snaps("flash_attention3", PPS)["copy-elimination"]
     joins = ring_joins(m, True)
     assert {(j.member, j.ring, j.side, j.index, j.pre) for j in joins.values()} == {
-        ("B_mma_qk", K_RING, "pre", 0, 1), ("B_mma_pv_1", V_RING, "post", 0, 0)}
+        ("B_mma_qk", K_RING, "pre", 0, 1),
+        ("B_mma_pv_1", V_RING, "post", 0, 0),
+    }
     assert ring_joins(m, False) == {}  # no producer to issue the ring's copies in ring order
-    fa2 = _snaps("flash_attention2", ROOT / "mappings" / "flash_attention2" / "h100_d128_pp_staged_persistent.yaml")
-    assert ring_joins(fa2["copy-elimination"], True) == {}  # no copy outside the loop of a loop copy's partition
+    fa2 = _snaps(
+        "flash_attention2",
+        ROOT / "mappings" / "flash_attention2" / "h100_d128_pp_staged_persistent.yaml",
+    )
+    assert (
+        ring_joins(fa2["copy-elimination"], True) == {}
+    )  # no copy outside the loop of a loop copy's partition
 
 
 def test_members_have_no_bytes_and_the_loop_counts_their_positions():
@@ -64,19 +73,35 @@ def test_members_have_no_bytes_and_the_loop_counts_their_positions():
     assert m.resources.war == ()  # nothing left to share bytes with the last V tile
     (lp,) = _top(m, N.For)
     assert lp.ring_extra == 1
-    k0 = next(o for o in _top(m, N.Copy) if o.dst == N.Piece(f"{K_RING}#stage", (N.IBin(
-        "%", N.IBin("+", N.IConst(0), N.IConst(0)), N.IConst(2)),)))
-    v_last = next(o for o in _top(m, N.Copy) if isinstance(o.dst, N.Piece) and o.dst.partition == f"{V_RING}#stage")
+    k0 = next(
+        o
+        for o in _top(m, N.Copy)
+        if o.dst
+        == N.Piece(
+            f"{K_RING}#stage", (N.IBin("%", N.IBin("+", N.IConst(0), N.IConst(0)), N.IConst(2)),)
+        )
+    )
+    v_last = next(
+        o
+        for o in _top(m, N.Copy)
+        if isinstance(o.dst, N.Piece) and o.dst.partition == f"{V_RING}#stage"
+    )
     assert v_last.dst.idx == (N.IBin("%", N.IBin("+", lp.hi, N.IConst(0)), N.IConst(2)),)
-    assert lp.ev in {r.name for r in v_last.pre}  # after the loop's reads of the ring, in event order
+    assert lp.ev in {
+        r.name for r in v_last.pre
+    }  # after the loop's reads of the ring, in event order
     assert k0.ev != v_last.ev
 
 
 def test_members_wait_and_release_on_their_rings_barriers():
     m = _snaps("flash_attention3", PPS)["sync-insertion"]
     bars = {b.name: b for b in _top(m, S.MBarrier)}
-    assert {n for n in bars if "B_mma" in n} == {f"full_{K_RING}", f"empty_{K_RING}", f"full_{V_RING}",
-                                                 f"empty_{V_RING}"}
+    assert {n for n in bars if "B_mma" in n} == {
+        f"full_{K_RING}",
+        f"empty_{K_RING}",
+        f"full_{V_RING}",
+        f"empty_{V_RING}",
+    }
     assert bars[f"empty_{K_RING}"].stages == 2 and bars[f"empty_{K_RING}"].count == 2
     waits = [o for o in _top(m, S.Wait) if o.bar == f"empty_{K_RING}"]
     (k0_wait,) = waits
@@ -95,7 +120,9 @@ def test_members_wait_and_release_on_their_rings_barriers():
 def test_a_members_missing_wait_or_release_is_refused(bar, kind):
     m = _snaps("flash_attention3", PPS)["sync-insertion"]
     (victim,) = [o for o in _top(m, kind) if o.bar == bar]
-    mutant = replace(m, body=N.Block(tuple(o for o in m.body.ops if o is not victim), m.body.yields))
+    mutant = replace(
+        m, body=N.Block(tuple(o for o in m.body.ops if o is not victim), m.body.yields)
+    )
     with pytest.raises(VerifyError):
         verify_sync(mutant)
 
@@ -112,15 +139,23 @@ def test_two_tiles_on_one_ring_are_clean_and_a_missing_member_wait_races():
     ok = check_schedules(m, ref, sizes=sizes, seed=3, schedules=6, value_every=3, persistent=True)
     assert ok.finding is None, ok.line("ring")
     (victim,) = [o for o in _top(m, S.Wait) if o.bar == f"empty_{V_RING}"]
-    mutant = replace(m, body=N.Block(tuple(o for o in m.body.ops if o is not victim), m.body.yields))
-    bad = check_schedules(mutant, ref, sizes=sizes, seed=3, schedules=30, value_every=0, persistent=True)
+    mutant = replace(
+        m, body=N.Block(tuple(o for o in m.body.ops if o is not victim), m.body.yields)
+    )
+    bad = check_schedules(
+        mutant, ref, sizes=sizes, seed=3, schedules=30, value_every=0, persistent=True
+    )
     assert bad.finding is not None and bad.finding.kind == "race", bad.line("mutant")
 
 
 def test_the_kernel_counts_member_positions_on_the_running_counters():
     cu = emit_cuda(dict(compile_module(_tree("flash_attention3", PPS)))["cuda-lowering"].kernel)
-    assert "tma_load_3d(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE" in cu  # K[0] at the ring's position
+    assert (
+        "tma_load_3d(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE" in cu
+    )  # K[0] at the ring's position
     assert "cypress::wait(&full_B_mma_qk_1[stage], phase);" in cu
     assert "kbase += num_k + 1;" in cu
     assert "s_B_mma_qk =" not in cu and "B_mma_pv_1" not in cu and "free_" not in cu
-    assert cu.count("if (++stage == STAGES) { stage = 0; phase ^= 1; }") == 4  # per role: each step, each tile
+    assert (
+        cu.count("if (++stage == STAGES) { stage = 0; phase ^= 1; }") == 4
+    )  # per role: each step, each tile

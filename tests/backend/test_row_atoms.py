@@ -34,20 +34,30 @@ pytestmark = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
 
 
 # U = 256 query rows (two 64-row atoms per consumer warpgroup), W = 64 keys, S's atoms 64 x W
-TALL = (("{U: 128, E: 64}", "{U: 256, E: 64}"), ("{W: 128}", "{W: 64}"), ("WGMMA_64x128x16", "WGMMA_64x64x16"))
+TALL = (
+    ("{U: 128, E: 64}", "{U: 256, E: 64}"),
+    ("{W: 128}", "{W: 64}"),
+    ("WGMMA_64x128x16", "WGMMA_64x64x16"),
+)
 
 
 def _build(tmp_path: Path, program: str, mapping: Path) -> str:
     out = tmp_path / f"{program}_{mapping.stem}"
-    r = CliRunner().invoke(main, ["build", str(ROOT / "programs" / f"{program}.cyp"), "-m", str(mapping),
-                                  "-o", str(out)])
+    r = CliRunner().invoke(
+        main,
+        ["build", str(ROOT / "programs" / f"{program}.cyp"), "-m", str(mapping), "-o", str(out)],
+    )
     assert r.exit_code == 0, r.output
     return (out / f"{program}.cu").read_text()
 
 
 def _helper(name: str) -> str:
     """cypress.cuh's own definition of the row helper ``name``."""
-    m = re.search(rf"template <int R> __device__ __forceinline__ void {name}\(.*?\n}}\n", RUNTIME.read_text(), re.S)
+    m = re.search(
+        rf"template <int R> __device__ __forceinline__ void {name}\(.*?\n}}\n",
+        RUNTIME.read_text(),
+        re.S,
+    )
     assert m, name
     return m.group(0)
 
@@ -58,8 +68,10 @@ def _masks(cu: str) -> list[tuple[str, int, str, str, str]]:
     variables, read off the program's n = N - key0)."""
     out = []
     # one atom: no loop, the atom index folded to 0
-    cols = re.findall(r"(?:for \(int a = 0; a < (\d+); \+\+a\) )?cypress::mask_columns\((\w+)\[[a0]\], (.*?)\);\n",
-                      cu)
+    cols = re.findall(
+        r"(?:for \(int a = 0; a < (\d+); \+\+a\) )?cypress::mask_columns\((\w+)\[[a0]\], (.*?)\);\n",
+        cu,
+    )
     for atoms, frag, n in cols:
         loop = rf"for \(int a = 0; a < {atoms}; \+\+a\) " if atoms else ""
         d = re.search(rf"{loop}cypress::mask_causal\({frag}\[[a0]\], (.*?)\);\n", cu)
@@ -94,18 +106,22 @@ def _run_masks(tmp_path: Path, cu: str, rows: int, wgs: int, keys: int, cases) -
             }}
       }}""")
     src = tmp_path / "masks.cpp"
-    src.write_text("#include <cmath>\n#include <cstdio>\n#include <cstdlib>\n"
-                   "#define __device__\n#define __forceinline__ inline\n"
-                   "struct { unsigned x; } threadIdx;\nnamespace cypress {\n"
-                   f"{_helper('mask_columns')}{_helper('mask_causal')}}}\n"
-                   "int main(int argc, char** argv) {\n"
-                   "  const int N = atoi(argv[1]), causal = atoi(argv[2]), b2 = atoi(argv[3]), kb = atoi(argv[4]);\n"
-                   "  (void)kb;\n" + "".join(body) + "\n}\n")
+    src.write_text(
+        "#include <cmath>\n#include <cstdio>\n#include <cstdlib>\n"
+        "#define __device__\n#define __forceinline__ inline\n"
+        "struct { unsigned x; } threadIdx;\nnamespace cypress {\n"
+        f"{_helper('mask_columns')}{_helper('mask_causal')}}}\n"
+        "int main(int argc, char** argv) {\n"
+        "  const int N = atoi(argv[1]), causal = atoi(argv[2]), b2 = atoi(argv[3]), kb = atoi(argv[4]);\n"
+        "  (void)kb;\n" + "".join(body) + "\n}\n"
+    )
     exe = tmp_path / "masks"
     subprocess.run([CXX, "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True)
     got = {}
     for case in cases:
-        run = subprocess.run([str(exe), *map(str, case)], check=True, capture_output=True, text=True)
+        run = subprocess.run(
+            [str(exe), *map(str, case)], check=True, capture_output=True, text=True
+        )
         for j in range(len(masks)):
             got[j, case] = set()
         for line in run.stdout.splitlines():
@@ -118,16 +134,33 @@ def _expected(cu_key0: str, case, rows: int, keys: int) -> set:
     """Attention's masks on one S tile: keys at or past N, and (causal) keys after the row."""
     n, causal, b2, kb = case
     key0 = eval(cu_key0, {}, {"kb": kb, "N": n})  # the kernel's own expression, e.g. (kb + 1) * 64
-    return {(q, k) for q in range(b2 * rows, (b2 + 1) * rows) for k in range(key0, key0 + keys)
-            if k >= n or (causal and k > q)}
+    return {
+        (q, k)
+        for q in range(b2 * rows, (b2 + 1) * rows)
+        for k in range(key0, key0 + keys)
+        if k >= n or (causal and k > q)
+    }
 
 
-CASES = [(1000, 1, 0, 0), (1000, 1, 1, 2), (1000, 1, 3, 12), (333, 1, 1, 3), (1000, 0, 2, 14), (130, 1, 0, 1),
-         (4096, 1, 5, 19), (4096, 1, 5, 20)]
+CASES = [
+    (1000, 1, 0, 0),
+    (1000, 1, 1, 2),
+    (1000, 1, 3, 12),
+    (333, 1, 1, 3),
+    (1000, 0, 2, 14),
+    (130, 1, 0, 1),
+    (4096, 1, 5, 19),
+    (4096, 1, 5, 20),
+]
 
 
-@pytest.mark.parametrize("program, base", [("flash_attention3", "h100_d64_pp_staged_persistent.yaml"),
-                                           ("flash_attention2", "h100_d64.yaml")])
+@pytest.mark.parametrize(
+    "program, base",
+    [
+        ("flash_attention3", "h100_d64_pp_staged_persistent.yaml"),
+        ("flash_attention2", "h100_d64.yaml"),
+    ],
+)
 @pytest.mark.parametrize("tall", [False, True], ids=["one-atom", "two-atoms"])
 def test_each_atom_masks_its_own_rows(tmp_path, mapping_variant, program, base, tall):
     """Every masked element is a key past N or after its query row, and every such key is

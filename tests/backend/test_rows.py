@@ -43,29 +43,47 @@ def test_a_per_row_vector_piece_is_the_rows_of_the_accumulator_piece():
     for lane in (0, 5, 31):
         rows, _ = mma_coords((64, 16), "THREAD", "C", lane)
         (vrows,) = mma_coords((64,), "THREAD", "C", lane)
-        assert list(vrows) == list(rows) == [16 * q + lane // 4 + 8 * h for q in range(4) for h in (0, 1)]
+        assert (
+            list(vrows)
+            == list(rows)
+            == [16 * q + lane // 4 + 8 * h for q in range(4) for h in (0, 1)]
+        )
     # the 4 lanes of a quad hold the same rows
-    assert all(np.array_equal(mma_coords((64,), "THREAD", "C", 4)[0], mma_coords((64,), "THREAD", "C", t)[0])
-               for t in (5, 6, 7))
+    assert all(
+        np.array_equal(
+            mma_coords((64,), "THREAD", "C", 4)[0], mma_coords((64,), "THREAD", "C", t)[0]
+        )
+        for t in (5, 6, 7)
+    )
 
 
 def test_row_leaf_semantics_read_the_whole_rows_and_broadcast_per_row():
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     rows = np.array([0, 2])
     m = Operand(np.array([5.0, -1.0], np.float32), (rows,))
-    got = LEAF_FUNCTIONS["warpgroup_row_max"].semantics(m, Operand(x, (np.arange(3), np.arange(4))))[0]
+    got = LEAF_FUNCTIONS["warpgroup_row_max"].semantics(
+        m, Operand(x, (np.arange(3), np.arange(4)))
+    )[0]
     assert list(got) == [5.0, 11.0]
-    got = LEAF_FUNCTIONS["warpgroup_row_sum"].semantics(m, Operand(x, (np.arange(3), np.arange(4))))[0]
+    got = LEAF_FUNCTIONS["warpgroup_row_sum"].semantics(
+        m, Operand(x, (np.arange(3), np.arange(4)))
+    )[0]
     assert list(got) == [5.0 + 6, -1.0 + 38]
     piece = Operand(x[rows][:, :2], (rows, np.arange(2)))
     v = Operand(np.array([1.0, 10.0, -np.inf]), (np.arange(3),))
     got = LEAF_FUNCTIONS["exp2_diff"].semantics(piece, v, 0.5)[0]
-    expected = np.stack([np.exp2((x[0, :2] - 1.0) * 0.5), np.exp2(x[2, :2] * 0.5)])  # row 2's max is -inf: as 0
+    expected = np.stack(
+        [np.exp2((x[0, :2] - 1.0) * 0.5), np.exp2(x[2, :2] * 0.5)]
+    )  # row 2's max is -inf: as 0
     assert np.allclose(got, expected)
-    assert np.array_equal(LEAF_FUNCTIONS["scale_rows"].semantics(piece, v)[0],
-                          x[rows][:, :2] * np.array([[1.0], [-np.inf]]))
-    assert np.allclose(LEAF_FUNCTIONS["div_rows"].semantics(Operand(x[:2], (np.arange(2), np.arange(4))), v)[0],
-                       x[:2] / np.array([[1.0], [10.0]]))
+    assert np.array_equal(
+        LEAF_FUNCTIONS["scale_rows"].semantics(piece, v)[0],
+        x[rows][:, :2] * np.array([[1.0], [-np.inf]]),
+    )
+    assert np.allclose(
+        LEAF_FUNCTIONS["div_rows"].semantics(Operand(x[:2], (np.arange(2), np.arange(4))), v)[0],
+        x[:2] / np.array([[1.0], [10.0]]),
+    )
 
 
 def test_each_lane_of_a_quad_updates_its_own_copy_of_a_row(monkeypatch):
@@ -110,17 +128,26 @@ def test_the_kernel_reduces_across_the_quad_and_fences_the_rescaled_accumulator(
     # the finish reads it (tests/backend/test_deferred_row_sums.py)
     assert "cypress::warpgroup_row_max(m_" in cu and "cypress::warpgroup_row_sum_partial(l_" in cu
     assert cu.count("cypress::quad_reduce(l_") == 1
-    assert "cypress::exp2_diff(" in cu and "cypress::exp2_diff_vec(" in cu and "cypress::scale_vec(" in cu
+    assert (
+        "cypress::exp2_diff(" in cu
+        and "cypress::exp2_diff_vec(" in cu
+        and "cypress::scale_vec(" in cu
+    )
     assert "float m_init_thread[1][2];" in cu
     # the O rescale of step k touches the accumulator the P·V wgmma of step k-1 wrote: the
     # wait after S = Q·Kᵀ already retires that group, and carries the edge, so the O fragment
     # is fenced there (the compiler keeps the rescale after the wait)
-    wait = next(line for line in cu.splitlines() if "cypress::wait<0>();" in line and "%e15" in line)
+    wait = next(
+        line for line in cu.splitlines() if "cypress::wait<0>();" in line and "%e15" in line
+    )
     assert re.search(r"%e18 -> %e15 \(raw %C_clear_thread, 1 step\(s\) later\)", wait)
-    after = cu[cu.index(wait):].splitlines()[1:4]
+    after = cu[cu.index(wait) :].splitlines()[1:4]
     assert any("fence_acc(C_clear_thread[0])" in x for x in after), after
     runtime = (ROOT / "cypressc/backend/runtime/cypress.cuh").read_text()
-    assert "__shfl_xor_sync(0xffffffffu, v, 1)" in runtime and "__shfl_xor_sync(0xffffffffu, v, 2)" in runtime
+    assert (
+        "__shfl_xor_sync(0xffffffffu, v, 1)" in runtime
+        and "__shfl_xor_sync(0xffffffffu, v, 2)" in runtime
+    )
 
 
 @pytest.mark.nvcc
@@ -132,6 +159,12 @@ def test_the_attention_kernel_has_no_spills_and_no_injected_wgmma_waits(tmp_path
 
 def test_only_the_tensor_core_leaves_are_asynchronous():
     rows = ("warpgroup_row_max", "warpgroup_row_sum", "exp2_diff", "scale_rows", "div_rows")
-    assert all(LEAF_FUNCTIONS[f].collective == "WARPGROUP" and not LEAF_FUNCTIONS[f].asynchronous for f in rows)
-    assert LEAF_FUNCTIONS["warpgroup_mma"].asynchronous and LEAF_FUNCTIONS["warpgroup_mma_bt"].asynchronous
+    assert all(
+        LEAF_FUNCTIONS[f].collective == "WARPGROUP" and not LEAF_FUNCTIONS[f].asynchronous
+        for f in rows
+    )
+    assert (
+        LEAF_FUNCTIONS["warpgroup_mma"].asynchronous
+        and LEAF_FUNCTIONS["warpgroup_mma_bt"].asynchronous
+    )
     assert not any(LEAF_FUNCTIONS[f].asynchronous for f in ("fill", "copy", "add", "row_sum"))

@@ -47,16 +47,20 @@ def test_the_copied_runtime_is_its_own_and_reads_the_compilers_info(tmp_path, ol
     assert mod.__name__ == "cypressc_runtime_new.loader"
     assert mod.KernelInfo is not runtime.KernelInfo
     assert mod.KernelInfo.__module__ == "cypressc_runtime_new.abi.info"
-    r = render_build(_front_end(str(ROOT / "programs/gemm.cyp"), str(ROOT / "mappings/gemm/h100.yaml")))
+    r = render_build(
+        _front_end(str(ROOT / "programs/gemm.cyp"), str(ROOT / "mappings/gemm/h100.yaml"))
+    )
     (tmp_path / "gemm.json").write_text(r.files["gemm.json"])
     info = mod.KernelInfo.load_json(tmp_path / "gemm.json")
     assert info.to_dict() == json.loads(r.files["gemm.json"])
     sizes = mod.infer_sizes(info, [(256, 128), (256, 64), (64, 128)])
     assert sizes == {"M": 256, "N": 128, "K": 64}
     assert info.flops_at(sizes) == 2 * 256 * 128 * 64
-    with pytest.raises(mod.KernelError, match=r"dimension 0 \(M\) is 255"):   # the copy's error class
+    with pytest.raises(
+        mod.KernelError, match=r"dimension 0 \(M\) is 255"
+    ):  # the copy's error class
         mod.infer_sizes(info, [(256, 128), (255, 64), (64, 128)])
-    with pytest.raises(FileNotFoundError, match="make -C"):                   # no lib<name>.so built
+    with pytest.raises(FileNotFoundError, match="make -C"):  # no lib<name>.so built
         mod.load(tmp_path, "gemm")
 
 
@@ -64,7 +68,9 @@ def test_an_old_single_file_loader_and_a_missing_one(tmp_path, old_new):
     # a tree from before the split: loader.py is the whole runtime, nothing beside it
     d = tmp_path / "old" / "runtime"
     d.mkdir(parents=True)
-    (d / "loader.py").write_text("from dataclasses import dataclass\n\n\n@dataclass\nclass Info:\n"
-                                 "    name: str\n\n\ndef load(outdir, name):\n    return Info(name)\n")
+    (d / "loader.py").write_text(
+        "from dataclasses import dataclass\n\n\n@dataclass\nclass Info:\n"
+        "    name: str\n\n\ndef load(outdir, name):\n    return Info(name)\n"
+    )
     assert old_new.side_loader(tmp_path, "old").load(tmp_path, "gemm").name == "gemm"
     assert old_new.side_loader(tmp_path / "nowhere", "new") is runtime

@@ -24,15 +24,22 @@ FA3 = ROOT / "programs" / "flash_attention3.cyp"
 BASE = ROOT / "mappings" / "flash_attention3" / "h100_d64_pp_staged.yaml"
 # E = 32: O is 64 x 32 per warpgroup; O's atoms are 64 x E (S's, 64 x W = 128, stay)
 E32 = (("{U: 128, E: 64}", "{U: 128, E: 32}"), ("WGMMA_64x64x16", "WGMMA_64x32x16"))
-DIRECT = (("mems: [NONE, SHARED]", "mems: [NONE, GLOBAL]"), ("mems: [REGISTER, SHARED]}", "mems: [REGISTER, GLOBAL]}"))
+DIRECT = (
+    ("mems: [NONE, SHARED]", "mems: [NONE, GLOBAL]"),
+    ("mems: [REGISTER, SHARED]}", "mems: [REGISTER, GLOBAL]}"),
+)
 
 
 def test_a_staged_tile_narrower_than_a_box_is_refused(tmp_path, mapping_variant):
     mapping = mapping_variant(BASE, *E32[0], *E32[1:])
     r = CliRunner().invoke(main, ["build", str(FA3), "-m", str(mapping), "-o", str(tmp_path / "k")])
     assert r.exit_code == 1, r.output
-    assert re.search(rf"^{re.escape(str(mapping))}:\d+:\d+: error\[E050\]: .*a staged epilogue tile of 32 "
-                     r"columns .*boxes of 64 columns", r.output, re.M), r.output
+    assert re.search(
+        rf"^{re.escape(str(mapping))}:\d+:\d+: error\[E050\]: .*a staged epilogue tile of 32 "
+        r"columns .*boxes of 64 columns",
+        r.output,
+        re.M,
+    ), r.output
     assert "store it from registers" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "k").exists()  # nothing half-written
 

@@ -25,8 +25,21 @@ PLAIN = (ROOT / "mappings" / "gemm" / "h100_plain.yaml").read_text()
 RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 
 
-@pytest.mark.parametrize("cols, swizzle", [(64, 128), (128, 128), (192, 128), (256, 128), (32, 64),
-                                           (96, 64), (160, 64), (16, 32), (48, 32), (80, 32)])
+@pytest.mark.parametrize(
+    "cols, swizzle",
+    [
+        (64, 128),
+        (128, 128),
+        (192, 128),
+        (256, 128),
+        (32, 64),
+        (96, 64),
+        (160, 64),
+        (16, 32),
+        (48, 32),
+        (80, 32),
+    ],
+)
 def test_the_swizzle_is_the_widest_mode_that_divides_the_row(cols, swizzle):
     assert swizzle_for(cols) == swizzle
 
@@ -38,13 +51,25 @@ def test_rows_no_mode_divides_have_no_swizzle(cols):
 
 def test_chunks_and_stage_bytes_follow_the_swizzle():
     a = StageBuffer("A", "f16", 128, 32, 6, 0, swizzle_for(32))  # W=32: one 64-byte-swizzled chunk
-    assert (a.swizzle, a.chunk_cols, a.chunks, a.chunk_bytes, a.stage_bytes) == (64, 32, 1, 8192, 8192)
+    assert (a.swizzle, a.chunk_cols, a.chunks, a.chunk_bytes, a.stage_bytes) == (
+        64,
+        32,
+        1,
+        8192,
+        8192,
+    )
     a3 = StageBuffer("A", "f16", 128, 96, 2, 0, swizzle_for(96))
     assert (a3.chunk_cols, a3.chunks, a3.chunk_bytes, a3.stage_bytes) == (32, 3, 8192, 24576)
     a16 = StageBuffer("A", "f16", 128, 48, 4, 0, swizzle_for(48))
     assert (a16.swizzle, a16.chunk_cols, a16.chunks, a16.chunk_bytes) == (32, 16, 3, 4096)
     b = StageBuffer("B", "f16", 32, 256, 6, 0)  # the default stays 128 B: 64-column chunks
-    assert (b.swizzle, b.chunk_cols, b.chunks, b.chunk_bytes, b.stage_bytes) == (128, 64, 4, 4096, 16384)
+    assert (b.swizzle, b.chunk_cols, b.chunks, b.chunk_bytes, b.stage_bytes) == (
+        128,
+        64,
+        4,
+        4096,
+        16384,
+    )
 
 
 def _build(tmp_path: Path, text: str, name: str = "m") -> str:
@@ -69,7 +94,9 @@ def test_a_32_column_k_tile_is_64_byte_swizzled(tmp_path):
     assert "A_mma_block_STAGE = 8192, A_mma_block_CHUNK = 8192;" in src
     assert "B_mma_block_STAGE = 16384, B_mma_block_CHUNK = 4096;" in src
     assert "cypress::make_tma_map(&tm_A_128x32, A, false, K, M, 1, 32, 128, 2, 64)" in src
-    assert "cypress::make_tma_map(&tm_B_32x64, B, false, N, K, 1, 64, 32, 2)" in src  # 128 B: default
+    assert (
+        "cypress::make_tma_map(&tm_B_32x64, B, false, N, K, 1, 64, 32, 2)" in src
+    )  # 128 B: default
     assert "128x32 f16, 1 chunk(s) of 32 columns" in src  # one 32-column box per stage
     load_a = _one(r"tma_load_2d\([^;]*&tm_A_128x32[^;]*;", src)
     assert "(kb * 32)" in load_a and "(b0 * 128)" in load_a and "64 * j" not in load_a
@@ -94,36 +121,57 @@ def test_a_16_column_k_tile_is_32_byte_swizzled(tmp_path):
 def test_narrow_b_tiles_are_mn_major_with_narrower_swizzles(tmp_path, n, swizzle, chunks):
     """B (64 x N, MN-major) in chunks of swizzle/2 columns: the descriptor's leading byte
     offset is the chunk stride (several chunks for N = 96, 48), a k16 step 16 rows."""
-    src = _build(tmp_path, PLAIN.replace("{U: 128, V: 128}", f"{{U: 128, V: {n}}}")
-                 .replace("WGMMA_64x128x16", f"WGMMA_64x{n}x16"))
+    src = _build(
+        tmp_path,
+        PLAIN.replace("{U: 128, V: 128}", f"{{U: 128, V: {n}}}").replace(
+            "WGMMA_64x128x16", f"WGMMA_64x{n}x16"
+        ),
+    )
     cols = swizzle // 2
     assert f"B_mma_block_STAGE = {64 * n * 2}, B_mma_block_CHUNK = {64 * swizzle};" in src
     assert f"{chunks} chunk(s) of {cols} columns" in src
-    assert f"cypress::make_tma_map(&tm_B_64x{cols}, B, false, N, K, 1, {cols}, 64, 2, {swizzle})" in src
+    assert (
+        f"cypress::make_tma_map(&tm_B_64x{cols}, B, false, N, K, 1, {cols}, 64, 2, {swizzle})"
+        in src
+    )
     db = _one(r"desc_mn_sw\d+\([^;]*;", src)
-    assert db.startswith(f"desc_mn_sw{swizzle}(") and f"kk * 16 * {swizzle}, B_mma_block_CHUNK)" in db
+    assert (
+        db.startswith(f"desc_mn_sw{swizzle}(") and f"kk * 16 * {swizzle}, B_mma_block_CHUNK)" in db
+    )
     assert _one(r"desc_k_sw\d+\(", src) == "desc_k_sw128("  # A keeps its 64-column K tile
 
 
 def test_a_tile_no_swizzle_fits_is_refused(tmp_path):
     m = tmp_path / "v24.yaml"
-    m.write_text(H100.replace("{U: 128, V: 256}", "{U: 128, V: 24}").replace("WGMMA_64x256x16", "WGMMA_64x24x16"))
+    m.write_text(
+        H100.replace("{U: 128, V: 256}", "{U: 128, V: 24}").replace(
+            "WGMMA_64x256x16", "WGMMA_64x24x16"
+        )
+    )
     r = CliRunner().invoke(main, ["check", GEMM, "-m", str(m)])
     assert r.exit_code == 1
     first = r.stderr.splitlines()[0]
     assert first.startswith(f"{m}:") and "error[E050]" in first, r.stderr
-    assert "shared tile %B_mma_block has 24 columns (48-byte rows); TMA and wgmma swizzle rows of 128, " \
-           "64 or 32 bytes, so a tile needs a multiple of 16 columns" in first
+    assert (
+        "shared tile %B_mma_block has 24 columns (48-byte rows); TMA and wgmma swizzle rows of 128, "
+        "64 or 32 bytes, so a tile needs a multiple of 16 columns" in first
+    )
     assert "  - instance: gemm_block" in r.stderr  # located at the block instance
 
 
 def test_row_sum_still_needs_128_byte_stages(tmp_path):
     m = tmp_path / "red32.yaml"
-    m.write_text((ROOT / "mappings/gemm_reduction/h100.yaml").read_text().replace("{W: 64}", "{W: 32}"))
+    m.write_text(
+        (ROOT / "mappings/gemm_reduction/h100.yaml").read_text().replace("{W: 64}", "{W: 32}")
+    )
     r = CliRunner().invoke(main, ["check", str(ROOT / "programs/gemm_reduction.cyp"), "-m", str(m)])
     assert r.exit_code == 1
-    assert "error[E050]" in r.stderr and "row_sum() of %A_mma_block, whose 32-column rows are " \
-        "64-byte-swizzled; row_sum reads 128-byte-swizzled stages" in r.stderr, r.stderr
+    assert (
+        "error[E050]" in r.stderr
+        and "row_sum() of %A_mma_block, whose 32-column rows are "
+        "64-byte-swizzled; row_sum reads 128-byte-swizzled stages"
+        in r.stderr
+    ), r.stderr
 
 
 @pytest.mark.nvcc
@@ -132,14 +180,32 @@ def test_the_bundled_k32_mapping_compiles_for_sm90a(tmp_path):
     """mappings/gemm/h100_k32.yaml (the GPU check runs it): nvcc accepts the 64B descriptors
     and tensor map, with no spills and setmaxnreg honoured."""
     out = tmp_path / "k32"
-    r = CliRunner().invoke(main, ["build", GEMM, "-m", str(ROOT / "mappings/gemm/h100_k32.yaml"), "-o", str(out)])
+    r = CliRunner().invoke(
+        main, ["build", GEMM, "-m", str(ROOT / "mappings/gemm/h100_k32.yaml"), "-o", str(out)]
+    )
     assert r.exit_code == 0, r.output
     src = (out / "gemm.cu").read_text()
     assert "desc_k_sw64(" in src and "constexpr int STAGES = 6" in src
     c = subprocess.run(
-        ["nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{RUNTIME}",
-         f"-I{cutlass_include()}", "-Xcompiler", "-fPIC", "-shared", "-Xptxas", "-v",
-         "-o", str(tmp_path / "lib.so"), str(out / "gemm.cu")], capture_output=True, text=True)
+        [
+            "nvcc",
+            "-O3",
+            "-std=c++17",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            f"-I{RUNTIME}",
+            f"-I{cutlass_include()}",
+            "-Xcompiler",
+            "-fPIC",
+            "-shared",
+            "-Xptxas",
+            "-v",
+            "-o",
+            str(tmp_path / "lib.so"),
+            str(out / "gemm.cu"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert c.returncode == 0, c.stderr[-4000:]
     spills = [ln for ln in c.stderr.splitlines() if "spill stores" in ln]
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills

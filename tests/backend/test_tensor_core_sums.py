@@ -29,8 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _snaps(mapping: str) -> dict:
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / "gemm_reduction.cyp")),
-                       load_mapping(ROOT / "mappings" / "gemm_reduction" / f"{mapping}.yaml"))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs" / "gemm_reduction.cyp")),
+        load_mapping(ROOT / "mappings" / "gemm_reduction" / f"{mapping}.yaml"),
+    )
     return dict(compile_module(tree))
 
 
@@ -39,10 +41,16 @@ def test_bt_pieces_are_the_whole_tile_with_k_along_the_columns():
     assert mma_piece_shape((c(8), c(64)), "WGMMA_64x8x16", "WARP", "Bt", Loc("t")) == (c(8), c(64))
     with pytest.raises(CypressError) as e:  # read as "B" (K x N), the 8 rows are its K
         mma_piece_shape((c(8), c(64)), "WGMMA_64x8x16", "WARP", "B", Loc("t"))
-    assert e.value.code == "E040" and "the B tile's K extent 8 is not a multiple of 16" in e.value.message
+    assert (
+        e.value.code == "E040"
+        and "the B tile's K extent 8 is not a multiple of 16" in e.value.message
+    )
     with pytest.raises(CypressError) as e:
         mma_piece_shape((c(8), c(24)), "WGMMA_64x8x16", "WARP", "Bt", Loc("t"))
-    assert e.value.code == "E040" and "the Bt tile's K extent 24 is not a multiple of 16" in e.value.message
+    assert (
+        e.value.code == "E040"
+        and "the Bt tile's K extent 24 is not a multiple of 16" in e.value.message
+    )
 
 
 def test_the_filled_table_lives_where_its_filler_put_it():
@@ -52,7 +60,10 @@ def test_the_filled_table_lives_where_its_filler_put_it():
     m = _snaps("h100_tc")["copy-elimination"]
     sym = Symbols(m)
     assert sym.allocs["E"].mem == "SHARED"
-    assert not any(isinstance(o, N.Copy) and "E" in (sym.root(o.src), sym.root(o.dst)) for o in walk_ops(m.body))
+    assert not any(
+        isinstance(o, N.Copy) and "E" in (sym.root(o.src), sym.root(o.dst))
+        for o in walk_ops(m.body)
+    )
     assert not [a for a in sym.allocs if a.startswith("E_")]  # the callees' fresh copies are gone
 
 
@@ -62,7 +73,9 @@ def test_the_table_fill_lowers_to_swizzled_shared_stores_on_every_consumer_threa
     buf = next(b for b in plan.buffers if b.name == fill.buf)
     assert (buf.rows, buf.cols, buf.swizzle, buf.stages) == (8, 64, 128, 1)
     assert (fill.rows, fill.cols, cexpr(fill.value)) == (1, 2, "0.125")
-    assert isinstance(fill.active, N.IConst) and fill.active.value is True  # 2 x 4 warps x 32 lanes: all of E
+    assert (
+        isinstance(fill.active, N.IConst) and fill.active.value is True
+    )  # 2 x 4 warps x 32 lanes: all of E
     mma = [x for x in plan.body if x.b_buf == fill.buf]
     assert len(mma) == 1 and mma[0].b_kmajor and mma[0].n == 8
 
@@ -86,6 +99,8 @@ def test_a_row_sum_stored_everywhere_stays_unguarded():
     unguarded = replace(rs, active=N.IBin("<", N.IVar("tw"), N.IConst(64)))
     for lst in (plan.simt_body, *plan.consumer.sections()):
         lst[:] = [unguarded if st is rs else st for st in lst]
-    plan.epilogue[:] = [replace(st, when=None) if isinstance(st, P.StoreVector) else st for st in plan.epilogue]
+    plan.epilogue[:] = [
+        replace(st, when=None) if isinstance(st, P.StoreVector) else st for st in plan.epilogue
+    ]
     guard_dead_row_sums(plan)
     assert [st for st in plan.simt_body if isinstance(st, P.RowSum)] == [unguarded]

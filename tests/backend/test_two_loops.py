@@ -41,7 +41,6 @@ def _build(tmp_path: Path, mapping: Path = MAP):
     return CliRunner().invoke(main, ["build", str(PROG), "-m", str(mapping), "-o", str(out)]), out
 
 
-
 def test_both_loops_are_pipelined_with_their_own_channels():
     tree = instantiate(check_program(parse_file(PROG)), load_mapping(MAP))
     m = dict(compile_module(tree, until="sync-insertion"))["sync-insertion"]
@@ -62,17 +61,23 @@ def test_the_kernel_runs_the_loops_in_turn_with_their_own_counters(tmp_path):
     assert r.exit_code == 0, r.output
     cu = (out / "gemm_two_loops.cu").read_text()
     assert "const int num_k = cdiv(K, 64);" in cu and "const int num_k_1 = cdiv(J, 64);" in cu
-    cons = cu[cu.index("consumer warpgroups"):]
-    first, second = cons.index("for (int kb = 0; kb < num_k; ++kb)"), cons.index("for (int kb = 0; kb < num_k_1; ++kb)")
+    cons = cu[cu.index("consumer warpgroups") :]
+    first, second = (
+        cons.index("for (int kb = 0; kb < num_k; ++kb)"),
+        cons.index("for (int kb = 0; kb < num_k_1; ++kb)"),
+    )
     assert first < second
     # loop 0 waits and advances on (stage, phase), loop 1 on (stage_1, phase_1), both declared
     # before the persistent tile loop so they carry over to the block's next tile
-    assert "int stage = 0, phase = 0;" in cons[:cons.index("for (int t = ")]
-    assert "int stage_1 = 0, phase_1 = 0;" in cons[:cons.index("for (int t = ")]
+    assert "int stage = 0, phase = 0;" in cons[: cons.index("for (int t = ")]
+    assert "int stage_1 = 0, phase_1 = 0;" in cons[: cons.index("for (int t = ")]
     loop0, loop1 = cons[first:second], cons[second:]
     assert "[stage], phase)" in loop0 and "stage_1" not in loop0
-    assert "[stage_1], phase_1)" in loop1 and "if (++stage_1 == STAGES) { stage_1 = 0; phase_1 ^= 1; }" in loop1
-    prod = cu[cu.index("producer warpgroup"):cu.index("consumer warpgroups")]
+    assert (
+        "[stage_1], phase_1)" in loop1
+        and "if (++stage_1 == STAGES) { stage_1 = 0; phase_1 ^= 1; }" in loop1
+    )
+    prod = cu[cu.index("producer warpgroup") : cu.index("consumer warpgroups")]
     p0, p1 = prod.index("kb < num_k;"), prod.index("kb < num_k_1;")
     assert p0 < p1
     # A and B stream in the first loop, D and E in the second
@@ -83,7 +88,10 @@ def test_the_kernel_runs_the_loops_in_turn_with_their_own_counters(tmp_path):
 def test_two_loops_without_warp_specialization_are_refused(tmp_path, mapping_variant):
     r, _ = _build(tmp_path, mapping_variant(MAP, "warpspecialize: true", "warpspecialize: false"))
     assert r.exit_code != 0
-    assert "error[E050]" in r.output and "more than one main loop without warp specialization" in r.output
+    assert (
+        "error[E050]" in r.output
+        and "more than one main loop without warp specialization" in r.output
+    )
 
 
 def test_a_size_named_like_a_second_loops_counter_is_refused(tmp_path):
@@ -91,7 +99,9 @@ def test_a_size_named_like_a_second_loops_counter_is_refused(tmp_path):
     prog.write_text(PROG.read_text().replace("J", "stage_1"))
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["build", str(prog), "-m", str(MAP), "-o", str(out)])
-    assert r.exit_code != 0 and "error[E050]" in r.output and "'stage_1' clashes" in r.output, r.output
+    assert r.exit_code != 0 and "error[E050]" in r.output and "'stage_1' clashes" in r.output, (
+        r.output
+    )
 
 
 @pytest.mark.nvcc
@@ -100,11 +110,29 @@ def test_the_two_loop_kernel_compiles_for_sm90a(tmp_path):
     r, out = _build(tmp_path)
     assert r.exit_code == 0, r.output
     c = subprocess.run(
-        ["nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{RUNTIME}",
-         f"-I{cutlass_include()}", "-Xcompiler", "-fPIC", "-shared", "-Xptxas", "-v",
-         "-o", str(tmp_path / "lib.so"), str(out / "gemm_two_loops.cu")], capture_output=True, text=True)
+        [
+            "nvcc",
+            "-O3",
+            "-std=c++17",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            f"-I{RUNTIME}",
+            f"-I{cutlass_include()}",
+            "-Xcompiler",
+            "-fPIC",
+            "-shared",
+            "-Xptxas",
+            "-v",
+            "-o",
+            str(tmp_path / "lib.so"),
+            str(out / "gemm_two_loops.cu"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert c.returncode == 0, c.stderr[-4000:]
-    assert "C7519" not in c.stderr and "C7517" not in c.stderr, "ptxas inserted a wgmma fence or wait"
+    assert "C7519" not in c.stderr and "C7517" not in c.stderr, (
+        "ptxas inserted a wgmma fence or wait"
+    )
     spills = [ln for ln in c.stderr.splitlines() if "spill stores" in ln]
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
 
@@ -116,7 +144,9 @@ def test_a_persistent_block_with_a_static_trip_count_is_refused(tmp_path, mappin
     prog.write_text(PROG.read_text().replace("for k in srange(cdiv(J, W)):", "for k in srange(4):"))
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["build", str(prog), "-m", str(MAP), "-o", str(out)])
-    assert r.exit_code != 0 and "error[E050]" in r.output and "static trip count" in r.output, r.output
+    assert r.exit_code != 0 and "error[E050]" in r.output and "static trip count" in r.output, (
+        r.output
+    )
     m = mapping_variant(MAP, "persistent: true", "persistent: false")
     r = CliRunner().invoke(main, ["build", str(prog), "-m", str(m), "-o", str(tmp_path / "out2")])
     assert r.exit_code == 0, r.output

@@ -22,9 +22,22 @@ def kern(tmp_path_factory):
     from cypressc import runtime
 
     d = tmp_path_factory.mktemp("gemm_alpha_gpu") / "out"
-    p = subprocess.run([sys.executable, "-m", "cypressc.cli", "build", str(ROOT / "tests/programs/gemm_alpha.cyp"),
-                        "-m", str(ROOT / "mappings/gemm/h100.yaml"), "-o", str(d)], capture_output=True, text=True,
-                       cwd=ROOT)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cypressc.cli",
+            "build",
+            str(ROOT / "tests/programs/gemm_alpha.cyp"),
+            "-m",
+            str(ROOT / "mappings/gemm/h100.yaml"),
+            "-o",
+            str(d),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     p = subprocess.run(["make", "-C", str(d), "libgemm_alpha.so"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-4000:]
@@ -39,7 +52,9 @@ def _check(C, A, B, alpha: float) -> None:
     assert rel < 1e-2, (alpha, rel)
 
 
-@pytest.mark.parametrize("M, N, K, alpha", [(256, 256, 128, 0.5), (129, 264, 72, -3.25), (512, 512, 512, 0)])
+@pytest.mark.parametrize(
+    "M, N, K, alpha", [(256, 256, 128, 0.5), (129, 264, 72, -3.25), (512, 512, 512, 0)]
+)
 def test_alpha_reaches_the_accumulator(kern, M, N, K, alpha):
     torch.backends.cuda.matmul.allow_tf32 = False
     A = torch.randn(M, K, dtype=torch.float16, device="cuda")

@@ -18,19 +18,35 @@ torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
 @pytest.fixture(scope="module")
 def gemm(tmp_path_factory):
     from cypressc import runtime
 
     d = tmp_path_factory.mktemp("gemm_gpu")
-    p = subprocess.run([sys.executable, "-m", "cypressc.cli", "build", str(ROOT / "programs" / "gemm.cyp"),
-                        "-m", str(ROOT / "mappings" / "gemm" / "h100.yaml"), "-o", str(d)],
-                       capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cypressc.cli",
+            "build",
+            str(ROOT / "programs" / "gemm.cyp"),
+            "-m",
+            str(ROOT / "mappings" / "gemm" / "h100.yaml"),
+            "-o",
+            str(d),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     sys.path.insert(0, str(ROOT / "bench"))
     from gpu_check import build_proto, make_target
 
     if p.returncode or not (d / "gemm.json").exists():
-        print(f"cypressc build failed (rc={p.returncode}); testing bench/proto instead:\n{p.stderr[-800:]}")
+        print(
+            f"cypressc build failed (rc={p.returncode}); testing bench/proto instead:\n{p.stderr[-800:]}"
+        )
         build_proto(d, "f16")
     rc, log, _ = make_target(d, "gemm", "libgemm.so")
     assert rc == 0, log[-4000:]
@@ -44,8 +60,9 @@ def _operands(M, N, K, dt=torch.float16):
     return C, A, B
 
 
-@pytest.mark.parametrize("M, N, K", [(256, 256, 256), (129, 264, 72), (1000, 1000, 1000), (1, 8, 8),
-                                     (777, 1304, 64)])
+@pytest.mark.parametrize(
+    "M, N, K", [(256, 256, 256), (129, 264, 72), (1000, 1000, 1000), (1, 8, 8), (777, 1304, 64)]
+)
 def test_matches_torch(gemm, M, N, K):
     torch.backends.cuda.matmul.allow_tf32 = False
     C, A, B = _operands(M, N, K)
@@ -63,7 +80,7 @@ def test_refused_shape_leaves_output_untouched(gemm):
     C, A, B = _operands(129, 257, 72)
     with pytest.raises(KernelError, match="multiple of 8"):
         gemm(C, A, B)
-    assert gemm.launch(C, A, B, check_requires=False) == 1       # cudaErrorInvalidValue
+    assert gemm.launch(C, A, B, check_requires=False) == 1  # cudaErrorInvalidValue
     torch.cuda.synchronize()
     assert torch.isnan(C).all()
 
@@ -88,10 +105,10 @@ def test_argument_errors(gemm):
 def test_stream_and_bind(gemm):
     C, A, B = _operands(512, 512, 512)
     s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())      # the operands were made on the default stream
+    s.wait_stream(torch.cuda.current_stream())  # the operands were made on the default stream
     with torch.cuda.stream(s):
-        gemm(C, A, B)                       # the current stream
-    gemm(C, A, B, stream=s)                 # an explicit one
+        gemm(C, A, B)  # the current stream
+    gemm(C, A, B, stream=s)  # an explicit one
     s.synchronize()
     first = C.clone()
     run = gemm.bind(C, A, B)

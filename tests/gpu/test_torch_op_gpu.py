@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
 def _rel(x, ref) -> float:
     return float((x.float() - ref).norm() / ref.norm())
 
@@ -22,8 +23,11 @@ def gemm_op(tmp_path_factory):
     import cypressc
     from cypressc.torch import register
 
-    kernel = cypressc.compile(ROOT / "programs/gemm.cyp", ROOT / "mappings/gemm/h100.yaml",
-                              kernel_root=tmp_path_factory.mktemp("kernels"))
+    kernel = cypressc.compile(
+        ROOT / "programs/gemm.cyp",
+        ROOT / "mappings/gemm/h100.yaml",
+        kernel_root=tmp_path_factory.mktemp("kernels"),
+    )
     return register(kernel, name="gemm_gpu_test")
 
 
@@ -69,8 +73,11 @@ def test_cuda_graph_of_ten_calls_replays(gemm_op):
             assert _rel(C, A.float() @ B.float()) < 1e-2
 
 
-@pytest.mark.parametrize("a, b", [(((8, 16), "cuda"), ((24, 8), "cuda")), (((8, 16), "cuda"), ((16, 8), "cpu"))],
-                         ids=["sizes", "cuda-cpu"])
+@pytest.mark.parametrize(
+    "a, b",
+    [(((8, 16), "cuda"), ((24, 8), "cuda")), (((8, 16), "cuda"), ((16, 8), "cpu"))],
+    ids=["sizes", "cuda-cpu"],
+)
 def test_refusals_match_the_fake_implementation(gemm_op, a, b):
     """Disagreeing sizes and mixed devices: the CUDA implementation raises what the fake one
     raises under FakeTensorMode, class and message (issue #35)."""
@@ -79,7 +86,9 @@ def test_refusals_match_the_fake_implementation(gemm_op, a, b):
     from cypressc.runtime import KernelError
 
     def call():
-        return gemm_op(*(torch.empty(shape, dtype=torch.float16, device=dev) for shape, dev in (a, b)))
+        return gemm_op(
+            *(torch.empty(shape, dtype=torch.float16, device=dev) for shape, dev in (a, b))
+        )
 
     with pytest.raises(KernelError) as real:
         call()

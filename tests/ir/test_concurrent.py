@@ -29,22 +29,29 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEDULES = pick(50, 200)
 TILE_SCHEDULES = pick(20, 80)  # two tiles of a persistent block (each schedule runs twice the ops)
 VALUES = pick(1, 4)  # schedules that also compare values with the sequential interpreter, per check
-PROVEN_SCHEDULES = 5  # teeth: for an op whose removal may survive (a proof, a blind spot), for the table
-PAIRS = sorted((p.stem, m.relative_to(ROOT).as_posix())
-               for p in (ROOT / "programs").glob("*.cyp") for m in (ROOT / "mappings" / p.stem).glob("*.yaml"))
+PROVEN_SCHEDULES = (
+    5  # teeth: for an op whose removal may survive (a proof, a blind spot), for the table
+)
+PAIRS = sorted(
+    (p.stem, m.relative_to(ROOT).as_posix())
+    for p in (ROOT / "programs").glob("*.cyp")
+    for m in (ROOT / "mappings" / p.stem).glob("*.yaml")
+)
 # test programs (tests/programs, by path): a GLOBAL->SHARED copy before the main loop; two
 # wgmmas per step, the second's A operand converted from the first's result in registers; two
 # pipelined main loops in one block
-PAIRS += [("tests/programs/gemm_resident_a.cyp", "tests/mappings/gemm_resident_a.yaml"),
-          ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml"),
-          ("tests/programs/gemm_two_loops.cyp", "tests/mappings/gemm_two_loops_small.yaml")]
+PAIRS += [
+    ("tests/programs/gemm_resident_a.cyp", "tests/mappings/gemm_resident_a.yaml"),
+    ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml"),
+    ("tests/programs/gemm_two_loops.cyp", "tests/mappings/gemm_two_loops_small.yaml"),
+]
 
 # Sync ops the interpreter cannot see missing, and why; each must still be refused by the verifier.
 MODEL_BLIND = {
     S.SyncWarp: "orders the lanes of one warp; the interpreter runs the lanes and warps of a warpgroup "
-                "in lockstep (one thread of control per warpgroup), so their order is not modelled",
+    "in lockstep (one thread of control per warpgroup), so their order is not modelled",
     S.BarSync: "a named barrier of 128 threads orders the 4 warps of one warpgroup, which the "
-               "interpreter runs in lockstep",
+    "interpreter runs in lockstep",
 }
 
 
@@ -63,7 +70,10 @@ def _tile_sizes(program: str, m: N.Module) -> list[dict]:
     in each, and (second) the pipelined loops do not run at all, so the copies after the
     loop follow the ones before it at once (no loop step orders them)."""
     flags = FLAGS.get(Path(program).stem, {})
-    out = [two_tile_sizes(m, _sizes(program, m)), two_tile_sizes(m, {**small_sizes(m, wraps=0), **flags})]
+    out = [
+        two_tile_sizes(m, _sizes(program, m)),
+        two_tile_sizes(m, {**small_sizes(m, wraps=0), **flags}),
+    ]
     assert out[0] is not None, "no size gives a persistent block two tiles"
     return [x for x in out if x is not None]
 
@@ -99,7 +109,9 @@ def _last_release(b: N.Block, op) -> bool:
         for o in blk.ops:
             if o is op:
                 seen[0] = True
-                if any(isinstance(w, S.Wait) and w.bar == op.bar for lp in loops for w in _sync_ops(lp)):
+                if any(
+                    isinstance(w, S.Wait) and w.bar == op.bar for lp in loops for w in _sync_ops(lp)
+                ):
                     ok[0] = False
             elif isinstance(o, S.Wait) and o.bar == op.bar and seen[0]:
                 ok[0] = False
@@ -125,9 +137,13 @@ def _fence_for_ptxas(m: N.Module, op) -> bool:
     if not (isinstance(op, S.Fence) and op.kind == "wgmma"):
         return False
     home = next(blk for blk in _blocks(m.body) if any(o is op for o in blk.ops))
-    before = home.ops[:[i for i, o in enumerate(home.ops) if o is op][0]]
-    fences = [i for i, o in enumerate(before) if isinstance(o, S.Fence) and o.kind == "wgmma" and o.role == op.role]
-    return bool(fences) and any(isinstance(o, S.Wait) for o in before[fences[-1]:])
+    before = home.ops[: [i for i, o in enumerate(home.ops) if o is op][0]]
+    fences = [
+        i
+        for i, o in enumerate(before)
+        if isinstance(o, S.Fence) and o.kind == "wgmma" and o.role == op.role
+    ]
+    return bool(fences) and any(isinstance(o, S.Wait) for o in before[fences[-1] :])
 
 
 def _retires_for_last_release(m: N.Module, op) -> str | None:
@@ -139,7 +155,7 @@ def _retires_for_last_release(m: N.Module, op) -> str | None:
     if not isinstance(op, S.WaitGroup) or not op.edges:
         return None
     home = next(blk for blk in _blocks(m.body) if any(o is op for o in blk.ops))
-    after = home.ops[[i for i, o in enumerate(home.ops) if o is op][0] + 1:]
+    after = home.ops[[i for i, o in enumerate(home.ops) if o is op][0] + 1 :]
     last = [a for a in after if isinstance(a, S.Arrive) and _last_release(m.body, a)]
     covered = {(e.src, e.dst, e.tensor) for a in last for e in a.edges}
     if last and all((e.src, e.dst, e.tensor) in covered for e in op.edges):
@@ -155,8 +171,12 @@ def _fence_between_wgmmas(m: N.Module, op) -> bool:
     tests/backend/test_ptxas_fences.py)."""
     if not (isinstance(op, S.Fence) and op.kind == "wgmma" and op.edges):
         return False
-    mma = {o.ev for blk in _blocks(m.body) for o in blk.ops
-           if isinstance(o, N.Call) and leaf_of(o).collective is not None}
+    mma = {
+        o.ev
+        for blk in _blocks(m.body)
+        for o in blk.ops
+        if isinstance(o, N.Call) and leaf_of(o).collective is not None
+    }
     return all(e.src in mma and e.dst in mma for e in op.edges)
 
 
@@ -167,8 +187,12 @@ def _ring_member_wait_implied(m: N.Module, op) -> str | None:
     runs from a reader that also reads a tensor copied once per tile whose next-tile empty wait
     the same role passes earlier in the tile (the Q panel: its readers release it after those
     reads).  Returns why, as the teeth table prints it."""
-    if not isinstance(op, S.Wait) or op.role != "producer" or not op.edges \
-            or any(e.via != "ring" for e in op.edges):
+    if (
+        not isinstance(op, S.Wait)
+        or op.role != "producer"
+        or not op.edges
+        or any(e.via != "ring" for e in op.edges)
+    ):
         return None
     prog = Program(m)
     if not any(lf.op.ev == e.dst for e in op.edges for lf in prog.rings().get(e.tensor, [])):
@@ -178,13 +202,20 @@ def _ring_member_wait_implied(m: N.Module, op) -> str | None:
         return None
     if not m.schedule.persistent:  # one tile per block: the stage's first fill, on a fresh barrier
         return "proven redundant: the block's first fill of the stage, whose wait passes at once"
-    earlier = [w for w in ops[:[i for i, o in enumerate(ops) if o is op][0]]
-               if isinstance(w, S.Wait) and w.role == op.role and all(e.via == "tile" for e in w.edges)
-               and w.edges]
+    earlier = [
+        w
+        for w in ops[: [i for i, o in enumerate(ops) if o is op][0]]
+        if isinstance(w, S.Wait)
+        and w.role == op.role
+        and all(e.via == "tile" for e in w.edges)
+        and w.edges
+    ]
     for w in earlier:
         if {e.src for e in op.edges} <= {e.src for e in w.edges}:
-            return (f"proven redundant in this program: its readers also read the tile %{w.bar} "
-                    "releases to the next tile, which the producer waits for first")
+            return (
+                f"proven redundant in this program: its readers also read the tile %{w.bar} "
+                "releases to the next tile, which the producer waits for first"
+            )
     return None
 
 
@@ -198,17 +229,41 @@ def _implied_wait(m: N.Module, op) -> str | None:
         return None
     bars = {o.name: o for blk in _blocks(m.body) for o in blk.ops if isinstance(o, S.MBarrier)}
     home = next(blk for blk in _blocks(m.body) if any(o is op for o in blk.ops))
-    before = home.ops[:[i for i, o in enumerate(home.ops) if o is op][0]]
+    before = home.ops[: [i for i, o in enumerate(home.ops) if o is op][0]]
     for w in before:
-        if not (isinstance(w, S.Wait) and w.role == op.role and w.bar != op.bar and w.stage == op.stage
-                and w.parity == op.parity and bars[w.bar].count == bars[op.bar].count
-                and bars[w.bar].kind == bars[op.bar].kind == "empty"):
+        if not (
+            isinstance(w, S.Wait)
+            and w.role == op.role
+            and w.bar != op.bar
+            and w.stage == op.stage
+            and w.parity == op.parity
+            and bars[w.bar].count == bars[op.bar].count
+            and bars[w.bar].kind == bars[op.bar].kind == "empty"
+        ):
             continue
-        pairs = [(a, b) for blk in _blocks(m.body) for a, b in zip(blk.ops, blk.ops[1:])
-                 if isinstance(a, S.Arrive) and isinstance(b, S.Arrive)]
-        mine = [b for blk in _blocks(m.body) for b in blk.ops if isinstance(b, S.Arrive) and b.bar == op.bar]
-        if mine and all(any(a.bar == w.bar and y is b and a.stage == b.stage and a.when == b.when
-                            and a.dims == b.dims for a, y in pairs) for b in mine):
+        pairs = [
+            (a, b)
+            for blk in _blocks(m.body)
+            for a, b in zip(blk.ops, blk.ops[1:])
+            if isinstance(a, S.Arrive) and isinstance(b, S.Arrive)
+        ]
+        mine = [
+            b
+            for blk in _blocks(m.body)
+            for b in blk.ops
+            if isinstance(b, S.Arrive) and b.bar == op.bar
+        ]
+        if mine and all(
+            any(
+                a.bar == w.bar
+                and y is b
+                and a.stage == b.stage
+                and a.when == b.when
+                and a.dims == b.dims
+                for a, y in pairs
+            )
+            for b in mine
+        ):
             return w.bar
     return None
 
@@ -227,18 +282,32 @@ def _sizes(program: str, m: N.Module) -> dict:
     return {**small_sizes(m), **FLAGS.get(Path(program).stem, {})}
 
 
-@pytest.mark.parametrize("program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS])
+@pytest.mark.parametrize(
+    "program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS]
+)
 def test_every_program_and_mapping_is_clean(program, mapping):
     snaps = _snaps(program, mapping)
-    v = check_schedules(snaps["sync-insertion"], snaps["warp-specialization"], seed=11,
-                        sizes=_sizes(program, snaps["sync-insertion"]),
-                        schedules=SCHEDULES, value_every=SCHEDULES // VALUES)
+    v = check_schedules(
+        snaps["sync-insertion"],
+        snaps["warp-specialization"],
+        seed=11,
+        sizes=_sizes(program, snaps["sync-insertion"]),
+        schedules=SCHEDULES,
+        value_every=SCHEDULES // VALUES,
+    )
     assert v.finding is None, v.line(program)
     assert v.schedules == SCHEDULES
     if _persistent(program, mapping):  # the kernel runs tiles back to back on one block
         for sizes in _tile_sizes(program, snaps["sync-insertion"]):
-            v = check_schedules(snaps["sync-insertion"], snaps["warp-specialization"], seed=11, sizes=sizes,
-                                schedules=TILE_SCHEDULES, value_every=TILE_SCHEDULES // VALUES, persistent=True)
+            v = check_schedules(
+                snaps["sync-insertion"],
+                snaps["warp-specialization"],
+                seed=11,
+                sizes=sizes,
+                schedules=TILE_SCHEDULES,
+                value_every=TILE_SCHEDULES // VALUES,
+                persistent=True,
+            )
             assert v.finding is None, v.line(program + " (two tiles of one persistent block)")
 
 
@@ -248,20 +317,30 @@ def test_causal_attention_blocks_of_different_trip_counts_are_clean():
     snaps = _snaps("flash_attention2", "mappings/flash_attention2/h100_d64_w64.yaml")
     m = snaps["sync-insertion"]
     sizes = {**small_sizes(m), "causal": 1, "M": 256, "N": 256}
-    v = check_schedules(m, snaps["warp-specialization"], sizes=sizes, seed=3, schedules=10, value_every=5)
+    v = check_schedules(
+        m, snaps["warp-specialization"], sizes=sizes, seed=3, schedules=10, value_every=5
+    )
     assert v.finding is None, v.line("flash_attention2")
     assert v.schedules == 10
 
 
-def _verdict(mutant: N.Module, ref: N.Module, sizes: dict | None = None, tiles: list[dict] = (),
-             schedules: int = SCHEDULES, tile_schedules: int = TILE_SCHEDULES) -> str | None:
+def _verdict(
+    mutant: N.Module,
+    ref: N.Module,
+    sizes: dict | None = None,
+    tiles: list[dict] = (),
+    schedules: int = SCHEDULES,
+    tile_schedules: int = TILE_SCHEDULES,
+) -> str | None:
     """The first finding on one tile at ``sizes``, else on two tiles of one persistent block at
     each of ``tiles``."""
     v = check_schedules(mutant, ref, sizes=sizes, seed=0, schedules=schedules, value_every=0)
     for t in tiles:
         if v.finding is not None:
             break
-        v = check_schedules(mutant, ref, sizes=t, seed=0, schedules=tile_schedules, value_every=0, persistent=True)
+        v = check_schedules(
+            mutant, ref, sizes=t, seed=0, schedules=tile_schedules, value_every=0, persistent=True
+        )
         if v.finding is not None:
             return f"{v.finding.kind} at {v.finding.event} (seed {v.seed}, two tiles)"
     return None if v.finding is None else f"{v.finding.kind} at {v.finding.event} (seed {v.seed})"
@@ -272,26 +351,38 @@ def _why_it_may_survive(m: N.Module, op) -> str | None:
     model (:data:`MODEL_BLIND`), a proof that the op is redundant, or ptxas; else None."""
     reason = MODEL_BLIND.get(type(op))
     if _last_release(m.body, op):
-        reason = (f"proven redundant: no wait on %{op.bar} follows this last release "
-                  "and no loop repeats it (the block ends)")
+        reason = (
+            f"proven redundant: no wait on %{op.bar} follows this last release "
+            "and no loop repeats it (the block ends)"
+        )
     elif _fence_for_ptxas(m, op):
-        reason = ("kept for ptxas: an earlier fence covers its edges, but an mbarrier wait's "
-                  "loop lies between; without it ptxas inserts a warpgroup.arrive (C7519)")
+        reason = (
+            "kept for ptxas: an earlier fence covers its edges, but an mbarrier wait's "
+            "loop lies between; without it ptxas inserts a warpgroup.arrive (C7519)"
+        )
     elif _fence_between_wgmmas(m, op):
-        reason = ("kept for ptxas: its edges all run wgmma -> wgmma on one accumulator, which the "
-                  "Tensor Core orders; without it ptxas inserts a warpgroup.arrive (C7519)")
+        reason = (
+            "kept for ptxas: its edges all run wgmma -> wgmma on one accumulator, which the "
+            "Tensor Core orders; without it ptxas inserts a warpgroup.arrive (C7519)"
+        )
     elif (bar := _retires_for_last_release(m, op)) is not None:
-        reason = (f"proven redundant in one tile: it retires the group only for the last release "
-                  f"on %{bar}, which nothing in the block waits on (a persistent block's next tile does)")
+        reason = (
+            f"proven redundant in one tile: it retires the group only for the last release "
+            f"on %{bar}, which nothing in the block waits on (a persistent block's next tile does)"
+        )
     elif (why := _ring_member_wait_implied(m, op)) is not None:
         reason = why
     elif (other := _implied_wait(m, op)) is not None:
-        reason = (f"proven redundant: implied by the wait on %{other} (same stage and parity; "
-                  f"the consumers arrive on %{other} right before %{op.bar})")
+        reason = (
+            f"proven redundant: implied by the wait on %{other} (same stage and parity; "
+            f"the consumers arrive on %{other} right before %{op.bar})"
+        )
     return reason
 
 
-@pytest.mark.parametrize("program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS])
+@pytest.mark.parametrize(
+    "program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS]
+)
 def test_teeth_every_inserted_sync_op_is_needed(program, mapping, capsys):
     snaps = _snaps(program, mapping)
     m, ref = snaps["sync-insertion"], snaps["warp-specialization"]
@@ -311,9 +402,14 @@ def test_teeth_every_inserted_sync_op_is_needed(program, mapping, capsys):
         # an op with a reason passes whether or not its removal is caught: a few schedules
         # only fill the table's column (issue #34: the full count where the verdict decides)
         few = reason is not None
-        caught = _verdict(mutant, ref, sizes, tiles,
-                          schedules=PROVEN_SCHEDULES if few else SCHEDULES,
-                          tile_schedules=PROVEN_SCHEDULES if few else TILE_SCHEDULES)
+        caught = _verdict(
+            mutant,
+            ref,
+            sizes,
+            tiles,
+            schedules=PROVEN_SCHEDULES if few else SCHEDULES,
+            tile_schedules=PROVEN_SCHEDULES if few else TILE_SCHEDULES,
+        )
         if caught is None and reason is None:  # last chance: do the values still come out right?
             v = check_schedules(mutant, ref, seed=0, schedules=1, value_every=1)
             if v.finding is not None:
@@ -325,7 +421,9 @@ def test_teeth_every_inserted_sync_op_is_needed(program, mapping, capsys):
             caught = f"SURVIVES the interpreter ({reason or 'no reason: a bug'})"
         rows.append(f"  {_where(op):<44} -> {caught} | verifier {refused}")
     with capsys.disabled():
-        print(f"\nteeth, {program} under {mapping}: op removed -> what caught it\n" + "\n".join(rows))
+        print(
+            f"\nteeth, {program} under {mapping}: op removed -> what caught it\n" + "\n".join(rows)
+        )
     assert not bad, f"sync ops whose removal nothing catches: {bad}"
 
 
@@ -334,14 +432,27 @@ def test_missing_accumulator_init_is_a_mismatch():
     snaps = _snaps("gemm", "mappings/gemm/h100.yaml")
     m = snaps["sync-insertion"]
     fill = next(o for o in m.body.ops if isinstance(o, N.Call) and o.fn == "fill")
-    v = check_schedules(replace(m, body=_drop(m.body, fill)), snaps["warp-specialization"],
-                        schedules=1, value_every=1)
+    v = check_schedules(
+        replace(m, body=_drop(m.body, fill)),
+        snaps["warp-specialization"],
+        schedules=1,
+        value_every=1,
+    )
     assert v.finding is not None and v.finding.kind == "mismatch", v.line("gemm")
 
 
 def test_cli_check_schedule():
-    args = ["explain", "programs/gemm.cyp", "-m", "mappings/gemm/h100_nows.yaml", "--check-schedule",
-            "--seed", "5", "--schedules", "3"]
+    args = [
+        "explain",
+        "programs/gemm.cyp",
+        "-m",
+        "mappings/gemm/h100_nows.yaml",
+        "--check-schedule",
+        "--seed",
+        "5",
+        "--schedules",
+        "3",
+    ]
     r = CliRunner().invoke(main, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert r.stdout.strip() == "programs/gemm.cyp: clean (3 schedule(s), sizes M=128 N=256 K=384)"
@@ -372,12 +483,15 @@ def test_flipped_parity_or_short_wait_group_is_caught(program):
             mutants.append((op, replace(op, pending=op.pending + 1)))
     assert len(mutants) >= 3
     for old, new in mutants:
-        v = check_schedules(replace(m, body=_swap(m.body, old, new)), ref, schedules=SCHEDULES,
-                            value_every=0)
+        v = check_schedules(
+            replace(m, body=_swap(m.body, old, new)), ref, schedules=SCHEDULES, value_every=0
+        )
         assert v.finding is not None and v.finding.kind in ("race", "deadlock"), _where(old)
 
 
-@pytest.mark.parametrize("program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS])
+@pytest.mark.parametrize(
+    "program,mapping", PAIRS, ids=[f"{Path(p).stem}-{Path(m).stem}" for p, m in PAIRS]
+)
 def test_every_conflicting_pair_is_ordered_by_synchronization(program, mapping):
     """The independent verifier (:mod:`cypressc.ir.happens_before`, issue #33): every pair of
     conflicting accesses of the block, over every iteration, two tiles of a persistent block

@@ -31,22 +31,37 @@ def alloc(name: str, mem: str = "REGISTER") -> N.Alloc:
 def carried(snapshot: bool) -> N.Module:
     """X (NONE) = 1; for 4 steps: Y += X (read through R1, or through a NONE snapshot A first
     when ``snapshot``), X = Y (written through R2); Y is the block's result."""
-    read = [alloc("A", "NONE"), N.Copy("ca", N.TRef("X"), N.TRef("A"), (), D), alloc("R1"),
-            N.Copy("ci", N.TRef("A"), N.TRef("R1"), (ref("ca"),), D)] if snapshot else \
-        [alloc("R1"), N.Copy("ci", N.TRef("X"), N.TRef("R1"), (), D)]
+    read = (
+        [
+            alloc("A", "NONE"),
+            N.Copy("ca", N.TRef("X"), N.TRef("A"), (), D),
+            alloc("R1"),
+            N.Copy("ci", N.TRef("A"), N.TRef("R1"), (ref("ca"),), D),
+        ]
+        if snapshot
+        else [alloc("R1"), N.Copy("ci", N.TRef("X"), N.TRef("R1"), (), D)]
+    )
     war = [ref("ci")] + ([ref("ca")] if snapshot else [])
-    body = N.Block((*read,
-                    N.Call("use", "add", (N.TRef("Y"), N.TRef("R1")), (ref("ci"),), D),
-                    alloc("R2"),
-                    N.Call("w", "copy", (N.TRef("Y"), N.TRef("R2")), (ref("use"),), D),
-                    N.Copy("co", N.TRef("R2"), N.TRef("X"), (ref("w"), *war), D)),
-                   (ref("co"), ref("use")))
-    ops = (alloc("X", "NONE"), alloc("R0"), alloc("Y"),
-           N.Call("f0", "fill", (N.TRef("R0"), C(1)), (), D),
-           N.Copy("o0", N.TRef("R0"), N.TRef("X"), (ref("f0"),), D),
-           N.Call("fy", "fill", (N.TRef("Y"), C(0)), (), D),
-           N.For("L", "k", C(0), C(4), (ref("o0"), ref("fy")), body, D[:1]),
-           N.Call("out", "copy", (N.TRef("Y"), N.TRef("R0")), (N.EvRef("L", PT[:1]),), D))
+    body = N.Block(
+        (
+            *read,
+            N.Call("use", "add", (N.TRef("Y"), N.TRef("R1")), (ref("ci"),), D),
+            alloc("R2"),
+            N.Call("w", "copy", (N.TRef("Y"), N.TRef("R2")), (ref("use"),), D),
+            N.Copy("co", N.TRef("R2"), N.TRef("X"), (ref("w"), *war), D),
+        ),
+        (ref("co"), ref("use")),
+    )
+    ops = (
+        alloc("X", "NONE"),
+        alloc("R0"),
+        alloc("Y"),
+        N.Call("f0", "fill", (N.TRef("R0"), C(1)), (), D),
+        N.Copy("o0", N.TRef("R0"), N.TRef("X"), (ref("f0"),), D),
+        N.Call("fy", "fill", (N.TRef("Y"), C(0)), (), D),
+        N.For("L", "k", C(0), C(4), (ref("o0"), ref("fy")), body, D[:1]),
+        N.Call("out", "copy", (N.TRef("Y"), N.TRef("R0")), (N.EvRef("L", PT[:1]),), D),
+    )
     return N.Module("t", (), (), N.Block(ops))
 
 
@@ -83,8 +98,17 @@ def test_a_read_after_the_write_keeps_the_two_tensors():
     ops = list(lp.body.ops)
     ops.insert(len(ops) - 1, late)
     body = N.Block(tuple(ops), lp.body.yields + (ref("late"),))
-    new = N.Module("t", (), (), N.Block(tuple(o if o is not lp else N.For(lp.ev, lp.var, lp.lo, lp.hi, lp.pre, body,
-                                                                          lp.dims) for o in m.body.ops)))
+    new = N.Module(
+        "t",
+        (),
+        (),
+        N.Block(
+            tuple(
+                o if o is not lp else N.For(lp.ev, lp.var, lp.lo, lp.hi, lp.pre, body, lp.dims)
+                for o in m.body.ops
+            )
+        ),
+    )
     verify(new)
     with pytest.raises(CypressError, match="tensor %X is mapped to NONE"):
         copy_elimination(new)

@@ -58,39 +58,71 @@ def test_every_bundled_entrypoint_keeps_its_sizes():
             if not tensors or not all(p.type.dims for p in tensors):
                 continue
             es = entry_sizes(v)
-            names = [d for p in v.params for d in (p.type.dims if hasattr(p.type, "rank") else
-                                                    (p.name,) if str(p.type) == "int" else ())]
+            names = [
+                d
+                for p in v.params
+                for d in (
+                    p.type.dims
+                    if hasattr(p.type, "rank")
+                    else (p.name,)
+                    if str(p.type) == "int"
+                    else ()
+                )
+            ]
             assert es.sizes == tuple(dict.fromkeys(names)), (path.name, v.name)
             assert es.aliases == {}, (path.name, v.name)
 
 
-HEAD = '''
+HEAD = """
 @task("t", Inner, reads=["A", "B"], writes=["C"])
 def host(C: tensor[2, f16], A: tensor[2, f16], B: tensor[2, f16]{extra}):
     U, V = tunable(int), tunable(int)
-'''
+"""
 
 
-@pytest.mark.parametrize("body, sizes, dims", [
-    # nothing ties them: six sizes, named after the shapes
-    ("    launch(\"t\", C, A, B)\n", ("C_d0", "C_d1", "A_d0", "A_d1", "B_d0", "B_d1"), None),
-    # a let names a size; a loop over its blocks ties A's rows to it, and only those
-    (("    M = C.shape[0]\n    Cp = partition_by_blocks(C, (U, V))\n    Ap = partition_by_blocks(A, (U, V))\n"
-      "    for i in prange(cdiv(M, U)):\n        launch(\"t\", Cp[i, 0], Ap[i, 0], B)\n"),
-     ("M", "C_d1", "A_d1", "B_d0", "B_d1"), {"C": ("M", "C_d1"), "A": ("M", "A_d1")}),
-    # a block index that is not the loop variable ties nothing
-    (("    M = C.shape[0]\n    Cp = partition_by_blocks(C, (U, V))\n    Ap = partition_by_blocks(A, (U, V))\n"
-      "    for i in prange(cdiv(M, U) - 1):\n        launch(\"t\", Cp[i, 0], Ap[i + 1, 0], B)\n"),
-     ("M", "C_d1", "A_d0", "A_d1", "B_d0", "B_d1"), None),
-    # blocks of another extent than the loop counts: not tied
-    (("    M = C.shape[0]\n    Cp = partition_by_blocks(C, (U, V))\n    Ap = partition_by_blocks(A, (V, V))\n"
-      "    for i in prange(cdiv(M, U)):\n        launch(\"t\", Cp[i, 0], Ap[i, 0], B)\n"),
-     ("M", "C_d1", "A_d0", "A_d1", "B_d0", "B_d1"), None),
-    # one block of K rows is K rows
-    (("    K = A.shape[1]\n    Bp = partition_by_blocks(B, (K, V))\n"
-      "    for j in srange(cdiv(B.shape[1], V)):\n        launch(\"t\", C, A, Bp[0, j])\n"),
-     ("C_d0", "C_d1", "A_d0", "K", "B_d1"), {"B": ("K", "B_d1")}),
-])
+@pytest.mark.parametrize(
+    "body, sizes, dims",
+    [
+        # nothing ties them: six sizes, named after the shapes
+        ('    launch("t", C, A, B)\n', ("C_d0", "C_d1", "A_d0", "A_d1", "B_d0", "B_d1"), None),
+        # a let names a size; a loop over its blocks ties A's rows to it, and only those
+        (
+            (
+                "    M = C.shape[0]\n    Cp = partition_by_blocks(C, (U, V))\n    Ap = partition_by_blocks(A, (U, V))\n"
+                '    for i in prange(cdiv(M, U)):\n        launch("t", Cp[i, 0], Ap[i, 0], B)\n'
+            ),
+            ("M", "C_d1", "A_d1", "B_d0", "B_d1"),
+            {"C": ("M", "C_d1"), "A": ("M", "A_d1")},
+        ),
+        # a block index that is not the loop variable ties nothing
+        (
+            (
+                "    M = C.shape[0]\n    Cp = partition_by_blocks(C, (U, V))\n    Ap = partition_by_blocks(A, (U, V))\n"
+                '    for i in prange(cdiv(M, U) - 1):\n        launch("t", Cp[i, 0], Ap[i + 1, 0], B)\n'
+            ),
+            ("M", "C_d1", "A_d0", "A_d1", "B_d0", "B_d1"),
+            None,
+        ),
+        # blocks of another extent than the loop counts: not tied
+        (
+            (
+                "    M = C.shape[0]\n    Cp = partition_by_blocks(C, (U, V))\n    Ap = partition_by_blocks(A, (V, V))\n"
+                '    for i in prange(cdiv(M, U)):\n        launch("t", Cp[i, 0], Ap[i, 0], B)\n'
+            ),
+            ("M", "C_d1", "A_d0", "A_d1", "B_d0", "B_d1"),
+            None,
+        ),
+        # one block of K rows is K rows
+        (
+            (
+                "    K = A.shape[1]\n    Bp = partition_by_blocks(B, (K, V))\n"
+                '    for j in srange(cdiv(B.shape[1], V)):\n        launch("t", C, A, Bp[0, j])\n'
+            ),
+            ("C_d0", "C_d1", "A_d0", "K", "B_d1"),
+            {"B": ("K", "B_d1")},
+        ),
+    ],
+)
 def test_what_ties_sizes(body, sizes, dims):
     es = _entry(HEAD.format(extra="") + body, "host")
     assert es.sizes == sizes
@@ -100,17 +132,26 @@ def test_what_ties_sizes(body, sizes, dims):
 
 def test_an_int_parameter_and_a_fallback_name_do_not_collide():
     """An int parameter named C_d0 stays its own size: the unnamed dimension becomes C_d0_1."""
-    es = _entry(HEAD.format(extra=", C_d0: int") + "    launch(\"t\", C, A, B, C_d0)\n", "host")
+    es = _entry(HEAD.format(extra=", C_d0: int") + '    launch("t", C, A, B, C_d0)\n', "host")
     assert es.sizes[:2] == ("C_d0_1", "C_d1") and es.ints == {"C_d0": "C_d0"}
     assert "C_d0" not in es.aliases
 
 
 def test_the_runtime_takes_an_alias_for_a_keyword_size():
-    info = KernelInfo.from_dict(json.loads(render_build(tree(SHAPES, "mappings/gemm/h100_plain.yaml"))
-                                           .files["gemm_shapes.json"]))
+    info = KernelInfo.from_dict(
+        json.loads(
+            render_build(tree(SHAPES, "mappings/gemm/h100_plain.yaml")).files["gemm_shapes.json"]
+        )
+    )
     assert info.aliases == ALIASES
-    assert infer_sizes(info, [(128, 64), (128, 32), (32, 64)], {"C_d0": 128}) == {"M": 128, "N": 64, "K": 32}
-    with pytest.raises(KernelError, match="dimension 0 \\(M\\) is 128, but M = 256 from the keyword"):
+    assert infer_sizes(info, [(128, 64), (128, 32), (32, 64)], {"C_d0": 128}) == {
+        "M": 128,
+        "N": 64,
+        "K": 32,
+    }
+    with pytest.raises(
+        KernelError, match="dimension 0 \\(M\\) is 128, but M = 256 from the keyword"
+    ):
         infer_sizes(info, [(128, 64), (128, 32), (32, 64)], {"A_d0": 256})
     with pytest.raises(KernelError, match="C_d0=128 and A_d0=256 name one size, M"):
         infer_sizes(info, [(128, 64), (128, 32), (32, 64)], {"C_d0": 128, "A_d0": 256})
@@ -124,7 +165,9 @@ def test_the_runtime_takes_an_alias_for_a_keyword_size():
 
 
 def test_the_info_refuses_bad_aliases():
-    d = json.loads(render_build(tree(SHAPES, "mappings/gemm/h100_plain.yaml")).files["gemm_shapes.json"])
+    d = json.loads(
+        render_build(tree(SHAPES, "mappings/gemm/h100_plain.yaml")).files["gemm_shapes.json"]
+    )
     for bad in ({"C_d0": "Q"}, {"M": "N"}, {"A": "M"}, {"1x": "M"}, ["C_d0"]):
         with pytest.raises(ValueError, match="aliases"):
             KernelInfo.from_dict({**d, "aliases": bad})

@@ -22,14 +22,19 @@ def snapshots(program: str):
         out += compiled.snapshots(program, mapping, until="sync-insertion")
         out += compiled.snapshots(program, mapping)[-1:]
     except CypressError as e:  # a program the backend refuses (E050) keeps its IR goldens
-        assert e.code == "E050" and program not in ("gemm", "batched_gemm", "dual_gemm", "gemm_reduction"), e
+        assert e.code == "E050" and program not in (
+            "gemm",
+            "batched_gemm",
+            "dual_gemm",
+            "gemm_reduction",
+        ), e
     return out
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_ir_after_every_pass_matches_golden(program, golden):
     snaps = snapshots(program)
-    assert [n for n, _ in snaps] == pass_names()[:len(snaps)]
+    assert [n for n, _ in snaps] == pass_names()[: len(snaps)]
     for i, (name, m) in enumerate(snaps, 1):
         golden.check(f"ir/{program}/{i:02d}-{name}.ir", print_module(m))
 
@@ -42,8 +47,11 @@ def test_gemm_after_copy_elimination_keeps_only_the_expert_copies():
 
     m = dict(snapshots("gemm"))["copy-elimination"]
     sym = Symbols(m)
-    copies = [(sym.root(o.src), sym.mem(o.src), sym.root(o.dst), sym.mem(o.dst))
-              for o in walk_ops(m.body) if isinstance(o, N.Copy)]
+    copies = [
+        (sym.root(o.src), sym.mem(o.src), sym.root(o.dst), sym.mem(o.dst))
+        for o in walk_ops(m.body)
+        if isinstance(o, N.Copy)
+    ]
     loop = next(o for o in walk_ops(m.body) if isinstance(o, N.For))
     in_loop = [(sym.root(o.src), sym.mem(o.dst)) for o in loop.body.ops if isinstance(o, N.Copy)]
     assert sorted(in_loop) == [("A", "SHARED"), ("B", "SHARED")]

@@ -36,18 +36,32 @@ def _snaps(program: str, mapping: str = "h100") -> dict[str, N.Module]:
 def _blind_interpreter(monkeypatch):
     """The concurrent interpreter without its own race checks: what remains is the
     happens-before check."""
-    monkeypatch.setattr(RaceChecks, "check_read", lambda self, t, op, key, retired: {
-        "thread": t, "op": "", "retired": retired, "tokens": set()})
+    monkeypatch.setattr(
+        RaceChecks,
+        "check_read",
+        lambda self, t, op, key, retired: {
+            "thread": t,
+            "op": "",
+            "retired": retired,
+            "tokens": set(),
+        },
+    )
     monkeypatch.setattr(RaceChecks, "check_overwrite", lambda self, t, op, key: Region())
 
 
 def test_a_pair_forced_apart_is_refused_by_the_verifier_but_not_by_the_analysis(monkeypatch):
     real = H.may_meet
     # the stage ring's carried queries answered "apart": the empty barrier loses its edges
-    monkeypatch.setattr(H, "may_meet", lambda pairs, space, private=(), shift=None:
-                        False if shift else real(pairs, space, private=private, shift=shift))
+    monkeypatch.setattr(
+        H,
+        "may_meet",
+        lambda pairs, space, private=(), shift=None: (
+            False if shift else real(pairs, space, private=private, shift=shift)
+        ),
+    )
     m = dict(compile_module(_tree("gemm"), until="sync-insertion", verify=False))["sync-insertion"]
     from cypressc.ir.sync_verify import verify_sync
+
     verify_sync(m)  # the verifier that shares the analysis accepts the bug
     _blind_interpreter(monkeypatch)
     f = check_happens_before(m)
@@ -62,18 +76,33 @@ def test_every_apart_forced_to_may_overlap_only_adds_synchronization(program, mo
     kernel keeps every op, gains or keeps sync ops, and stays clean under the interpreters."""
     base = _snaps(program)["sync-insertion"]
     real = H.may_meet
-    monkeypatch.setattr(H, "may_meet", lambda pairs, space, private=(), shift=None:
-                        True if not shift else real(pairs, space, private=private, shift=shift))
-    snaps = dict(compile_module(_tree(program), until="sync-insertion"))  # verified, happens-before included
+    monkeypatch.setattr(
+        H,
+        "may_meet",
+        lambda pairs, space, private=(), shift=None: (
+            True if not shift else real(pairs, space, private=private, shift=shift)
+        ),
+    )
+    snaps = dict(
+        compile_module(_tree(program), until="sync-insertion")
+    )  # verified, happens-before included
     m = snaps["sync-insertion"]
 
     def kinds(mod, sync):
-        return Counter(type(o).__name__ for o in walk_ops(mod.body) if isinstance(o, S.SYNC_OPS) == sync)
+        return Counter(
+            type(o).__name__ for o in walk_ops(mod.body) if isinstance(o, S.SYNC_OPS) == sync
+        )
 
     assert kinds(m, False) == kinds(base, False)
     assert not kinds(base, True) - kinds(m, True)
-    v = check_schedules(m, snaps["warp-specialization"], sizes={**small_sizes(m), **FLAGS.get(program, {})},
-                        seed=3, schedules=2, value_every=1)
+    v = check_schedules(
+        m,
+        snaps["warp-specialization"],
+        sizes={**small_sizes(m), **FLAGS.get(program, {})},
+        seed=3,
+        schedules=2,
+        value_every=1,
+    )
     assert v.finding is None, v.line(program)
 
 

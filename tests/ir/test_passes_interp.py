@@ -44,24 +44,29 @@ def ref_reduction(a):
 
 
 def ref_chain(a):
-    s = (_f64(a["Q"])[:, :64] @ _f64(a["K"])[:, :64].T).astype(a["Q"].dtype)  # the program rounds S to T
+    s = (_f64(a["Q"])[:, :64] @ _f64(a["K"])[:, :64].T).astype(
+        a["Q"].dtype
+    )  # the program rounds S to T
     return {"O": _f64(s) @ _f64(a["V"])}
 
 
 def ref_epilogue(a):
     v = _f64(a["A"]) @ _f64(a["B"]) + _f64(a["bias"])  # bias broadcast along the rows
-    return {"C": 0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v ** 3)))}
+    return {"C": 0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v**3)))}
 
 
 def ref_softcap(a):
     s = _f64(a["Q"])[:, :64] @ _f64(a["K"])[:, :64].T
-    s = (30.0 * np.tanh(s / 30.0)).astype(a["Q"].dtype)  # the user's softcap, then the program's rounding
+    s = (30.0 * np.tanh(s / 30.0)).astype(
+        a["Q"].dtype
+    )  # the user's softcap, then the program's rounding
     return {"O": _f64(s) @ _f64(a["V"])}
 
 
 def ref_flash_attention2(sizes):
     """O and LSE of programs/flash_attention2.cyp at ``sizes`` (grouped-query, causal per the
     ``causal`` flag, top-left aligned), in float64."""
+
     def ref(a):
         g = sizes["H"] // sizes["HK"]
         q = _f64(a["Q"])
@@ -70,8 +75,11 @@ def ref_flash_attention2(sizes):
         if sizes["causal"]:
             s = np.where(np.arange(s.shape[-1]) <= np.arange(s.shape[-2])[:, None], s, -np.inf)
         p = np.exp(s - s.max(axis=-1, keepdims=True))
-        return {"O": p / p.sum(axis=-1, keepdims=True) @ v,
-                "LSE": s.max(axis=-1) + np.log(p.sum(axis=-1))}
+        return {
+            "O": p / p.sum(axis=-1, keepdims=True) @ v,
+            "LSE": s.max(axis=-1) + np.log(p.sum(axis=-1)),
+        }
+
     return ref
 
 
@@ -85,35 +93,74 @@ def ref_two_loops(a):
 # program -> (small mapping, sizes, reference, outputs); sizes leave partial tiles everywhere
 CASES = {
     "gemm": ("tests/mappings/gemm_small.yaml", dict(M=50, N=24, K=40), ref_gemm, ["C"]),
-    "batched_gemm": ("tests/mappings/batched_gemm_small.yaml", dict(L=2, M=40, N=24, K=24), ref_batched,
-                     ["C"]),
+    "batched_gemm": (
+        "tests/mappings/batched_gemm_small.yaml",
+        dict(L=2, M=40, N=24, K=24),
+        ref_batched,
+        ["C"],
+    ),
     "dual_gemm": ("tests/mappings/dual_gemm_small.yaml", dict(M=50, N=24, K=40), ref_dual, ["D"]),
-    "gemm_reduction": ("tests/mappings/gemm_reduction_small.yaml", dict(M=50, N=40, K=40), ref_reduction,
-                       ["C", "y"]),
+    "gemm_reduction": (
+        "tests/mappings/gemm_reduction_small.yaml",
+        dict(M=50, N=40, K=40),
+        ref_reduction,
+        ["C", "y"],
+    ),
     # the same program's Tensor-Core row sums (variant gemm_reduction_block_tc: a shared tile of
     # 1/8 filled by the threads, an N = 8 wgmma per step, the row sum of the 8 equal columns)
-    "programs/gemm_reduction.cyp": ("tests/mappings/gemm_reduction_tc_small.yaml", dict(M=50, N=40, K=40),
-                                    ref_reduction, ["C", "y"]),
+    "programs/gemm_reduction.cyp": (
+        "tests/mappings/gemm_reduction_tc_small.yaml",
+        dict(M=50, N=40, K=40),
+        ref_reduction,
+        ["C", "y"],
+    ),
     # a test program: the second wgmma's A operand is the first's result, converted in registers
-    "tests/programs/chain_gemm.cyp": ("tests/mappings/chain_gemm_small.yaml", dict(M=40, E=12, D=64, N=24),
-                                      ref_chain, ["O"]),
+    "tests/programs/chain_gemm.cyp": (
+        "tests/mappings/chain_gemm_small.yaml",
+        dict(M=40, E=12, D=64, N=24),
+        ref_chain,
+        ["O"],
+    ),
     # the user's C++ epilogue (call-external), run through its NumPy reference (programs/ops/epilogue.py)
-    "gemm_epilogue": ("tests/mappings/gemm_epilogue_small.yaml", dict(M=50, N=40, K=40), ref_epilogue, ["C"]),
+    "gemm_epilogue": (
+        "tests/mappings/gemm_epilogue_small.yaml",
+        dict(M=50, N=40, K=40),
+        ref_epilogue,
+        ["C"],
+    ),
     # a test program: a user C++ leaf function between the two wgmmas of each step (-I programs)
-    "tests/programs/chain_gemm_softcap.cyp": ("tests/mappings/chain_gemm_softcap_small.yaml",
-                                              dict(M=40, E=12, D=64, N=24), ref_softcap, ["O"]),
+    "tests/programs/chain_gemm_softcap.cyp": (
+        "tests/mappings/chain_gemm_softcap_small.yaml",
+        dict(M=40, E=12, D=64, N=24),
+        ref_softcap,
+        ["O"],
+    ),
     # FlashAttention-2 (online softmax: row max, exp2, row sum, rescale; masks; LSE): two query
     # heads sharing one key/value head, causal, ragged M, N and D; fewer random schedules per
     # snapshot (one schedule of this case costs what 5 of a GEMM's do)
-    "flash_attention2": ("tests/mappings/flash_attention2_small.yaml", FA2_SIZES, ref_flash_attention2(FA2_SIZES),
-                         ["O", "LSE"], pick(2, 4)),
+    "flash_attention2": (
+        "tests/mappings/flash_attention2_small.yaml",
+        FA2_SIZES,
+        ref_flash_attention2(FA2_SIZES),
+        ["O", "LSE"],
+        pick(2, 4),
+    ),
     # FlashAttention-3: the same program with step k + 1's scores issued beside step k's O += P V
     # (the peeled first step, the carried P, the last O += P V after the loop)
-    "flash_attention3": ("tests/mappings/flash_attention3_small.yaml", FA2_SIZES, ref_flash_attention2(FA2_SIZES),
-                         ["O", "LSE"], pick(2, 4)),
+    "flash_attention3": (
+        "tests/mappings/flash_attention3_small.yaml",
+        FA2_SIZES,
+        ref_flash_attention2(FA2_SIZES),
+        ["O", "LSE"],
+        pick(2, 4),
+    ),
     # a test program: two pipelined loops per block accumulating into one accumulator
-    "tests/programs/gemm_two_loops.cyp": ("tests/mappings/gemm_two_loops_small.yaml",
-                                          dict(M=40, N=24, K=24, J=16), ref_two_loops, ["C"]),
+    "tests/programs/gemm_two_loops.cyp": (
+        "tests/mappings/gemm_two_loops_small.yaml",
+        dict(M=40, N=24, K=24, J=16),
+        ref_two_loops,
+        ["C"],
+    ),
 }
 
 
@@ -125,8 +172,13 @@ def _compile(program: str, mapping: str):
 def test_every_pass_matches_numpy_under_random_schedules(program):
     mapping, sizes, ref, outs, *schedules = CASES[program]
     snaps = _compile(program, mapping)
-    assert [n for n, _ in snaps] == ["dependence-analysis", "vectorization", "copy-elimination",
-                                     "resource-allocation", "warp-specialization"]
+    assert [n for n, _ in snaps] == [
+        "dependence-analysis",
+        "vectorization",
+        "copy-elimination",
+        "resource-allocation",
+        "warp-specialization",
+    ]
     inputs = random_inputs(snaps[0][1], sizes, seed=7)
     expected = ref(inputs)
     for name, m in snaps:

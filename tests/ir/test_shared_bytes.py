@@ -69,8 +69,17 @@ def _findings(snaps, m: N.Module) -> list:
     for wraps in (2, 0):
         sizes = {**small_sizes(m, wraps=wraps), "causal": 0}
         out.append(check_schedules(m, ref, sizes=sizes, seed=0, schedules=8, value_every=0).finding)
-        out.append(check_schedules(m, ref, sizes=two_tile_sizes(m, sizes), seed=11, schedules=8, value_every=0,
-                                   persistent=True).finding)
+        out.append(
+            check_schedules(
+                m,
+                ref,
+                sizes=two_tile_sizes(m, sizes),
+                seed=11,
+                schedules=8,
+                value_every=0,
+                persistent=True,
+            ).finding
+        )
     return out
 
 
@@ -80,11 +89,20 @@ def _drop(m: N.Module, op) -> N.Module:
 
 def _alias_deps(m: N.Module) -> list:
     prog = Program(m)
-    readers = {lf.op.ev for lf in prog.leaves.values() if lf.kind == "wgmma" and not lf.loops
-               and prog._reads(lf, EARLY)}
-    writers = {lf.op.ev for lf in prog.leaves.values() if lf.kind == "thread" and prog._writes(lf, LATE)}
+    readers = {
+        lf.op.ev
+        for lf in prog.leaves.values()
+        if lf.kind == "wgmma" and not lf.loops and prog._reads(lf, EARLY)
+    }
+    writers = {
+        lf.op.ev for lf in prog.leaves.values() if lf.kind == "thread" and prog._writes(lf, LATE)
+    }
     assert readers and writers
-    return [d for d in prog.deps() if d.src in readers and d.dst in writers and (d.tensor, d.other) == (EARLY, LATE)]
+    return [
+        d
+        for d in prog.deps()
+        if d.src in readers and d.dst in writers and (d.tensor, d.other) == (EARLY, LATE)
+    ]
 
 
 def test_every_reader_of_the_earlier_tensor_is_ordered_before_the_later_ones_writes(monkeypatch):
@@ -94,7 +112,9 @@ def test_every_reader_of_the_earlier_tensor_is_ordered_before_the_later_ones_wri
     assert (d.hazard, d.via) == ("war", "same") and "WARPGROUP" in d.scope
     # realized: the reading wgmma group retires and the two consumer warpgroups meet before any
     # warpgroup writes O into the bytes
-    carriers = [o for o in m.body.ops if isinstance(o, (S.BarSync, S.WaitGroup)) and d.edge() in o.edges]
+    carriers = [
+        o for o in m.body.ops if isinstance(o, (S.BarSync, S.WaitGroup)) and d.edge() in o.edges
+    ]
     assert {type(o) for o in carriers} == {S.BarSync, S.WaitGroup}
     (bar,) = [o for o in carriers if isinstance(o, S.BarSync)]
     assert bar.threads == 256
@@ -131,17 +151,27 @@ def three_way(tmp_path_factory) -> dict[str, N.Module]:
 def test_three_tensors_in_one_byte_range_meet_pair_by_pair_in_the_interpreter(three_way):
     m = three_way["sync-insertion"]
     group = {"B_mma_pv_1", EARLY, LATE}
-    assert {frozenset(p) for p in m.resources.war} == {frozenset(p) for p in
-                                                        ((EARLY, "B_mma_pv_1"), ("B_mma_pv_1", LATE), (EARLY, LATE))}
-    groups = alias_groups(m)  # each pair its own region; O is per warpgroup: two slices of each of its pairs
+    assert {frozenset(p) for p in m.resources.war} == {
+        frozenset(p) for p in ((EARLY, "B_mma_pv_1"), ("B_mma_pv_1", LATE), (EARLY, LATE))
+    }
+    groups = alias_groups(
+        m
+    )  # each pair its own region; O is per warpgroup: two slices of each of its pairs
     assert {t: {name for name, _ in groups[t]} for t in group} == {
-        EARLY: {f"B_mma_pv_1|{EARLY}", f"{EARLY}|{LATE}"}, "B_mma_pv_1": {f"B_mma_pv_1|{EARLY}", f"B_mma_pv_1|{LATE}"},
-        LATE: {f"B_mma_pv_1|{LATE}", f"{EARLY}|{LATE}"}}
+        EARLY: {f"B_mma_pv_1|{EARLY}", f"{EARLY}|{LATE}"},
+        "B_mma_pv_1": {f"B_mma_pv_1|{EARLY}", f"B_mma_pv_1|{LATE}"},
+        LATE: {f"B_mma_pv_1|{LATE}", f"{EARLY}|{LATE}"},
+    }
     assert dict(groups[LATE]) == {f"B_mma_pv_1|{LATE}": 2, f"{EARLY}|{LATE}": 2}
     assert _findings(three_way, m) == [None] * 4
     # the O writes wait for every warpgroup's last O += P·V to retire (their reads of the V tile
     # in the same bytes): without that barrier the interpreter sees a race on the group's bytes
-    (bar,) = [o for o in m.body.ops if isinstance(o, S.BarSync) and o.threads == 256
-              and any(e.tensor == "B_mma_pv_1" for e in o.edges)]
+    (bar,) = [
+        o
+        for o in m.body.ops
+        if isinstance(o, S.BarSync)
+        and o.threads == 256
+        and any(e.tensor == "B_mma_pv_1" for e in o.edges)
+    ]
     found = [f for f in _findings(three_way, _drop(m, bar)) if f is not None]
     assert any(f.kind == "race" and f"B_mma_pv_1|{LATE}" in f.message for f in found), found

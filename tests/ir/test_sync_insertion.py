@@ -34,8 +34,10 @@ def ref(ev: str, dims, *idx) -> N.EvRef:
 def staged(name: str, rows: int, cols: int, depth: int) -> list:
     """A SHARED tile with ``depth`` stages and its stage partition (as warp specialization
     leaves them)."""
-    return [N.Alloc(name, (C(depth), C(rows), C(cols)), "f16", "SHARED", dims=BLOCK),
-            N.Partition(f"{name}#stage", N.TRef(name), "slices", (C(0),), (C(rows), C(cols)), BLOCK)]
+    return [
+        N.Alloc(name, (C(depth), C(rows), C(cols)), "f16", "SHARED", dims=BLOCK),
+        N.Partition(f"{name}#stage", N.TRef(name), "slices", (C(0),), (C(rows), C(cols)), BLOCK),
+    ]
 
 
 def tile(name: str, src: str) -> N.Partition:
@@ -53,8 +55,15 @@ def module(ops, roles, stages=None, params=("A", "B"), war=()) -> N.Module:
     (room enough that sync-insertion's mbarriers always fit)."""
     ps = tuple(N.Alloc(p, (C(256), C(256)), "f16", "GLOBAL") for p in params)
     res = N.Resources({}, 0, 0, 0, 1 << 30, tuple(war), 0, (0, 0)) if war else None
-    return N.Module("t", ps, (), N.Block(tuple(ops)), roles=tuple(roles.items()),
-                    schedule=N.Schedule({}, dict(stages or {}), False), resources=res)
+    return N.Module(
+        "t",
+        ps,
+        (),
+        N.Block(tuple(ops)),
+        roles=tuple(roles.items()),
+        schedule=N.Schedule({}, dict(stages or {}), False),
+        resources=res,
+    )
 
 
 def acc(name: str = "acc") -> N.Alloc:
@@ -62,7 +71,9 @@ def acc(name: str = "acc") -> N.Alloc:
 
 
 def loop(body, yields, pre=(), depth=2) -> N.For:
-    return N.For("L", "k", C(0), C(4), tuple(pre), N.Block(tuple(body), tuple(yields)), BLOCK, depth)
+    return N.For(
+        "L", "k", C(0), C(4), tuple(pre), N.Block(tuple(body), tuple(yields)), BLOCK, depth
+    )
 
 
 def run(m: N.Module, **kw) -> N.Module:
@@ -91,10 +102,16 @@ def kinds(ops) -> list[str]:
     out = []
     for o in ops:
         if isinstance(o, S.SYNC_OPS):
-            extra = {S.Wait: lambda: o.bar, S.Arrive: lambda: o.bar, S.ArriveExpectTx: lambda: o.bar,
-                     S.WaitGroup: lambda: f"{o.unit} {o.pending}", S.CommitGroup: lambda: o.unit,
-                     S.Fence: lambda: o.kind, S.BarSync: lambda: str(o.threads),
-                     S.MBarrier: lambda: o.name}.get(type(o), lambda: "")()
+            extra = {
+                S.Wait: lambda: o.bar,
+                S.Arrive: lambda: o.bar,
+                S.ArriveExpectTx: lambda: o.bar,
+                S.WaitGroup: lambda: f"{o.unit} {o.pending}",
+                S.CommitGroup: lambda: o.unit,
+                S.Fence: lambda: o.kind,
+                S.BarSync: lambda: str(o.threads),
+                S.MBarrier: lambda: o.name,
+            }.get(type(o), lambda: "")()
             out.append(f"{type(o).__name__}({extra})" if extra else type(o).__name__)
         elif isinstance(o, (N.Copy, N.Call, N.For)):
             out.append(o.ev)
@@ -121,16 +138,34 @@ def drop(m: N.Module, pred) -> N.Module:
 
 def pipelined_mma() -> N.Module:
     """copy A, copy B (producer) -> wgmma (consumer) in a 2-stage loop."""
-    ops = [tile("Ap", "A"), tile("Bp", "B"), *staged("SA", 64, 64, 2), *staged("SB", 64, 64, 2), acc(),
-           N.Call("fill", "fill", (N.TRef("acc"), C(0)), (), THREADS),
-           loop([N.Copy("cA", N.Piece("Ap", (C(0), K)), stage("SA"), (), BLOCK),
-                 N.Copy("cB", N.Piece("Bp", (K, C(0))), stage("SB"), (), BLOCK),
-                 N.Call("mma", "warpgroup_mma", (ATOM, N.TRef("acc"), stage("SA"), stage("SB")),
-                        (ref("cA", BLOCK), ref("cB", BLOCK)), THREADS)],
-                [ref("mma", THREADS, BX, None, None, None), ref("cA", BLOCK), ref("cB", BLOCK)],
-                pre=[ref("fill", THREADS, BX, None, None, None)])]
-    return module(ops, {"cA": "producer", "cB": "producer", "mma": "consumer", "fill": "consumer"},
-                  {"SA": 2, "SB": 2})
+    ops = [
+        tile("Ap", "A"),
+        tile("Bp", "B"),
+        *staged("SA", 64, 64, 2),
+        *staged("SB", 64, 64, 2),
+        acc(),
+        N.Call("fill", "fill", (N.TRef("acc"), C(0)), (), THREADS),
+        loop(
+            [
+                N.Copy("cA", N.Piece("Ap", (C(0), K)), stage("SA"), (), BLOCK),
+                N.Copy("cB", N.Piece("Bp", (K, C(0))), stage("SB"), (), BLOCK),
+                N.Call(
+                    "mma",
+                    "warpgroup_mma",
+                    (ATOM, N.TRef("acc"), stage("SA"), stage("SB")),
+                    (ref("cA", BLOCK), ref("cB", BLOCK)),
+                    THREADS,
+                ),
+            ],
+            [ref("mma", THREADS, BX, None, None, None), ref("cA", BLOCK), ref("cB", BLOCK)],
+            pre=[ref("fill", THREADS, BX, None, None, None)],
+        ),
+    ]
+    return module(
+        ops,
+        {"cA": "producer", "cB": "producer", "mma": "consumer", "fill": "consumer"},
+        {"SA": 2, "SB": 2},
+    )
 
 
 def test_producer_copy_and_thread_reader_in_a_pipelined_loop():
@@ -138,25 +173,52 @@ def test_producer_copy_and_thread_reader_in_a_pipelined_loop():
     tile's bytes, parity (k/2)%2) and an empty barrier released by every warp after a
     syncwarp (8 warps), in the same iteration (no wgmma to keep in flight)."""
     y = N.Alloc("y", (C(1),), "f32", "REGISTER", dims=THREADS)
-    ops = [tile("Ap", "A"), *staged("SA", 64, 64, 2), y,
-           loop([N.Copy("cA", N.Piece("Ap", (C(0), K)), stage("SA"), (), BLOCK),
-                 N.Call("sum", "row_sum", (N.TRef("y"), stage("SA")), (ref("cA", BLOCK),), THREADS)],
-                [ref("sum", THREADS, BX, None, None, None), ref("cA", BLOCK)])]
+    ops = [
+        tile("Ap", "A"),
+        *staged("SA", 64, 64, 2),
+        y,
+        loop(
+            [
+                N.Copy("cA", N.Piece("Ap", (C(0), K)), stage("SA"), (), BLOCK),
+                N.Call("sum", "row_sum", (N.TRef("y"), stage("SA")), (ref("cA", BLOCK),), THREADS),
+            ],
+            [ref("sum", THREADS, BX, None, None, None), ref("cA", BLOCK)],
+        ),
+    ]
     m = run(module(ops, {"cA": "producer", "sum": "consumer"}, {"SA": 2}))
     assert kinds(m.body.ops)[-3:] == ["MBarrier(full_SA)", "MBarrier(empty_SA)", "L"]
     full, empty = [o for o in m.body.ops if isinstance(o, S.MBarrier)]
     assert (full.kind, full.stages, full.count, full.arrive_role, full.wait_role) == (
-        "full", 2, 1, "producer", "consumer")
-    assert (empty.kind, empty.count, empty.arrive_role, empty.wait_role) == ("empty", 8, "consumer", "producer")
+        "full",
+        2,
+        1,
+        "producer",
+        "consumer",
+    )
+    assert (empty.kind, empty.count, empty.arrive_role, empty.wait_role) == (
+        "empty",
+        8,
+        "consumer",
+        "producer",
+    )
     body = body_of(m)
-    assert kinds(body) == ["Wait(empty_SA)", "ArriveExpectTx(full_SA)", "cA", "Wait(full_SA)", "sum",
-                           "SyncWarp", "Arrive(empty_SA)"]
+    assert kinds(body) == [
+        "Wait(empty_SA)",
+        "ArriveExpectTx(full_SA)",
+        "cA",
+        "Wait(full_SA)",
+        "sum",
+        "SyncWarp",
+        "Arrive(empty_SA)",
+    ]
     atx, copy, wfull, arrive = body[1], body[2], body[3], body[6]
     assert atx.bytes == 64 * 64 * 2 and copy.bar == S.BarIdx("full_SA", stage("SA").idx[0])
     assert wfull.parity == N.ibin("%", N.ibin("//", K, C(2)), C(2)) and wfull.role == "consumer"
     assert body[0].parity == N.ibin("%", N.ibin("+", N.ibin("//", K, C(2)), C(1)), C(2))
     assert arrive.when is None and [d.proc for d in arrive.dims] == ["BLOCK", "WARPGROUP", "WARP"]
-    assert {(e.src, e.dst, e.hazard, e.via, e.distance) for e in arrive.edges} == {("sum", "cA", "war", "carried", 2)}
+    assert {(e.src, e.dst, e.hazard, e.via, e.distance) for e in arrive.edges} == {
+        ("sum", "cA", "war", "carried", 2)
+    }
     with pytest.raises(VerifyError, match="no syncwarp"):
         verify_sync(drop(m, lambda o: isinstance(o, S.SyncWarp)))
 
@@ -168,26 +230,50 @@ def test_two_copies_with_the_same_consumer_share_one_channel():
     m = run(pipelined_mma())
     bars = [o for o in m.body.ops if isinstance(o, S.MBarrier)]
     assert [(b.name, b.kind, b.count, b.channel) for b in bars] == [
-        ("full_SA_SB", "full", 1, ("cA", "cB")), ("empty_SA_SB", "empty", 2, ("cA", "cB"))]
+        ("full_SA_SB", "full", 1, ("cA", "cB")),
+        ("empty_SA_SB", "empty", 2, ("cA", "cB")),
+    ]
     body = body_of(m)
-    assert kinds(body) == ["Wait(empty_SA_SB)", "ArriveExpectTx(full_SA_SB)", "cA", "cB", "Wait(full_SA_SB)",
-                           "Fence(wgmma)", "mma", "CommitGroup(wgmma)", "WaitGroup(wgmma 1)",
-                           "Arrive(empty_SA_SB)"]
+    assert kinds(body) == [
+        "Wait(empty_SA_SB)",
+        "ArriveExpectTx(full_SA_SB)",
+        "cA",
+        "cB",
+        "Wait(full_SA_SB)",
+        "Fence(wgmma)",
+        "mma",
+        "CommitGroup(wgmma)",
+        "WaitGroup(wgmma 1)",
+        "Arrive(empty_SA_SB)",
+    ]
     assert body[1].bytes == 2 * 64 * 64 * 2
     arrive = body[-1]
-    assert arrive.stage == N.ibin("%", N.ibin("-", K, C(1)), C(2)) and arrive.when == S.Guard(K, C(1))
-    assert [d.proc for d in arrive.dims] == ["BLOCK", "WARPGROUP"]  # one arrival per consumer warpgroup
-    after = kinds(m.body.ops)[kinds(m.body.ops).index("L"):]
+    assert arrive.stage == N.ibin("%", N.ibin("-", K, C(1)), C(2)) and arrive.when == S.Guard(
+        K, C(1)
+    )
+    assert [d.proc for d in arrive.dims] == [
+        "BLOCK",
+        "WARPGROUP",
+    ]  # one arrival per consumer warpgroup
+    after = kinds(m.body.ops)[kinds(m.body.ops).index("L") :]
     assert after == ["L", "WaitGroup(wgmma 0)", "Arrive(empty_SA_SB)"]  # the drain
     # fill writes the accumulator before the loop, and the C++ compiler may move it on the back
     # edge: one fence right before the wgmma realizes both edges
     assert not any(isinstance(o, S.Fence) for o in m.body.ops)
     fence = next(o for o in body if isinstance(o, S.Fence))
-    assert fence.kind == "wgmma" and {(e.src, e.via) for e in fence.edges} == {("fill", "entry"), ("mma", "carried")}
-    for name, pred in [("the wait", lambda o: isinstance(o, S.Wait) and o.bar.startswith("full")),
-                       ("the drain", lambda o: isinstance(o, S.Arrive) and o.when is not None and o.when.b == C(0)),
-                       ("wait_group 1", lambda o: isinstance(o, S.WaitGroup) and o.pending == 1),
-                       ("the fence", lambda o: isinstance(o, S.Fence))]:
+    assert fence.kind == "wgmma" and {(e.src, e.via) for e in fence.edges} == {
+        ("fill", "entry"),
+        ("mma", "carried"),
+    }
+    for name, pred in [
+        ("the wait", lambda o: isinstance(o, S.Wait) and o.bar.startswith("full")),
+        (
+            "the drain",
+            lambda o: isinstance(o, S.Arrive) and o.when is not None and o.when.b == C(0),
+        ),
+        ("wait_group 1", lambda o: isinstance(o, S.WaitGroup) and o.pending == 1),
+        ("the fence", lambda o: isinstance(o, S.Fence)),
+    ]:
         with pytest.raises(VerifyError):
             verify_sync(drop(m, pred))
             pytest.fail(f"dropping {name} went unnoticed")
@@ -213,31 +299,84 @@ def test_two_loads_with_different_consumers_get_two_channels():
     """Each reader waits only for its own tile: the second copy's wait goes before its
     own consumer."""
     y, z = (N.Alloc(n, (C(1),), "f32", "REGISTER", dims=THREADS) for n in ("y", "z"))
-    ops = [tile("Ap", "A"), tile("Bp", "B"), *staged("SA", 64, 64, 2), *staged("SB", 64, 64, 2), y, z,
-           loop([N.Copy("cA", N.Piece("Ap", (C(0), K)), stage("SA"), (), BLOCK),
-                 N.Copy("cB", N.Piece("Bp", (K, C(0))), stage("SB"), (), BLOCK),
-                 N.Call("f", "row_sum", (N.TRef("y"), stage("SA")), (ref("cA", BLOCK),), THREADS),
-                 N.Call("g", "row_sum", (N.TRef("z"), stage("SB")), (ref("cB", BLOCK),), THREADS)],
-                [ref("f", THREADS, BX, None, None, None), ref("g", THREADS, BX, None, None, None),
-                 ref("cA", BLOCK), ref("cB", BLOCK)])]
-    m = run(module(ops, {"cA": "producer", "cB": "producer", "f": "consumer", "g": "consumer"},
-                   {"SA": 2, "SB": 2}))
-    assert [o.name for o in m.body.ops if isinstance(o, S.MBarrier)] == ["full_SA", "empty_SA", "full_SB", "empty_SB"]
+    ops = [
+        tile("Ap", "A"),
+        tile("Bp", "B"),
+        *staged("SA", 64, 64, 2),
+        *staged("SB", 64, 64, 2),
+        y,
+        z,
+        loop(
+            [
+                N.Copy("cA", N.Piece("Ap", (C(0), K)), stage("SA"), (), BLOCK),
+                N.Copy("cB", N.Piece("Bp", (K, C(0))), stage("SB"), (), BLOCK),
+                N.Call("f", "row_sum", (N.TRef("y"), stage("SA")), (ref("cA", BLOCK),), THREADS),
+                N.Call("g", "row_sum", (N.TRef("z"), stage("SB")), (ref("cB", BLOCK),), THREADS),
+            ],
+            [
+                ref("f", THREADS, BX, None, None, None),
+                ref("g", THREADS, BX, None, None, None),
+                ref("cA", BLOCK),
+                ref("cB", BLOCK),
+            ],
+        ),
+    ]
+    m = run(
+        module(
+            ops,
+            {"cA": "producer", "cB": "producer", "f": "consumer", "g": "consumer"},
+            {"SA": 2, "SB": 2},
+        )
+    )
+    assert [o.name for o in m.body.ops if isinstance(o, S.MBarrier)] == [
+        "full_SA",
+        "empty_SA",
+        "full_SB",
+        "empty_SB",
+    ]
     assert kinds(body_of(m)) == [
-        "Wait(empty_SA)", "ArriveExpectTx(full_SA)", "cA", "Wait(empty_SB)", "ArriveExpectTx(full_SB)", "cB",
-        "Wait(full_SA)", "f", "SyncWarp", "Arrive(empty_SA)", "Wait(full_SB)", "g", "SyncWarp", "Arrive(empty_SB)"]
+        "Wait(empty_SA)",
+        "ArriveExpectTx(full_SA)",
+        "cA",
+        "Wait(empty_SB)",
+        "ArriveExpectTx(full_SB)",
+        "cB",
+        "Wait(full_SA)",
+        "f",
+        "SyncWarp",
+        "Arrive(empty_SA)",
+        "Wait(full_SB)",
+        "g",
+        "SyncWarp",
+        "Arrive(empty_SB)",
+    ]
 
 
 def test_wgmma_result_read_by_thread_code_commits_and_waits_for_zero_groups():
-    ops = [*staged("SA", 64, 64, 1), *staged("SB", 64, 64, 1), acc(),
-           N.Alloc("out", (C(2), C(16)), "f32", "REGISTER", dims=THREADS),
-           N.Call("fill", "fill", (N.TRef("acc"), C(0)), (), THREADS),
-           N.Call("mma", "warpgroup_mma", (ATOM, N.TRef("acc"), N.Piece("SA#stage", (C(0),)),
-                                           N.Piece("SB#stage", (C(0),))), (ref("fill", THREADS),), THREADS),
-           N.Call("read", "copy", (N.TRef("acc"), N.TRef("out")), (ref("mma", THREADS),), THREADS)]
+    ops = [
+        *staged("SA", 64, 64, 1),
+        *staged("SB", 64, 64, 1),
+        acc(),
+        N.Alloc("out", (C(2), C(16)), "f32", "REGISTER", dims=THREADS),
+        N.Call("fill", "fill", (N.TRef("acc"), C(0)), (), THREADS),
+        N.Call(
+            "mma",
+            "warpgroup_mma",
+            (ATOM, N.TRef("acc"), N.Piece("SA#stage", (C(0),)), N.Piece("SB#stage", (C(0),))),
+            (ref("fill", THREADS),),
+            THREADS,
+        ),
+        N.Call("read", "copy", (N.TRef("acc"), N.TRef("out")), (ref("mma", THREADS),), THREADS),
+    ]
     m = run(module(ops, {}))
-    assert kinds(m.body.ops)[-6:] == ["fill", "Fence(wgmma)", "mma", "CommitGroup(wgmma)", "WaitGroup(wgmma 0)",
-                                      "read"]
+    assert kinds(m.body.ops)[-6:] == [
+        "fill",
+        "Fence(wgmma)",
+        "mma",
+        "CommitGroup(wgmma)",
+        "WaitGroup(wgmma 0)",
+        "read",
+    ]
     with pytest.raises(VerifyError, match="no wait_group retires"):
         verify_sync(drop(m, lambda o: isinstance(o, S.WaitGroup)))
     with pytest.raises(VerifyError, match="never committed"):
@@ -248,63 +387,113 @@ def test_wait_group_counts_the_groups_committed_in_between():
     """a's result is read after b's group was committed: wait_group 1 lets b stay in flight
     (the FA3 overlap); the thread op between them closes a's group."""
     sa, sb = N.Piece("SA#stage", (C(0),)), N.Piece("SB#stage", (C(0),))
-    ops = [*staged("SA", 64, 64, 1), *staged("SB", 64, 64, 1), acc("a1"), acc("a2"), acc("x"), acc("out"),
-           N.Call("f1", "fill", (N.TRef("a1"), C(0)), (), THREADS),
-           N.Call("f2", "fill", (N.TRef("a2"), C(0)), (), THREADS),
-           N.Call("a", "warpgroup_mma", (ATOM, N.TRef("a1"), sa, sb), (ref("f1", THREADS),), THREADS),
-           N.Call("t", "fill", (N.TRef("x"), C(1)), (), THREADS),
-           N.Call("b", "warpgroup_mma", (ATOM, N.TRef("a2"), sa, sb), (ref("f2", THREADS),), THREADS),
-           N.Call("read", "copy", (N.TRef("a1"), N.TRef("out")), (ref("a", THREADS),), THREADS)]
+    ops = [
+        *staged("SA", 64, 64, 1),
+        *staged("SB", 64, 64, 1),
+        acc("a1"),
+        acc("a2"),
+        acc("x"),
+        acc("out"),
+        N.Call("f1", "fill", (N.TRef("a1"), C(0)), (), THREADS),
+        N.Call("f2", "fill", (N.TRef("a2"), C(0)), (), THREADS),
+        N.Call("a", "warpgroup_mma", (ATOM, N.TRef("a1"), sa, sb), (ref("f1", THREADS),), THREADS),
+        N.Call("t", "fill", (N.TRef("x"), C(1)), (), THREADS),
+        N.Call("b", "warpgroup_mma", (ATOM, N.TRef("a2"), sa, sb), (ref("f2", THREADS),), THREADS),
+        N.Call("read", "copy", (N.TRef("a1"), N.TRef("out")), (ref("a", THREADS),), THREADS),
+    ]
     m = run(module(ops, {}))
-    assert kinds(m.body.ops) == ["f1", "f2", "Fence(wgmma)", "a", "CommitGroup(wgmma)", "t", "Fence(wgmma)",
-                                 "b", "CommitGroup(wgmma)", "WaitGroup(wgmma 1)", "read"]
+    assert kinds(m.body.ops) == [
+        "f1",
+        "f2",
+        "Fence(wgmma)",
+        "a",
+        "CommitGroup(wgmma)",
+        "t",
+        "Fence(wgmma)",
+        "b",
+        "CommitGroup(wgmma)",
+        "WaitGroup(wgmma 1)",
+        "read",
+    ]
     with pytest.raises(VerifyError, match="no wait_group retires"):
         verify_sync(drop(m, lambda o: isinstance(o, S.WaitGroup)))
 
 
-
-@pytest.mark.parametrize("first_read_before_b, expect", [
-    (True, ["Fence(wgmma)", "a", "CommitGroup(wgmma)", "Fence(wgmma)", "b", "CommitGroup(wgmma)",
-            "WaitGroup(wgmma 1)", "ra", "WaitGroup(wgmma 0)", "rb"]),
-    # one wgmma fence: nothing touches a register between the two issues (sync_prune folds b's into a's)
-    (False, ["Fence(wgmma)", "a", "b", "CommitGroup(wgmma)", "WaitGroup(wgmma 0)", "rb", "ra"]),
-])
-def test_back_to_back_wgmmas_needed_at_different_points_get_their_own_groups(first_read_before_b, expect):
+@pytest.mark.parametrize(
+    "first_read_before_b, expect",
+    [
+        (
+            True,
+            [
+                "Fence(wgmma)",
+                "a",
+                "CommitGroup(wgmma)",
+                "Fence(wgmma)",
+                "b",
+                "CommitGroup(wgmma)",
+                "WaitGroup(wgmma 1)",
+                "ra",
+                "WaitGroup(wgmma 0)",
+                "rb",
+            ],
+        ),
+        # one wgmma fence: nothing touches a register between the two issues (sync_prune folds b's into a's)
+        (False, ["Fence(wgmma)", "a", "b", "CommitGroup(wgmma)", "WaitGroup(wgmma 0)", "rb", "ra"]),
+    ],
+)
+def test_back_to_back_wgmmas_needed_at_different_points_get_their_own_groups(
+    first_read_before_b, expect
+):
     """Two wgmmas issued back to back on two accumulators: when thread code reads a's result
     before b's, a's group is committed alone and the first read waits with b still in flight
     (FlashAttention-3's S = Q·Kᵀ of step k + 1 beside O += P·V of step k); when b's result is
     read first, nothing is gained by splitting and the run stays one group."""
     sa, sb = N.Piece("SA#stage", (C(0),)), N.Piece("SB#stage", (C(0),))
-    reads = [N.Call("ra", "copy", (N.TRef("a1"), N.TRef("o1")), (ref("a", THREADS),), THREADS),
-             N.Call("rb", "copy", (N.TRef("a2"), N.TRef("o2")), (ref("b", THREADS),), THREADS)]
-    ops = [*staged("SA", 64, 64, 1), *staged("SB", 64, 64, 1), acc("a1"), acc("a2"), acc("o1"), acc("o2"),
-           N.Call("f1", "fill", (N.TRef("a1"), C(0)), (), THREADS),
-           N.Call("f2", "fill", (N.TRef("a2"), C(0)), (), THREADS),
-           N.Call("a", "warpgroup_mma", (ATOM, N.TRef("a1"), sa, sb), (ref("f1", THREADS),), THREADS),
-           N.Call("b", "warpgroup_mma", (ATOM, N.TRef("a2"), sa, sb), (ref("f2", THREADS),), THREADS),
-           *(reads if first_read_before_b else reads[::-1])]
+    reads = [
+        N.Call("ra", "copy", (N.TRef("a1"), N.TRef("o1")), (ref("a", THREADS),), THREADS),
+        N.Call("rb", "copy", (N.TRef("a2"), N.TRef("o2")), (ref("b", THREADS),), THREADS),
+    ]
+    ops = [
+        *staged("SA", 64, 64, 1),
+        *staged("SB", 64, 64, 1),
+        acc("a1"),
+        acc("a2"),
+        acc("o1"),
+        acc("o2"),
+        N.Call("f1", "fill", (N.TRef("a1"), C(0)), (), THREADS),
+        N.Call("f2", "fill", (N.TRef("a2"), C(0)), (), THREADS),
+        N.Call("a", "warpgroup_mma", (ATOM, N.TRef("a1"), sa, sb), (ref("f1", THREADS),), THREADS),
+        N.Call("b", "warpgroup_mma", (ATOM, N.TRef("a2"), sa, sb), (ref("f2", THREADS),), THREADS),
+        *(reads if first_read_before_b else reads[::-1]),
+    ]
     m = run(module(ops, {}))
     assert kinds(m.body.ops)[2:] == expect
     if first_read_before_b:
         with pytest.raises(VerifyError, match="no wait_group retires"):
             verify_sync(drop(m, lambda o: isinstance(o, S.WaitGroup) and o.pending == 1))
 
+
 def shared_handoff(*idx) -> N.Module:
     """Threads write a SHARED tile, other threads read it, the edge indexed by ``idx``."""
-    ops = [N.Alloc("T", (C(128),), "f32", "SHARED", dims=BLOCK),
-           N.Alloc("r", (C(1),), "f32", "REGISTER", dims=THREADS),
-           N.Alloc("s", (C(128),), "f32", "REGISTER", dims=THREADS),
-           N.Call("w", "copy", (N.TRef("r"), N.TRef("T")), (), THREADS),
-           N.Call("rd", "copy", (N.TRef("T"), N.TRef("s")), (N.EvRef("w", idx),), THREADS)]
+    ops = [
+        N.Alloc("T", (C(128),), "f32", "SHARED", dims=BLOCK),
+        N.Alloc("r", (C(1),), "f32", "REGISTER", dims=THREADS),
+        N.Alloc("s", (C(128),), "f32", "REGISTER", dims=THREADS),
+        N.Call("w", "copy", (N.TRef("r"), N.TRef("T")), (), THREADS),
+        N.Call("rd", "copy", (N.TRef("T"), N.TRef("s")), (N.EvRef("w", idx),), THREADS),
+    ]
     return module(ops, {})
 
 
-@pytest.mark.parametrize("idx, expect", [
-    ((BX, WGI, None, None), "BarSync(128)"),     # broadcast over the warps of one warpgroup
-    ((BX, None, None, None), "BarSync(256)"),    # over both warpgroups
-    ((BX, WGI, WI, None), "SyncWarp"),           # over the threads of one warp
-    ((BX, WGI, WI, TI), None),                   # point-wise: program order in one thread
-])
+@pytest.mark.parametrize(
+    "idx, expect",
+    [
+        ((BX, WGI, None, None), "BarSync(128)"),  # broadcast over the warps of one warpgroup
+        ((BX, None, None, None), "BarSync(256)"),  # over both warpgroups
+        ((BX, WGI, WI, None), "SyncWarp"),  # over the threads of one warp
+        ((BX, WGI, WI, TI), None),  # point-wise: program order in one thread
+    ],
+)
 def test_broadcasts_become_named_barriers_syncwarp_or_nothing(idx, expect):
     """The same sync twice: before the read (RAW), and at the end of the tile (WAR into the next
     tile's write, ``via = "tile"``, over the processors the RAW edge spans)."""
@@ -324,14 +513,27 @@ def test_broadcasts_become_named_barriers_syncwarp_or_nothing(idx, expect):
 
 
 def test_thread_writes_read_by_a_tma_store_need_a_proxy_fence():
-    ops = [N.Alloc("T", (C(64), C(64)), "f16", "SHARED", dims=WG),
-           N.Alloc("r", (C(2), C(16)), "f32", "REGISTER", dims=THREADS),
-           N.Call("w", "copy", (N.TRef("r"), N.TRef("T")), (), THREADS),
-           tile("Ap", "A"),
-           N.Copy("st", N.TRef("T"), N.Piece("Ap", (WGI, C(0))), (ref("w", THREADS, BX, WGI, None, None),), WG)]
+    ops = [
+        N.Alloc("T", (C(64), C(64)), "f16", "SHARED", dims=WG),
+        N.Alloc("r", (C(2), C(16)), "f32", "REGISTER", dims=THREADS),
+        N.Call("w", "copy", (N.TRef("r"), N.TRef("T")), (), THREADS),
+        tile("Ap", "A"),
+        N.Copy(
+            "st",
+            N.TRef("T"),
+            N.Piece("Ap", (WGI, C(0))),
+            (ref("w", THREADS, BX, WGI, None, None),),
+            WG,
+        ),
+    ]
     m = run(module(ops, {}))
-    assert kinds(m.body.ops)[-5:] == ["Fence(proxy_async)", "BarSync(128)", "st", "CommitGroup(bulk)",
-                                      "WaitGroup(bulk 0)"]
+    assert kinds(m.body.ops)[-5:] == [
+        "Fence(proxy_async)",
+        "BarSync(128)",
+        "st",
+        "CommitGroup(bulk)",
+        "WaitGroup(bulk 0)",
+    ]
     with pytest.raises(VerifyError, match="no proxy"):
         verify_sync(drop(m, lambda o: isinstance(o, S.Fence)))
 
@@ -339,9 +541,19 @@ def test_thread_writes_read_by_a_tma_store_need_a_proxy_fence():
 def test_an_edge_it_cannot_synchronize_is_refused():
     """A TMA copy read only after its loop: refused (E050), never left bare."""
     y = N.Alloc("y", (C(1),), "f32", "REGISTER", dims=THREADS)
-    ops = [tile("Ap", "A"), *staged("SA", 64, 64, 2), y,
-           loop([N.Copy("cA", N.Piece("Ap", (C(0), K)), stage("SA"), (), BLOCK)], [ref("cA", BLOCK)]),
-           N.Call("sum", "row_sum", (N.TRef("y"), N.Piece("SA#stage", (C(1),))), (ref("L", BLOCK),), THREADS)]
+    ops = [
+        tile("Ap", "A"),
+        *staged("SA", 64, 64, 2),
+        y,
+        loop([N.Copy("cA", N.Piece("Ap", (C(0), K)), stage("SA"), (), BLOCK)], [ref("cA", BLOCK)]),
+        N.Call(
+            "sum",
+            "row_sum",
+            (N.TRef("y"), N.Piece("SA#stage", (C(1),))),
+            (ref("L", BLOCK),),
+            THREADS,
+        ),
+    ]
     with pytest.raises(CypressError) as e:
         SyncInsertion()(module(ops, {"cA": "producer", "sum": "consumer"}, {"SA": 2}))
     assert e.value.code == "E050" and "only after its loop" in e.value.message
@@ -350,7 +562,14 @@ def test_an_edge_it_cannot_synchronize_is_refused():
 def test_the_printer_names_the_edges():
     text = print_module(run(pipelined_mma()))
     assert "wait %full_SA_SB[(%k % 2)] parity ((%k // 2) % 2)" in text
-    assert ("arrive %empty_SA_SB[((%k - 1) % 2)] if %k >= 1 per [(2, WARPGROUP)]  @consumer  "
-            "// from %e5 -> %e3 (war %SA, 2 iteration(s) later); %e5 -> %e4 (war %SB, 2 iteration(s) later)") in text
-    assert "%e3: [(4, BLOCK)] = copy %Ap[0, %k] -> %SA#stage[(%k % 2)] {} on %full_SA_SB[(%k % 2)]  @producer" in text
-    assert "arrive %empty_SA_SB[((4 - 1) % 2)] if (4 - 1) >= 0 per [(2, WARPGROUP)]" in text  # the drain
+    assert (
+        "arrive %empty_SA_SB[((%k - 1) % 2)] if %k >= 1 per [(2, WARPGROUP)]  @consumer  "
+        "// from %e5 -> %e3 (war %SA, 2 iteration(s) later); %e5 -> %e4 (war %SB, 2 iteration(s) later)"
+    ) in text
+    assert (
+        "%e3: [(4, BLOCK)] = copy %Ap[0, %k] -> %SA#stage[(%k % 2)] {} on %full_SA_SB[(%k % 2)]  @producer"
+        in text
+    )
+    assert (
+        "arrive %empty_SA_SB[((4 - 1) % 2)] if (4 - 1) >= 0 per [(2, WARPGROUP)]" in text
+    )  # the drain

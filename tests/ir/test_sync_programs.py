@@ -26,8 +26,11 @@ from cypressc.pipeline import compile_module
 from cypressc.passes.sync_insertion import SyncInsertion
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = sorted((p.stem, m.relative_to(ROOT).as_posix()) for p in (ROOT / "programs").glob("*.cyp")
-               for m in (ROOT / "mappings" / p.stem).glob("*.yaml"))
+CASES = sorted(
+    (p.stem, m.relative_to(ROOT).as_posix())
+    for p in (ROOT / "programs").glob("*.cyp")
+    for m in (ROOT / "mappings" / p.stem).glob("*.yaml")
+)
 # The GEMM-family programs, whose derived synchronization is compared with the template kernel
 # the backend used to fill.  FlashAttention's (2 and 3) is not that template (a Q panel loaded once on a
 # one-stage barrier, two wgmma groups per step, register fences between them): the concurrent
@@ -35,13 +38,19 @@ CASES = sorted((p.stem, m.relative_to(ROOT).as_posix()) for p in (ROOT / "progra
 # gemm_reduction's Tensor-Core row sums (h100_tc, h100_tc_plain) add a shared table the threads
 # fill: their sync is checked on its own below.
 TENSOR_CORE_SUMS = ("gemm_reduction", "mappings/gemm_reduction/h100_tc.yaml")
-TEMPLATE = [(p, m) for p, m in CASES if not p.startswith("flash_attention")
-            and not m.startswith("mappings/gemm_reduction/h100_tc")]
+TEMPLATE = [
+    (p, m)
+    for p, m in CASES
+    if not p.startswith("flash_attention") and not m.startswith("mappings/gemm_reduction/h100_tc")
+]
 
 
 def compiled(program: str, mapping: str):
     """The module after sync-insertion and cuda-lowering's plan (every pass verified)."""
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")), load_mapping(ROOT / mapping))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs" / f"{program}.cyp")),
+        load_mapping(ROOT / mapping),
+    )
     snaps = dict(compile_module(tree))
     return snaps["sync-insertion"], snaps["cuda-lowering"].kernel
 
@@ -66,7 +75,9 @@ def test_the_synchronization_derived_from_the_events_is_the_templates(program, m
     full, empty = [b for b in full if b.kind == "full"], [b for b in full if b.kind == "empty"]
     assert all(b.stages == plan.stages and b.count == 1 for b in full)
     # the template's one full barrier lands STAGE_TX bytes per stage: the channels split it
-    assert sum(o.bytes for o in syncs(m, S.ArriveExpectTx)) == sum(b.stage_bytes for b in plan.buffers)
+    assert sum(o.bytes for o in syncs(m, S.ArriveExpectTx)) == sum(
+        b.stage_bytes for b in plan.buffers
+    )
     # the template's empty barrier: one arrival per consumer warpgroup, per warp when SIMT code
     # reads the stages (gemm_reduction's row sums)
     per = 4 if plan.simt_body else 1
@@ -77,12 +88,16 @@ def test_the_synchronization_derived_from_the_events_is_the_templates(program, m
     assert [o.pending for o in body if isinstance(o, S.WaitGroup)] == [lag]
     assert {o.when is not None for o in body if isinstance(o, S.Arrive)} == {lag > 0}
     assert sum(isinstance(o, S.CommitGroup) for o in body) == 1  # all wgmmas of a step: one group
-    assert 0 in [o.pending for o in syncs(m, S.WaitGroup) if o.unit == "wgmma"]  # before the epilogue
+    assert 0 in [
+        o.pending for o in syncs(m, S.WaitGroup) if o.unit == "wgmma"
+    ]  # before the epilogue
     # named barriers: the staged TMA store syncs each warpgroup (128 threads), the shared bytes
     # reused after the loop sync every consumer
     bars = sorted(o.threads for o in syncs(m, S.BarSync))
     staged = any(isinstance(e, P.TmaStore) for e in plan.epilogue)
-    assert bars == sorted([128] * staged + [128 * plan.consumers] * bool(m.resources and m.resources.war))
+    assert bars == sorted(
+        [128] * staged + [128 * plan.consumers] * bool(m.resources and m.resources.war)
+    )
     fences = {o.kind for o in syncs(m, S.Fence)}
     assert fences == {"wgmma"} | ({"proxy_async"} if staged else set())
     assert bool([o for o in syncs(m, S.CommitGroup) if o.unit == "bulk"]) == staged
@@ -97,15 +112,22 @@ def test_a_table_the_threads_fill_is_fenced_met_and_released_at_the_tile_end():
     m, plan = compiled(*TENSOR_CORE_SUMS)
     top = list(m.body.ops[-1].body.ops)  # the HOST loop's block program
     loop = next(i for i, o in enumerate(top) if isinstance(o, N.For) and o.pipeline)
-    fill = next(i for i, o in enumerate(top) if isinstance(o, N.Call) and o.fn == "fill"
-                and Symbols(m).mem(o.args[0]) == "SHARED")
-    between = [o for o in top[fill + 1:loop] if isinstance(o, S.SYNC_OPS) and not isinstance(o, S.MBarrier)]
+    fill = next(
+        i
+        for i, o in enumerate(top)
+        if isinstance(o, N.Call) and o.fn == "fill" and Symbols(m).mem(o.args[0]) == "SHARED"
+    )
+    between = [
+        o
+        for o in top[fill + 1 : loop]
+        if isinstance(o, S.SYNC_OPS) and not isinstance(o, S.MBarrier)
+    ]
     assert [type(o).__name__ for o in between] == ["Fence", "BarSync"]
     assert between[0].kind == "proxy_async" and between[1].threads == 256
     end = top[-1]
     assert isinstance(end, S.BarSync) and end.threads == 256 and end.id != between[1].id
     assert {(e.via, e.hazard, e.tensor) for e in end.edges} == {("tile", "war", "E")}
-    after = [o for o in top[loop + 1:] if isinstance(o, S.WaitGroup) and o.unit == "wgmma"]
+    after = [o for o in top[loop + 1 :] if isinstance(o, S.WaitGroup) and o.unit == "wgmma"]
     assert after[0].pending == 0 and any(e.via == "tile" for e in after[0].edges)
     fences = [o for o in in_loop(m) if isinstance(o, S.Fence) and o.kind == "wgmma"]
     assert len(fences) == 1 and len({e.tensor for e in fences[0].edges}) == 2
@@ -117,11 +139,16 @@ def test_dual_gemm_channels_follow_the_wait_points():
     waited just before it (the template made the first wgmma wait for B2 too)."""
     m, _ = compiled("dual_gemm", "mappings/dual_gemm/h100.yaml")
     assert [(b.name, b.kind) for b in syncs(m, S.MBarrier)] == [
-        ("full_A_mma_block_B_mma_block", "full"), ("empty_A_mma_block_B_mma_block", "empty"),
-        ("full_B_mma_block_1", "full"), ("empty_B_mma_block_1", "empty")]
+        ("full_A_mma_block_B_mma_block", "full"),
+        ("empty_A_mma_block_B_mma_block", "empty"),
+        ("full_B_mma_block_1", "full"),
+        ("empty_B_mma_block_1", "empty"),
+    ]
     body = in_loop(m)
     calls = [i for i, o in enumerate(body) if isinstance(o, N.Call)]
-    waits = [(i, o.bar) for i, o in enumerate(body) if isinstance(o, S.Wait) and o.role == "consumer"]
+    waits = [
+        (i, o.bar) for i, o in enumerate(body) if isinstance(o, S.Wait) and o.role == "consumer"
+    ]
     assert waits[0][0] < calls[0] < waits[1][0] < calls[1] and waits[1][1] == "full_B_mma_block_1"
 
 
@@ -146,10 +173,16 @@ def _without(b: N.Block, path) -> N.Block:
     return N.Block(tuple(ops), b.yields)
 
 
-TEETH = [(p, f"mappings/{p}/h100.yaml", None) for p in ("gemm", "gemm_reduction", "dual_gemm", "batched_gemm")] + [
-    ("gemm", "mappings/gemm/h100_alias.yaml", None), ("gemm", "mappings/gemm/h100_nows.yaml", None),
+TEETH = [
+    (p, f"mappings/{p}/h100.yaml", None)
+    for p in ("gemm", "gemm_reduction", "dual_gemm", "batched_gemm")
+] + [
+    ("gemm", "mappings/gemm/h100_alias.yaml", None),
+    ("gemm", "mappings/gemm/h100_nows.yaml", None),
     ("gemm_reduction", "mappings/gemm_reduction/h100_tc.yaml", None),
-    ("gemm_reduction", "mappings/gemm_reduction/h100.yaml", 0), ("dual_gemm", "mappings/dual_gemm/h100.yaml", 2)]
+    ("gemm_reduction", "mappings/gemm_reduction/h100.yaml", 0),
+    ("dual_gemm", "mappings/dual_gemm/h100.yaml", 2),
+]
 
 
 @pytest.mark.parametrize("program, mapping, in_flight", TEETH)
@@ -159,13 +192,21 @@ def test_every_inserted_sync_op_has_teeth(program, mapping, in_flight):
     ``mma_in_flight`` instead of the mapping's).  The table names what caught each one."""
     m, _ = compiled(program, mapping)
     if in_flight is not None:
-        tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")),
-                           load_mapping(ROOT / mapping))
-        m = SyncInsertion(mma_in_flight=in_flight)(compile_module(tree, until="warp-specialization")[-1][1])
+        tree = instantiate(
+            check_program(parse_file(ROOT / "programs" / f"{program}.cyp")),
+            load_mapping(ROOT / mapping),
+        )
+        m = SyncInsertion(mma_in_flight=in_flight)(
+            compile_module(tree, until="warp-specialization")[-1][1]
+        )
     table = []
     for path, op in _sites(m.body):
         broken = replace(m, body=_without(m.body, path))
-        what = f"bar of copy {op.ev}" if isinstance(op, N.Copy) else sync_line(op, lambda e: e, str)[:60]
+        what = (
+            f"bar of copy {op.ev}"
+            if isinstance(op, N.Copy)
+            else sync_line(op, lambda e: e, str)[:60]
+        )
         with pytest.raises(VerifyError) as e:
             verify_sync(broken)
             pytest.fail(f"{program} {mapping} {in_flight}: removing `{what}` went unnoticed")
@@ -180,13 +221,26 @@ def test_explain_after_sync_insertion_prints_the_sync_ops(monkeypatch):
     from cypressc.cli import main
 
     monkeypatch.chdir(ROOT)
-    r = CliRunner().invoke(main, ["explain", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml",
-                                  "--after", "sync-insertion", "--no-tree"], catch_exceptions=False)
+    r = CliRunner().invoke(
+        main,
+        [
+            "explain",
+            "programs/gemm.cyp",
+            "-m",
+            "mappings/gemm/h100.yaml",
+            "--after",
+            "sync-insertion",
+            "--no-tree",
+        ],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
     assert lines[0] == "// ---- after sync-insertion"
-    assert any(x.strip().startswith("wait %full_A_mma_block_B_mma_block[(%k % 3)] parity ((%k // 3) % 2)")
-               for x in lines)
+    assert any(
+        x.strip().startswith("wait %full_A_mma_block_B_mma_block[(%k % 3)] parity ((%k // 3) % 2)")
+        for x in lines
+    )
     assert sum("= mbarrier[3]" in x for x in lines) == 2
 
 
@@ -197,8 +251,10 @@ def test_the_interpreter_runs_synchronized_ir():
 
     from cypressc.ir.check import random_inputs, run_module
 
-    tree = instantiate(check_program(parse_file(ROOT / "programs/gemm.cyp")),
-                       load_mapping(ROOT / "tests/mappings/gemm_small.yaml"))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs/gemm.cyp")),
+        load_mapping(ROOT / "tests/mappings/gemm_small.yaml"),
+    )
     m = compile_module(tree, until="sync-insertion")[-1][1]
     assert m.synchronized and syncs(m, S.Wait)
     sizes = dict(M=50, N=24, K=40)

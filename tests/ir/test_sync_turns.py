@@ -27,7 +27,19 @@ from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
 from cypressc.pipeline import compile_module
 from cypressc.passes.sync_insertion import SyncInsertion
-from tests.ir.test_sync_insertion import ATOM, BLOCK, C, THREADS, acc, drop, kinds, module, ref, run, staged
+from tests.ir.test_sync_insertion import (
+    ATOM,
+    BLOCK,
+    C,
+    THREADS,
+    acc,
+    drop,
+    kinds,
+    module,
+    ref,
+    run,
+    staged,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,15 +60,25 @@ def _straight_line(dims=THREADS) -> N.Module:
     """a and b issued back to back, a read, c issued, b and c read: two runs, [a, b] and [c]."""
     sa, sb = N.Piece("SA#stage", (C(0),)), N.Piece("SB#stage", (C(0),))
     a1, a2, o1, o2 = (replace(acc(n), dims=dims) for n in ("a1", "a2", "o1", "o2"))
-    return module([*staged("SA", 64, 64, 1), *staged("SB", 64, 64, 1), a1, a2, o1, o2,
-                   N.Call("f1", "fill", (N.TRef("a1"), C(0)), (), dims),
-                   N.Call("f2", "fill", (N.TRef("a2"), C(0)), (), dims),
-                   N.Call("a", "warpgroup_mma", (ATOM, N.TRef("a1"), sa, sb), (ref("f1", dims),), dims),
-                   N.Call("b", "warpgroup_mma", (ATOM, N.TRef("a2"), sa, sb), (ref("f2", dims),), dims),
-                   N.Call("ra", "copy", (N.TRef("a1"), N.TRef("o1")), (ref("a", dims),), dims),
-                   N.Call("c", "warpgroup_mma", (ATOM, N.TRef("a1"), sa, sb), (ref("ra", dims),), dims),
-                   N.Call("rb", "copy", (N.TRef("a2"), N.TRef("o2")), (ref("b", dims),), dims),
-                   N.Call("rc", "copy", (N.TRef("a1"), N.TRef("o1")), (ref("c", dims),), dims)], {})
+    return module(
+        [
+            *staged("SA", 64, 64, 1),
+            *staged("SB", 64, 64, 1),
+            a1,
+            a2,
+            o1,
+            o2,
+            N.Call("f1", "fill", (N.TRef("a1"), C(0)), (), dims),
+            N.Call("f2", "fill", (N.TRef("a2"), C(0)), (), dims),
+            N.Call("a", "warpgroup_mma", (ATOM, N.TRef("a1"), sa, sb), (ref("f1", dims),), dims),
+            N.Call("b", "warpgroup_mma", (ATOM, N.TRef("a2"), sa, sb), (ref("f2", dims),), dims),
+            N.Call("ra", "copy", (N.TRef("a1"), N.TRef("o1")), (ref("a", dims),), dims),
+            N.Call("c", "warpgroup_mma", (ATOM, N.TRef("a1"), sa, sb), (ref("ra", dims),), dims),
+            N.Call("rb", "copy", (N.TRef("a2"), N.TRef("o2")), (ref("b", dims),), dims),
+            N.Call("rc", "copy", (N.TRef("a1"), N.TRef("o1")), (ref("c", dims),), dims),
+        ],
+        {},
+    )
 
 
 def test_each_run_of_wgmmas_is_one_turn():
@@ -65,9 +87,29 @@ def test_each_run_of_wgmmas_is_one_turn():
     wgmma (before any wait_group); the last warpgroup passes nothing after the tile's last run."""
     m = run(_straight_line(), pingpong=True)
     assert kinds(m.body.ops) == [
-        "Turn", "f1", "f2", "Turn", "Fence(wgmma)", "a", "CommitGroup(wgmma)", "Fence(wgmma)", "b",
-        "CommitGroup(wgmma)", "Turn", "WaitGroup(wgmma 1)", "ra", "Turn", "Fence(wgmma)", "c", "CommitGroup(wgmma)",
-        "Turn", "WaitGroup(wgmma 1)", "rb", "WaitGroup(wgmma 0)", "rc"]
+        "Turn",
+        "f1",
+        "f2",
+        "Turn",
+        "Fence(wgmma)",
+        "a",
+        "CommitGroup(wgmma)",
+        "Fence(wgmma)",
+        "b",
+        "CommitGroup(wgmma)",
+        "Turn",
+        "WaitGroup(wgmma 1)",
+        "ra",
+        "Turn",
+        "Fence(wgmma)",
+        "c",
+        "CommitGroup(wgmma)",
+        "Turn",
+        "WaitGroup(wgmma 1)",
+        "rb",
+        "WaitGroup(wgmma 0)",
+        "rc",
+    ]
     assert _turns(m.body.ops) == ["pass if wg >= 1", "take", "pass", "take", "pass if 0 >= wg"]
     t = [o for o in m.body.ops if isinstance(o, S.Turn)]
     assert t[0].id == C(1) and {o.threads for o in t} == {256}
@@ -99,14 +141,17 @@ def test_one_consumer_warpgroup_has_no_one_to_take_turns_with():
 
 
 def _snaps(program: str, mapping: str) -> dict:
-    tree = instantiate(check_program(parse_file(ROOT / "programs" / f"{program}.cyp")), load_mapping(ROOT / mapping))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs" / f"{program}.cyp")),
+        load_mapping(ROOT / mapping),
+    )
     return dict(compile_module(tree, until="sync-insertion"))
 
 
 def _loop_turns(m: N.Module) -> tuple[list, list, list]:
     """The turn ops before, inside and after the main loop."""
     i = next(i for i, o in enumerate(m.body.ops) if isinstance(o, N.For))
-    return (_turns(m.body.ops[:i]), _turns(m.body.ops[i].body.ops), _turns(m.body.ops[i + 1:]))
+    return (_turns(m.body.ops[:i]), _turns(m.body.ops[i].body.ops), _turns(m.body.ops[i + 1 :]))
 
 
 def test_flash_attention3_takes_one_turn_per_step_for_both_gemms():
@@ -114,7 +159,11 @@ def test_flash_attention3_takes_one_turn_per_step_for_both_gemms():
     first, one pass after the second's commit, the wait_group 1 after the pass; the peeled
     step 0 and the last O += P·V are runs of their own."""
     m = _snaps("flash_attention3", "mappings/flash_attention3/h100_d128_pp.yaml")["sync-insertion"]
-    assert _loop_turns(m) == (["pass if wg >= 1", "take", "pass"], ["take", "pass"], ["take", "pass if 0 >= wg"])
+    assert _loop_turns(m) == (
+        ["pass if wg >= 1", "take", "pass"],
+        ["take", "pass"],
+        ["take", "pass if 0 >= wg"],
+    )
     body = kinds(next(o for o in m.body.ops if isinstance(o, N.For)).body.ops)
     take, pas = body.index("Turn"), len(body) - 1 - body[::-1].index("Turn")
     commits = [i for i, k in enumerate(body) if k == "CommitGroup(wgmma)"]
@@ -129,8 +178,14 @@ def test_flash_attention2_joins_the_runs_across_the_back_edge():
     assert _loop_turns(m) == (["pass if wg >= 1", "take"], ["pass", "take"], ["pass if 0 >= wg"])
 
 
-@pytest.mark.parametrize("program,mapping", [("flash_attention2", "h100_d64_pp"), ("flash_attention3", "h100_d128_pp"),
-                                             ("flash_attention3", "h100_d128_wg3_pp")])
+@pytest.mark.parametrize(
+    "program,mapping",
+    [
+        ("flash_attention2", "h100_d64_pp"),
+        ("flash_attention3", "h100_d128_pp"),
+        ("flash_attention3", "h100_d128_wg3_pp"),
+    ],
+)
 def test_the_ring_runs_in_the_concurrent_interpreter_and_a_missing_pass_deadlocks(program, mapping):
     snaps = _snaps(program, f"mappings/{program}/{mapping}.yaml")
     m, ref_m = snaps["sync-insertion"], snaps["warp-specialization"]
@@ -144,8 +199,17 @@ def test_the_ring_runs_in_the_concurrent_interpreter_and_a_missing_pass_deadlock
 
 def _cuda(tmp_path: Path, program: str, mapping: str) -> tuple[str, Path]:
     out = tmp_path / mapping
-    r = CliRunner().invoke(main, ["build", str(ROOT / "programs" / f"{program}.cyp"), "-m",
-                                  str(ROOT / "mappings" / program / f"{mapping}.yaml"), "-o", str(out)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "build",
+            str(ROOT / "programs" / f"{program}.cyp"),
+            "-m",
+            str(ROOT / "mappings" / program / f"{mapping}.yaml"),
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     return (out / f"{program}.cu").read_text(), out
 
@@ -157,9 +221,13 @@ def test_the_cuda_takes_and_passes_on_each_warpgroups_own_barrier(tmp_path):
     arrives = [ln for ln in lines if ln.startswith("cypress::named_arrive(")]
     assert syncs and all(ln.startswith("cypress::named_sync((1 + cw), 256);") for ln in syncs)
     assert arrives[0].startswith("cypress::named_arrive(1, 256);")
-    assert all(ln.startswith("cypress::named_arrive((1 + ((cw + 1) % 3)), 256);") for ln in arrives[1:])
+    assert all(
+        ln.startswith("cypress::named_arrive((1 + ((cw + 1) % 3)), 256);") for ln in arrives[1:]
+    )
     assert len(syncs) == len(arrives) - 1 == 3  # step 0, the loop's step, the last O += P V
-    assert "if (cw >= 2) {" in cu and "if (1 >= cw) {" in cu  # the first turn, by the last warpgroup; its last pass
+    assert (
+        "if (cw >= 2) {" in cu and "if (1 >= cw) {" in cu
+    )  # the first turn, by the last warpgroup; its last pass
     plain, _ = _cuda(tmp_path, "flash_attention3", "h100_d128_wg3")
     assert "named_arrive" not in plain and "named_sync" not in plain
 

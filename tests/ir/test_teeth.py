@@ -39,10 +39,14 @@ def _drop_mma_preconditions(m: N.Module) -> N.Module:
 
 
 def test_deleting_a_precondition_is_caught():
-    tree = instantiate(check_program(parse_file(ROOT / "programs/gemm.cyp")),
-                       load_mapping(ROOT / "tests/mappings/gemm_small.yaml"))
+    tree = instantiate(
+        check_program(parse_file(ROOT / "programs/gemm.cyp")),
+        load_mapping(ROOT / "tests/mappings/gemm_small.yaml"),
+    )
     m = compile_module(tree, until="copy-elimination")[-1][1]
-    assert any(isinstance(o, N.Call) and o.fn == "warpgroup_mma" and o.pre for o in walk_ops(m.body))
+    assert any(
+        isinstance(o, N.Call) and o.fn == "warpgroup_mma" and o.pre for o in walk_ops(m.body)
+    )
     sizes = dict(M=50, N=24, K=40)
     inputs = random_inputs(m, sizes, seed=1)
     ref = inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)
@@ -74,8 +78,11 @@ def _op_at(b: N.Block, path: tuple):
 def _without_edge(b: N.Block, path: tuple, j: int) -> N.Block:
     ops = list(b.ops)
     o = ops[path[0]]
-    ops[path[0]] = replace(o, pre=o.pre[:j] + o.pre[j + 1:]) if len(path) == 1 else \
-        replace(o, body=_without_edge(o.body, path[1:], j))
+    ops[path[0]] = (
+        replace(o, pre=o.pre[:j] + o.pre[j + 1 :])
+        if len(path) == 1
+        else replace(o, body=_without_edge(o.body, path[1:], j))
+    )
     return N.Block(tuple(ops), b.yields)
 
 
@@ -85,11 +92,18 @@ def _implied(home: N.Block, op, j: int) -> bool:
     indices) itself."""
     dropped = op.pre[j]
     defs = {o.ev: o for o in home.ops if isinstance(o, N.AsyncOp)}
-    return any(k != j and r.name in defs and dropped in defs[r.name].pre for k, r in enumerate(op.pre))
+    return any(
+        k != j and r.name in defs and dropped in defs[r.name].pre for k, r in enumerate(op.pre)
+    )
 
 
-@pytest.mark.parametrize("snapshot", pick(["copy-elimination", "warp-specialization"],
-                                          ["vectorization", "copy-elimination", "warp-specialization"]))
+@pytest.mark.parametrize(
+    "snapshot",
+    pick(
+        ["copy-elimination", "warp-specialization"],
+        ["vectorization", "copy-elimination", "warp-specialization"],
+    ),
+)
 def test_every_needed_edge_is_caught_by_the_schedules_of_the_pass_tests(snapshot):
     """Remove each precondition edge of gemm's IR in turn: the schedules
     tests/ir/test_passes_interp.py runs (program order, latest-first and its random ones)

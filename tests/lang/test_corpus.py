@@ -27,15 +27,20 @@ CASES = yaml.safe_load((CORPUS / "cases.yaml").read_text())
 @pytest.mark.parametrize("case", CASES, ids=[c["case"] for c in CASES])
 def test_corpus_case(case, golden, monkeypatch):
     monkeypatch.chdir(ROOT)
-    r = CliRunner().invoke(main, ["check", case["program"], "-m", case["mapping"], *case.get("args", ())],
-                           catch_exceptions=False)
+    r = CliRunner().invoke(
+        main,
+        ["check", case["program"], "-m", case["mapping"], *case.get("args", ())],
+        catch_exceptions=False,
+    )
     assert r.exit_code == case["exit"], r.stderr
     kind = "error" if case["exit"] else "warning"
     first = r.stderr.splitlines()[0]
     assert first == f"{case['at']}: {kind}[{case['code']}]: {case['message']}"
     assert "Traceback" not in r.stderr and "internal compiler error" not in r.stderr
     if case["exit"]:
-        n = sum(1 for line in r.stderr.splitlines() if re.match(r"^\S.*: error\[[EM]\d{3}\]: ", line))
+        n = sum(
+            1 for line in r.stderr.splitlines() if re.match(r"^\S.*: error\[[EM]\d{3}\]: ", line)
+        )
         assert r.stderr.rstrip().endswith(f"{n} error{'s' if n != 1 else ''}")
         assert r.stdout == ""
     else:
@@ -47,17 +52,28 @@ def test_corpus_is_large_and_every_file_is_used():
     assert len(CASES) >= 30
     assert len({c["case"] for c in CASES}) == len(CASES)
     helpers = {f for c in CASES for f in c.get("files", ())}
-    assert all((ROOT / f).is_file() for f in helpers), sorted(f for f in helpers if not (ROOT / f).is_file())
+    assert all((ROOT / f).is_file() for f in helpers), sorted(
+        f for f in helpers if not (ROOT / f).is_file()
+    )
     used = {c["program"] for c in CASES} | {c["mapping"] for c in CASES} | helpers
     # subfolders hold included headers; __pycache__ is what loading a NumPy reference leaves
-    for f in sorted(f for f in CORPUS.glob("*/**/*") if f.is_file() and "__pycache__" not in f.parts):
+    for f in sorted(
+        f for f in CORPUS.glob("*/**/*") if f.is_file() and "__pycache__" not in f.parts
+    ):
         assert str(f.relative_to(ROOT)) in used, f"{f} is not referenced by tests/corpus/cases.yaml"
 
 
 def _codes_in_source(*packages: str) -> set[str]:
     codes: set[str] = set()
-    for f in [ROOT / "cypressc" / "diagnostics.py", ROOT / "cypressc" / "cli.py",
-              *(f for p in ("lang", "mapping", *packages) for f in sorted((ROOT / "cypressc" / p).glob("*.py")))]:
+    for f in [
+        ROOT / "cypressc" / "diagnostics.py",
+        ROOT / "cypressc" / "cli.py",
+        *(
+            f
+            for p in ("lang", "mapping", *packages)
+            for f in sorted((ROOT / "cypressc" / p).glob("*.py"))
+        ),
+    ]:
         codes |= set(re.findall(r'"([EMW]\d{3})"', f.read_text()))
     return codes
 

@@ -20,7 +20,10 @@ DOC = (ROOT / "docs" / "language.md").read_text()
 
 def test_every_front_end_code_is_documented():
     codes: set[str] = set()
-    for f in [*(ROOT / "cypressc" / "lang").glob("*.py"), *(ROOT / "cypressc" / "mapping").glob("*.py")]:
+    for f in [
+        *(ROOT / "cypressc" / "lang").glob("*.py"),
+        *(ROOT / "cypressc" / "mapping").glob("*.py"),
+    ]:
         codes |= set(re.findall(r'"([EMW]\d{3})"', f.read_text()))
     missing = sorted(c for c in codes if f"| {c} |" not in DOC)
     assert not missing, f"codes missing from the tables of docs/language.md: {missing}"
@@ -47,7 +50,7 @@ def _blocks(path: Path) -> list[tuple[int, str, str, bool]]:
     text = path.read_text()
     out = []
     for m in FENCE.finditer(text):
-        before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
+        before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
         out.append((text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2), before == MARKER))
     return out
 
@@ -61,8 +64,9 @@ def _examples() -> list[tuple[str, str, str]]:
         for i, (line, lang, text, marked) in enumerate(blocks):
             if marked:
                 nxt = blocks[i + 1] if i + 1 < len(blocks) else None
-                assert lang == "python" and nxt is not None and nxt[1] == "yaml" and not nxt[3], \
+                assert lang == "python" and nxt is not None and nxt[1] == "yaml" and not nxt[3], (
                     f"{doc.name}:{line}: {MARKER} goes before a ```python program followed by its ```yaml mapping"
+                )
                 out.append((f"{doc.name}:{line}", text, nxt[2]))
     return out
 
@@ -79,9 +83,15 @@ def _unmarked_complete(path: Path) -> list[int]:
     """Lines of ```python blocks with @task variants followed by a ```yaml block with an
     entrypoint — a complete program + mapping — that lack the marker."""
     blocks = _blocks(path)
-    return [line for (line, lang, text, marked), nxt in zip(blocks, blocks[1:])
-            if not marked and lang == "python" and "@task(" in text and nxt[1] == "yaml"
-            and re.search(r"^entrypoint:", nxt[2], re.MULTILINE)]
+    return [
+        line
+        for (line, lang, text, marked), nxt in zip(blocks, blocks[1:])
+        if not marked
+        and lang == "python"
+        and "@task(" in text
+        and nxt[1] == "yaml"
+        and re.search(r"^entrypoint:", nxt[2], re.MULTILINE)
+    ]
 
 
 def test_every_complete_example_is_marked():
@@ -110,15 +120,19 @@ def test_marked_example_compiles(name, program, mapping, tmp_path, monkeypatch):
     without warnings (a W001, or explain's E050 "cannot lower yet", means a broken example)."""
     monkeypatch.chdir(tmp_path)
     failed = _compile(program, mapping, tmp_path)
-    assert failed is None, f"{name}: cypressc {failed[0]} (exit {failed[1].exit_code}):\n{failed[1].stderr}"
+    assert failed is None, (
+        f"{name}: cypressc {failed[0]} (exit {failed[1].exit_code}):\n{failed[1].stderr}"
+    )
     assert "__global__" in (tmp_path / "out" / "example.cu").read_text()
-    assert {"example.cu", "example.h", "main.cu", "Makefile", "example.json"} <= \
-        {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"example.cu", "example.h", "main.cu", "Makefile", "example.json"} <= {
+        p.name for p in (tmp_path / "out").iterdir()
+    }
 
 
 # The example docs/language.md §10 printed before issue #9: a HOST prange launched straight
 # onto WARPGROUPs.  `check` passed it, `explain` and `build` did not.
-OLD_EXAMPLE = ("""\
+OLD_EXAMPLE = (
+    """\
 @task("clear", Inner, writes=["C"])
 def clear_host(C: tensor[(M, N), f32]):
     U = tunable(int)
@@ -136,7 +150,8 @@ def clear_inner(C: tensor[2, f32]):
 @task("clear", Leaf, writes=["C"])
 def clear_thread(C: tensor[2, f32]):
     fill(C, 0)
-""", """\
+""",
+    """\
 machine: h100
 entrypoint: host
 instances:
@@ -144,7 +159,8 @@ instances:
   - {instance: wg,     variant: clear_inner,  proc: WARPGROUP, mems: [NONE],
      tunables: {PIECES: 128, PROC: THREAD, MMA: WGMMA_64x64x16}, calls: [thread]}
   - {instance: thread, variant: clear_thread, proc: THREAD,    mems: [REGISTER]}
-""")
+""",
+)
 
 
 def test_the_old_example_is_caught(tmp_path, monkeypatch):
@@ -152,7 +168,9 @@ def test_the_old_example_is_caught(tmp_path, monkeypatch):
     marker it is reported as an unmarked complete example."""
     monkeypatch.chdir(tmp_path)
     failed = _compile(*OLD_EXAMPLE, tmp_path)
-    assert failed is not None and failed[1].exit_code == 1 and "error[E041]" in failed[1].stderr, failed
+    assert failed is not None and failed[1].exit_code == 1 and "error[E041]" in failed[1].stderr, (
+        failed
+    )
     doc = tmp_path / "doc.md"
     doc.write_text(f"text\n\n```python\n{OLD_EXAMPLE[0]}```\n\n```yaml\n{OLD_EXAMPLE[1]}```\n")
     assert _unmarked_complete(doc) == [3]
@@ -164,11 +182,15 @@ def test_the_old_example_is_caught(tmp_path, monkeypatch):
 # prints follows an `<!-- output: … -->` comment naming the command (and the edit of a bundled
 # file it runs on); the command is run here and its output compared.
 
-OUTPUT = re.compile(r"^<!-- output: (.*?)-->[ \t]*\n```[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+OUTPUT = re.compile(
+    r"^<!-- output: (.*?)-->[ \t]*\n```[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE
+)
 # what only a tool prints: a located diagnostic, a file-level one, explain's task tree
-PRINTED = re.compile(r"^(\S+:\d+:\d+: (error|warning|note)\[?|\S+: (error|warning)\[[EMW]\d{3}\]|task tree \(|"
-                     r"\S+\.cyp: (clean|deadlock|race|mismatch) |checking \S+\.cyp: |built \S+ into |ok: \S+\.cyp)",
-                     re.MULTILINE)
+PRINTED = re.compile(
+    r"^(\S+:\d+:\d+: (error|warning|note)\[?|\S+: (error|warning)\[[EMW]\d{3}\]|task tree \(|"
+    r"\S+\.cyp: (clean|deadlock|race|mismatch) |checking \S+\.cyp: |built \S+ into |ok: \S+\.cyp)",
+    re.MULTILINE,
+)
 
 
 def _outputs(path: Path) -> list[tuple[str, list[str], list[tuple[str, str, str, str]], str]]:
@@ -188,7 +210,9 @@ def _outputs(path: Path) -> list[tuple[str, list[str], list[tuple[str, str, str,
             em = re.fullmatch(r"(\S+): (\S+) with (.*?) -> (.*)", e)
             assert em, f"{path.name}: an edit is FILE: SOURCE with OLD -> NEW, not {e!r}"
             edits.append(em.groups())
-        out.append((f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}", argv[1:], edits, m.group(2)))
+        out.append(
+            (f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}", argv[1:], edits, m.group(2))
+        )
     return out
 
 
@@ -213,7 +237,9 @@ def test_docs_quote_tool_output():
         for m in FENCE.finditer(text):
             if m.start(2) not in marked and PRINTED.search(m.group(2)):
                 line = text.count("\n", 0, m.start()) + 1
-                raise AssertionError(f"{doc.name}:{line}: a block of tool output without <!-- output: … -->")
+                raise AssertionError(
+                    f"{doc.name}:{line}: a block of tool output without <!-- output: … -->"
+                )
 
 
 @pytest.mark.parametrize("name, args, edits, expected", QUOTED, ids=[q[0] for q in QUOTED])
@@ -230,7 +256,9 @@ def test_quoted_output_is_what_the_tool_prints(name, args, edits, expected, tmp_
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(main, args, catch_exceptions=False)
     got = r.output.splitlines()  # stdout and stderr as a terminal shows them
-    assert _matches(expected.splitlines(), got), f"{name}: cypressc {' '.join(args)} printed:\n" + "\n".join(got)
+    assert _matches(expected.splitlines(), got), (
+        f"{name}: cypressc {' '.join(args)} printed:\n" + "\n".join(got)
+    )
 
 
 def _table_examples(path: Path) -> list[tuple[str, str]]:
@@ -251,7 +279,9 @@ def test_table_examples_are_tool_output():
     """Each example message in the code tables is printed by `cypressc check` on some case of
     tests/corpus (its golden output, compared by tests/lang/test_corpus.py), or, for the codes
     `check` never reaches (`tune`'s M024), by the test named in KNOWN."""
-    printed = "\n".join(p.read_text() for p in sorted((ROOT / "tests" / "golden" / "diagnostics").glob("*.txt")))
+    printed = "\n".join(
+        p.read_text() for p in sorted((ROOT / "tests" / "golden" / "diagnostics").glob("*.txt"))
+    )
     examples = _table_examples(ROOT / "docs" / "language.md")
     assert len(examples) > 50, examples
     missing = [(c, s) for c, s in examples if s not in printed and (c, s) not in KNOWN]
@@ -274,7 +304,9 @@ def test_a_stale_quote_is_caught(tmp_path, monkeypatch):
     stale = expected.replace("27:9", "24:16").replace("   27 |", "   24 |").replace("1 error\n", "")
     with pytest.raises(AssertionError, match="printed"):
         test_quoted_output_is_what_the_tool_prints(name, args, edits, stale, tmp_path, monkeypatch)
-    assert _matches(["a", "…", "d"], ["a", "b", "c", "d"]) and not _matches(["a", "…", "d"], ["a", "b"])
+    assert _matches(["a", "…", "d"], ["a", "b", "c", "d"]) and not _matches(
+        ["a", "…", "d"], ["a", "b"]
+    )
 
 
 def test_every_bundled_program_is_in_section_10():

@@ -28,14 +28,72 @@ MAPPING = {n: (ROOT / "mappings" / n / "h100.yaml").read_text() for n in NAMES}
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 PROGRAM_VOCAB = sorted(set(_TOKEN.findall("".join(PROGRAM.values())))) + [
-    "if", "while", "lambda", "return", "yield", "await", "**", "...", "None", "True", "1.5", "-1", "0",
-    "tensor[9, f64]", "tensor[(M, K), f16]", "(M,)", "launch", "prange", "srange", "tunable(atom)",
-    "partition_by_slices", "include",
-    "WGMMA_64x8x16()", "WGMMA_64x0x16()", "make_tensor()", "[:]", "import", "class", "@", ";"]
+    "if",
+    "while",
+    "lambda",
+    "return",
+    "yield",
+    "await",
+    "**",
+    "...",
+    "None",
+    "True",
+    "1.5",
+    "-1",
+    "0",
+    "tensor[9, f64]",
+    "tensor[(M, K), f16]",
+    "(M,)",
+    "launch",
+    "prange",
+    "srange",
+    "tunable(atom)",
+    "partition_by_slices",
+    "include",
+    "WGMMA_64x8x16()",
+    "WGMMA_64x0x16()",
+    "make_tensor()",
+    "[:]",
+    "import",
+    "class",
+    "@",
+    ";",
+]
 MAPPING_VOCAB = sorted(set(_TOKEN.findall("".join(MAPPING.values())))) + [
-    "-1", "0", "1.5", "1e9", "true", "null", "~", "[]", "{}", "&a", "*a", "!!int", "!!str", "!!binary",
-    "!!float", "!!timestamp", "!!python/object:os.system", "<<", "'x'", '"\\u0000"', "|", ">", "---", "...",
-    "? ", "%YAML 1.1", "2024-13-45", "0x1F", "HOST", "REGISTER", "NONE", "WGMMA_64x300x16", "227MiB"]
+    "-1",
+    "0",
+    "1.5",
+    "1e9",
+    "true",
+    "null",
+    "~",
+    "[]",
+    "{}",
+    "&a",
+    "*a",
+    "!!int",
+    "!!str",
+    "!!binary",
+    "!!float",
+    "!!timestamp",
+    "!!python/object:os.system",
+    "<<",
+    "'x'",
+    '"\\u0000"',
+    "|",
+    ">",
+    "---",
+    "...",
+    "? ",
+    "%YAML 1.1",
+    "2024-13-45",
+    "0x1F",
+    "HOST",
+    "REGISTER",
+    "NONE",
+    "WGMMA_64x300x16",
+    "227MiB",
+]
 ODD = "()[]{}:,;\"'#\\\t -_xX019!&*|>@=.%?\n\r\x00\x0b\x0c\x1b\x7f\u00e9\u2028\ufeff\U0001f600"
 
 _N = st.integers(0, 10**6)
@@ -48,8 +106,10 @@ OP = st.one_of(
     st.tuples(st.just("indent"), _N, st.booleans()),
     st.tuples(st.just("truncate"), _N),
 )
-MUTATIONS = st.tuples(st.lists(OP, min_size=1, max_size=5),
-                      st.one_of(st.none(), st.tuples(_N, st.binary(min_size=1, max_size=3))))
+MUTATIONS = st.tuples(
+    st.lists(OP, min_size=1, max_size=5),
+    st.one_of(st.none(), st.tuples(_N, st.binary(min_size=1, max_size=3))),
+)
 
 
 def mutate(text: str, ops, vocab: list[str], raw) -> bytes:
@@ -69,7 +129,7 @@ def mutate(text: str, ops, vocab: list[str], raw) -> bytes:
             toks = list(_TOKEN.finditer(lines[i]))
             if toks:
                 m = toks[a[1] % len(toks)]
-                lines[i] = lines[i][:m.start()] + vocab[a[2] % len(vocab)] + lines[i][m.end():]
+                lines[i] = lines[i][: m.start()] + vocab[a[2] % len(vocab)] + lines[i][m.end() :]
         elif op == "insert":
             p = a[1] % (len(lines[i]) + 1)
             lines[i] = lines[i][:p] + a[2] + lines[i][p:]
@@ -106,7 +166,9 @@ def work(tmp_path_factory) -> Path:
 
 
 # make test-full runs the long fuzz (tests/budget.py)
-FUZZ = settings(max_examples=pick(60, 600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=pick(60, 600), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -115,8 +177,11 @@ FUZZ = settings(max_examples=pick(60, 600), deadline=None, suppress_health_check
 def test_mutated_program_never_crashes(work, name, m):
     f = work / f"{name}.cyp"
     f.write_bytes(mutate(PROGRAM[name], m[0], PROGRAM_VOCAB, m[1]))
-    r = CliRunner().invoke(main, ["check", str(f), "-m", str(ROOT / "mappings" / name / "h100.yaml")],
-                           catch_exceptions=False)
+    r = CliRunner().invoke(
+        main,
+        ["check", str(f), "-m", str(ROOT / "mappings" / name / "h100.yaml")],
+        catch_exceptions=False,
+    )
     assert_clean(r)
 
 
@@ -126,8 +191,11 @@ def test_mutated_program_never_crashes(work, name, m):
 def test_mutated_mapping_never_crashes(work, name, m):
     f = work / f"{name}.yaml"
     f.write_bytes(mutate(MAPPING[name], m[0], MAPPING_VOCAB, m[1]))
-    r = CliRunner().invoke(main, ["check", str(ROOT / "programs" / f"{name}.cyp"), "-m", str(f)],
-                           catch_exceptions=False)
+    r = CliRunner().invoke(
+        main,
+        ["check", str(ROOT / "programs" / f"{name}.cyp"), "-m", str(f)],
+        catch_exceptions=False,
+    )
     assert_clean(r)
 
 

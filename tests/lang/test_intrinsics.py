@@ -29,8 +29,20 @@ def test_every_wgmma_n_is_an_atom(n):
     assert a == MmaAtom(name, 64, n, 16) and a.threads == 128
 
 
-@pytest.mark.parametrize("name", ["WGMMA_64x0x16", "WGMMA_64x12x16", "WGMMA_64x264x16", "WGMMA_64x256x32",
-                                  "WGMMA_128x256x16", "wgmma_64x256x16", "WGMMA_64x256x16 ", "HMMA_16x8x16", ""])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "WGMMA_64x0x16",
+        "WGMMA_64x12x16",
+        "WGMMA_64x264x16",
+        "WGMMA_64x256x32",
+        "WGMMA_128x256x16",
+        "wgmma_64x256x16",
+        "WGMMA_64x256x16 ",
+        "HMMA_16x8x16",
+        "",
+    ],
+)
 def test_non_atoms(name):
     assert not is_atom_name(name)
     with pytest.raises(KeyError):
@@ -38,22 +50,44 @@ def test_non_atoms(name):
 
 
 def test_registry_entries():
-    assert set(LEAF_FUNCTIONS) == {"warpgroup_mma", "warpgroup_mma_bt", "fill", "copy", "add", "row_sum",
-                                   "warpgroup_row_max", "warpgroup_row_sum", "exp2_diff", "scale_rows", "div_rows",
-                                   "mask_columns", "mask_causal", "row_log_sum_exp"}
+    assert set(LEAF_FUNCTIONS) == {
+        "warpgroup_mma",
+        "warpgroup_mma_bt",
+        "fill",
+        "copy",
+        "add",
+        "row_sum",
+        "warpgroup_row_max",
+        "warpgroup_row_sum",
+        "exp2_diff",
+        "scale_rows",
+        "div_rows",
+        "mask_columns",
+        "mask_causal",
+        "row_log_sum_exp",
+    }
     for name, fn in LEAF_FUNCTIONS.items():
         assert fn.name == name and fn.cpp == f"cypress::{name}" and fn.proc == "THREAD" and fn.doc
         assert callable(fn.semantics)
     mma = LEAF_FUNCTIONS["warpgroup_mma"]
     assert mma.collective == "WARPGROUP"
     assert [(r.name, r.kind, r.writes) for r in mma.operands] == [
-        ("atom", "atom", False), ("C", "tensor", True), ("A", "tensor", False), ("B", "tensor", False)]
+        ("atom", "atom", False),
+        ("C", "tensor", True),
+        ("A", "tensor", False),
+        ("B", "tensor", False),
+    ]
     assert mma.operands[1].mems == ("REGISTER",) and mma.operands[1].dtypes == ("f32",)
     assert mma.operands[3].mems == ("SHARED",)
     assert all(LEAF_FUNCTIONS[f].collective is None for f in ("fill", "copy", "add", "row_sum"))
     fill = LEAF_FUNCTIONS["fill"]
-    assert fill.operands[0].writes and not fill.operands[0].reads and fill.operands[1].kind == "scalar"
-    assert LEAF_FUNCTIONS["row_sum"].operands[0].rank == 1 and LEAF_FUNCTIONS["row_sum"].operands[1].rank == 2
+    assert (
+        fill.operands[0].writes and not fill.operands[0].reads and fill.operands[1].kind == "scalar"
+    )
+    assert (
+        LEAF_FUNCTIONS["row_sum"].operands[0].rank == 1
+        and LEAF_FUNCTIONS["row_sum"].operands[1].rank == 2
+    )
 
 
 def test_fill():
@@ -110,7 +144,12 @@ def test_warpgroup_mma_fragment_uses_c_coordinates():
 
 
 def test_numpy_dtypes_and_rounding():
-    assert NUMPY_DTYPES == {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "i32": np.int32}
+    assert NUMPY_DTYPES == {
+        "f16": np.float16,
+        "bf16": np.float32,
+        "f32": np.float32,
+        "i32": np.int32,
+    }
     assert round_to(np.array([1.0005]), "f16").dtype == np.float16
     # bf16 keeps 8 mantissa bits: 1 + 2**-8 is a tie and rounds to even (1.0); 1 + 3*2**-8 rounds up
     x = np.array([1.0, 1 + 2**-8, 1 + 3 * 2**-8, -2.5, 3.0e38], np.float32)
@@ -127,14 +166,27 @@ def test_warpgroup_mma_bt_reads_b_as_the_n_by_k_tile_it_is_stored_as():
     from cypressc.lang.intrinsics import Operand
 
     bt = LEAF_FUNCTIONS["warpgroup_mma_bt"]
-    assert bt.collective == "WARPGROUP" and [r.name for r in bt.operands] == ["atom", "C", "A", "Bt"]
+    assert bt.collective == "WARPGROUP" and [r.name for r in bt.operands] == [
+        "atom",
+        "C",
+        "A",
+        "Bt",
+    ]
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((64, 32)), rng.standard_normal((16, 32))  # A: M x K, Bt: N x K
     rows, cols = np.array([1, 9]), np.array([2, 3, 10, 11])
     c = Operand(np.ones((2, 4), np.float32), (rows, cols))
-    out = bt.semantics("WGMMA_64x16x16", c, Operand(a, (np.arange(64), np.arange(32))),
-                       Operand(b, (np.arange(16), np.arange(32))))[1]
+    out = bt.semantics(
+        "WGMMA_64x16x16",
+        c,
+        Operand(a, (np.arange(64), np.arange(32))),
+        Operand(b, (np.arange(16), np.arange(32))),
+    )[1]
     assert np.allclose(out, 1 + (a @ b.T)[np.ix_(rows, cols)], atol=1e-5)
     plain = LEAF_FUNCTIONS["warpgroup_mma"].semantics(
-        "WGMMA_64x16x16", c, Operand(a, (np.arange(64), np.arange(32))), Operand(b.T.copy(), (np.arange(32), np.arange(16))))[1]
+        "WGMMA_64x16x16",
+        c,
+        Operand(a, (np.arange(64), np.arange(32))),
+        Operand(b.T.copy(), (np.arange(32), np.arange(16))),
+    )[1]
     assert np.array_equal(out, plain)

@@ -111,11 +111,19 @@ def test_partitions(prog):
 def test_make_tensor_launch_and_loops(prog):
     body = prog.variants[0].body
     mt = next(s for s in body if isinstance(s, S.MakeTensor))
-    assert (mt.name, mt.type, mt.dims) == ("Cacc", S.TensorType(2, "f32"), (S.Name("M"), S.Const(256)))
+    assert (mt.name, mt.type, mt.dims) == (
+        "Cacc",
+        S.TensorType(2, "f32"),
+        (S.Name("M"), S.Const(256)),
+    )
     assert _at(mt) == (14, 5)
     launches = [s for s in S.walk(body) if isinstance(s, S.Launch)]
     assert [lc.task for lc in launches] == ["clear", "mma", "copy"]
-    assert launches[1].args == (S.Name("Cacc"), S.Piece("Ap", (S.Const(0), S.Name("k"))), S.Name("B"))
+    assert launches[1].args == (
+        S.Name("Cacc"),
+        S.Piece("Ap", (S.Const(0), S.Name("k"))),
+        S.Name("B"),
+    )
     assert _at(launches[1]) == (17, 9)
     assert _at(launches[1].args[1]) == (17, 29)
     loops = [s for s in body if isinstance(s, S.Loop)]
@@ -149,7 +157,9 @@ def test_bundled_programs_parse(path):
 
 def test_syntax_warnings_are_not_printed(tmp_path, recwarn):
     f = tmp_path / "w.cyp"
-    f.write_text('"""a \\d docstring"""\n@task("c", Leaf, writes=["C"])\ndef c(C: tensor[1, f32]):\n    fill(C, 0)\n')
+    f.write_text(
+        '"""a \\d docstring"""\n@task("c", Leaf, writes=["C"])\ndef c(C: tensor[1, f32]):\n    fill(C, 0)\n'
+    )
     parse_file(f)
     assert not [w for w in recwarn if issubclass(w.category, SyntaxWarning)]
 
@@ -174,25 +184,113 @@ ERRORS = [
     ("nested_def", INNER + "    def f():\n        pass\n", "E002", 3, 5, "nested functions"),
     ("bare_expr", LEAF + "    C\n", "E002", 3, 5, "bare expressions"),
     ("assert", LEAF + "    assert C\n", "E002", 3, 5, "asserts"),
-    ("two_decorators", '@task("c", Leaf)\n@task("d", Leaf)\ndef c(C: tensor[2, f32]):\n    pass\n',
-     "E003", 3, 1, "exactly one @task"),
-    ("bad_decorator", "@kernel\ndef c(C: tensor[2, f32]):\n    pass\n", "E003", 1, 2, "must be @task"),
-    ("decorator_arity", '@task("c")\ndef c(C: tensor[2, f32]):\n    pass\n', "E003", 1, 2, "a task name and"),
-    ("task_name", '@task(3, Leaf)\ndef c(C: tensor[2, f32]):\n    pass\n', "E003", 1, 7, "identifier"),
-    ("kind", '@task("c", Outer)\ndef c(C: tensor[2, f32]):\n    pass\n', "E003", 1, 12, "Inner or Leaf"),
-    ("keyword", '@task("c", Leaf, mode=["C"])\ndef c(C: tensor[2, f32]):\n    pass\n', "E003", 1, 18,
-     "unknown @task keyword 'mode'"),
-    ("priv_list", '@task("c", Leaf, reads="C")\ndef c(C: tensor[2, f32]):\n    pass\n', "E003", 1, 24,
-     "list of parameter names"),
-    ("include_arity", 'include("a.cuh", "b.cuh")\n' + LEAF + "    fill(C, 0)\n", "E003", 1, 1, "include()"),
+    (
+        "two_decorators",
+        '@task("c", Leaf)\n@task("d", Leaf)\ndef c(C: tensor[2, f32]):\n    pass\n',
+        "E003",
+        3,
+        1,
+        "exactly one @task",
+    ),
+    (
+        "bad_decorator",
+        "@kernel\ndef c(C: tensor[2, f32]):\n    pass\n",
+        "E003",
+        1,
+        2,
+        "must be @task",
+    ),
+    (
+        "decorator_arity",
+        '@task("c")\ndef c(C: tensor[2, f32]):\n    pass\n',
+        "E003",
+        1,
+        2,
+        "a task name and",
+    ),
+    (
+        "task_name",
+        "@task(3, Leaf)\ndef c(C: tensor[2, f32]):\n    pass\n",
+        "E003",
+        1,
+        7,
+        "identifier",
+    ),
+    (
+        "kind",
+        '@task("c", Outer)\ndef c(C: tensor[2, f32]):\n    pass\n',
+        "E003",
+        1,
+        12,
+        "Inner or Leaf",
+    ),
+    (
+        "keyword",
+        '@task("c", Leaf, mode=["C"])\ndef c(C: tensor[2, f32]):\n    pass\n',
+        "E003",
+        1,
+        18,
+        "unknown @task keyword 'mode'",
+    ),
+    (
+        "priv_list",
+        '@task("c", Leaf, reads="C")\ndef c(C: tensor[2, f32]):\n    pass\n',
+        "E003",
+        1,
+        24,
+        "list of parameter names",
+    ),
+    (
+        "include_arity",
+        'include("a.cuh", "b.cuh")\n' + LEAF + "    fill(C, 0)\n",
+        "E003",
+        1,
+        1,
+        "include()",
+    ),
     ("varargs", '@task("c", Leaf)\ndef c(*C):\n    pass\n', "E004", 2, 1, "plain positional"),
-    ("defaults", '@task("c", Leaf)\ndef c(n: int = 3):\n    pass\n', "E004", 2, 1, "plain positional"),
-    ("dup_param", '@task("c", Leaf)\ndef c(n: int, n: int):\n    pass\n', "E004", 2, 15, "duplicate parameter 'n'"),
+    (
+        "defaults",
+        '@task("c", Leaf)\ndef c(n: int = 3):\n    pass\n',
+        "E004",
+        2,
+        1,
+        "plain positional",
+    ),
+    (
+        "dup_param",
+        '@task("c", Leaf)\ndef c(n: int, n: int):\n    pass\n',
+        "E004",
+        2,
+        15,
+        "duplicate parameter 'n'",
+    ),
     ("untyped", '@task("c", Leaf)\ndef c(C):\n    pass\n', "E004", 2, 7, "has no type"),
-    ("bool_param", '@task("c", Leaf)\ndef c(x: bool):\n    pass\n', "E005", 2, 10, "unsupported type"),
-    ("tensor_arity", '@task("c", Leaf)\ndef c(C: tensor[2]):\n    pass\n', "E005", 2, 10, "a rank and a dtype"),
+    (
+        "bool_param",
+        '@task("c", Leaf)\ndef c(x: bool):\n    pass\n',
+        "E005",
+        2,
+        10,
+        "unsupported type",
+    ),
+    (
+        "tensor_arity",
+        '@task("c", Leaf)\ndef c(C: tensor[2]):\n    pass\n',
+        "E005",
+        2,
+        10,
+        "a rank and a dtype",
+    ),
     ("rank0", '@task("c", Leaf)\ndef c(C: tensor[0, f32]):\n    pass\n', "E005", 2, 17, "rank"),
-    ("dtype", '@task("c", Leaf)\ndef c(C: tensor[2, f8]):\n    pass\n', "E005", 2, 20, "unknown dtype 'f8'"),
+    (
+        "dtype",
+        '@task("c", Leaf)\ndef c(C: tensor[2, f8]):\n    pass\n',
+        "E005",
+        2,
+        20,
+        "unknown dtype 'f8'",
+    ),
     ("chained", INNER + "    a = b = 1\n", "E006", 3, 5, "chained assignment"),
     ("tuple_len", INNER + "    a, b = 1, 2, 3\n", "E006", 3, 5, "same length"),
     ("attr_target", INNER + "    C.x = 1\n", "E006", 3, 5, "plain names"),
@@ -202,21 +300,119 @@ ERRORS = [
     ("tunable", INNER + "    T = tunable(float)\n", "E008", 3, 9, "int, processor or atom"),
     ("make_tensor_plain", INNER + "    T = make_tensor(4)\n", "E009", 3, 9, "type annotation"),
     ("ann_no_value", INNER + "    T: tensor[1, f32]\n", "E009", 3, 5, "only for"),
-    ("ann_not_make", INNER + "    T: tensor[1, f32] = C\n", "E009", 3, 25, "initialised with make_tensor"),
+    (
+        "ann_not_make",
+        INNER + "    T: tensor[1, f32] = C\n",
+        "E009",
+        3,
+        25,
+        "initialised with make_tensor",
+    ),
     ("ann_int", INNER + "    T: int = make_tensor(4)\n", "E009", 3, 8, "annotate with tensor"),
-    ("partition_kw", INNER + "    P = partition_by_blocks(C, blocks=(1, 1))\n", "E010", 3, 9, "positional"),
-    ("partition_no_tensor", INNER + "    P = partition_by_blocks((1, 1))\n", "E010", 3, 9, "tensor name first"),
-    ("blocks_not_tuple", INNER + "    P = partition_by_blocks(C, 4)\n", "E010", 3, 9, "tuple of block sizes"),
-    ("mma_arity", INNER + "    P = partition_by_mma(C, WGMMA_64x64x16())\n", "E010", 3, 9, "4 arguments"),
-    ("mma_operand", INNER + '    P = partition_by_mma(C, WGMMA_64x64x16(), THREAD, "Z")\n', "E010", 3, 55, '"A", "B"'),
-    ("slices_dim", INNER + "    P = partition_by_slices(C, d)\n", "E010", 3, 9, "integer dimension"),
-    ("partition_kind", INNER + "    P = partition_by_hash(C, 4)\n", "E010", 3, 9, "unknown partition operator"),
-    ("range", INNER + "    for i in range(4):\n        pass\n", "E011", 3, 14, "prange(...) or srange(...)"),
-    ("for_else", INNER + "    for i in prange(4):\n        pass\n    else:\n        pass\n", "E011", 3, 5, "for/else"),
-    ("no_extent", INNER + "    for i in prange():\n        pass\n", "E011", 3, 14, "one or more extents"),
-    ("loop_target", INNER + "    for C.x in prange(4):\n        pass\n", "E011", 3, 9, "plain names"),
-    ("loop_arity", INNER + "    for i, j in prange(4):\n        pass\n", "E011", 3, 5, "1 extent(s)"),
-    ("srange_2d", INNER + "    for i, j in srange(4, 4):\n        pass\n", "E011", 3, 17, "one-dimensional"),
+    (
+        "partition_kw",
+        INNER + "    P = partition_by_blocks(C, blocks=(1, 1))\n",
+        "E010",
+        3,
+        9,
+        "positional",
+    ),
+    (
+        "partition_no_tensor",
+        INNER + "    P = partition_by_blocks((1, 1))\n",
+        "E010",
+        3,
+        9,
+        "tensor name first",
+    ),
+    (
+        "blocks_not_tuple",
+        INNER + "    P = partition_by_blocks(C, 4)\n",
+        "E010",
+        3,
+        9,
+        "tuple of block sizes",
+    ),
+    (
+        "mma_arity",
+        INNER + "    P = partition_by_mma(C, WGMMA_64x64x16())\n",
+        "E010",
+        3,
+        9,
+        "4 arguments",
+    ),
+    (
+        "mma_operand",
+        INNER + '    P = partition_by_mma(C, WGMMA_64x64x16(), THREAD, "Z")\n',
+        "E010",
+        3,
+        55,
+        '"A", "B"',
+    ),
+    (
+        "slices_dim",
+        INNER + "    P = partition_by_slices(C, d)\n",
+        "E010",
+        3,
+        9,
+        "integer dimension",
+    ),
+    (
+        "partition_kind",
+        INNER + "    P = partition_by_hash(C, 4)\n",
+        "E010",
+        3,
+        9,
+        "unknown partition operator",
+    ),
+    (
+        "range",
+        INNER + "    for i in range(4):\n        pass\n",
+        "E011",
+        3,
+        14,
+        "prange(...) or srange(...)",
+    ),
+    (
+        "for_else",
+        INNER + "    for i in prange(4):\n        pass\n    else:\n        pass\n",
+        "E011",
+        3,
+        5,
+        "for/else",
+    ),
+    (
+        "no_extent",
+        INNER + "    for i in prange():\n        pass\n",
+        "E011",
+        3,
+        14,
+        "one or more extents",
+    ),
+    (
+        "loop_target",
+        INNER + "    for C.x in prange(4):\n        pass\n",
+        "E011",
+        3,
+        9,
+        "plain names",
+    ),
+    (
+        "loop_arity",
+        INNER + "    for i, j in prange(4):\n        pass\n",
+        "E011",
+        3,
+        5,
+        "1 extent(s)",
+    ),
+    (
+        "srange_2d",
+        INNER + "    for i, j in srange(4, 4):\n        pass\n",
+        "E011",
+        3,
+        17,
+        "one-dimensional",
+    ),
     ("bool", INNER + "    x = True\n", "E012", 3, 9, "unsupported constant True"),
     ("pow", INNER + "    x = 2 ** 3\n", "E012", 3, 9, "unsupported operator"),
     ("compare", INNER + "    x = 1 < 2\n", "E012", 3, 9, "Compare"),
@@ -224,17 +420,28 @@ ERRORS = [
     ("value_call", INNER + "    x = foo(1)\n", "E012", 3, 9, "cannot be used as a value"),
     ("slice", INNER + '    launch("c", C[0:4])\n', "E012", 3, 17, "slices are not supported"),
     ("shape_dim", INNER + "    x = C.shape[n]\n", "E012", 3, 9, "constant dimension"),
-    ("subscript_attr", INNER + "    x = C.strides[0]\n", "E012", 3, 9, "only partitions can be indexed"),
+    (
+        "subscript_attr",
+        INNER + "    x = C.strides[0]\n",
+        "E012",
+        3,
+        9,
+        "only partitions can be indexed",
+    ),
     ("list", INNER + "    x = [1, 2]\n", "E012", 3, 9, "List"),
 ]
 
 
-@pytest.mark.parametrize("src,code,line,col,frag", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
+@pytest.mark.parametrize(
+    "src,code,line,col,frag", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS]
+)
 def test_parse_errors(src, code, line, col, frag):
     with pytest.raises(CypressErrors) as ei:
         parse_source(src, "e.cyp")
     err = ei.value.errors[0]
-    assert (err.code, err.loc.file, err.loc.line, err.loc.col) == (code, "e.cyp", line, col), str(err)
+    assert (err.code, err.loc.file, err.loc.line, err.loc.col) == (code, "e.cyp", line, col), str(
+        err
+    )
     assert frag in err.message, err.message
 
 
@@ -242,7 +449,11 @@ def test_parse_collects_every_error():
     src = INNER + "    if 1:\n        pass\n    x = 2 ** 3\n    while 1:\n        pass\n"
     with pytest.raises(CypressErrors) as ei:
         parse_source(src)
-    assert [(e.code, e.loc.line) for e in ei.value.errors] == [("E002", 3), ("E012", 5), ("E002", 6)]
+    assert [(e.code, e.loc.line) for e in ei.value.errors] == [
+        ("E002", 3),
+        ("E012", 5),
+        ("E002", 6),
+    ]
 
 
 def test_parse_file_errors(tmp_path):
@@ -273,19 +484,21 @@ def test_deep_nesting_is_an_error_not_a_crash():
 
 
 def test_dedent_helper_sources_parse():
-    src = textwrap.dedent('''
+    src = textwrap.dedent("""
         @task("v", Inner, reads=["y"], writes=["z"])
         def v(y: tensor[1, f32], z: tensor[1, f32]):
             yp = partition_by_blocks(y, (1,))
-    ''')
+    """)
     (v,) = parse_source(src).variants
     assert v.body[0] == S.PartitionDecl("yp", "y", "blocks", (S.Const(1),))
 
 
 def test_named_sizes():
-    (v,) = parse_source('@task("g", Inner, reads=["A"], writes=["C"])\n'
-                        "def g(C: tensor[(M, N), f16], A: tensor[(M, K), f16], y: tensor[(M,), f32]):\n"
-                        "    pass\n").variants
+    (v,) = parse_source(
+        '@task("g", Inner, reads=["A"], writes=["C"])\n'
+        "def g(C: tensor[(M, N), f16], A: tensor[(M, K), f16], y: tensor[(M,), f32]):\n"
+        "    pass\n"
+    ).variants
     c, a, y = (p.type for p in v.params)
     assert (c.rank, c.dtype, c.dims) == (2, "f16", ("M", "N"))
     assert a.dims == ("M", "K") and y.dims == ("M",) and y.rank == 1
@@ -295,16 +508,18 @@ def test_named_sizes():
     assert ei.value.errors[0].code == "E005" and "size names" in ei.value.errors[0].message
 
 
-GENERIC = '''\
+GENERIC = """\
 T = dtype(f16, bf16)
 
 @task("copy", Leaf, reads=["C"], writes=["D"])
 def copy_thread(C: tensor[2, f32], D: tensor[(M, N), T]):
     copy(C, D)
-'''
+"""
 
 
-@pytest.mark.parametrize("bind, expect", [({}, "f16"), ({"T": "f16"}, "f16"), ({"T": "bf16"}, "bf16")])
+@pytest.mark.parametrize(
+    "bind, expect", [({}, "f16"), ({"T": "f16"}, "f16"), ({"T": "bf16"}, "bf16")]
+)
 def test_dtype_parameter_is_resolved_by_the_binding(bind, expect):
     prog = parse_source(GENERIC, "g.cyp", bind)
     (p,) = prog.dtype_params
@@ -313,15 +528,42 @@ def test_dtype_parameter_is_resolved_by_the_binding(bind, expect):
     assert (c.type.dtype, d.type.dtype, d.type.dims) == ("f32", expect, ("M", "N"))
 
 
-@pytest.mark.parametrize("src, bind, line, col, frag", [
-    (GENERIC, {"T": "f32"}, 1, 1, "--dtype T=f32: 'T' may only be f16 or bf16"),
-    (GENERIC, {"U": "bf16"}, 1, 1, "--dtype binds 'U', which this program does not declare (declared: T)"),
-    (GENERIC.replace("dtype(f16, bf16)", "dtype(f16, f16)"), {}, 1, 16, "dtype 'f16' is listed twice"),
-    (GENERIC.replace("dtype(f16, bf16)", "dtype()"), {}, 1, 5, "dtype() takes one or more dtype names"),
-    (GENERIC.replace("T", "f32"), {}, 1, 1, "'f32' is a built-in type name"),
-    (GENERIC.replace("T = dtype", "T, U = dtype").replace("), T]", "), f16]"), {}, 1, 1, "a dtype parameter is one plain name"),
-    (GENERIC + "T = dtype(bf16)\n", {}, 6, 1, "dtype parameter 'T' is declared twice"),
-])
+@pytest.mark.parametrize(
+    "src, bind, line, col, frag",
+    [
+        (GENERIC, {"T": "f32"}, 1, 1, "--dtype T=f32: 'T' may only be f16 or bf16"),
+        (
+            GENERIC,
+            {"U": "bf16"},
+            1,
+            1,
+            "--dtype binds 'U', which this program does not declare (declared: T)",
+        ),
+        (
+            GENERIC.replace("dtype(f16, bf16)", "dtype(f16, f16)"),
+            {},
+            1,
+            16,
+            "dtype 'f16' is listed twice",
+        ),
+        (
+            GENERIC.replace("dtype(f16, bf16)", "dtype()"),
+            {},
+            1,
+            5,
+            "dtype() takes one or more dtype names",
+        ),
+        (GENERIC.replace("T", "f32"), {}, 1, 1, "'f32' is a built-in type name"),
+        (
+            GENERIC.replace("T = dtype", "T, U = dtype").replace("), T]", "), f16]"),
+            {},
+            1,
+            1,
+            "a dtype parameter is one plain name",
+        ),
+        (GENERIC + "T = dtype(bf16)\n", {}, 6, 1, "dtype parameter 'T' is declared twice"),
+    ],
+)
 def test_dtype_parameter_errors(src, bind, line, col, frag):
     with pytest.raises(CypressErrors) as ei:
         parse_source(src, "g.cyp", bind)

@@ -75,39 +75,81 @@ instances:
     lm = load_mapping_source(text, "m.yaml")
     a, b = lm.spec.instances[1:]
     assert (a.instance, a.proc, a.mems) == ("leaf", "WARP", ["GLOBAL"])
-    assert (b.instance, b.variant, b.proc, b.mems) == ("leaf2", "clear_thread", "THREAD", ["REGISTER"])
+    assert (b.instance, b.variant, b.proc, b.mems) == (
+        "leaf2",
+        "clear_thread",
+        "THREAD",
+        ["REGISTER"],
+    )
     # a merged key is located where it was written (the anchor), an own key where it is
     assert lm.loc("instances", 2, "variant").line == 9
     assert lm.loc("instances", 2, "proc").line == 12
 
 
-@pytest.mark.parametrize("text,code,line,col,frag", [
-    ("", "M000", 1, 1, "the mapping is empty"),
-    ("# only a comment\n", "M000", 1, 1, "the mapping is empty"),
-    ("machine: h100\0", "M000", 1, 1, "binary"),
-    ("machine: [h100\nentrypoint: x\n", "M000", 2, 11, "YAML syntax error"),
-    ("machine: h100\n\tentrypoint: x\n", "M000", 2, 1, "'\\t'"),
-    ("machine: !!int abc\n", "M000", 1, 10, "'abc' is not a valid !!int"),
-    ("machine: !!python/name:os.system x\n", "M000", 1, 10, "unsupported YAML tag"),
-    ("a: &a [*a]\n", "M000", 1, 4, "recursive YAML alias"),
-    ("a: &a {<<: *a}\n", "M000", 1, 4, "recursive YAML alias"),
-    ("<<: 5\n", "M000", 1, 5, "'<<' merges a mapping"),
-    ("machine: h100\nmachine: h200\n", "M001", 2, 1, "duplicate key 'machine'"),
-    ("- a\n- b\n", "M002", 1, 1, "must be a YAML mapping"),
-    ("h100\n", "M002", 1, 1, "must be a YAML mapping"),
-    (SMALL.replace("proc: HOST", "proc: CTA"), "M002", 6, 5, "'proc': expected 'HOST'"),
-    (SMALL.replace("mems: [GLOBAL]", "mems: [GLOBAL, SMEM]"), "M002", 7, 20, "'mems[1]'"),
-    (SMALL.replace("    calls: [leaf]\n", "    calls: [leaf]\n    pipelines: 4\n"), "M002", 9, 5,
-     "unknown key 'pipelines'"),
-    (SMALL.replace("    mems: [REGISTER]\n", ""), "M002", 9, 5, "missing key 'mems'"),
-    (SMALL.replace("machine: h100\n", ""), "M002", 1, 1, "missing key 'machine'"),
-    (SMALL.replace("machine: h100", "machine: h100\ntarget: sm90"), "M002", 2, 1, "unknown key 'target'"),
-    (SMALL.replace("    calls: [leaf]", "    calls: [leaf]\n    smem_limit: 1GB"), "M002", 9, 5, "not a byte count"),
-    (SMALL.replace("    calls: [leaf]", "    calls: [leaf]\n    pipeline: 12"), "M002", 9, 5,
-     "'pipeline' must be at most 8 (got 12)"),
-    (SMALL.replace("    calls: [leaf]", "    calls: leaf"), "M002", 8, 5, "'calls': expected a list (got 'leaf')"),
-    ("machine: h100\nentrypoint: x\ninstances: []\n", "M002", 3, 1, "'instances' is empty; it needs at least one instance"),
-])
+@pytest.mark.parametrize(
+    "text,code,line,col,frag",
+    [
+        ("", "M000", 1, 1, "the mapping is empty"),
+        ("# only a comment\n", "M000", 1, 1, "the mapping is empty"),
+        ("machine: h100\0", "M000", 1, 1, "binary"),
+        ("machine: [h100\nentrypoint: x\n", "M000", 2, 11, "YAML syntax error"),
+        ("machine: h100\n\tentrypoint: x\n", "M000", 2, 1, "'\\t'"),
+        ("machine: !!int abc\n", "M000", 1, 10, "'abc' is not a valid !!int"),
+        ("machine: !!python/name:os.system x\n", "M000", 1, 10, "unsupported YAML tag"),
+        ("a: &a [*a]\n", "M000", 1, 4, "recursive YAML alias"),
+        ("a: &a {<<: *a}\n", "M000", 1, 4, "recursive YAML alias"),
+        ("<<: 5\n", "M000", 1, 5, "'<<' merges a mapping"),
+        ("machine: h100\nmachine: h200\n", "M001", 2, 1, "duplicate key 'machine'"),
+        ("- a\n- b\n", "M002", 1, 1, "must be a YAML mapping"),
+        ("h100\n", "M002", 1, 1, "must be a YAML mapping"),
+        (SMALL.replace("proc: HOST", "proc: CTA"), "M002", 6, 5, "'proc': expected 'HOST'"),
+        (SMALL.replace("mems: [GLOBAL]", "mems: [GLOBAL, SMEM]"), "M002", 7, 20, "'mems[1]'"),
+        (
+            SMALL.replace("    calls: [leaf]\n", "    calls: [leaf]\n    pipelines: 4\n"),
+            "M002",
+            9,
+            5,
+            "unknown key 'pipelines'",
+        ),
+        (SMALL.replace("    mems: [REGISTER]\n", ""), "M002", 9, 5, "missing key 'mems'"),
+        (SMALL.replace("machine: h100\n", ""), "M002", 1, 1, "missing key 'machine'"),
+        (
+            SMALL.replace("machine: h100", "machine: h100\ntarget: sm90"),
+            "M002",
+            2,
+            1,
+            "unknown key 'target'",
+        ),
+        (
+            SMALL.replace("    calls: [leaf]", "    calls: [leaf]\n    smem_limit: 1GB"),
+            "M002",
+            9,
+            5,
+            "not a byte count",
+        ),
+        (
+            SMALL.replace("    calls: [leaf]", "    calls: [leaf]\n    pipeline: 12"),
+            "M002",
+            9,
+            5,
+            "'pipeline' must be at most 8 (got 12)",
+        ),
+        (
+            SMALL.replace("    calls: [leaf]", "    calls: leaf"),
+            "M002",
+            8,
+            5,
+            "'calls': expected a list (got 'leaf')",
+        ),
+        (
+            "machine: h100\nentrypoint: x\ninstances: []\n",
+            "M002",
+            3,
+            1,
+            "'instances' is empty; it needs at least one instance",
+        ),
+    ],
+)
 def test_errors_are_located(text, code, line, col, frag):
     e = err(text)[0]
     assert (e.code, e.loc.file, e.loc.line, e.loc.col) == (code, "m.yaml", line, col), str(e)

@@ -28,13 +28,16 @@ def test_levels_outermost_first(h100):
         h100.level("CTA")
 
 
-@pytest.mark.parametrize("proc,visible", [
-    ("HOST", {"GLOBAL"}),
-    ("BLOCK", {"GLOBAL", "SHARED"}),
-    ("WARPGROUP", {"GLOBAL", "SHARED"}),
-    ("WARP", {"GLOBAL", "SHARED"}),
-    ("THREAD", {"GLOBAL", "SHARED", "REGISTER"}),
-])
+@pytest.mark.parametrize(
+    "proc,visible",
+    [
+        ("HOST", {"GLOBAL"}),
+        ("BLOCK", {"GLOBAL", "SHARED"}),
+        ("WARPGROUP", {"GLOBAL", "SHARED"}),
+        ("WARP", {"GLOBAL", "SHARED"}),
+        ("THREAD", {"GLOBAL", "SHARED", "REGISTER"}),
+    ],
+)
 def test_visibility(h100, proc, visible):
     for mem in ("GLOBAL", "SHARED", "REGISTER"):
         assert h100.visible(proc, mem) == (mem in visible)

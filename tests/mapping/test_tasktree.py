@@ -32,12 +32,26 @@ def gemm() -> TaskTree:
 def test_gemm_instances_in_preorder(gemm):
     nodes = list(gemm.root.walk())
     assert [n.instance.instance for n in nodes] == [
-        "gemm_host", "gemm_block",
-        "clear_block", "clear_warpgroup", "clear_warp", "clear_thread",
-        "mma_block", "mma_warpgroup", "mma_warp", "mma_thread",
-        "copy_block", "copy_warpgroup", "copy_warp", "copy_thread"]
+        "gemm_host",
+        "gemm_block",
+        "clear_block",
+        "clear_warpgroup",
+        "clear_warp",
+        "clear_thread",
+        "mma_block",
+        "mma_warpgroup",
+        "mma_warp",
+        "mma_thread",
+        "copy_block",
+        "copy_warpgroup",
+        "copy_warp",
+        "copy_thread",
+    ]
     assert [n.proc for n in nodes[:6]] == ["HOST", "BLOCK", "BLOCK", "WARPGROUP", "WARP", "THREAD"]
-    assert nodes[6].variant.name == "mma_tile" and nodes[7].variant.name == nodes[8].variant.name == "mma_inner"
+    assert (
+        nodes[6].variant.name == "mma_tile"
+        and nodes[7].variant.name == nodes[8].variant.name == "mma_inner"
+    )
     assert gemm.machine.name == "h100" and gemm.warnings == []
     assert gemm.block_node() is nodes[1]
 
@@ -48,8 +62,13 @@ def test_gemm_mems_and_tunables(gemm):
     assert by["gemm_host"].tunables == {"U": 128, "V": 256}
     assert by["gemm_block"].tunables == {"W": 64}
     spec = load_mapping(ROOT / "mappings" / "gemm" / "h100.yaml").spec
-    assert by["gemm_block"].instance == next(i for i in spec.instances if i.instance == "gemm_block")
-    assert by["gemm_block"].instance.warpspecialize and by["gemm_block"].instance.smem_limit == 227 * 1024
+    assert by["gemm_block"].instance == next(
+        i for i in spec.instances if i.instance == "gemm_block"
+    )
+    assert (
+        by["gemm_block"].instance.warpspecialize
+        and by["gemm_block"].instance.smem_limit == 227 * 1024
+    )
     assert by["mma_block"].mems == {"C": "NONE", "A": "SHARED", "B": "SHARED"}
     assert by["mma_block"].tunables == {"WGS": 2}
     assert by["mma_warpgroup"].tunables == {"PIECES": 4, "PROC": "WARP", "MMA": "WGMMA_64x256x16"}
@@ -63,7 +82,11 @@ def test_children_are_keyed_by_launch_statement(gemm):
     block = gemm.block_node()
     launches = [s for s in S.walk(block.variant.body) if isinstance(s, S.Launch)]
     assert [lc.task for lc in launches] == ["clear", "mma", "copy"]
-    assert [block.child(lc).instance.instance for lc in launches] == ["clear_block", "mma_block", "copy_block"]
+    assert [block.child(lc).instance.instance for lc in launches] == [
+        "clear_block",
+        "mma_block",
+        "copy_block",
+    ]
     with pytest.raises(KeyError):
         block.child(S.Launch("clear", ()))  # equal, but not the same statement
 
@@ -71,8 +94,12 @@ def test_children_are_keyed_by_launch_statement(gemm):
 def test_batched_gemm_has_two_host_levels():
     t = tree_of("batched_gemm")
     root = t.root
-    assert root.instance.instance == "batched_gemm_host" and root.proc == "HOST" and root.tunables == {}
-    (_, gemm_host), = root.children
+    assert (
+        root.instance.instance == "batched_gemm_host"
+        and root.proc == "HOST"
+        and root.tunables == {}
+    )
+    ((_, gemm_host),) = root.children
     assert gemm_host.proc == "HOST" and gemm_host.variant.name == "gemm_host"
     assert t.block_node().instance.instance == "gemm_block"
     assert len(list(root.walk())) == 15
@@ -81,7 +108,14 @@ def test_batched_gemm_has_two_host_levels():
 def test_dual_gemm_launches_mma_twice():
     t = tree_of("dual_gemm")
     kids = [c.instance.instance for _, c in t.block_node().children]
-    assert kids == ["clear_block", "clear_block", "mma_block", "mma_block", "add_block", "copy_block"]
+    assert kids == [
+        "clear_block",
+        "clear_block",
+        "mma_block",
+        "mma_block",
+        "add_block",
+        "copy_block",
+    ]
     add_thread = next(n for n in t.root.walk() if n.instance.instance == "add_thread")
     assert add_thread.mems == {"C": "REGISTER", "X": "REGISTER"}
     assert all(n.tunables.get("MMA", "WGMMA_64x128x16") == "WGMMA_64x128x16" for n in t.root.walk())
@@ -92,10 +126,20 @@ def test_gemm_reduction_rowsum_tree():
     block = t.block_node()
     assert block.tunables == {"W": 64} and t.root.tunables == {"U": 128, "V": 256}
     kids = [c.instance.instance for _, c in block.children]
-    assert kids == ["clear_block", "clear_vec_block", "mma_block", "rowsum_block", "copy_block", "copy_vec_block"]
+    assert kids == [
+        "clear_block",
+        "clear_vec_block",
+        "mma_block",
+        "rowsum_block",
+        "copy_block",
+        "copy_vec_block",
+    ]
     by = {n.instance.instance: n for n in t.root.walk()}
-    assert [by[n].proc for n in ("rowsum_block", "rowsum_warpgroup", "rowsum_thread")] == \
-        ["BLOCK", "WARPGROUP", "THREAD"]
+    assert [by[n].proc for n in ("rowsum_block", "rowsum_warpgroup", "rowsum_thread")] == [
+        "BLOCK",
+        "WARPGROUP",
+        "THREAD",
+    ]
     assert by["rowsum_thread"].mems == {"y": "REGISTER", "A": "SHARED"}
     assert by["mma_thread"].mems["A"] == "SHARED"
     assert by["copy_vec_thread"].mems == {"y": "REGISTER", "z": "GLOBAL"}
@@ -104,19 +148,24 @@ def test_gemm_reduction_rowsum_tree():
 @pytest.mark.parametrize("name", NAMES)
 def test_tree_text(name):
     from rich.console import Console
+
     t = tree_of(name)
     con = Console(width=1000, no_color=True, record=True)
     con.print(task_tree_text(t), highlight=False)
     text = con.export_text()
     assert text.splitlines()[0].startswith(f"{t.root.instance.instance}: variant ")
     b = t.block_node().instance
-    knobs = [f"{k}={getattr(b, k)}" for k in ("warpspecialize", "pipeline", "smem_limit") if getattr(b, k) is not None]
+    knobs = [
+        f"{k}={getattr(b, k)}"
+        for k in ("warpspecialize", "pipeline", "smem_limit")
+        if getattr(b, k) is not None
+    ]
     assert ", ".join(knobs) in text.splitlines()[2 if name == "batched_gemm" else 1]
     assert len(text.splitlines()) == len(list(t.root.walk()))
 
 
 # ----------------------------------------------------------------------------- errors
-PROG = '''
+PROG = """
 @task("clear", Inner, writes=["C"])
 def clear_host(C: tensor[2, f32]):
     U = tunable(int)
@@ -134,7 +183,7 @@ def clear_inner(C: tensor[2, f32]):
 @task("clear", Leaf, writes=["C"])
 def clear_thread(C: tensor[2, f32]):
     fill(C, 0)
-'''
+"""
 
 MAP = """\
 machine: h100
@@ -170,34 +219,130 @@ def test_small_mapping_skips_levels():
     assert t.block_node() is None
 
 
-@pytest.mark.parametrize("old,new,code,line,frag", [
-    ("machine: h100", "machine: b200", "M010", 1, "unknown machine 'b200'"),
-    ("entrypoint: host", "entrypoint: main", "M011", 2, "entrypoint 'main' is not an instance"),
-    ("entrypoint: host", "entrypoint: wg", "M011", 12, "the entrypoint must run on HOST"),
-    ("  - instance: thread", "  - instance: wg", "M012", 16, "instance 'wg' is defined twice"),
-    ("variant: clear_thread", "variant: clear_leaf", "M013", 17, "no variant 'clear_leaf' in p.cyp"),
-    ("mems: [REGISTER]", "mems: [REGISTER, REGISTER]", "M014", 19, "has 1 tensor parameter(s) (C), mems lists 2"),
-    ("    mems: [NONE]\n", "    mems: [REGISTER]\n", "M015", 13, "REGISTER is not visible from WARPGROUP"),
-    ("    mems: [GLOBAL]\n", "    mems: [SHARED]\n", "M015", 7, "SHARED is not visible from HOST"),
-    ("tunables: {U: 64}", "tunables: {}", "M016", 8, "tunable 'U' of 'clear_host' (int) is not bound"),
-    ("    tunables: {U: 64}\n", "", "M016", 4, "tunable 'U' of 'clear_host' (int) is not bound"),
-    ("tunables: {U: 64}", "tunables: {U: 64, V: 64}", "M016", 8, "'clear_host' declares no tunable 'V'"),
-    ("tunables: {U: 64}", "tunables: {U: -64}", "M016", 8, "tunable 'U' is an int; got -64"),
-    ("tunables: {U: 64}", "tunables: {U: sixty}", "M016", 8, "tunable 'U' is an int; got 'sixty'"),
-    ("PROC: THREAD", "PROC: LANE", "M016", 14, "tunable 'PROC' is a processor; got 'LANE'"),
-    ("PROC: THREAD", "PROC: HOST", "M016", 14, "processor tunable 'PROC' = HOST must be below WARPGROUP"),
-    ("MMA: WGMMA_64x64x16", "MMA: WGMMA_64x65x16", "M016", 14, "is an instruction atom; got 'WGMMA_64x65x16'"),
-    ("calls: [thread]", "calls: []", "M017", 15, "launch of 'clear' in 'clear_inner' resolves to no instance"),
-    ("calls: [thread]", "calls: [thread, wg]", "M017", 15, "resolves to 2 instances (thread, wg)"),
-    ("calls: [thread]", "calls: [thred]", "M018", 15, "calls names unknown instance 'thred'"),
-    ("calls: [wg]", "calls: [host]", "M020", 9, "instance 'host' launches itself through host -> host"),
-    ("    proc: THREAD\n    mems: [REGISTER]\n", "    proc: WARP\n    mems: [SHARED]\n", "M021", 18,
-     "leaf 'clear_thread' calls fill(), which runs on THREAD; the instance maps it to WARP"),
-    ("    calls: [thread]\n", "    calls: [thread]\n    pipeline: 2\n", "M022", 16,
-     "'pipeline' applies to BLOCK instances; 'wg' runs on WARPGROUP"),
-    ("    mems: [REGISTER]\n", "    mems: [NONE]\n", "M023", 19,
-     "leaf 'clear_thread' touches 'C', so it cannot be NONE here"),
-])
+@pytest.mark.parametrize(
+    "old,new,code,line,frag",
+    [
+        ("machine: h100", "machine: b200", "M010", 1, "unknown machine 'b200'"),
+        ("entrypoint: host", "entrypoint: main", "M011", 2, "entrypoint 'main' is not an instance"),
+        ("entrypoint: host", "entrypoint: wg", "M011", 12, "the entrypoint must run on HOST"),
+        ("  - instance: thread", "  - instance: wg", "M012", 16, "instance 'wg' is defined twice"),
+        (
+            "variant: clear_thread",
+            "variant: clear_leaf",
+            "M013",
+            17,
+            "no variant 'clear_leaf' in p.cyp",
+        ),
+        (
+            "mems: [REGISTER]",
+            "mems: [REGISTER, REGISTER]",
+            "M014",
+            19,
+            "has 1 tensor parameter(s) (C), mems lists 2",
+        ),
+        (
+            "    mems: [NONE]\n",
+            "    mems: [REGISTER]\n",
+            "M015",
+            13,
+            "REGISTER is not visible from WARPGROUP",
+        ),
+        (
+            "    mems: [GLOBAL]\n",
+            "    mems: [SHARED]\n",
+            "M015",
+            7,
+            "SHARED is not visible from HOST",
+        ),
+        (
+            "tunables: {U: 64}",
+            "tunables: {}",
+            "M016",
+            8,
+            "tunable 'U' of 'clear_host' (int) is not bound",
+        ),
+        (
+            "    tunables: {U: 64}\n",
+            "",
+            "M016",
+            4,
+            "tunable 'U' of 'clear_host' (int) is not bound",
+        ),
+        (
+            "tunables: {U: 64}",
+            "tunables: {U: 64, V: 64}",
+            "M016",
+            8,
+            "'clear_host' declares no tunable 'V'",
+        ),
+        ("tunables: {U: 64}", "tunables: {U: -64}", "M016", 8, "tunable 'U' is an int; got -64"),
+        (
+            "tunables: {U: 64}",
+            "tunables: {U: sixty}",
+            "M016",
+            8,
+            "tunable 'U' is an int; got 'sixty'",
+        ),
+        ("PROC: THREAD", "PROC: LANE", "M016", 14, "tunable 'PROC' is a processor; got 'LANE'"),
+        (
+            "PROC: THREAD",
+            "PROC: HOST",
+            "M016",
+            14,
+            "processor tunable 'PROC' = HOST must be below WARPGROUP",
+        ),
+        (
+            "MMA: WGMMA_64x64x16",
+            "MMA: WGMMA_64x65x16",
+            "M016",
+            14,
+            "is an instruction atom; got 'WGMMA_64x65x16'",
+        ),
+        (
+            "calls: [thread]",
+            "calls: []",
+            "M017",
+            15,
+            "launch of 'clear' in 'clear_inner' resolves to no instance",
+        ),
+        (
+            "calls: [thread]",
+            "calls: [thread, wg]",
+            "M017",
+            15,
+            "resolves to 2 instances (thread, wg)",
+        ),
+        ("calls: [thread]", "calls: [thred]", "M018", 15, "calls names unknown instance 'thred'"),
+        (
+            "calls: [wg]",
+            "calls: [host]",
+            "M020",
+            9,
+            "instance 'host' launches itself through host -> host",
+        ),
+        (
+            "    proc: THREAD\n    mems: [REGISTER]\n",
+            "    proc: WARP\n    mems: [SHARED]\n",
+            "M021",
+            18,
+            "leaf 'clear_thread' calls fill(), which runs on THREAD; the instance maps it to WARP",
+        ),
+        (
+            "    calls: [thread]\n",
+            "    calls: [thread]\n    pipeline: 2\n",
+            "M022",
+            16,
+            "'pipeline' applies to BLOCK instances; 'wg' runs on WARPGROUP",
+        ),
+        (
+            "    mems: [REGISTER]\n",
+            "    mems: [NONE]\n",
+            "M023",
+            19,
+            "leaf 'clear_thread' touches 'C', so it cannot be NONE here",
+        ),
+    ],
+)
 def test_mapping_errors(old, new, code, line, frag):
     assert old in MAP
     with pytest.raises(CypressErrors) as ei:
@@ -209,7 +354,9 @@ def test_mapping_errors(old, new, code, line, frag):
 
 
 def test_processor_nesting_upward():
-    text = MAP.replace("calls: [wg]", "calls: [blk]") + """\
+    text = (
+        MAP.replace("calls: [wg]", "calls: [blk]")
+        + """\
   - instance: blk
     variant: clear_host
     proc: BLOCK
@@ -223,6 +370,7 @@ def test_processor_nesting_upward():
     tunables: {PIECES: 1, PROC: BLOCK, MMA: WGMMA_64x64x16}
     calls: [thread]
 """
+    )
     with pytest.raises(CypressErrors) as ei:
         inst(text)
     (e,) = [x for x in ei.value.errors if x.code == "M019"]
@@ -231,7 +379,9 @@ def test_processor_nesting_upward():
 
 
 def test_recursion_through_two_instances():
-    text = MAP.replace("calls: [thread]", "calls: [wg2]") + """\
+    text = (
+        MAP.replace("calls: [thread]", "calls: [wg2]")
+        + """\
   - instance: wg2
     variant: clear_inner
     proc: WARPGROUP
@@ -239,6 +389,7 @@ def test_recursion_through_two_instances():
     tunables: {PIECES: 128, PROC: THREAD, MMA: WGMMA_64x64x16}
     calls: [wg]
 """
+    )
     with pytest.raises(CypressErrors) as ei:
         inst(text)
     assert [e.code for e in ei.value.errors] == ["M020"]
@@ -246,16 +397,21 @@ def test_recursion_through_two_instances():
 
 
 def test_unreachable_instance_is_a_warning():
-    t = inst(MAP + "  - instance: spare\n    variant: clear_thread\n    proc: THREAD\n    mems: [REGISTER]\n")
+    t = inst(
+        MAP
+        + "  - instance: spare\n    variant: clear_thread\n    proc: THREAD\n    mems: [REGISTER]\n"
+    )
     (w,) = t.warnings
-    assert w.code == "W001" and "'spare' is never reached from 'host'" in w.message and w.loc.line == 20
+    assert (
+        w.code == "W001"
+        and "'spare' is never reached from 'host'" in w.message
+        and w.loc.line == 20
+    )
 
 
 def test_duplicate_instance_notes_the_first():
     with pytest.raises(CypressErrors) as ei:
         inst(MAP.replace("  - instance: thread", "  - instance: wg", 1))
     (e,) = [x for x in ei.value.errors if x.code == "M012"]
-    (note, loc), = e.notes
+    ((note, loc),) = e.notes
     assert note == "first defined here" and loc.line == 10
-
-

@@ -9,17 +9,30 @@ import types
 
 import pytest
 
-from cypressc.tuner.timing import interleaved, load_reference, stop_workers, time_candidates, workers
+from cypressc.tuner.timing import (
+    interleaved,
+    load_reference,
+    stop_workers,
+    time_candidates,
+    workers,
+)
 
 
 def test_load_reference_from_a_file_and_a_module(tmp_path):
     f = tmp_path / "ref.py"
     f.write_text("def gemm(t):\n    return {'C': t['A'] * 2}\n")
     assert load_reference(f"{f}:gemm")({"A": 21}) == {"C": 42}
-    assert load_reference("cypressc.runtime:eval_expr")({"op": "*", "a": {"var": "M"}, "b": {"const": 2}},
-                                                         {"M": 3}) == 6
-    for bad, msg in [(f"{f}:nope", "has no function nope"), (f"{tmp_path}/missing.py:f", "no file"),
-                     ("gemm", "write FILE.py:FUNCTION")]:
+    assert (
+        load_reference("cypressc.runtime:eval_expr")(
+            {"op": "*", "a": {"var": "M"}, "b": {"const": 2}}, {"M": 3}
+        )
+        == 6
+    )
+    for bad, msg in [
+        (f"{f}:nope", "has no function nope"),
+        (f"{tmp_path}/missing.py:f", "no file"),
+        ("gemm", "write FILE.py:FUNCTION"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             load_reference(bad)
 
@@ -31,7 +44,10 @@ def test_a_worker_without_a_gpu_fails_every_candidate_once_started():
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")
     events = []
-    cands = [{"label": "a", "dir": "/nonexistent", "name": "gemm"}, {"label": "b", "dir": "/nonexistent"}]
+    cands = [
+        {"label": "a", "dir": "/nonexistent", "name": "gemm"},
+        {"label": "b", "dir": "/nonexistent"},
+    ]
     try:
         res = time_candidates(cands, {"M": 64}, baseline="a", gpus=1, on_event=events.append)
         assert workers() == {0: {"device": "", "starts": 1, "alive": False}}
@@ -65,5 +81,5 @@ def test_interleaved_rotates_the_order_every_round():
     cuda = types.SimpleNamespace(Event=lambda enable_timing=True: Event(), synchronize=lambda: None)
     fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
     out = interleaved(types.SimpleNamespace(cuda=cuda), fns, rounds=4, reps=2)
-    assert "".join(calls) == "aabbcc" "bbccaa" "ccaabb" "aabbcc"
+    assert "".join(calls) == "aabbccbbccaaccaabbaabbcc"
     assert {k: len(v) for k, v in out.items()} == {"a": 8, "b": 8, "c": 8}

@@ -26,7 +26,10 @@ from tests.backend.test_golden_cu import PTXAS_V, kernel_group
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))
 
-pytestmark = [pytest.mark.nvcc, pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")]
+pytestmark = [
+    pytest.mark.nvcc,
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH"),
+]
 
 
 def small_space(program: Path, mapping: Path) -> tuple[str, str]:
@@ -59,22 +62,45 @@ def test_compile_only_tunes_every_bundled_program(program, tmp_path, monkeypatch
     mapping.write_text(text)
     sizes, _ = kernel_sizes(_front_from_text(str(prog), text, str(mapping), {}))
     best = tmp_path / "best.yaml"
-    r = CliRunner().invoke(main, ["tune", str(prog), "-m", str(mapping), *(f"--size={s}=256" for s in sizes),
-                                  "--compile-only", "--budget", "1", "--jobs", "1", "-o", str(best)],
-                           catch_exceptions=False)
+    r = CliRunner().invoke(
+        main,
+        [
+            "tune",
+            str(prog),
+            "-m",
+            str(mapping),
+            *(f"--size={s}=256" for s in sizes),
+            "--compile-only",
+            "--budget",
+            "1",
+            "--jobs",
+            "1",
+            "-o",
+            str(best),
+        ],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output + r.stderr
-    assert re.search(r"2 candidates: 1 pruned by the compiler \(E0\d\d 1\), (1 compiled, 0|0 compiled, 1) from "
-                     r"the kernel cache, 0 failed to build", r.stdout), r.stdout
+    assert re.search(
+        r"2 candidates: 1 pruned by the compiler \(E0\d\d 1\), (1 compiled, 0|0 compiled, 1) from "
+        r"the kernel cache, 0 failed to build",
+        r.stdout,
+    ), r.stdout
     assert re.search(r"pruned 1 of 2 in \d+\.\d s: ", r.stdout), r.stdout
     assert "(start)" in r.stdout
     head = best.read_text()
     assert head.startswith(f"# cypressc tune: the best of 2 candidates for {prog}")
-    assert load_mapping(best).spec.tune is not None        # the best mapping loads, tune: kept
+    assert load_mapping(best).spec.tune is not None  # the best mapping loads, tune: kept
     # stderr is no terminal: plain progress lines, each phase's start and end
     err = r.stderr
     assert "tune: round 1: checking: 1 candidate\n" in err, err
-    assert re.search(r"tune: round 1: checking: pruned 1 of 1 \(E0\d\d 1\) in \d+\.\d s\n", err), err
+    assert re.search(r"tune: round 1: checking: pruned 1 of 1 \(E0\d\d 1\) in \d+\.\d s\n", err), (
+        err
+    )
     assert "tune: round 1: compiling: 1 candidate\n" in err, err
-    assert re.search(r"tune: round 1: compiling: (1 compiled, 0|0 compiled, 1) from the kernel cache, "
-                     r"0 failed to build in \d+\.\d s\n", err), err
+    assert re.search(
+        r"tune: round 1: compiling: (1 compiled, 0|0 compiled, 1) from the kernel cache, "
+        r"0 failed to build in \d+\.\d s\n",
+        err,
+    ), err
     assert f"{bad}=3" not in head
