@@ -2,14 +2,15 @@
 PY ?= python3
 PIP ?= $(PY) -m pip
 
-.PHONY: install test test-full golden demo gpu-test bench lint
+.PHONY: install test test-full golden demo gpu-test bench lint lint-only
 # torch==2.13.0 is a CPU build found locally (any other spec downloads GBs): the tests of the
 # PyTorch op (tests/tune/test_torch_op.py) need it; cypressc itself does not.
 install:
 	$(PIP) install -q -e '.[test]'
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 
-test: install
+# lint first: seconds, and a style slip fails before eight minutes of tests
+test: install lint-only
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # releases, and changes to the passes or the backend: more random schedules (tests/budget.py)
@@ -41,3 +42,10 @@ bench:
 	PYTHONUNBUFFERED=1 $(PY) bench/gemm.py $(BENCH_ARGS)
 	PYTHONUNBUFFERED=1 $(PY) bench/variants.py
 	PYTHONUNBUFFERED=1 $(PY) bench/attention.py $(ATTN_BENCH_ARGS)
+
+# ruff's rules and formatter as pyproject.toml sets them (`ruff format .` fixes the formatting)
+lint: install lint-only
+
+lint-only:
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
