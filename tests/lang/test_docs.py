@@ -314,3 +314,60 @@ def test_every_bundled_program_is_in_section_10():
     section = DOC.split("## 10. The bundled programs", 1)[1].split("\n## ", 1)[0]
     rows = set(re.findall(r"^\| `programs/(\w+)\.cyp` \|", section, re.MULTILINE))
     assert rows == {p.stem for p in (ROOT / "programs").glob("*.cyp")}, rows
+
+
+def test_the_quoted_schedule_findings_are_what_the_interpreter_reports():
+    """§11's three findings (a deadlock, a race, a wrong value) as the concurrent interpreter
+    reports them on gemm's synchronized module with one fault each (``…`` in the docs: any
+    text)."""
+    from dataclasses import replace
+
+    from cypressc.ir import nodes as N
+    from cypressc.ir import sync as S
+    from cypressc.ir.schedule_check import check_schedules
+    from tests import compiled
+
+    snaps = compiled.modules("gemm", "mappings/gemm/h100.yaml")
+    m, ref = snaps["sync-insertion"], snaps["warp-specialization"]
+
+    def rewrite(b: N.Block, f) -> N.Block:
+        ops = []
+        for op in b.ops:
+            op = f(op)
+            if op is None:
+                continue
+            if isinstance(op, (N.For, N.PFor)):
+                op = replace(op, body=rewrite(op.body, f))
+            ops.append(op)
+        return N.Block(tuple(ops), b.yields)
+
+    def without(kind, bar: str):
+        return lambda op: None if isinstance(op, kind) and op.bar.startswith(bar) else op
+
+    def cleared_to_one(op):
+        if isinstance(op, N.Call) and op.fn == "fill":
+            return replace(
+                op, args=tuple(N.IConst(1) if isinstance(a, N.IConst) else a for a in op.args)
+            )
+        return op
+
+    found = {}
+    for fault, values in (
+        (without(S.Wait, "empty_"), 10),
+        (without(S.ArriveExpectTx, "full_"), 10),
+        (cleared_to_one, 1),
+    ):
+        v = check_schedules(
+            replace(m, body=rewrite(m.body, fault)), ref, seed=0, schedules=20, value_every=values
+        )
+        assert v.finding is not None
+        found[v.finding.kind] = str(v.finding)
+    quoted = re.findall(r"^\* `((?:deadlock|race|mismatch) at [^`]*)`", DOC, re.M)
+    assert len(quoted) == 3, quoted
+    for q in quoted:
+        kind = q.split(" at ")[0]
+        pattern = ".*?".join(re.escape(part) for part in q.split("…"))
+        assert re.fullmatch(pattern + (".*" if q.endswith("…") else ""), found[kind]), (
+            q,
+            found[kind],
+        )
