@@ -158,7 +158,7 @@ def check(
     would succeed; otherwise prints every error as file:line:col with the offending line
     and exits 1.
     """
-    from cypressc.backend.build import render_build
+    from cypressc.build import render_build
     from cypressc.pipeline import step_names
 
     tree = _front_end(program, mapping, dtypes, include_dirs)
@@ -365,7 +365,7 @@ def build(
     launcher), <name>.h, main.cu (timing harness), Makefile and <name>.json (the ABI), plus
     the stamp .cypressc-build that marks the directory as cypressc's.
     Then `make -C OUTPUT` builds ./<name> and lib<name>.so with nvcc for sm_90a."""
-    from cypressc.backend.build import write_build
+    from cypressc.build import write_build
 
     t = _front_end(program, mapping, dtypes, include_dirs)
     summary = write_build(t, Path(output) if output is not None else None, dtypes)

@@ -144,8 +144,8 @@ def modules(program: str | Path, mapping: str | Path, **kw) -> dict[str, N.Modul
 
 def rendered(program: str | Path, mapping: str | Path):
     """What ``cypressc check`` renders for ``program`` under ``mapping`` (every backend step:
-    CUDA, header, harness, Makefile, ABI; :func:`cypressc.backend.build.render_build`), from
+    CUDA, header, harness, Makefile, ABI; :func:`cypressc.build.render_build`), from
     the session's compile."""
-    from cypressc.backend.build import render_build
+    from cypressc.build import render_build
 
     return render_build(tree(program, mapping), snapshots(program, mapping))

@@ -21,8 +21,7 @@ PKG = Path(__file__).resolve().parent.parent / "cypressc"
 LAYERS = {"diagnostics": 0, "abi": 0, "lang": 1, "mapping": 2, "ir": 3, "passes": 4, "backend": 5}
 TOP = 9
 
-# backend/build.py compiles and writes a build: a driver, to move up beside the pipeline
-KNOWN_UPWARD = {("cypressc.backend.build", "cypressc.pipeline")}
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:

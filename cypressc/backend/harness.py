@@ -39,7 +39,10 @@ from typing import Any
 from cypressc.abi.dtypes import DTYPES
 from cypressc.abi.info import KernelInfo
 
-__all__ = ["write_harness", "render_main", "render_makefile"]
+__all__ = ["write_harness", "render_main", "render_makefile", "RUNTIME_DIR"]
+
+# cypress.cuh and its parts: the -I of every kernel build
+RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 
 
 def write_harness(outdir: Path, info: Mapping[str, Any]) -> None:
@@ -608,7 +611,7 @@ clean:
 
 def render_makefile(ki: KernelInfo) -> str:
     """The text of the ``Makefile`` for ``ki``."""
-    runtime = ki.runtime_include or str(Path(__file__).resolve().parent / "runtime")
+    runtime = ki.runtime_include or str(RUNTIME_DIR)
     return (
         _MAKEFILE.replace("@NAME@", ki.name)
         .replace("@ARCH@", ki.cuda_arch or "90a")

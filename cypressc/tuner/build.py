@@ -90,7 +90,7 @@ def cutlass_include() -> str:
 def nvcc_command(outdir: Path, name: str, target: str, extra: str = "") -> list[str]:
     """The generated Makefile's recipe for ``target`` (``<name>`` or ``lib<name>.so``), for
     machines without make.  tests/backend/test_harness.py checks it against ``make -n``."""
-    from cypressc.backend.build import RUNTIME_DIR
+    from cypressc.backend.harness import RUNTIME_DIR
 
     info = KernelInfo.load_json(Path(outdir) / f"{name}.json")
     runtime = info.runtime_include
@@ -152,7 +152,7 @@ def build_kernel(tree, root: Path | None = None) -> Built:
     directory under ``root`` (default ``<cache>/kernels``), reusing an identical earlier
     build.  Raises the compiler's :class:`~cypressc.diagnostics.CypressError` for a refused
     mapping and :class:`BuildError` when nvcc fails."""
-    from cypressc.backend.build import write_build
+    from cypressc.build import write_build
 
     root = Path(root) if root is not None else cache_dir() / "kernels"
     root.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cypressc.backend.build import example_sizes
+from cypressc.build import example_sizes
 from cypressc.backend.sizes import (
     EXAMPLE_BYTES,
     check_sizes,

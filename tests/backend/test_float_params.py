@@ -24,7 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from cypressc import runtime as rt
-from cypressc.backend.build import RUNTIME_DIR, render_build
+from cypressc.backend.harness import RUNTIME_DIR
+from cypressc.build import render_build
 from cypressc.backend.emit import build_info
 from cypressc.cli import _front_end, main
 from cypressc.pipeline import compile_module

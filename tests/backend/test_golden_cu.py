@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cypressc.backend.build import render_build
+from cypressc.build import render_build
 from cypressc.backend.emit import emit_cuda
 from cypressc.diagnostics import CypressError
 from tests.compiled import snapshots, tree

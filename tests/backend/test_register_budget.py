@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cypressc.backend.build import render_build
+from cypressc.build import render_build
 from cypressc.cli import _front_end, main
 from cypressc.passes.resource_allocation import _register_pool
 from cypressc.tuner.build import cutlass_include

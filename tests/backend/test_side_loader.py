@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cypressc import runtime
-from cypressc.backend.build import render_build
+from cypressc.build import render_build
 from cypressc.cli import _front_end
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cypressc.abi import KernelError, KernelInfo, infer_sizes, resolve_aliases
-from cypressc.backend.build import render_build
+from cypressc.build import render_build
 from cypressc.lang.checker import check_program
 from cypressc.lang.parser import parse_file, parse_source
 from cypressc.passes.entry_sizes import entry_sizes

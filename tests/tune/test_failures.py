@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cypressc import runtime
-from cypressc.backend.build import render_build
+from cypressc.build import render_build
 from cypressc.cli import _front_end
 from cypressc.tuner import report
 from cypressc.tuner.search import Candidate, Options, Result

@@ -17,7 +17,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 import cypressc  # noqa: E402
 import cypressc.torch as ctorch  # noqa: E402
-from cypressc.backend.build import RUNTIME_DIR  # noqa: E402
+from cypressc.backend.harness import RUNTIME_DIR  # noqa: E402
 from cypressc.backend.emit import build_info  # noqa: E402
 from cypressc.cli import _front_end  # noqa: E402
 from cypressc.pipeline import compile_module  # noqa: E402

@@ -1,5 +1,6 @@
-"""``cypressc build`` and ``check``: run every pass, emit CUDA, and (build) write the build
-directory atomically (paper §4.2.6 is the last pass; DESIGN §6 the directory's contents)."""
+"""``cypressc build`` and ``check``: run the pipeline (:mod:`cypressc.pipeline`), emit CUDA and
+the harness, and (build) write the build directory atomically (paper §4.2.6 is the last pass;
+DESIGN §6 the directory's contents).  Above the backend: it drives the whole compiler."""
 
 from __future__ import annotations
 
@@ -10,13 +11,12 @@ from pathlib import Path
 
 from cypressc.backend.cexpr import cexpr
 from cypressc.backend.emit import build_info, emit_cuda, emit_header, header_copy
+from cypressc.backend.harness import RUNTIME_DIR
 from cypressc.backend.outdir import replace_build_dir
 from cypressc.mapping.tasktree import TaskTree
 from cypressc.pipeline import compile_module
 
 __all__ = ["write_build", "render_build", "example_sizes", "RenderedBuild", "RUNTIME_DIR"]
-
-RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 
 
 def example_sizes(r: RenderedBuild) -> list[str]:
