@@ -113,3 +113,42 @@ def walk_ops(block: N.Block):
         yield op
         if isinstance(op, (N.For, N.PFor)):
             yield from walk_ops(op.body)
+
+
+def rename_tensors(m: N.Module, new: dict[str, str]) -> N.Module:
+    """``m`` with allocations renamed (``new``: old name -> new name): their ``Alloc``, every
+    whole-tensor view of them (a partition's base, a layout, an operand) and the module's
+    ``sites``.  Partitions keep their names.  For modules before ``sync-insertion`` (whose
+    ops and pass results name tensors too).  Raises ``ValueError`` if a new name is taken."""
+    if not new:
+        return m
+    taken = {o.name for o in walk_ops(m.body) if isinstance(o, (N.Alloc, N.Partition, N.Let))}
+    taken |= {p.name for p in m.params} | set(m.scalars) | set(m.floats)
+    targets = list(new.values())
+    if clash := sorted(
+        (set(targets) & (taken - set(new))) | {v for v in targets if targets.count(v) > 1}
+    ):
+        raise ValueError(f"rename_tensors: {', '.join(clash)} already taken")
+
+    def view(v: N.View) -> N.View:
+        return N.TRef(new[v.name]) if isinstance(v, N.TRef) and v.name in new else v
+
+    def op(o: N.Op) -> N.Op:
+        o = map_views(o, view)
+        if isinstance(o, N.Alloc) and o.name in new:
+            o = replace(o, name=new[o.name])
+        if isinstance(o, (N.For, N.PFor)):
+            o = replace(o, body=N.Block(tuple(op(x) for x in o.body.ops), o.body.yields))
+        return o
+
+    out = replace(m, body=N.Block(tuple(op(o) for o in m.body.ops), m.body.yields))
+    if m.sites is not None:
+        from cypressc.ir.origin import Sites
+
+        tensors = {
+            new.get(k, k): replace(s, caller_root=new.get(s.caller_root, s.caller_root))
+            for k, s in m.sites.tensors.items()
+        }
+        parts = {k: replace(s, base=new.get(s.base, s.base)) for k, s in m.sites.partitions.items()}
+        out = replace(out, sites=Sites(tensors, parts))
+    return out

@@ -46,7 +46,7 @@ from cypressc.ir.analysis import (
     views_of,
 )
 from cypressc.ir.origin import Sites, TensorSite
-from cypressc.ir.subst import map_views, walk_ops
+from cypressc.ir.subst import map_views, rename_tensors, walk_ops
 
 __all__ = ["copy_elimination", "rewrite_to_fixpoint", "NotConverged", "PATTERNS"]
 
@@ -783,7 +783,34 @@ def copy_elimination(m: N.Module) -> N.Module:
         _check_none(m)
     finally:
         _LAST.ix = None  # the module's index is not kept past the pass
-    return m
+    return rename_tensors(m, program_names(m))
+
+
+def program_names(m: N.Module) -> dict[str, str]:
+    """New names for the register tensors that hold a tensor of the program: an allocation in
+    REGISTER laid out as a piece of a NONE tensor (the program's ``Oacc``, ``S``, ``m``, which
+    copy elimination left unmaterialized) is called after it, ``Oacc_reg`` (``_reg_1``, … when
+    several hold one), not after the leaf task's parameter that first materialized it
+    (``C_clear_thread``): the kernel's arrays read as the program does."""
+    ops = list(walk_ops(m.body))
+    parts = {o.name: o for o in ops if isinstance(o, N.Partition)}
+    allocs = {o.name: o for o in ops if isinstance(o, N.Alloc)}
+    taken = {o.name for o in ops if isinstance(o, (N.Alloc, N.Partition, N.Let))}
+    taken |= {p.name for p in m.params} | set(m.scalars) | set(m.floats)
+    new: dict[str, str] = {}
+    for a in allocs.values():
+        if a.mem != "REGISTER" or a.layout is None:
+            continue
+        root = allocs.get(N.view_root(a.layout, parts))
+        if root is None or root.mem != "NONE":
+            continue
+        name, k = f"{root.name}_reg", 0
+        while name in taken:
+            k += 1
+            name = f"{root.name}_reg_{k}"
+        taken.add(name)
+        new[a.name] = name
+    return new
 
 
 class CopyElimination(ModulePass):

@@ -46,8 +46,8 @@ def test_epilogue_calls_the_users_function_per_element(tmp_path):
     ).read_text()
     assert '#include "include/ops/epilogue.cuh"' in cu
     # two calls per column pair of the fragment: elements 2j and 2j + 1, each with its bias element
-    assert "cypress_ops::bias_gelu(C_clear_thread[0][2 * j + 0], v1_0);" in cu
-    assert "cypress_ops::bias_gelu(C_clear_thread[0][2 * j + 1], v1_1);" in cu
+    assert "cypress_ops::bias_gelu(Cacc_reg[0][2 * j + 0], v1_0);" in cu
+    assert "cypress_ops::bias_gelu(Cacc_reg[0][2 * j + 1], v1_1);" in cu
     assert "bias_silu" not in cu.split("// ---- prologue")[1]
     # bias is read through a pointer (not TMA), guarded by its extent N
     assert "const float* __restrict__ bias" in cu
@@ -57,7 +57,7 @@ def test_epilogue_calls_the_users_function_per_element(tmp_path):
     ev = re.search(r"// (%e\d+): bias_gelu\(\)", cu).group(1)
     before = cu[: cu.index(f"// {ev}: bias_gelu()")]
     last_wait = before[before.rindex("cypress::wait<0>();") :]
-    assert f"-> {ev} (raw %C_clear_thread" in last_wait.splitlines()[0]
+    assert f"-> {ev} (raw %Cacc_reg" in last_wait.splitlines()[0]
     info = json.loads((out / "gemm_epilogue.json").read_text())
     assert info["bindings"] == {"T": "f16", "BIAS": "f32", "ACT": "bias_gelu"}
     assert KernelInfo.from_dict(info).bindings == info["bindings"]
@@ -68,7 +68,7 @@ def test_choice_and_dtype_parameters_pick_the_function_and_the_bias_type(tmp_pat
         tmp_path, str(EPI), "-m", str(EPI_MAP), "--param", "ACT=bias_silu", "--dtype", "BIAS=bf16"
     )
     cu = (out / "gemm_epilogue.cu").read_text()
-    assert "cypress_ops::bias_silu(C_clear_thread[0][2 * j + 0], v1_0);" in cu
+    assert "cypress_ops::bias_silu(Cacc_reg[0][2 * j + 0], v1_0);" in cu
     assert "cypress_ops::bias_gelu(" not in cu
     assert "const __nv_bfloat16* __restrict__ bias" in cu
     # read element by element: 2-byte alignment is what the launcher asks of it

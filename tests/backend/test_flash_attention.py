@@ -89,15 +89,10 @@ def test_heads_are_tma_batches_and_kv_heads_are_shared(tmp_path):
 
 def test_masks_and_the_log_sum_exp_store(tmp_path):
     cu, _, _ = _build(tmp_path, ROOT / "mappings" / "flash_attention2" / "h100_d64.yaml")
-    assert (
-        "cypress::mask_columns(C_clear_thread_1[0], (N - (kb * 128)));" in cu
-    )  # one atom: no loop
+    assert "cypress::mask_columns(S_reg[0], (N - (kb * 128)));" in cu  # one atom: no loop
     # the diagonal offset: the block's first row minus the tile's first key, per warpgroup and atom
-    assert re.search(r"cypress::mask_causal\(C_clear_thread_1\[0\], .*\(cw \* 64\)\)\);", cu)
-    assert (
-        "cypress::row_log_sum_exp(LSE_finish_thread[0], m_init_thread[0], l_init_thread[0], scale);"
-        in cu
-    )
+    assert re.search(r"cypress::mask_causal\(S_reg\[0\], .*\(cw \* 64\)\)\);", cu)
+    assert "cypress::row_log_sum_exp(LSE_finish_thread[0], m_reg[0], l_reg[0], scale);" in cu
     store = cu.split("copy %LSE_finish_thread -> LSE")[1].split("}")[0]
     assert "threadIdx.x % 4 == 0" in store and "LSE + size_t(((b0 * H) + b1)) * M" in store
     assert "if (r0 + 8 * h < M)" in store

@@ -77,7 +77,7 @@ def test_kernel_and_launcher_take_the_float_after_the_sizes(rendered):
     assert sig + " {" in cu and sig + ";" in h
     assert "__half* __restrict__ C, int M, int N, int K, float alpha) {" in cu
     assert "static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha);" in cu
-    assert "C_clear_thread[0][i] = alpha;" in cu  # the leaf's scalar operand is the argument
+    assert "Cacc_reg[0][i] = alpha;" in cu  # the leaf's scalar operand is the argument
     assert (
         "alpha <" not in cu and "alpha)) return" not in cu
     )  # the launcher does not check the value

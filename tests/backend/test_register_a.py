@@ -133,11 +133,9 @@ def test_the_cuda_converts_in_registers_and_issues_wgmma_rs():
     loop = cu[cu.index("for (int kb = 0; kb < num_k; ++kb)", cu.index("consumer warpgroups")) :]
     conv = loop.index("cypress::acc_to_a<__half>(")
     assert loop.index("cypress::wait<0>();") < conv < loop.index("cypress::wgmma_rs<64, __half>(")
-    assert (
-        "uint32_t D_convert_thread[1][16];" in cu
-    )  # 64 x 64 f16 per warpgroup: 16 packed pairs a thread
+    assert "uint32_t P_reg[1][16];" in cu  # 64 x 64 f16 per warpgroup: 16 packed pairs a thread
     # S's fill became the first k16 step's scale-d, and is no longer a loop statement
-    assert "C_clear_thread_1[0], kk == 0);" in loop and "C_clear_thread_1[0][i] = 0" not in cu
+    assert "S_reg[0], kk == 0);" in loop and "S_reg[0][i] = 0" not in cu
     assert "fill %e4 folded in" in loop
 
 

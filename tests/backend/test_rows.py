@@ -133,16 +133,16 @@ def test_the_kernel_reduces_across_the_quad_and_fences_the_rescaled_accumulator(
         and "cypress::exp2_diff_vec(" in cu
         and "cypress::scale_vec(" in cu
     )
-    assert "float m_init_thread[1][2];" in cu
+    assert "float m_reg[1][2];" in cu
     # the O rescale of step k touches the accumulator the P·V wgmma of step k-1 wrote: the
     # wait after S = Q·Kᵀ already retires that group, and carries the edge, so the O fragment
     # is fenced there (the compiler keeps the rescale after the wait)
     wait = next(
         line for line in cu.splitlines() if "cypress::wait<0>();" in line and "%e15" in line
     )
-    assert re.search(r"%e18 -> %e15 \(raw %C_clear_thread, 1 step\(s\) later\)", wait)
+    assert re.search(r"%e18 -> %e15 \(raw %Oacc_reg, 1 step\(s\) later\)", wait)
     after = cu[cu.index(wait) :].splitlines()[1:4]
-    assert any("fence_acc(C_clear_thread[0])" in x for x in after), after
+    assert any("fence_acc(Oacc_reg[0])" in x for x in after), after
     runtime = (ROOT / "cypressc/backend/runtime/cypress.cuh").read_text()
     assert (
         "__shfl_xor_sync(0xffffffffu, v, 1)" in runtime

@@ -82,40 +82,40 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
     const int cw = wg - 1;
     // ---- consumer warpgroups: wgmma on the stages, accumulators in registers
     const bool leader = threadIdx.x % 128 == 0;
-    float C_clear_thread[1][64];  // %C_clear_thread: 64x128 f32 per warpgroup
-    float C_clear_thread_1[1][64];  // %C_clear_thread_1: 64x128 f32 per warpgroup
+    float C1acc_reg[1][64];  // %C1acc_reg: 64x128 f32 per warpgroup
+    float C2acc_reg[1][64];  // %C2acc_reg: 64x128 f32 per warpgroup
     int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
     for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
       int b0, b1;
       tile_coords(t, b0, b1);
       // %e1: fill
       #pragma unroll
-      for (int i = 0; i < 64; ++i) C_clear_thread[0][i] = 0;
+      for (int i = 0; i < 64; ++i) C1acc_reg[0][i] = 0;
       // %e2: fill
       #pragma unroll
-      for (int i = 0; i < 64; ++i) C_clear_thread_1[0][i] = 0;
+      for (int i = 0; i < 64; ++i) C2acc_reg[0][i] = 0;
       for (int kb = 0; kb < num_k; ++kb) {
         cypress::wait(&full_A_mma_block_B_mma_block[stage], phase);  // %e4 -> %e6 (raw %A_mma_block); %e4 -> %e8 (raw %A_mma_block); %e5 -> %e6 (raw %B_mma_block)
-        // wgmma.fence: %e1 -> %e6 (raw %C_clear_thread, into the loop); %e1 -> %e6 (waw %C_clear_thread, into the loop); %e6 -> %e6 (raw %C_clear_thread, 1 step(s) later); %e6 -> %e6 (war %C_clear_thread, 1 step(s) later); %e6 -> %e6 (waw %C_clear_thread, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread[0]);
+        // wgmma.fence: %e1 -> %e6 (raw %C1acc_reg, into the loop); %e1 -> %e6 (waw %C1acc_reg, into the loop); %e6 -> %e6 (raw %C1acc_reg, 1 step(s) later); %e6 -> %e6 (war %C1acc_reg, 1 step(s) later); %e6 -> %e6 (waw %C1acc_reg, 1 step(s) later)
+        cypress::fence_acc(C1acc_reg[0]);
         cypress::wgmma_fence();
         // %e6: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + (stage) * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
           const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
-          cypress::wgmma<128, __half>(da, db, C_clear_thread[0]);
+          cypress::wgmma<128, __half>(da, db, C1acc_reg[0]);
         }
         cypress::wait(&full_B_mma_block_1[stage], phase);  // %e7 -> %e8 (raw %B_mma_block_1)
-        // wgmma.fence: %e2 -> %e8 (raw %C_clear_thread_1, into the loop); %e2 -> %e8 (waw %C_clear_thread_1, into the loop); %e8 -> %e8 (raw %C_clear_thread_1, 1 step(s) later); %e8 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e8 (waw %C_clear_thread_1, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread_1[0]);
+        // wgmma.fence: %e2 -> %e8 (raw %C2acc_reg, into the loop); %e2 -> %e8 (waw %C2acc_reg, into the loop); %e8 -> %e8 (raw %C2acc_reg, 1 step(s) later); %e8 -> %e8 (war %C2acc_reg, 1 step(s) later); %e8 -> %e8 (waw %C2acc_reg, 1 step(s) later)
+        cypress::fence_acc(C2acc_reg[0]);
         cypress::wgmma_fence();
         // %e8: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block_1 + (stage) * B_mma_block_1_STAGE + kk * 16 * 128, B_mma_block_1_CHUNK);
           const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
-          cypress::wgmma<128, __half>(da, db, C_clear_thread_1[0]);
+          cypress::wgmma<128, __half>(da, db, C2acc_reg[0]);
         }
         cypress::commit();  // closes the group of %e6, %e8
         cypress::wait<1>();  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later); %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
@@ -125,22 +125,22 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
         }
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
-      cypress::wait<0>();  // %e6 -> %e9 (raw %C_clear_thread, after the loop); %e6 -> %e9 (war %C_clear_thread, after the loop); %e6 -> %e9 (waw %C_clear_thread, after the loop); %e8 -> %e9 (raw %C_clear_thread_1, after the loop); %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later); %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
-      cypress::fence_acc(C_clear_thread[0]);
-      cypress::fence_acc(C_clear_thread_1[0]);
+      cypress::wait<0>();  // %e6 -> %e9 (raw %C1acc_reg, after the loop); %e6 -> %e9 (war %C1acc_reg, after the loop); %e6 -> %e9 (waw %C1acc_reg, after the loop); %e8 -> %e9 (raw %C2acc_reg, after the loop); %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later); %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
+      cypress::fence_acc(C1acc_reg[0]);
+      cypress::fence_acc(C2acc_reg[0]);
       if ((num_k - 1) >= 0) {
         if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later)
         if (leader) cypress::arrive(&empty_B_mma_block_1[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
       }
       // %e9: add
-      for (int i = 0; i < 64; ++i) C_clear_thread[0][i] += C_clear_thread_1[0][i];
-      // %e10: copy %C_clear_thread -> D (f32 -> f16), each thread its fragment
+      for (int i = 0; i < 64; ++i) C1acc_reg[0][i] += C2acc_reg[0][i];
+      // %e10: copy %C1acc_reg -> D (f32 -> f16), each thread its fragment
       #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const int2 rc = cypress::acc_coord(j);
         const int r = (((b0 * 128) + (cw * 64))) + rc.x, c = ((b1 * 128)) + rc.y;
         if (r < M && c < N)
-          *reinterpret_cast<uint32_t*>(D + size_t(r) * N + c) = cypress::pack2<__half>(C_clear_thread[0][2 * j], C_clear_thread[0][2 * j + 1]);
+          *reinterpret_cast<uint32_t*>(D + size_t(r) * N + c) = cypress::pack2<__half>(C1acc_reg[0][2 * j], C1acc_reg[0][2 * j + 1]);
       }
     }
   }

@@ -104,12 +104,12 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     const int cw = wg - 1;
     // ---- consumer warpgroups: wgmma on the stages, accumulators in registers
     const bool leader = threadIdx.x % 128 == 0;
-    float C_clear_thread[1][64];  // %C_clear_thread: 64x128 f32 per warpgroup
-    float C_clear_thread_1[1][64];  // %C_clear_thread_1: 64x128 f32 per warpgroup
-    uint32_t D_convert_thread[1][32];  // %D_convert_thread: 64x128 f16 per warpgroup (wgmma A fragments, packed pairs)
-    float m_init_thread[1][2];  // %m_init_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
-    float l_init_thread[1][2];  // %l_init_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
-    float alpha_softmax_thread[1][2];  // %alpha_softmax_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
+    float Oacc_reg[1][64];  // %Oacc_reg: 64x128 f32 per warpgroup
+    float S_reg[1][64];  // %S_reg: 64x128 f32 per warpgroup
+    uint32_t P_reg[1][32];  // %P_reg: 64x128 f16 per warpgroup (wgmma A fragments, packed pairs)
+    float m_reg[1][2];  // %m_reg: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
+    float l_reg[1][2];  // %l_reg: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
+    float alpha_reg[1][2];  // %alpha_reg: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float LSE_finish_thread[1][2];  // %LSE_finish_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     bool more = (blockIdx.x << P) < num_tiles;  // this block has a tile: before each tile, the one that follows
     if (cw >= 1 && more) {
@@ -125,66 +125,66 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       const int num_k = cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128);
       // %e2: fill
       #pragma unroll
-      for (int i = 0; i < 64; ++i) C_clear_thread[0][i] = 0;
+      for (int i = 0; i < 64; ++i) Oacc_reg[0][i] = 0;
       // %e3: fill over accumulator rows
-      m_init_thread[0][0] = m_init_thread[0][1] = -1e+30;
+      m_reg[0][0] = m_reg[0][1] = -1e+30;
       // %e4: fill over accumulator rows
-      l_init_thread[0][0] = l_init_thread[0][1] = 0;
+      l_reg[0][0] = l_reg[0][1] = 0;
       cypress::wait(&full_Q_block[0], (0 ^ tphase));  // %e1 -> %e8 (raw %Q_block, into the loop)
       cypress::named_sync((3 + cw), 256);  // %e8 -> %e20 (turn, into the loop)
       for (int kb = 0; kb < num_k; ++kb) {
         cypress::wait(&full_B_mma_qk[stage], phase);  // %e7 -> %e8 (raw %B_mma_qk)
-        // wgmma.fence: %e6 -> %e8 (raw %C_clear_thread_1); %e6 -> %e8 (waw %C_clear_thread_1); %e6 -> %e8 (waw %C_clear_thread_1, 1 step(s) later); %e8 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e8 (waw %C_clear_thread_1, 1 step(s) later); %e10 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e10 -> %e8 (waw %C_clear_thread_1, 1 step(s) later); %e12 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e14 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e14 -> %e8 (waw %C_clear_thread_1, 1 step(s) later); %e16 -> %e8 (war %C_clear_thread_1, 1 step(s) later); %e18 -> %e8 (war %C_clear_thread_1, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread_1[0]);
+        // wgmma.fence: %e6 -> %e8 (raw %S_reg); %e6 -> %e8 (waw %S_reg); %e6 -> %e8 (waw %S_reg, 1 step(s) later); %e8 -> %e8 (war %S_reg, 1 step(s) later); %e8 -> %e8 (waw %S_reg, 1 step(s) later); %e10 -> %e8 (war %S_reg, 1 step(s) later); %e10 -> %e8 (waw %S_reg, 1 step(s) later); %e12 -> %e8 (war %S_reg, 1 step(s) later); %e14 -> %e8 (war %S_reg, 1 step(s) later); %e14 -> %e8 (waw %S_reg, 1 step(s) later); %e16 -> %e8 (war %S_reg, 1 step(s) later); %e18 -> %e8 (war %S_reg, 1 step(s) later)
+        cypress::fence_acc(S_reg[0]);
         cypress::wgmma_fence();
         // %e8: warpgroup_mma, 8 k16 step(s), B K-major (fill %e6 folded in: scale-d off on the first step)
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
           const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk + (stage) * B_mma_qk_STAGE + (kk / 4) * B_mma_qk_CHUNK + (kk % 4) * 32);
           const uint64_t da = cypress::desc_k_sw128(s_Q_block + (kk / 4) * Q_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
-          cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, C_clear_thread_1[0], kk == 0);
+          cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, S_reg[0], kk == 0);
         }
         cypress::commit();  // closes the group of %e8
         cypress::named_arrive((3 + ((cw + 1) % 2)), 256);  // %e8 -> %e20 (turn)
-        cypress::wait<0>();  // %e8 -> %e9 (raw %C_clear_thread_1); %e8 -> %e9 (war %C_clear_thread_1); %e8 -> %e9 (waw %C_clear_thread_1); %e8 -> %e9 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e9 (waw %C_clear_thread_1, 1 step(s) later); %e8 -> %e1 (war %Q_block, the next tile); %e8 -> %e7 (war %B_mma_qk, 2 step(s) later); %e8 -> %e10 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e10 (waw %C_clear_thread_1, 1 step(s) later); %e8 -> %e10 (war %C_clear_thread_1); %e8 -> %e10 (waw %C_clear_thread_1); %e8 -> %e14 (war %C_clear_thread_1); %e8 -> %e14 (waw %C_clear_thread_1); %e8 -> %e14 (war %C_clear_thread_1, 1 step(s) later); %e8 -> %e14 (waw %C_clear_thread_1, 1 step(s) later); %e20 -> %e17 (raw %C_clear_thread, 1 step(s) later); %e20 -> %e17 (war %C_clear_thread, 1 step(s) later); %e20 -> %e17 (waw %C_clear_thread, 1 step(s) later); %e20 -> %e18 (war %D_convert_thread, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread_1[0]);
-        cypress::fence_acc(C_clear_thread[0]);
-        cypress::fence_acc(D_convert_thread[0]);
+        cypress::wait<0>();  // %e8 -> %e9 (raw %S_reg); %e8 -> %e9 (war %S_reg); %e8 -> %e9 (waw %S_reg); %e8 -> %e9 (war %S_reg, 1 step(s) later); %e8 -> %e9 (waw %S_reg, 1 step(s) later); %e8 -> %e1 (war %Q_block, the next tile); %e8 -> %e7 (war %B_mma_qk, 2 step(s) later); %e8 -> %e10 (war %S_reg, 1 step(s) later); %e8 -> %e10 (waw %S_reg, 1 step(s) later); %e8 -> %e10 (war %S_reg); %e8 -> %e10 (waw %S_reg); %e8 -> %e14 (war %S_reg); %e8 -> %e14 (waw %S_reg); %e8 -> %e14 (war %S_reg, 1 step(s) later); %e8 -> %e14 (waw %S_reg, 1 step(s) later); %e20 -> %e17 (raw %Oacc_reg, 1 step(s) later); %e20 -> %e17 (war %Oacc_reg, 1 step(s) later); %e20 -> %e17 (waw %Oacc_reg, 1 step(s) later); %e20 -> %e18 (war %P_reg, 1 step(s) later)
+        cypress::fence_acc(S_reg[0]);
+        cypress::fence_acc(Oacc_reg[0]);
+        cypress::fence_acc(P_reg[0]);
         if (kb >= (num_k - 1)) {
           if (leader) cypress::arrive(&empty_Q_block[0]);  // %e8 -> %e1 (war %Q_block, the next tile)
         }
         if (leader) cypress::arrive(&empty_B_mma_qk[stage]);  // %e8 -> %e7 (war %B_mma_qk, 2 step(s) later)
         // %e9: mask_columns over accumulator rows
-        cypress::mask_columns(C_clear_thread_1[0], (N - (kb * 128)));
+        cypress::mask_columns(S_reg[0], (N - (kb * 128)));
         // %e10: mask_causal over accumulator rows
-        cypress::mask_causal(C_clear_thread_1[0], ((((b2 * 128) - (kb * 128)) + ((1 - causal) * (N + 128))) + (cw * 64)));
+        cypress::mask_causal(S_reg[0], ((((b2 * 128) - (kb * 128)) + ((1 - causal) * (N + 128))) + (cw * 64)));
         // %e11: copy over accumulator rows
-        alpha_softmax_thread[0][0] = m_init_thread[0][0]; alpha_softmax_thread[0][1] = m_init_thread[0][1];
+        alpha_reg[0][0] = m_reg[0][0]; alpha_reg[0][1] = m_reg[0][1];
         // %e12: warpgroup_row_max over accumulator rows
-        cypress::warpgroup_row_max(m_init_thread[0], C_clear_thread_1[0]);
+        cypress::warpgroup_row_max(m_reg[0], S_reg[0]);
         // %e13: exp2_diff over accumulator rows
-        cypress::exp2_diff_vec(alpha_softmax_thread[0], m_init_thread[0], (scale * 1.4426950408889634));
+        cypress::exp2_diff_vec(alpha_reg[0], m_reg[0], (scale * 1.4426950408889634));
         // %e14: exp2_diff over accumulator rows
-        cypress::exp2_diff(C_clear_thread_1[0], m_init_thread[0], (scale * 1.4426950408889634));
+        cypress::exp2_diff(S_reg[0], m_reg[0], (scale * 1.4426950408889634));
         // %e15: scale_rows over accumulator rows
-        cypress::scale_vec(l_init_thread[0], alpha_softmax_thread[0]);
+        cypress::scale_vec(l_reg[0], alpha_reg[0]);
         // %e16: warpgroup_row_sum over accumulator rows (this thread's part)
-        cypress::warpgroup_row_sum_partial(l_init_thread[0], C_clear_thread_1[0]);
+        cypress::warpgroup_row_sum_partial(l_reg[0], S_reg[0]);
         // %e17: scale_rows over accumulator rows
-        cypress::scale_rows(C_clear_thread[0], alpha_softmax_thread[0]);
-        // %e18: copy %C_clear_thread_1 -> %D_convert_thread (f32 -> f16, the A fragment of a wgmma)
-        cypress::acc_to_a<__half>(C_clear_thread_1[0], D_convert_thread[0]);
+        cypress::scale_rows(Oacc_reg[0], alpha_reg[0]);
+        // %e18: copy %S_reg -> %P_reg (f32 -> f16, the A fragment of a wgmma)
+        cypress::acc_to_a<__half>(S_reg[0], P_reg[0]);
         cypress::wait(&full_B_mma_pv[stage], phase);  // %e19 -> %e20 (raw %B_mma_pv)
         cypress::named_sync((3 + cw), 256);  // %e8 -> %e20 (turn)
-        // wgmma.fence: %e2 -> %e20 (raw %C_clear_thread, into the loop); %e2 -> %e20 (waw %C_clear_thread, into the loop); %e17 -> %e20 (raw %C_clear_thread); %e17 -> %e20 (war %C_clear_thread); %e17 -> %e20 (waw %C_clear_thread); %e17 -> %e20 (war %C_clear_thread, 1 step(s) later); %e17 -> %e20 (waw %C_clear_thread, 1 step(s) later); %e18 -> %e20 (raw %D_convert_thread); %e20 -> %e20 (war %C_clear_thread, 1 step(s) later); %e20 -> %e20 (waw %C_clear_thread, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread[0]);
-        cypress::fence_acc(D_convert_thread[0]);
+        // wgmma.fence: %e2 -> %e20 (raw %Oacc_reg, into the loop); %e2 -> %e20 (waw %Oacc_reg, into the loop); %e17 -> %e20 (raw %Oacc_reg); %e17 -> %e20 (war %Oacc_reg); %e17 -> %e20 (waw %Oacc_reg); %e17 -> %e20 (war %Oacc_reg, 1 step(s) later); %e17 -> %e20 (waw %Oacc_reg, 1 step(s) later); %e18 -> %e20 (raw %P_reg); %e20 -> %e20 (war %Oacc_reg, 1 step(s) later); %e20 -> %e20 (waw %Oacc_reg, 1 step(s) later)
+        cypress::fence_acc(Oacc_reg[0]);
+        cypress::fence_acc(P_reg[0]);
         cypress::wgmma_fence();
-        // %e20: warpgroup_mma, A from registers %D_convert_thread, 8 k16 step(s)
+        // %e20: warpgroup_mma, A from registers %P_reg, 8 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
           const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv + (stage) * B_mma_pv_STAGE + kk * 16 * 128, B_mma_pv_CHUNK);
-          cypress::wgmma_rs<128, __half>(&D_convert_thread[0][kk * 4], db, C_clear_thread[0]);
+          cypress::wgmma_rs<128, __half>(&P_reg[0][kk * 4], db, Oacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e20
         if (kb >= 1) {
@@ -198,20 +198,20 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       if (cw >= 1 && more) {
         cypress::named_arrive(3, 256);  // start -> %e20 (turn) (persistent block: the next tile's, after this tile's last run)
       }
-      cypress::wait<0>();  // %e20 -> %e21 (raw %C_clear_thread, after the loop); %e20 -> %e21 (war %C_clear_thread, after the loop); %e20 -> %e21 (waw %C_clear_thread, after the loop); %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
-      cypress::fence_acc(C_clear_thread[0]);
+      cypress::wait<0>();  // %e20 -> %e21 (raw %Oacc_reg, after the loop); %e20 -> %e21 (war %Oacc_reg, after the loop); %e20 -> %e21 (waw %Oacc_reg, after the loop); %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
+      cypress::fence_acc(Oacc_reg[0]);
       if (0 >= num_k) {
         if (leader) cypress::arrive(&empty_Q_block[0]);  // %e8 -> %e1 (war %Q_block, the next tile)
       }
       if ((num_k - 1) >= 0) {
         if (leader) cypress::arrive(&empty_B_mma_pv[(stage >= 1 ? stage - 1 : stage + 1)]);  // %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
       }
-      // the row sums in %l_init_thread are per-lane parts until here: sum them across each quad
-      cypress::quad_reduce(l_init_thread[0]);
+      // the row sums in %l_reg are per-lane parts until here: sum them across each quad
+      cypress::quad_reduce(l_reg[0]);
       // %e21: div_rows over accumulator rows
-      cypress::div_rows(C_clear_thread[0], l_init_thread[0]);
+      cypress::div_rows(Oacc_reg[0], l_reg[0]);
       // %e22: row_log_sum_exp over accumulator rows
-      cypress::row_log_sum_exp(LSE_finish_thread[0], m_init_thread[0], l_init_thread[0], scale);
+      cypress::row_log_sum_exp(LSE_finish_thread[0], m_reg[0], l_reg[0], scale);
       // %e23: copy %LSE_finish_thread -> LSE (f32), one lane of each quad
       if (threadIdx.x % 4 == 0) {
         float* __restrict__ dst = LSE + size_t(((b0 * H) + b1)) * M;
@@ -222,12 +222,12 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       }
       if (leader) cypress::tma_store_wait<0>();  // %e25 -> end (the TMA store reads %D_store_wg) (persistent block: before the next tile writes %D_store_wg)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
-      // %e24: copy %C_clear_thread -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
+      // %e24: copy %Oacc_reg -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const int2 rc = cypress::acc_coord(j);
         uint8_t* box = smem + 131072 + cw * 16384 + (rc.y / 64) * 8192;
-        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[0][2 * j], C_clear_thread[0][2 * j + 1]);
+        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(Oacc_reg[0][2 * j], Oacc_reg[0][2 * j + 1]);
       }
       cypress::fence_proxy_async();  // %e24 -> %e25 (raw %D_store_wg)
       cypress::named_sync((1 + cw), 128);  // %e24 -> %e25 (raw %D_store_wg)

@@ -120,14 +120,14 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     const int cw = wg - 1;
     // ---- consumer warpgroups: wgmma on the stages, accumulators in registers
     const bool leader = threadIdx.x % 128 == 0;
-    float C_clear_thread[1][64];  // %C_clear_thread: 64x128 f32 per warpgroup
-    float C_clear_thread_1[1][64];  // %C_clear_thread_1: 64x128 f32 per warpgroup
-    uint32_t D_convert_thread[1][32];  // %D_convert_thread: 64x128 f16 per warpgroup (wgmma A fragments, packed pairs)
-    float C_clear_thread_2[1][64];  // %C_clear_thread_2: 64x128 f32 per warpgroup
-    float m_init_thread[1][2];  // %m_init_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
-    float l_init_thread[1][2];  // %l_init_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
-    float alpha_softmax_thread[1][2];  // %alpha_softmax_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
-    float alpha_softmax_thread_1[1][2];  // %alpha_softmax_thread_1: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
+    float Oacc_reg[1][64];  // %Oacc_reg: 64x128 f32 per warpgroup
+    float S0_reg[1][64];  // %S0_reg: 64x128 f32 per warpgroup
+    uint32_t P_reg[1][32];  // %P_reg: 64x128 f16 per warpgroup (wgmma A fragments, packed pairs)
+    float S_reg[1][64];  // %S_reg: 64x128 f32 per warpgroup
+    float m_reg[1][2];  // %m_reg: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
+    float l_reg[1][2];  // %l_reg: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
+    float alpha0_reg[1][2];  // %alpha0_reg: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
+    float alpha_reg[1][2];  // %alpha_reg: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float LSE_finish_thread[1][2];  // %LSE_finish_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
     int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
@@ -138,127 +138,127 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       const int num_k = (cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128) - 1);
       // %e2: fill
       #pragma unroll
-      for (int i = 0; i < 64; ++i) C_clear_thread[0][i] = 0;
+      for (int i = 0; i < 64; ++i) Oacc_reg[0][i] = 0;
       // %e3: fill over accumulator rows
-      m_init_thread[0][0] = m_init_thread[0][1] = -1e+30;
+      m_reg[0][0] = m_reg[0][1] = -1e+30;
       // %e4: fill over accumulator rows
-      l_init_thread[0][0] = l_init_thread[0][1] = 0;
+      l_reg[0][0] = l_reg[0][1] = 0;
       cypress::wait(&full_Q_block[0], (0 ^ tphase));  // %e1 -> %e7 (raw %Q_block); %e1 -> %e20 (raw %Q_block, into the loop)
       cypress::wait(&full_B_mma_qk_1[stage], phase);  // %e6 -> %e7 (raw %B_mma_qk_1)
-      // wgmma.fence: %e5 -> %e7 (raw %C_clear_thread_1); %e5 -> %e7 (waw %C_clear_thread_1)
-      cypress::fence_acc(C_clear_thread_1[0]);
+      // wgmma.fence: %e5 -> %e7 (raw %S0_reg); %e5 -> %e7 (waw %S0_reg)
+      cypress::fence_acc(S0_reg[0]);
       cypress::wgmma_fence();
       // %e7: warpgroup_mma, 8 k16 step(s), B K-major (fill %e5 folded in: scale-d off on the first step)
       #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
         const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE + (kk / 4) * B_mma_qk_1_CHUNK + (kk % 4) * 32);
         const uint64_t da = cypress::desc_k_sw128(s_Q_block + (kk / 4) * Q_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
-        cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, C_clear_thread_1[0], kk == 0);
+        cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, S0_reg[0], kk == 0);
       }
       cypress::commit();  // closes the group of %e7
-      cypress::wait<0>();  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e8 (raw %C_clear_thread_1); %e7 -> %e8 (war %C_clear_thread_1); %e7 -> %e8 (waw %C_clear_thread_1); %e7 -> %e9 (war %C_clear_thread_1); %e7 -> %e9 (waw %C_clear_thread_1); %e7 -> %e13 (war %C_clear_thread_1); %e7 -> %e13 (waw %C_clear_thread_1); %e22 -> %e35 (war %C_clear_thread, after the loop); %e22 -> %e35 (waw %C_clear_thread, after the loop); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
-      cypress::fence_acc(C_clear_thread_1[0]);
-      cypress::fence_acc(C_clear_thread[0]);
+      cypress::wait<0>();  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e8 (raw %S0_reg); %e7 -> %e8 (war %S0_reg); %e7 -> %e8 (waw %S0_reg); %e7 -> %e9 (war %S0_reg); %e7 -> %e9 (waw %S0_reg); %e7 -> %e13 (war %S0_reg); %e7 -> %e13 (waw %S0_reg); %e22 -> %e35 (war %Oacc_reg, after the loop); %e22 -> %e35 (waw %Oacc_reg, after the loop); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
+      cypress::fence_acc(S0_reg[0]);
+      cypress::fence_acc(Oacc_reg[0]);
       if (leader) cypress::arrive(&empty_B_mma_qk_1[stage]);  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on)
       // %e8: mask_columns over accumulator rows
-      cypress::mask_columns(C_clear_thread_1[0], N);
+      cypress::mask_columns(S0_reg[0], N);
       // %e9: mask_causal over accumulator rows
-      cypress::mask_causal(C_clear_thread_1[0], (((b2 * 128) + ((1 - causal) * (N + 128))) + (cw * 64)));
+      cypress::mask_causal(S0_reg[0], (((b2 * 128) + ((1 - causal) * (N + 128))) + (cw * 64)));
       // %e10: copy over accumulator rows
-      alpha_softmax_thread[0][0] = m_init_thread[0][0]; alpha_softmax_thread[0][1] = m_init_thread[0][1];
+      alpha0_reg[0][0] = m_reg[0][0]; alpha0_reg[0][1] = m_reg[0][1];
       // %e11: warpgroup_row_max over accumulator rows
-      cypress::warpgroup_row_max(m_init_thread[0], C_clear_thread_1[0]);
+      cypress::warpgroup_row_max(m_reg[0], S0_reg[0]);
       // %e12: exp2_diff over accumulator rows
-      cypress::exp2_diff_vec(alpha_softmax_thread[0], m_init_thread[0], (scale * 1.4426950408889634));
+      cypress::exp2_diff_vec(alpha0_reg[0], m_reg[0], (scale * 1.4426950408889634));
       // %e13: exp2_diff over accumulator rows
-      cypress::exp2_diff(C_clear_thread_1[0], m_init_thread[0], (scale * 1.4426950408889634));
+      cypress::exp2_diff(S0_reg[0], m_reg[0], (scale * 1.4426950408889634));
       // %e14: scale_rows over accumulator rows
-      cypress::scale_vec(l_init_thread[0], alpha_softmax_thread[0]);
+      cypress::scale_vec(l_reg[0], alpha0_reg[0]);
       // %e15: warpgroup_row_sum over accumulator rows (this thread's part)
-      cypress::warpgroup_row_sum_partial(l_init_thread[0], C_clear_thread_1[0]);
-      // %e16: copy %C_clear_thread_1 -> %D_convert_thread (f32 -> f16, the A fragment of a wgmma)
-      cypress::acc_to_a<__half>(C_clear_thread_1[0], D_convert_thread[0]);
+      cypress::warpgroup_row_sum_partial(l_reg[0], S0_reg[0]);
+      // %e16: copy %S0_reg -> %P_reg (f32 -> f16, the A fragment of a wgmma)
+      cypress::acc_to_a<__half>(S0_reg[0], P_reg[0]);
       for (int kb = 0; kb < num_k; ++kb) {
         cypress::wait(&full_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)], (phase ^ (stage + 1 >= 2)));  // %e19 -> %e20 (raw %B_mma_qk_1)
-        // wgmma.fence: %e18 -> %e20 (raw %C_clear_thread_2); %e18 -> %e20 (waw %C_clear_thread_2); %e18 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e20 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e24 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e24 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e26 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e28 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e28 -> %e20 (waw %C_clear_thread_2, 1 step(s) later); %e30 -> %e20 (war %C_clear_thread_2, 1 step(s) later); %e32 -> %e20 (war %C_clear_thread_2, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread_2[0]);
+        // wgmma.fence: %e18 -> %e20 (raw %S_reg); %e18 -> %e20 (waw %S_reg); %e18 -> %e20 (waw %S_reg, 1 step(s) later); %e20 -> %e20 (war %S_reg, 1 step(s) later); %e20 -> %e20 (waw %S_reg, 1 step(s) later); %e24 -> %e20 (war %S_reg, 1 step(s) later); %e24 -> %e20 (waw %S_reg, 1 step(s) later); %e26 -> %e20 (war %S_reg, 1 step(s) later); %e28 -> %e20 (war %S_reg, 1 step(s) later); %e28 -> %e20 (waw %S_reg, 1 step(s) later); %e30 -> %e20 (war %S_reg, 1 step(s) later); %e32 -> %e20 (war %S_reg, 1 step(s) later)
+        cypress::fence_acc(S_reg[0]);
         cypress::wgmma_fence();
         // %e20: warpgroup_mma, 8 k16 step(s), B K-major (fill %e18 folded in: scale-d off on the first step)
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
           const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk_1 + ((stage + 1 < 2 ? stage + 1 : stage - 1)) * B_mma_qk_1_STAGE + (kk / 4) * B_mma_qk_1_CHUNK + (kk % 4) * 32);
           const uint64_t da = cypress::desc_k_sw128(s_Q_block + (kk / 4) * Q_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
-          cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, C_clear_thread_2[0], kk == 0);
+          cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, S_reg[0], kk == 0);
         }
         cypress::commit();  // closes the group of %e20
         cypress::wait(&full_B_mma_pv[stage], phase);  // %e21 -> %e22 (raw %B_mma_pv)
-        // wgmma.fence: %e2 -> %e22 (raw %C_clear_thread, into the loop); %e2 -> %e22 (waw %C_clear_thread, into the loop); %e16 -> %e22 (raw %D_convert_thread, into the loop); %e22 -> %e22 (raw %C_clear_thread, 1 step(s) later); %e22 -> %e22 (war %C_clear_thread, 1 step(s) later); %e22 -> %e22 (waw %C_clear_thread, 1 step(s) later); %e31 -> %e22 (raw %C_clear_thread, 1 step(s) later); %e31 -> %e22 (war %C_clear_thread, 1 step(s) later); %e31 -> %e22 (waw %C_clear_thread, 1 step(s) later); %e32 -> %e22 (raw %D_convert_thread, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread[0]);
-        cypress::fence_acc(D_convert_thread[0]);
+        // wgmma.fence: %e2 -> %e22 (raw %Oacc_reg, into the loop); %e2 -> %e22 (waw %Oacc_reg, into the loop); %e16 -> %e22 (raw %P_reg, into the loop); %e22 -> %e22 (raw %Oacc_reg, 1 step(s) later); %e22 -> %e22 (war %Oacc_reg, 1 step(s) later); %e22 -> %e22 (waw %Oacc_reg, 1 step(s) later); %e31 -> %e22 (raw %Oacc_reg, 1 step(s) later); %e31 -> %e22 (war %Oacc_reg, 1 step(s) later); %e31 -> %e22 (waw %Oacc_reg, 1 step(s) later); %e32 -> %e22 (raw %P_reg, 1 step(s) later)
+        cypress::fence_acc(Oacc_reg[0]);
+        cypress::fence_acc(P_reg[0]);
         cypress::wgmma_fence();
-        // %e22: warpgroup_mma, A from registers %D_convert_thread, 8 k16 step(s)
+        // %e22: warpgroup_mma, A from registers %P_reg, 8 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
           const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv + (stage) * B_mma_pv_STAGE + kk * 16 * 128, B_mma_pv_CHUNK);
-          cypress::wgmma_rs<128, __half>(&D_convert_thread[0][kk * 4], db, C_clear_thread[0]);
+          cypress::wgmma_rs<128, __half>(&P_reg[0][kk * 4], db, Oacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e22
-        cypress::wait<1>();  // %e20 -> %e23 (raw %C_clear_thread_2); %e20 -> %e23 (war %C_clear_thread_2); %e20 -> %e23 (waw %C_clear_thread_2); %e20 -> %e23 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e23 (waw %C_clear_thread_2, 1 step(s) later); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile); %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later); %e20 -> %e24 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e24 (waw %C_clear_thread_2, 1 step(s) later); %e20 -> %e24 (war %C_clear_thread_2); %e20 -> %e24 (waw %C_clear_thread_2); %e20 -> %e28 (war %C_clear_thread_2); %e20 -> %e28 (waw %C_clear_thread_2); %e20 -> %e28 (war %C_clear_thread_2, 1 step(s) later); %e20 -> %e28 (waw %C_clear_thread_2, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread_2[0]);
+        cypress::wait<1>();  // %e20 -> %e23 (raw %S_reg); %e20 -> %e23 (war %S_reg); %e20 -> %e23 (waw %S_reg); %e20 -> %e23 (war %S_reg, 1 step(s) later); %e20 -> %e23 (waw %S_reg, 1 step(s) later); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile); %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later); %e20 -> %e24 (war %S_reg, 1 step(s) later); %e20 -> %e24 (waw %S_reg, 1 step(s) later); %e20 -> %e24 (war %S_reg); %e20 -> %e24 (waw %S_reg); %e20 -> %e28 (war %S_reg); %e20 -> %e28 (waw %S_reg); %e20 -> %e28 (war %S_reg, 1 step(s) later); %e20 -> %e28 (waw %S_reg, 1 step(s) later)
+        cypress::fence_acc(S_reg[0]);
         if (kb >= (num_k - 1)) {
           if (leader) cypress::arrive(&empty_Q_block[0]);  // %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
         }
         if (leader) cypress::arrive(&empty_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)]);  // %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later)
         // %e23: mask_columns over accumulator rows
-        cypress::mask_columns(C_clear_thread_2[0], (N - ((kb + 1) * 128)));
+        cypress::mask_columns(S_reg[0], (N - ((kb + 1) * 128)));
         // %e24: mask_causal over accumulator rows
-        cypress::mask_causal(C_clear_thread_2[0], ((((b2 * 128) - ((kb + 1) * 128)) + ((1 - causal) * (N + 128))) + (cw * 64)));
+        cypress::mask_causal(S_reg[0], ((((b2 * 128) - ((kb + 1) * 128)) + ((1 - causal) * (N + 128))) + (cw * 64)));
         // %e25: copy over accumulator rows
-        alpha_softmax_thread_1[0][0] = m_init_thread[0][0]; alpha_softmax_thread_1[0][1] = m_init_thread[0][1];
+        alpha_reg[0][0] = m_reg[0][0]; alpha_reg[0][1] = m_reg[0][1];
         // %e26: warpgroup_row_max over accumulator rows
-        cypress::warpgroup_row_max(m_init_thread[0], C_clear_thread_2[0]);
+        cypress::warpgroup_row_max(m_reg[0], S_reg[0]);
         // %e27: exp2_diff over accumulator rows
-        cypress::exp2_diff_vec(alpha_softmax_thread_1[0], m_init_thread[0], (scale * 1.4426950408889634));
+        cypress::exp2_diff_vec(alpha_reg[0], m_reg[0], (scale * 1.4426950408889634));
         // %e28: exp2_diff over accumulator rows
-        cypress::exp2_diff(C_clear_thread_2[0], m_init_thread[0], (scale * 1.4426950408889634));
+        cypress::exp2_diff(S_reg[0], m_reg[0], (scale * 1.4426950408889634));
         // %e29: scale_rows over accumulator rows
-        cypress::scale_vec(l_init_thread[0], alpha_softmax_thread_1[0]);
+        cypress::scale_vec(l_reg[0], alpha_reg[0]);
         // %e30: warpgroup_row_sum over accumulator rows (this thread's part)
-        cypress::warpgroup_row_sum_partial(l_init_thread[0], C_clear_thread_2[0]);
-        cypress::wait<0>();  // %e22 -> %e31 (raw %C_clear_thread); %e22 -> %e31 (war %C_clear_thread); %e22 -> %e31 (waw %C_clear_thread); %e22 -> %e31 (war %C_clear_thread, 1 step(s) later); %e22 -> %e31 (waw %C_clear_thread, 1 step(s) later); %e22 -> %e21 (war %B_mma_pv, 2 step(s) later); %e22 -> %e32 (war %D_convert_thread); %e22 -> %e32 (war %D_convert_thread, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread[0]);
-        cypress::fence_acc(D_convert_thread[0]);
+        cypress::warpgroup_row_sum_partial(l_reg[0], S_reg[0]);
+        cypress::wait<0>();  // %e22 -> %e31 (raw %Oacc_reg); %e22 -> %e31 (war %Oacc_reg); %e22 -> %e31 (waw %Oacc_reg); %e22 -> %e31 (war %Oacc_reg, 1 step(s) later); %e22 -> %e31 (waw %Oacc_reg, 1 step(s) later); %e22 -> %e21 (war %B_mma_pv, 2 step(s) later); %e22 -> %e32 (war %P_reg); %e22 -> %e32 (war %P_reg, 1 step(s) later)
+        cypress::fence_acc(Oacc_reg[0]);
+        cypress::fence_acc(P_reg[0]);
         if (leader) cypress::arrive(&empty_B_mma_pv[stage]);  // %e22 -> %e21 (war %B_mma_pv, 2 step(s) later)
         // %e31: scale_rows over accumulator rows
-        cypress::scale_rows(C_clear_thread[0], alpha_softmax_thread_1[0]);
-        // %e32: copy %C_clear_thread_2 -> %D_convert_thread (f32 -> f16, the A fragment of a wgmma)
-        cypress::acc_to_a<__half>(C_clear_thread_2[0], D_convert_thread[0]);
+        cypress::scale_rows(Oacc_reg[0], alpha_reg[0]);
+        // %e32: copy %S_reg -> %P_reg (f32 -> f16, the A fragment of a wgmma)
+        cypress::acc_to_a<__half>(S_reg[0], P_reg[0]);
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
       if (0 >= num_k) {
         if (leader) cypress::arrive(&empty_Q_block[0]);  // %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
       }
       cypress::wait(&full_B_mma_pv[stage], phase);  // %e33 -> %e34 (raw %B_mma_pv)
-      // wgmma.fence: %e31 -> %e34 (raw %C_clear_thread, after the loop); %e31 -> %e34 (war %C_clear_thread, after the loop); %e31 -> %e34 (waw %C_clear_thread, after the loop); %e32 -> %e34 (raw %D_convert_thread, after the loop)
-      cypress::fence_acc(C_clear_thread[0]);
-      cypress::fence_acc(D_convert_thread[0]);
+      // wgmma.fence: %e31 -> %e34 (raw %Oacc_reg, after the loop); %e31 -> %e34 (war %Oacc_reg, after the loop); %e31 -> %e34 (waw %Oacc_reg, after the loop); %e32 -> %e34 (raw %P_reg, after the loop)
+      cypress::fence_acc(Oacc_reg[0]);
+      cypress::fence_acc(P_reg[0]);
       cypress::wgmma_fence();
-      // %e34: warpgroup_mma, A from registers %D_convert_thread, 8 k16 step(s)
+      // %e34: warpgroup_mma, A from registers %P_reg, 8 k16 step(s)
       #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
         const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv + (stage) * B_mma_pv_STAGE + kk * 16 * 128, B_mma_pv_CHUNK);
-        cypress::wgmma_rs<128, __half>(&D_convert_thread[0][kk * 4], db, C_clear_thread[0]);
+        cypress::wgmma_rs<128, __half>(&P_reg[0][kk * 4], db, Oacc_reg[0]);
       }
       cypress::commit();  // closes the group of %e34
-      cypress::wait<0>();  // %e34 -> %e21 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e33 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e35 (raw %C_clear_thread); %e34 -> %e35 (war %C_clear_thread); %e34 -> %e35 (waw %C_clear_thread)
-      cypress::fence_acc(C_clear_thread[0]);
+      cypress::wait<0>();  // %e34 -> %e21 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e33 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e35 (raw %Oacc_reg); %e34 -> %e35 (war %Oacc_reg); %e34 -> %e35 (waw %Oacc_reg)
+      cypress::fence_acc(Oacc_reg[0]);
       if (leader) cypress::arrive(&empty_B_mma_pv[stage]);  // %e34 -> %e21 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e33 (war %B_mma_pv, 2 ring position(s) on)
-      // the row sums in %l_init_thread are per-lane parts until here: sum them across each quad
-      cypress::quad_reduce(l_init_thread[0]);
+      // the row sums in %l_reg are per-lane parts until here: sum them across each quad
+      cypress::quad_reduce(l_reg[0]);
       // %e35: div_rows over accumulator rows
-      cypress::div_rows(C_clear_thread[0], l_init_thread[0]);
+      cypress::div_rows(Oacc_reg[0], l_reg[0]);
       // %e36: row_log_sum_exp over accumulator rows
-      cypress::row_log_sum_exp(LSE_finish_thread[0], m_init_thread[0], l_init_thread[0], scale);
+      cypress::row_log_sum_exp(LSE_finish_thread[0], m_reg[0], l_reg[0], scale);
       // %e37: copy %LSE_finish_thread -> LSE (f32), one lane of each quad
       if (threadIdx.x % 4 == 0) {
         float* __restrict__ dst = LSE + size_t(((b0 * H) + b1)) * M;
@@ -269,12 +269,12 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       }
       if (leader) cypress::tma_store_wait<0>();  // %e39 -> end (the TMA store reads %D_store_wg) (persistent block: before the next tile writes %D_store_wg)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
-      // %e38: copy %C_clear_thread -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
+      // %e38: copy %Oacc_reg -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const int2 rc = cypress::acc_coord(j);
         uint8_t* box = smem + 131072 + cw * 16384 + (rc.y / 64) * 8192;
-        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[0][2 * j], C_clear_thread[0][2 * j + 1]);
+        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(Oacc_reg[0][2 * j], Oacc_reg[0][2 * j + 1]);
       }
       cypress::fence_proxy_async();  // %e38 -> %e39 (raw %D_store_wg)
       cypress::named_sync((1 + cw), 128);  // %e38 -> %e39 (raw %D_store_wg)

@@ -68,25 +68,25 @@ gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_consta
     const int cw = wg - 1;
     // ---- consumer warpgroups: wgmma on the stages, accumulators in registers
     const bool leader = threadIdx.x % 128 == 0;
-    float C_clear_thread[1][128];  // %C_clear_thread: 64x256 f32 per warpgroup
+    float Cacc_reg[1][128];  // %Cacc_reg: 64x256 f32 per warpgroup
     int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
       int b0, b1;
       tile_coords(t, b0, b1);
       // %e1: fill
       #pragma unroll
-      for (int i = 0; i < 128; ++i) C_clear_thread[0][i] = 0;
+      for (int i = 0; i < 128; ++i) Cacc_reg[0][i] = 0;
       for (int kb = 0; kb < num_k; ++kb) {
         cypress::wait(&full_A_mma_block_B_mma_block[stage], phase);  // %e3 -> %e5 (raw %A_mma_block); %e4 -> %e5 (raw %B_mma_block)
-        // wgmma.fence: %e1 -> %e5 (raw %C_clear_thread, into the loop); %e1 -> %e5 (waw %C_clear_thread, into the loop); %e5 -> %e5 (raw %C_clear_thread, 1 step(s) later); %e5 -> %e5 (war %C_clear_thread, 1 step(s) later); %e5 -> %e5 (waw %C_clear_thread, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread[0]);
+        // wgmma.fence: %e1 -> %e5 (raw %Cacc_reg, into the loop); %e1 -> %e5 (waw %Cacc_reg, into the loop); %e5 -> %e5 (raw %Cacc_reg, 1 step(s) later); %e5 -> %e5 (war %Cacc_reg, 1 step(s) later); %e5 -> %e5 (waw %Cacc_reg, 1 step(s) later)
+        cypress::fence_acc(Cacc_reg[0]);
         cypress::wgmma_fence();
         // %e5: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + (stage) * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
           const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
-          cypress::wgmma<256, __nv_bfloat16>(da, db, C_clear_thread[0]);
+          cypress::wgmma<256, __nv_bfloat16>(da, db, Cacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e5
         cypress::wait<1>();  // %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
@@ -95,19 +95,19 @@ gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_consta
         }
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
-      cypress::wait<0>();  // %e5 -> %e6 (raw %C_clear_thread, after the loop); %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
-      cypress::fence_acc(C_clear_thread[0]);
+      cypress::wait<0>();  // %e5 -> %e6 (raw %Cacc_reg, after the loop); %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
+      cypress::fence_acc(Cacc_reg[0]);
       if ((num_k - 1) >= 0) {
         if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
       }
       if (leader) cypress::tma_store_wait<0>();  // %e7 -> end (the TMA store reads %D_copy_warpgroup) (persistent block: before the next tile writes %D_copy_warpgroup)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
-      // %e6: copy %C_clear_thread -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
+      // %e6: copy %Cacc_reg -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 64; ++j) {
         const int2 rc = cypress::acc_coord(j);
         uint8_t* box = smem + 147456 + cw * 32768 + (rc.y / 64) * 8192;
-        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__nv_bfloat16>(C_clear_thread[0][2 * j], C_clear_thread[0][2 * j + 1]);
+        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__nv_bfloat16>(Cacc_reg[0][2 * j], Cacc_reg[0][2 * j + 1]);
       }
       cypress::fence_proxy_async();  // %e6 -> %e7 (raw %D_copy_warpgroup)
       cypress::named_sync((1 + cw), 128);  // %e6 -> %e7 (raw %D_copy_warpgroup)

@@ -69,28 +69,28 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
     // ---- consumer warpgroups: wgmma on the stages, accumulators in registers
     const bool leader = threadIdx.x % 128 == 0;
     const int tw = threadIdx.x % 128;  // thread in its warpgroup
-    float C_clear_thread[1][128];  // %C_clear_thread: 64x256 f32 per warpgroup
-    float y_clear_vec_thread[1];  // %y_clear_vec_thread: 1 f32 per thread
+    float Cacc_reg[1][128];  // %Cacc_reg: 64x256 f32 per warpgroup
+    float yacc_reg[1];  // %yacc_reg: 1 f32 per thread
     int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
       int b0, b1;
       tile_coords(t, b0, b1);
       // %e2: fill
       #pragma unroll
-      for (int i = 0; i < 128; ++i) C_clear_thread[0][i] = 0;
+      for (int i = 0; i < 128; ++i) Cacc_reg[0][i] = 0;
       // %e3: fill
-      for (int i = 0; i < 1; ++i) y_clear_vec_thread[i] = 0;
+      for (int i = 0; i < 1; ++i) yacc_reg[i] = 0;
       for (int kb = 0; kb < num_k; ++kb) {
         cypress::wait(&full_A_mma_block_B_mma_block[stage], phase);  // %e5 -> %e7 (raw %A_mma_block); %e5 -> %e8 (raw %A_mma_block); %e6 -> %e7 (raw %B_mma_block)
-        // wgmma.fence: %e2 -> %e7 (raw %C_clear_thread, into the loop); %e2 -> %e7 (waw %C_clear_thread, into the loop); %e7 -> %e7 (raw %C_clear_thread, 1 step(s) later); %e7 -> %e7 (war %C_clear_thread, 1 step(s) later); %e7 -> %e7 (waw %C_clear_thread, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread[0]);
+        // wgmma.fence: %e2 -> %e7 (raw %Cacc_reg, into the loop); %e2 -> %e7 (waw %Cacc_reg, into the loop); %e7 -> %e7 (raw %Cacc_reg, 1 step(s) later); %e7 -> %e7 (war %Cacc_reg, 1 step(s) later); %e7 -> %e7 (waw %Cacc_reg, 1 step(s) later)
+        cypress::fence_acc(Cacc_reg[0]);
         cypress::wgmma_fence();
         // %e7: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + (stage) * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
           const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
-          cypress::wgmma<256, __half>(da, db, C_clear_thread[0]);
+          cypress::wgmma<256, __half>(da, db, Cacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e7
         cypress::wait<1>();  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
@@ -102,24 +102,24 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
         if (tw < 64 && b1 == tiles1 - 1) {
           #pragma unroll
           for (int rr = 0; rr < 1; ++rr)
-            y_clear_vec_thread[rr] += cypress::sw128_row_sum<__half>(s_A_mma_block + (stage) * A_mma_block_STAGE, (((cw * 64) + tw)) + rr, 1, A_mma_block_CHUNK);
+            yacc_reg[rr] += cypress::sw128_row_sum<__half>(s_A_mma_block + (stage) * A_mma_block_STAGE, (((cw * 64) + tw)) + rr, 1, A_mma_block_CHUNK);
         }
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
-      cypress::wait<0>();  // %e7 -> %e9 (raw %C_clear_thread, after the loop); %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
-      cypress::fence_acc(C_clear_thread[0]);
+      cypress::wait<0>();  // %e7 -> %e9 (raw %Cacc_reg, after the loop); %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
+      cypress::fence_acc(Cacc_reg[0]);
       if ((num_k - 1) >= 0) {
         __syncwarp();  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
         if (threadIdx.x % 32 == 0) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e7 -> %e5 (war %A_mma_block, 3 step(s) later); %e8 -> %e5 (war %A_mma_block, 3 step(s) later); %e7 -> %e6 (war %B_mma_block, 3 step(s) later)
       }
       if (leader) cypress::tma_store_wait<0>();  // %e10 -> end (the TMA store reads %D_copy_warpgroup) (persistent block: before the next tile writes %D_copy_warpgroup)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
-      // %e9: copy %C_clear_thread -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
+      // %e9: copy %Cacc_reg -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 64; ++j) {
         const int2 rc = cypress::acc_coord(j);
         uint8_t* box = smem + 147456 + cw * 32768 + (rc.y / 64) * 8192;
-        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[0][2 * j], C_clear_thread[0][2 * j + 1]);
+        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(Cacc_reg[0][2 * j], Cacc_reg[0][2 * j + 1]);
       }
       cypress::fence_proxy_async();  // %e9 -> %e10 (raw %D_copy_warpgroup)
       cypress::named_sync((1 + cw), 128);  // %e9 -> %e10 (raw %D_copy_warpgroup)
@@ -130,10 +130,10 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e10
-      // %e11: copy %y_clear_vec_thread -> y (f32), last host-loop iteration only (the earlier ones' writes are overwritten)
+      // %e11: copy %yacc_reg -> y (f32), last host-loop iteration only (the earlier ones' writes are overwritten)
       if ((tw < 64) && b1 == tiles1 - 1) {
         for (int i = 0; i < 1; ++i)
-          if (((((b0 * 128) + (cw * 64)) + tw)) + i < M) y[((((b0 * 128) + (cw * 64)) + tw)) + i] = y_clear_vec_thread[i];
+          if (((((b0 * 128) + (cw * 64)) + tw)) + i < M) y[((((b0 * 128) + (cw * 64)) + tw)) + i] = yacc_reg[i];
       }
     }
     if (leader) cypress::tma_store_wait<0>();  // %e10 -> end (the TMA store reads %D_copy_warpgroup) (after the last tile)

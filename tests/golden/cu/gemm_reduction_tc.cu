@@ -71,8 +71,8 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
     // ---- consumer warpgroups: wgmma on the stages, accumulators in registers
     const bool leader = threadIdx.x % 128 == 0;
     const int tw = threadIdx.x % 128;  // thread in its warpgroup
-    float C_clear_thread[1][128];  // %C_clear_thread: 64x256 f32 per warpgroup
-    float C_clear_sums_thread[1][4];  // %C_clear_sums_thread: 64x8 f32 per warpgroup
+    float Cacc_reg[1][128];  // %Cacc_reg: 64x256 f32 per warpgroup
+    float Yacc_reg[1][4];  // %Yacc_reg: 64x8 f32 per warpgroup
     float y_store_sums_thread[1][2];  // %y_store_sums_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
@@ -80,10 +80,10 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
       tile_coords(t, b0, b1);
       // %e2: fill
       #pragma unroll
-      for (int i = 0; i < 128; ++i) C_clear_thread[0][i] = 0;
+      for (int i = 0; i < 128; ++i) Cacc_reg[0][i] = 0;
       // %e3: fill
       #pragma unroll
-      for (int i = 0; i < 4; ++i) C_clear_sums_thread[0][i] = 0;
+      for (int i = 0; i < 4; ++i) Yacc_reg[0][i] = 0;
       // %e4: fill of %E[((cw * 4) + (tw / 32)).., ((tw % 32) * 2)..] (1x2 per thread, SIMT)
       #pragma unroll
       for (int r = 0; r < 1; ++r) {
@@ -97,23 +97,23 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
       cypress::named_sync(1, 256);  // %e4 -> %e9 (raw %E, into the loop)
       for (int kb = 0; kb < num_k; ++kb) {
         cypress::wait(&full_A_mma_block_B_mma_block[stage], phase);  // %e6 -> %e8 (raw %A_mma_block); %e6 -> %e9 (raw %A_mma_block); %e7 -> %e8 (raw %B_mma_block)
-        // wgmma.fence: %e2 -> %e8 (raw %C_clear_thread, into the loop); %e2 -> %e8 (waw %C_clear_thread, into the loop); %e8 -> %e8 (raw %C_clear_thread, 1 step(s) later); %e8 -> %e8 (war %C_clear_thread, 1 step(s) later); %e8 -> %e8 (waw %C_clear_thread, 1 step(s) later); %e3 -> %e9 (raw %C_clear_sums_thread, into the loop); %e3 -> %e9 (waw %C_clear_sums_thread, into the loop); %e9 -> %e9 (raw %C_clear_sums_thread, 1 step(s) later); %e9 -> %e9 (war %C_clear_sums_thread, 1 step(s) later); %e9 -> %e9 (waw %C_clear_sums_thread, 1 step(s) later)
-        cypress::fence_acc(C_clear_thread[0]);
-        cypress::fence_acc(C_clear_sums_thread[0]);
+        // wgmma.fence: %e2 -> %e8 (raw %Cacc_reg, into the loop); %e2 -> %e8 (waw %Cacc_reg, into the loop); %e8 -> %e8 (raw %Cacc_reg, 1 step(s) later); %e8 -> %e8 (war %Cacc_reg, 1 step(s) later); %e8 -> %e8 (waw %Cacc_reg, 1 step(s) later); %e3 -> %e9 (raw %Yacc_reg, into the loop); %e3 -> %e9 (waw %Yacc_reg, into the loop); %e9 -> %e9 (raw %Yacc_reg, 1 step(s) later); %e9 -> %e9 (war %Yacc_reg, 1 step(s) later); %e9 -> %e9 (waw %Yacc_reg, 1 step(s) later)
+        cypress::fence_acc(Cacc_reg[0]);
+        cypress::fence_acc(Yacc_reg[0]);
         cypress::wgmma_fence();
         // %e8: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + (stage) * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
           const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
-          cypress::wgmma<256, __half>(da, db, C_clear_thread[0]);
+          cypress::wgmma<256, __half>(da, db, Cacc_reg[0]);
         }
         // %e9: warpgroup_mma, 4 k16 step(s), B K-major
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t db = cypress::desc_k_sw128(s_E + (kk / 4) * E_CHUNK + (kk % 4) * 32);
           const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
-          cypress::wgmma<8, __half, cypress::Major::K, cypress::Major::K>(da, db, C_clear_sums_thread[0]);
+          cypress::wgmma<8, __half, cypress::Major::K, cypress::Major::K>(da, db, Yacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e8, %e9
         cypress::wait<1>();  // %e8 -> %e6 (war %A_mma_block, 3 step(s) later); %e9 -> %e6 (war %A_mma_block, 3 step(s) later); %e8 -> %e7 (war %B_mma_block, 3 step(s) later)
@@ -122,20 +122,20 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
         }
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
-      cypress::wait<0>();  // %e9 -> %e4 (war %E, the next tile); %e8 -> %e10 (raw %C_clear_thread, after the loop); %e9 -> %e13 (raw %C_clear_sums_thread, after the loop); %e8 -> %e6 (war %A_mma_block, 3 step(s) later); %e9 -> %e6 (war %A_mma_block, 3 step(s) later); %e8 -> %e7 (war %B_mma_block, 3 step(s) later)
-      cypress::fence_acc(C_clear_thread[0]);
-      cypress::fence_acc(C_clear_sums_thread[0]);
+      cypress::wait<0>();  // %e9 -> %e4 (war %E, the next tile); %e8 -> %e10 (raw %Cacc_reg, after the loop); %e9 -> %e13 (raw %Yacc_reg, after the loop); %e8 -> %e6 (war %A_mma_block, 3 step(s) later); %e9 -> %e6 (war %A_mma_block, 3 step(s) later); %e8 -> %e7 (war %B_mma_block, 3 step(s) later)
+      cypress::fence_acc(Cacc_reg[0]);
+      cypress::fence_acc(Yacc_reg[0]);
       if ((num_k - 1) >= 0) {
         if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e8 -> %e6 (war %A_mma_block, 3 step(s) later); %e9 -> %e6 (war %A_mma_block, 3 step(s) later); %e8 -> %e7 (war %B_mma_block, 3 step(s) later)
       }
       if (leader) cypress::tma_store_wait<0>();  // %e11 -> end (the TMA store reads %D_copy_warpgroup) (persistent block: before the next tile writes %D_copy_warpgroup)
       cypress::named_sync((2 + cw), 128);  // the other writers learn the store is done
-      // %e10: copy %C_clear_thread -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
+      // %e10: copy %Cacc_reg -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 64; ++j) {
         const int2 rc = cypress::acc_coord(j);
         uint8_t* box = smem + 147456 + cw * 32768 + (rc.y / 64) * 8192;
-        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(C_clear_thread[0][2 * j], C_clear_thread[0][2 * j + 1]);
+        *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(Cacc_reg[0][2 * j], Cacc_reg[0][2 * j + 1]);
       }
       cypress::fence_proxy_async();  // %e10 -> %e11 (raw %D_copy_warpgroup)
       cypress::named_sync((2 + cw), 128);  // %e10 -> %e11 (raw %D_copy_warpgroup)
@@ -149,7 +149,7 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
       // %e12: fill over accumulator rows
       y_store_sums_thread[0][0] = y_store_sums_thread[0][1] = 0;
       // %e13: warpgroup_row_sum over accumulator rows
-      cypress::warpgroup_row_sum(y_store_sums_thread[0], C_clear_sums_thread[0]);
+      cypress::warpgroup_row_sum(y_store_sums_thread[0], Yacc_reg[0]);
       // %e14: copy %y_store_sums_thread -> y (f32), one lane of each quad
       if (threadIdx.x % 4 == 0 && b1 == tiles1 - 1) {
         float* __restrict__ dst = y;
