@@ -112,7 +112,7 @@ def test_the_steps_overlap_as_flash_attention3_places_them_by_hand(tmp_path):
     v_release = at(lambda ln: "arrive(&empty_B_mma_pv" in ln, "V release")
     mask = at(lambda ln: "mask_columns" in ln, "mask")
     row_max = at(lambda ln: "warpgroup_row_max" in ln, "row max")
-    rescale = at(lambda ln: "scale_rows(C_" in ln, "O *= alpha")
+    rescale = at(lambda ln: "scale_rows(Oacc_reg" in ln, "O *= alpha")
     convert = at(lambda ln: "acc_to_a" in ln, "P = T(S)")
     # one group per GEMM, both issued before any wait: O += P V of step k runs on the Tensor
     # Core while the softmax of step k + 1 runs
