@@ -18,12 +18,12 @@ off the program's name:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields, is_dataclass
 from typing import Any
 
 from cypressc.abi.dtypes import DTYPES
 from cypressc.abi.exprs import eval_expr, expr_names
 from cypressc.ir import nodes as N
+from cypressc.ir.analysis import binary_exprs
 
 __all__ = [
     "EXAMPLE_BYTES",
@@ -115,19 +115,6 @@ def satisfy(
     return out
 
 
-def _walk(x: object):
-    if isinstance(x, N.IBin):
-        yield x
-        yield from _walk(x.a)
-        yield from _walk(x.b)
-    elif isinstance(x, (tuple, list)):
-        for y in x:
-            yield from _walk(y)
-    elif is_dataclass(x) and not isinstance(x, type):
-        for f in fields(x):
-            yield from _walk(getattr(x, f.name))
-
-
 def _names(e: N.IExpr) -> set[str]:
     if isinstance(e, N.IVar):
         return {e.name}
@@ -155,7 +142,9 @@ def flag_sizes(m: N.Module) -> dict[str, int]:
     """The ``int`` arguments that fix no tensor's shape, each with the value it starts at: 0
     (a flag off), or 1 where the kernel divides by it."""
     shaped = {v for p in m.params for x in p.shape for v in _names(x)}
-    divisors = {v for e in _walk(m.body) if e.op in ("/", "//", "%", "cdiv") for v in _names(e.b)}
+    divisors = {
+        v for e in binary_exprs(m.body) if e.op in ("/", "//", "%", "cdiv") for v in _names(e.b)
+    }
     return {s: 1 if s in divisors else 0 for s in m.scalars if s not in shaped}
 
 

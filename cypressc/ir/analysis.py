@@ -4,7 +4,7 @@ forwarding with index composition, and dead-op removal."""
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 
 from cypressc.ir import nodes as N
 from cypressc.ir.shapes import layout_key
@@ -262,3 +262,20 @@ def substitute_view(m: N.Module, name: str, new: N.View) -> N.Module:
 
 def module_ops(m: N.Module) -> list[N.Op]:
     return list(walk_ops(m.body))
+
+
+def binary_exprs(x: object):
+    """Every :class:`~cypressc.ir.nodes.IBin` in ``x`` (an op, a block, a module's body, a
+    tuple of them), outer ones first: a walk over the dataclass fields, for the checks that
+    look at what a program divides or compares by (:mod:`cypressc.ir.schedule_check`,
+    :mod:`cypressc.backend.sizes`)."""
+    if isinstance(x, N.IBin):
+        yield x
+        yield from binary_exprs(x.a)
+        yield from binary_exprs(x.b)
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            yield from binary_exprs(y)
+    elif is_dataclass(x) and not isinstance(x, type):
+        for f in fields(x):
+            yield from binary_exprs(getattr(x, f.name))

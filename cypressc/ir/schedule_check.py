@@ -8,32 +8,19 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from cypressc.ir import concurrent as C
 from cypressc.ir import interp as I
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import Symbols, dim_procs
+from cypressc.ir.analysis import Symbols, binary_exprs, dim_procs
 from cypressc.ir.check import random_inputs
 from cypressc.ir.subst import walk_ops
 from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["small_sizes", "written_params", "grid_blocks", "Verdict", "check_schedules"]
-
-
-def _exprs(x):
-    if isinstance(x, N.IBin):
-        yield x
-        yield from _exprs(x.a)
-        yield from _exprs(x.b)
-    elif isinstance(x, (tuple, list)):
-        for y in x:
-            yield from _exprs(y)
-    elif is_dataclass(x) and not isinstance(x, type):
-        for f in fields(x):
-            yield from _exprs(getattr(x, f.name))
 
 
 def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
@@ -44,7 +31,7 @@ def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
     buffer is refilled ``wraps`` times and every parity is used both ways), one that
     bounds another sequential loop two trips."""
     tile = {s: 1 for s in m.scalars}
-    for e in _exprs(m.body):
+    for e in binary_exprs(m.body):
         if (
             e.op == "cdiv"
             and isinstance(e.a, N.IVar)
