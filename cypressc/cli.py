@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 a user error (located diagnostics on stderr), 2 bad usa
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -16,6 +17,7 @@ from cypressc.diagnostics import CypressError, CypressErrors, Loc, render
 from cypressc.pipeline import step_names  # light: the --after choices are the pipeline's steps
 
 EXIT_USER, EXIT_INTERNAL = 1, 70
+EXIT_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a filter whose reader left
 
 
 def _stderr(text: str) -> None:
@@ -47,6 +49,12 @@ def _guard(fn):
             sys.exit(EXIT_USER)
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
+        except BrokenPipeError:
+            # the reader went away (`cypressc explain … | head`): stop quietly, as a Unix filter
+            # does; stdout goes to /dev/null so that Python's own flush at exit cannot fail again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(EXIT_PIPE)
         except Exception as e:  # noqa: BLE001 - the one place internal errors are caught
             order = sorted(kwargs, key=lambda k: (k != "program", k != "mapping"))  # program first
             inputs = " ".join(str(kwargs[k]) for k in order if isinstance(kwargs[k], (str, Path)))

@@ -303,3 +303,29 @@ def test_explain_shows_every_pass_before_the_one_that_refuses(tmp_path):
     assert "warning[E050]" in r.stderr and "24 columns" in r.stderr
     r = cli("explain", "programs/gemm.cyp", "-m", str(m), "--no-tree", "--after", "cuda-lowering")
     assert r.exit_code == 1 and "error[E050]" in r.stderr
+
+
+def test_a_reader_that_leaves_early_is_no_internal_error(tmp_path):
+    """`cypressc explain … | head -2`, as a user pipes it: the command stops quietly with 141
+    (128 + SIGPIPE, what a shell reports for a filter whose reader left; it was an internal
+    compiler error, exit 70)."""
+    import subprocess
+    import sys
+
+    err = tmp_path / "err"
+    r = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"{sys.executable} -m cypressc.cli explain programs/flash_attention3.cyp "
+            f"-m mappings/flash_attention3/h100.yaml 2>{err} | head -2 >/dev/null; "
+            "echo ${PIPESTATUS[0]}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    text = err.read_text()
+    assert r.stdout.strip() == "141", (r.stdout, text)
+    assert "internal compiler error" not in text and "Traceback" not in text, text
