@@ -55,10 +55,21 @@ def _done(w, n: int) -> None:
         w.close()
 
 
-def _each_line(var: str, n: int) -> str:
-    """The one-statement form of :func:`_each`: the loop header to put before the statement
-    ('' for ``n == 1``)."""
-    return "" if n == 1 else f"for (int {var} = 0; {var} < {n}; ++{var}) "
+def _atom(n: int) -> str:
+    """The index of the 64-row atom a statement of :func:`_per_atom` is written with: ``a``, or
+    the folded ``0`` for a warpgroup of one atom."""
+    return "a" if n > 1 else "0"
+
+
+def _per_atom(w, n: int, stmt: str, *, unroll: bool = True) -> None:
+    """The one-statement form of :func:`_each`: ``stmt`` (written with :func:`_atom`) under
+    ``for (int a = 0; a < n; ++a)``, or alone for one atom."""
+    if n == 1:
+        w(stmt)
+        return
+    if unroll:
+        w("#pragma unroll")
+    w(f"for (int a = 0; a < {n}; ++a) {stmt}")
 
 
 def _times(k: int | str, i: str) -> str:
@@ -68,12 +79,9 @@ def _times(k: int | str, i: str) -> str:
 
 def _fence_acc(w, p: P.KernelPlan, accs) -> None:
     """Order the compiler's accesses of the accumulators around an async wgmma point."""
-    for a in accs:
-        atoms = _frag(p, a).rows // 64
-        if atoms == 1:
-            w(f"cypress::fence_acc({a}[0]);")
-        else:
-            w(f"for (int a = 0; a < {atoms}; ++a) cypress::fence_acc({a}[a]);")
+    for acc in accs:
+        atoms = _frag(p, acc).rows // 64
+        _per_atom(w, atoms, f"cypress::fence_acc({acc}[{_atom(atoms)}]);", unroll=False)
 
 
 def _line(w, code: str, who, note: str) -> None:
@@ -193,14 +201,13 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     atoms = f.rows // 64
     zero = ", kk == 0" if mm.zero_fill else ""
     if mm.a_frag:
-        if atoms > 1:
-            w("#pragma unroll")
-        for_a = f"for (int a = 0; a < {atoms}; ++a) " if atoms > 1 else ""
-        ai = "a" if atoms > 1 else "0"
+        ai = _atom(atoms)
         mb = ", cypress::Major::K" if mm.b_kmajor else ""
-        w(
-            f"{for_a}cypress::wgmma_rs<{mm.n}, {CTYPE[mm.dtype]}{mb}>(&{mm.a_frag}[{ai}][kk * 4], db, "
-            f"{f.name}[{ai}]{zero});"
+        _per_atom(
+            w,
+            atoms,
+            f"cypress::wgmma_rs<{mm.n}, {CTYPE[mm.dtype]}{mb}>(&{mm.a_frag}[{ai}][kk * 4], db, "
+            f"{f.name}[{ai}]{zero});",
         )
         w.close()
         return
@@ -279,10 +286,8 @@ def _convert(w, p: P.KernelPlan, op: P.Convert) -> None:
     f = _frag(p, op.src)
     w(f"// {op.event}: copy %{op.src} -> %{op.dst} (f32 -> {op.dtype}, the A fragment of a wgmma)")
     n = f.rows // 64
-    i = "a" if n > 1 else "0"
-    if n > 1:
-        w("#pragma unroll")
-    w(f"{_each_line('a', n)}cypress::acc_to_a<{CTYPE[op.dtype]}>({op.src}[{i}], {op.dst}[{i}]);")
+    i = _atom(n)
+    _per_atom(w, n, f"cypress::acc_to_a<{CTYPE[op.dtype]}>({op.src}[{i}], {op.dst}[{i}]);")
 
 
 def _add(w, p: P.KernelPlan, op: P.Add) -> None:
@@ -433,7 +438,7 @@ _ROW_CALLS = {
 def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
     """A leaf over accumulator rows, once per 64-row atom (cypress.cuh's row helpers)."""
     (k0, x), rest = op.args[0], op.args[1:]
-    a = "a" if op.atoms > 1 else "0"
+    a = _atom(op.atoms)
     if op.fn == "fill":
         stmt = f"{x}[{a}][0] = {x}[{a}][1] = {_c(op.value)};"
     elif op.fn == "copy":
@@ -452,20 +457,11 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
         stmt = f"cypress::{call}({', '.join(args)});"
     for v in op.reduce:  # an operand of this op: the same atoms (lower_rows refuses mixed rows)
         w(f"// the row sums in %{v} are per-lane parts until here: sum them across each quad")
-        if op.atoms > 1:
-            w("#pragma unroll")
-        w(f"{_each_line('a', op.atoms)}cypress::quad_reduce({v}[{a}]);")
+        _per_atom(w, op.atoms, f"cypress::quad_reduce({v}[{a}]);")
     part = " (this thread's part)" if op.partial else ""
     w(f"// {op.event}: {op.fn} over accumulator rows{part}")
-    if op.atoms > 1:
-        w("#pragma unroll")
-        w(
-            f"for (int a = 0; a < {op.atoms}; ++a) {{ {stmt} }}"
-            if op.fn == "copy"
-            else f"for (int a = 0; a < {op.atoms}; ++a) {stmt}"
-        )
-    else:
-        w(stmt)
+    # two statements under one loop need braces
+    _per_atom(w, op.atoms, f"{{ {stmt} }}" if op.fn == "copy" and op.atoms > 1 else stmt)
 
 
 def _row_store(w, p: P.KernelPlan, op: P.RowStore) -> None:
