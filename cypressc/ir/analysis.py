@@ -20,6 +20,9 @@ __all__ = [
     "remove_ops",
     "map_ops",
     "substitute_view",
+    "names_in_use",
+    "rename_tensors",
+    "binary_exprs",
     "module_ops",
     "ref_for",
     "free_vars",
@@ -249,6 +252,42 @@ def map_ops(m: N.Module, fn) -> N.Module:
         )
 
     return replace(m, body=blk(m.body))
+
+
+def names_in_use(m: N.Module) -> set[str]:
+    """Every name ``m`` defines: allocations, partitions, lets, parameters, sizes, floats."""
+    out = {o.name for o in walk_ops(m.body) if isinstance(o, (N.Alloc, N.Partition, N.Let))}
+    return out | {p.name for p in m.params} | set(m.scalars) | set(m.floats)
+
+
+def rename_tensors(m: N.Module, new: dict[str, str]) -> N.Module:
+    """``m`` with allocations renamed (``new``: old name -> new name): their ``Alloc``, every
+    whole-tensor view of them (a partition's base, a layout, an operand) and the module's
+    ``sites``.  Partitions keep their names.  For modules before ``sync-insertion`` (whose
+    ops and pass results name tensors too).  Raises ``ValueError`` if a new name is taken."""
+    targets = list(new.values())
+    taken = names_in_use(m) - set(new)
+    if clash := sorted({v for v in targets if v in taken or targets.count(v) > 1}):
+        raise ValueError(f"rename_tensors: {', '.join(clash)} already taken")
+
+    def view(v: N.View) -> N.View:
+        return N.TRef(new[v.name]) if isinstance(v, N.TRef) and v.name in new else v
+
+    def op(o: N.Op) -> N.Op:
+        o = map_views(o, view)
+        return replace(o, name=new[o.name]) if isinstance(o, N.Alloc) and o.name in new else o
+
+    out = map_ops(m, op)
+    if m.sites is not None:
+        from cypressc.ir.origin import Sites
+
+        tensors = {
+            new.get(k, k): replace(s, caller_root=new.get(s.caller_root, s.caller_root))
+            for k, s in m.sites.tensors.items()
+        }
+        parts = {k: replace(s, base=new.get(s.base, s.base)) for k, s in m.sites.partitions.items()}
+        out = replace(out, sites=Sites(tensors, parts))
+    return out
 
 
 def substitute_view(m: N.Module, name: str, new: N.View) -> N.Module:

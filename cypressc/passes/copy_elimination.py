@@ -39,14 +39,16 @@ from cypressc.ir.analysis import (
     forward_refs,
     free_vars,
     map_ops,
+    names_in_use,
     ref_for,
     remove_ops,
+    rename_tensors,
     replace_event,
     substitute_view,
     views_of,
 )
 from cypressc.ir.origin import Sites, TensorSite
-from cypressc.ir.subst import map_views, rename_tensors, walk_ops
+from cypressc.ir.subst import map_views, walk_ops
 
 __all__ = ["copy_elimination", "rewrite_to_fixpoint", "NotConverged", "PATTERNS"]
 
@@ -792,24 +794,20 @@ def program_names(m: N.Module) -> dict[str, str]:
     copy elimination left unmaterialized) is called after it, ``Oacc_reg`` (``_reg_1``, … when
     several hold one), not after the leaf task's parameter that first materialized it
     (``C_clear_thread``): the kernel's arrays read as the program does."""
+    from cypressc.passes.dependence_analysis import Namer
+
     ops = list(walk_ops(m.body))
     parts = {o.name: o for o in ops if isinstance(o, N.Partition)}
     allocs = {o.name: o for o in ops if isinstance(o, N.Alloc)}
-    taken = {o.name for o in ops if isinstance(o, (N.Alloc, N.Partition, N.Let))}
-    taken |= {p.name for p in m.params} | set(m.scalars) | set(m.floats)
+    names = Namer()
+    names.used = names_in_use(m)
     new: dict[str, str] = {}
     for a in allocs.values():
         if a.mem != "REGISTER" or a.layout is None:
             continue
         root = allocs.get(N.view_root(a.layout, parts))
-        if root is None or root.mem != "NONE":
-            continue
-        name, k = f"{root.name}_reg", 0
-        while name in taken:
-            k += 1
-            name = f"{root.name}_reg_{k}"
-        taken.add(name)
-        new[a.name] = name
+        if root is not None and root.mem == "NONE":
+            new[a.name] = names.fresh(f"{root.name}_reg")
     return new
 
 
