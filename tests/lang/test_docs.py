@@ -324,25 +324,17 @@ def test_the_quoted_schedule_findings_are_what_the_interpreter_reports():
 
     from cypressc.ir import nodes as N
     from cypressc.ir import sync as S
+    from cypressc.ir.analysis import map_ops, remove_ops
     from cypressc.ir.schedule_check import check_schedules
     from tests import compiled
 
     snaps = compiled.modules("gemm", "mappings/gemm/h100.yaml")
     m, ref = snaps["sync-insertion"], snaps["warp-specialization"]
 
-    def rewrite(b: N.Block, f) -> N.Block:
-        ops = []
-        for op in b.ops:
-            op = f(op)
-            if op is None:
-                continue
-            if isinstance(op, (N.For, N.PFor)):
-                op = replace(op, body=rewrite(op.body, f))
-            ops.append(op)
-        return N.Block(tuple(ops), b.yields)
-
     def without(kind, bar: str):
-        return lambda op: None if isinstance(op, kind) and op.bar.startswith(bar) else op
+        return lambda mod: remove_ops(
+            mod, lambda op: isinstance(op, kind) and op.bar.startswith(bar)
+        )
 
     def cleared_to_one(op):
         if isinstance(op, N.Call) and op.fn == "fill":
@@ -355,11 +347,9 @@ def test_the_quoted_schedule_findings_are_what_the_interpreter_reports():
     for fault, values in (
         (without(S.Wait, "empty_"), 10),
         (without(S.ArriveExpectTx, "full_"), 10),
-        (cleared_to_one, 1),
+        (lambda mod: map_ops(mod, cleared_to_one), 1),
     ):
-        v = check_schedules(
-            replace(m, body=rewrite(m.body, fault)), ref, seed=0, schedules=20, value_every=values
-        )
+        v = check_schedules(fault(m), ref, seed=0, schedules=20, value_every=values)
         assert v.finding is not None
         found[v.finding.kind] = str(v.finding)
     quoted = re.findall(r"^\* `((?:deadlock|race|mismatch) at [^`]*)`", DOC, re.M)
