@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cypressc.frontend import front_end
 from cypressc.tuner.cache import JsonStore, cache_dir, compiler_fingerprint, digest
 from cypressc.tuner.space import Space
 
@@ -255,7 +256,10 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
         t0 = time.perf_counter()
         if progress:
             progress.start("compile", f"round {rnd}: compiling", len(chosen))
-        jobs = [lambda c=c: _front_from_text(program, c.text, mapping, opts.dtypes) for c in chosen]
+        jobs = [
+            lambda c=c: front_end(program, mapping, dtypes=opts.dtypes, mapping_text=c.text)
+            for c in chosen
+        ]
 
         def done(i: int, r: Any) -> None:
             c = chosen[i]
@@ -437,20 +441,15 @@ def _space(program: str, mapping: str, text: str, dtypes: Mapping[str, str]) -> 
         "space", Path(program).read_text(), program, mapping, text, dict(sorted(dtypes.items()))
     )
     if key not in _SPACES:
-        _SPACES[key] = derive_space(_front_from_text(program, text, mapping, dtypes), text)
+        _SPACES[key] = derive_space(
+            front_end(program, mapping, dtypes=dtypes, mapping_text=text), text
+        )
     return _SPACES[key]
-
-
-def _front_from_text(program: str, text: str, mpath: str, dtypes: Mapping[str, str]):
-    """The task tree of ``program`` under mapping text ``text`` (a candidate), located at ``mpath``."""
-    from cypressc.frontend import front_end
-
-    return front_end(program, mpath, dtypes=dtypes, mapping_text=text)
 
 
 def _front_and_compile(program: str, mapping: str, dtypes: Mapping[str, str]) -> None:
     """Re-run the starting mapping through the compiler so its refusal propagates located."""
     from cypressc.pipeline import compile_module
 
-    compile_module(_front_from_text(program, Path(mapping).read_text(), mapping, dtypes))
+    compile_module(front_end(program, mapping, dtypes=dtypes))
     raise RuntimeError("the starting mapping was refused by a pruning check but compiles")

@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from cypressc.cli import main
 from cypressc.mapping.loader import load_mapping
-from cypressc.tuner.search import _front_from_text, _space, kernel_sizes
+from cypressc.frontend import front_end
+from cypressc.tuner.search import _space, kernel_sizes
 from cypressc.tuner.space import _DEFAULTS
 from tests.backend.test_golden_cu import PTXAS_V, kernel_group
 
@@ -60,7 +61,7 @@ def test_compile_only_tunes_every_bundled_program(program, tmp_path, monkeypatch
     text, bad = small_space(prog, ROOT / "mappings" / program / "h100.yaml")
     mapping = tmp_path / f"{program}.yaml"
     mapping.write_text(text)
-    sizes, _ = kernel_sizes(_front_from_text(str(prog), text, str(mapping), {}))
+    sizes, _ = kernel_sizes(front_end(prog, mapping, mapping_text=text))
     best = tmp_path / "best.yaml"
     r = CliRunner().invoke(
         main,
