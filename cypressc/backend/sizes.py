@@ -23,7 +23,7 @@ from typing import Any
 from cypressc.abi.dtypes import DTYPES
 from cypressc.abi.exprs import eval_expr, expr_names
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import binary_exprs
+from cypressc.ir.analysis import binary_exprs, free_vars, shapeless_scalars
 
 __all__ = [
     "EXAMPLE_BYTES",
@@ -115,14 +115,6 @@ def satisfy(
     return out
 
 
-def _names(e: N.IExpr) -> set[str]:
-    if isinstance(e, N.IVar):
-        return {e.name}
-    if isinstance(e, N.IBin):
-        return _names(e.a) | _names(e.b)
-    return set()
-
-
 def sliced_sizes(m: N.Module) -> set[str]:
     """The size arguments a ``partition_by_slices`` peels off (batch and head counts)."""
     from cypressc.ir.analysis import Symbols
@@ -141,11 +133,10 @@ def sliced_sizes(m: N.Module) -> set[str]:
 def flag_sizes(m: N.Module) -> dict[str, int]:
     """The ``int`` arguments that fix no tensor's shape, each with the value it starts at: 0
     (a flag off), or 1 where the kernel divides by it."""
-    shaped = {v for p in m.params for x in p.shape for v in _names(x)}
     divisors = {
-        v for e in binary_exprs(m.body) if e.op in ("/", "//", "%", "cdiv") for v in _names(e.b)
+        v for e in binary_exprs(m.body) if e.op in ("/", "//", "%", "cdiv") for v in free_vars(e.b)
     }
-    return {s: 1 if s in divisors else 0 for s in m.scalars if s not in shaped}
+    return {s: 1 if s in divisors else 0 for s in shapeless_scalars(m)}
 
 
 def tensor_bytes(info, sizes: Mapping[str, int]) -> int:

@@ -27,6 +27,7 @@ __all__ = [
     "ref_for",
     "free_vars",
     "free_vars_through",
+    "shapeless_scalars",
     "proc_names",
     "dedup_refs",
     "exprs_of",
@@ -75,6 +76,13 @@ def free_vars(e) -> set[str]:
     if isinstance(e, N.IBin):
         return free_vars(e.a) | free_vars(e.b)
     return set()
+
+
+def shapeless_scalars(m: N.Module) -> list[str]:
+    """The module's sizes and ``int`` parameters that fix no tensor's shape (a flag such as
+    FlashAttention's ``causal``), in parameter order."""
+    shaped = {v for p in m.params for x in p.shape for v in free_vars(x)}
+    return [s for s in m.scalars if s not in shaped]
 
 
 def free_vars_through(e, lets) -> set[str]:

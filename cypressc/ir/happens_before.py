@@ -43,19 +43,12 @@ import numpy as np
 from cypressc.diagnostics import VerifyError
 from cypressc.ir import concurrent as C
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import free_vars
+from cypressc.ir.analysis import shapeless_scalars
 from cypressc.ir.interp import evaluate
 from cypressc.ir.schedule_check import grid_blocks, small_sizes, two_tile_sizes
 from cypressc.lang.intrinsics import NUMPY_DTYPES
 
 __all__ = ["check_happens_before", "verify_happens_before"]
-
-
-def _flags(m: N.Module) -> list[str]:
-    """Int parameters that fix no tensor's shape (FlashAttention's ``causal``): each changes
-    the loops' trip counts, so the check runs with each at 0 and at its small size."""
-    shaped = {v for p in m.params for x in p.shape for v in free_vars(x)}
-    return [s for s in m.scalars if s not in shaped]
 
 
 def check_happens_before(m: N.Module, sizes: dict[str, int] | None = None, seed: int = 0):
@@ -72,7 +65,8 @@ def check_happens_before(m: N.Module, sizes: dict[str, int] | None = None, seed:
         bases = [sizes]
     else:
         small = small_sizes(m)
-        flags = _flags(m)[:2]
+        # an int flag (FlashAttention's causal) changes the loops' trip counts: each at 0 too
+        flags = shapeless_scalars(m)[:2]
         bases = [
             {**small, **dict(zip(flags, vals))} for vals in product(*[(small[f], 0) for f in flags])
         ]
