@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from networkx.utils import UnionFind
+
 from cypressc.lang import syntax as S
 
 __all__ = ["EntrySizes", "entry_sizes"]
@@ -46,23 +48,6 @@ class EntrySizes:
     ints: dict[str, str]
     sizes: tuple[str, ...]
     aliases: dict[str, str]
-
-
-class _Union:
-    def __init__(self) -> None:
-        self.up: dict[Slot, Slot] = {}
-
-    def find(self, x: Slot) -> Slot:
-        self.up.setdefault(x, x)
-        while self.up[x] != x:
-            self.up[x] = self.up[self.up[x]]
-            x = self.up[x]
-        return x
-
-    def join(self, a: Slot, b: Slot) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.up[rb] = ra
 
 
 def _exprs(s: S.Stmt):
@@ -99,7 +84,7 @@ def entry_sizes(v: S.Variant) -> EntrySizes:
     for t, ty in tensors.items():
         for d in range(ty.rank):
             slot_of[t, d] = ("name", ty.dims[d]) if ty.dims else ("dim", t, d)
-    u = _Union()
+    u = UnionFind()  # u[slot]: its size's representative slot
     signature = {("name", n) for n in ints} | {s for s in slot_of.values() if s[0] == "name"}
 
     stmts = list(S.walk(v.body))
@@ -179,17 +164,15 @@ def entry_sizes(v: S.Variant) -> EntrySizes:
                         claims.setdefault((t, d), []).append(claim(kind, block, idx))
 
     def named(root: Slot) -> bool:
-        return any(u.find(s) == root for s in signature)
+        return any(u[s] == root for s in signature)
 
-    for s in signature:
-        u.find(s)
     for (t, d), said in claims.items():
         if not said or None in said:
             continue
         for other in said:
-            a, b = u.find(slot_of[t, d]), u.find(other)  # type: ignore[arg-type]
+            a, b = u[slot_of[t, d]], u[other]  # type: ignore[arg-type]
             if a != b and not (named(a) and named(b)):
-                u.join(a, b)
+                u.union(a, b)
 
     # names: the signature's, else the first let that is the size, else <tensor>_d<dim>
     slots = [slot_of[t, d] for t, ty in tensors.items() for d in range(ty.rank)]
@@ -201,41 +184,40 @@ def entry_sizes(v: S.Variant) -> EntrySizes:
             order.append(("slot", ("name", p.name)))
     name_of: dict[Slot, str] = {}
     for _, s in order:  # signature names first, in parameter order
-        r = u.find(s)
+        r = u[s]
         if s[0] == "name" and r not in name_of:
             name_of[r] = s[1]
     let_names: list[tuple[str, Slot]] = []
     for s in stmts:
         if isinstance(s, S.Let) and (sl := size(s.value)) is not None:
             let_names.append((s.name, sl))
-            name_of.setdefault(u.find(sl), s.name)
+            name_of.setdefault(u[sl], s.name)
     params = {p.name for p in v.params}
     taken = params | {s[1] for s in signature} | set(lets)
     for s in slots:
-        if s[0] == "dim" and u.find(s) not in name_of:
+        if s[0] == "dim" and u[s] not in name_of:
             base = n = f"{s[1]}_d{s[2]}"
             i = 0
             while n in taken:  # as dependence analysis names things: x, x_1, x_2...
                 i += 1
                 n = f"{base}_{i}"
             taken.add(n)
-            name_of[u.find(s)] = n
+            name_of[u[s]] = n
 
-    sizes = tuple(dict.fromkeys(name_of[u.find(s)] for _, s in order))
+    sizes = tuple(dict.fromkeys(name_of[u[s]] for _, s in order))
     aliases: dict[str, str] = {}
     for s in slots:
         if s[0] == "dim":
-            aliases[f"{s[1]}_d{s[2]}"] = name_of[u.find(s)]
+            aliases[f"{s[1]}_d{s[2]}"] = name_of[u[s]]
     for s in signature:
-        aliases[s[1]] = name_of[u.find(s)]
+        aliases[s[1]] = name_of[u[s]]
     for n, sl in let_names:
-        aliases[n] = name_of[u.find(sl)]
+        aliases[n] = name_of[u[sl]]
     return EntrySizes(
         dims={
-            t: tuple(name_of[u.find(slot_of[t, d])] for d in range(ty.rank))
-            for t, ty in tensors.items()
+            t: tuple(name_of[u[slot_of[t, d]]] for d in range(ty.rank)) for t, ty in tensors.items()
         },
-        ints={n: name_of[u.find(("name", n))] for n in ints},
+        ints={n: name_of[u[("name", n)]] for n in ints},
         sizes=sizes,
         aliases={a: n for a, n in aliases.items() if a != n and a not in sizes and a not in params},
     )
