@@ -172,9 +172,6 @@ class _Misfit:
     def issuer(self) -> str:
         return f"instance '{self.node.instance.instance}'"
 
-    def node_here(self, what: str) -> str:
-        return here(self.node, what)
-
 
 def _and(items: list[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``."""
@@ -653,7 +650,6 @@ class _DA:
             )
             for m in ms[1:]
         )
-        fits = [m.fit() for m in ms]
         hint = "; ".join(fix(m) for m in ms)
         reached = {n.instance.instance for n in self.tree.root.walk()}
         atoms = sorted({m.atom for m in ms})
@@ -680,11 +676,8 @@ class _DA:
                 f"{'it' if len(keep) == 1 else 'they'} may keep {'it' if len(bound) == 1 else 'them'} "
                 "or change too"
             )
-        what = (
-            f"; {fits[0]} fits"
-            if fits[0]
-            else "; no wgmma atom has that N (8 to 256, a multiple of 8)"
-        )
+        fit = first.fit()
+        what = f"; {fit} fits" if fit else "; no wgmma atom has that N (8 to 256, a multiple of 8)"
         raise blame(
             "E040",
             f"{first.stmt.fn}() issues {first.atom} on a {first.shape()} accumulator tile: "
@@ -692,7 +685,7 @@ class _DA:
             f"{what}",
             first.stmt.loc,
             [*first.origin, first.cols_expr],
-            breaks=first.node_here(f"it breaks this {first.stmt.fn}()"),
+            breaks=here(first.node, f"it breaks this {first.stmt.fn}()"),
             hint=hint,
             notes=others,
         )
