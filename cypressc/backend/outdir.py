@@ -35,6 +35,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -388,6 +389,15 @@ def _replace(
             return left
         trash = _mkdir_fresh(pfd, ".cyp-old-")
         xfd = os.open(trash, DIR_FLAGS, dir_fd=pfd)
+
+        def put_back() -> None:
+            """What was moved aside goes back to DIR; when DIR is taken again, it stays aside,
+            whole (and ``left`` says where)."""
+            try:
+                os.rename("d", name, src_dir_fd=xfd, dst_dir_fd=pfd)
+            except OSError:
+                left.append(outdir.parent / trash / "d")
+
         try:
             os.rename(name, "d", src_dir_fd=pfd, dst_dir_fd=xfd)
         except FileNotFoundError:
@@ -397,11 +407,7 @@ def _replace(
                 "run the build again when nothing else writes there",
             ) from None
         if _ident(os.stat("d", dir_fd=xfd, follow_symlinks=False)) != old.ident:
-            # DIR was swapped after the check: put back what was moved, touch nothing else
-            try:
-                os.rename("d", name, src_dir_fd=xfd, dst_dir_fd=pfd)
-            except OSError:  # DIR is taken again: what was moved stays aside, whole
-                left.append(outdir.parent / trash / "d")
+            put_back()  # DIR was swapped after the check: touch nothing else
             raise _refuse(
                 outdir,
                 "it was replaced by another file while cypressc was writing it"
@@ -411,10 +417,8 @@ def _replace(
         try:
             os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
         except OSError as e:
-            try:
-                os.rename("d", name, src_dir_fd=xfd, dst_dir_fd=pfd)  # put the old build back
-            except OSError:  # DIR is taken again: the old build stays aside, whole
-                left.append(outdir.parent / trash / "d")
+            put_back()  # the old build
+            if left:
                 e.strerror = f"{e.strerror or e}; the old build is now {left[0]}"
             raise
         tmp = None
@@ -431,18 +435,11 @@ def _replace(
         for fd in (tfd, xfd, old.fd if old is not None else -1):
             if fd >= 0:
                 os.close(fd)
-        if tmp is not None:
-            _remove_ours(pfd, tmp)
+        if tmp is not None:  # the temporary directory this build made
+            shutil.rmtree(tmp, dir_fd=pfd, ignore_errors=True)
         if trash is not None and not left:
             try:
                 os.rmdir(trash, dir_fd=pfd)
             except OSError:
                 pass
         os.close(pfd)
-
-
-def _remove_ours(pfd: int, name: str) -> None:
-    """Remove directory ``name`` of ``pfd``: the temporary directory this build made."""
-    import shutil
-
-    shutil.rmtree(name, dir_fd=pfd, ignore_errors=True)
