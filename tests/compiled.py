@@ -149,3 +149,36 @@ def rendered(program: str | Path, mapping: str | Path):
     from cypressc.build import render_build
 
     return render_build(tree(program, mapping), snapshots(program, mapping))
+
+
+def ptxas_report(cu: Path, out: Path) -> str:
+    """Compile CUDA file ``cu`` for sm_90a with cypressc's runtime and the CUTLASS headers, as a
+    kernel build does, ``-Xptxas -v``, into ``out`` (an object file, or a shared library when
+    it ends in ``.so``); return nvcc's stderr (ptxas's registers, spills, C75xx warnings).
+    Fails the calling test when nvcc does."""
+    import subprocess
+
+    from cypressc.backend.harness import RUNTIME_DIR
+    from cypressc.tuner.build import cutlass_include
+
+    kind = ["-Xcompiler", "-fPIC", "-shared"] if out.suffix == ".so" else ["-c"]
+    c = subprocess.run(
+        [
+            "nvcc",
+            "-O3",
+            "-std=c++17",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            f"-I{RUNTIME_DIR}",
+            f"-I{cutlass_include()}",
+            *kind,
+            "-Xptxas",
+            "-v",
+            "-o",
+            str(out),
+            str(cu),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert c.returncode == 0, c.stderr[-4000:]
+    return c.stderr

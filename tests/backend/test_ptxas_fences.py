@@ -9,7 +9,6 @@ its own warpgroup.arrive and says so (C7519).  The sync verifier and the teeth t
 from __future__ import annotations
 
 import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,35 +23,15 @@ from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
 from cypressc.pipeline import compile_module
-from cypressc.tuner.build import cutlass_include
+from tests import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 
 
 def _ptxas(src: str, tmp: Path) -> str:
     cu = tmp / "k.cu"
     cu.write_text(src)
-    c = subprocess.run(
-        [
-            "nvcc",
-            "-O3",
-            "-std=c++17",
-            "-gencode=arch=compute_90a,code=sm_90a",
-            f"-I{RUNTIME}",
-            f"-I{cutlass_include()}",
-            "-Xptxas",
-            "-v",
-            "-c",
-            "-o",
-            str(tmp / "k.o"),
-            str(cu),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert c.returncode == 0, c.stderr[-4000:]
-    return c.stderr
+    return compiled.ptxas_report(cu, tmp / "k.o")
 
 
 @pytest.mark.nvcc

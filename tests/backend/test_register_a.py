@@ -16,7 +16,6 @@ tests/ir/test_passes_interp.py, and the GPU check in bench/gpu_check.py (``chain
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,12 +33,11 @@ from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
 from cypressc.pipeline import compile_module
-from cypressc.tuner.build import cutlass_include
+from tests import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 PROG = ROOT / "tests" / "programs" / "chain_gemm.cyp"
 MAP = ROOT / "tests" / "mappings" / "chain_gemm.yaml"
-RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 
 
 def _snaps() -> dict[str, N.Module]:
@@ -160,24 +158,6 @@ def test_a_zero_fill_folds_only_into_the_next_wgmma_that_touches_it():
 def test_ptxas_injects_no_wait_and_spills_nothing(tmp_path):
     cu = tmp_path / "k.cu"
     cu.write_text(emit_cuda(_snaps()["cuda-lowering"].kernel))
-    c = subprocess.run(
-        [
-            "nvcc",
-            "-O3",
-            "-std=c++17",
-            "-gencode=arch=compute_90a,code=sm_90a",
-            f"-I{RUNTIME}",
-            f"-I{cutlass_include()}",
-            "-Xptxas",
-            "-v",
-            "-c",
-            "-o",
-            str(tmp_path / "k.o"),
-            str(cu),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert c.returncode == 0, c.stderr[-4000:]
-    assert "C7517" not in c.stderr and "C7519" not in c.stderr, c.stderr[-2000:]
-    assert "0 bytes spill stores" in c.stderr
+    stderr = compiled.ptxas_report(cu, tmp_path / "k.o")
+    assert "C7517" not in stderr and "C7519" not in stderr, stderr[-2000:]
+    assert "0 bytes spill stores" in stderr

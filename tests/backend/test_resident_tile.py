@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,12 +26,11 @@ from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
 from cypressc.pipeline import compile_module
-from cypressc.tuner.build import cutlass_include
+from tests import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 PROG = ROOT / "tests" / "programs" / "gemm_resident_a.cyp"
 MAP = ROOT / "tests" / "mappings" / "gemm_resident_a.yaml"
-RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 PANEL = "tm_A_64x64, &full_A_block[0]"  # the panel's TMA load (2 boxes of 64 columns)
 
 
@@ -188,27 +186,7 @@ def test_a_k_slice_past_the_panel_is_refused(tmp_path, mapping_variant):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_it_compiles_for_sm90a(tmp_path):
     _build(tmp_path)
-    c = subprocess.run(
-        [
-            "nvcc",
-            "-O3",
-            "-std=c++17",
-            "-gencode=arch=compute_90a,code=sm_90a",
-            f"-I{RUNTIME}",
-            f"-I{cutlass_include()}",
-            "-Xcompiler",
-            "-fPIC",
-            "-shared",
-            "-Xptxas",
-            "-v",
-            "-o",
-            str(tmp_path / "lib.so"),
-            str(tmp_path / "out" / "gemm_resident_a.cu"),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert c.returncode == 0, c.stderr[-4000:]
-    spills = [ln for ln in c.stderr.splitlines() if "spill stores" in ln]
+    stderr = compiled.ptxas_report(tmp_path / "out" / "gemm_resident_a.cu", tmp_path / "lib.so")
+    spills = [ln for ln in stderr.splitlines() if "spill stores" in ln]
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
-    assert "C7508" not in c.stderr, "setmaxnreg was ignored"
+    assert "C7508" not in stderr, "setmaxnreg was ignored"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,12 @@ from click.testing import CliRunner
 
 from cypressc.backend.plan import StageBuffer, swizzle_for
 from cypressc.cli import main
-from cypressc.tuner.build import cutlass_include
+from tests import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMM = str(ROOT / "programs" / "gemm.cyp")
 H100 = (ROOT / "mappings" / "gemm" / "h100.yaml").read_text()
 PLAIN = (ROOT / "mappings" / "gemm" / "h100_plain.yaml").read_text()
-RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 
 
 @pytest.mark.parametrize(
@@ -186,27 +184,7 @@ def test_the_bundled_k32_mapping_compiles_for_sm90a(tmp_path):
     assert r.exit_code == 0, r.output
     src = (out / "gemm.cu").read_text()
     assert "desc_k_sw64(" in src and "constexpr int STAGES = 6" in src
-    c = subprocess.run(
-        [
-            "nvcc",
-            "-O3",
-            "-std=c++17",
-            "-gencode=arch=compute_90a,code=sm_90a",
-            f"-I{RUNTIME}",
-            f"-I{cutlass_include()}",
-            "-Xcompiler",
-            "-fPIC",
-            "-shared",
-            "-Xptxas",
-            "-v",
-            "-o",
-            str(tmp_path / "lib.so"),
-            str(out / "gemm.cu"),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert c.returncode == 0, c.stderr[-4000:]
-    spills = [ln for ln in c.stderr.splitlines() if "spill stores" in ln]
+    stderr = compiled.ptxas_report(out / "gemm.cu", tmp_path / "lib.so")
+    spills = [ln for ln in stderr.splitlines() if "spill stores" in ln]
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
-    assert "C7508" not in c.stderr, "setmaxnreg was ignored"
+    assert "C7508" not in stderr, "setmaxnreg was ignored"

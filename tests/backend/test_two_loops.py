@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,12 +27,11 @@ from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
 from cypressc.pipeline import compile_module
-from cypressc.tuner.build import cutlass_include
+from tests import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 PROG = ROOT / "tests" / "programs" / "gemm_two_loops.cyp"
 MAP = ROOT / "tests" / "mappings" / "gemm_two_loops.yaml"
-RUNTIME = ROOT / "cypressc" / "backend" / "runtime"
 
 
 def _build(tmp_path: Path, mapping: Path = MAP):
@@ -109,31 +107,9 @@ def test_a_size_named_like_a_second_loops_counter_is_refused(tmp_path):
 def test_the_two_loop_kernel_compiles_for_sm90a(tmp_path):
     r, out = _build(tmp_path)
     assert r.exit_code == 0, r.output
-    c = subprocess.run(
-        [
-            "nvcc",
-            "-O3",
-            "-std=c++17",
-            "-gencode=arch=compute_90a,code=sm_90a",
-            f"-I{RUNTIME}",
-            f"-I{cutlass_include()}",
-            "-Xcompiler",
-            "-fPIC",
-            "-shared",
-            "-Xptxas",
-            "-v",
-            "-o",
-            str(tmp_path / "lib.so"),
-            str(out / "gemm_two_loops.cu"),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert c.returncode == 0, c.stderr[-4000:]
-    assert "C7519" not in c.stderr and "C7517" not in c.stderr, (
-        "ptxas inserted a wgmma fence or wait"
-    )
-    spills = [ln for ln in c.stderr.splitlines() if "spill stores" in ln]
+    stderr = compiled.ptxas_report(out / "gemm_two_loops.cu", tmp_path / "lib.so")
+    assert "C7519" not in stderr and "C7517" not in stderr, "ptxas inserted a wgmma fence or wait"
+    spills = [ln for ln in stderr.splitlines() if "spill stores" in ln]
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
 
 
