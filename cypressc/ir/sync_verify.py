@@ -43,7 +43,8 @@ import re
 from cypressc.diagnostics import VerifyError
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
-from cypressc.ir.hazards import Dep, Program, instances
+from cypressc.ir.hazard_deps import Dep, instances
+from cypressc.ir.hazards import Program
 from cypressc.ir.shapes import static
 
 __all__ = ["verify_sync"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
-from cypressc.ir.hazards import Dep, Leaf
+from cypressc.ir.hazard_deps import Dep, Leaf
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import subst_expr
 from cypressc.passes.sync_placement import Placement

@@ -65,7 +65,8 @@ from cypressc.ir import nodes as N
 from cypressc.passes.base import ModulePass
 from cypressc.ir.target import Target
 from cypressc.ir import sync as S
-from cypressc.ir.hazards import Dep, Leaf, Program
+from cypressc.ir.hazard_deps import Dep, Leaf
+from cypressc.ir.hazards import Program
 from cypressc.ir.printer import event_names
 from cypressc.ir.subst import walk_ops
 from cypressc.passes.sync_channels import TmaChannels

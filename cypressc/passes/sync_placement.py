@@ -10,7 +10,8 @@ from typing import Callable
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
-from cypressc.ir.hazards import Dep, Program, instances
+from cypressc.ir.hazard_deps import Dep, instances
+from cypressc.ir.hazards import Program
 
 __all__ = ["Refuse", "Ins", "count_instances", "Placement"]
 

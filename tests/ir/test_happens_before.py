@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import cypressc.ir.hazards as H
+import cypressc.ir.hazard_views as H
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.concurrent_state import RaceChecks, Region
