@@ -98,7 +98,7 @@ def program_names(m: N.Module) -> dict[str, str]:
     copy elimination left unmaterialized) is called after it, ``Oacc_reg`` (``_reg_1``, … when
     several hold one), not after the leaf task's parameter that first materialized it
     (``C_clear_thread``): the kernel's arrays read as the program does."""
-    from cypressc.passes.dependence_analysis import Namer
+    from cypressc.passes.dependence_state import Namer
 
     ops = list(walk_ops(m.body))
     parts = {o.name: o for o in ops if isinstance(o, N.Partition)}

@@ -18,167 +18,30 @@ becomes ``pfor`` whose event array later users wait on with a broadcast ``e[:]``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import dedup_refs
-from cypressc.ir.origin import Origin, PartitionSite, Sites, TensorSite, blame
-from cypressc.ir.shapes import mma_piece_shape, static
+from cypressc.ir.origin import Origin, PartitionSite, Sites, TensorSite
+from cypressc.ir.shapes import mma_piece_shape
 from cypressc.ir.target import target_of
 from cypressc.lang import syntax as S
 from cypressc.lang.externals import leaf_functions
-from cypressc.lang.intrinsics import atom as lookup_atom
-from cypressc.lang.intrinsics import atom_name, is_atom_name
-from cypressc.mapping.tasktree import TaskNode, TaskTree
+from cypressc.mapping.tasktree import TaskTree
+from cypressc.passes.dependence_checks import MappingChecks, _Misfit
+from cypressc.passes.dependence_state import Namer, TState, _Frame, _Scope
 from cypressc.passes.entry_sizes import entry_sizes
 from cypressc.passes.extents import check_block, check_division, check_extent, check_value
-from cypressc.passes.levels import check_mma_pieces, check_processors, here, loop_proc
+from cypressc.passes.levels import check_mma_pieces, check_processors, loop_proc
 
-__all__ = ["dependence_analysis", "Namer"]
-
-
-class Namer:
-    """Deterministic unique names: ``x``, ``x_1``, ``x_2``…"""
-
-    def __init__(self) -> None:
-        self.used: set[str] = set()
-        self.events = 0
-
-    def fresh(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.used:
-            i += 1
-            name = f"{base}_{i}"
-        self.used.add(name)
-        return name
-
-    def event(self) -> str:
-        # '#' cannot appear in a source name, so events never collide with tensors
-        self.events += 1
-        return f"ev#{self.events}"
+__all__ = ["dependence_analysis"]
 
 
-@dataclass
-class TState:
-    """Events of one allocation: its last writers, and its readers since then."""
+class _DA(MappingChecks):
+    """The walk: the task tree in, the event IR module out (:meth:`run`); the mapping
+    errors it finds on the way are its part in :mod:`cypressc.passes.dependence_checks`."""
 
-    writes: list[N.EvRef] = field(default_factory=list)
-    reads: list[N.EvRef] = field(default_factory=list)
-
-
-class _Frame:
-    """One block being emitted: its ops, the per-allocation state, and, for loop bodies,
-    the outer events the body needs (they become the loop's precondition) and the outer
-    allocations it touched (their final events become the body's yield)."""
-
-    def __init__(self, outer: "_Frame | None", sequential: bool = True) -> None:
-        self.sequential = sequential
-        self.ops: list[N.Op] = []
-        self.state: dict[str, TState] = {}
-        self.outer = outer
-        self.needs: list[N.EvRef] = []
-        self.touched: dict[str, bool] = {}  # outer allocation -> written here?
-        self.local: set[str] = set()
-        self.pulled: dict[str, str] = {}
-
-    def _outer(self, root: str) -> TState | None:
-        f = self.outer
-        while f is not None:
-            if root in f.state:
-                return f.state[root]
-            f = f.outer
-        return None
-
-    def _outer_deps(self, root: str, st: TState, write: bool) -> list[N.EvRef]:
-        if self.outer is None or root in self.local or st.writes:
-            return []
-        o = self._outer(root)
-        if o is None:
-            return []
-        return list(o.writes) + (list(o.reads) if write else [])
-
-    def _local(self, root: str, write: bool) -> tuple[TState, list[N.EvRef]]:
-        """The local state of ``root`` and the outer events this access must wait for.
-
-        In a ``pfor`` body they go straight onto the op (iterations are independent); in
-        a ``for`` body they join the loop's precondition (paper Fig. 8, ``for … {e6}``)."""
-        st = self.state.setdefault(root, TState())
-        outer = self._outer_deps(root, st, write)
-        if self.sequential:
-            lvl = self.pulled.get(root)
-            if lvl != "w" and (write or lvl is None):
-                self.needs += outer
-                self.pulled[root] = "w" if write else "r"
-            return st, []
-        return st, outer
-
-    def read_deps(self, root: str) -> list[N.EvRef]:
-        st, outer = self._local(root, False)
-        return outer + list(st.writes)
-
-    def write_deps(self, root: str) -> list[N.EvRef]:
-        st, outer = self._local(root, True)
-        return outer + list(st.writes) + list(st.reads)
-
-    def did_read(self, root: str, ev: N.EvRef) -> None:
-        self.state.setdefault(root, TState()).reads.append(ev)
-        if root not in self.local:
-            self.touched.setdefault(root, False)
-
-    def did_write(self, root: str, ev: N.EvRef) -> None:
-        st = self.state.setdefault(root, TState())
-        st.writes, st.reads = [ev], []
-        if root not in self.local:
-            self.touched[root] = True
-
-
-@dataclass
-class _Scope:
-    """One task being lowered: its node, its names, and the mapping origin of each
-    processor or atom tunable (int tunables carry theirs in their IConst)."""
-
-    node: TaskNode
-    env: dict[str, tuple[str, object]]
-    origins: dict[str, Origin] = field(default_factory=dict)
-
-    def here(self, what: str) -> str:
-        return here(self.node, what)
-
-
-@dataclass
-class _Misfit:
-    """A wgmma leaf call ``stmt`` in ``node`` issuing ``atom`` on a ``rows x cols`` warpgroup
-    tile whose column count ``cols_expr`` (with its tunables' origins) is not the atom's N;
-    ``origin`` is the mapping value that chose the atom (empty for a literal)."""
-
-    stmt: S.LeafCall
-    node: TaskNode
-    atom: str
-    rows: int | None
-    cols: int
-    cols_expr: N.IExpr
-    origin: tuple[Origin, ...]
-
-    def fit(self) -> str | None:
-        """The atom of the same M and K whose N is the tile's width, if there is one."""
-        a = lookup_atom(self.atom)
-        name = atom_name(a.m, self.cols, a.k)
-        return name if is_atom_name(name) else None
-
-    def shape(self) -> str:
-        return f"{self.rows if self.rows is not None else '?'}x{self.cols}"
-
-    def issuer(self) -> str:
-        return f"instance '{self.node.instance.instance}'"
-
-
-def _and(items: list[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
-class _DA:
     def __init__(self, tree: TaskTree) -> None:
         self.leaves = leaf_functions(tree.program)
         self.tree = tree
@@ -450,77 +313,6 @@ class _DA:
             f.did_read(name, ev)
             f.did_write(root, ev)
 
-    def _check_piece_level(
-        self, s: S.Launch, sc: _Scope, child: TaskNode, arg: S.Expr, v: N.View
-    ) -> None:
-        """E041 when a task takes a piece of a ``partition_by_mma`` laid out for another
-        level: piece ``i`` of a partition at WARP is what warp ``i`` holds (at THREAD, lane
-        ``i``), so the task that gets it must run on WARP (THREAD).  Left alone, the tasks
-        sharing the tile would lay it out differently (a NONE accumulator that then cannot
-        be eliminated, E044, far from the cause).
-
-        Two mapping values disagree: the launched instance's ``proc`` and the partition's
-        processor (a ``tunable(processor)``).  When the launched instance runs on the level
-        right below the instance that partitions, where the tree's levels put it, the
-        partition's processor is blamed; otherwise the launched instance's ``proc``."""
-        if not isinstance(v, N.Piece):
-            return
-        part = self.parts[v.partition]
-        level = str(part.params[1]) if part.kind == "mma" else None
-        if level is None or child.proc == level:
-            return
-        m = self.tree.machine
-        kid, site = child.instance.instance, self.sites.partitions[v.partition]
-        name = arg.partition if isinstance(arg, S.Piece) else v.partition
-        parent = next(
-            i.proc for i in self.tree.mapping.spec.instances if i.instance == site.instance
-        )
-        depth = m.level(parent).depth + 1
-        below = m.processors[depth].name if depth < len(m.processors) else None
-        proc_origin = self.part_procs.get(v.partition, ())
-        at_proc = self.mapping_loc(kid, "proc")
-        launch = (sc.here(f"the launch that passes it a piece of '{name}'"), s.loc)
-        split = (
-            f"'{name}' splits '{site.tensor}' among {level}s here, in instance '{site.instance}'",
-            site.loc,
-        )
-        what = f"piece i of '{name}' is what {level.lower()} i holds"
-        if proc_origin and child.proc == below:
-            o = proc_origin[0]
-            kid_ok = all(
-                m.level(str(x)).depth > m.level(level).depth
-                for t, x in child.tunables.items()
-                if child.variant.tunables()[t].kind == "processor"
-            ) and m.deeper_or_equal(level, parent)
-            raise CypressError(
-                "E041",
-                f"{o.key}: {level} of instance '{o.instance}' lays out '{name}' for {level}s, but "
-                f"'{kid}', which takes its pieces, runs on {child.proc}: {what}",
-                o.loc,
-                notes=(split, launch, (f"'{kid}' runs on {child.proc}", at_proc)),
-                hint=f"set {o.key}: {child.proc} in instance '{o.instance}'"
-                + (f", or proc: {level} in instance '{kid}'" if kid_ok else ""),
-            )
-        alt = (
-            f", or {proc_origin[0].key}: {child.proc} in instance '{proc_origin[0].instance}'"
-            if proc_origin
-            and child.proc in ("WARP", "THREAD")
-            and not m.deeper_or_equal(parent, child.proc)
-            else ""
-        )
-        notes = [launch, split] + [
-            (f"{o.key}: {o.value} of instance '{o.instance}' picks {level}", o.loc)
-            for o in proc_origin
-        ]
-        raise CypressError(
-            "E041",
-            f"'{kid}' runs on {child.proc}, but it takes a piece of '{name}', which partition_by_mma "
-            f"lays out for {level}s: {what}",
-            at_proc,
-            notes=tuple(notes),
-            hint=f"set proc: {level} in instance '{kid}'{alt}",
-        )
-
     def leaf_call(self, s: S.LeafCall, sc: _Scope, f: _Frame) -> None:
         fn = self.leaves[s.fn]
         for j, (p, mem) in enumerate(sc.node.mems.items()):
@@ -570,125 +362,6 @@ class _DA:
                 f.did_write(root, ev)
             elif r:
                 f.did_read(root, ev)
-
-    def _check_leaf_mems(self, s: S.LeafCall, sc: _Scope, fn, args) -> None:
-        for a, rule in zip(args, fn.operands):
-            if rule.kind != "tensor" or not rule.mems:
-                continue
-            mem = self.allocs[self.root(a)].mem
-            if mem not in rule.mems:
-                site = self.sites.tensors.get(self.root(a))
-                inst = site.instance if site else sc.node.instance.instance
-                call = sc.here(f"{s.fn}() is called here")
-                raise CypressError(
-                    "E043",
-                    f"{s.fn}() takes '{rule.name}' in {' or '.join(rule.mems)}, but instance "
-                    f"'{inst}' places it in {mem}",
-                    site.mem_loc if site and site.mem_loc else s.loc,
-                    notes=((call, s.loc),) if site and site.mem_loc else (),
-                    hint="change the instance's mems in the mapping",
-                )
-
-    def _warpgroup_tile(self, v: N.View) -> tuple[N.IExpr, ...] | None:
-        """The warpgroup's accumulator tile behind a thread's fragment ``v``: the base of
-        the ``partition_by_mma(…, WARP, …)`` it was cut from (None when there is none)."""
-        while True:
-            if isinstance(v, N.Piece):
-                part = self.parts[v.partition]
-                if part.kind == "mma" and part.params[1] == "WARP":
-                    return self.shape(part.base)
-                v = part.base
-            else:
-                lay = self.allocs[v.name].layout
-                if lay is None:
-                    return None
-                v = lay
-
-    def _check_wgmma_atom(self, s: S.LeafCall, sc: _Scope, fn, args) -> None:
-        """A wgmma computes an ``64 x N`` block per instruction, so its atom's N must be the
-        warpgroup tile's column count (the accumulator's; B's and A's are tied to it by the
-        operand shapes).  Recorded, not raised, so that the error names every instance that
-        issues a misfit atom (:meth:`_raise_misfits`, at the end of the walk)."""
-        names = [r.name for r in fn.operands]
-        if "atom" not in [r.kind for r in fn.operands] or "C" not in names:
-            return
-        k = [r.kind for r in fn.operands].index("atom")
-        self.issuers.add(sc.node.instance.instance)
-        tile = self._warpgroup_tile(args[names.index("C")])
-        if tile is None or len(tile) != 2:
-            return
-        rows, cols = (static(x) for x in tile)
-        atom_name = args[k].name
-        if cols is None or lookup_atom(atom_name).n == cols:
-            return
-        self.misfits.append(
-            _Misfit(s, sc.node, atom_name, rows, cols, tile[1], self.origin(s.args[k], sc))
-        )
-
-    def _raise_misfits(self) -> None:
-        """E040 at the first misfit atom's YAML value (or, for an atom the program writes, at
-        the tile tunable behind the columns), naming every instance that issues one."""
-        seen: dict[object, _Misfit] = {}
-        for m in self.misfits:
-            seen.setdefault(m.origin[0].loc if m.origin else m.stmt.loc, m)
-        ms = list(seen.values())
-        first = ms[0]
-
-        def fix(m: _Misfit) -> str:
-            fit = m.fit()
-            if fit is None:
-                return f"make the tile of {m.issuer()} at most 256 columns wide, a multiple of 8"
-            if m.origin:
-                return f"set {m.origin[0].key}: {fit} in instance '{m.origin[0].instance}'"
-            return f"write {fit}() in variant '{m.node.variant.name}'"
-
-        others = tuple(
-            (
-                f"{m.issuer()} also issues {m.atom} on a {m.shape()} accumulator tile"
-                + (f" ({m.fit()} fits)" if m.fit() else ""),
-                m.origin[0].loc if m.origin else m.stmt.loc,
-            )
-            for m in ms[1:]
-        )
-        hint = "; ".join(fix(m) for m in ms)
-        reached = {n.instance.instance for n in self.tree.root.walk()}
-        atoms = sorted({m.atom for m in ms})
-        keep = [
-            inst.instance
-            for inst in self.tree.mapping.spec.instances
-            if inst.instance not in self.issuers
-            and inst.instance in reached
-            and any(str(v) in atoms for v in inst.tunables.values())
-        ]
-        bound = sorted(
-            {
-                str(v)
-                for inst in self.tree.mapping.spec.instances
-                if inst.instance in keep
-                for v in inst.tunables.values()
-                if str(v) in atoms
-            }
-        )
-        if keep:
-            hint += (
-                f"; {_and(keep)} bind{'s' if len(keep) == 1 else ''} {_and(bound)} only to partition tiles "
-                "(partition_by_mma's layout does not depend on the atom's N): "
-                f"{'it' if len(keep) == 1 else 'they'} may keep {'it' if len(bound) == 1 else 'them'} "
-                "or change too"
-            )
-        fit = first.fit()
-        what = f"; {fit} fits" if fit else "; no wgmma atom has that N (8 to 256, a multiple of 8)"
-        raise blame(
-            "E040",
-            f"{first.stmt.fn}() issues {first.atom} on a {first.shape()} accumulator tile: "
-            f"the atom's N ({lookup_atom(first.atom).n}) must equal the tile's columns ({first.cols})"
-            f"{what}",
-            first.stmt.loc,
-            [*first.origin, first.cols_expr],
-            breaks=here(first.node, f"it breaks this {first.stmt.fn}()"),
-            hint=hint,
-            notes=others,
-        )
 
     # -- module ------------------------------------------------------------------------
     def run(self) -> N.Module:

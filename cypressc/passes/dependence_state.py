@@ -1,0 +1,125 @@
+"""What dependence analysis' walk keeps while it emits event IR (Cypress paper §4.2.1,
+Fig. 8): deterministic fresh names (:class:`Namer`), per allocation its last writers and
+the readers since (:class:`TState`), the block being emitted with the outer events a loop
+body needs and the outer allocations it touched (:class:`_Frame`), and the task being
+lowered with its names and their mapping origins (:class:`_Scope`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cypressc.ir import nodes as N
+from cypressc.ir.origin import Origin
+from cypressc.mapping.tasktree import TaskNode
+from cypressc.passes.levels import here
+
+__all__ = ["Namer", "TState"]
+
+
+class Namer:
+    """Deterministic unique names: ``x``, ``x_1``, ``x_2``…"""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.events = 0
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.used:
+            i += 1
+            name = f"{base}_{i}"
+        self.used.add(name)
+        return name
+
+    def event(self) -> str:
+        # '#' cannot appear in a source name, so events never collide with tensors
+        self.events += 1
+        return f"ev#{self.events}"
+
+
+@dataclass
+class TState:
+    """Events of one allocation: its last writers, and its readers since then."""
+
+    writes: list[N.EvRef] = field(default_factory=list)
+    reads: list[N.EvRef] = field(default_factory=list)
+
+
+class _Frame:
+    """One block being emitted: its ops, the per-allocation state, and, for loop bodies,
+    the outer events the body needs (they become the loop's precondition) and the outer
+    allocations it touched (their final events become the body's yield)."""
+
+    def __init__(self, outer: "_Frame | None", sequential: bool = True) -> None:
+        self.sequential = sequential
+        self.ops: list[N.Op] = []
+        self.state: dict[str, TState] = {}
+        self.outer = outer
+        self.needs: list[N.EvRef] = []
+        self.touched: dict[str, bool] = {}  # outer allocation -> written here?
+        self.local: set[str] = set()
+        self.pulled: dict[str, str] = {}
+
+    def _outer(self, root: str) -> TState | None:
+        f = self.outer
+        while f is not None:
+            if root in f.state:
+                return f.state[root]
+            f = f.outer
+        return None
+
+    def _outer_deps(self, root: str, st: TState, write: bool) -> list[N.EvRef]:
+        if self.outer is None or root in self.local or st.writes:
+            return []
+        o = self._outer(root)
+        if o is None:
+            return []
+        return list(o.writes) + (list(o.reads) if write else [])
+
+    def _local(self, root: str, write: bool) -> tuple[TState, list[N.EvRef]]:
+        """The local state of ``root`` and the outer events this access must wait for.
+
+        In a ``pfor`` body they go straight onto the op (iterations are independent); in
+        a ``for`` body they join the loop's precondition (paper Fig. 8, ``for … {e6}``)."""
+        st = self.state.setdefault(root, TState())
+        outer = self._outer_deps(root, st, write)
+        if self.sequential:
+            lvl = self.pulled.get(root)
+            if lvl != "w" and (write or lvl is None):
+                self.needs += outer
+                self.pulled[root] = "w" if write else "r"
+            return st, []
+        return st, outer
+
+    def read_deps(self, root: str) -> list[N.EvRef]:
+        st, outer = self._local(root, False)
+        return outer + list(st.writes)
+
+    def write_deps(self, root: str) -> list[N.EvRef]:
+        st, outer = self._local(root, True)
+        return outer + list(st.writes) + list(st.reads)
+
+    def did_read(self, root: str, ev: N.EvRef) -> None:
+        self.state.setdefault(root, TState()).reads.append(ev)
+        if root not in self.local:
+            self.touched.setdefault(root, False)
+
+    def did_write(self, root: str, ev: N.EvRef) -> None:
+        st = self.state.setdefault(root, TState())
+        st.writes, st.reads = [ev], []
+        if root not in self.local:
+            self.touched[root] = True
+
+
+@dataclass
+class _Scope:
+    """One task being lowered: its node, its names, and the mapping origin of each
+    processor or atom tunable (int tunables carry theirs in their IConst)."""
+
+    node: TaskNode
+    env: dict[str, tuple[str, object]]
+    origins: dict[str, Origin] = field(default_factory=dict)
+
+    def here(self, what: str) -> str:
+        return here(self.node, what)
