@@ -64,6 +64,7 @@ from cypressc.ir.concurrent_state import (
     alias_groups,
     op_label,
 )
+from cypressc.ir.interp_views import _Scope
 from cypressc.ir.printer import _Printer
 
 __all__ = [
@@ -148,7 +149,7 @@ class _Concurrent(OpSemantics):
         self.named: dict[int, set] = {}
         self.named_gen: dict[int, int] = {}
         self.turns: dict[int, list[int]] = {}
-        self.scopes: dict[tuple, I._Scope] = {}
+        self.scopes: dict[tuple, _Scope] = {}
         self._define(self.vi.root, m.body)
         nwg = 1
         for op in block_ops(m.body):
@@ -164,12 +165,10 @@ class _Concurrent(OpSemantics):
         self.hb = HappensBefore(self) if happens_before else None
 
     # -- walking the program, per thread --------------------------------------------
-    def scope_for(
-        self, parent: I._Scope, key: tuple, block: N.Block, var: str | None, k
-    ) -> I._Scope:
+    def scope_for(self, parent: _Scope, key: tuple, block: N.Block, var: str | None, k) -> _Scope:
         sc = self.scopes.get((parent.uid,) + key)
         if sc is None:
-            sc = I._Scope(parent)
+            sc = _Scope(parent)
             if var is not None:
                 sc.vars[var] = k
             self._define(sc, block)
@@ -177,7 +176,7 @@ class _Concurrent(OpSemantics):
         return sc
 
     @staticmethod
-    def _define(sc: I._Scope, block: N.Block) -> None:
+    def _define(sc: _Scope, block: N.Block) -> None:
         for op in block.ops:
             name = getattr(op, "name", None) or getattr(op, "ev", None)
             if name and not isinstance(op, S.SYNC_OPS):
@@ -197,7 +196,7 @@ class _Concurrent(OpSemantics):
                 t, self.m.body, self.vi.root, f"tile {i}: " if len(self.tiles) > 1 else ""
             )
 
-    def walk(self, t: Thread, b: N.Block, scope: I._Scope, where: str):
+    def walk(self, t: Thread, b: N.Block, scope: _Scope, where: str):
         env0 = self.tiles[t.tile]
         for op in b.ops:
             if isinstance(op, (N.Alloc, N.Let, N.Partition)):

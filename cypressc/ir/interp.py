@@ -20,15 +20,15 @@ import heapq
 import itertools
 import operator
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import dim_procs
-from cypressc.ir.shapes import mma_coords
+from cypressc.ir.interp_events import EventTracking
+from cypressc.ir.interp_views import InterpreterError, ViewResolution, _Plan, _Scope, _View
 from cypressc.ir.sync import SYNC_OPS
-from cypressc.lang.intrinsics import NUMPY_DTYPES, Operand, leaf_of, round_to
+from cypressc.lang.intrinsics import Operand, leaf_of
 
 __all__ = ["run", "evaluate", "InterpreterError", "LATEST_FIRST"]
 
@@ -36,11 +36,6 @@ __all__ = ["run", "evaluate", "InterpreterError", "LATEST_FIRST"]
 LATEST_FIRST = "latest-first"
 
 
-class InterpreterError(RuntimeError):
-    """The IR deadlocked or is malformed (an event is waited on that nothing produces)."""
-
-
-_UIDS = itertools.count()
 _UNSET = object()
 _BINOPS = {
     "+": operator.add,
@@ -54,112 +49,6 @@ _BINOPS = {
     "max": max,
 }
 _LANES = ("WARP", "THREAD")  # the levels a collective leaf's issuing group spans
-
-
-@dataclass(eq=False)
-class _Scope:
-    parent: "_Scope | None"
-    defs: dict[str, N.Op] = field(default_factory=dict)  # allocs, lets, partitions, async ops
-    vars: dict[str, object] = field(default_factory=dict)  # loop variables
-    storage: dict[tuple, np.ndarray] = field(default_factory=dict)
-    uid: int = field(default_factory=lambda: next(_UIDS))
-    lanes: int = 0  # an iteration of a pfor over WARP or THREAD: that pfor's trip count
-
-    def find(self, name: str) -> "_Scope":
-        s: _Scope | None = self
-        while s is not None:
-            if name in s.defs or name in s.vars:
-                return s
-            s = s.parent
-        raise InterpreterError(f"%{name} is not defined")
-
-
-class _Plan:
-    """The index structure of a view, shared by every view of the same shape of chain (the
-    same partitions at the same indices over storage of the same shape): which elements of
-    the storage it covers, computed once."""
-
-    __slots__ = ("_cells", "_gather", "coords", "full", "ix", "keep", "shape")
-
-    def __init__(self, ix: list[np.ndarray], keep: list[bool], coords: list[np.ndarray]) -> None:
-        self.ix, self.keep, self.coords = ix, keep, coords
-        self.full = tuple(len(i) for i in ix)
-        self.shape = tuple(n for n, k in zip(self.full, keep) if k)
-        self._gather = self._cells = None
-
-    def gather(self) -> tuple[tuple, np.ndarray | None]:
-        """Indices that read the whole index grid (out-of-bounds ones clamped to 0) and the
-        mask of the in-bounds ones (None: every element is in bounds)."""
-        if self._gather is None:
-            grids = np.ix_(*self.ix)
-            if all((i >= 0).all() for i in self.ix):
-                self._gather = (grids, None)
-            else:
-                mask = np.ones(self.full, dtype=bool)
-                for g in grids:
-                    mask &= g >= 0
-                self._gather = (tuple(np.where(g >= 0, g, 0) for g in grids), mask)
-        return self._gather
-
-    def cells(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-        if self._cells is None:
-            grids = np.ix_(*self.ix)
-            mask = np.ones(self.full, dtype=bool)
-            for g in grids:
-                mask &= g >= 0
-            self._cells = (tuple(np.broadcast_to(g, self.full)[mask] for g in grids), mask)
-        return self._cells
-
-
-class _View:
-    """A tensor view resolved to its storage ``arr`` and the :class:`_Plan` of the elements
-    it covers: ``ix`` per storage dim (-1 = out of bounds), ``keep`` per logical dim (False:
-    dropped by partition_by_slices), ``coords`` per logical dim inside the tile
-    partition_by_mma split."""
-
-    __slots__ = ("arr", "dtype", "key", "plan")
-
-    def __init__(self, arr: np.ndarray, plan: _Plan, dtype: str, key: tuple) -> None:
-        self.arr, self.plan, self.dtype, self.key = arr, plan, dtype, key
-
-    ix = property(lambda self: self.plan.ix)
-    keep = property(lambda self: self.plan.keep)
-    coords = property(lambda self: self.plan.coords)
-    shape = property(lambda self: self.plan.shape)
-
-    def read(self) -> np.ndarray:
-        idx, mask = self.plan.gather()
-        out = self.arr[idx]
-        if mask is not None:
-            out = np.where(mask, out, 0).astype(self.arr.dtype)
-        return out.reshape(self.plan.shape)
-
-    def cells(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-        """The in-bounds elements of the view: their indices into ``arr`` (one array per
-        storage dim) and the mask of them over the view's full index grid."""
-        return self.plan.cells()
-
-    def write(self, value: np.ndarray) -> None:
-        value = round_to(np.asarray(value).reshape(self.plan.full), self.dtype)
-        idx, mask = self.plan.gather()
-        if mask is None:
-            self.arr[idx] = value
-        else:
-            cells, mask = self.plan.cells()
-            self.arr[cells] = value[mask]
-
-
-def _by_identity(table: dict, obj, make):
-    """``make(obj)``, kept in ``table`` by the object's identity (the table keeps ``obj``
-    alive, so no other object takes its id while the entry lasts)."""
-    hit = table.get(id(obj))
-    if hit is None or hit[0] is not obj:
-        hit = table[id(obj)] = (obj, make(obj))
-    return hit[1]
-
-
-def _matches(t: tuple, pattern: tuple) -> bool:
-    return all(p is None or p == x for x, p in zip(t, pattern))
 
 
 @dataclass(eq=False)
@@ -178,7 +67,11 @@ class _Task:
         return self.rank < other.rank
 
 
-class _Interp:
+class _Interp(ViewResolution, EventTracking):
+    """One run of a module: the tasks of its op instances, ready or waiting, scheduled
+    in program order or a seeded random one.  Views and events are its parts in
+    :mod:`cypressc.ir.interp_views` and :mod:`cypressc.ir.interp_events`."""
+
     def __init__(
         self, m: N.Module, sizes: dict[str, int], arrays: dict[str, np.ndarray], seed
     ) -> None:
@@ -228,185 +121,6 @@ class _Interp:
                 raise InterpreterError(f"processor index {e} is not bound here")
             return v
         return _BINOPS[e.op](self.expr(e.a, scope, env), self.expr(e.b, scope, env))
-
-    def view(self, v: N.View, scope: _Scope, env: dict) -> _View:
-        # views are pure functions of (scope, processor indices): memoize the chain walk
-        key = (scope.uid, id(v), self._env_id(env))
-        hit = self.views.get(key)
-        if hit is None:
-            hit = self.views[key] = self._view(v, scope, env)
-        return hit
-
-    def _env_id(self, env: dict) -> int:
-        """A number for the processor indices ``env`` (equal numbers: equal indices), looked
-        up by the dict's identity: the table keeps each dict alive, so no other reuses its id
-        (an ``env`` is never changed once an op instance holds it)."""
-        hit = self.env_ids.get(id(env))
-        if hit is not None and hit[0] is env:
-            return hit[1]
-        k = self.env_keys.setdefault(tuple(env.items()), len(self.env_keys))
-        self.env_ids[id(env)] = (env, k)
-        return k
-
-    def _plan(self, key: tuple, make) -> _Plan:
-        plan = self.plans.get(key)
-        if plan is None:
-            plan = self.plans[key] = _Plan(*make())
-        return plan
-
-    def _view(self, v: N.View, scope: _Scope, env: dict) -> _View:
-        if isinstance(v, N.TRef):
-            s = scope.find(v.name)
-            alloc = s.defs[v.name]
-            assert isinstance(alloc, N.Alloc)
-            key = (v.name, tuple([env[p] for p in self._procs(alloc.dims)]))
-            arr = s.storage.get(key)
-            if arr is None:
-                shape = tuple(int(self.expr(x, s, env)) for x in alloc.shape)
-                dt = NUMPY_DTYPES[alloc.dtype]
-                arr = (
-                    np.full(shape, np.nan, dtype=dt)
-                    if np.issubdtype(dt, np.floating)
-                    else np.zeros(shape, dt)
-                )
-                s.storage[key] = arr
-            layout = self.view(alloc.layout, s, env) if alloc.layout is not None else None
-            pkey = (arr.shape, layout.key if layout is not None else None)
-            plan = self._plan(
-                pkey,
-                lambda: (
-                    [np.arange(n) for n in arr.shape],
-                    [True] * arr.ndim,
-                    layout.coords if layout is not None else [np.arange(n) for n in arr.shape],
-                ),
-            )
-            return _View(arr, plan, alloc.dtype, pkey)
-        s = scope.find(v.partition)
-        part = s.defs[v.partition]
-        assert isinstance(part, N.Partition)
-        base = self.view(part.base, s, env)
-        idx = tuple(int(self.expr(i, scope, env)) for i in v.idx)
-        if part.kind == "blocks":
-            params = tuple(int(self.expr(b, s, env)) for b in part.params)
-        elif part.kind == "slices":
-            params = ()
-        else:
-            params = tuple(int(self.expr(x, s, env)) for x in self._shape_of(part.base, s))
-        pkey = (id(part), base.key, idx, params)
-        return _View(
-            base.arr,
-            self._plan(pkey, lambda: self._piece(part, base.plan, idx, params)),
-            base.dtype,
-            pkey,
-        )
-
-    @staticmethod
-    def _piece(part: N.Partition, base: _Plan, idx: tuple[int, ...], params: tuple[int, ...]):
-        """The (ix, keep, coords) of piece ``idx`` of ``part`` over a view of plan ``base``
-        (``params``: the block sizes, or the mma tile's shape)."""
-        logical = [d for d, k in enumerate(base.keep) if k]
-        ix, keep, coords = list(base.ix), list(base.keep), list(base.coords)
-        if part.kind == "blocks":
-            for j, (d, b, i) in enumerate(zip(logical, params, idx)):
-                pos = np.arange(i * b, (i + 1) * b)
-                src = base.ix[d]
-                valid = pos < len(src)
-                ix[d] = np.full(b, -1)
-                ix[d][valid] = src[pos[valid]]
-                coords[j] = np.arange(b)
-        elif part.kind == "slices":
-            dim = int(part.params[0].value)
-            d = logical[dim]
-            ix[d] = base.ix[d][idx[0] : idx[0] + 1]
-            keep[d] = False
-            coords = [c for j, c in enumerate(base.coords) if j != dim]
-        else:
-            _, proc, operand = part.params
-            rc = mma_coords(params, proc, operand, idx[0])
-            for j, (d, x) in enumerate(zip(logical, rc)):
-                ix[d] = base.ix[d][x]
-                coords[j] = base.coords[j][x]
-        return ix, keep, coords
-
-    def _shape_of(self, v: N.View, scope: _Scope):
-        if isinstance(v, N.TRef):
-            return scope.find(v.name).defs[v.name].shape  # type: ignore[union-attr]
-        s = scope.find(v.partition)
-        return s.defs[v.partition].piece_shape  # type: ignore[union-attr]
-
-    # -- events ----------------------------------------------------------------------
-    def required(self, refs, scope: _Scope, env: dict) -> set[tuple]:
-        """The event keys a list of references waits for: ``(scope, event, index)`` of one
-        instance, or ``(scope, event, pattern, count)`` for every instance matching
-        ``pattern`` (``None`` where a reference spans a whole dimension: ``count`` instances)
-        -- one key however many threads the event has."""
-        out: set[tuple] = set()
-        for r in refs:
-            s = scope.find(r.name)
-            op = s.defs[r.name]
-            dims = self._ev_dims_of(op)
-            idx = r.idx or (None,) * len(dims)
-            if len(idx) != len(dims):
-                raise InterpreterError(
-                    f"%{r.name} has {len(dims)} dimension(s), used with {len(idx)}"
-                )
-            pattern, count = [], 1
-            for d, i in zip(dims, idx):
-                if i is None:
-                    pattern.append(None)
-                    count *= max(int(self.expr(d.extent, s, env)), 0)
-                else:
-                    pattern.append(int(self.expr(i, scope, env)))
-            if None in pattern:
-                out.add((s.uid, r.name, tuple(pattern), count))
-            else:
-                out.add((s.uid, r.name, tuple(pattern)))
-        return out
-
-    def _procs(self, dims: tuple[N.Dim, ...]) -> tuple[N.IProc, ...]:
-        return _by_identity(self.procs, dims, dim_procs)
-
-    def _ev_dims_of(self, op) -> tuple[N.Dim, ...]:
-        """The dims of ``op``'s event (a ``pfor``'s has one more: its iterations)."""
-        return _by_identity(
-            self.ev_dims,
-            op,
-            lambda o: (
-                o.dims + (N.Dim(N.ibin("-", o.hi, o.lo), o.proc),)
-                if isinstance(o, N.PFor)
-                else o.dims
-            ),
-        )
-
-    def _met(self, key: tuple) -> bool:
-        if len(key) == 3:
-            return key in self.done
-        pk = key[:3]
-        if pk not in self.counts:  # a pattern's first waiter: count what has completed so far
-            self.counts[pk] = sum(_matches(t, pk[2]) for t in self.done_by.get(pk[:2], ()))
-            self.patterns.setdefault(pk[:2], []).append(pk[2])
-        return self.counts[pk] >= key[3]
-
-    def complete(self, op, scope: _Scope, env: dict, extra: tuple = ()) -> None:
-        t = tuple([env[p] for p in self._procs(op.dims)]) + extra
-        key = (scope.uid, op.ev, t)
-        if key in self.done:
-            return
-        self.done.add(key)
-        self.done_by.setdefault(key[:2], []).append(t)
-        self._wake(key)
-        for pat in self.patterns.get(key[:2], ()):
-            if _matches(t, pat):
-                pk = key[:2] + (pat,)
-                n = self.counts[pk] = self.counts[pk] + 1
-                if n in self.agg.get(pk, ()):
-                    self._wake(pk + (n,))
-
-    def _wake(self, key: tuple) -> None:
-        for t in self.waiting.pop(key, ()):
-            t.missing -= 1
-            if t.missing == 0:
-                self._ready(t)
 
     # -- scheduling ------------------------------------------------------------------
     def spawn_block(self, b: N.Block, scope: _Scope, env: dict, on_done) -> None:
