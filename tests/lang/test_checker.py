@@ -9,7 +9,8 @@ import pytest
 
 from cypressc.diagnostics import CypressErrors
 from cypressc.lang import syntax as S
-from cypressc.lang.checker import check_program, signature, variant_env
+from cypressc.lang.check_env import signature
+from cypressc.lang.checker import check_program, variant_env
 from cypressc.lang.parser import parse_file, parse_source
 
 ROOT = Path(__file__).resolve().parents[2]
