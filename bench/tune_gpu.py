@@ -168,7 +168,7 @@ def tune_one(entry: str, n: int, args) -> dict:
         "failures": report.failures(res),
     }
     if not args.compile_only:
-        from cypressc.tuner.timing import workers
+        from cypressc.tuner.worker_pool import workers
 
         row["worker_starts"] = sum(
             w["starts"] for w in workers().values()
@@ -324,7 +324,7 @@ def main() -> int:
     ops: dict = {}
     device = next((r.get("device") for r in rows if r.get("device")), "")
     if not args.compile_only:
-        from cypressc.tuner.timing import stop_workers
+        from cypressc.tuner.worker_pool import stop_workers
 
         stop_workers()  # their inputs and kernels leave the GPU to the checks below
         import torch

@@ -356,7 +356,7 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
                 run_round(2, points, n2)
     except KeyboardInterrupt:
         partial = True
-        from cypressc.tuner.timing import stop_workers
+        from cypressc.tuner.worker_pool import stop_workers
 
         stop_workers()
     secs["total"] = time.perf_counter() - t_start

@@ -9,13 +9,8 @@ import types
 
 import pytest
 
-from cypressc.tuner.timing import (
-    interleaved,
-    load_reference,
-    stop_workers,
-    time_candidates,
-    workers,
-)
+from cypressc.tuner.timing import interleaved, load_reference, time_candidates
+from cypressc.tuner.worker_pool import stop_workers, workers
 
 
 def test_load_reference_from_a_file_and_a_module(tmp_path):
