@@ -8,7 +8,8 @@ line is split into tokens by one regular expression: ``%name`` (tensors, partiti
 scalars and events; ``#`` may appear in a name, as in ``%A#stage``), ``@name`` (memories,
 roles, the module), names, numbers, strings and punctuation.  ``//`` inside parentheses or
 brackets is floor division (the printer parenthesizes every binary operation); anywhere else
-it starts a comment.  Every error is a located :class:`~cypressc.diagnostics.CypressError`
+it starts a comment, and so does ``#`` outside a name (the ``# RUN:`` and ``# CHECK:`` lines
+of tests/filecheck).  Every error is a located :class:`~cypressc.diagnostics.CypressError`
 ``E063`` (``file:line:col``, the line, a caret under the token, what to write instead).
 """
 
@@ -32,7 +33,7 @@ _TOKEN = re.compile(
     |(?P<num>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)
     |(?P<str>"[^"\n]*")
     |(?P<name>[A-Za-z_]\w*)
-    |(?P<op>->|//|==|!=|<=|>=|&&|[-+*/%<>^()\[\]{},:;=.'?|&!])""",
+    |(?P<op>->|//|==|!=|<=|>=|&&|[-+*/%<>^()\[\]{},:;=.'?|&!#])""",
     re.X,
 )
 _BINOPS = ("+", "-", "*", "/", "//", "%", "==", "!=", "<", "<=", ">", ">=", "&&", "^")
@@ -92,8 +93,12 @@ def lex(text: str, file: str) -> list[Line]:
                 bad = Tok("op", raw[pos], pos + 1)
                 raise ir_error(file, line, f"unexpected character {raw[pos]!r}", bad)
             kind, t = m.lastgroup, m.group()
-            if kind == "op" and t == "//" and depth <= 0:
-                break  # a comment (inside parentheses `//` divides)
+            if kind == "op" and t == "#" and raw.startswith("# per [", pos):
+                line = Line(no, indent, tuple(toks), raw)
+                raise ir_error(file, line, "`# per [...]` is the old notation", Tok("op", "#", pos + 1),
+                               "write `per [...]` (no #): the dimensions are part of the op")
+            if kind == "op" and (t == "#" or t == "//" and depth <= 0):
+                break  # a comment (inside parentheses `//` divides; `#` is in names too)
             if kind != "ws":
                 toks.append(Tok(kind, t, pos + 1))  # type: ignore[arg-type]
                 depth += t in "([" if kind == "op" else 0
