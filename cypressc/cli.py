@@ -410,7 +410,9 @@ def _parse_passes(ctx: click.Context, param: click.Parameter, value: str | None)
 )
 @_include_opt
 @_guard
-def opt_cmd(file: str, passes: list[str], output: str | None, include_dirs: tuple[str, ...]) -> None:
+def opt_cmd(
+    file: str, passes: list[str], output: str | None, include_dirs: tuple[str, ...]
+) -> None:
     """Run compiler passes on FILE, the event IR as `explain` prints it (`--dump-ir`, or
     written by hand), and print the IR they give.
 

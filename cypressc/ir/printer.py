@@ -236,7 +236,9 @@ def _headers(m: N.Module) -> list[str]:
     out = []
     t = m.target
     if t is not None:
-        knobs = [(f.name, getattr(t.block, f.name)) for f in fields(t.block) if f.name != "instance"]
+        knobs = [
+            (f.name, getattr(t.block, f.name)) for f in fields(t.block) if f.name != "instance"
+        ]
         set_ = [(k, v) for k, v in knobs if v is not None]
         out.append(f"target {t.machine.name}" + (f" {_attrs(set_)}" if set_ else ""))
     seen: set[str] = set()
@@ -260,7 +262,8 @@ def _results(m: N.Module, p: _Printer) -> list[str]:
     s = m.schedule
     if s is not None:
         out.append(
-            "schedule " + _attrs([("warpspecialize", s.warpspecialize), ("persistent", s.persistent)])
+            "schedule "
+            + _attrs([("warpspecialize", s.warpspecialize), ("persistent", s.persistent)])
         )
         if s.stages:
             out.append("  stages " + ", ".join(f"%{b}: {d}" for b, d in s.stages.items()))
@@ -319,7 +322,9 @@ def edges_text(edges, ev) -> str:
             out.append(f"{', '.join(names)} -> end (the TMA store reads %{tensor})")
             continue
         how = VIA_TEXT[via].format(dist)
-        if hz == "turn":  # the Tensor Core, not a tensor: the previous warpgroup's run, then this one's
+        if (
+            hz == "turn"
+        ):  # the Tensor Core, not a tensor: the previous warpgroup's run, then this one's
             out.append(f"{', '.join(names)} -> {ev(dst)} (turn{how})")
             continue
         out.append(f"{', '.join(names)} -> {ev(dst)} ({hz} %{tensor}{how})")

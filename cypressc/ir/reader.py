@@ -21,12 +21,15 @@ A partition's piece shape is computed from its base, as the dependence analysis 
 hand-written module's errors point at its ``target`` line), ``size_aliases`` and the
 target's declared privileges (both only the CUDA lowering reads).
 
-Errors: E063 (:mod:`cypressc.ir.reader_lex`) at the offending token, with a hint.
+The tokens and the shared pieces (expressions, views, event types) are
+:mod:`cypressc.ir.reader_lex`'s, the sync ops :mod:`cypressc.ir.reader_sync`'s, the lines
+around the module :mod:`cypressc.ir.reader_headers`'s.  Errors: E063 at the offending token,
+with a hint.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 from cypressc.diagnostics import Loc
@@ -35,14 +38,11 @@ from cypressc.ir import sync as S
 from cypressc.ir.printer import block_grid
 from cypressc.ir.reader_lex import Cursor, Line, Tok, ir_error, lex
 from cypressc.ir.reader_sync import SYNC_KEYWORDS, mbarrier, sync_op
-from cypressc.ir.results import Resources, Schedule, SmemSlot
+from cypressc.ir import reader_headers as H
 from cypressc.ir.shapes import mma_piece_shape
-from cypressc.ir.target import BlockKnobs, Target
+from cypressc.ir.target import Target
 
 __all__ = ["parse_module"]
-
-_KNOB_TYPES = {f.name: "bool" if "bool" in str(f.type) else "int" for f in fields(BlockKnobs)}
-_RESOURCE_KEYS = ("smem_bytes", "smem_limit", "barrier_offset", "barrier_bytes")
 
 
 def parse_module(text: str, filename: str = "<ir>", include_dirs=()) -> N.Module:
@@ -81,9 +81,10 @@ class _Reader:
         target = None
         while self.first() in ("target", "external"):
             if self.first() == "target":
-                target = self.target(self.take())
+                target = H.target(self.take(), self.loc)
             else:
-                self.external(self.take())
+                name, leaf = H.external(self.take(), self.dirs, self.loc)
+                self.leaves[name] = leaf
         line = self.peek()
         if line is None or line.toks[0].text != "module":
             raise ir_error(
@@ -115,17 +116,21 @@ class _Reader:
         if close is None or [t.text for t in close.toks] != ["}"] or close.indent:
             raise ir_error(self.file, close, "expected `}` closing the module at column 1", None)
         self.i += 1
-        m = N.Module(name, params, scalars, body, synchronized, tuple(self.roles), floats,
-                     target=target)
+        m = N.Module(
+            name, params, scalars, body, synchronized, tuple(self.roles), floats, target=target
+        )
         while self.peek() is not None:
             word = self.first()
             if word == "schedule":
-                m = replace(m, schedule=self.schedule(self.take()))
+                c = self.take()
+                m = replace(m, schedule=H.schedule(c, self.sub_lines(), self.refs))
             elif word == "resources":
-                m = replace(m, resources=self.resources(self.take()))
+                c = self.take()
+                m = replace(m, resources=H.resources(c, self.sub_lines()))
             else:
                 raise self.take().error(
-                    f"unexpected {word!r} after the module", hint="only schedule and resources follow it"
+                    f"unexpected {word!r} after the module",
+                    hint="only schedule and resources follow it",
                 )
         self.check_events()
         return replace(m, body=_with_grid(m.body, block_grid(m.body)))
@@ -148,107 +153,14 @@ class _Reader:
         for line, t in self.refs:
             if t.name not in self.events:
                 raise ir_error(
-                    self.file, line, f"event %{t.name} is not defined", t,
+                    self.file,
+                    line,
+                    f"event %{t.name} is not defined",
+                    t,
                     "an event is the result of a copy, call, for or pfor: `%e1: [...] = copy ...`",
                 )
 
     # ------------------------------------------------------------------ headers
-    def target(self, c: Cursor) -> Target:
-        """``target MACHINE {knob: value, …}``."""
-        from cypressc.mapping.machine import load_machine, machine_names
-
-        c.expect("target")
-        t = c.kind("name", "a machine (h100)")
-        try:
-            machine = load_machine(t.text)
-        except KeyError:
-            raise c.error(f"unknown machine '{t.text}'", t, f"machines: {', '.join(machine_names())}") from None
-        knobs, locs = {}, {}
-        for key, (value, tok) in self.attrs(c).items():
-            if key not in _KNOB_TYPES or key == "instance":
-                known = ", ".join(k for k in _KNOB_TYPES if k != "instance")
-                raise c.error(f"'{key}' is not a BLOCK knob", tok, f"the knobs: {known}")
-            if _KNOB_TYPES[key] != type(value).__name__:
-                raise c.error(f"{key} is a{'' if _KNOB_TYPES[key] == 'int' else ' '}"
-                              f"{'n int' if _KNOB_TYPES[key] == 'int' else 'bool'}", tok)
-            knobs[key], locs[key] = value, self.loc(c.line, tok)
-        c.end()
-        return Target(machine, BlockKnobs(**knobs), self.loc(c.line), locs)
-
-    def attrs(self, c: Cursor) -> dict[str, tuple[object, Tok]]:
-        """``{key: value, …}`` with whole numbers, ``true``/``false`` or ``(a, b)`` values;
-        empty when the line has no ``{``."""
-        out: dict[str, tuple[object, Tok]] = {}
-
-        def value():
-            if c.accept("("):
-                return tuple(c.listed(value, ")"))
-            if c.at("true", "false"):
-                return c.kind("name", "true or false").text == "true"
-            return c.integer("a value (a whole number, true or false)")
-
-        def item() -> None:
-            k = c.kind("name", "a key")
-            c.expect(":")
-            out[k.text] = (value(), k)
-
-        if c.accept("{"):
-            c.listed(item, "}")
-        return out
-
-    def external(self, c: Cursor) -> None:
-        """``external NAME(x: tensor[2, f32], …) reads(…) writes(…) = "cpp" in "header"``: a
-        user C++ leaf function (paper §3.2), resolved like the program's ``include()``."""
-        from cypressc.lang import syntax as L
-        from cypressc.lang.externals import find_header, leaf_fn
-
-        c.expect("external")
-        name = c.kind("name", "the function's name")
-
-        def par() -> L.Param:
-            p = c.kind("name", "a parameter (x: tensor[2, f32])")
-            c.expect(":")
-            if c.accept("tensor"):
-                c.expect("[")
-                rank = c.integer("the rank")
-                c.expect(",")
-                ty: L.Type = L.TensorType(rank, c.kind("name", "an element type").text)
-                c.expect("]")
-            else:
-                ty = L.ScalarType(c.kind("name", "int or float").text)
-            return L.Param(p.text, ty, self.loc(c.line, p))
-
-        c.expect("(")
-        params = tuple(c.listed(par, ")"))
-        names = lambda: tuple(c.listed(lambda: c.kind("name", "a parameter").text, ")"))  # noqa: E731
-        c.expect("reads")
-        c.expect("(")
-        reads = names()
-        c.expect("writes")
-        c.expect("(")
-        writes = names()
-        c.expect("=")
-        cpp = c.kind("str", 'the C++ function ("ns::f")').text.strip('"')
-        c.expect("in")
-        h = c.kind("str", 'the header that declares it ("ops.cuh")')
-        c.end()
-        path = find_header(h.text.strip('"'), self.dirs)
-        if path is None:
-            raise c.error(
-                f"cannot find the header {h.text} of external '{name.text}'",
-                h,
-                f"looked in {', '.join(str(d) for d in self.dirs)}; pass -I DIR, the folder the program "
-                "included it from",
-            )
-        ref = path.with_suffix(".py")
-        ext = L.External(name.text, cpp, params, reads, writes, h.text.strip('"'),
-                         str(ref.resolve()) if ref.is_file() else None, self.loc(c.line, name),
-                         str(path.resolve()))
-        try:
-            self.leaves[name.text] = leaf_fn(ext)
-        except Exception as e:  # the user's NumPy reference: any failure is theirs, located here
-            raise c.error(f"the NumPy reference {ref} of '{name.text}' cannot be used: {e}", name) from None
-
     # ------------------------------------------------------------------ blocks and ops
     def block(self, parent: int) -> N.Block:
         """The ops indented deeper than ``parent``, up to a ``yield`` or a shallower line."""
@@ -259,8 +171,13 @@ class _Reader:
             if indent is None:
                 indent = line.indent
             if line.indent != indent:
-                raise ir_error(self.file, line, f"unexpected indentation (the block is at column "
-                               f"{indent + 1})", None, "a loop body is indented under its `do` line")
+                raise ir_error(
+                    self.file,
+                    line,
+                    f"unexpected indentation (the block is at column {indent + 1})",
+                    None,
+                    "a loop body is indented under its `do` line",
+                )
             c = self.take()
             if c.accept("yield"):
                 refs = [self.evref(c)]
@@ -292,7 +209,9 @@ class _Reader:
         name = c.kind("sym", "an op (%x = ..., %e1: [...] = ..., or a sync op)")
         if c.accept(":"):
             return self.async_op(c, name, indent)
-        c.expect("=", "`%x = tensor ...`, `%x = partition_by_...`, `%x = <expr>`, or `%e1: TYPE = ...`")
+        c.expect(
+            "=", "`%x = tensor ...`, `%x = partition_by_...`, `%x = <expr>`, or `%e1: TYPE = ...`"
+        )
         if c.at("mbarrier"):
             refs = []
             op = self.sync(c, lambda: mbarrier(c, name.name, refs))
@@ -332,7 +251,10 @@ class _Reader:
         shape = self.shape_of(base)
         c.expect("(")
         if kind == "mma":
-            params: tuple = tuple(t.text for t in c.listed(lambda: c.kind("name", "an atom, processor or operand"), ")"))
+            params: tuple = tuple(
+                t.text
+                for t in c.listed(lambda: c.kind("name", "an atom, processor or operand"), ")")
+            )
             if len(params) != 3:
                 raise c.error("partition_by_mma takes (ATOM, PROC, OPERAND)", k)
             piece = mma_piece_shape(shape, *params, self.loc(c.line, k))
@@ -340,12 +262,22 @@ class _Reader:
             params = tuple(c.listed(c.expr, ")"))
             if kind == "blocks":
                 piece = params
-            elif len(params) != 1 or not isinstance(params[0], N.IConst) or not 0 <= params[0].value < len(shape):
-                raise c.error(f"partition_by_slices takes the sliced dimension (0..{len(shape) - 1})", k)
+            elif (
+                len(params) != 1
+                or not isinstance(params[0], N.IConst)
+                or not 0 <= params[0].value < len(shape)
+            ):
+                raise c.error(
+                    f"partition_by_slices takes the sliced dimension (0..{len(shape) - 1})", k
+                )
             else:
                 piece = tuple(x for i, x in enumerate(shape) if i != params[0].value)
         else:
-            raise c.error(f"unknown partition '{k.text}'", k, "partition_by_blocks, partition_by_slices or partition_by_mma")
+            raise c.error(
+                f"unknown partition '{k.text}'",
+                k,
+                "partition_by_blocks, partition_by_slices or partition_by_mma",
+            )
         self.shapes[name.name] = piece
         self.parts.add(name.name)
         return N.Partition(name.name, base, kind, params, piece, self.per(c))
@@ -459,78 +391,6 @@ class _Reader:
         while (line := self.peek()) is not None and line.indent > 0:
             yield self.take()
 
-    def schedule(self, c: Cursor) -> Schedule:
-        """``schedule {warpspecialize: B, persistent: B}`` with ``stages %buf: D, …`` and
-        ``channel %e1 -> %e2, …`` lines."""
-        c.expect("schedule")
-        a = self.attrs(c)
-        c.end()
-        stages: dict[str, int] = {}
-        channels: dict[str, tuple[str, ...]] = {}
-        for s in self.sub_lines():
-            if s.accept("stages"):
-                for _ in range(len(s.line.toks)):
-                    b = s.kind("sym", "a buffer (%A)").name
-                    s.expect(":")
-                    stages[b] = s.integer("the stage depth")
-                    if not s.accept(","):
-                        break
-            else:
-                s.expect("channel", "a schedule line is `stages %A: 2, ...` or `channel %e1 -> %e2`")
-                p = s.kind("sym", "the producer copy (%e1)")
-                s.expect("->")
-                cons = [s.kind("sym", "a consumer event")]
-                while s.accept(","):
-                    cons.append(s.kind("sym", "a consumer event"))
-                self.refs += [(s.line, t) for t in (p, *cons)]
-                channels[p.name] = tuple(t.name for t in cons)
-            s.end()
-        ws, persistent = (bool(a.get(k, (False,))[0]) for k in ("warpspecialize", "persistent"))
-        return Schedule(channels, stages, ws, persistent)
-
-    def resources(self, c: Cursor) -> Resources:
-        """``resources {smem_bytes: …, smem_limit: …, barrier_offset: …, barrier_bytes: …}``
-        with one line per shared tensor, per byte-sharing pair and the register line."""
-        c.expect("resources")
-        a = self.attrs(c)
-        c.end()
-        missing = [k for k in _RESOURCE_KEYS if k not in a]
-        if missing:
-            raise c.error(f"resources without {', '.join(missing)}", c.line.toks[0],
-                          "resources {" + ", ".join(f"{k}: N" for k in _RESOURCE_KEYS) + "}")
-        smem: dict[str, SmemSlot] = {}
-        war: list[tuple[str, str]] = []
-        regs: tuple[int, tuple] | None = None
-        for s in self.sub_lines():
-            if s.accept("registers"):
-                n = s.integer("the registers per consumer thread")
-                s.words(", budget (")
-                budget = (s.integer("the producer's registers"), 0)
-                s.expect(",")
-                regs = (n, (budget[0], s.integer("the consumer's registers")))
-                s.expect(")")
-            else:
-                x = s.kind("sym", "a shared tensor (%A: [0, 1024) 1024 bytes, 1 stage(s))")
-                if s.accept("and"):
-                    war.append((x.name, s.kind("sym", "the tensor sharing its bytes").name))
-                    s.words("share bytes")
-                else:
-                    s.words(": [")
-                    off = s.integer("the offset")
-                    s.expect(",")
-                    s.integer("the end")
-                    s.expect(")")
-                    size = s.integer("the bytes")
-                    s.words("bytes,")
-                    smem[x.name] = SmemSlot(off, size, s.integer("the stages"))
-                    s.words("stage(s)")
-            s.end()
-        if regs is None:
-            raise c.error("resources without its `registers N, budget (P, C)` line", c.line.toks[0])
-        v = {k: a[k][0] for k in _RESOURCE_KEYS}
-        return Resources(smem, v["smem_bytes"], v["barrier_offset"], v["barrier_bytes"],
-                         v["smem_limit"], tuple(war), regs[0], regs[1])
-
 
 def _with_grid(b: N.Block, grid: tuple[N.Dim, ...]) -> N.Block:
     """``b`` with the block program's BLOCK dimensions added to each sync op whose ``per``
@@ -545,4 +405,3 @@ def _with_grid(b: N.Block, grid: tuple[N.Dim, ...]) -> N.Block:
             op = replace(op, body=_with_grid(op.body, grid))
         ops.append(op)
     return N.Block(tuple(ops), b.yields)
-

@@ -82,8 +82,13 @@ def lex(text: str, file: str) -> list[Line]:
         indent = len(raw) - len(body)
         if body.startswith("\t"):
             line = Line(no, indent, (), raw)
-            raise ir_error(file, line, "a tab in the indentation", Tok("op", "\t", indent + 1),
-                           "indent with spaces, two per loop level, as the printer does")
+            raise ir_error(
+                file,
+                line,
+                "a tab in the indentation",
+                Tok("op", "\t", indent + 1),
+                "indent with spaces, two per loop level, as the printer does",
+            )
         toks: list[Tok] = []
         depth, pos = 0, indent
         while pos < len(raw):
@@ -95,8 +100,13 @@ def lex(text: str, file: str) -> list[Line]:
             kind, t = m.lastgroup, m.group()
             if kind == "op" and t == "#" and raw.startswith("# per [", pos):
                 line = Line(no, indent, tuple(toks), raw)
-                raise ir_error(file, line, "`# per [...]` is the old notation", Tok("op", "#", pos + 1),
-                               "write `per [...]` (no #): the dimensions are part of the op")
+                raise ir_error(
+                    file,
+                    line,
+                    "`# per [...]` is the old notation",
+                    Tok("op", "#", pos + 1),
+                    "write `per [...]` (no #): the dimensions are part of the op",
+                )
             if kind == "op" and (t == "#" or t == "//" and depth <= 0):
                 break  # a comment (inside parentheses `//` divides; `#` is in names too)
             if kind != "ws":
@@ -188,7 +198,9 @@ class Cursor:
         t = self.peek()
         if t is None:
             raise self.error("expected an expression, found the end of the line")
-        if t.kind == "num" or (t.text == "-" and (n := self.peek(1)) is not None and n.kind == "num"):
+        if t.kind == "num" or (
+            t.text == "-" and (n := self.peek(1)) is not None and n.kind == "num"
+        ):
             neg = bool(self.accept("-"))
             t = self.kind("num", "a number")
             v: int | float = float(t.text) if any(c in t.text for c in ".eE") else int(t.text)

@@ -86,7 +86,9 @@ def filecheck(output: str, checks: list[tuple[int, str, str]]) -> None:
                 lo = col if j == li else 0
                 hi = end_col if j == end_li else len(lines[j])
                 if rx.search(lines[j][lo:hi]):
-                    raise CheckFailure(f"line {no}: CHECK-NOT: {pat.strip()} matched output line {j + 1}:\n  {lines[j]}")
+                    raise CheckFailure(
+                        f"line {no}: CHECK-NOT: {pat.strip()} matched output line {j + 1}:\n  {lines[j]}"
+                    )
         nots.clear()
 
     first = True
@@ -103,7 +105,9 @@ def filecheck(output: str, checks: list[tuple[int, str, str]]) -> None:
             found = search(rx, li, col, li + 1)
         if found is None:
             near = "\n".join(f"  {k + 1}: {lines[k]}" for k in range(li, min(li + 3, len(lines))))
-            raise CheckFailure(f"line {no}: {kind}: {pat.strip()} not found; the output from line {li + 1}:\n{near}")
+            raise CheckFailure(
+                f"line {no}: {kind}: {pat.strip()} not found; the output from line {li + 1}:\n{near}"
+            )
         j, m = found
         check_nots(j, m.start())
         names.update({k: v for k, v in m.groupdict().items() if v is not None})
@@ -133,7 +137,8 @@ class IrCheck(pytest.Item):
         r = CliRunner().invoke(main, argv[1:], catch_exceptions=False)
         if fail != (r.exit_code != 0):
             raise CheckFailure(
-                f"`{runs[0][2].strip()}` exited {r.exit_code}\n{r.stderr}" if not fail
+                f"`{runs[0][2].strip()}` exited {r.exit_code}\n{r.stderr}"
+                if not fail
                 else f"`{runs[0][2].strip()}` succeeded; `not` expects an error"
             )
         filecheck(r.stderr if fail else r.stdout, checks)

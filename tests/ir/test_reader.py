@@ -32,7 +32,9 @@ CASES = [
 @pytest.mark.parametrize("program, mapping", CASES)
 def test_every_snapshot_reads_back_and_the_next_pass_agrees(program, mapping):
     try:
-        snaps = compiled.snapshots(program, ROOT / "mappings" / program / mapping, until="sync-insertion")
+        snaps = compiled.snapshots(
+            program, ROOT / "mappings" / program / mapping, until="sync-insertion"
+        )
     except CypressError as e:  # a mapping a pass refuses: its earlier snapshots are not kept
         pytest.skip(f"{mapping} is refused: {e.code}")
     assert [n for n, _ in snaps][-1] == "sync-insertion"
@@ -72,7 +74,11 @@ def test_what_the_passes_read_survives():
         len(getattr(o, "edges", ())) for o in syncs(m)
     ]
     calls = [o for o in walk_ops(back.body) if getattr(o, "ext", None) is not None]
-    assert calls and calls[0].fn == "bias_gelu" and calls[0].ext.external.cpp == "cypress_ops::bias_gelu"
+    assert (
+        calls
+        and calls[0].fn == "bias_gelu"
+        and calls[0].ext.external.cpp == "cypress_ops::bias_gelu"
+    )
 
 
 def _error(text: str, **kw) -> CypressError:
@@ -88,14 +94,19 @@ HEAD = "module @t(%A: [64] f32 @GLOBAL) sizes() {\n"
 @pytest.mark.parametrize(
     "body, line, col, words",
     [
-        ("  %x = tensor [64 f32 @SHARED\n", 2, 19, "expected ','"),
+        ("  %x = tensor [64 f32 @SHARED\n", 2, 19, "expected ',', found 'f32'"),
         ("  %e1: () = copy %A -> %x {}\n", 2, 24, "tensor %x is not defined"),
         ("  %e1: () = call fil(%A, 0) {}\n", 2, 18, "unknown leaf function 'fil'"),
         ("  %e1: () = call fill(%A, 0) {%e9}\n", 2, 31, "event %e9 is not defined"),
         ("  %P = partition_by_slab %A (2)\n", 2, 8, "unknown partition"),
         ("  %P = partition_by_slices %A (1)\n", 2, 8, "the sliced dimension (0..0)"),
         ("  %x = tensor [64] f32 @SHARED\n      %y = 1\n", 3, 7, "unexpected indentation"),
-        ("  wait %b[0] parity 0  @producer  from %e1 -> %e2 (rw %A)\n", 2, 52, "bad edge: edge hazard 'rw'"),
+        (
+            "  wait %b[0] parity 0  @producer  from %e1 -> %e2 (rw %A)\n",
+            2,
+            52,
+            "bad edge: edge hazard 'rw'",
+        ),
         ("  %x = (%A + )\n", 2, 14, "expected an expression"),
         ("  %x = 1 ? 2\n", 2, 10, "unexpected '?'"),
     ],
@@ -115,7 +126,7 @@ def test_headers_are_checked():
     assert "pipeline is an int" in e.message
     ext = 'external f(x: tensor[1, f32]) reads(x) writes(x) = "ns::f" in "nowhere.cuh"\n'
     e = _error(ext + HEAD + "}\n")
-    assert "cannot find the header \"nowhere.cuh\"" in e.message and "-I DIR" in e.hint
+    assert 'cannot find the header "nowhere.cuh"' in e.message and "-I DIR" in e.hint
     e = _error("module @t() sizes() {\n")
     assert e.loc.line == 0 or "`}`" in e.message
     e = _error(HEAD + "}\nschedul {}\n")
