@@ -408,7 +408,15 @@ def _parse_passes(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write here, not stdout."
 )
-@_include_opt
+@click.option(
+    "-I",
+    "--include-dir",
+    "include_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Also look for the headers of `external` lines here (after FILE's folder; repeatable).",
+)
 @_guard
 def opt_cmd(
     file: str, passes: list[str], output: str | None, include_dirs: tuple[str, ...]
