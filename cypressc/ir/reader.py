@@ -114,7 +114,8 @@ class _Reader:
         body = self.block(0)
         close = self.peek()
         if close is None or [t.text for t in close.toks] != ["}"] or close.indent:
-            raise ir_error(self.file, close, "expected `}` closing the module at column 1", None)
+            at = close or self.lines[-1]  # the line in its place, or the file's last
+            raise ir_error(self.file, at, "expected `}` closing the module at column 1", None)
         self.i += 1
         m = N.Module(
             name, params, scalars, body, synchronized, tuple(self.roles), floats, target=target

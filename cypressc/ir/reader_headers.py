@@ -38,11 +38,8 @@ def target(c: Cursor, loc) -> Target:
             known = ", ".join(k for k in _KNOB_TYPES if k != "instance")
             raise c.error(f"'{key}' is not a BLOCK knob", tok, f"the knobs: {known}")
         if _KNOB_TYPES[key] != type(value).__name__:
-            raise c.error(
-                f"{key} is a{'' if _KNOB_TYPES[key] == 'int' else ' '}"
-                f"{'n int' if _KNOB_TYPES[key] == 'int' else 'bool'}",
-                tok,
-            )
+            kind = "an int" if _KNOB_TYPES[key] == "int" else "a bool (true or false)"
+            raise c.error(f"{key} is {kind}", tok)
         knobs[key], locs[key] = value, loc(c.line, tok)
     c.end()
     return Target(machine, BlockKnobs(**knobs), loc(c.line), locs)
@@ -89,7 +86,12 @@ def external(c: Cursor, dirs: list[Path], loc) -> tuple[str, object]:
             ty: L.Type = L.TensorType(rank, c.kind("name", "an element type").text)
             c.expect("]")
         else:
-            ty = L.ScalarType(c.kind("name", "int or float").text)
+            t = c.kind("name", "tensor[rank, dtype], int or float")
+            if t.text not in ("int", "float"):
+                raise c.error(
+                    f"unknown parameter type '{t.text}'", t, "tensor[2, f32], int or float"
+                )
+            ty = L.ScalarType(t.text)
         return L.Param(p.text, ty, loc(c.line, p))
 
     c.expect("(")

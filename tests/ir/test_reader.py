@@ -128,7 +128,7 @@ def test_headers_are_checked():
     e = _error(ext + HEAD + "}\n")
     assert 'cannot find the header "nowhere.cuh"' in e.message and "-I DIR" in e.hint
     e = _error("module @t() sizes() {\n")
-    assert e.loc.line == 0 or "`}`" in e.message
+    assert e.loc.line == 1 and "expected `}` closing the module" in e.message
     e = _error(HEAD + "}\nschedul {}\n")
     assert "unexpected 'schedul'" in e.message
 
