@@ -115,6 +115,7 @@ def main(ctx: click.Context, debug: bool) -> None:
     Typical use:
       cypressc check   programs/gemm.cyp -m mappings/gemm/h100.yaml
       cypressc explain programs/gemm.cyp -m mappings/gemm/h100.yaml
+      cypressc opt     ir/05-warp-specialization.ir -p sync-insertion
     """
     ctx.obj = _Ctx(debug)
 
@@ -378,6 +379,73 @@ def build(
     t = _front_end(program, mapping, dtypes, include_dirs)
     summary = write_build(t, Path(output) if output is not None else None, dtypes)
     click.echo(summary)
+
+
+def _parse_passes(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
+    """``-p vectorization,copy-elimination`` -> the registered passes' names, in order; an
+    unknown name is a usage error listing the registered ones."""
+    from cypressc.passes.manager import pass_names
+
+    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    for n in names:
+        if n not in pass_names():
+            raise click.BadParameter(
+                f"no pass '{n}' (the passes are: {', '.join(pass_names())})", param=param
+            )
+    return names
+
+
+@main.command("opt")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-p",
+    "--passes",
+    "passes",
+    callback=_parse_passes,
+    metavar="PASS[,PASS...]",
+    help="The registered passes to run, in order (none: read, verify and print FILE).",
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write here, not stdout."
+)
+@click.option(
+    "-I",
+    "--include-dir",
+    "include_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Also look for the headers of `external` lines here (after FILE's folder; repeatable).",
+)
+@_guard
+def opt_cmd(
+    file: str, passes: list[str], output: str | None, include_dirs: tuple[str, ...]
+) -> None:
+    """Run compiler passes on FILE, the event IR as `explain` prints it (`--dump-ir`, or
+    written by hand), and print the IR they give.
+
+    Each pass is verified after it runs (sync-insertion also by the happens-before check).
+    The headers of `external` lines are looked for next to FILE and in the -I folders.
+
+    \b
+    Example:
+      cypressc explain programs/gemm.cyp -m mappings/gemm/h100.yaml --dump-ir ir/
+      cypressc opt ir/05-warp-specialization.ir -p sync-insertion
+    """
+    from cypressc.opt import optimize
+
+    try:
+        text = Path(file).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise CypressError("E063", f"cannot read {file}: {e}", Loc(file)) from None
+    out = optimize(text, file, passes, include_dirs)
+    if output is None:
+        click.echo(out, nl=False)
+        return
+    try:
+        Path(output).write_text(out)
+    except OSError as e:
+        raise CypressError("E061", f"cannot write {output}: {e.strerror}", Loc(output)) from None
 
 
 # --------------------------------------------------------------------------------------------

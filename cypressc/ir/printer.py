@@ -3,6 +3,22 @@
 Events are renumbered ``%e1, %e2, …`` in print order so that dumps are stable and
 diffable across unrelated changes; tensors, partitions and scalars keep the names the
 dependence analysis gave them (source names, uniquified ``x``, ``x_1``, …).
+
+The text is what :mod:`cypressc.ir.reader` reads back: everything a pass reads is printed
+(``print_module(parse_module(print_module(m))) == print_module(m)``, and a pass gives the
+same result on the module read back).  ``//`` outside parentheses starts a comment (inside,
+``(a // b)`` is floor division).  Around the module body:
+
+* before it, ``target MACHINE {knob: value, …}`` (``Module.target``: the machine model and
+  the BLOCK knobs the mapping set) and one ``external`` line per user C++ leaf function
+  called (paper §3.2's call-external: its parameters, privileges, C++ name and header);
+* after it, ``schedule {…}`` (warp specialization's stage depths and channels) and
+  ``resources {…}`` (resource allocation's shared-memory plan and register estimate).
+
+Ops that are not events print the processor dimensions they are replicated over as
+``per [(n, PROC), …]``.  A sync op's ``per`` leaves out the BLOCK dimensions when they are
+the block program's (:func:`block_grid`: a sync op runs once per block otherwise), and its
+event edges follow ``from`` (``%e3 -> %e5 (raw %A)``: :func:`edges_text`).
 """
 
 from __future__ import annotations
@@ -12,9 +28,29 @@ from cypressc.ir import sync as S
 from cypressc.ir.subst import walk_ops
 from cypressc.ir.sync import SYNC_OPS
 
-__all__ = ["print_module", "event_names", "fmt_expr", "fmt_view", "sync_line", "PROC_ID"]
+__all__ = [
+    "print_module",
+    "event_names",
+    "fmt_expr",
+    "fmt_view",
+    "sync_line",
+    "edges_text",
+    "block_grid",
+    "PROC_ID",
+    "VIA_TEXT",
+]
 
 PROC_ID = {"BLOCK": "block_id", "WARPGROUP": "warpgroup_id", "WARP": "warp_id", "THREAD": "lane_id"}
+# how an edge reaches its consumer, after the hazard: ``(raw %A, into the loop)``; carried and
+# ring edges add their distance (``{}``)
+VIA_TEXT = {
+    "same": "",
+    "entry": ", into the loop",
+    "after": ", after the loop",
+    "carried": ", {} iteration(s) later",
+    "tile": ", the next tile",
+    "ring": ", its stage's next fill, {} ring position(s) on",
+}
 
 
 def fmt_expr(e: N.IExpr) -> str:
@@ -46,11 +82,28 @@ def _param(p) -> str:
     return fmt_expr(p)
 
 
+def block_grid(body: N.Block) -> tuple[N.Dim, ...]:
+    """The block program's BLOCK dimensions: the longest run of leading BLOCK dimensions of
+    an op of ``body`` that is not a sync op (the first such op's).  Sync ops run once per
+    block instance, over these."""
+    best: tuple[N.Dim, ...] = ()
+    for op in walk_ops(body):
+        if isinstance(op, SYNC_OPS):
+            continue
+        n = 0
+        while n < len(op.dims) and op.dims[n].proc == "BLOCK":
+            n += 1
+        if n > len(best):
+            best = op.dims[:n]
+    return best
+
+
 class _Printer:
     def __init__(self, roles: dict[str, str] | None = None, body: N.Block | None = None) -> None:
         self.names: dict[str, str] = {}
         self.lines: list[str] = []
         self.roles = roles or {}
+        self.grid = block_grid(body) if body is not None else ()
         if body is not None:  # number events in definition order: sync ops name later events
             for op in walk_ops(body):
                 if isinstance(op, N.AsyncOp):
@@ -85,7 +138,7 @@ class _Printer:
 
     def op(self, op: N.Op, ind: int) -> None:
         pad = "  " * ind
-        rep = f"  # per {self.ty(op.dims)}" if op.dims and not isinstance(op, N.AsyncOp) else ""
+        rep = f"  per {self.ty(op.dims)}" if op.dims and not isinstance(op, N.AsyncOp) else ""
         if isinstance(op, N.Alloc):
             lay = f" layout {fmt_view(op.layout)}" if op.layout is not None else ""
             shape = ", ".join(fmt_expr(s) for s in op.shape)
@@ -132,21 +185,24 @@ class _Printer:
             )
             self.block(op.body, ind + 1)
         elif isinstance(op, SYNC_OPS):
-            self.lines.append(pad + sync_line(op, self.ev, self.ty))
+            self.lines.append(pad + sync_line(op, self.ev, self.ty, self.grid))
         else:  # pragma: no cover
             raise TypeError(op)
 
 
 def print_module(m: N.Module) -> str:
-    """The module as text: a header with parameters and sizes, then the body."""
+    """The module as text: its target and externals, a header with parameters and sizes,
+    the body, then what the passes decided about the whole block (schedule, resources)."""
     p = _Printer(m.role_map(), m.body)
+    p.lines += _headers(m)
     params = ", ".join(
         f"%{a.name}: [{', '.join(fmt_expr(s) for s in a.shape)}] {a.dtype} @{a.mem}"
         for a in m.params
     )
     sizes = ", ".join(f"%{s}" for s in m.scalars)
     floats = "".join(f" floats({', '.join(f'%{s}' for s in m.floats)})" if m.floats else "")
-    p.lines.append(f"module @{m.name}({params}) sizes({sizes}){floats} {{")
+    sync = " synchronized" if m.synchronized else ""
+    p.lines.append(f"module @{m.name}({params}) sizes({sizes}){floats}{sync} {{")
     p.block(m.body, 1)
     p.lines.append("}")
     p.lines += _results(m, p)
@@ -159,40 +215,99 @@ def event_names(m: N.Module) -> dict[str, str]:
     return {k: "%" + v for k, v in p.names.items()}
 
 
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_value(x) for x in v) + ")"
+    return str(v)
+
+
+def _attrs(pairs) -> str:
+    """``{key: value, …}`` (the mapping file's flow style) of the pairs whose value is set."""
+    return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in pairs if v is not None) + "}"
+
+
+def _headers(m: N.Module) -> list[str]:
+    """``target`` and ``external`` lines: what the module is compiled for and the user C++
+    functions its calls name (:mod:`cypressc.lang.externals`)."""
+    from dataclasses import fields
+
+    out = []
+    t = m.target
+    if t is not None:
+        knobs = [
+            (f.name, getattr(t.block, f.name)) for f in fields(t.block) if f.name != "instance"
+        ]
+        set_ = [(k, v) for k, v in knobs if v is not None]
+        out.append(f"target {t.machine.name}" + (f" {_attrs(set_)}" if set_ else ""))
+    seen: set[str] = set()
+    for op in walk_ops(m.body):
+        ext = getattr(op, "ext", None)
+        if ext is None or ext.name in seen or ext.external is None:
+            continue
+        seen.add(ext.name)
+        e = ext.external
+        params = ", ".join(f"{q.name}: {q.type}" for q in e.params)
+        out.append(
+            f"external {e.name}({params}) reads({', '.join(e.reads)}) "
+            f'writes({", ".join(e.writes)}) = "{e.cpp}" in "{e.header}"'
+        )
+    return out
+
+
 def _results(m: N.Module, p: _Printer) -> list[str]:
-    """What the later passes decided, as comments under the module."""
+    """What the passes decided about the whole block, under the module."""
     out: list[str] = []
+    s = m.schedule
+    if s is not None:
+        out.append(
+            "schedule "
+            + _attrs([("warpspecialize", s.warpspecialize), ("persistent", s.persistent)])
+        )
+        if s.stages:
+            out.append("  stages " + ", ".join(f"%{b}: {d}" for b, d in s.stages.items()))
+        if not m.synchronized:  # after sync-insertion the mbarrier decls say it
+            for prod, cons in s.channels.items():
+                out.append(
+                    f"  channel {p.ev(prod)} -> {', '.join(p.ev(c) for c in cons)}  "
+                    "// a full/empty mbarrier pair per stage"
+                )
     r = m.resources
     if r is not None:
         out.append(
-            f"// shared memory: {r.smem_bytes} bytes (mbarriers and 1024-byte alignment included)"
+            "resources "
+            + _attrs(
+                [
+                    ("smem_bytes", r.smem_bytes),
+                    ("smem_limit", r.smem_limit),
+                    ("barrier_offset", r.barrier_offset),
+                    ("barrier_bytes", r.barrier_bytes),
+                ]
+            )
+            + "  // shared memory: mbarriers and 1024-byte alignment included"
         )
         for name, slot in r.smem.items():
             out.append(
-                f"//   %{name}: [{slot.offset}, {slot.offset + slot.bytes}) {slot.bytes} bytes, "
+                f"  %{name}: [{slot.offset}, {slot.offset + slot.bytes}) {slot.bytes} bytes, "
                 f"{slot.stages} stage(s)"
             )
         for x, y in r.war:
-            out.append(f"//   %{x} and %{y} share bytes: WAR edge from the last readers of %{x}")
-        out.append(f"// registers per consumer thread (estimate): {r.registers}")
-    if (
-        m.schedule is not None and not m.synchronized
-    ):  # after sync-insertion the mbarrier decls say it
-        for prod, cons in m.schedule.channels.items():
-            out.append(
-                f"// channel {p.ev(prod)} -> {', '.join(p.ev(c) for c in cons)}: full/empty "
-                f"mbarrier pair per stage"
-            )
+            out.append(f"  %{x} and %{y} share bytes  // a WAR edge from the last readers of %{x}")
+        out.append(
+            f"  registers {r.registers}, budget {_value(r.register_budget)}  "
+            "// per consumer thread (estimate); setmaxnreg of the producer, consumer"
+        )
     if m.kernel is not None:  # the backend's plan describes itself
         out += m.kernel.summary()
     return out
 
 
-def _edges(edges, ev) -> str:
-    """``// from %e3 -> %e5 (raw %A), …``: the event edges a sync op realizes (the hazards of
-    one pair of events on one tensor printed together)."""
-    if not edges:
-        return ""
+def edges_text(edges, ev) -> str:
+    """``%e3 -> %e5 (raw %A); …``: the event edges a sync op realizes, the hazards of one
+    pair of events on one tensor printed together (``raw+war``), and the sources of equal
+    hazards on one consumer listed together (``%e3, %e4 -> %e5``); ``start`` is the start of
+    the block program, ``end`` its end (``ev`` names events)."""
     groups: dict[tuple, list[str]] = {}
     for e in edges:
         groups.setdefault((e.src, e.dst, e.via, e.distance, e.tensor), []).append(e.hazard)
@@ -206,57 +321,49 @@ def _edges(edges, ev) -> str:
         if via == "end":
             out.append(f"{', '.join(names)} -> end (the TMA store reads %{tensor})")
             continue
-        how = {
-            "same": "",
-            "entry": ", into the loop",
-            "after": ", after the loop",
-            "carried": f", {dist} iteration(s) later",
-            "tile": ", the next tile",
-            "ring": f", its stage's next fill, {dist} ring position(s) on",
-        }[via]
+        how = VIA_TEXT[via].format(dist)
         if (
             hz == "turn"
         ):  # the Tensor Core, not a tensor: the previous warpgroup's run, then this one's
             out.append(f"{', '.join(names)} -> {ev(dst)} (turn{how})")
             continue
         out.append(f"{', '.join(names)} -> {ev(dst)} ({hz} %{tensor}{how})")
-    return "  // from " + "; ".join(out)
+    return "; ".join(out)
 
 
-def sync_line(op, ev, ty) -> str:
-    """One sync op in the paper's style (``ev`` names events, ``ty`` prints dims)."""
-    inner = tuple(
-        d for d in getattr(op, "dims", ()) if d.proc != "BLOCK"
-    )  # once per block otherwise
-    per = f" per {ty(inner)}" if inner else ""
+def sync_line(op, ev, ty, grid: tuple[N.Dim, ...] = ()) -> str:
+    """One sync op in the paper's style (``ev`` names events, ``ty`` prints dims; ``grid``,
+    the block program's BLOCK dimensions, is left out of its ``per``)."""
+    dims = getattr(op, "dims", ())
+    shown = dims[len(grid) :] if grid and dims[: len(grid)] == grid else dims
+    per = f" per {ty(shown)}" if shown else ""
+    edges = getattr(op, "edges", ())
+    frm = f"  from {edges_text(edges, ev)}" if edges else ""
     at = lambda bar, stage: f"%{bar}[{fmt_expr(stage)}]"  # noqa: E731
     if isinstance(op, S.MBarrier):
         return (
             f"%{op.name} = mbarrier[{op.stages}] {op.kind} arrivals({op.count}) arrive @{op.arrive_role} "
-            f"wait @{op.wait_role}{' (this tile)' if op.same_tile else ''}  "
-            f"// channel of {', '.join(ev(e) for e in op.channel)}"
+            f"wait @{op.wait_role}{' (this tile)' if op.same_tile else ''}{per}  "
+            f"channel of {', '.join(ev(e) for e in op.channel)}{frm}"
         )
     if isinstance(op, S.ArriveExpectTx):
-        return f"arrive_expect_tx {at(op.bar, op.stage)} {op.bytes} bytes{per}  @{op.role}{_edges(op.edges, ev)}"
+        return f"arrive_expect_tx {at(op.bar, op.stage)} {op.bytes} bytes{per}  @{op.role}{frm}"
     if isinstance(op, S.Wait):
-        return (
-            f"wait {at(op.bar, op.stage)} parity {fmt_expr(op.parity)}{per}  @{op.role}"
-            f"{_edges(op.edges, ev)}"
-        )
+        return f"wait {at(op.bar, op.stage)} parity {fmt_expr(op.parity)}{per}  @{op.role}{frm}"
     guard = getattr(op, "when", None)
     when = f" if {fmt_expr(guard.a)} >= {fmt_expr(guard.b)}" if guard is not None else ""
     if isinstance(op, S.Arrive):
-        return f"arrive {at(op.bar, op.stage)}{when}{per}  @{op.role}{_edges(op.edges, ev)}"
+        return f"arrive {at(op.bar, op.stage)}{when}{per}  @{op.role}{frm}"
     if isinstance(op, S.CommitGroup):
-        return f"commit_group {op.unit}{per}  @{op.role}  // closes the group of {', '.join(ev(e) for e in op.events)}"
+        return f"commit_group {op.unit}{per}  @{op.role}  closes the group of {', '.join(ev(e) for e in op.events)}"
     if isinstance(op, S.WaitGroup):
-        return f"wait_group {op.unit} {op.pending}{per}  @{op.role}{_edges(op.edges, ev)}"
+        return f"wait_group {op.unit} {op.pending}{per}  @{op.role}{frm}"
     if isinstance(op, S.SyncWarp):
-        return f"syncwarp{when}{per}  @{op.role}{_edges(op.edges, ev)}"
+        return f"syncwarp{when}{per}  @{op.role}{frm}"
     if isinstance(op, S.BarSync):
-        return f"bar_sync {fmt_expr(op.id)}, {op.threads}{per}  @{op.role}{_edges(op.edges, ev)}"
+        return f"bar_sync {fmt_expr(op.id)}, {op.threads}{per}  @{op.role}{frm}"
     if isinstance(op, S.Turn):
-        return f"turn {op.kind} {fmt_expr(op.id)}, {op.threads}{when}{per}  @{op.role}{_edges(op.edges, ev)}"
+        return f"turn {op.kind} {fmt_expr(op.id)}, {op.threads}{when}{per}  @{op.role}{frm}"
     if isinstance(op, S.Fence):
-        return f"fence {op.kind}{per}  @{op.role}{_edges(op.edges, ev)}"
+        return f"fence {op.kind}{per}  @{op.role}{frm}"
     raise TypeError(op)

@@ -24,7 +24,7 @@ They are small frozen value types, like the rest of the IR (:mod:`cypressc.ir.no
 Every op has ``dims`` (the processor instances that execute it, as for async ops: the
 BLOCK dimensions, then e.g. ``(2, WARPGROUP)`` for one arrival per consumer warpgroup)
 and ``edges``: the event edges it comes from, which the printer shows as
-``// from %e3 -> %e5``.  Roles, stage indices and phase parities are explicit, so an
+``from %e3 -> %e5 (raw %A)``.  Roles, stage indices and phase parities are explicit, so an
 interpreter can run each role as its own thread of control.
 
 Phases follow the mbarrier convention: a wait with parity ``p`` returns once the phase

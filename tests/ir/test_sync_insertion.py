@@ -564,7 +564,7 @@ def test_the_printer_names_the_edges():
     assert "wait %full_SA_SB[(%k % 2)] parity ((%k // 2) % 2)" in text
     assert (
         "arrive %empty_SA_SB[((%k - 1) % 2)] if %k >= 1 per [(2, WARPGROUP)]  @consumer  "
-        "// from %e5 -> %e3 (war %SA, 2 iteration(s) later); %e5 -> %e4 (war %SB, 2 iteration(s) later)"
+        "from %e5 -> %e3 (war %SA, 2 iteration(s) later); %e5 -> %e4 (war %SB, 2 iteration(s) later)"
     ) in text
     assert (
         "%e3: [(4, BLOCK)] = copy %Ap[0, %k] -> %SA#stage[(%k % 2)] {} on %full_SA_SB[(%k % 2)]  @producer"
