@@ -27,7 +27,8 @@ from cypressc import runtime as rt
 from cypressc.backend.harness import RUNTIME_DIR
 from cypressc.build import render_build
 from cypressc.backend.emit import build_info
-from cypressc.cli import _front_end, main
+from cypressc.cli import main
+from cypressc.cli.common import load_program as _front_end
 from cypressc.pipeline import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from cypressc.build import render_build
-from cypressc.cli import _front_end, main
+from cypressc.cli import main
+from cypressc.cli.common import load_program as _front_end
 from cypressc.passes.resource_allocation import _register_pool
 from cypressc.tuner.build import cutlass_include
 from cypressc.tuner.space import derive_space

@@ -16,7 +16,7 @@ import pytest
 
 from cypressc import runtime
 from cypressc.build import render_build
-from cypressc.cli import _front_end
+from cypressc.cli.common import load_program as _front_end
 
 ROOT = Path(__file__).resolve().parents[2]
 

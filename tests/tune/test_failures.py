@@ -10,7 +10,7 @@ import pytest
 
 from cypressc import runtime
 from cypressc.build import render_build
-from cypressc.cli import _front_end
+from cypressc.cli.common import load_program as _front_end
 from cypressc.tuner import report
 from cypressc.tuner.search import Candidate, Options, Result
 from cypressc.tuner.space import derive_space

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cypressc.cli import _front_end, main
+from cypressc.cli import main
+from cypressc.cli.common import load_program as _front_end
 from cypressc.diagnostics import CypressErrors
 from cypressc.mapping.loader import load_mapping, load_mapping_source
 from cypressc.tuner.prune import check_candidate, static_score

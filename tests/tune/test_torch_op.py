@@ -19,7 +19,7 @@ import cypressc  # noqa: E402
 import cypressc.torch as ctorch  # noqa: E402
 from cypressc.backend.harness import RUNTIME_DIR  # noqa: E402
 from cypressc.backend.emit import build_info  # noqa: E402
-from cypressc.cli import _front_end  # noqa: E402
+from cypressc.cli.common import load_program as _front_end  # noqa: E402
 from cypressc.pipeline import compile_module  # noqa: E402
 from cypressc.runtime import Kernel, KernelError, KernelInfo  # noqa: E402
 

@@ -205,7 +205,7 @@ def test_a_size_of_zero_is_a_size_and_malformed_ones_are_usage_errors():
     """``--size causal=0`` binds FlashAttention's flag (it was refused as not positive)."""
     import click
 
-    from cypressc.cli import _parse_sizes
+    from cypressc.cli.tune import _parse_sizes
 
     param = click.Option(["--size"])
     assert _parse_sizes(None, param, ("causal=0", "M=1024")) == {"causal": 0, "M": 1024}
