@@ -15,6 +15,8 @@ bytes an earlier tensor of the tile shares, one for this tile (``_freed_channel`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.hazards import Dep, Leaf
@@ -25,6 +27,25 @@ from cypressc.passes.sync_placement import Refuse as _Refuse
 from cypressc.passes.sync_placement import count_instances as _count
 
 __all__ = ["TmaChannels"]
+
+
+@dataclass(frozen=True)
+class _ReleasePoint:
+    """Where one reader role releases its stage of a TMA channel's empty barrier
+    (:meth:`TmaChannels._release_points`)."""
+
+    lag: int  # main-loop steps the release lags the reads (0: in the reads' own step)
+    anchor: Leaf  # the op the release is placed at
+    pending: int  # the wait_group N that retires the reading wgmma groups there
+    arrivals: tuple[N.Dim, ...]  # the role's dims down to one arrival per warpgroup or warp
+    edges: tuple  # the write-after-read edges it releases
+    mma: bool  # whether a wgmma read the stage
+    side: str  # "before" or "after" the anchor
+
+    @property
+    def place(self) -> tuple:
+        """What copies sharing a channel must release alike: the lag, the anchor op, the side."""
+        return (self.lag, id(self.anchor.op), self.side)
 
 
 class TmaChannels(Placement):
@@ -69,7 +90,7 @@ class TmaChannels(Placement):
                 stage,
                 depth,
                 waits,
-                tuple(sorted((r, v[0], v[1], v[7]) for r, v in release.items())),
+                tuple(sorted((r, *v.place) for r, v in release.items())),
                 tuple(
                     sorted(
                         (r, tuple((id(a), sd, n) for a, sd, n, _, _ in v[0]))
@@ -330,10 +351,10 @@ class TmaChannels(Placement):
                 first[c.role] = (seq, where)
         return tuple(sorted((r, id(w)) for r, (_, w) in first.items()))
 
-    def _release_points(self, lf: Leaf, deps: list[Dep], depth: int) -> dict[str, tuple]:
-        """Per reader role: (steps the release lags, id of the op it follows, wait_group N,
-        arrival dims, edges, that op, whether a wgmma read the stage)."""
-        out: dict[str, tuple] = {}
+    def _release_points(self, lf: Leaf, deps: list[Dep], depth: int) -> dict[str, _ReleasePoint]:
+        """Per reader role: where it releases the stage of copy ``lf`` (``deps``: the edges
+        from its reads to the copy ``depth`` steps later)."""
+        out: dict[str, _ReleasePoint] = {}
         for role in sorted({self.prog.leaves[d.src].role for d in deps}):
             mine = [d for d in deps if self.prog.leaves[d.src].role == role]
             readers = [self.prog.leaves[d.src] for d in mine]
@@ -364,13 +385,12 @@ class TmaChannels(Placement):
                 n = (sum(1 for s in commits if s <= at) - 1 - g + lag * len(commits)) if mma else 0
             anchor = self.seqs[at]
             unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
-            out[role] = (
+            out[role] = _ReleasePoint(
                 lag,
-                id(anchor.op),
+                anchor,
                 n,
                 self._arrivals(role, unit),
                 tuple(d.edge() for d in mine),
-                anchor,
                 bool(mma),
                 side,
             )
@@ -489,7 +509,7 @@ class TmaChannels(Placement):
                     f"the stage ring of TMA copy %{first.op.ev} has members outside its loop but "
                     "no release inside it"
                 )
-            count = sum(_count(r[3]) for r in release.values())
+            count = sum(_count(r.arrivals) for r in release.values())
             self.put(
                 decl,
                 "before",
@@ -547,8 +567,20 @@ class TmaChannels(Placement):
                     self.prog.role_dims(role),
                 ),
             )
-        for role, (lag, _, n, arr, edges, anchor, mma, side) in release.items():
-            self._release(lp, stage, ename, role, lag, anchor, n, arr, edges, mma, side)
+        for role, r in release.items():
+            self._release(
+                lp,
+                stage,
+                ename,
+                role,
+                r.lag,
+                r.anchor,
+                r.pending,
+                r.arrivals,
+                r.edges,
+                r.mma,
+                r.side,
+            )
 
     def _member(
         self,
