@@ -31,8 +31,8 @@ def example_sizes(r: RenderedBuild) -> list[str]:
 @dataclass(frozen=True)
 class RenderedBuild:
     """A compiled program as text, before anything is written: ``files`` maps each file name of
-    the build directory (``NAME.cu``, ``NAME.h``, ``main.cu``, ``Makefile``, ``NAME.json``) to
-    its content; ``plan`` is the kernel plan, ``module`` the IR after the last pass and
+    the build directory (``NAME.cu``, ``NAME.h``, ``main.cu``, ``main.h``, ``Makefile``,
+    ``NAME.json``) to its content; ``plan`` is the kernel plan, ``module`` the IR after the last pass and
     ``info`` the kernel's ABI (a :class:`cypressc.runtime.KernelInfo`)."""
 
     plan: object
@@ -51,7 +51,7 @@ def render_build(tree: TaskTree, compiled: list[tuple[str, object]] | None = Non
     """
     import json
 
-    from cypressc.backend.harness import render_main, render_makefile
+    from cypressc.backend.harness import harness_files
     from cypressc.abi.info import KernelInfo
 
     snaps = compiled if compiled is not None else compile_module(tree)
@@ -62,8 +62,7 @@ def render_build(tree: TaskTree, compiled: list[tuple[str, object]] | None = Non
     files = {
         f"{plan.name}.cu": emit_cuda(plan),
         f"{plan.name}.h": emit_header(plan),
-        "main.cu": render_main(ki),
-        "Makefile": render_makefile(ki),
+        **harness_files(ki),
         f"{plan.name}.json": json.dumps(dict(info), indent=2) + "\n",
     }
     for name, path in plan.headers.items():  # the user's C++, so the directory builds elsewhere

@@ -18,7 +18,7 @@ from cypressc.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG, MAP = str(ROOT / "programs" / "gemm.cyp"), str(ROOT / "mappings" / "gemm" / "h100.yaml")
-BUILT = {"gemm.cu", "gemm.h", "main.cu", "Makefile", "gemm.json", STAMP}
+BUILT = {"gemm.cu", "gemm.h", "main.cu", "main.h", "Makefile", "gemm.json", STAMP}
 
 
 def build(*extra: str):

@@ -25,7 +25,7 @@ from cypressc.backend import plan as P
 from cypressc.backend.cexpr import cexpr
 from cypressc.backend.lower_host import KernelInterface
 from cypressc.backend.lower_mem import MemoryLowering
-from cypressc.backend.lower_rows import ROW_LEAVES, RowLowering
+from cypressc.backend.lower_rows import RowLowering
 from cypressc.backend.lower_simt import SimtLowering
 from cypressc.backend.peephole import defer_row_sums, fold_zero_fills, guard_dead_row_sums
 from cypressc.backend.refusal import REFUSAL_CODE
@@ -50,6 +50,7 @@ from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
 from cypressc.ir import sync as S
 from cypressc.ir.sync import SYNC_OPS
+from cypressc.lang.intrinsics import IntrinsicKind as K
 from cypressc.lang.intrinsics import leaf_of
 from cypressc.lang.intrinsics import atom as lookup_atom
 
@@ -436,7 +437,8 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                 if sec != "loop":
                     (plan.prologue if sec == "before" else plan.epilogue).append(st)
                 return st
-            if o.fn in ROW_LEAVES or o.fn in ("fill", "copy") and self._is_row_vector(o.args[0]):
+            kind = leaf_of(o).kind
+            if leaf_of(o).over_rows or kind in (K.FILL, K.COPY) and self._is_row_vector(o.args[0]):
                 return self._row_op(plan, o, sec)
             if (
                 sec != "loop" and leaf_of(o).asynchronous
@@ -445,16 +447,16 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                 return self._mma(plan, o)
             if (
                 sec != "loop"
-                and o.fn == "copy"
+                and kind is K.COPY
                 and self.sym.mem(o.args[1]) == "REGISTER"
                 and not self._is_vector(o.args[0])
             ):
                 return self._simt_loop(plan, o)
             if sec != "loop":
                 return self._simt(plan, o, sec == "before", smem)
-            if o.fn == "row_sum":
+            if kind is K.ROW_SUM:
                 return self._row_sum(plan, o)
-            if o.fn in ("fill", "copy") and not self._is_vector(o.args[0]):
+            if kind in (K.FILL, K.COPY) and not self._is_vector(o.args[0]):
                 return self._simt_loop(plan, o)
             if not leaf_of(o).asynchronous:
                 _refuse(f"leaf {o.fn}() inside the main loop")
@@ -660,20 +662,21 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
     def _simt(self, plan: P.KernelPlan, o: N.Call, before: bool, smem):
         if o.args and self._is_vector(o.args[0]):
             return self._simt_vector(plan, o, before)
-        if o.fn == "fill" and before and self.sym.mem(o.args[0]) == "SHARED":
+        kind = leaf_of(o).kind
+        if kind is K.FILL and before and self.sym.mem(o.args[0]) == "SHARED":
             plan.prologue.append(self._fill_shared(plan, o, smem))
             return plan.prologue[-1]
         self._whole_warpgroups(o)
-        if o.fn == "fill" and before:
+        if kind is K.FILL and before:
             f = self._fragment(plan, o.args[0])
             plan.prologue.append(P.Fill(self.en(o.ev), f.name, self.k(o.args[1])))
-        elif o.fn == "add" and not before:
+        elif kind is K.ADD and not before:
             f = self._fragment(plan, o.args[0])
             g = self._fragment(plan, o.args[1])
             plan.epilogue.append(P.Add(self.en(o.ev), f.name, g.name))
-        elif o.fn == "copy" and not before and self.sym.mem(o.args[1]) == "SHARED":
+        elif kind is K.COPY and not before and self.sym.mem(o.args[1]) == "SHARED":
             self._stage_write(plan, o, smem)
-        elif o.fn == "copy" and not before:
+        elif kind is K.COPY and not before:
             self._store_direct(plan, o)
         else:
             _refuse(f"leaf {o.fn}() {'before' if before else 'after'} the main loop")

@@ -11,24 +11,9 @@ from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
-from cypressc.lang.intrinsics import leaf_of
+from cypressc.lang.intrinsics import IntrinsicKind, leaf_of
 
-__all__ = ["RowLowering", "ROW_LEAVES"]
-
-ROW_LEAVES = frozenset(
-    {
-        "warpgroup_row_max",
-        "warpgroup_row_sum",
-        "exp2_diff",
-        "scale_rows",
-        "div_rows",
-        "mask_columns",
-        "mask_causal",
-        "row_log_sum_exp",
-    }
-)
-"""The leaves that only exist over accumulator rows (``fill``/``copy`` join them on a
-per-row vector)."""
+__all__ = ["RowLowering"]
 
 
 class RowLowering:
@@ -81,7 +66,8 @@ class RowLowering:
         return st
 
     def _row_op(self, plan: P.KernelPlan, o: N.Call, sec: str) -> P.RowOp:
-        """A leaf on per-row vectors and f32 accumulator fragments of one warpgroup tile."""
+        """A leaf on per-row vectors and f32 accumulator fragments of one warpgroup tile (one
+        whose ``over_rows`` holds, or a fill or copy of a per-row vector)."""
         fn = leaf_of(o)
         self._whole_warpgroups(o)
         args: list[tuple[str, str]] = []
@@ -110,9 +96,9 @@ class RowLowering:
             _refuse(
                 f"{o.fn}() over tiles of {sorted(rows)} rows: its operands must cover the same rows"
             )
-        if o.fn == "copy" and [k for k, _ in args] != ["row", "row"]:
+        if fn.kind is IntrinsicKind.COPY and [k for k, _ in args] != ["row", "row"]:
             _refuse("copy between a per-row vector and a fragment")
-        st = P.RowOp(self.en(o.ev), o.fn, tuple(args), rows.pop() // 64, value)
+        st = P.RowOp(self.en(o.ev), fn, tuple(args), rows.pop() // 64, value)
         if sec != "loop":
             (plan.prologue if sec == "before" else plan.epilogue).append(st)
         return st

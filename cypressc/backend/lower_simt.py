@@ -10,6 +10,7 @@ from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
+from cypressc.lang.intrinsics import IntrinsicKind as K
 from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["SimtLowering"]
@@ -28,7 +29,7 @@ class SimtLowering:
         step: clearing an accumulator, or converting one into a wgmma A operand."""
         self._whole_warpgroups(o)
         f = self._fragment(plan, o.args[0])
-        if o.fn == "fill":
+        if leaf_of(o).kind is K.FILL:
             return P.Fill(self.en(o.ev), f.name, self.k(o.args[1]))
         if self.sym.mem(o.args[1]) != "REGISTER":
             _refuse(
@@ -172,9 +173,10 @@ class SimtLowering:
         active = self._threads(o)
         try:
             vec = self._vector(plan, o.args[0])
-            if o.fn == "fill" and before:
+            kind = leaf_of(o).kind
+            if kind is K.FILL and before:
                 plan.prologue.append(P.FillVector(self.en(o.ev), vec.name, self.k(o.args[1])))
-            elif o.fn == "copy" and not before:
+            elif kind is K.COPY and not before:
                 root, org, keep, mmas = self.origin(o.args[1])
                 t = next((t for t in plan.tensors if t.name == root), None)
                 if t is None or mmas or len(org) != 1 or t.dtype != "f32":

@@ -25,6 +25,10 @@ which distribute over the quad's lanes, each lane can keep its own part and the 
 once, where ``l`` is first read (FlashAttention-3 reduces its row sums at the end too): two
 shuffles and adds per row per main-loop step fewer, off the softmax's dependent chains.  The
 sum's association changes (as any reduction order does); the value does not.
+
+The rewrites match the leaves' declared kinds (:class:`~cypressc.lang.intrinsics.IntrinsicKind`:
+a row sum, a row scale, a fill) and operand rules, never their names, and a statement's uses
+of a register value are the fields that hold register values (:func:`register_names`).
 """
 
 from __future__ import annotations
@@ -32,18 +36,48 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
-from cypressc.backend.cexpr import cexpr, is_true, is_zero
+from cypressc.backend.cexpr import is_true, is_zero
 from cypressc.ir import nodes as N
+from cypressc.lang.intrinsics import IntrinsicKind as K
 
-__all__ = ["fold_zero_fills", "guard_dead_row_sums", "defer_row_sums"]
+__all__ = ["fold_zero_fills", "guard_dead_row_sums", "defer_row_sums", "register_names"]
 
-_FIELDS = ("acc", "src", "dst", "other", "a_frag")
+
+def register_names(st) -> frozenset[str]:
+    """The register fragments and vectors plan statement ``st`` reads or writes, by the fields
+    that hold them (a ``Sync``: those whose accesses it orders, its ``accs`` and its edges'
+    tensors).  Names elsewhere in a statement (buffers, tensors, maps, events, the variables
+    of its expressions) are no use of a register value, whatever they spell."""
+    if isinstance(st, P.RowOp):
+        return frozenset(n for _, n in st.args) | frozenset(st.reduce)
+    if isinstance(st, P.Sync):
+        return frozenset(st.accs) | frozenset(e.tensor for e in getattr(st.op, "edges", ()))
+    if isinstance(st, P.External):
+        return frozenset({st.acc} | {a.name for a in st.args if a.kind == "frag"})
+    fields = _REGISTER_FIELDS.get(type(st), ())
+    return frozenset(v for f in fields if (v := getattr(st, f)) is not None)
+
+
+# the fields of each plan statement that name a register fragment or vector
+_REGISTER_FIELDS: dict[type, tuple[str, ...]] = {
+    P.Convert: ("src", "dst"),
+    P.Mma: ("acc", "a_frag"),
+    P.Fill: ("acc",),
+    P.Add: ("acc", "other"),
+    P.StoreDirect: ("acc",),
+    P.StageWrite: ("acc",),
+    P.TmaStore: ("acc",),
+    P.FillVector: ("vec",),
+    P.RowSum: ("vec",),
+    P.StoreVector: ("vec",),
+    P.RowStore: ("vec",),
+}
 
 
 def _touches(st, name: str) -> bool:
     """Whether a compute statement reads or writes register fragment ``name`` (sync
     statements only order the compiler's accesses, they do not touch values)."""
-    return not isinstance(st, P.Sync) and any(getattr(st, f, None) == name for f in _FIELDS)
+    return not isinstance(st, P.Sync) and name in register_names(st)
 
 
 def fold_zero_fills(stmts: list) -> list:
@@ -82,31 +116,19 @@ def _lists(plan: P.KernelPlan) -> list[list]:
     ]
 
 
-def _mentions(x, name: str) -> bool:
-    """Whether ``name`` is the value of any string field of statement ``x`` (at any depth:
-    an external call's operands, a sync op's edges)."""
-    if isinstance(x, str):
-        return x == name
-    if isinstance(x, (tuple, list)):
-        return any(_mentions(y, name) for y in x)
-    if hasattr(x, "__dataclass_fields__"):
-        return any(_mentions(getattr(x, f), name) for f in x.__dataclass_fields__)
-    return False
-
-
 def guard_dead_row_sums(plan: P.KernelPlan) -> None:
     """Run each ``RowSum`` whose vector only ``FillVector``, ``RowSum`` and ``StoreVector``
     statements use, every store under the same ``when``, under that ``when`` too (in place,
     in every list that holds it)."""
     stmts = [st for lst in _lists(plan) for st in lst]
     for rs in {id(st): st for st in stmts if isinstance(st, P.RowSum)}.values():
-        users = [st for st in stmts if _mentions(st, rs.vec)]
+        users = [st for st in stmts if rs.vec in register_names(st)]
         stores = [st for st in users if isinstance(st, P.StoreVector)]
         if not stores or any(
             not isinstance(st, (P.RowSum, P.FillVector, P.StoreVector)) for st in users
         ):
             continue
-        conds = {cexpr(st.when) if st.when is not None else None for st in stores}
+        conds = {st.when for st in stores}  # IR expressions: equal when equal in structure
         if len(conds) != 1 or None in conds:
             continue
         when = stores[0].when
@@ -117,38 +139,29 @@ def guard_dead_row_sums(plan: P.KernelPlan) -> None:
 
 
 def _row_ops_of(st, v: str) -> tuple[bool, bool]:
-    """(reads, writes) per-row vector ``v``: a ``RowOp`` writes its first operand (a ``copy``
-    its second) and reads the others; except for ``fill`` and ``copy`` its first counts as read
-    too (true of the accumulating leaves, conservative for the rest)."""
-    names = [n for k, n in st.args if k == "row"] if isinstance(st, P.RowOp) else []
-    if v not in names:
+    """(reads, writes) per-row vector ``v``, by the leaf's operand rules (``RowOp.args`` are
+    its operands that are no scalar, in order)."""
+    if not isinstance(st, P.RowOp):
         return False, False
-    dst = st.args[1] if st.fn == "copy" else st.args[0]
-    writes = dst == ("row", v)
-    reads = any(a == ("row", v) for a in st.args if a != dst or st.fn not in ("fill", "copy"))
-    return reads, writes
-
-
-# row leaves whose result is the same on the 4 lanes of a quad when their per-row operands are
-# (a row sum is too, unless deferred: the candidates are excluded by name)
-_UNIFORM = frozenset(
-    {"fill", "copy", "warpgroup_row_max", "exp2_diff", "scale_rows", "div_rows", "row_log_sum_exp"}
-)
+    rules = [r for r in st.leaf.operands if r.kind != "scalar"]
+    mine = [r for r, a in zip(rules, st.args) if a == ("row", v)]
+    return any(r.reads for r in mine), any(r.writes for r in mine)
 
 
 def _quad_uniform(flat: list, v: str, sums: set[str]) -> bool:
     """Whether every write of per-row vector ``v`` leaves the 4 lanes of a quad equal: ``v`` is
-    no row sum that may be deferred, and each write is a row leaf of ``_UNIFORM`` (a copy not
-    of such a sum)."""
+    no row sum that may be deferred, and each write is by a row leaf whose kind is
+    ``quad_uniform`` reading no such sum."""
     if v in sums:
         return False
     for st, _ in flat:
-        if not _mentions(st, v):
+        if v not in register_names(st):
             continue
         if not isinstance(st, P.RowOp):
             return False
         _, writes = _row_ops_of(st, v)
-        if writes and (st.fn not in _UNIFORM or st.fn == "copy" and st.args[0][1] in sums):
+        reads_sum = any(_row_ops_of(st, u)[0] for u in sums)
+        if writes and (not st.leaf.kind.quad_uniform or reads_sum):
             return False
     return True
 
@@ -156,10 +169,11 @@ def _quad_uniform(flat: list, v: str, sums: set[str]) -> bool:
 def defer_row_sums(plan: P.KernelPlan) -> None:
     """Keep each eligible row sum as per-lane parts (``RowOp.partial``) and sum them across the
     quad once, right before the statement that first reads the vector (``RowOp.reduce``).
-    Eligible: the vector's first statement is a zero ``fill``; up to its first read only
-    ``warpgroup_row_sum`` into it and ``scale_rows`` of it by another per-row vector whose
-    lanes are equal across the quad (every write of it a row leaf, none a possibly deferred
-    sum) touch it; that read is a row leaf outside every main loop (so it runs once per tile),
+    The candidates are the vectors a ``ROW_SUM`` row leaf adds into (:class:`IntrinsicKind`:
+    the leaves match by kind, not by name).  Eligible: the vector's first statement is a zero
+    ``FILL``; up to its first read only ``ROW_SUM`` leaves into it and ``ROW_SCALE`` leaves of
+    it by another per-row vector whose lanes are equal across the quad (every write of it a
+    row leaf of a ``quad_uniform`` kind reading no possibly deferred sum) touch it; that read is a row leaf outside every main loop (so it runs once per tile),
     and nothing writes the vector after it.  Any other use (a store of the vector, a read in a
     main loop, a write after the read) keeps the per-step reduction.  A finite scale keeps
     each lane's part finite; an infinite one would turn a lane's zero part into NaN where the
@@ -173,15 +187,15 @@ def defer_row_sums(plan: P.KernelPlan) -> None:
     if any(isinstance(st, P.RowOp) and (st.partial or st.reduce) for st, _ in flat):
         return  # already rewritten: a second pass would reduce the parts twice
     sums = {
-        st.args[0][1] for st, _ in flat if isinstance(st, P.RowOp) and st.fn == "warpgroup_row_sum"
+        st.args[0][1] for st, _ in flat if isinstance(st, P.RowOp) and st.leaf.kind is K.ROW_SUM
     }
     new: dict[int, P.RowOp] = {}
     for v in sorted(sums):
-        users = [(st, loop) for st, loop in flat if _mentions(st, v)]
+        users = [(st, loop) for st, loop in flat if v in register_names(st)]
         first, *rest = users
         if not (
             isinstance(first[0], P.RowOp)
-            and first[0].fn == "fill"
+            and first[0].leaf.kind is K.FILL
             and is_zero(first[0].value, exact=False)
         ):
             continue
@@ -191,13 +205,13 @@ def defer_row_sums(plan: P.KernelPlan) -> None:
             if read is None:
                 if (
                     isinstance(st, P.RowOp)
-                    and st.fn == "warpgroup_row_sum"
+                    and st.leaf.kind is K.ROW_SUM
                     and st.args[0] == ("row", v)
                 ):
                     adds.append(st)
                 elif (
                     isinstance(st, P.RowOp)
-                    and st.fn == "scale_rows"
+                    and st.leaf.kind is K.ROW_SCALE
                     and st.args[0] == ("row", v)
                     and st.args[1][0] == "row"
                     and _quad_uniform(flat, st.args[1][1], sums)

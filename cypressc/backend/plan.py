@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from cypressc.backend.cexpr import cexpr
 from cypressc.ir.nodes import IBin, IConst, IExpr, IProc, IVar
 from cypressc.ir.sync import Guard
+from cypressc.lang.intrinsics import LeafFn
 
 __all__ = [
     "SWIZZLES",
@@ -390,14 +391,15 @@ class RowVector:
 
 @dataclass(frozen=True)
 class RowOp:
-    """A leaf over accumulator rows (``fn``: ``fill``, ``copy``, ``warpgroup_row_max``,
-    ``warpgroup_row_sum``, ``exp2_diff``, ``scale_rows``, ``div_rows``): ``args`` are
-    (``frag`` | ``row``, name) pairs for the tensor operands in order, ``value`` the scalar
-    (fill value, exp2 scale) if any; ``atoms`` the 64-row atoms per warpgroup; ``partial`` and
-    ``reduce``: see :func:`cypressc.backend.peephole.defer_row_sums`."""
+    """A leaf over accumulator rows (``leaf``: one whose ``over_rows`` holds, or a ``fill`` or
+    ``copy`` of a per-row vector; its kind and operand rules are what the plan rewrites
+    match): ``args`` are (``frag`` | ``row``, name) pairs for the tensor operands in order
+    (the leaf's operands that are no scalar), ``value`` the scalar (fill value, exp2 scale) if
+    any; ``atoms`` the 64-row atoms per warpgroup; ``partial`` and ``reduce``: see
+    :func:`cypressc.backend.peephole.defer_row_sums`."""
 
     event: str
-    fn: str
+    leaf: LeafFn
     args: tuple[tuple[str, str], ...]
     atoms: int
     value: IExpr | None = None
@@ -405,6 +407,11 @@ class RowOp:
         False  # warpgroup_row_sum: add this thread's part only (peephole.defer_row_sums)
     )
     reduce: tuple[str, ...] = ()  # per-row vectors to sum across the quad first (the same)
+
+    @property
+    def fn(self) -> str:
+        """The leaf's name (its C++ helper's, as the kernel's comments show it)."""
+        return self.leaf.name
 
 
 @dataclass(frozen=True)

@@ -241,7 +241,8 @@ def build(
     output: str | None,
 ) -> None:
     """Compile PROGRAM under MAPPING to CUDA: OUTPUT/<name>.cu (kernel + extern "C"
-    launcher), <name>.h, main.cu (timing harness), Makefile and <name>.json (the ABI), plus
+    launcher), <name>.h, main.cu (timing harness) with main.h (its kernel's tables), Makefile
+    and <name>.json (the ABI), plus
     the stamp .cypressc-build that marks the directory as cypressc's.
     Then `make -C OUTPUT` builds ./<name> and lib<name>.so with nvcc for sm_90a."""
     from cypressc.build import write_build

@@ -16,6 +16,7 @@ tile it came from) and scalar operands are Python numbers.
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -23,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 __all__ = [
+    "IntrinsicKind",
     "Operand",
     "OperandRule",
     "LeafFn",
@@ -79,6 +81,50 @@ class OperandRule:
     rank: int = 0
 
 
+class IntrinsicKind(enum.Enum):
+    """What a leaf function computes, as far as the backend's lowering and its plan rewrites
+    care (:mod:`cypressc.backend.peephole`): a rewrite matches a kind and the operand rules,
+    never a leaf's name, so a new intrinsic declared with the same kind gets the same code
+    and the same rewrites (issue #36)."""
+
+    MMA = "mma"
+    """``C += A @ B`` on the Tensor Core."""
+    FILL = "fill"
+    """Writes a scalar into every element of its first operand."""
+    COPY = "copy"
+    """Writes its first operand into its second (converting the dtype)."""
+    ADD = "add"
+    """Adds its second operand into its first, element by element."""
+    ROW_SUM = "row_sum"
+    """Adds each row's sum of its second operand into its first, a vector of one entry per
+    row (over a warpgroup's accumulator rows: the 4 lanes of a quad summed by shuffles)."""
+    ROW_MAX = "row_max"
+    """Folds each row's maximum of its second operand into its first, a per-row vector."""
+    ROW_SCALE = "row_scale"
+    """Multiplies each row of its first operand by its row's entry of a per-row factor."""
+    ROW_DIVIDE = "row_divide"
+    """Divides each row of its first operand by its row's entry of a per-row divisor."""
+    ROW_MAP = "row_map"
+    """Replaces each element of its first operand by a function of it and its row's entry of
+    a per-row vector (and scalars)."""
+    MASK = "mask"
+    """Writes -inf into the elements of its first operand at some columns of each row (a
+    function of the element's position, not of its row alone)."""
+    ROW_COMBINE = "row_combine"
+    """Writes into a per-row vector a function of other per-row vectors' entries, row by
+    row."""
+    EXTERNAL = "external"
+    """A user's C++ function (call-external): nothing is known of what it computes."""
+
+    @property
+    def quad_uniform(self) -> bool:
+        """Whether what a leaf of this kind writes into a per-row vector is the same on the 4
+        lanes of a quad (which share each accumulator row) when its per-row operands are: it
+        depends on a row's values (a row reduction reduces across the quad), never on the
+        columns a lane holds."""
+        return self not in (IntrinsicKind.MMA, IntrinsicKind.MASK, IntrinsicKind.EXTERNAL)
+
+
 @dataclass(frozen=True, slots=True)
 class LeafFn:
     """A leaf function: C++ ``cpp`` entry point, operand rules, processor level, semantics.
@@ -90,7 +136,8 @@ class LeafFn:
     piece (a leaf's operands are its own fresh tensors: the 4 lanes of a quad that share an
     accumulator row each update their own copy of it, as each holds its own registers on
     the GPU, and copy back equal values).  ``asynchronous`` marks the Tensor Core
-    leaves (``wgmma.mma_async``): they complete later, behind a ``wait_group``.
+    leaves (``wgmma.mma_async``): they complete later, behind a ``wait_group``.  ``kind``
+    says what it computes (:class:`IntrinsicKind`).
     """
 
     name: str
@@ -102,6 +149,14 @@ class LeafFn:
     doc: str = ""
     asynchronous: bool = False
     external: object = None  # the syntax.External of a user C++ function (call-external)
+    kind: IntrinsicKind = IntrinsicKind.EXTERNAL
+
+    @property
+    def over_rows(self) -> bool:
+        """Whether the leaf works on a warpgroup's accumulator rows: its operands are per-row
+        vectors and f32 accumulator fragments of a warpgroup, which it runs on together (a
+        warpgroup collective other than the Tensor Core product)."""
+        return self.collective == "WARPGROUP" and self.kind is not IntrinsicKind.MMA
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +332,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             _mma,
             collective="WARPGROUP",
             asynchronous=True,
+            kind=IntrinsicKind.MMA,
             doc="C += A @ B on the Tensor Core (wgmma.mma_async); C is this thread's fragment "
             "of the f32 accumulator, A (shared, or registers: each thread its fragment, the "
             "accumulator layout) and B (shared) are read as the warpgroup's whole tiles.",
@@ -289,6 +345,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             _mma_bt,
             collective="WARPGROUP",
             asynchronous=True,
+            kind=IntrinsicKind.MMA,
             doc="C += A @ Bt^T on the Tensor Core: as warpgroup_mma, with B given as the N x K tile "
             "it is stored as (K contiguous, a K-major wgmma B operand; attention's S = Q @ K^T "
             "with K stored row-major).",
@@ -302,6 +359,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             ),
             "THREAD",
             _fill,
+            kind=IntrinsicKind.FILL,
             doc="C[...] = value.",
         ),
         LeafFn(
@@ -310,6 +368,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             (OperandRule("src"), OperandRule("dst", writes=True, reads=False)),
             "THREAD",
             _copy,
+            kind=IntrinsicKind.COPY,
             doc="dst[...] = src[...], converting dtype (f32 -> f16 rounds to nearest).",
         ),
         LeafFn(
@@ -318,6 +377,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             (OperandRule("C", writes=True, dtypes=_FLOAT), OperandRule("X", dtypes=_FLOAT)),
             "THREAD",
             _add,
+            kind=IntrinsicKind.ADD,
             doc="C[...] += X[...] elementwise (same shape).",
         ),
         LeafFn(
@@ -329,6 +389,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             ),
             "THREAD",
             _row_sum,
+            kind=IntrinsicKind.ROW_SUM,
             doc="y[i] += sum_k A[i, k] on the CUDA cores (SIMT).",
         ),
         LeafFn(
@@ -338,6 +399,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "THREAD",
             _row_max,
             collective="WARPGROUP",
+            kind=IntrinsicKind.ROW_MAX,
             doc="m[r] = max(m[r], max_c X[r, c]) over the rows of the warpgroup's accumulator tile X; "
             'each thread\'s m is its piece of partition_by_mma(m, ..., "C") (its rows, shared '
             "with the other 3 lanes of its quad), reduced across the quad.",
@@ -349,6 +411,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "THREAD",
             _row_sum_frag,
             collective="WARPGROUP",
+            kind=IntrinsicKind.ROW_SUM,
             doc="l[r] += sum_c X[r, c] over the rows of the warpgroup's accumulator tile X (as "
             "warpgroup_row_max).",
         ),
@@ -359,6 +422,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "THREAD",
             _exp2_diff,
             collective="WARPGROUP",
+            kind=IntrinsicKind.ROW_MAP,
             doc="X[r, ...] = exp2((X[r, ...] - m[r]) * scale), m a per-row vector (where m[r] is "
             "-inf, as if it were 0); the online softmax's exponent (ex2.approx on the GPU).",
         ),
@@ -369,6 +433,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "THREAD",
             _scale_rows,
             collective="WARPGROUP",
+            kind=IntrinsicKind.ROW_SCALE,
             doc="X[r, ...] *= v[r], v a per-row vector (the online softmax's rescale of O and l).",
         ),
         LeafFn(
@@ -378,6 +443,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "THREAD",
             _mask_columns,
             collective="WARPGROUP",
+            kind=IntrinsicKind.MASK,
             doc="X[r, c] = -inf for every column c >= n of the warpgroup's accumulator tile X (keys "
             "past the end of a ragged sequence); nothing to do, and nothing done, when n >= the "
             "tile's columns.",
@@ -389,6 +455,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "THREAD",
             _mask_causal,
             collective="WARPGROUP",
+            kind=IntrinsicKind.MASK,
             doc="X[r, c] = -inf where c > r + d (r, c the row and column in the warpgroup's "
             "accumulator tile X; d = the tile's first query row minus its first key column: "
             "a causal mask); nothing done when d >= the tile's columns - 1.",
@@ -407,6 +474,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "THREAD",
             _row_log_sum_exp,
             collective="WARPGROUP",
+            kind=IntrinsicKind.ROW_COMBINE,
             doc="lse[r] = m[r] * scale + ln(l[r]) over per-row vectors: the natural log-sum-exp of "
             "a softmax row whose maximum is m (in score units, scale the softmax scale) and "
             "whose sum of exp((s - m) * scale) is l.",
@@ -418,6 +486,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "THREAD",
             _div_rows,
             collective="WARPGROUP",
+            kind=IntrinsicKind.ROW_DIVIDE,
             doc="X[r, ...] /= v[r], v a per-row vector (the softmax's normalization O / l).",
         ),
     )

@@ -74,7 +74,7 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
                 stage,
                 depth,
                 waits,
-                tuple(sorted((r, v[0], v[1], v[7]) for r, v in release.items())),
+                tuple(sorted((r, *v.place) for r, v in release.items())),
                 tuple(
                     sorted(
                         (r, tuple((id(a), sd, n) for a, sd, n, _, _ in v[0]))
@@ -161,7 +161,7 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
                     f"the stage ring of TMA copy %{first.op.ev} has members outside its loop but "
                     "no release inside it"
                 )
-            count = sum(_count(r[3]) for r in release.values())
+            count = sum(_count(r.arrivals) for r in release.values())
             self.put(
                 decl,
                 "before",
@@ -219,8 +219,20 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
                     self.prog.role_dims(role),
                 ),
             )
-        for role, (lag, _, n, arr, edges, anchor, mma, side) in release.items():
-            self._release(lp, stage, ename, role, lag, anchor, n, arr, edges, mma, side)
+        for role, r in release.items():
+            self._release(
+                lp,
+                stage,
+                ename,
+                role,
+                r.lag,
+                r.anchor,
+                r.pending,
+                r.arrivals,
+                r.edges,
+                r.mma,
+                r.side,
+            )
 
     def _member(
         self,

@@ -9,12 +9,33 @@ readers, once per warp after ``__syncwarp`` for thread code).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cypressc.ir import nodes as N
 from cypressc.ir.hazard_deps import Dep, Leaf
 from cypressc.ir.shapes import static
 from cypressc.passes.sync_placement import Refuse as _Refuse
 
-__all__ = ["ReleasePoints"]
+__all__ = ["ReleasePoints", "ReleasePoint"]
+
+
+@dataclass(frozen=True)
+class ReleasePoint:
+    """Where one reader role releases its stage of a TMA channel's empty barrier
+    (:meth:`ReleasePoints._release_points`)."""
+
+    lag: int  # main-loop steps the release lags the reads (0: in the reads' own step)
+    anchor: Leaf  # the op the release is placed at
+    pending: int  # the wait_group N that retires the reading wgmma groups there
+    arrivals: tuple[N.Dim, ...]  # the role's dims down to one arrival per warpgroup or warp
+    edges: tuple  # the write-after-read edges it releases
+    mma: bool  # whether a wgmma read the stage
+    side: str  # "before" or "after" the anchor
+
+    @property
+    def place(self) -> tuple:
+        """What copies sharing a channel must release alike: the lag, the anchor op, the side."""
+        return (self.lag, id(self.anchor.op), self.side)
 
 
 class ReleasePoints:
@@ -52,10 +73,10 @@ class ReleasePoints:
                 first[c.role] = (seq, where)
         return tuple(sorted((r, id(w)) for r, (_, w) in first.items()))
 
-    def _release_points(self, lf: Leaf, deps: list[Dep], depth: int) -> dict[str, tuple]:
-        """Per reader role: (steps the release lags, id of the op it follows, wait_group N,
-        arrival dims, edges, that op, whether a wgmma read the stage)."""
-        out: dict[str, tuple] = {}
+    def _release_points(self, lf: Leaf, deps: list[Dep], depth: int) -> dict[str, ReleasePoint]:
+        """Per reader role: where it releases the stage of copy ``lf`` (``deps``: the edges
+        from its reads to the copy ``depth`` steps later)."""
+        out: dict[str, ReleasePoint] = {}
         for role in sorted({self.prog.leaves[d.src].role for d in deps}):
             mine = [d for d in deps if self.prog.leaves[d.src].role == role]
             readers = [self.prog.leaves[d.src] for d in mine]
@@ -86,13 +107,12 @@ class ReleasePoints:
                 n = (sum(1 for s in commits if s <= at) - 1 - g + lag * len(commits)) if mma else 0
             anchor = self.seqs[at]
             unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
-            out[role] = (
+            out[role] = ReleasePoint(
                 lag,
-                id(anchor.op),
+                anchor,
                 n,
                 self._arrivals(role, unit),
                 tuple(d.edge() for d in mine),
-                anchor,
                 bool(mma),
                 side,
             )

@@ -9,17 +9,25 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from dataclasses import replace
+
 from cypressc.backend import plan as P
-from cypressc.backend.peephole import defer_row_sums
+from cypressc.backend.peephole import defer_row_sums, guard_dead_row_sums, register_names
 from cypressc.cli import main
 from cypressc.ir import nodes as N
+from cypressc.lang.intrinsics import LEAF_FUNCTIONS, IntrinsicKind
 
 ROOT = Path(__file__).resolve().parents[2]
 ZERO, MINF = N.IConst(0.0), N.IConst(-1e30)
 
 
+# a row leaf the registry does not have: of a kind whose per-row results differ across a quad
+PER_LANE = replace(LEAF_FUNCTIONS["mask_columns"], name="per_lane", kind=IntrinsicKind.MASK)
+
+
 def _op(ev, fn, *args, value=None):
-    return P.RowOp(ev, fn, tuple(args), 1, value)
+    leaf = PER_LANE if fn == "per_lane" else LEAF_FUNCTIONS[fn]
+    return P.RowOp(ev, leaf, tuple(args), 1, value)
 
 
 def _plan(before, loop, after) -> P.KernelPlan:
@@ -104,6 +112,63 @@ def test_uses_that_would_see_the_parts_keep_the_per_step_reduction():
             (ev, p, r) for ev, p, r in _fns(plan) if ev in ("%e3", "%e6", "%e7") and (p or r)
         ]
         assert not changed, (what, changed)
+
+
+def test_the_rewrite_matches_kinds_not_names():
+    """Leaves of the kinds the rewrite matches (a row sum, a row scale) get it whatever their
+    names; a leaf of another kind in the same place does not."""
+    summ = replace(LEAF_FUNCTIONS["warpgroup_row_sum"], name="my_row_sum")
+    scale = replace(LEAF_FUNCTIONS["scale_rows"], name="my_scale_rows")
+    mine = [replace(SUM0, leaf=summ), replace(SCALE, leaf=scale), replace(SUM, leaf=summ)]
+    plan = _plan([FILL_L, FILL_M, mine[0]], [MAX, mine[1], mine[2]], [DIV, LSE])
+    defer_row_sums(plan)
+    got = {ev: (partial, red) for ev, partial, red in _fns(plan)}
+    assert got["%e3"] == (True, ()) and got["%e6"] == (True, ()) and got["%e7"] == (False, ("l",))
+    # the same leaves declared as a row max: no row sum to defer
+    other = replace(summ, kind=IntrinsicKind.ROW_MAX)
+    plan = _plan([FILL_L, replace(SUM0, leaf=other)], [replace(SUM, leaf=other)], [DIV])
+    defer_row_sums(plan)
+    assert not any(p or r for _, p, r in _fns(plan))
+    # a row divide in the scale's place does not distribute as a finite scale does
+    div = replace(SCALE, leaf=LEAF_FUNCTIONS["div_rows"])
+    plan = _plan([FILL_L, FILL_M, SUM0], [MAX, div, SUM], [DIV, LSE])
+    defer_row_sums(plan)
+    assert not any(p or r for _, p, r in _fns(plan))
+
+
+def test_a_name_elsewhere_in_a_statement_is_no_use():
+    """Uses are the fields that hold register values: a tensor, buffer or expression variable
+    spelled like the vector is none (they once blocked the rewrites as any equal string)."""
+    store = P.RowStore("%e11", "lse", "l", N.IVar("l"), None, None)  # into a tensor named l
+    assert register_names(store) == {"lse"}
+    assert register_names(SCALE) == {"l", "alpha"}
+    plan = _plan([FILL_L, FILL_M, SUM0], [MAX, SCALE, SUM], [DIV, LSE, store])
+    defer_row_sums(plan)
+    got = {ev: (partial, red) for ev, partial, red in _fns(plan)}
+    assert got["%e6"] == (True, ()) and got["%e7"] == (False, ("l",))
+
+
+def test_dead_row_sums_compare_guards_as_expressions():
+    """A SIMT row sum whose vector only stores read runs under their ``when`` when every store
+    has the same one, equal as an expression (not as printed text)."""
+    when = N.IBin("==", N.IVar("b1"), N.IBin("-", N.IVar("tiles1"), N.IConst(1)))
+    rs = P.RowSum("%e1", "y", "A", N.IConst(0), 64, 0, 64, "f16", N.IConst(True))
+
+    def stores(*whens):
+        return [
+            P.StoreVector(f"%e{9 + i}", "y", "Y", N.IConst(0), 64, N.IConst(True), w)
+            for i, w in enumerate(whens)
+        ]
+
+    for whens, guarded in (
+        ((when, N.IBin("==", N.IVar("b1"), N.IBin("-", N.IVar("tiles1"), N.IConst(1)))), True),
+        ((when, N.IBin("==", N.IVar("b1"), N.IConst(0))), False),
+        ((when, None), False),
+    ):
+        plan = _plan([P.FillVector("%e0", "y", ZERO)], [rs], stores(*whens))
+        plan.simt_body = [rs]
+        guard_dead_row_sums(plan)
+        assert (plan.simt_body[0].active == when) is guarded, whens
 
 
 def test_a_second_pass_changes_nothing():

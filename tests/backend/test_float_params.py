@@ -158,12 +158,13 @@ def test_keywords_split_into_sizes_and_floats(rendered):
 
 
 def test_harness_takes_the_float_after_the_sizes(rendered):
-    main_cu = rendered.files["main.cu"]
-    assert "usage: %s M N K alpha [--iters N]" in main_cu
-    assert "if (pos.size() != 4)" in main_cu
-    assert "cyp_parse_float(pos[3], &fl.alpha)" in main_cu
-    assert "gemm_alpha_launch(d_C, d_A, d_B, s.M, s.N, s.K, fl.alpha, stream)" in main_cu
-    assert "int64_t K, float alpha, cudaStream_t stream);" in main_cu
+    """main.h's tables: the positional arguments are the sizes then the float (main.cu's usage
+    and argument count come from them), and the launch passes the float last."""
+    head = rendered.files["main.h"]
+    assert 'kSizes = {{"M", "N", "K"}};' in head and 'kFloats = {{"alpha"}};' in head
+    assert "gemm_alpha_launch(d[0], d[1], d[2], s[0], s[1], s[2], f[0], stream)" in head
+    assert "int64_t K, float alpha, cudaStream_t stream);" in head
+    assert [ln.split('"')[1] for ln in head.splitlines() if "CypType::" in ln] == ["C", "A", "B"]
 
 
 @needs_nvcc

@@ -8,6 +8,7 @@ and on CPU torch tensors (skipped where torch is missing).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,7 +17,13 @@ import numpy as np
 import pytest
 
 from cypressc import runtime as rt
-from cypressc.backend.harness import render_main, render_makefile, write_harness
+from cypressc.abi.dtypes import DTYPES
+from cypressc.backend.harness import (
+    MAIN_CU,
+    render_main_header,
+    render_makefile,
+    write_harness,
+)
 
 
 def tree(x) -> dict:
@@ -122,19 +129,23 @@ def _make(d: Path, *targets: str) -> subprocess.CompletedProcess:
 # --------------------------------------------------------------------------------------------
 
 
-def test_write_harness_writes_three_files(tmp_path):
+def test_write_harness_writes_four_files(tmp_path):
     write_harness(tmp_path / "out", GEMM_INFO)
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["Makefile", "gemm.json", "main.cu"]
+    assert sorted(p.name for p in out.iterdir()) == ["Makefile", "gemm.json", "main.cu", "main.h"]
     assert json.loads((out / "gemm.json").read_text()) == GEMM_INFO
     assert (out / "gemm.json").read_text().startswith("{\n  ")  # pretty-printed
     main = (out / "main.cu").read_text()
+    assert main == MAIN_CU.read_text()  # the static harness, copied unchanged
+    assert "cudaEventElapsedTime" in main and "--dump" in main and '#include "main.h"' in main
+    head = (out / "main.h").read_text()
     assert (
         'extern "C" int gemm_launch(void* C, const void* A, const void* B, int64_t M, '
         "int64_t N, int64_t K, cudaStream_t stream);"
-    ) in main
-    assert '#include "gemm.h"' in main
-    assert "cudaEventElapsedTime" in main and "--dump" in main
+    ) in head
+    assert '#include "gemm.h"' in head and '#define CYP_NAME "gemm"' in head
+    assert 'kSizes = {{"M", "N", "K"}};' in head and "kFloats = {};" in head
+    assert "gemm_launch(d[0], d[1], d[2], s[0], s[1], s[2], stream)" in head
 
 
 def test_makefile_flags(tmp_path):
@@ -148,15 +159,34 @@ def test_makefile_flags(tmp_path):
     assert "\nclean:" in mk
 
 
-def test_main_has_every_dtype_and_inout():
-    main = render_main(rt.KernelInfo.from_dict(MIXED_INFO))
-    assert 'cyp_dump(dump, "Acc.in.npy", "<f4"' in main  # in/out also dumped before
-    assert '"Z.npy", "<u2"' in main and '"Idx.npy", "<i4"' in main
-    assert "cyp_random<int32_t>(d_Idx" in main and "cyp_random<__nv_bfloat16>(d_X" in main
-    assert "cyp_random<float>(d_Acc" in main  # read and written: random
-    assert "cudaMemset(d_Y, 0xff" in main  # written only: NaN
-    assert "cyp_nans<float>(d_Acc" in main and "cyp_nans<int32_t>" not in main
-    assert "const std::vector<int64_t> shape_Acc = {s.M, (int64_t)128};" in main
+def test_main_header_has_every_dtype_and_inout():
+    """main.h's table: per parameter its dtype facts (DTYPES), whether it is read (random
+    input; read and written: also dumped before the launch) and written (NaN-poisoned and
+    NaN-counted when floating), and its dimensions (a size's index, or a fixed extent)."""
+    head = render_main_header(rt.KernelInfo.from_dict(MIXED_INFO))
+    rows = [
+        '{"Y", "f32", CypType::f32, "float", "<f4", 4, true, false, true, 0, 1},',
+        '{"Acc", "f32", CypType::f32, "float", "<f4", 4, true, true, true, 1, 2},',
+        '{"X", "bf16", CypType::bf16, "__nv_bfloat16", "<u2", 2, true, true, false, 3, 3},',
+        '{"Idx", "i32", CypType::i32, "int32_t", "<i4", 4, false, true, false, 6, 1},',
+        '{"Z", "bf16", CypType::bf16, "__nv_bfloat16", "<u2", 2, true, false, true, 7, 2},',
+    ]
+    for row in rows:
+        assert f"\n    {row}  //" in head, row
+    # Y[M] Acc[M, 128] X[L, M, K] Idx[K] Z[L, M]; sizes L=0 M=1 K=2
+    dims = "{1, 0}, {1, 0}, {-1, 128}, {0, 0}, {1, 0}, {2, 0}, {2, 0}, {0, 0}, {1, 0}"
+    assert f"std::array<CypDim, 9> kDims = {{{{{dims}}}}};" in head
+    assert "mixed_launch(d[0], d[1], d[2], d[3], d[4], s[0], s[1], s[2], stream)" in head
+
+
+def test_main_cu_knows_every_dtype():
+    """main.cu instantiates its fill and NaN-count kernels for each element type a parameter
+    may have: each of DTYPES by its enumerator and C++ type."""
+    main = MAIN_CU.read_text()
+    for dt in DTYPES.values():
+        assert f"case CypType::{dt.name}: return f(static_cast<{dt.ctype}*>(nullptr));" in main
+    enum = re.search(r"enum class CypType \{([^}]*)\}", main).group(1)
+    assert [e.strip() for e in enum.split(",")] == list(DTYPES)
 
 
 @pytest.mark.parametrize(
@@ -396,7 +426,8 @@ def test_binary_usage(built_gemm):
         assert p.returncode == 2, (args, p.stdout, p.stderr)
         assert p.stdout == ""
     p = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0 and "usage:" in p.stdout and "M N K" in p.stdout
+    assert p.returncode == 0
+    assert p.stdout == f"usage: {exe} M N K [--iters N] [--warmup N] [--seed S] [--dump DIR]\n"
 
 
 @needs_nvcc
@@ -666,6 +697,7 @@ def test_gpu_check_build_proto_layout(bench_mods, tmp_path):
         "gemm.h",
         "gemm.json",
         "main.cu",
+        "main.h",
         "proto_gemm_target.cu",
     ]
     info = rt.KernelInfo.load_json(tmp_path / "gemm.json")

@@ -44,7 +44,7 @@ def test_the_build_and_its_abi_agree_with_programs_gemm():
     assert info["sizes"] == ["M", "N", "K"] and info["aliases"] == ALIASES
     assert [p["dims"] for p in info["params"]] == [["M", "N"], ["M", "K"], ["K", "N"]]
     assert mine.files["gemm_shapes.cu"].replace("gemm_shapes", "gemm") == theirs.files["gemm.cu"]
-    assert "usage: %s M N K " in mine.files["main.cu"]
+    assert 'kSizes = {{"M", "N", "K"}};' in mine.files["main.h"]
     assert "aliases" not in json.loads(theirs.files["gemm.json"])  # named sizes: the info as before
 
 
