@@ -21,6 +21,7 @@ E033    a leaf function writes a tensor its variant does not hold writes on
 E034    a bad partition (rank of the block tuple, index count, operand)
 E035    a scalar expression is ill-typed (tensor used as a number, bad dimension)
 E036    an unknown instruction atom
+E037    the file's name cannot name a kernel (not a C identifier, a C++ keyword, ``main``)
 ======  =====================================================================
 """
 
@@ -33,7 +34,20 @@ from cypressc.lang.check_env import Binding, VariantEnv, _param_binding, signatu
 from cypressc.lang.check_exprs import ExprChecks
 from cypressc.lang.externals import leaf_functions
 
-__all__ = ["check_program", "variant_env"]
+__all__ = ["check_program", "variant_env", "CXX_KEYWORDS"]
+
+# C++20's keywords and alternative tokens, and CUDA's: a kernel name becomes a C symbol
+CXX_KEYWORDS = frozenset(
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
+    char16_t char32_t class compl concept const consteval constexpr constinit const_cast continue
+    co_await co_return co_yield decltype default delete do double dynamic_cast else enum explicit
+    export extern false float for friend goto if inline int long mutable namespace new noexcept
+    not not_eq nullptr operator or or_eq private protected public register reinterpret_cast
+    requires return short signed sizeof static static_assert static_cast struct switch template
+    this thread_local throw true try typedef typeid typename union unsigned using virtual void
+    volatile wchar_t while xor xor_eq __global__ __device__ __host__ __shared__ __constant__
+    __managed__ __restrict__""".split()
+)
 
 
 class _Checker(ExprChecks, CallChecks):
@@ -58,7 +72,29 @@ class _Checker(ExprChecks, CallChecks):
         self.errors.append(CypressError(code, msg, loc, hint=hint, notes=notes))
 
     # -- program level -----------------------------------------------------------------
+    def kernel_name(self) -> None:
+        """E037: the kernel is named after the file, and that name becomes C symbols and file
+        names (``<name>.cu``, ``<name>_launch``, ``lib<name>.so``) beside the harness's fixed
+        ``main.cu`` / ``main.h``: a file name no C compiler takes, or one that would replace the
+        harness, is refused before anything is generated."""
+        name = self.prog.kernel_name
+        if not (name.isascii() and name.isidentifier()):
+            why = "is not a C identifier"
+        elif name in CXX_KEYWORDS:
+            why = "is a C++ keyword"
+        elif name == "main":
+            why = "is the host harness's (main.cu, main.h and C's main function)"
+        else:
+            return
+        self.error(
+            "E037",
+            f"the kernel takes its name from the file, and '{name}' {why}",
+            Loc(self.prog.path),
+            "rename the .cyp file: a C identifier (letters, digits, '_'; no digit first), e.g. my_kernel.cyp",
+        )
+
     def run(self) -> None:
+        self.kernel_name()
         seen: dict[str, S.Variant] = {}
         for v in self.prog.variants:
             if v.name in seen:

@@ -302,6 +302,13 @@ class Program:
         return next((e for e in self.externals if e.name == name), None)
 
     @property
+    def kernel_name(self) -> str:
+        """The name the generated kernel takes: the file's name without ``.cyp`` (its
+        ``<name>.cu``, ``<name>_launch``, ``lib<name>.so``); the checker's E037 refuses one
+        that is not a C identifier the build can use."""
+        return self.path.rsplit("/", 1)[-1].removesuffix(".cyp")
+
+    @property
     def bindings(self) -> dict[str, str]:
         """Every program parameter and what this parse bound it to (``{"T": "f16", "ACT": "bias_gelu"}``)."""
         return {

@@ -403,7 +403,7 @@ class _DA(MappingChecks):
         if self.misfits:
             self._raise_misfits()
         return N.Module(
-            self.tree.program.path.rsplit("/", 1)[-1].removesuffix(".cyp"),
+            self.tree.program.kernel_name,
             tuple(params),
             tuple(scalars),
             N.Block(tuple(f.ops)),

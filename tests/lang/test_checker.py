@@ -554,3 +554,30 @@ def test_slices_partition_drops_a_dimension():
     prog = parse_file(ROOT / "programs" / "batched_gemm.cyp")
     env = variant_env(prog.variant("batched_gemm_host"))
     assert env["Cs"].type == S.TensorType(2, "f16") and env["Cs"].index_rank == 1
+
+
+@pytest.mark.parametrize(
+    "path, why",
+    [
+        ("dir/my-gemm.cyp", "is not a C identifier"),
+        ("1x.cyp", "is not a C identifier"),
+        ("gémm.cyp", "is not a C identifier"),
+        ("kernel.txt", "is not a C identifier"),
+        ("int.cyp", "is a C++ keyword"),
+        ("__global__.cyp", "is a C++ keyword"),
+        ("main.cyp", "harness"),
+    ],
+)
+def test_e037_a_file_name_that_cannot_name_the_kernel(path, why):
+    """The kernel's C symbols and files take the file's name: one nvcc would reject (or the
+    harness's main.cu would overwrite) is refused at the file, before anything is generated."""
+    src = Path("programs/gemm.cyp").read_text()
+    with pytest.raises(CypressErrors) as ei:
+        check_program(parse_source(src, path))
+    (e,) = ei.value.errors
+    assert e.code == "E037" and why in e.message and e.loc.file == path and e.loc.line == 0
+    assert check_program(parse_source(src, "dir/my_gemm.cyp")).kernel_name == "my_gemm"
+    if path == "1x.cyp":  # docs/language.md's example
+        assert (
+            e.message == "the kernel takes its name from the file, and '1x' is not a C identifier"
+        )
