@@ -24,8 +24,9 @@ ROOT=$(pwd)
 REV=${1:-HEAD}
 SHA=$(git rev-parse --verify "$REV^{commit}") || { echo "old_kernels: no commit $REV" >&2; exit 2; }
 
-# program mapping dtype (the benchmark's target list; bench/old_new.py times whatever is built)
-TARGETS="
+# program mapping dtype (the benchmark's target list; bench/old_new.py times whatever is built);
+# TARGETS in the environment replaces it (same format: one "program mapping dtype" per line)
+TARGETS=${TARGETS:-"
 gemm h100 f16
 gemm h100_128x128 f16
 gemm h100_256x128 f16
@@ -42,7 +43,7 @@ gemm_reduction h100 f16
 gemm_reduction h100 bf16
 gemm_bt h100 f16
 gemm_bt h100 bf16
-"
+"}
 
 TMP=$(mktemp -d /tmp/cyp_old_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

@@ -9,6 +9,7 @@ from dataclasses import fields, is_dataclass, replace
 from cypressc.ir import nodes as N
 from cypressc.ir.shapes import layout_key
 from cypressc.ir.subst import map_views, rename_events, walk_ops
+from cypressc.lang.kinds import Proc
 
 __all__ = [
     "Symbols",
@@ -176,8 +177,8 @@ def dim_procs(dims: tuple[N.Dim, ...]) -> tuple[N.IProc, ...]:
 def _procs_of(procs: tuple[str, ...]) -> tuple[N.IProc, ...]:
     out, g = [], 0
     for proc in procs:
-        if proc == "BLOCK":
-            out.append(N.IProc("BLOCK", g))
+        if proc == Proc.BLOCK:
+            out.append(N.IProc(Proc.BLOCK, g))
             g += 1
         else:
             out.append(N.IProc(proc, 0))

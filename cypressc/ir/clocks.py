@@ -12,10 +12,11 @@ import numpy as np
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import dim_procs, proc_names
 from cypressc.lang.intrinsics import DTYPE_BYTES
+from cypressc.lang.kinds import Mem, Proc
 
 __all__ = ["HappensBefore", "Access"]
 
-_LANES = {"WARP", "THREAD"}
+_LANES = {Proc.WARP, Proc.THREAD}
 
 
 @dataclass(eq=False)
@@ -132,11 +133,11 @@ class HappensBefore:
         root = ci.sym.root(v)
         alloc = ci.sym.allocs[root]
         key = tuple(
-            env.get(p) for p in dim_procs(alloc.dims) if p.proc != "BLOCK" or len(ci.tiles) <= 1
+            env.get(p) for p in dim_procs(alloc.dims) if p.proc != Proc.BLOCK or len(ci.tiles) <= 1
         )
-        if alloc.mem == "REGISTER":
-            wg = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc == "WARPGROUP")
-            return ("REGISTER", root, wg), None, None
+        if alloc.mem == Mem.REGISTER:
+            wg = tuple(env.get(p) for p in dim_procs(alloc.dims) if p.proc == Proc.WARPGROUP)
+            return (Mem.REGISTER, root, wg), None, None
         for piece in reversed(ci.sym.chain(v)):  # from the root outwards
             if any(proc_names(i) & _LANES for i in piece.idx):
                 v = ci.sym.parts[piece.partition].base
@@ -158,7 +159,7 @@ class HappensBefore:
         layout inside a stage (swizzles, boxes) is the backend's."""
         slot = self.ci.m.resources.smem[root]
         alloc = self.ci.sym.allocs[root]
-        wg = next((env.get(p, 0) for p in dim_procs(alloc.dims) if p.proc == "WARPGROUP"), 0)
+        wg = next((env.get(p, 0) for p in dim_procs(alloc.dims) if p.proc == Proc.WARPGROUP), 0)
         stage = arr.size // max(1, slot.stages)
         isz = DTYPE_BYTES[alloc.dtype]
         base = slot.offset + wg * arr.size * isz

@@ -51,8 +51,8 @@ from cypressc.ir import interp as I
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.analysis import Symbols, dim_procs
-from cypressc.ir.concurrent_ops import OpSemantics
 from cypressc.ir.clocks import HappensBefore
+from cypressc.ir.concurrent_ops import OpSemantics
 from cypressc.ir.concurrent_state import (
     BLOCK,
     WG,
@@ -65,6 +65,7 @@ from cypressc.ir.concurrent_state import (
     op_label,
 )
 from cypressc.ir.interp_views import _Scope
+from cypressc.ir.kinds import Role
 from cypressc.ir.printer import _Printer
 
 __all__ = [
@@ -135,7 +136,7 @@ class _Concurrent(OpSemantics):
         self.alias = alias_groups(m)
         pr = _Printer(None, m.body)  # the event names `explain` prints (%e1, %e2, ...)
         self.names = {ev: pr.ev(ev) for ev in list(pr.names)}
-        self.roles: dict[str, str] = m.role_map()
+        self.roles: dict[str, Role] = m.role_map()
         self.tiles = [dict(e) for e in tiles]  # the block indices of the tiles, run in order
         # a persistent block passes the next tile's first turn after this tile's last run
         self.carry = S.carried_turns(m.body.ops) if len(self.tiles) > 1 else None
@@ -156,11 +157,11 @@ class _Concurrent(OpSemantics):
             for d in getattr(op, "dims", ()):
                 if d.proc == WG:
                     nwg = max(nwg, int(self.vi.expr(d.extent, self.vi.root, self.env0)))
-        producer = any(r == "producer" for r in self.roles.values()) or any(
-            getattr(o, "role", "") == "producer" for o in block_ops(m.body)
+        producer = any(r == Role.PRODUCER for r in self.roles.values()) or any(
+            getattr(o, "role", "") == Role.PRODUCER for o in block_ops(m.body)
         )
-        self.threads = ([Thread("producer", "producer", 0)] if producer else []) + [
-            Thread(f"consumer wg{w}", "consumer", w) for w in range(nwg)
+        self.threads = ([Thread("producer", Role.PRODUCER, 0)] if producer else []) + [
+            Thread(f"consumer wg{w}", Role.CONSUMER, w) for w in range(nwg)
         ]
         self.hb = HappensBefore(self) if happens_before else None
 
@@ -185,7 +186,7 @@ class _Concurrent(OpSemantics):
     def role_of(self, op) -> str:
         if isinstance(op, S.SYNC_OPS):
             return op.role
-        return self.roles.get(op.ev, "consumer")
+        return self.roles.get(op.ev, Role.CONSUMER)
 
     def walk_tiles(self, t: Thread):
         """The thread's program once per tile of the block (a persistent block's tiles: the
@@ -236,7 +237,7 @@ class _Concurrent(OpSemantics):
     def instances(self, t: Thread, op, scope) -> list[dict]:
         dims = getattr(op, "dims", ())
         procs = dim_procs(dims)
-        if t.role == "consumer" and not any(d.proc == WG for d in dims) and t.wg != 0:
+        if t.role == Role.CONSUMER and not any(d.proc == WG for d in dims) and t.wg != 0:
             return []  # per-block op of the consumers: warpgroup 0 is the elected one
         free, fixed = [], dict(self.tiles[t.tile])
         for p, d in zip(procs, dims):

@@ -10,7 +10,9 @@ import numpy as np
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.concurrent_state import Bar, RaceChecks, Thread, op_label
+from cypressc.ir.kinds import FenceKind, GroupUnit, TurnKind
 from cypressc.lang.intrinsics import DTYPE_BYTES, leaf_of
+from cypressc.lang.kinds import Mem
 
 __all__ = ["OpSemantics"]
 
@@ -52,14 +54,14 @@ class OpSemantics(RaceChecks):
                     self.hb.on_arrive(t, bar, b.phase)
                 self.arrive(op, bar, b, 1)
         elif isinstance(op, S.CommitGroup):
-            if op.unit == "wgmma":
+            if op.unit == GroupUnit.WGMMA:
                 t.mma_groups.append(t.open_mma)
                 t.open_mma = []
             else:
                 t.bulk_groups.append(t.open_bulk)
                 t.open_bulk = []
         elif isinstance(op, S.WaitGroup):
-            if op.unit == "wgmma":
+            if op.unit == GroupUnit.WGMMA:
                 while len(t.mma_groups) > op.pending:
                     for job in t.mma_groups.pop(0):
                         self.retire_mma(job)
@@ -107,7 +109,7 @@ class OpSemantics(RaceChecks):
             if self.hb is not None:
                 self.hb.on_named_arrive(t, ("turn", bid, gen))
             st[0] += 1
-            st[2] += op.kind == "take"
+            st[2] += op.kind == TurnKind.TAKE
             if st[0] == max(1, op.threads // 128):
                 if not st[2]:  # passes alone completed it: two warpgroups hold the turn at once
                     self.fail(
@@ -117,13 +119,13 @@ class OpSemantics(RaceChecks):
                         "the warpgroups' turns on the Tensor Core are out of step",
                     )
                 st[0], st[1], st[2] = 0, gen + 1, 0
-            elif op.kind == "take":
+            elif op.kind == TurnKind.TAKE:
                 t.ready = lambda: st[1] > gen
                 yield
-            if self.hb is not None and op.kind == "take":
+            if self.hb is not None and op.kind == TurnKind.TAKE:
                 self.hb.on_named_pass(t, ("turn", bid, gen))
         elif isinstance(op, S.Fence):
-            if op.kind == "wgmma":
+            if op.kind == FenceKind.WGMMA:
                 t.unfenced_regs.clear()
             else:
                 t.dirty.clear()
@@ -176,7 +178,7 @@ class OpSemantics(RaceChecks):
                         t, job, [(op.src, scope, e, False, lbl), (op.dst, scope, e, True, lbl)]
                     )
                 self.inflight.append(("tma", t, job))
-            elif src and src[0][0] == "SHARED" and not dst:  # TMA store: bulk group
+            elif src and src[0][0] == Mem.SHARED and not dst:  # TMA store: bulk group
                 recs = []
                 for _, key in src:
                     if key in t.dirty:
@@ -197,10 +199,10 @@ class OpSemantics(RaceChecks):
                 self.inflight.append(("bulk", t, job))
             else:
                 for mem, key in src:
-                    if mem == "SHARED":
+                    if mem == Mem.SHARED:
                         self.check_read(t, op, key, retired=True)
                 for mem, key in dst:
-                    if mem == "SHARED":
+                    if mem == Mem.SHARED:
                         self.check_overwrite(t, op, key).writer = {"kind": "simt"}
                         t.dirty.add(key)
                 if (
@@ -237,7 +239,7 @@ class OpSemantics(RaceChecks):
                 (i, a, rule, reg) for i, a, rule in views for reg in self.regions_of(a, scope, e)
             ]:
                 writes = rule is not None and rule.writes
-                if mem == "REGISTER":
+                if mem == Mem.REGISTER:
                     rkey = (key[0], t.wg)
                     if self.reg_pending.get(rkey, 0) and not mma:
                         self.fail(
@@ -251,7 +253,7 @@ class OpSemantics(RaceChecks):
                             "race", op, f"wgmma on %{key[0]} written by threads without fence wgmma"
                         )
                     regs.add(rkey)
-                elif mem == "SHARED":
+                elif mem == Mem.SHARED:
                     if mma and any(key in u.dirty for u in self.threads):
                         self.fail(
                             "race",
@@ -292,7 +294,7 @@ class OpSemantics(RaceChecks):
             if (
                 rule is not None
                 and rule.writes
-                and self.sym.allocs[self.sym.root(a)].mem == "REGISTER"
+                and self.sym.allocs[self.sym.root(a)].mem == Mem.REGISTER
             ):
                 t.unfenced_regs.add((self.sym.root(a), t.wg))
         if self.values:

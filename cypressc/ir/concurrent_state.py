@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.analysis import dim_procs
+from cypressc.ir.kinds import Role
 from cypressc.ir.printer import fmt_expr
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
+from cypressc.lang.kinds import Mem, PartKind, Proc
 
 __all__ = [
     "Finding",
@@ -33,7 +35,7 @@ __all__ = [
     "alias_groups",
 ]
 
-BLOCK, WG = "BLOCK", "WARPGROUP"
+BLOCK, WG = Proc.BLOCK, Proc.WARPGROUP
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ class Thread:
     wgmma / bulk groups, and the writes it has not fenced yet."""
 
     name: str
-    role: str
+    role: Role
     wg: int
     gen: object = None
     ready: object = None  # callable -> bool while blocked
@@ -155,12 +157,12 @@ class RaceChecks:
     def region(self, v: N.View, scope, env) -> tuple[str, tuple] | None:
         root = self.sym.root(v)
         alloc = self.sym.allocs[root]
-        if alloc.mem not in ("SHARED", "REGISTER"):
+        if alloc.mem not in (Mem.SHARED, Mem.REGISTER):
             return None
         stage = None
         for p in self.sym.chain(v):
             part = self.sym.parts[p.partition]
-            if part.kind == "slices" and isinstance(part.base, N.TRef):
+            if part.kind == PartKind.SLICES and isinstance(part.base, N.TRef):
                 stage = int(self.vi.expr(p.idx[0], scope, env))
         # the tiles of one persistent block share its shared memory and registers
         procs = (WG,) if len(self.tiles) > 1 else (BLOCK, WG)

@@ -14,12 +14,13 @@ import networkx as nx
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
+from cypressc.ir.kinds import Role
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.subst import walk_ops
 
 __all__ = ["event_graph", "to_dot", "render_svg"]
 
-ROLE_COLORS = {"producer": "#f4a261", "consumer": "#2a9d8f"}
+ROLE_COLORS = {Role.PRODUCER: "#f4a261", Role.CONSUMER: "#2a9d8f"}
 KIND_COLORS = {"copy": "#e9c46a", "call": "#8ecae6", "for": "#dddddd", "pfor": "#dddddd"}
 
 

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
+from cypressc.ir.kinds import Hazard, OpKind, Role, Via
 from cypressc.ir.shapes import static
+from cypressc.lang.kinds import Mem, Proc
 
 __all__ = ["LEVELS", "Leaf", "Dep", "implied", "instances"]
 
-LEVELS = ("WARPGROUP", "WARP", "THREAD")
+LEVELS = (Proc.WARPGROUP, Proc.WARP, Proc.THREAD)
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,8 +33,8 @@ class Leaf:
     loops: tuple[N.For, ...]
     hosts: tuple[N.For, ...]
     seq: int
-    role: str
-    kind: str  # tma_load | tma_store | wgmma | thread
+    role: Role
+    kind: OpKind
 
 
 @dataclass(frozen=True)
@@ -42,14 +44,14 @@ class Dep:
 
     src: str
     dst: str
-    via: str  # same | entry | after | carried | end | tile
+    via: Via
     loop: str  # the loop event of entry / after / carried ("" otherwise)
     distance: int
-    hazard: str  # raw | war | waw | end
+    hazard: Hazard
     tensor: str
     other: str
-    mem: str
-    scope: tuple[str, ...]
+    mem: Mem
+    scope: tuple[Proc, ...]
 
     def edge(self) -> S.Edge:
         return S.Edge(self.src, self.dst, self.hazard, self.tensor, self.via, self.distance)
@@ -62,20 +64,20 @@ def implied(dep: Dep, covered: list[Dep]) -> bool:
 
     def step(a: Dep, b: Dep) -> tuple | None:
         kinds = (a.via, b.via)
-        if "tile" in kinds and "same" not in kinds:
+        if Via.TILE in kinds and Via.SAME not in kinds:
             return None
-        if a.via == "same":
+        if a.via == Via.SAME:
             return (b.via, b.loop, b.distance)
-        if b.via == "same":
+        if b.via == Via.SAME:
             return (a.via, a.loop, a.distance)
-        if kinds == ("carried", "carried") and a.loop == b.loop:
-            return ("carried", a.loop, a.distance + b.distance)
+        if kinds == (Via.CARRIED, Via.CARRIED) and a.loop == b.loop:
+            return (Via.CARRIED, a.loop, a.distance + b.distance)
         return None
 
     goal = (dep.via, dep.loop, dep.distance)
     by_src: dict[str, list[Dep]] = {}
     for c in covered:
-        if c.hazard != "end":  # a tile edge composes with same-tile steps (into the next tile)
+        if c.hazard != Hazard.END:  # a tile edge composes with same-tile steps (into the next tile)
             by_src.setdefault(c.src, []).append(c)
     for a in by_src.get(dep.src, []):
         for b in by_src.get(a.dst, []):
@@ -97,7 +99,7 @@ def instances(dims: tuple[N.Dim, ...]) -> int | None:
     below BLOCK); None when one of them is a run-time value."""
     n = 1
     for d in dims:
-        if d.proc != "BLOCK":
+        if d.proc != Proc.BLOCK:
             e = static(d.extent)
             if e is None:
                 return None

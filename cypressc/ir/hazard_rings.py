@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from cypressc.ir import nodes as N
 from cypressc.ir.hazard_deps import Dep, Leaf
+from cypressc.ir.kinds import Hazard, OpKind, Via
+from cypressc.lang.kinds import Mem
 
 __all__ = ["RingHazards"]
 
@@ -23,7 +25,9 @@ class RingHazards:
     def ring_member(self, lf: Leaf) -> bool:
         """A TMA copy outside every loop into a stage ring (a peeled step's tile that joined
         the loop's ring, :mod:`cypressc.passes.rings`)."""
-        return lf.kind == "tma_load" and not lf.loops and self.sym.root(lf.op.dst) in self.stages
+        return (
+            lf.kind == OpKind.TMA_LOAD and not lf.loops and self.sym.root(lf.op.dst) in self.stages
+        )
 
     def rings(self) -> dict[str, list[Leaf]]:
         """Stage ring (root) -> its member copies outside the loop, in program order."""
@@ -40,7 +44,7 @@ class RingHazards:
             (
                 lf.loops[0]
                 for lf in self.leaves.values()
-                if lf.kind == "tma_load" and lf.loops and self.sym.root(lf.op.dst) == root
+                if lf.kind == OpKind.TMA_LOAD and lf.loops and self.sym.root(lf.op.dst) == root
             ),
             None,
         )
@@ -67,10 +71,10 @@ class RingHazards:
             copies = [
                 c
                 for c in self.leaves.values()
-                if c.kind == "tma_load" and self.sym.root(c.op.dst) == root
+                if c.kind == OpKind.TMA_LOAD and self.sym.root(c.op.dst) == root
             ]
             for p in self.leaves.values():
-                if p.kind == "tma_load" or not self._reads(p, root):
+                if p.kind == OpKind.TMA_LOAD or not self._reads(p, root):
                     continue
                 for c in copies:
                     if p.loops and c.loops:
@@ -79,13 +83,13 @@ class RingHazards:
                         Dep(
                             p.op.ev,
                             c.op.ev,
-                            "ring",
+                            Via.RING,
                             lp.ev if lp is not None else "",
                             depth,
-                            "war",
+                            Hazard.WAR,
                             root,
                             root,
-                            "SHARED",
+                            Mem.SHARED,
                             self._scope(p, c, (), root, root),
                         )
                     )

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from cypressc.ir.analysis import views_of
 from cypressc.ir.hazard_deps import LEVELS, Dep, Leaf, implied
+from cypressc.ir.kinds import Hazard, OpKind, Via
+from cypressc.lang.kinds import Mem
 
 __all__ = ["TileHazards"]
 
@@ -31,20 +33,20 @@ class TileHazards:
         needs nothing; with no such edge, every level the reader runs on."""
         out = []
         for p in self.leaves.values():
-            if p.kind not in ("wgmma", "thread"):
+            if p.kind not in (OpKind.WGMMA, OpKind.THREAD):
                 continue
             for v, r, _ in views_of(p.op):
                 root = self.sym.root(v)
-                if not r or self.sym.allocs[root].mem != "SHARED":
+                if not r or self.sym.allocs[root].mem != Mem.SHARED:
                     continue
                 for c in self.leaves.values():
-                    if c.kind == "thread" and any(
+                    if c.kind == OpKind.THREAD and any(
                         w and self.sym.root(x) == root for x, _, w in views_of(c.op)
                     ):
                         flows = [
                             x.scope
                             for x in inside
-                            if (x.src, x.dst, x.hazard) == (c.op.ev, p.op.ev, "raw")
+                            if (x.src, x.dst, x.hazard) == (c.op.ev, p.op.ev, Hazard.RAW)
                             and x.other == root
                         ]
                         scope = (
@@ -53,7 +55,18 @@ class TileHazards:
                             else self._scope(p, c, (), root, root)
                         )
                         out.append(
-                            Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", root, root, "SHARED", scope)
+                            Dep(
+                                p.op.ev,
+                                c.op.ev,
+                                Via.TILE,
+                                "",
+                                1,
+                                Hazard.WAR,
+                                root,
+                                root,
+                                Mem.SHARED,
+                                scope,
+                            )
                         )
         if self.m.schedule is not None and self.m.schedule.persistent:
             out += self._tile_loads()
@@ -71,7 +84,7 @@ class TileHazards:
         out = []
         for c in self.leaves.values():
             if (
-                c.kind != "tma_load" or c.loops or self.ring_member(c)
+                c.kind != OpKind.TMA_LOAD or c.loops or self.ring_member(c)
             ):  # a ring's next tile: _ring_deps
                 continue
             root = self.sym.root(c.op.dst)
@@ -79,16 +92,38 @@ class TileHazards:
             # tile) is read and written there too: the next copy also comes after those accesses
             shared = [root] + self._sharing(root)
             for p in self.leaves.values():
-                if p is c or p.kind == "tma_load":
+                if p is c or p.kind == OpKind.TMA_LOAD:
                     continue
                 for t in shared:
                     if self._reads(p, t):
                         out.append(
-                            Dep(p.op.ev, c.op.ev, "tile", "", 1, "war", t, root, "SHARED", ())
+                            Dep(
+                                p.op.ev,
+                                c.op.ev,
+                                Via.TILE,
+                                "",
+                                1,
+                                Hazard.WAR,
+                                t,
+                                root,
+                                Mem.SHARED,
+                                (),
+                            )
                         )
                     elif t != root and self._writes(p, t):
                         out.append(
-                            Dep(p.op.ev, c.op.ev, "tile", "", 1, "waw", t, root, "SHARED", ())
+                            Dep(
+                                p.op.ev,
+                                c.op.ev,
+                                Via.TILE,
+                                "",
+                                1,
+                                Hazard.WAW,
+                                t,
+                                root,
+                                Mem.SHARED,
+                                (),
+                            )
                         )
         return out
 
@@ -103,13 +138,13 @@ class TileHazards:
         leads to it from those readers; the edge is the sharing's, not the program's."""
         out = []
         for c in self.leaves.values():
-            if c.kind != "tma_load":
+            if c.kind != OpKind.TMA_LOAD:
                 continue
             root = self.sym.root(c.op.dst)
             for other in self._sharing(root):
                 for p in self.leaves.values():
                     if (
-                        p.kind == "tma_load"
+                        p.kind == OpKind.TMA_LOAD
                         or p.seq > c.seq
                         or p.hosts != c.hosts
                         or not self._reads(p, other)
@@ -122,9 +157,9 @@ class TileHazards:
                         # can realize that, else sync-insertion refuses
                         if any(x is c.loops[0] for x in p.loops):
                             continue
-                        via, lp = "entry", c.loops[0]
+                        via, lp = Via.ENTRY, c.loops[0]
                     else:
-                        via, lp = ("after", p.loops[0]) if p.loops else ("same", None)
+                        via, lp = (Via.AFTER, p.loops[0]) if p.loops else (Via.SAME, None)
                     out.append(
                         Dep(
                             p.op.ev,
@@ -132,10 +167,10 @@ class TileHazards:
                             via,
                             lp.ev if lp is not None else "",
                             0,
-                            "war",
+                            Hazard.WAR,
                             other,
                             root,
-                            "SHARED",
+                            Mem.SHARED,
                             self._scope(p, c, (), other, root),
                         )
                     )
@@ -153,24 +188,24 @@ class TileHazards:
         out = []
         for early, late in self.m.resources.war if self.m.resources is not None else ():
             for c in self.leaves.values():
-                if c.kind == "tma_load" or not self._writes(c, late):
+                if c.kind == OpKind.TMA_LOAD or not self._writes(c, late):
                     continue
                 for p in self.leaves.values():
-                    if p.kind == "tma_load" or p.seq > c.seq or p.hosts != c.hosts or p is c:
+                    if p.kind == OpKind.TMA_LOAD or p.seq > c.seq or p.hosts != c.hosts or p is c:
                         continue
                     hazard = (
-                        "war"
+                        Hazard.WAR
                         if self._reads(p, early)
-                        else "waw"
+                        else Hazard.WAW
                         if self._writes(p, early)
                         else None
                     )
                     if hazard is None:
                         continue
                     if p.loops:  # resource allocation's live ranges span a tensor's outermost loop
-                        via, lp = "after", p.loops[0]
+                        via, lp = Via.AFTER, p.loops[0]
                     else:
-                        via, lp = ("entry", c.loops[0]) if c.loops else ("same", None)
+                        via, lp = (Via.ENTRY, c.loops[0]) if c.loops else (Via.SAME, None)
                     out.append(
                         Dep(
                             p.op.ev,
@@ -181,7 +216,7 @@ class TileHazards:
                             hazard,
                             early,
                             late,
-                            "SHARED",
+                            Mem.SHARED,
                             self._scope(p, c, (), early, late),
                         )
                     )
@@ -201,7 +236,7 @@ class TileHazards:
         p, c = self.leaves[d.src], self.leaves[d.dst]
         for x in self.leaves.values():
             if (
-                x.kind == "tma_load"
+                x.kind == OpKind.TMA_LOAD
                 and not x.loops
                 and x.role == c.role
                 and x.seq < c.seq
@@ -217,7 +252,7 @@ class TileHazards:
         from the same reader into an earlier copy of the copy's role (:meth:`_earlier_load`)."""
         if implied(d, covered):
             return True
-        x = self._earlier_load(d) if d.via == "tile" else None
+        x = self._earlier_load(d) if d.via == Via.TILE else None
         return x is not None and any(
-            c.via == "tile" and c.src == d.src and c.dst == x.op.ev for c in covered
+            c.via == Via.TILE and c.src == d.src and c.dst == x.op.ev for c in covered
         )

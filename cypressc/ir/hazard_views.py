@@ -16,6 +16,7 @@ from cypressc.ir.analysis import free_vars_through, proc_names
 from cypressc.ir.hazard_deps import Leaf
 from cypressc.ir.intsets import may_meet
 from cypressc.ir.shapes import static
+from cypressc.lang.kinds import PartKind, Proc
 
 __all__ = ["ViewQueries"]
 
@@ -70,7 +71,7 @@ class ViewQueries:
             if pa != pb:
                 break
             part = self.sym.parts[pa]
-            if part.kind not in ("blocks", "slices"):
+            if part.kind not in (PartKind.BLOCKS, PartKind.SLICES):
                 continue
             if self._variant(part, private, shift):
                 break
@@ -105,14 +106,14 @@ class ViewQueries:
     def _piece_counts(self, name: str) -> list[int] | None:
         """How many pieces a partition has along each index (None when not static)."""
         part = self.sym.parts[name]
-        if part.kind == "blocks":
+        if part.kind == PartKind.BLOCKS:
             shape = [static(x) for x in self.sym.shape(part.base)]
             blocks = [static(b) for b in part.params]
             if None in shape or None in blocks or 0 in blocks or len(blocks) != len(shape):
                 return None
             return [-(-n // b) for n, b in zip(shape, blocks)]
-        if part.kind == "mma":
-            return {"THREAD": [self.warp_threads], "WARP": [self.warpgroup_warps]}.get(
+        if part.kind == PartKind.MMA:
+            return {Proc.THREAD: [self.warp_threads], Proc.WARP: [self.warpgroup_warps]}.get(
                 part.params[1]
             )
         return None

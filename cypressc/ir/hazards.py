@@ -48,8 +48,10 @@ from cypressc.ir.hazard_rings import RingHazards
 from cypressc.ir.hazard_tiles import TileHazards
 from cypressc.ir.hazard_views import ViewQueries
 from cypressc.ir.intsets import AtLeast, IndexSpace, may_be_empty
+from cypressc.ir.kinds import Hazard, Need, OpKind, Role, Via
 from cypressc.ir.shapes import static
 from cypressc.lang.intrinsics import DTYPE_BYTES, leaf_of
+from cypressc.lang.kinds import Mem, PartKind, Proc
 
 __all__ = ["Program", "evaluate"]
 
@@ -93,9 +95,10 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
     def __init__(self, m: N.Module, warp_threads: int = 32, warpgroup_warps: int = 4) -> None:
         self.m = m
         self.sym = Symbols(m)
-        self.roles: dict[str, str] = m.role_map()
+        self.roles: dict[str, Role] = m.role_map()
         self.stages: dict[str, int] = dict(m.schedule.stages) if m.schedule is not None else {}
         self.alias = {frozenset(p) for p in (m.resources.war if m.resources is not None else ())}
+        self._needs: dict[Dep, tuple[Need, ...]] = {}  # Realization.needs, memoized
         self.warp_threads, self.warpgroup_warps = warp_threads, warpgroup_warps
         self.lets: dict[str, N.IExpr] = {}
         self.leaves: dict[str, Leaf] = {}
@@ -117,11 +120,11 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
                 self.lets[op.name] = op.value
             elif isinstance(op, (N.Copy, N.Call)):
                 self.leaves[op.ev] = Leaf(
-                    op, b, loops, hosts, n, self.roles.get(op.ev, "consumer"), self.kind(op)
+                    op, b, loops, hosts, n, self.roles.get(op.ev, Role.CONSUMER), self.kind(op)
                 )
             elif isinstance(op, (N.For, N.PFor)):
                 self.pfor = self.pfor or isinstance(op, N.PFor)
-                block_level = any(d.proc == "BLOCK" for d in op.dims)
+                block_level = any(d.proc == Proc.BLOCK for d in op.dims)
                 self.loops[op.ev] = (op, loops, n)
                 self._walk(
                     op.body,
@@ -130,17 +133,18 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
                     seq,
                 )
 
-    def kind(self, op) -> str:
+    def kind(self, op) -> OpKind:
         """tma_load / tma_store (GLOBAL<->SHARED copies: asynchronous, TMA), wgmma (a leaf a
         warpgroup issues collectively to the Tensor Core), or thread code."""
         if isinstance(op, N.Copy):
             src, dst = self.sym.mem(op.src), self.sym.mem(op.dst)
-            return {("GLOBAL", "SHARED"): "tma_load", ("SHARED", "GLOBAL"): "tma_store"}.get(
-                (src, dst), "thread"
-            )
-        return "wgmma" if leaf_of(op).asynchronous else "thread"
+            return {
+                (Mem.GLOBAL, Mem.SHARED): OpKind.TMA_LOAD,
+                (Mem.SHARED, Mem.GLOBAL): OpKind.TMA_STORE,
+            }.get((src, dst), OpKind.THREAD)
+        return OpKind.WGMMA if leaf_of(op).asynchronous else OpKind.THREAD
 
-    def role_dims(self, role: str) -> tuple[N.Dim, ...]:
+    def role_dims(self, role: Role) -> tuple[N.Dim, ...]:
         """The processor dimensions of the role's most deeply replicated op: every thread of
         the role runs its control flow (and its waits)."""
         best: tuple[N.Dim, ...] = ()
@@ -160,7 +164,7 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
             part = self.sym.parts[piece.partition]
             root = self.sym.root(lf.op.dst)
             if (
-                part.kind == "slices"
+                part.kind == PartKind.SLICES
                 and isinstance(part.base, N.TRef)
                 and part.base.name in self.stages
                 and part.base.name == root
@@ -194,7 +198,7 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
     def _grid(r: N.EvRef, dims) -> bool:
         """A reference that waits for other blocks (a broadcast over a BLOCK dimension)."""
         return any(
-            d.proc == "BLOCK" and (not r.idx or r.idx[i] is None) for i, d in enumerate(dims)
+            d.proc == Proc.BLOCK and (not r.idx or r.idx[i] is None) for i, d in enumerate(dims)
         )
 
     def _same_preds(self, c: Leaf) -> list[tuple[Leaf, tuple]]:
@@ -245,7 +249,7 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
                         continue
                     seen.add(id(x))
                     comp = self._compose(idx, p, inner)
-                    yield x, c, "same", None, comp
+                    yield x, c, Via.SAME, None, comp
                     todo.append((x, comp))
 
     def _routes(self):
@@ -262,18 +266,18 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
                     if self._grid(r, p.op.dims) or p.hosts != c.hosts:
                         continue
                     if p.loops == c.loops:
-                        yield p, c, "same", None, r.idx
+                        yield p, c, Via.SAME, None, r.idx
                     elif c.loops[: len(p.loops)] == p.loops:
-                        yield p, c, "entry", c.loops[len(p.loops)], r.idx
+                        yield p, c, Via.ENTRY, c.loops[len(p.loops)], r.idx
                 elif r.name in self.loops:
                     lp = self.loops[r.name][0]
-                    if self._grid(r, lp.dims) or not any(d.proc == "BLOCK" for d in lp.dims):
+                    if self._grid(r, lp.dims) or not any(d.proc == Proc.BLOCK for d in lp.dims):
                         continue
                     for ev, idx in self._expand(r.name, r.idx):
                         if not self._grid(N.EvRef(ev, idx), self.leaves[ev].op.dims):
-                            yield self.leaves[ev], c, "after", lp, idx
+                            yield self.leaves[ev], c, Via.AFTER, lp, idx
         for ev, (lp, _, _) in self.loops.items():
-            if not any(d.proc == "BLOCK" for d in lp.dims) or isinstance(lp, N.PFor):
+            if not any(d.proc == Proc.BLOCK for d in lp.dims) or isinstance(lp, N.PFor):
                 continue
             inside = self.under(lp)
             for r in lp.pre:
@@ -282,14 +286,14 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
                         N.EvRef(pev, idx), self.leaves[pev].op.dims
                     ):
                         for c in inside:
-                            yield self.leaves[pev], c, "entry", lp, idx
+                            yield self.leaves[pev], c, Via.ENTRY, lp, idx
             for y in lp.body.yields:
                 for pev, idx in self._expand(y.name, y.idx):
                     if pev in self.leaves and not self._grid(
                         N.EvRef(pev, idx), self.leaves[pev].op.dims
                     ):
                         for c in inside:
-                            yield self.leaves[pev], c, "carried", lp, idx
+                            yield self.leaves[pev], c, Via.CARRIED, lp, idx
 
     def deps(self) -> list[Dep]:
         """Every hazard an event edge of the block programs protects (deduplicated, in
@@ -306,10 +310,10 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
                 (d.src, d.dst, d.via, d.loop, d.distance, d.hazard, d.tensor, d.other), d
             )
         for lf in self.leaves.values():
-            if lf.kind == "tma_store":  # its shared source must outlive the TMA's reads
+            if lf.kind == OpKind.TMA_STORE:  # its shared source must outlive the TMA's reads
                 root = self.sym.root(lf.op.src)
-                out[(lf.op.ev, "", "end")] = Dep(
-                    lf.op.ev, "", "end", "", 0, "end", root, root, "SHARED", ()
+                out[(lf.op.ev, "", Via.END)] = Dep(
+                    lf.op.ev, "", Via.END, "", 0, Hazard.END, root, root, Mem.SHARED, ()
                 )
         for d in self._tile_deps(list(out.values())):
             out.setdefault((d.src, d.dst, d.via), d)
@@ -326,7 +330,7 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
             key=lambda d: (self.leaves[d.dst].seq if d.dst else 1 << 30, self.leaves[d.src].seq),
         )
 
-    def _hazards(self, p: Leaf, c: Leaf, via: str, lp, idx) -> list[Dep]:
+    def _hazards(self, p: Leaf, c: Leaf, via: Via, lp, idx) -> list[Dep]:
         out = []
         period = max(
             [self.stages.get(self.sym.root(v), 1) for o in (p, c) for v, _, _ in views_of(o.op)]
@@ -336,13 +340,17 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
             for vc, rc, wc in views_of(c.op):
                 hz = [
                     h
-                    for h, ok in (("raw", wp and rc), ("war", rp and wc), ("waw", wp and wc))
+                    for h, ok in (
+                        (Hazard.RAW, wp and rc),
+                        (Hazard.WAR, rp and wc),
+                        (Hazard.WAW, wp and wc),
+                    )
                     if ok
                 ]
                 if not hz:
                     continue
                 dist = 0
-                if via == "carried":
+                if via == Via.CARRIED:
                     dist = next(
                         (
                             d
@@ -361,7 +369,7 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
                 elif not self.overlap(vp, vc, p, c):
                     continue
                 for h in hz:
-                    if h == "raw" and self._killed(p, c, vc, via, lp):
+                    if h == Hazard.RAW and self._killed(p, c, vc, via, lp):
                         continue
                     rp_, rc_ = self.sym.root(vp), self.sym.root(vc)
                     scope = self._scope(p, c, idx, rp_, rc_)
@@ -382,17 +390,17 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
                     )
         return out
 
-    def _killed(self, p: Leaf, c: Leaf, vc: N.View, via: str, lp) -> bool:
+    def _killed(self, p: Leaf, c: Leaf, vc: N.View, via: Via, lp) -> bool:
         """A flow edge whose value an op between ``p`` and ``c`` overwrites entirely: ``c``
         reads the newer value (the older edge is ordered through that writer)."""
-        if via == "entry":
+        if via == Via.ENTRY:
             return False
         for w in self.leaves.values():
             if w.hosts != c.hosts:
                 continue
-            if via == "carried":
+            if via == Via.CARRIED:
                 between = lp in w.loops and w.seq < c.seq
-            elif via == "after":
+            elif via == Via.AFTER:
                 between = self.loops[lp.ev][2] < w.seq < c.seq and lp not in w.loops
             else:
                 between = p.seq < w.seq < c.seq and w.loops == c.loops
@@ -413,15 +421,15 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
             if all(x is not lp for x in c.loops)
         )
 
-    def _scope(self, p: Leaf, c: Leaf, idx: tuple, rp: str, rc: str) -> tuple[str, ...]:
+    def _scope(self, p: Leaf, c: Leaf, idx: tuple, rp: str, rc: str) -> tuple[Proc, ...]:
         levels = set()
         cl = {d.proc for d in c.op.dims}
         for i, d in enumerate(p.op.dims):
-            if d.proc == "BLOCK":
+            if d.proc == Proc.BLOCK:
                 continue
             r = idx[i] if i < len(idx) else None
             if not (isinstance(r, N.IProc) and r.proc == d.proc and d.proc in cl):
                 levels.add(d.proc)
-        levels |= cl - {d.proc for d in p.op.dims} - {"BLOCK"}
+        levels |= cl - {d.proc for d in p.op.dims} - {Proc.BLOCK}
         levels -= self._private(rp) & self._private(rc)
         return tuple(lv for lv in LEVELS if lv in levels)

@@ -29,6 +29,7 @@ from cypressc.ir.interp_events import EventTracking
 from cypressc.ir.interp_views import InterpreterError, ViewResolution, _Plan, _Scope, _View
 from cypressc.ir.sync import SYNC_OPS
 from cypressc.lang.intrinsics import Operand, leaf_of
+from cypressc.lang.kinds import Proc
 
 __all__ = ["run", "evaluate", "InterpreterError", "LATEST_FIRST"]
 
@@ -48,7 +49,7 @@ _BINOPS = {
     "min": min,
     "max": max,
 }
-_LANES = ("WARP", "THREAD")  # the levels a collective leaf's issuing group spans
+_LANES = (Proc.WARP, Proc.THREAD)  # the levels a collective leaf's issuing group spans
 
 
 @dataclass(eq=False)

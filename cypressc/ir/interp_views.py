@@ -18,6 +18,7 @@ import numpy as np
 from cypressc.ir import nodes as N
 from cypressc.ir.shapes import mma_coords
 from cypressc.lang.intrinsics import NUMPY_DTYPES, round_to
+from cypressc.lang.kinds import PartKind
 
 __all__ = ["InterpreterError", "ViewResolution"]
 
@@ -182,9 +183,9 @@ class ViewResolution:
         assert isinstance(part, N.Partition)
         base = self.view(part.base, s, env)
         idx = tuple(int(self.expr(i, scope, env)) for i in v.idx)
-        if part.kind == "blocks":
+        if part.kind == PartKind.BLOCKS:
             params = tuple(int(self.expr(b, s, env)) for b in part.params)
-        elif part.kind == "slices":
+        elif part.kind == PartKind.SLICES:
             params = ()
         else:
             params = tuple(int(self.expr(x, s, env)) for x in self._shape_of(part.base, s))
@@ -202,7 +203,7 @@ class ViewResolution:
         (``params``: the block sizes, or the mma tile's shape)."""
         logical = [d for d, k in enumerate(base.keep) if k]
         ix, keep, coords = list(base.ix), list(base.keep), list(base.coords)
-        if part.kind == "blocks":
+        if part.kind == PartKind.BLOCKS:
             for j, (d, b, i) in enumerate(zip(logical, params, idx)):
                 pos = np.arange(i * b, (i + 1) * b)
                 src = base.ix[d]
@@ -210,7 +211,7 @@ class ViewResolution:
                 ix[d] = np.full(b, -1)
                 ix[d][valid] = src[pos[valid]]
                 coords[j] = np.arange(b)
-        elif part.kind == "slices":
+        elif part.kind == PartKind.SLICES:
             dim = int(part.params[0].value)
             d = logical[dim]
             ix[d] = base.ix[d][idx[0] : idx[0] + 1]

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import z3
 
 from cypressc.ir import nodes as N
+from cypressc.lang.kinds import Proc
 
 __all__ = [
     "IndexSpace",
@@ -183,7 +184,7 @@ class _Encoder:
         if isinstance(e, N.IProc):
             # one block: both sides run in it (edges across blocks are the grid's); below
             # BLOCK, the two sides may be different instances
-            key = f"{e.proc}.{e.dim}" + ("" if e.proc == "BLOCK" else f"@{self.side}")
+            key = f"{e.proc}.{e.dim}" + ("" if e.proc == Proc.BLOCK else f"@{self.side}")
             if key not in self.shared:
                 self.shared[key] = z3.Int(key)
                 self.facts.append(self.shared[key] >= 0)

@@ -39,7 +39,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Union
 
+from cypressc.ir.kinds import Role
 from cypressc.ir.results import Resources, Schedule, SmemSlot
+from cypressc.lang.kinds import Mem, PartKind, Proc
 
 if TYPE_CHECKING:
     from cypressc.ir.origin import Sites
@@ -103,7 +105,7 @@ class IProc:
     """The index of the executing processor at level ``proc`` inside its parent
     (``dim`` selects the grid dimension for BLOCK)."""
 
-    proc: str
+    proc: Proc
     dim: int = 0
 
 
@@ -216,7 +218,7 @@ class EvRef:
 @dataclass(frozen=True, slots=True)
 class Dim:
     extent: IExpr
-    proc: str
+    proc: Proc
 
 
 def ev_type_str(dims: tuple[Dim, ...], show) -> str:
@@ -234,7 +236,7 @@ class Alloc:
     name: str
     shape: tuple[IExpr, ...]
     dtype: str
-    mem: str
+    mem: Mem
     layout: View | None = None
     dims: tuple[Dim, ...] = ()
 
@@ -256,7 +258,7 @@ class Partition:
 
     name: str
     base: View
-    kind: str
+    kind: PartKind
     params: tuple
     piece_shape: tuple[IExpr, ...]
     dims: tuple[Dim, ...] = ()
@@ -315,7 +317,7 @@ class PFor:
     var: str
     lo: IExpr
     hi: IExpr
-    proc: str
+    proc: Proc
     pre: tuple[EvRef, ...]
     body: Block
     dims: tuple[Dim, ...] = ()
@@ -355,7 +357,7 @@ class Module:
     scalars: tuple[str, ...]
     body: Block
     synchronized: bool = False
-    roles: tuple[tuple[str, str], ...] = ()
+    roles: tuple[tuple[str, Role], ...] = ()
     floats: tuple[str, ...] = ()
     size_aliases: tuple[tuple[str, str], ...] = ()
     sites: Sites | None = field(default=None, compare=False)
@@ -366,7 +368,7 @@ class Module:
     )  # the backend's KernelPlan: opaque here
     target: Target | None = field(default=None, compare=False)
 
-    def role_map(self) -> dict[str, str]:
+    def role_map(self) -> dict[str, Role]:
         """``roles`` as a dict: event -> ``producer`` / ``consumer`` (empty before
         warp specialization)."""
         return dict(self.roles)

@@ -22,6 +22,7 @@ from typing import Iterable
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
+from cypressc.lang.kinds import Mem
 
 __all__ = ["Origin", "origins_of", "blame", "where", "TensorSite", "PartitionSite", "Sites"]
 
@@ -113,7 +114,7 @@ class TensorSite:
     instance: str
     param: str
     index: int
-    mem: str
+    mem: Mem
     loc: Loc
     mem_loc: Loc | None = None
     task: str = ""
@@ -149,11 +150,11 @@ class Sites:
         for p in partitions:
             ps = self.partitions.get(p)
             t = self.tensors.get(ps.base) if ps else None
-            if t is not None and t.mem == "NONE" and t.mem_loc is not None:
+            if t is not None and t.mem == Mem.NONE and t.mem_loc is not None:
                 return t
         t = self.tensors.get(root)
         if t is not None and t.mem_loc is None:
             t = next(
-                (x for x in self.tensors.values() if x.caller_root == root and x.mem == "NONE"), t
+                (x for x in self.tensors.values() if x.caller_root == root and x.mem == Mem.NONE), t
             )
         return t

@@ -19,6 +19,7 @@ from cypressc.ir.analysis import Symbols, binary_exprs, dim_procs
 from cypressc.ir.check import random_inputs
 from cypressc.ir.subst import walk_ops
 from cypressc.lang.intrinsics import leaf_of
+from cypressc.lang.kinds import PartKind, Proc
 
 __all__ = ["small_sizes", "written_params", "grid_blocks", "Verdict", "check_schedules"]
 
@@ -43,7 +44,7 @@ def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
     for op in m.body.ops:  # a static block of a parameter (a resident tile): one whole block
         if (
             isinstance(op, N.Partition)
-            and op.kind == "blocks"
+            and op.kind == PartKind.BLOCKS
             and isinstance(op.base, N.TRef)
             and op.base.name in params
         ):
@@ -115,7 +116,7 @@ def grid_blocks(m: N.Module, sizes: dict[str, int]) -> list[dict]:
     ext: dict = {}
     for op in C.block_ops(m.body):
         for p, d in zip(dim_procs(getattr(op, "dims", ())), getattr(op, "dims", ())):
-            if p.proc == "BLOCK":
+            if p.proc == Proc.BLOCK:
                 ext[p] = int(vi.expr(d.extent, vi.root, {}))
     keys = sorted(ext, key=lambda p: p.dim)
     return [dict(zip(keys, c)) for c in itertools.product(*[range(ext[k]) for k in keys])]

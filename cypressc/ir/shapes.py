@@ -26,6 +26,7 @@ from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir.nodes import IConst, IExpr
 from cypressc.ir.origin import Origin, blame
 from cypressc.lang.intrinsics import atom as lookup_atom
+from cypressc.lang.kinds import PartKind, Proc
 
 __all__ = ["mma_piece_shape", "mma_coords", "layout_key", "static"]
 
@@ -37,7 +38,7 @@ def static(e: IExpr) -> int | None:
 def mma_piece_shape(
     shape: tuple[IExpr, ...],
     atom_name: str,
-    proc: str,
+    proc: Proc,
     operand: str,
     loc: Loc,
     *,
@@ -63,16 +64,16 @@ def mma_piece_shape(
         # a per-row vector of the accumulator (row statistics): the rows of the "C" pieces
         rows = s[0]
         r_origin = shape[0].origin + proc_origin  # type: ignore[union-attr]
-        unit = atom.m if proc == "WARP" else 16
-        if proc not in ("WARP", "THREAD"):
+        unit = atom.m if proc == Proc.WARP else 16
+        if proc not in (Proc.WARP, Proc.THREAD):
             raise fail(f"partition_by_mma splits among WARP or THREAD, not {proc}", proc_origin)
         if rows % unit:
             raise fail(
-                f"a {'warpgroup' if proc == 'WARP' else 'warp'}'s per-row vector has {rows} rows; "
+                f"a {'warpgroup' if proc == Proc.WARP else 'warp'}'s per-row vector has {rows} rows; "
                 f"it must be a multiple of {unit}",
                 shape[0],
             )
-        return (IConst(rows // 4 if proc == "WARP" else rows // 8, r_origin),)
+        return (IConst(rows // 4 if proc == Proc.WARP else rows // 8, r_origin),)
     if None in s or len(s) != 2:
         raise fail(
             f"partition_by_mma needs a static rank-2 tile; got {len(shape)} dims with run-time extents",
@@ -99,7 +100,7 @@ def mma_piece_shape(
         )
     r_origin, c_origin = shape[0].origin + proc_origin, shape[1].origin + proc_origin  # type: ignore[union-attr]
     what = "accumulator" if operand == "C" else "A"
-    if proc == "WARP":
+    if proc == Proc.WARP:
         if rows % atom.m:
             raise fail(
                 f"a warpgroup's {what} tile has {rows} rows; {atom.name} needs a multiple of "
@@ -108,7 +109,7 @@ def mma_piece_shape(
                 hint="make the block tile's rows per warpgroup a multiple of 64",
             )
         return (IConst(rows // 4, r_origin), IConst(cols, shape[1].origin))  # type: ignore[union-attr]
-    if proc == "THREAD":
+    if proc == Proc.THREAD:
         if rows % 16:
             raise fail(
                 f"a warp's {what} tile has {rows} rows; it must be a multiple of 16", shape[0]
@@ -119,7 +120,7 @@ def mma_piece_shape(
 
 @lru_cache(maxsize=4096)
 def mma_coords(
-    shape: tuple[int, ...], proc: str, operand: str, index: int
+    shape: tuple[int, ...], proc: Proc, operand: str, index: int
 ) -> tuple[np.ndarray, ...]:
     """Row and column coordinates (inside the partitioned tile) of piece ``index``; only the
     row coordinates for a per-row vector (a rank-1 ``shape``)."""
@@ -128,7 +129,7 @@ def mma_coords(
     rows, cols = shape
     if operand in ("B", "Bt"):
         return np.arange(rows), np.arange(cols)
-    if proc == "WARP":
+    if proc == Proc.WARP:
         r = np.array([64 * q + 16 * index + x for q in range(rows // 64) for x in range(16)])
         return r, np.arange(cols)
     t = index
@@ -137,10 +138,10 @@ def mma_coords(
     return r, c
 
 
-def layout_key(kind: str, params: tuple) -> tuple:
+def layout_key(kind: PartKind, params: tuple) -> tuple:
     """What decides which elements a partition's pieces hold: an mma partition of operand
     A or C depends only on its processor level (and its base's shape), never on the atom's
     N or on which operand it feeds, so two such partitions of one tile have equal keys."""
-    if kind == "mma" and params[2] in ("A", "C"):
+    if kind == PartKind.MMA and params[2] in ("A", "C"):
         return (kind, params[1], "fragment")
     return (kind, params)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from cypressc.ir import nodes as N
+from cypressc.ir.kinds import BarrierKind, FenceKind, GroupUnit, Hazard, Role, TurnKind, Via
 
 __all__ = [
     "Edge",
@@ -63,15 +64,15 @@ __all__ = [
 
 # "turn": not a data hazard but the Tensor Core as a resource the consumer warpgroups take
 # turns on (a mapping's `pingpong`): warpgroup w's run of wgmma issues after w - 1's
-HAZARDS = ("raw", "war", "waw", "end", "turn")
-TURN_KINDS = ("take", "pass")
+HAZARDS = tuple(Hazard)
+TURN_KINDS = tuple(TurnKind)
 # named barrier ids the kernel may use: 1..7 (cypress::named_sync goes through CUTLASS's
 # NamedBarrier, which adds the 8 ids it reserves; 0 is __syncthreads)
 NAMED_BARRIERS = 7
-VIAS = ("same", "entry", "after", "carried", "end", "tile", "ring")
-BARRIER_KINDS = ("full", "empty")
-GROUP_UNITS = ("wgmma", "bulk")
-FENCE_KINDS = ("wgmma", "proxy_async")
+VIAS = tuple(Via)
+BARRIER_KINDS = tuple(BarrierKind)
+GROUP_UNITS = tuple(GroupUnit)
+FENCE_KINDS = tuple(FenceKind)
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -93,9 +94,9 @@ class Edge:
 
     src: str
     dst: str
-    hazard: str
+    hazard: Hazard
     tensor: str = ""
-    via: str = "same"
+    via: Via = Via.SAME
     distance: int = 0
 
     def __post_init__(self) -> None:
@@ -131,11 +132,11 @@ class MBarrier:
     release earlier in the same tile (shared bytes, ``same_tile``)."""
 
     name: str
-    kind: str
+    kind: BarrierKind
     stages: int
     count: int
-    arrive_role: str
-    wait_role: str
+    arrive_role: str  # a role, or the roles that arrive joined by ","
+    wait_role: str  # a role, or the roles that wait joined by ","
     channel: tuple[str, ...]
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
@@ -144,13 +145,13 @@ class MBarrier:
     @property
     def lag(self) -> int:
         """Phases the waits on this barrier trail its completions (see the class docstring)."""
-        return 1 if self.kind == "empty" and not self.same_tile else 0
+        return 1 if self.kind == BarrierKind.EMPTY and not self.same_tile else 0
 
     def __post_init__(self) -> None:
         _check(self.kind in BARRIER_KINDS, f"mbarrier kind {self.kind!r}")
         _check(self.stages >= 1 and self.count >= 1, "mbarrier with no stage or no arrival")
         _check(
-            not self.same_tile or (self.kind == "empty" and self.stages == 1),
+            not self.same_tile or (self.kind == BarrierKind.EMPTY and self.stages == 1),
             "a same-tile mbarrier is a one-stage empty barrier",
         )
 
@@ -162,7 +163,7 @@ class ArriveExpectTx:
     bar: str
     stage: N.IExpr
     bytes: int
-    role: str
+    role: Role
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
 
@@ -177,7 +178,7 @@ class Wait:
     bar: str
     stage: N.IExpr
     parity: N.IExpr
-    role: str
+    role: Role
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
 
@@ -188,7 +189,7 @@ class Arrive:
 
     bar: str
     stage: N.IExpr
-    role: str
+    role: Role
     when: Guard | None = None
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
@@ -200,8 +201,8 @@ class CommitGroup:
     ``unit="wgmma"``, ``cp.async.bulk.commit_group`` for TMA stores, ``unit="bulk"``);
     ``events`` are the IR events in the group."""
 
-    unit: str
-    role: str
+    unit: GroupUnit
+    role: Role
     events: tuple[str, ...]
     dims: tuple[N.Dim, ...] = ()
 
@@ -213,9 +214,9 @@ class CommitGroup:
 class WaitGroup:
     """Wait until at most ``pending`` committed groups of ``unit`` are still in flight."""
 
-    unit: str
+    unit: GroupUnit
     pending: int
-    role: str
+    role: Role
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
 
@@ -229,7 +230,7 @@ class SyncWarp:
     """``__syncwarp()``: the threads of each warp in ``dims`` meet (a THREAD broadcast);
     only where ``when`` holds (the guard of the arrival it orders the lanes before)."""
 
-    role: str
+    role: Role
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
     when: Guard | None = None
@@ -242,7 +243,7 @@ class BarSync:
 
     id: N.IExpr
     threads: int
-    role: str
+    role: Role
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
 
@@ -265,10 +266,10 @@ class Turn:
     that first pass to the end of the tile before: :func:`carried_turns`).  The edges are
     ``turn`` edges: the run's last wgmma (of the previous warpgroup) to its first."""
 
-    kind: str
+    kind: TurnKind
     id: N.IExpr
     threads: int
-    role: str
+    role: Role
     when: Guard | None = None
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
@@ -283,8 +284,8 @@ class Fence:
     """``wgmma.fence`` (registers written by threads, then read by wgmma) or
     ``fence.proxy.async`` (shared memory written by threads, then read by TMA/wgmma)."""
 
-    kind: str
-    role: str
+    kind: FenceKind
+    role: Role
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
 
@@ -328,7 +329,7 @@ def carried_turns(ops) -> tuple[Turn, Turn] | None:
     tiles of a persistent block the same way): the ring of turns goes on without waiting for
     the last warpgroup's epilogue.  None without turn ops; ValueError when the turns do not
     have the shape ping-pong gives them (:mod:`cypressc.passes.sync_turns`)."""
-    passes = [op for op in ops if isinstance(op, Turn) and op.kind == "pass"]
+    passes = [op for op in ops if isinstance(op, Turn) and op.kind == TurnKind.PASS]
     firsts = [op for op in passes if op.edges and all(not e.src for e in op.edges)]
     if not firsts:
         return None

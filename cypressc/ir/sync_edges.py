@@ -12,7 +12,9 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.hazard_deps import Dep
 from cypressc.ir.hazards import Program
+from cypressc.ir.kinds import BarrierKind, FenceKind, GroupUnit, Need, OpKind, Role, Via
 from cypressc.ir.sync_trace import _error, _full_of, _Run
+from cypressc.lang.kinds import Proc
 
 
 def _fills(run: _Run) -> dict[tuple, list[tuple[str, dict]]]:
@@ -29,7 +31,7 @@ def _raw_readers(prog: Program, deps: list[Dep]) -> dict[str, set[str]]:
     """TMA copy -> the events that read its bytes (its full-barrier edges)."""
     out: dict[str, set[str]] = {}
     for d in deps:
-        if d.dst and "full" in prog.needs(d):
+        if d.dst and Need.FULL in prog.needs(d):
             out.setdefault(d.src, set()).add(d.dst)
     return out
 
@@ -41,7 +43,8 @@ def _check_ring(run: _Run, prog: Program, d: Dep, deps: list[Dep]) -> None:
     the read retired, :func:`_releases` checks)."""
     name = f"the WAR edge %{d.src} -> %{d.dst} on %{d.other} (ring)"
     ename = next(
-        (b.name for b in run.bars.values() if b.kind == "empty" and d.edge() in b.edges), None
+        (b.name for b in run.bars.values() if b.kind == BarrierKind.EMPTY and d.edge() in b.edges),
+        None,
     )
     if ename is None:
         raise _error(f"{name}: no empty barrier guards the ring")
@@ -71,7 +74,7 @@ def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
     a stage ring with members outside its loop: the readers of that fill's copy)."""
     readers: dict[str, list[Dep]] = {}
     for d in deps:
-        if prog.needs(d) == ("empty",):
+        if prog.needs(d) == (Need.EMPTY,):
             readers.setdefault(d.dst, []).append(d)
     members = {lf.op.ev for ms in prog.rings().values() for lf in ms}
     copy_fills, raw = _fills(run), _raw_readers(prog, deps)
@@ -112,8 +115,8 @@ def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
                     ):  # another empty barrier of the copy's
                         continue
                     if d.via in (
-                        "tile",
-                        "after",
+                        Via.TILE,
+                        Via.AFTER,
                     ):  # every read of the tile (or of the loop) comes first
                         for (x, _), (r, i) in list(run.where.items()):
                             if x != d.src or r != role:
@@ -134,25 +137,27 @@ def _releases(run: _Run, prog: Program, deps: list[Dep]) -> None:
 def _retired(run: _Run, d: Dep, a: int, b: int, arrive: S.Arrive) -> None:
     p = run.prog.leaves[d.src]
     role = p.role
-    if p.kind == "wgmma":
+    if p.kind == OpKind.WGMMA:
         _waited(run, role, a, b, f"the release of %{arrive.bar} after %{d.src}")
-    elif p.kind == "tma_store":  # its reads of shared memory retire with its bulk group
-        c = run.between(role, a, b, lambda o: isinstance(o, S.CommitGroup) and o.unit == "bulk")
+    elif p.kind == OpKind.TMA_STORE:  # its reads of shared memory retire with its bulk group
+        c = run.between(
+            role, a, b, lambda o: isinstance(o, S.CommitGroup) and o.unit == GroupUnit.BULK
+        )
         if not c or not run.between(
             role,
             c[0],
             b,
-            lambda o: isinstance(o, S.WaitGroup) and o.unit == "bulk" and o.pending == 0,
+            lambda o: isinstance(o, S.WaitGroup) and o.unit == GroupUnit.BULK and o.pending == 0,
         ):
             raise _error(
                 f"%{arrive.bar} is released after the TMA store %{d.src} before its bulk group "
                 "retired its reads"
             )
-    elif any(x.proc in ("WARP", "THREAD") for x in p.op.dims):
+    elif any(x.proc in (Proc.WARP, Proc.THREAD) for x in p.op.dims):
         levels = {x.proc for x in arrive.dims}
-        if "THREAD" in levels:
+        if Proc.THREAD in levels:
             return
-        if "WARP" in levels:
+        if Proc.WARP in levels:
             if not run.between(role, a, b, lambda o: isinstance(o, S.SyncWarp)):
                 raise _error(
                     f"warps release %{arrive.bar} after thread code %{d.src} with no syncwarp"
@@ -164,19 +169,24 @@ def _retired(run: _Run, d: Dep, a: int, b: int, arrive: S.Arrive) -> None:
             )
 
 
-def _waited(run: _Run, role: str, a: int, b: int | None, what: str) -> int:
+def _waited(run: _Run, role: Role, a: int, b: int | None, what: str) -> int:
     """A wgmma at position ``a`` is committed and retired before position ``b``; the position
     of the ``wait_group`` that retires it."""
     tr = run.traces[role]
-    commit = run.between(role, a, b, lambda o: isinstance(o, S.CommitGroup) and o.unit == "wgmma")
+    commit = run.between(
+        role, a, b, lambda o: isinstance(o, S.CommitGroup) and o.unit == GroupUnit.WGMMA
+    )
     if not commit:
         raise _error(f"{what}: the wgmma's group is never committed")
     for y in run.between(
-        role, commit[0], b, lambda o: isinstance(o, S.WaitGroup) and o.unit == "wgmma"
+        role, commit[0], b, lambda o: isinstance(o, S.WaitGroup) and o.unit == GroupUnit.WGMMA
     ):
         later = len(
             run.between(
-                role, commit[0], y, lambda o: isinstance(o, S.CommitGroup) and o.unit == "wgmma"
+                role,
+                commit[0],
+                y,
+                lambda o: isinstance(o, S.CommitGroup) and o.unit == GroupUnit.WGMMA,
             )
         )
         if later >= tr[y][0].pending:
@@ -192,25 +202,30 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
         else f"the TMA store %{d.src} reading %{d.other}"
     )
     p = prog.leaves[d.src]
-    if "bulk" in needs:
-        c = run.between(role, pa, None, lambda o: isinstance(o, S.CommitGroup) and o.unit == "bulk")
+    if Need.BULK in needs:
+        c = run.between(
+            role, pa, None, lambda o: isinstance(o, S.CommitGroup) and o.unit == GroupUnit.BULK
+        )
         if not c or not run.between(
             role,
             c[0],
             None,
-            lambda o: isinstance(o, S.WaitGroup) and o.unit == "bulk" and o.pending == 0,
+            lambda o: isinstance(o, S.WaitGroup) and o.unit == GroupUnit.BULK and o.pending == 0,
         ):
             raise _error(
                 f"{name}: the TMA store's bulk group is not committed and waited before the end"
             )
         return
-    if d.via == "tile" and "empty" in needs:  # the readers release, the next tile's copy waits
+    if d.via == Via.TILE and Need.EMPTY in needs:  # the readers release, the next tile's copy waits
         # (a same-tile barrier of the copy orders this tile's earlier readers, not the next tile)
         ename = next(
             (
                 b.name
                 for b in run.bars.values()
-                if b.kind == "empty" and d.edge() in b.edges and b.stages == 1 and not b.same_tile
+                if b.kind == BarrierKind.EMPTY
+                and d.edge() in b.edges
+                and b.stages == 1
+                and not b.same_tile
             ),
             None,
         )
@@ -227,22 +242,22 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
                 f"{name}: the copy does not wait on %{ename} for the previous tile's release"
             )
         return
-    if d.via == "tile":  # the barrier must follow the retiring wait (a wgmma) or the read
-        start = _waited(run, role, pa, None, name) if "wait_group" in needs else pa
+    if d.via == Via.TILE:  # the barrier must follow the retiring wait (a wgmma) or the read
+        start = _waited(run, role, pa, None, name) if Need.WAIT_GROUP in needs else pa
         threads = 32 * (prog.warps(d) or 0)
-        if "bar_sync" in needs and not run.between(
+        if Need.BAR_SYNC in needs and not run.between(
             role, start, None, lambda o: isinstance(o, S.BarSync) and o.threads == threads
         ):
             raise _error(
                 f"{name}: no named barrier of {threads} threads before the end of the tile"
             )
-        if "syncwarp" in needs and not run.between(
+        if Need.SYNCWARP in needs and not run.between(
             role, start, None, lambda o: isinstance(o, S.SyncWarp)
         ):
             raise _error(f"{name}: no syncwarp before the end of the tile")
         return
     crole, pc = b
-    if "full" in needs:
+    if Need.FULL in needs:
         bar = p.op.bar
         if bar is None:
             raise _error(f"{name}: the TMA copy has no completion barrier")
@@ -268,9 +283,14 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
         if not ok:
             raise _error(f"{name}: no wait on %{bar.bar}[{s}] for its phase {q} before the reader")
         return
-    if "empty" in needs:
+    if Need.EMPTY in needs:
         ename = next(
-            (b.name for b in run.bars.values() if b.kind == "empty" and d.edge() in b.edges), None
+            (
+                b.name
+                for b in run.bars.values()
+                if b.kind == BarrierKind.EMPTY and d.edge() in b.edges
+            ),
+            None,
         )
         if ename is None:
             raise _error(f"{name}: no empty barrier guards the stage")
@@ -297,30 +317,35 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
         return
     if crole != role:
         raise _error(f"{name}: crosses from {role} to {crole} with no barrier")
-    if "wait_group" in needs:
+    if Need.WAIT_GROUP in needs:
         _waited(run, role, pa, pc, name)
     for need, cls, kind in (
-        ("fence_wgmma", S.Fence, "wgmma"),
-        ("proxy", S.Fence, "proxy_async"),
-        ("syncwarp", S.SyncWarp, None),
+        (Need.FENCE_WGMMA, S.Fence, FenceKind.WGMMA),
+        (Need.PROXY, S.Fence, FenceKind.PROXY_ASYNC),
+        (Need.SYNCWARP, S.SyncWarp, None),
     ):
         if need in needs and not run.between(
             role, pa, pc, lambda o: isinstance(o, cls) and (kind is None or o.kind == kind)
         ):
             raise _error(f"{name}: no {need.replace('_', ' ')} between them")
-    if "fence_wgmma" in needs:
-        last = run.between(role, pa, pc, lambda o: isinstance(o, S.Fence) and o.kind == "wgmma")[-1]
+    if Need.FENCE_WGMMA in needs:
+        last = run.between(
+            role, pa, pc, lambda o: isinstance(o, S.Fence) and o.kind == FenceKind.WGMMA
+        )[-1]
         if run.between(role, last, pc, lambda o: isinstance(o, S.Wait)):
             # the wait's try_wait loop is control flow: ptxas then re-fences the wgmma itself (C7519)
             raise _error(f"{name}: an mbarrier wait lies between the wgmma fence and the wgmma")
-    if "bar_sync" in needs:
+    if Need.BAR_SYNC in needs:
         threads = 32 * (prog.warps(d) or 0)
         found = run.between(
             role, pa, pc, lambda o: isinstance(o, S.BarSync) and o.threads == threads
         )
         if not found:
             raise _error(f"{name}: no named barrier of {threads} threads between them")
-        if "proxy" in needs and not run.between(
-            role, pa, found[-1], lambda o: isinstance(o, S.Fence) and o.kind == "proxy_async"
+        if Need.PROXY in needs and not run.between(
+            role,
+            pa,
+            found[-1],
+            lambda o: isinstance(o, S.Fence) and o.kind == FenceKind.PROXY_ASYNC,
         ):
             raise _error(f"{name}: the proxy fence must come before the barrier")

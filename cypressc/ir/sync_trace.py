@@ -13,6 +13,8 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.hazard_deps import Dep, instances
 from cypressc.ir.hazards import Program
+from cypressc.ir.kinds import BarrierKind, Role, Via
+from cypressc.lang.kinds import Proc
 
 __all__ = ["_Run"]
 
@@ -85,7 +87,7 @@ class _Run:
                 tr = self.traces.setdefault(lf.role, [])
                 self.where[(op.ev, tuple(env[lp.var] for lp in lf.loops))] = (lf.role, len(tr))
                 tr.append((op, env))
-            elif isinstance(op, N.For) and any(d.proc == "BLOCK" for d in op.dims):
+            elif isinstance(op, N.For) and any(d.proc == Proc.BLOCK for d in op.dims):
                 # every trip count tried, static bounds included: the drains after a loop
                 # name its upper bound (the same object), so they follow
                 lo = self.val(op.lo, env)
@@ -128,7 +130,9 @@ class _Run:
                             )
                         self.phase[id(op), tuple(env.items())] = q
                         continue
-                    want = "full" if isinstance(op, S.ArriveExpectTx) else "empty"
+                    want = (
+                        BarrierKind.FULL if isinstance(op, S.ArriveExpectTx) else BarrierKind.EMPTY
+                    )
                     if bar.kind != want:
                         raise _error(f"{type(op).__name__} on the {bar.kind} barrier %{op.bar}")
                     k = _inst(op.dims)
@@ -168,7 +172,7 @@ class _Run:
                     f"{fills.get((name, s), 0)} phase(s)"
                 )
         for name, bar in self.bars.items():
-            if bar.kind != "empty":
+            if bar.kind != BarrierKind.EMPTY:
                 continue
             full = _full_of(self.bars, bar)
             for s in range(bar.stages):
@@ -194,23 +198,22 @@ class _Run:
     def instances(self, d: Dep):
         """(src position, dst position) pairs of ``d`` in this run (dst None: block end)."""
         p, c = self.prog.leaves[d.src], self.prog.leaves.get(d.dst)
+        # to the end of the tile (the next tile's writer comes after it)
+        to_end = d.via in (Via.END, Via.TILE)
         for (ev, vals), at in list(self.where.items()):
-            if d.via in (
-                "end",
-                "tile",
-            ):  # to the end of the tile (the next tile's writer comes after it)
+            if to_end:
                 if ev == d.src:
                     yield at, None
                 continue
             if ev != d.dst:
                 continue
             env = dict(zip((lp.var for lp in c.loops), vals))
-            if d.via == "after":
+            if d.via == Via.AFTER:
                 lp = self.prog.loops[d.loop][0]
                 if not self.trips.get(lp.ev):
                     continue
                 env[lp.var] = self.val(lp.lo, env) + self.trips[lp.ev] - 1
-            elif d.via == "carried":
+            elif d.via == Via.CARRIED:
                 lp = self.prog.loops[d.loop][0]
                 env[lp.var] -= d.distance
                 if env[lp.var] < self.val(lp.lo, env):
@@ -219,7 +222,7 @@ class _Run:
             if src is not None:
                 yield src, at
 
-    def between(self, role: str, a: int, b: int | None, pred) -> list[int]:
+    def between(self, role: Role, a: int, b: int | None, pred) -> list[int]:
         tr = self.traces[role]
         return [i for i in range(a + 1, len(tr) if b is None else b) if pred(tr[i][0])]
 
@@ -227,5 +230,10 @@ class _Run:
 def _full_of(bars: dict[str, S.MBarrier], bar: S.MBarrier) -> S.MBarrier | None:
     """The full barrier the copies of empty barrier ``bar`` complete on (it may hold more copies)."""
     return next(
-        (b for b in bars.values() if b.kind == "full" and set(bar.channel) <= set(b.channel)), None
+        (
+            b
+            for b in bars.values()
+            if b.kind == BarrierKind.FULL and set(bar.channel) <= set(b.channel)
+        ),
+        None,
     )

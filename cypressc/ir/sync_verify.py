@@ -44,9 +44,11 @@ from cypressc.diagnostics import VerifyError
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.hazards import Program
+from cypressc.ir.kinds import Hazard, Need, Role, TurnKind, Via
 from cypressc.ir.shapes import static
 from cypressc.ir.sync_edges import _check, _check_ring, _releases
 from cypressc.ir.sync_trace import _error, _Run
+from cypressc.lang.kinds import Proc
 
 __all__ = ["verify_sync"]
 
@@ -70,8 +72,8 @@ def _structure(m: N.Module) -> dict[str, S.MBarrier]:
                     f"copy %{op.ev} completes on %{op.bar.bar}, which is not declared before it"
                 )
             elif isinstance(op, S.Turn):
-                wg = next((static(d.extent) for d in op.dims if d.proc == "WARPGROUP"), 1) or 1
-                if not op.edges or any(e.hazard != "turn" for e in op.edges):
+                wg = next((static(d.extent) for d in op.dims if d.proc == Proc.WARPGROUP), 1) or 1
+                if not op.edges or any(e.hazard != Hazard.TURN for e in op.edges):
                     raise _error(f"turn {op.kind} realizes no turn edge")
                 for w in range(wg):
                     i = _wg_val(op.id, w)
@@ -82,7 +84,7 @@ def _structure(m: N.Module) -> dict[str, S.MBarrier]:
                             f"turn barrier id {i} out of 1..{S.NAMED_BARRIERS} or used by a named barrier"
                         )
             elif isinstance(op, S.BarSync):
-                wg = next((static(d.extent) for d in op.dims if d.proc == "WARPGROUP"), 1) or 1
+                wg = next((static(d.extent) for d in op.dims if d.proc == Proc.WARPGROUP), 1) or 1
                 for w in range(wg):
                     i = _wg_val(op.id, w)
                     if not 1 <= i <= S.NAMED_BARRIERS or ids.setdefault(i, op) is not op:
@@ -100,7 +102,7 @@ def _wg_val(e: N.IExpr, wg: int) -> int:
     """A named barrier's id (or a turn op's guard operand) for warpgroup ``wg``."""
     if isinstance(e, N.IConst):
         return int(e.value)
-    if isinstance(e, N.IProc) and e.proc == "WARPGROUP":
+    if isinstance(e, N.IProc) and e.proc == Proc.WARPGROUP:
         return wg
     if isinstance(e, N.IBin) and e.op in ("+", "-", "*", "%"):
         a, b = _wg_val(e.a, wg), _wg_val(e.b, wg)
@@ -112,10 +114,10 @@ def _turns(run: "_Run") -> None:
     """Run the consumer warpgroups' turn ops of one trip count as named barriers: a take
     waits for its barrier's phase to complete (two warpgroups: it and a pass), a pass does
     not wait.  Every warpgroup must get through, leaving no barrier half-arrived."""
-    ops = [op for op, _ in run.traces.get("consumer", []) if isinstance(op, S.Turn)]
+    ops = [op for op, _ in run.traces.get(Role.CONSUMER, []) if isinstance(op, S.Turn)]
     if not ops:
         return
-    wgs = next((static(d.extent) for d in ops[0].dims if d.proc == "WARPGROUP"), 1) or 1
+    wgs = next((static(d.extent) for d in ops[0].dims if d.proc == Proc.WARPGROUP), 1) or 1
     seqs = [
         [
             (op.kind, _wg_val(op.id, w), op.threads // 128)
@@ -142,7 +144,7 @@ def _turns(run: "_Run") -> None:
                 gen = phases.get(bid, 0)
                 if arrived[bid] == need:
                     arrived[bid], phases[bid] = 0, gen + 1
-                elif kind == "take":
+                elif kind == TurnKind.TAKE:
                     joined[w] = gen
                     progress = True
                     break
@@ -190,15 +192,15 @@ def _verify(m: N.Module, trips) -> None:
         covered = []
         for d in deps:
             needs = prog.needs(d)
-            if d.via == "ring":
+            if d.via == Via.RING:
                 _check_ring(run, prog, d, deps)
                 covered.append(d)
-            elif "implied" not in needs:
+            elif Need.IMPLIED not in needs:
                 for a, b in run.instances(d):
                     _check(run, prog, d, needs, a, b)
                 covered.append(d)
         for d in deps:
-            if "implied" in prog.needs(d) and not prog.is_implied(d, covered):
+            if Need.IMPLIED in prog.needs(d) and not prog.is_implied(d, covered):
                 raise _error(
                     f"the {d.hazard.upper()} edge %{d.src} -> %{d.dst} on %{d.other} ({d.via}) is "
                     "not synchronized and no path of synchronized edges implies it"

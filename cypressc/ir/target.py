@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from cypressc.diagnostics import Loc
+from cypressc.lang.kinds import Mem
 from cypressc.mapping.machine import Machine, load_machine
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class Target:
     @property
     def smem_max(self) -> int:
         """Bytes of shared memory a block may have on this machine."""
-        return self.machine.memory_bytes.get("SHARED") or 0
+        return self.machine.memory_bytes.get(Mem.SHARED) or 0
 
     def knob_loc(self, *knobs: str) -> Loc:
         """Where the mapping sets the first of ``knobs`` it sets, else :attr:`loc`."""

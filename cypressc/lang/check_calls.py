@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from cypressc.lang import syntax as S
 from cypressc.lang.check_env import VariantEnv, signature
+from cypressc.lang.kinds import OperandKind, PartKind
 
 __all__ = ["CallChecks"]
 
@@ -115,7 +116,7 @@ class CallChecks:
             )
             return
         b = env[arg.partition]
-        if b.pkind == "mma" and b.operand != "C":
+        if b.pkind == PartKind.MMA and b.operand != "C":
             self.error(
                 "E030",
                 f"pieces of an mma partition for operand {b.operand} overlap; they "
@@ -163,9 +164,9 @@ class CallChecks:
             )
             return
         for arg, rule in zip(s.args, fn.operands):
-            if rule.kind == "atom":
+            if rule.kind == OperandKind.ATOM:
                 self.atom_arg(arg, env)
-            elif rule.kind == "scalar":
+            elif rule.kind == OperandKind.SCALAR:
                 self.scalar(arg, env, value=True)
             else:
                 ta = self.tensor_arg(arg, env)

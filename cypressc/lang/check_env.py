@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from cypressc.diagnostics import Loc
 from cypressc.lang import syntax as S
+from cypressc.lang.kinds import PartKind
 
 __all__ = ["Signature", "signature", "Binding", "VariantEnv"]
 
@@ -35,7 +36,7 @@ class Binding:
     kind: str  # tensor | partition | scalar | float | tunable_int | tunable_processor | tunable_atom | loopvar
     type: S.TensorType | None = None  # tensors; for partitions the *piece* type
     tensor: str | None = None  # partitions: the partitioned tensor
-    pkind: str | None = None  # partitions: blocks | mma | slices
+    pkind: PartKind | None = None  # partitions
     operand: str | None = None  # mma partitions: A | B | C
     index_rank: int = 0  # partitions: number of indices P[...] takes
     local: bool = False  # tensors made with make_tensor

@@ -12,6 +12,7 @@ from __future__ import annotations
 from cypressc.lang import syntax as S
 from cypressc.lang.check_env import Binding, VariantEnv, _const_value
 from cypressc.lang.intrinsics import is_atom_name
+from cypressc.lang.kinds import PartKind
 
 __all__ = ["ExprChecks"]
 
@@ -78,7 +79,7 @@ class ExprChecks:
             return None
         t = b.type
         assert t is not None
-        if s.kind == "blocks":
+        if s.kind == PartKind.BLOCKS:
             if len(s.args) != t.rank:
                 self.error(
                     "E034",
@@ -88,8 +89,8 @@ class ExprChecks:
                 )
             for a in s.args:
                 self.scalar(a, env)
-            return Binding("partition", t, s.tensor, "blocks", index_rank=t.rank, loc=s.loc)
-        if s.kind == "slices":
+            return Binding("partition", t, s.tensor, PartKind.BLOCKS, index_rank=t.rank, loc=s.loc)
+        if s.kind == PartKind.SLICES:
             dim = _const_value(s.args[0])
             if t.rank < 2 or dim is None or not 0 <= dim < t.rank:
                 self.error(
@@ -103,7 +104,7 @@ class ExprChecks:
                 "partition",
                 S.TensorType(t.rank - 1, t.dtype),
                 s.tensor,
-                "slices",
+                PartKind.SLICES,
                 index_rank=1,
                 loc=s.loc,
             )
@@ -133,7 +134,7 @@ class ExprChecks:
                 'partition_by_mma splits rank-2 tiles (and rank-1 per-row vectors as "C")',
                 s.loc,
             )
-        return Binding("partition", t, s.tensor, "mma", operand=op, index_rank=1, loc=s.loc)
+        return Binding("partition", t, s.tensor, PartKind.MMA, operand=op, index_rank=1, loc=s.loc)
 
     def atom_arg(self, e: S.Expr, env: VariantEnv) -> None:
         if isinstance(e, S.Atom):

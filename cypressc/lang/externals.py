@@ -42,6 +42,7 @@ import numpy as np
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.lang import syntax as S
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS, LeafFn, Operand, OperandRule
+from cypressc.lang.kinds import Mem, OperandKind, Proc
 
 __all__ = [
     "ParserHost",
@@ -417,18 +418,18 @@ def leaf_fn(ext: S.External) -> LeafFn:
                     q.name,
                     writes=w,
                     reads=q.name in ext.reads,
-                    mems=("REGISTER",) if w else ("REGISTER", "GLOBAL"),
+                    mems=(Mem.REGISTER,) if w else (Mem.REGISTER, Mem.GLOBAL),
                     dtypes=(q.type.dtype,),
                     rank=q.type.rank,
                 )
             )
         else:
-            rules.append(OperandRule(q.name, kind="scalar"))
+            rules.append(OperandRule(q.name, kind=OperandKind.SCALAR))
     return LeafFn(
         ext.name,
         ext.cpp,
         tuple(rules),
-        "THREAD",
+        Proc.THREAD,
         _semantics(ext),
         doc=f"user C++ {ext.cpp} from {ext.header}, elementwise",
         external=ext,

@@ -14,6 +14,7 @@ import ast
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.lang import syntax as S
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS
+from cypressc.lang.kinds import PartKind
 from cypressc.lang.parse_exprs import BINOPS
 
 __all__ = ["StmtParser"]
@@ -183,7 +184,7 @@ class StmtParser:
             raise self.err("E010", f"{fn} takes a tensor name first", call)
         tensor = call.args[0].id
         rest = call.args[1:]
-        if kind == "blocks":
+        if kind == PartKind.BLOCKS:
             if len(rest) != 1 or not isinstance(rest[0], ast.Tuple):
                 raise self.err(
                     "E010",
@@ -191,7 +192,7 @@ class StmtParser:
                     call,
                 )
             args = tuple(self.expr(e) for e in rest[0].elts)
-        elif kind == "mma":
+        elif kind == PartKind.MMA:
             if len(rest) != 3:
                 raise self.err(
                     "E010",
@@ -204,7 +205,7 @@ class StmtParser:
                 raise self.err(
                     "E010", 'the operand of partition_by_mma must be "A", "B", "Bt" or "C"', rest[2]
                 )
-        elif kind == "slices":
+        elif kind == PartKind.SLICES:
             if len(rest) != 1 or not (
                 isinstance(rest[0], ast.Constant) and type(rest[0].value) is int
             ):
@@ -219,7 +220,7 @@ class StmtParser:
                 call.func,
                 "use partition_by_blocks, partition_by_mma or partition_by_slices",
             )
-        return S.PartitionDecl(name, tensor, kind, args, loc)
+        return S.PartitionDecl(name, tensor, PartKind(kind), args, loc)
 
     def make_tensor(self, st: ast.AnnAssign) -> S.MakeTensor:
         if not isinstance(st.target, ast.Name) or st.value is None:

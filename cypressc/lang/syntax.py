@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from cypressc.diagnostics import Loc
+from cypressc.lang.kinds import PartKind, Proc
 
 DTYPES = ("f16", "bf16", "f32", "i32")
-PROCESSORS = ("HOST", "BLOCK", "WARPGROUP", "WARP", "THREAD")
+PROCESSORS = tuple(Proc)
 TUNABLE_KINDS = ("int", "processor", "atom")
 
 _L = field(default=Loc("<none>"), compare=False, repr=False)
@@ -163,7 +164,7 @@ class PartitionDecl:
 
     name: str
     tensor: str
-    kind: str
+    kind: PartKind
     args: tuple[Expr, ...]
     loc: Loc = _L
 

@@ -13,6 +13,8 @@ from importlib import resources
 
 import yaml
 
+from cypressc.lang.kinds import Mem, Proc
+
 __all__ = ["Machine", "ProcessorLevel", "load_machine", "machine_names"]
 
 
@@ -20,10 +22,10 @@ __all__ = ["Machine", "ProcessorLevel", "load_machine", "machine_names"]
 class ProcessorLevel:
     """One processor level: ``threads`` hardware threads per instance (0 = not a thread group)."""
 
-    name: str
+    name: Proc
     depth: int
     threads: int
-    memories: tuple[str, ...]
+    memories: tuple[Mem, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +36,10 @@ class Machine:
     name: str
     description: str
     processors: tuple[ProcessorLevel, ...]
-    memory_bytes: dict[str, int | None]
+    memory_bytes: dict[Mem, int | None]
     limits: dict[str, int]
 
-    def level(self, proc: str) -> ProcessorLevel:
+    def level(self, proc: Proc) -> ProcessorLevel:
         """The level called ``proc``; raises ``KeyError`` for an unknown one."""
         for p in self.processors:
             if p.name == proc:
@@ -45,18 +47,18 @@ class Machine:
         raise KeyError(proc)
 
     @property
-    def processor_names(self) -> tuple[str, ...]:
+    def processor_names(self) -> tuple[Proc, ...]:
         return tuple(p.name for p in self.processors)
 
     @property
-    def memory_names(self) -> tuple[str, ...]:
+    def memory_names(self) -> tuple[Mem, ...]:
         return tuple(self.memory_bytes)
 
-    def visible(self, proc: str, mem: str) -> bool:
+    def visible(self, proc: Proc, mem: Mem) -> bool:
         """Whether code at ``proc`` can name memory ``mem`` (``NONE`` is always allowed)."""
-        return mem == "NONE" or mem in self.level(proc).memories
+        return mem == Mem.NONE or mem in self.level(proc).memories
 
-    def deeper_or_equal(self, child: str, parent: str) -> bool:
+    def deeper_or_equal(self, child: Proc, parent: Proc) -> bool:
         return self.level(child).depth >= self.level(parent).depth
 
 
@@ -67,17 +69,21 @@ def machine_names() -> list[str]:
 
 @cache
 def load_machine(name: str) -> Machine:
-    """Load the machine model ``name``; raises ``KeyError`` when there is none."""
+    """Load the machine model ``name``; raises ``KeyError`` when there is none, and
+    ``ValueError`` for a processor level or memory the compiler does not know (a
+    :class:`~cypressc.lang.kinds.Proc` / :class:`~cypressc.lang.kinds.Mem`: the YAML keeps
+    the names, the model holds the members)."""
     if name not in machine_names():
         raise KeyError(name)
     data = yaml.safe_load(
         (resources.files("cypressc.mapping") / "machines" / f"{name}.yaml").read_text()
     )
     procs = tuple(
-        ProcessorLevel(p["name"], i, int(p["threads"]), tuple(p["memories"]))
+        ProcessorLevel(Proc(p["name"]), i, int(p["threads"]), tuple(map(Mem, p["memories"])))
         for i, p in enumerate(data["processors"])
     )
     mems = {
-        k: (None if v["bytes"] is None else int(v["bytes"])) for k, v in data["memories"].items()
+        Mem(k): (None if v["bytes"] is None else int(v["bytes"]))
+        for k, v in data["memories"].items()
     }
     return Machine(data["name"], data.get("description", ""), procs, mems, dict(data["limits"]))

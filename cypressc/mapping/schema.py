@@ -17,10 +17,15 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator
 
+from cypressc.lang.kinds import Mem, Proc
+
 __all__ = ["Instance", "MappingSpec", "Proc", "Mem", "parse_bytes"]
 
-Proc = Literal["HOST", "BLOCK", "WARPGROUP", "WARP", "THREAD"]
-Mem = Literal["GLOBAL", "SHARED", "REGISTER", "NONE"]
+# the YAML's names of levels and memories, validated into the members (strictly: a name, not
+# a number); a wrong one is a literal error listing the names ('HOST', 'BLOCK', ...: a
+# member's repr is its string), the error the project's message is built from (M002)
+ProcName = Literal[tuple(Proc)]
+MemName = Literal[tuple(Mem)]
 
 _BYTES = re.compile(r"^\s*(\d+)\s*(B|KiB|KB|K)?\s*$")
 
@@ -60,8 +65,8 @@ class Instance(BaseModel):
 
     instance: str = Field(description="the instance's name, referenced by `calls` and `entrypoint`")
     variant: str = Field(description="the task variant (a def name in the program) it runs")
-    proc: Proc = Field(description="the processor level it runs on")
-    mems: list[Mem] = Field(description="one memory per tensor parameter, in order")
+    proc: ProcName = Field(description="the processor level it runs on")
+    mems: list[MemName] = Field(description="one memory per tensor parameter, in order")
     tunables: dict[str, TunableValue] = Field(
         default_factory=dict, description="values for the variant's tunables"
     )

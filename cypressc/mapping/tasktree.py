@@ -19,6 +19,7 @@ from cypressc.diagnostics import CypressError, CypressErrors, Warning_
 from cypressc.lang import syntax as S
 from cypressc.lang.externals import leaf_functions
 from cypressc.lang.intrinsics import is_atom_name
+from cypressc.lang.kinds import Mem, Proc
 from cypressc.mapping.loader import LoadedMapping
 from cypressc.mapping.machine import Machine, load_machine, machine_names
 from cypressc.mapping.schema import Instance
@@ -45,9 +46,9 @@ class TaskNode:
 
     instance: Instance
     variant: S.Variant
-    proc: str
-    mems: dict[str, str]
-    tunables: dict[str, int | str]
+    proc: Proc
+    mems: dict[str, Mem]
+    tunables: dict[str, int | str]  # a processor tunable's value is a Proc
     children: list[tuple[S.Launch, "TaskNode"]] = field(default_factory=list)
 
     def child(self, launch: S.Launch) -> "TaskNode":
@@ -77,7 +78,7 @@ class TaskTree:
     def block_node(self) -> TaskNode | None:
         """The outermost BLOCK-level instance (the kernel's body), if any."""
         for n in self.root.walk():
-            if n.proc == "BLOCK":
+            if n.proc == Proc.BLOCK:
                 return n
         return None
 
@@ -246,7 +247,7 @@ class _Instantiator:
                     t,
                     hint=f"declared: {', '.join(declared) or '(none)'}",
                 )
-        if inst.proc != "BLOCK":
+        if inst.proc != Proc.BLOCK:
             for knob in BLOCK_KNOBS:
                 if getattr(inst, knob) is not None:
                     self.err(
@@ -257,7 +258,7 @@ class _Instantiator:
                     )
         if v.kind == "leaf":
             for j, (mem, p) in enumerate(zip(inst.mems, tparams)):
-                if mem == "NONE":
+                if mem == Mem.NONE:
                     self.err(
                         "M023",
                         f"leaf '{v.name}' touches '{p.name}', so it cannot be NONE here",
@@ -289,7 +290,14 @@ class _Instantiator:
         v = self.prog.variant(inst.variant)
         assert v is not None
         mems = {p.name: mem for p, mem in zip(v.tensor_params, inst.mems)}
-        node = TaskNode(inst, v, inst.proc, mems, dict(inst.tunables))
+        kinds = v.tunables()
+        tunables = {  # a processor's name (checked by now: M016) becomes its member
+            t: Proc(x)
+            if t in kinds and kinds[t].kind == "processor" and x in self.machine.processor_names
+            else x
+            for t, x in inst.tunables.items()
+        }
+        node = TaskNode(inst, v, inst.proc, mems, tunables)
         tasks = self.prog.tasks()
         for s in S.walk(v.body):
             if not isinstance(s, S.Launch):
@@ -357,12 +365,12 @@ def unused_knobs(root: TaskNode, lm: LoadedMapping) -> list[Warning_]:
     say) it has no effect.
     """
     nodes = list(root.walk())
-    kernel = next((n.instance for n in nodes if n.proc == "BLOCK"), None)
+    kernel = next((n.instance for n in nodes if n.proc == Proc.BLOCK), None)
     out: list[Warning_] = []
     seen: set[int] = set()
     for n in nodes:
         inst = n.instance
-        if n.proc != "BLOCK" or id(inst) in seen:
+        if n.proc != Proc.BLOCK or id(inst) in seen:
             continue
         seen.add(id(inst))
         for knob in BLOCK_KNOBS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import canon, ref_for, remove_ops, substitute_view
 from cypressc.ir.subst import walk_ops
+from cypressc.lang.kinds import Mem
 from cypressc.passes.copy_index import (
     _add_pre_each,
     _find,
@@ -46,7 +47,7 @@ def _try_snapshot(m: N.Module) -> N.Module | None:
         xa = ix.sym.allocs[ix.sym.root(x)]
         if (
             (xa not in ix.m.params and ix.pos[id(xa)] > ix.pos[id(a)])
-            or not (a.mem == "NONE" or a.mem == ix.sym.mem(x))
+            or not (a.mem == Mem.NONE or a.mem == ix.sym.mem(x))
             or not _same_shape(ix.sym.shape(x), a.shape)
             or cin.dims != a.dims
         ):

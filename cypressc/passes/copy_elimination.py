@@ -29,6 +29,7 @@ from __future__ import annotations
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import names_in_use, rename_tensors
 from cypressc.ir.subst import walk_ops
+from cypressc.lang.kinds import Mem
 from cypressc.passes.base import ModulePass
 from cypressc.passes.copy_carried import _try_rotate, _try_snapshot
 from cypressc.passes.copy_index import _LAST
@@ -107,10 +108,10 @@ def program_names(m: N.Module) -> dict[str, str]:
     names.used = names_in_use(m)
     new: dict[str, str] = {}
     for a in allocs.values():
-        if a.mem != "REGISTER" or a.layout is None:
+        if a.mem != Mem.REGISTER or a.layout is None:
             continue
         root = allocs.get(N.view_root(a.layout, parts))
-        if root is not None and root.mem == "NONE":
+        if root is not None and root.mem == Mem.NONE:
             new[a.name] = names.fresh(f"{root.name}_reg")
     return new
 

@@ -10,6 +10,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir.analysis import views_of
 from cypressc.ir.origin import Sites, TensorSite
 from cypressc.ir.target import Target
+from cypressc.lang.kinds import Mem
 from cypressc.passes.copy_index import _Index, _index
 
 
@@ -18,7 +19,7 @@ def _check_none(m: N.Module) -> None:
     for o in ix.order:
         for v, _, _ in views_of(o):
             root = ix.sym.root(v)
-            if ix.sym.allocs[root].mem == "NONE":
+            if ix.sym.allocs[root].mem == Mem.NONE:
                 raise _none_error(m, ix, o, v, root)
 
 

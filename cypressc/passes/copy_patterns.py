@@ -22,6 +22,7 @@ from cypressc.ir.analysis import (
     substitute_view,
 )
 from cypressc.ir.subst import walk_ops
+from cypressc.lang.kinds import Mem
 from cypressc.passes.copy_index import _add_pre, _drop, _find, _Index, _index, _same_shape
 
 
@@ -51,7 +52,7 @@ def _try_alias(m: N.Module) -> N.Module | None:
             continue  # only a callee's fresh tensor stands for its caller's view
         xmem = ix.sym.mem(x)
         promote = _promotes(ix, a, cin, cout, x, xa, xmem)
-        if not (a.mem == xmem or a.mem == "NONE" or promote):
+        if not (a.mem == xmem or a.mem == Mem.NONE or promote):
             continue
         if not _same_shape(ix.sym.shape(x), a.shape):
             continue
@@ -90,8 +91,8 @@ def _promotes(
     return (
         cin is None
         and cout is not None
-        and xmem == "NONE"
-        and a.mem == "SHARED"
+        and xmem == Mem.NONE
+        and a.mem == Mem.SHARED
         and a.layout is None
         and isinstance(x, N.TRef)
         and isinstance(xa, N.Alloc)
@@ -275,7 +276,7 @@ def _try_spill(m: N.Module) -> N.Module | None:
     ix = _index(m)
     copies = [o for o in ix.order if isinstance(o, N.Copy)]
     for cout in copies:
-        if not isinstance(cout.src, N.TRef) or ix.sym.mem(cout.dst) != "NONE":
+        if not isinstance(cout.src, N.TRef) or ix.sym.mem(cout.dst) != Mem.NONE:
             continue
         r = cout.src.name
         rmem = ix.sym.allocs[r].mem

@@ -9,6 +9,7 @@ from __future__ import annotations
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import canon, remove_ops, replace_event, substitute_view
 from cypressc.ir.subst import map_views
+from cypressc.lang.kinds import Mem
 from cypressc.passes.copy_index import _drop, _Index, _index, _same_shape
 
 
@@ -53,7 +54,7 @@ def _try_self(m: N.Module) -> N.Module | None:
 def _try_dead(m: N.Module) -> N.Module | None:
     ix = _index(m)
     for o in ix.order:
-        if isinstance(o, N.Copy) and ix.sym.mem(o.dst) == "NONE":
+        if isinstance(o, N.Copy) and ix.sym.mem(o.dst) == Mem.NONE:
             root = ix.sym.root(o.dst)
             readers = [u for u, r, _ in ix.accessors(root) if r and u is not o]
             if not readers or _overwritten(ix, o, readers):

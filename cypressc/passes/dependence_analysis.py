@@ -28,6 +28,7 @@ from cypressc.ir.shapes import mma_piece_shape
 from cypressc.ir.target import target_of
 from cypressc.lang import syntax as S
 from cypressc.lang.externals import leaf_functions
+from cypressc.lang.kinds import Mem, OperandKind, PartKind, Proc
 from cypressc.mapping.tasktree import TaskTree
 from cypressc.passes.dependence_checks import MappingChecks, _Misfit
 from cypressc.passes.dependence_state import Namer, TState, _Frame, _Scope
@@ -122,7 +123,9 @@ class _DA(MappingChecks):
         _, pname = sc.env[e.partition]
         idx = tuple(self.scalar(i, sc) for i in e.indices)
         part = self.parts.get(pname)  # type: ignore[arg-type]
-        if part is not None and part.kind == "mma":  # checked once the loop's own checks have run
+        if (
+            part is not None and part.kind == PartKind.MMA
+        ):  # checked once the loop's own checks have run
             self.pieces.append((e, part, idx, sc.here(f"the loop indexes '{e.partition}' here")))
         return N.Piece(pname, idx)  # type: ignore[arg-type]
 
@@ -132,11 +135,10 @@ class _DA(MappingChecks):
         assert isinstance(e, S.Name)
         return str(sc.env[e.id][1])
 
-    def proc(self, e: S.Expr, sc: _Scope) -> str:
+    def proc(self, e: S.Expr, sc: _Scope) -> Proc:
+        """A processor argument: a processor tunable's value or a level the program names."""
         assert isinstance(e, S.Name)
-        if e.id in sc.env:
-            return str(sc.env[e.id][1])
-        return e.id
+        return Proc(sc.env[e.id][1] if e.id in sc.env else e.id)
 
     @staticmethod
     def origin(e: S.Expr, sc: _Scope) -> tuple[Origin, ...]:
@@ -167,9 +169,9 @@ class _DA(MappingChecks):
             elif isinstance(s, S.MakeTensor):
                 name = self.names.fresh(s.name)
                 dims = tuple(self.extent(d, sc, "make_tensor extent") for d in s.dims)
-                self.emit(f, N.Alloc(name, dims, s.type.dtype, "NONE"))
+                self.emit(f, N.Alloc(name, dims, s.type.dtype, Mem.NONE))
                 self.sites.tensors[name] = TensorSite(
-                    sc.node.instance.instance, s.name, -1, "NONE", s.loc
+                    sc.node.instance.instance, s.name, -1, Mem.NONE, s.loc
                 )
                 sc.env[s.name] = ("tensor", N.TRef(name))
             elif isinstance(s, S.PartitionDecl):
@@ -185,12 +187,12 @@ class _DA(MappingChecks):
         base = sc.env[s.tensor][1]
         assert isinstance(base, (N.TRef, N.Piece))
         shape = self.shape(base)
-        if s.kind == "blocks":
+        if s.kind == PartKind.BLOCKS:
             params = tuple(self.extent(a, sc, "block extent") for a in s.args)
             for d, (a, b, x) in enumerate(zip(s.args, params, shape)):
                 check_block(a, b, x, s.tensor, d)
             piece = params
-        elif s.kind == "slices":
+        elif s.kind == PartKind.SLICES:
             d = s.args[0].value  # type: ignore[union-attr]
             params = (N.IConst(d),)
             piece = tuple(x for i, x in enumerate(shape) if i != d)
@@ -210,7 +212,7 @@ class _DA(MappingChecks):
                 breaks=sc.here(f"it breaks this partition of '{s.tensor}'"),
             )
         name = self.names.fresh(s.name)
-        if s.kind == "mma":
+        if s.kind == PartKind.MMA:
             self.part_procs[name] = self.origin(s.args[1], sc)
         self.emit(f, N.Partition(name, base, s.kind, params, piece))
         self.sites.partitions[name] = PartitionSite(
@@ -241,7 +243,7 @@ class _DA(MappingChecks):
         pre = dedup_refs(inner.needs)
         hi = his[d]
         if sequential:
-            pipe = sc.node.instance.pipeline or 0 if sc.node.proc == "BLOCK" else 0
+            pipe = sc.node.instance.pipeline or 0 if sc.node.proc == Proc.BLOCK else 0
             op: N.Op = N.For(ev, var, N.IConst(0), hi, pre, block, pipeline=pipe)
             ref = N.EvRef(ev)
         else:
@@ -316,7 +318,7 @@ class _DA(MappingChecks):
     def leaf_call(self, s: S.LeafCall, sc: _Scope, f: _Frame) -> None:
         fn = self.leaves[s.fn]
         for j, (p, mem) in enumerate(sc.node.mems.items()):
-            if mem == "NONE":
+            if mem == Mem.NONE:
                 inst = sc.node.instance.instance
                 raise CypressError(
                     "E042",
@@ -330,9 +332,9 @@ class _DA(MappingChecks):
         pre: list[N.EvRef] = []
         roots: list[tuple[str, bool, bool]] = []
         for a, rule in zip(s.args, fn.operands):
-            if rule.kind == "atom":
+            if rule.kind == OperandKind.ATOM:
                 args.append(N.AtomArg(self.atom(a, sc)))
-            elif rule.kind == "scalar":
+            elif rule.kind == OperandKind.SCALAR:
                 args.append(self.scalar(a, sc, index=False))  # a value, not an index: 0.5 is fine
             else:
                 v = self.view(a, sc)
@@ -386,7 +388,7 @@ class _DA(MappingChecks):
                 for d, n in zip(p.type.dims or (), es.dims[p.name]):
                     env[d] = ("scalar", ivar[n])
                 name = self.names.fresh(p.name)
-                a = N.Alloc(name, tuple(dims), p.type.dtype, "GLOBAL")
+                a = N.Alloc(name, tuple(dims), p.type.dtype, Mem.GLOBAL)
                 self.allocs[name] = a
                 params.append(a)
                 env[p.name] = ("tensor", N.TRef(name))

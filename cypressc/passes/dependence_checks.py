@@ -20,6 +20,7 @@ from cypressc.ir.shapes import static
 from cypressc.lang import syntax as S
 from cypressc.lang.intrinsics import atom as lookup_atom
 from cypressc.lang.intrinsics import atom_name, is_atom_name
+from cypressc.lang.kinds import OperandKind, PartKind, Proc
 from cypressc.mapping.tasktree import TaskNode
 from cypressc.passes.dependence_state import _Scope
 from cypressc.passes.levels import here
@@ -79,7 +80,7 @@ class MappingChecks:
         if not isinstance(v, N.Piece):
             return
         part = self.parts[v.partition]
-        level = str(part.params[1]) if part.kind == "mma" else None
+        level = str(part.params[1]) if part.kind == PartKind.MMA else None
         if level is None or child.proc == level:
             return
         m = self.tree.machine
@@ -117,7 +118,7 @@ class MappingChecks:
         alt = (
             f", or {proc_origin[0].key}: {child.proc} in instance '{proc_origin[0].instance}'"
             if proc_origin
-            and child.proc in ("WARP", "THREAD")
+            and child.proc in (Proc.WARP, Proc.THREAD)
             and not m.deeper_or_equal(parent, child.proc)
             else ""
         )
@@ -136,7 +137,7 @@ class MappingChecks:
 
     def _check_leaf_mems(self, s: S.LeafCall, sc: _Scope, fn, args) -> None:
         for a, rule in zip(args, fn.operands):
-            if rule.kind != "tensor" or not rule.mems:
+            if rule.kind != OperandKind.TENSOR or not rule.mems:
                 continue
             mem = self.allocs[self.root(a)].mem
             if mem not in rule.mems:
@@ -158,7 +159,7 @@ class MappingChecks:
         while True:
             if isinstance(v, N.Piece):
                 part = self.parts[v.partition]
-                if part.kind == "mma" and part.params[1] == "WARP":
+                if part.kind == PartKind.MMA and part.params[1] == Proc.WARP:
                     return self.shape(part.base)
                 v = part.base
             else:
@@ -173,9 +174,9 @@ class MappingChecks:
         operand shapes).  Recorded, not raised, so that the error names every instance that
         issues a misfit atom (:meth:`_raise_misfits`, at the end of the walk)."""
         names = [r.name for r in fn.operands]
-        if "atom" not in [r.kind for r in fn.operands] or "C" not in names:
+        if OperandKind.ATOM not in [r.kind for r in fn.operands] or "C" not in names:
             return
-        k = [r.kind for r in fn.operands].index("atom")
+        k = [r.kind for r in fn.operands].index(OperandKind.ATOM)
         self.issuers.add(sc.node.instance.instance)
         tile = self._warpgroup_tile(args[names.index("C")])
         if tile is None or len(tile) != 2:

@@ -32,6 +32,7 @@ from typing import Any
 from networkx.utils import UnionFind
 
 from cypressc.lang import syntax as S
+from cypressc.lang.kinds import PartKind
 
 __all__ = ["EntrySizes", "entry_sizes"]
 
@@ -123,20 +124,20 @@ def entry_sizes(v: S.Variant) -> EntrySizes:
         return c[1] if c[0] == "slot" else None
 
     # every partition of an entry tensor: (tensor, kind, block extents | slice dimension)
-    parts: dict[str, tuple[str, str, tuple]] = {}
+    parts: dict[str, tuple[str, PartKind, tuple]] = {}
     for s in stmts:
         if (
             isinstance(s, S.PartitionDecl)
             and s.tensor in tensors
-            and s.kind in ("blocks", "slices")
+            and s.kind in (PartKind.BLOCKS, PartKind.SLICES)
         ):
             parts[s.name] = (s.tensor, s.kind, s.args)
 
-    def claim(kind: str, block: S.Expr | None, idx: S.Expr) -> Slot | None:
+    def claim(kind: PartKind, block: S.Expr | None, idx: S.Expr) -> Slot | None:
         """The size a piece index says the dimension is, or None."""
         if isinstance(idx, S.Name) and idx.id in loops and idx.id not in lets:
             x = canon(loops[idx.id])
-            if kind == "slices":
+            if kind == PartKind.SLICES:
                 return x[1] if x[0] == "slot" else None
             b = canon(block)  # type: ignore[arg-type]
             if x[0] in ("cdiv", "/") and len(x) == 3 and x[2] == b and x[1][0] == "slot":
@@ -144,7 +145,7 @@ def entry_sizes(v: S.Variant) -> EntrySizes:
             if b == ("c", 1) and x[0] == "slot":
                 return x[1]
             return None
-        if kind == "blocks" and isinstance(idx, S.Const) and idx.value == 0:
+        if kind == PartKind.BLOCKS and isinstance(idx, S.Const) and idx.value == 0:
             return size(block)  # type: ignore[arg-type]
         return None
 
@@ -155,7 +156,7 @@ def entry_sizes(v: S.Variant) -> EntrySizes:
                 if pc.partition not in parts:
                     continue
                 t, kind, args = parts[pc.partition]
-                if kind == "slices":
+                if kind == PartKind.SLICES:
                     dims = [(args[0].value, None)] if isinstance(args[0], S.Const) else []
                 else:
                     dims = list(enumerate(args))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from cypressc.ir import nodes as N
 from cypressc.ir.origin import origins_of
 from cypressc.ir.subst import walk_ops
+from cypressc.lang.kinds import Mem, Proc
 
 __all__ = ["TunableRoles", "tunable_roles", "fmt_tunables"]
 
@@ -32,7 +33,7 @@ class TunableRoles:
 
     def tiles(self, mem: str) -> Tunables:
         """Tunables that size tensors in ``mem`` (SHARED or REGISTER), warpgroup counts left out."""
-        src = self.shared if mem == "SHARED" else self.register
+        src = self.shared if mem == Mem.SHARED else self.register
         return {k: None for k in src if k not in self.warpgroups}
 
 
@@ -55,11 +56,11 @@ def tunable_roles(m: N.Module) -> TunableRoles:
     roles = TunableRoles()
     wg: list[N.IExpr] = []
     for o in walk_ops(m.body):
-        if isinstance(o, N.Alloc) and o.mem == "SHARED":
+        if isinstance(o, N.Alloc) and o.mem == Mem.SHARED:
             roles.shared.update(_ints(o.shape))
-        elif isinstance(o, N.Alloc) and o.mem == "REGISTER":
+        elif isinstance(o, N.Alloc) and o.mem == Mem.REGISTER:
             roles.register.update(_ints(o.shape))
-        wg += [d.extent for d in getattr(o, "dims", ()) if d.proc == "WARPGROUP"]
+        wg += [d.extent for d in getattr(o, "dims", ()) if d.proc == Proc.WARPGROUP]
     roles.warpgroups.update(_ints(wg))
     return roles
 

@@ -13,6 +13,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir.origin import blame
 from cypressc.ir.shapes import static
 from cypressc.lang import syntax as S
+from cypressc.lang.kinds import Proc
 from cypressc.mapping.tasktree import TaskNode, TaskTree
 
 __all__ = ["here", "loop_proc", "check_processors"]
@@ -23,7 +24,7 @@ def here(node: TaskNode, what: str) -> str:
     return f"{what} in '{node.variant.name}' (instance '{node.instance.instance}')"
 
 
-def loop_proc(tree: TaskTree, s: S.Loop, node: TaskNode) -> tuple[str, str | None]:
+def loop_proc(tree: TaskTree, s: S.Loop, node: TaskNode) -> tuple[Proc, str | None]:
     """The processor level the launches of prange ``s`` (in ``node``) run on, and an
     instance launched there (None when the loop launches nothing: then ``node``'s level).
 
@@ -54,7 +55,7 @@ def loop_proc(tree: TaskTree, s: S.Loop, node: TaskNode) -> tuple[str, str | Non
 
 
 def check_processors(
-    tree: TaskTree, s: S.Loop, node: TaskNode, proc: str, kid: str | None, extent: N.IExpr
+    tree: TaskTree, s: S.Loop, node: TaskNode, proc: Proc, kid: str | None, extent: N.IExpr
 ) -> None:
     """A prange that hands work to the processors inside the current one (warps of a
     warpgroup, threads of a warp) has at most one iteration per processor: vectorization
@@ -68,8 +69,8 @@ def check_processors(
     runs = ((f"'{kid}' runs on {proc}", tree.mapping.instance_loc(kid, "proc")),) if kid else ()
     at_loop = ((here(node, f"this prange launches '{kid}'"), s.loc),)
     loc = runs[0][1] if runs else s.loc
-    if proc in ("HOST", "BLOCK") or proc == level:
-        if proc == "BLOCK" and level == "BLOCK":
+    if proc in (Proc.HOST, Proc.BLOCK) or proc == level:
+        if proc == Proc.BLOCK and level == Proc.BLOCK:
             raise CypressError(
                 "E041",
                 "a BLOCK task launches a parallel group of BLOCK tasks",
@@ -89,7 +90,7 @@ def check_processors(
         )
     m = tree.machine
     inner, outer = m.level(proc).threads, m.level(level).threads
-    if level == "BLOCK" or not inner or not outer:
+    if level == Proc.BLOCK or not inner or not outer:
         return
     want = outer // inner
     got = static(extent)
@@ -112,8 +113,8 @@ def check_processors(
 
 
 MMA_PIECES = {
-    "WARP": 4,
-    "THREAD": 32,
+    Proc.WARP: 4,
+    Proc.THREAD: 32,
 }  # partition_by_mma pieces: warps of a warpgroup, lanes of a warp
 
 
@@ -130,7 +131,7 @@ def check_mma_pieces(
     of THREAD tasks from a WARPGROUP task cannot take the THREAD pieces of the warpgroup's
     tile.  Blamed at the tunable that sizes the loop when the mapping set it."""
     proc = part.params[1]
-    count = MMA_PIECES.get(str(proc))
+    count = MMA_PIECES.get(proc)
     if count is None:
         return
     for ix in indices:
@@ -140,7 +141,7 @@ def check_mma_pieces(
             raise blame(
                 "E041",
                 f"'{e.partition}' has {count} pieces (partition_by_mma at {proc}: one per "
-                f"{'warp of a warpgroup' if proc == 'WARP' else 'lane of a warp'}), but a loop of {n} "
+                f"{'warp of a warpgroup' if proc == Proc.WARP else 'lane of a warp'}), but a loop of {n} "
                 "iterations indexes it",
                 e.loc,
                 [src],

@@ -39,13 +39,14 @@ import networkx as nx
 
 from cypressc.diagnostics import NO_LOC, CypressError
 from cypressc.ir import nodes as N
-from cypressc.passes.base import ModulePass
-from cypressc.ir.target import Target
 from cypressc.ir.analysis import Symbols, views_of
 from cypressc.ir.origin import Sites
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
+from cypressc.ir.target import Target
 from cypressc.lang.intrinsics import DTYPE_BYTES
+from cypressc.lang.kinds import Mem, Proc
+from cypressc.passes.base import ModulePass
 from cypressc.passes.hints import fmt_tunables, tunable_roles
 from cypressc.passes.rings import ring_joins
 
@@ -86,7 +87,7 @@ def _replicas(a: N.Alloc) -> int:
     """Copies of a shared tensor: one per warpgroup/warp it is allocated for."""
     n = 1
     for d in a.dims:
-        if d.proc in ("WARPGROUP", "WARP"):
+        if d.proc in (Proc.WARPGROUP, Proc.WARP):
             n *= static(d.extent) or 1
     return n
 
@@ -125,7 +126,7 @@ def _live(
     stages: dict[str, int] = {}
     loop_span: dict[str, tuple[int, int]] = {}
     for o in order:
-        if isinstance(o, N.Alloc) and o.mem == "SHARED":
+        if isinstance(o, N.Alloc) and o.mem == Mem.SHARED:
             loops = po.loops[id(o)]
             pipe = [lp for lp in loops if lp.pipeline]
             stages[o.name] = pipe[-1].pipeline if pipe else 1
@@ -163,7 +164,7 @@ def _tile_loaded(m: N.Module) -> set[str]:
     out = {
         o.name
         for o in po.ops
-        if isinstance(o, N.Alloc) and o.mem == "SHARED" and not po.loops[id(o)]
+        if isinstance(o, N.Alloc) and o.mem == Mem.SHARED and not po.loops[id(o)]
     }
     copied = set()
     for o in po.ops:
@@ -173,7 +174,7 @@ def _tile_loaded(m: N.Module) -> set[str]:
             root = sym.root(v)
             if not wr or root not in out:
                 continue
-            if isinstance(o, N.Copy) and not po.loops[id(o)] and sym.mem(o.src) == "GLOBAL":
+            if isinstance(o, N.Copy) and not po.loops[id(o)] and sym.mem(o.src) == Mem.GLOBAL:
                 copied.add(root)
             else:
                 out.discard(root)
@@ -223,7 +224,7 @@ def resource_allocation(m: N.Module) -> N.Module:
     allocs = {
         o.name: o
         for o in walk_ops(m.body)
-        if isinstance(o, N.Alloc) and o.mem == "SHARED" and o.name not in joins
+        if isinstance(o, N.Alloc) and o.mem == Mem.SHARED and o.name not in joins
     }
     live, stages = _live(m, joins)
     size = {n: _bytes(a, m.sites) * stages.get(n, 1) * _replicas(a) for n, a in allocs.items()}
@@ -305,7 +306,7 @@ def _warpgroups(m: N.Module) -> int:
     wgs = 1
     for o in walk_ops(m.body):
         for d in getattr(o, "dims", ()):
-            if d.proc == "WARPGROUP":
+            if d.proc == Proc.WARPGROUP:
                 wgs = max(wgs, static(d.extent) or 1)
     return wgs
 
@@ -393,7 +394,7 @@ def _smem_hint(m: N.Module, target: Target, pipe: int, limit: int, device_max: i
     """E046's remedies, in this program's and this mapping's own terms: the pipeline depth
     if the loop is pipelined, the tunables that size its shared tiles, ``persistent`` when
     it is what keeps tensors from sharing bytes, ``smem_limit`` only if it can still grow."""
-    tiles = tunable_roles(m).tiles("SHARED")
+    tiles = tunable_roles(m).tiles(Mem.SHARED)
     opts = [
         f"lower `pipeline: {pipe}`" if pipe > 1 else "",
         f"shrink the tile tunables {fmt_tunables(tiles)}"
@@ -417,7 +418,7 @@ def _register_hint(m: N.Module, target: Target, regs: int, consumer: int, most: 
     """E047's remedies for accumulators that do not fit: more warpgroups (the program's own
     warpgroup-count tunable), smaller register tiles, or a larger budget if setmaxnreg allows."""
     roles = tunable_roles(m)
-    wg, tiles = roles.warpgroups, roles.tiles("REGISTER")
+    wg, tiles = roles.warpgroups, roles.tiles(Mem.REGISTER)
     opts = [
         f"raise the warpgroup count {fmt_tunables(wg, 'and')} so that each warpgroup holds "
         "fewer rows"
@@ -454,7 +455,7 @@ def _registers(m: N.Module) -> int:
     po = _ProgramOrder(m)
     order, pos, loops = po.ops, po.pos, po.loops
     parts = {x.name: x for x in order if isinstance(x, N.Partition)}
-    regs = {o.name: o for o in order if isinstance(o, N.Alloc) and o.mem == "REGISTER"}
+    regs = {o.name: o for o in order if isinstance(o, N.Alloc) and o.mem == Mem.REGISTER}
     span: dict[str, list[int]] = {}
 
     for o in order:

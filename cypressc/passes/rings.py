@@ -39,6 +39,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir.analysis import Symbols, views_of
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
+from cypressc.lang.kinds import Mem
 
 __all__ = ["Join", "ring_joins", "ring_extra"]
 
@@ -81,7 +82,7 @@ def _ring_copy(buf: N.Alloc, ops: list[N.Op], sym: Symbols) -> N.Copy | None:
         return None
     c = writes[0]
     if not (
-        isinstance(c.dst, N.TRef) and isinstance(c.src, N.Piece) and sym.mem(c.src) == "GLOBAL"
+        isinstance(c.dst, N.TRef) and isinstance(c.src, N.Piece) and sym.mem(c.src) == Mem.GLOBAL
     ):
         return None
     return c
@@ -108,7 +109,7 @@ def ring_joins(m: N.Module, warpspecialize: bool) -> dict[str, Join]:
 
 
 def _loop_joins(b: N.Block, at: int, lp: N.For, sym: Symbols, every: list[N.Op]) -> dict[str, Join]:
-    bufs = [o for o in lp.body.ops if isinstance(o, N.Alloc) and o.mem == "SHARED"]
+    bufs = [o for o in lp.body.ops if isinstance(o, N.Alloc) and o.mem == Mem.SHARED]
     members: dict[str, list[tuple[int, str, str]]] = {
         x.name: [] for x in bufs
     }  # ring -> (pos, side, member)
@@ -119,7 +120,7 @@ def _loop_joins(b: N.Block, at: int, lp: N.For, sym: Symbols, every: list[N.Op])
         for a in b.ops:
             if not (
                 isinstance(a, N.Alloc)
-                and a.mem == "SHARED"
+                and a.mem == Mem.SHARED
                 and a.shape == x.shape
                 and a.dtype == x.dtype
                 and a.dims == x.dims

@@ -18,8 +18,10 @@ from __future__ import annotations
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.hazard_deps import Dep, Leaf
+from cypressc.ir.kinds import BarrierKind, GroupUnit, Role
 from cypressc.ir.subst import subst_expr
-from cypressc.passes.sync_placement import Placement
+from cypressc.lang.kinds import Proc
+from cypressc.passes.sync_placement import Placement, Side
 from cypressc.passes.sync_placement import Refuse as _Refuse
 from cypressc.passes.sync_placement import count_instances as _count
 from cypressc.passes.sync_releases import ReleasePoints
@@ -129,15 +131,15 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
         fe = tuple(d.edge() for d in fdeps + mfull)
         ee = tuple(dict.fromkeys(d.edge() for d in edeps + rdeps + mring))
         wait_roles = sorted({self.prog.leaves[d.dst].role for d in fdeps})
-        bdims = tuple(d for d in first.op.dims if d.proc == "BLOCK")
+        bdims = tuple(d for d in first.op.dims if d.proc == Proc.BLOCK)
         self.put(
             decl,
-            "before",
+            Side.BEFORE,
             S.MBarrier,
             ("mbar", fname),
             lambda ins: S.MBarrier(
                 fname,
-                "full",
+                BarrierKind.FULL,
                 depth,
                 _count(first.op.dims),
                 first.role,
@@ -164,12 +166,12 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
             count = sum(_count(r.arrivals) for r in release.values())
             self.put(
                 decl,
-                "before",
+                Side.BEFORE,
                 S.MBarrier,
                 ("mbar", ename),
                 lambda ins: S.MBarrier(
                     ename,
-                    "empty",
+                    BarrierKind.EMPTY,
                     depth,
                     count,
                     ",".join(sorted(release)),
@@ -182,7 +184,7 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
             we = tuple(d.edge() for d in edeps + rdeps)
             self.put(
                 first.op,
-                "before",
+                Side.BEFORE,
                 S.Wait,
                 ("wait", ename),
                 lambda ins: S.Wait(
@@ -199,7 +201,7 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
         own = tuple(d.edge() for d in fdeps)
         self.put(
             first.op,
-            "before",
+            Side.BEFORE,
             S.ArriveExpectTx,
             ("atx", fname),
             lambda ins: S.ArriveExpectTx(fname, stage, sum(nbytes), first.role, own, first.op.dims),
@@ -207,7 +209,7 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
         for role, w in self._wait_points(first, fdeps):
             self.put(
                 self.ops[w],
-                "before",
+                Side.BEFORE,
                 S.Wait,
                 ("wait", fname, role),
                 lambda ins, role=role: S.Wait(
@@ -260,7 +262,7 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
         if into:
             self.put(
                 m.op,
-                "before",
+                Side.BEFORE,
                 S.Wait,
                 ("wait", ename, stage),
                 lambda ins: S.Wait(
@@ -277,7 +279,7 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
             raise _Refuse(f"TMA copy %{m.op.ev} of a tile with a run-time shape")
         self.put(
             m.op,
-            "before",
+            Side.BEFORE,
             S.ArriveExpectTx,
             ("atx", fname, stage),
             lambda ins: S.ArriveExpectTx(
@@ -287,7 +289,7 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
         for role, w in self._wait_points(m, fdeps):
             self.put(
                 self.ops[w],
-                "before",
+                Side.BEFORE,
                 S.Wait,
                 ("wait", fname, role, stage),
                 lambda ins, role=role: S.Wait(
@@ -313,18 +315,18 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
         lp: N.For,
         stage,
         ename: str,
-        role: str,
+        role: Role,
         lag: int,
         anchor: Leaf,
         n: int,
         arr,
         edges,
         mma: bool,
-        side: str = "after",
+        side: Side = Side.AFTER,
     ) -> None:
         k = N.IVar(lp.var)
         rdims = self.prog.role_dims(role)
-        warp = any(d.proc == "WARP" for d in arr)
+        warp = any(d.proc == Proc.WARP for d in arr)
 
         def at(where, side, it: N.IExpr, pending: int, when):
             if mma:
@@ -333,7 +335,9 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
                     side,
                     S.WaitGroup,
                     ("wait_group", role),
-                    lambda ins: S.WaitGroup("wgmma", ins.pending, role, tuple(ins.edges), rdims),
+                    lambda ins: S.WaitGroup(
+                        GroupUnit.WGMMA, ins.pending, role, tuple(ins.edges), rdims
+                    ),
                     edges,
                     pending=pending,
                 )
@@ -361,11 +365,11 @@ class TmaChannels(TileChannels, ReleasePoints, Placement):
             return
         at(
             anchor.op,
-            "after",
+            Side.AFTER,
             N.ibin("-", k, N.IConst(lag)),
             n,
             S.Guard(k, N.ibin("+", lp.lo, N.IConst(lag))),
         )
         for j in range(lag, 0, -1):  # the drain: the last `lag` stages, once every group retired
             it = N.IBin("-", lp.hi, N.IConst(j))  # unfolded: it names the loop's bound
-            at(lp, "after", it, 0, S.Guard(it, lp.lo))
+            at(lp, Side.AFTER, it, 0, S.Guard(it, lp.lo))

@@ -62,16 +62,19 @@ from dataclasses import replace
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
-from cypressc.passes.base import ModulePass
-from cypressc.ir.target import Target
 from cypressc.ir import sync as S
 from cypressc.ir.hazard_deps import Dep, Leaf
 from cypressc.ir.hazards import Program
+from cypressc.ir.kinds import FenceKind, GroupUnit, Need, OpKind, Role, Via
 from cypressc.ir.printer import event_names
 from cypressc.ir.subst import walk_ops
+from cypressc.ir.target import Target
+from cypressc.lang.kinds import Proc
+from cypressc.passes.base import ModulePass
 from cypressc.passes.sync_channels import TmaChannels
 from cypressc.passes.sync_placement import Ins as _Ins
 from cypressc.passes.sync_placement import Refuse as _Refuse
+from cypressc.passes.sync_placement import Side
 from cypressc.passes.sync_placement import count_instances as _count
 from cypressc.passes.sync_prune import merge_wgmma_fences, prune_wait_groups
 from cypressc.passes.sync_turns import place_turns
@@ -202,10 +205,10 @@ class _Insert(TmaChannels):
         for d in deps:
             c = self.prog.leaves.get(d.dst)
             if (
-                d.via == "same"
+                d.via == Via.SAME
                 and c is not None
-                and c.kind == "thread"
-                and "wait_group" in self.prog.needs(d)
+                and c.kind == OpKind.THREAD
+                and Need.WAIT_GROUP in self.prog.needs(d)
             ):
                 self.first_use[d.src] = min(self.first_use.get(d.src, INF), c.seq)
         self._commits(self.m.body)
@@ -219,18 +222,18 @@ class _Insert(TmaChannels):
         later = []
         for d in deps:
             needs = self.prog.needs(d)
-            if "implied" in needs:
+            if Need.IMPLIED in needs:
                 later.append(d)
                 continue
-            if "full" in needs:
+            if Need.FULL in needs:
                 full.setdefault(d.src, []).append(d)
-            elif "empty" in needs and d.via == "ring":
+            elif Need.EMPTY in needs and d.via == Via.RING:
                 ring.setdefault(d.dst, []).append(d)
-            elif "empty" in needs and d.via == "tile":
+            elif Need.EMPTY in needs and d.via == Via.TILE:
                 tile.setdefault(d.dst, []).append(d)
-            elif "empty" in needs and d.via in ("same", "after"):
+            elif Need.EMPTY in needs and d.via in (Via.SAME, Via.AFTER):
                 freed.setdefault(d.dst, []).append(d)
-            elif "empty" in needs:
+            elif Need.EMPTY in needs:
                 empty.setdefault(d.dst, []).append(d)
             else:
                 self._direct(d, needs)
@@ -261,10 +264,10 @@ class _Insert(TmaChannels):
         """One ``commit_group`` after each run of wgmmas of a role (thread code of the role ends
         a run; TMA copies, ops of other roles and scalar ops do not)."""
         self.blocks[id(b)] = b
-        runs: dict[str, list[Leaf]] = {}
+        runs: dict[Role, list[Leaf]] = {}
         seqs: list[int] = []
 
-        def close(role: str) -> None:
+        def close(role: Role) -> None:
             run = runs.pop(role, [])
             if run:
                 last = run[-1]
@@ -273,17 +276,17 @@ class _Insert(TmaChannels):
                     self.groups[lf.op.ev] = (id(b), len(seqs) - 1)
                 self.put(
                     last.op,
-                    "after",
+                    Side.AFTER,
                     S.CommitGroup,
                     ("commit", role),
                     lambda ins, ev=tuple(x.op.ev for x in run), lf=last: S.CommitGroup(
-                        "wgmma", lf.role, ev, self.prog.role_dims(lf.role)
+                        GroupUnit.WGMMA, lf.role, ev, self.prog.role_dims(lf.role)
                     ),
                 )
 
         for op in b.ops:
             lf = self.prog.leaves.get(getattr(op, "ev", ""))
-            if lf is not None and lf.kind == "wgmma":
+            if lf is not None and lf.kind == OpKind.WGMMA:
                 run = runs.get(lf.role, [])
                 if run and min(self.first_use.get(x.op.ev, INF) for x in run) < self.first_use.get(
                     lf.op.ev, INF
@@ -292,7 +295,7 @@ class _Insert(TmaChannels):
                         lf.role
                     )  # thread code needs the run so far before this wgmma: a group of its own
                 runs.setdefault(lf.role, []).append(lf)
-            elif lf is not None and lf.kind == "thread":  # TMA issues leave the group open
+            elif lf is not None and lf.kind == OpKind.THREAD:  # TMA issues leave the group open
                 close(lf.role)
             elif isinstance(op, (N.For, N.PFor)):
                 for role in list(runs):
@@ -307,54 +310,54 @@ class _Insert(TmaChannels):
         bid, g = self.groups[lf.op.ev]
         return len(self.commits[bid]) - 1 - g
 
-    def _direct(self, d: Dep, needs: tuple[str, ...]) -> None:
+    def _direct(self, d: Dep, needs: tuple[Need, ...]) -> None:
         p, c = self.prog.leaves[d.src], self.prog.leaves.get(d.dst)
         e = d.edge()
-        if "bulk" in needs:
+        if Need.BULK in needs:
             self.put(
                 p.op,
-                "after",
+                Side.AFTER,
                 S.CommitGroup,
-                ("bulk", p.role),
-                lambda ins: S.CommitGroup("bulk", p.role, (p.op.ev,), p.op.dims),
+                (GroupUnit.BULK, p.role),
+                lambda ins: S.CommitGroup(GroupUnit.BULK, p.role, (p.op.ev,), p.op.dims),
             )
             top = p.loops[0] if p.loops else p.op
             blk = next(b for b in self.blocks.values() if any(o is top for o in b.ops))
             self.put(
                 blk,
-                "end",
+                Side.END,
                 0,
                 ("bulkwait", p.role),
-                lambda ins: S.WaitGroup("bulk", 0, p.role, tuple(ins.edges), p.op.dims),
+                lambda ins: S.WaitGroup(GroupUnit.BULK, 0, p.role, tuple(ins.edges), p.op.dims),
                 [e],
             )
             return
-        if d.via == "tile":
+        if d.via == Via.TILE:
             self._tile(d, needs, p, c, e)
             return
-        if "wait_group" in needs:
+        if Need.WAIT_GROUP in needs:
             self._wait_group(d, p, c, e)
         where, side = self.anchor(d)
-        if "fence_wgmma" in needs and c.kind == "wgmma":
+        if Need.FENCE_WGMMA in needs and c.kind == OpKind.WGMMA:
             # right before the wgmma, also for an edge into its loop: the fence of the accumulator
             # carried across iterations stands there and realizes both (one fence, not two)
-            where, side = c.op, "before"
-        if "fence_wgmma" in needs:
+            where, side = c.op, Side.BEFORE
+        if Need.FENCE_WGMMA in needs:
             self.put(
                 where,
                 side,
-                "wgmma",
-                ("fence", "wgmma", c.role),
-                lambda ins: S.Fence("wgmma", c.role, tuple(ins.edges), c.op.dims),
+                FenceKind.WGMMA,
+                ("fence", FenceKind.WGMMA, c.role),
+                lambda ins: S.Fence(FenceKind.WGMMA, c.role, tuple(ins.edges), c.op.dims),
                 [e],
             )
-        if "proxy" in needs:
+        if Need.PROXY in needs:
             self.put(
                 where,
                 side,
-                "proxy",
-                ("fence", "proxy", p.role),
-                lambda ins: S.Fence("proxy_async", p.role, tuple(ins.edges), p.op.dims),
+                FenceKind.PROXY_ASYNC,
+                ("fence", FenceKind.PROXY_ASYNC, p.role),
+                lambda ins: S.Fence(FenceKind.PROXY_ASYNC, p.role, tuple(ins.edges), p.op.dims),
                 [e],
             )
         self._meet(d, needs, p, c, e, where, side)
@@ -362,12 +365,12 @@ class _Insert(TmaChannels):
     def _meet(
         self,
         d: Dep,
-        needs: tuple[str, ...],
+        needs: tuple[Need, ...],
         p: Leaf,
         c: Leaf,
         e: S.Edge,
         where,
-        side: str,
+        side: Side,
         prio=None,
         tag: tuple = (),
     ) -> None:
@@ -375,7 +378,7 @@ class _Insert(TmaChannels):
         threads, or a named barrier over warps or warpgroups (one id per warpgroup when the
         hazard stays inside each).  ``prio``: the op's order in an ``end`` slot; ``tag`` keeps
         its barrier apart from the same edge's other ones."""
-        if "syncwarp" in needs:
+        if Need.SYNCWARP in needs:
             self.put(
                 where,
                 side,
@@ -384,14 +387,14 @@ class _Insert(TmaChannels):
                 lambda ins: S.SyncWarp(p.role, tuple(ins.edges), p.op.dims),
                 [e],
             )
-        if "bar_sync" in needs:
+        if Need.BAR_SYNC in needs:
             warps = self.prog.warps(d)
             if warps is None:
                 raise _Refuse(
                     f"a named barrier over a run-time number of threads (%{d.src} -> %{d.dst})"
                 )
             dims = max(p.op.dims, c.op.dims, key=len)
-            per_wg = "WARPGROUP" not in d.scope and any(x.proc == "WARPGROUP" for x in dims)
+            per_wg = Proc.WARPGROUP not in d.scope and any(x.proc == Proc.WARPGROUP for x in dims)
             self.put(
                 where,
                 side,
@@ -401,7 +404,7 @@ class _Insert(TmaChannels):
                 [e],
             )
 
-    def _tile(self, d: Dep, needs: tuple[str, ...], p: Leaf, c: Leaf, e: S.Edge) -> None:
+    def _tile(self, d: Dep, needs: tuple[Need, ...], p: Leaf, c: Leaf, e: S.Edge) -> None:
         """A read (a wgmma's, or thread code's) of a thread-written shared tensor before the
         next tile's writes (``via = "tile"``): a wgmma's group retires by the ``wait_group 0``
         after its loop (or at the end of the tile), and readers and writers meet at a named
@@ -409,10 +412,10 @@ class _Insert(TmaChannels):
         no thread writes the tensor again while another thread or wgmma may still read it."""
         top = p.loops[0] if p.loops else p.op
         blk = next(b for b in self.blocks.values() if any(o is top for o in b.ops))
-        if "wait_group" in needs:
+        if Need.WAIT_GROUP in needs:
             if p.op.ev not in self.groups:
                 raise _Refuse(f"wgmma %{p.op.ev} is in no commit group")
-            where, side = (p.loops[-1], "after") if p.loops else (blk, "end")
+            where, side = (p.loops[-1], Side.AFTER) if p.loops else (blk, Side.END)
             if p.loops and p.loops[-1] is not top:
                 raise _Refuse(
                     f"a wgmma in a nested loop reading %{d.other}, which the next tile's threads write"
@@ -423,19 +426,23 @@ class _Insert(TmaChannels):
                 S.WaitGroup,
                 ("wait_group", p.role),
                 lambda ins: S.WaitGroup(
-                    "wgmma", ins.pending, p.role, tuple(ins.edges), self.prog.role_dims(p.role)
+                    GroupUnit.WGMMA,
+                    ins.pending,
+                    p.role,
+                    tuple(ins.edges),
+                    self.prog.role_dims(p.role),
                 ),
                 [e],
                 pending=0,
             )
-        self._meet(d, needs, p, c, e, blk, "end", prio=2, tag=("tile",))
+        self._meet(d, needs, p, c, e, blk, Side.END, prio=2, tag=(Via.TILE,))
 
-    def _bar_sync(self, ins: _Ins, role: str, dims, per_wg: bool, threads: int) -> S.BarSync:
+    def _bar_sync(self, ins: _Ins, role: Role, dims, per_wg: bool, threads: int) -> S.BarSync:
         base, n = self.next_id, 1
         ident: N.IExpr = N.IConst(base)
         if per_wg:
-            n = _count(tuple(d for d in dims if d.proc == "WARPGROUP"))
-            ident = N.ibin("+", N.IConst(base), N.IProc("WARPGROUP"))
+            n = _count(tuple(d for d in dims if d.proc == Proc.WARPGROUP))
+            ident = N.ibin("+", N.IConst(base), N.IProc(Proc.WARPGROUP))
         self.next_id += n
         if self.next_id > S.NAMED_BARRIERS + 1:
             raise _Refuse(f"more than {S.NAMED_BARRIERS} named barriers")
@@ -446,24 +453,24 @@ class _Insert(TmaChannels):
             raise _Refuse(f"wgmma %{p.op.ev} is in no commit group")
         bid, g = self.groups[p.op.ev]
         commits = self.commits[bid]
-        if d.via == "after":
+        if d.via == Via.AFTER:
             lp = self.prog.loops[d.loop][0]
             if p.loops[-1] is not lp:
                 raise _Refuse(f"a wgmma in a loop nested in loop %{d.loop}, read after it")
-            where, side, n = lp, "after", self._after_group(p)
-        elif d.via == "entry":
+            where, side, n = lp, Side.AFTER, self._after_group(p)
+        elif d.via == Via.ENTRY:
             lp = self.prog.loops[d.loop][0]
-            where, side = lp, "before"
+            where, side = lp, Side.BEFORE
             n = sum(1 for s in commits[g + 1 :] if s < self.prog.loops[d.loop][2])
-        elif d.via == "carried":
-            where, side = c.op, "before"
+        elif d.via == Via.CARRIED:
+            where, side = c.op, Side.BEFORE
             n = (
                 self._after_group(p)
                 + (d.distance - 1) * len(commits)
                 + sum(1 for s in commits if s < c.seq)
             )
         else:
-            where, side = c.op, "before"
+            where, side = c.op, Side.BEFORE
             n = sum(1 for s in commits[g + 1 :] if s < c.seq)
         self.put(
             where,
@@ -471,7 +478,7 @@ class _Insert(TmaChannels):
             S.WaitGroup,
             ("wait_group", p.role),
             lambda ins: S.WaitGroup(
-                "wgmma", ins.pending, p.role, tuple(ins.edges), self.prog.role_dims(p.role)
+                GroupUnit.WGMMA, ins.pending, p.role, tuple(ins.edges), self.prog.role_dims(p.role)
             ),
             [e],
             pending=n,

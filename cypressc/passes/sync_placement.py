@@ -12,18 +12,29 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.hazard_deps import Dep, instances
 from cypressc.ir.hazards import Program
+from cypressc.ir.kinds import FenceKind, Via
+from cypressc.lang.kinds import Tag
 
-__all__ = ["Refuse", "Ins", "count_instances", "Placement"]
+__all__ = ["Refuse", "Ins", "Side", "count_instances", "Placement"]
+
+
+class Side(Tag):
+    """Where a slot of sync ops sits: before or after an op, or at the end of a block."""
+
+    BEFORE = "before"
+    AFTER = "after"
+    END = "end"
+
 
 _BEFORE = {
     S.MBarrier: 0,
     S.WaitGroup: 1,
-    "proxy": 2,
+    FenceKind.PROXY_ASYNC: 2,
     S.SyncWarp: 3,
     S.BarSync: 4,
     S.Wait: 5,
     S.ArriveExpectTx: 6,
-    "wgmma": 7,
+    FenceKind.WGMMA: 7,
 }
 _AFTER = {S.CommitGroup: 0, S.WaitGroup: 1, S.SyncWarp: 2, S.Arrive: 3}
 _BEFORE[S.Arrive] = (
@@ -64,14 +75,17 @@ class Placement:
     prog: Program
 
     def __init__(self) -> None:
-        self.slots: dict[tuple[int, str], list[Ins]] = {}
+        self.slots: dict[tuple[int, Side], list[Ins]] = {}
         self.bars: dict[str, S.BarIdx] = {}
 
-    def put(self, anchor, side: str, prio, key: tuple, build, edges=(), pending: int = 0) -> None:
+    def put(self, anchor, side: Side, prio, key: tuple, build, edges=(), pending: int = 0) -> None:
         """Place ``build(ins)`` before / after ``anchor`` (or at the ``end`` of a block),
-        ordered there by ``prio`` (a sync op type, ``"proxy"`` or ``"wgmma"`` for fences);
+        ordered there by ``prio`` (a sync op type, or a :class:`~cypressc.ir.kinds.FenceKind`
+        for fences; an int in an ``end`` slot);
         ops of one ``key`` merge their edges, and a wait_group keeps the smallest N."""
-        order = prio if isinstance(prio, int) else (_BEFORE if side == "before" else _AFTER)[prio]
+        order = (
+            prio if isinstance(prio, int) else (_BEFORE if side == Side.BEFORE else _AFTER)[prio]
+        )
         slot = self.slots.setdefault((id(anchor), side), [])
         for ins in slot:
             if ins.key == key:
@@ -80,22 +94,22 @@ class Placement:
                 return
         slot.append(Ins(order, key, build, list(edges), pending))
 
-    def anchor(self, d: Dep) -> tuple[object, str]:
+    def anchor(self, d: Dep) -> tuple[object, Side]:
         """Where the waiting side of ``d`` goes: before the consumer, or before the loop it
         enters."""
         c = self.prog.leaves[d.dst]
-        if d.via == "entry":
-            return self.prog.loops[d.loop][0], "before"
-        return c.op, "before"
+        if d.via == Via.ENTRY:
+            return self.prog.loops[d.loop][0], Side.BEFORE
+        return c.op, Side.BEFORE
 
-    def _emit(self, anchor, side: str) -> list:
+    def _emit(self, anchor, side: Side) -> list:
         slot = sorted(self.slots.get((id(anchor), side), []), key=lambda i: i.prio)
         return [ins.build(ins) for ins in slot]
 
     def _rebuild(self, b: N.Block) -> N.Block:
         ops: list = []
         for op in b.ops:
-            ops += self._emit(op, "before")
+            ops += self._emit(op, Side.BEFORE)
             if isinstance(op, N.Copy) and op.ev in self.bars:
                 new = replace(op, bar=self.bars[op.ev])
             elif isinstance(op, (N.For, N.PFor)):
@@ -103,6 +117,6 @@ class Placement:
             else:
                 new = op
             ops.append(new)
-            ops += self._emit(op, "after")
-        ops += self._emit(b, "end")
+            ops += self._emit(op, Side.AFTER)
+        ops += self._emit(b, Side.END)
         return N.Block(tuple(ops), b.yields)

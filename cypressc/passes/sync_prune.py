@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
+from cypressc.ir.kinds import FenceKind
 from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["prune_wait_groups", "merge_wgmma_fences"]
@@ -77,7 +78,7 @@ def merge_wgmma_fences(b: N.Block) -> N.Block:
     ops: list = []
     last: dict[str, int] = {}  # role -> index in ops of a fence only wgmma issues follow
     for op in b.ops:
-        if isinstance(op, S.Fence) and op.kind == "wgmma":
+        if isinstance(op, S.Fence) and op.kind == FenceKind.WGMMA:
             if op.role in last:
                 f = ops[last[op.role]]
                 ops[last[op.role]] = replace(f, edges=tuple(dict.fromkeys(f.edges + op.edges)))

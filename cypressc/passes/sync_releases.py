@@ -13,8 +13,11 @@ from dataclasses import dataclass
 
 from cypressc.ir import nodes as N
 from cypressc.ir.hazard_deps import Dep, Leaf
+from cypressc.ir.kinds import Hazard, Need, OpKind, Role, Via
 from cypressc.ir.shapes import static
+from cypressc.lang.kinds import Proc
 from cypressc.passes.sync_placement import Refuse as _Refuse
+from cypressc.passes.sync_placement import Side
 
 __all__ = ["ReleasePoints", "ReleasePoint"]
 
@@ -30,7 +33,7 @@ class ReleasePoint:
     arrivals: tuple[N.Dim, ...]  # the role's dims down to one arrival per warpgroup or warp
     edges: tuple  # the write-after-read edges it releases
     mma: bool  # whether a wgmma read the stage
-    side: str  # "before" or "after" the anchor
+    side: Side  # before or after the anchor
 
     @property
     def place(self) -> tuple:
@@ -58,14 +61,14 @@ class ReleasePoints:
 
     def _wait_points(self, lf: Leaf, deps: list[Dep]) -> tuple:
         """(role, id of the op the wait goes before) per consumer role."""
-        first: dict[str, tuple[int, object]] = {}
+        first: dict[Role, tuple[int, object]] = {}
         for d in deps:
             c = self.prog.leaves[d.dst]
-            if d.via == "after":
-                if any(self.prog.leaves[x.dst].role == c.role and x.via == "same" for x in deps):
+            if d.via == Via.AFTER:
+                if any(self.prog.leaves[x.dst].role == c.role and x.via == Via.SAME for x in deps):
                     continue  # the role waited for the last phase inside the loop
                 raise _Refuse(f"%{d.dst} reads TMA copy %{d.src} only after its loop")
-            if d.via == "carried":
+            if d.via == Via.CARRIED:
                 raise _Refuse(f"%{d.dst} reads TMA copy %{d.src} of an earlier iteration")
             where, _ = self.anchor(d)
             seq = c.seq if where is c.op else self.prog.loops[d.loop][2]
@@ -73,10 +76,10 @@ class ReleasePoints:
                 first[c.role] = (seq, where)
         return tuple(sorted((r, id(w)) for r, (_, w) in first.items()))
 
-    def _release_points(self, lf: Leaf, deps: list[Dep], depth: int) -> dict[str, ReleasePoint]:
+    def _release_points(self, lf: Leaf, deps: list[Dep], depth: int) -> dict[Role, ReleasePoint]:
         """Per reader role: where it releases the stage of copy ``lf`` (``deps``: the edges
         from its reads to the copy ``depth`` steps later)."""
-        out: dict[str, ReleasePoint] = {}
+        out: dict[Role, ReleasePoint] = {}
         for role in sorted({self.prog.leaves[d.src].role for d in deps}):
             mine = [d for d in deps if self.prog.leaves[d.src].role == role]
             readers = [self.prog.leaves[d.src] for d in mine]
@@ -85,28 +88,28 @@ class ReleasePoints:
                     f"stage buffer of TMA copy %{lf.op.ev} reused at a distance other than its "
                     f"{depth} stage(s)"
                 )
-            if any(r.kind not in ("wgmma", "thread") for r in readers):
+            if any(r.kind not in (OpKind.WGMMA, OpKind.THREAD) for r in readers):
                 raise _Refuse(f"stage of TMA copy %{lf.op.ev} read by a TMA store")
-            mma = [r for r in readers if r.kind == "wgmma"]
+            mma = [r for r in readers if r.kind == OpKind.WGMMA]
             lag = min(self.cfg.mma_in_flight, depth - 1) if mma else 0
             commits = self.commits[id(lf.block)]
             g = max((self.groups[r.op.ev][1] for r in mma), default=-1)
             early = self._retired_in_step(mma, g, readers) if mma else None
-            side = "after"
+            side = Side.AFTER
             if early is not None:  # thread code of this step waits for the readers' groups anyway
-                lag, at, side = 0, early.seq, "before"
+                lag, at, side = 0, early.seq, Side.BEFORE
                 n = sum(1 for s in commits[g + 1 :] if s < early.seq)
             else:
                 if lag:  # a later step's last commit: its wait_group retires this step's groups
                     at = commits[-1]
                 else:
                     at = max(
-                        [r.seq for r in readers if r.kind == "thread"]
+                        [r.seq for r in readers if r.kind == OpKind.THREAD]
                         + ([commits[g]] if mma else [])
                     )
                 n = (sum(1 for s in commits if s <= at) - 1 - g + lag * len(commits)) if mma else 0
             anchor = self.seqs[at]
-            unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
+            unit = Proc.WARP if any(r.kind == OpKind.THREAD for r in readers) else Proc.WARPGROUP
             out[role] = ReleasePoint(
                 lag,
                 anchor,
@@ -127,34 +130,34 @@ class ReleasePoints:
         cands = [
             self.prog.leaves[d.dst]
             for d in self.covered
-            if d.via == "same"
-            and d.hazard == "raw"
+            if d.via == Via.SAME
+            and d.hazard == Hazard.RAW
             and d.src in {r.op.ev for r in last}
             and d.dst in self.prog.leaves
-            and self.prog.leaves[d.dst].kind == "thread"
-            and "wait_group" in self.prog.needs(d)
+            and self.prog.leaves[d.dst].kind == OpKind.THREAD
+            and Need.WAIT_GROUP in self.prog.needs(d)
         ]
         cands = [
             c
             for c in cands
             if c.role == mma[0].role
             and c.block is mma[0].block
-            and all(r.seq < c.seq for r in readers if r.kind == "thread")
+            and all(r.seq < c.seq for r in readers if r.kind == OpKind.THREAD)
         ]
         return min(cands, key=lambda c: c.seq, default=None)
 
-    def _arrivals(self, role: str, unit: str) -> tuple[N.Dim, ...]:
+    def _arrivals(self, role: Role, unit: Proc) -> tuple[N.Dim, ...]:
         """The role's dimensions down to ``unit``: one arrival per warpgroup (Tensor Core
         readers retire per warpgroup) or per warp (thread code, gathered by syncwarp)."""
         dims = self.prog.role_dims(role)
-        depth = {"BLOCK": 0, "WARPGROUP": 1, "WARP": 2, "THREAD": 3}
+        depth = {Proc.BLOCK: 0, Proc.WARPGROUP: 1, Proc.WARP: 2, Proc.THREAD: 3}
         out = tuple(d for d in dims if depth.get(d.proc, 3) <= depth[unit])
-        if unit == "WARP" and not any(d.proc == "WARP" for d in out):
-            threads = next((static(d.extent) for d in dims if d.proc == "THREAD"), None)
+        if unit == Proc.WARP and not any(d.proc == Proc.WARP for d in out):
+            threads = next((static(d.extent) for d in dims if d.proc == Proc.THREAD), None)
             warps = (
                 self.cfg.warpgroup_warps
                 if threads is None
                 else -(-threads // self.cfg.warp_threads)
             )
-            out = out + (N.Dim(N.IConst(warps), "WARP"),)
+            out = out + (N.Dim(N.IConst(warps), Proc.WARP),)
         return out

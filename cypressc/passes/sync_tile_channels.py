@@ -13,7 +13,10 @@ from __future__ import annotations
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.hazard_deps import Dep, Leaf
+from cypressc.ir.kinds import BarrierKind, GroupUnit, OpKind, Role
+from cypressc.lang.kinds import Proc
 from cypressc.passes.sync_placement import Refuse as _Refuse
+from cypressc.passes.sync_placement import Side
 from cypressc.passes.sync_placement import count_instances as _count
 
 __all__ = ["TileChannels"]
@@ -23,7 +26,7 @@ class TileChannels:
     """Channels of copies outside the main loop (a part of
     :class:`cypressc.passes.sync_channels.TmaChannels`)."""
 
-    def _tile_release(self, deps: list[Dep]) -> dict[str, tuple]:
+    def _tile_release(self, deps: list[Dep]) -> dict[Role, tuple]:
         """Per reader role of a copy outside the main loop (its ``tile`` edges): where every
         read of the tile is over.  When the last reader is a wgmma in the main loop whose group
         thread code of its step waits for anyway (FlashAttention-3's S = Q·Kᵀ before the
@@ -33,28 +36,28 @@ class TileChannels:
         (places: [(anchor op, side, the ``wait_group`` N retiring every reading wgmma there or
         None, the guard or None, whether a TMA store's bulk group retires there first)], the
         arrival dims, the edges)."""
-        out: dict[str, tuple] = {}
+        out: dict[Role, tuple] = {}
         for role in sorted({self.prog.leaves[d.src].role for d in deps}):
             mine = [d for d in deps if self.prog.leaves[d.src].role == role]
             readers = [self.prog.leaves[d.src] for d in mine]
-            mma = [r for r in readers if r.kind == "wgmma"]
+            mma = [r for r in readers if r.kind == OpKind.WGMMA]
             for r in mma:
                 if r.op.ev not in self.groups:
                     raise _Refuse(f"wgmma %{r.op.ev} is in no commit group")
-            stores = [r for r in readers if r.kind == "tma_store"]
+            stores = [r for r in readers if r.kind == OpKind.TMA_STORE]
             if stores:  # a TMA store of bytes the copy shares (read after every other access)
                 out[role] = self._after_store(mine, readers, stores, mma)
                 continue
-            if any(r.kind not in ("wgmma", "thread") for r in readers):
+            if any(r.kind not in (OpKind.WGMMA, OpKind.THREAD) for r in readers):
                 raise _Refuse(
                     f"TMA copy %{mine[0].dst} outside the main loop read by a "
-                    f"{next(r.kind for r in readers if r.kind not in ('wgmma', 'thread'))}"
+                    f"{next(r.kind for r in readers if r.kind not in (OpKind.WGMMA, OpKind.THREAD))}"
                 )
             if any(len(r.loops) > 1 for r in readers):
                 raise _Refuse(
                     f"TMA copy %{mine[0].dst} outside the main loop read in a nested loop"
                 )
-            unit = "WARP" if any(r.kind == "thread" for r in readers) else "WARPGROUP"
+            unit = Proc.WARP if any(r.kind == OpKind.THREAD for r in readers) else Proc.WARPGROUP
             places = self._in_last_step(readers, mma) or [self._after_reads(readers, mma)]
             out[role] = (places, self._arrivals(role, unit), tuple(d.edge() for d in mine))
         return out
@@ -67,7 +70,7 @@ class TileChannels:
         retires its reads of shared memory (``wait_group bulk 0``, each warpgroup's storing
         thread), where every other read of the tile is over."""
         last = max(stores, key=lambda r: r.seq)
-        if any(r.kind == "thread" for r in readers):  # one thread per warpgroup releases
+        if any(r.kind == OpKind.THREAD for r in readers):  # one thread per warpgroup releases
             raise _Refuse(
                 f"TMA copy %{deps[0].dst} outside the main loop: thread code reads the bytes a "
                 "TMA store of this tile reads too"
@@ -77,25 +80,25 @@ class TileChannels:
                 f"TMA copy %{deps[0].dst} outside the main loop: a read of its bytes after "
                 f"the TMA store %{last.op.ev} of them"
             )
-        place = (last.op, "after", self._pending_before(mma, last.seq, last.op), None, True)
-        return ([place], self._arrivals(last.role, "WARPGROUP"), tuple(d.edge() for d in deps))
+        place = (last.op, Side.AFTER, self._pending_before(mma, last.seq, last.op), None, True)
+        return ([place], self._arrivals(last.role, Proc.WARPGROUP), tuple(d.edge() for d in deps))
 
     def _after_reads(self, readers: list[Leaf], mma: list[Leaf]) -> tuple:
         last = max(readers, key=lambda r: r.seq)
         if last.loops:
             anchor, rseq = last.loops[0], self.prog.loops[last.loops[0].ev][2]
-        elif last.kind == "wgmma":  # after the commit that closes its group
+        elif last.kind == OpKind.WGMMA:  # after the commit that closes its group
             anchor = self.seqs[self.commits[id(last.block)][self.groups[last.op.ev][1]]].op
             rseq = self.prog.leaves[anchor.ev].seq
         else:
             anchor, rseq = last.op, last.seq
-        return (anchor, "after", self._pending_before(mma, rseq, anchor), None, False)
+        return (anchor, Side.AFTER, self._pending_before(mma, rseq, anchor), None, False)
 
     def _in_last_step(self, readers: list[Leaf], mma: list[Leaf]) -> list[tuple] | None:
         inner = [r for r in readers if r.loops]
         if (
             not inner
-            or any(r.kind != "wgmma" for r in inner)
+            or any(r.kind != OpKind.WGMMA for r in inner)
             or max(readers, key=lambda r: r.seq) not in inner
         ):
             return None  # thread code in the loop, or a read after it: released after the reads
@@ -110,8 +113,14 @@ class TileChannels:
         last_step = S.Guard(N.IVar(lp.var), N.IBin("-", lp.hi, N.IConst(1)))
         no_step = S.Guard(lp.lo, lp.hi)
         return [
-            (early.op, "before", n, last_step, False),
-            (lp, "after", self._pending_before(top, self.prog.loops[lp.ev][2], lp), no_step, False),
+            (early.op, Side.BEFORE, n, last_step, False),
+            (
+                lp,
+                Side.AFTER,
+                self._pending_before(top, self.prog.loops[lp.ev][2], lp),
+                no_step,
+                False,
+            ),
         ]
 
     def _tile_channel(self, copies: list[Leaf], deps: list[Dep]) -> None:
@@ -146,7 +155,7 @@ class TileChannels:
         self,
         copies: list[Leaf],
         deps: list[Dep],
-        release: dict[str, tuple],
+        release: dict[Role, tuple],
         ename: str,
         parity: int,
         decl: N.For | N.Copy | N.Call | None = None,
@@ -157,16 +166,16 @@ class TileChannels:
         first = copies[0]
         evs = tuple(c.op.ev for c in copies)
         ee = tuple(d.edge() for d in deps)
-        bdims = tuple(d for d in first.op.dims if d.proc == "BLOCK")
+        bdims = tuple(d for d in first.op.dims if d.proc == Proc.BLOCK)
         count = sum(_count(r[1]) for r in release.values())
         self.put(
             decl if decl is not None else first.op,
-            "before",
+            Side.BEFORE,
             S.MBarrier,
             ("mbar", ename),
             lambda ins: S.MBarrier(
                 ename,
-                "empty",
+                BarrierKind.EMPTY,
                 1,
                 count,
                 ",".join(sorted(release)),
@@ -179,14 +188,14 @@ class TileChannels:
         )
         self.put(
             first.op,
-            "before",
+            Side.BEFORE,
             S.Wait,
             ("wait", ename),
             lambda ins: S.Wait(ename, N.IConst(0), N.IConst(parity), first.role, ee, first.op.dims),
         )
         self._put_releases(release, ename, N.IConst(0))
 
-    def _put_releases(self, release: dict[str, tuple], ename: str, stage: N.IExpr) -> None:
+    def _put_releases(self, release: dict[Role, tuple], ename: str, stage: N.IExpr) -> None:
         """Each reader role's release of stage ``stage`` of empty mbarrier ``ename`` at the
         places :meth:`_tile_release` found: the ``wait_group`` retiring its reads there (a
         TMA store's bulk group first), a ``syncwarp`` when warps arrive, the arrival."""
@@ -198,9 +207,9 @@ class TileChannels:
                         anchor,
                         side,
                         S.WaitGroup,
-                        ("wait_group", "bulk", role),
+                        ("wait_group", GroupUnit.BULK, role),
                         lambda ins, role=role, rdims=rdims: S.WaitGroup(
-                            "bulk", 0, role, tuple(ins.edges), rdims
+                            GroupUnit.BULK, 0, role, tuple(ins.edges), rdims
                         ),
                         edges,
                     )
@@ -211,12 +220,12 @@ class TileChannels:
                         S.WaitGroup,
                         ("wait_group", role),
                         lambda ins, role=role, rdims=rdims: S.WaitGroup(
-                            "wgmma", ins.pending, role, tuple(ins.edges), rdims
+                            GroupUnit.WGMMA, ins.pending, role, tuple(ins.edges), rdims
                         ),
                         edges,
                         pending=pending,
                     )
-                if any(d.proc == "WARP" for d in arr):
+                if any(d.proc == Proc.WARP for d in arr):
                     self.put(
                         anchor,
                         side,

@@ -45,13 +45,15 @@ from dataclasses import dataclass, replace
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.hazards import Program
+from cypressc.ir.kinds import FenceKind, GroupUnit, Hazard, OpKind, Role, TurnKind, Via
 from cypressc.ir.shapes import static
+from cypressc.lang.kinds import Proc
 from cypressc.passes.sync_placement import Refuse
 
 __all__ = ["place_turns", "TURN_THREADS"]
 
 TURN_THREADS = 256  # a take (128 threads of one warpgroup) + a pass (128 of another)
-WG = N.IProc("WARPGROUP")
+WG = N.IProc(Proc.WARPGROUP)
 
 
 @dataclass
@@ -61,18 +63,20 @@ class _Run:
 
 
 def _is_block_loop(op) -> bool:
-    return isinstance(op, N.For) and any(d.proc == "BLOCK" for d in op.dims)
+    return isinstance(op, N.For) and any(d.proc == Proc.BLOCK for d in op.dims)
 
 
 class _Turns:
     def __init__(self, prog: Program, base: int) -> None:
         self.prog, self.base = prog, base
         self.wgmma = {
-            ev for ev, lf in prog.leaves.items() if lf.kind == "wgmma" and lf.role == "consumer"
+            ev
+            for ev, lf in prog.leaves.items()
+            if lf.kind == OpKind.WGMMA and lf.role == Role.CONSUMER
         }
         dims = next((prog.leaves[ev].op.dims for ev in sorted(self.wgmma)), ())
-        self.dims = tuple(d for d in dims if d.proc in ("BLOCK", "WARPGROUP"))
-        wg = next((d for d in dims if d.proc == "WARPGROUP"), None)
+        self.dims = tuple(d for d in dims if d.proc in (Proc.BLOCK, Proc.WARPGROUP))
+        wg = next((d for d in dims if d.proc == Proc.WARPGROUP), None)
         self.wgs = static(wg.extent) if wg is not None else None
         if not self.wgmma or not self.wgs or self.wgs < 2:
             raise Refuse(
@@ -88,27 +92,27 @@ class _Turns:
         self.after: dict[int, list] = {}  # id(op) -> turn ops placed right after it
 
     # -- the ops ------------------------------------------------------------------------
-    def _edge(self, r: _Run, via: str) -> S.Edge:
-        return S.Edge(r.tail.ev, r.head.ev, "turn", "", via)
+    def _edge(self, r: _Run, via: Via) -> S.Edge:
+        return S.Edge(r.tail.ev, r.head.ev, Hazard.TURN, "", via)
 
-    def take(self, r: _Run, via: str = "same") -> S.Turn:
+    def take(self, r: _Run, via: Via = Via.SAME) -> S.Turn:
         return S.Turn(
-            "take",
+            TurnKind.TAKE,
             N.ibin("+", N.IConst(self.base), WG),
             TURN_THREADS,
-            "consumer",
+            Role.CONSUMER,
             None,
             (self._edge(r, via),),
             self.dims,
         )
 
-    def pass_(self, r: _Run, via: str = "same") -> S.Turn:
+    def pass_(self, r: _Run, via: Via = Via.SAME) -> S.Turn:
         nxt = N.ibin("%", N.ibin("+", WG, N.IConst(1)), N.IConst(self.wgs))
         return S.Turn(
-            "pass",
+            TurnKind.PASS,
             N.ibin("+", N.IConst(self.base), nxt),
             TURN_THREADS,
-            "consumer",
+            Role.CONSUMER,
             None,
             (self._edge(r, via),),
             self.dims,
@@ -121,7 +125,11 @@ class _Turns:
         for op in b.ops:
             if isinstance(op, N.Call) and op.ev in self.wgmma:
                 out.append(op)
-            elif isinstance(op, S.WaitGroup) and op.unit == "wgmma" and op.role == "consumer":
+            elif (
+                isinstance(op, S.WaitGroup)
+                and op.unit == GroupUnit.WGMMA
+                and op.role == Role.CONSUMER
+            ):
                 out.append(op)
             elif _is_block_loop(op):
                 out.append(op)
@@ -159,8 +167,8 @@ class _Turns:
                 )
         for calls in self._split(items):
             r = _Run(calls[0], calls[-1])
-            self._place(r.head, "take", self.take(r))
-            self._place(r.tail, "pass", self.pass_(r))
+            self._place(r.head, TurnKind.TAKE, self.take(r))
+            self._place(r.tail, TurnKind.PASS, self.pass_(r))
 
     def _wraps(self, lp: N.For) -> bool:
         items = self._items(lp.body)
@@ -180,31 +188,35 @@ class _Turns:
         if len(runs) == 1 and starts_open and ends_open:
             # no wait in the body: one run over the whole loop
             r = _Run(runs[0][0], runs[0][-1])
-            self._place(lp, "take", self.take(r, "entry"))
-            self._place(lp, "pass", self.pass_(r, "after"))
+            self._place(lp, TurnKind.TAKE, self.take(r, Via.ENTRY))
+            self._place(lp, TurnKind.PASS, self.pass_(r, Via.AFTER))
             return
         if starts_open and ends_open:  # the last run goes on into the next iteration's first
             first, last = runs[0], runs[-1]
             r = _Run(last[0], first[-1])
-            self._place(lp, "take", self.take(r, "entry"))  # the first iteration's first run
-            self._place(first[-1], "pass", self.pass_(r))
-            self._place(last[0], "take", self.take(r))
-            self._place(lp, "pass", self.pass_(r, "after"))  # the last iteration's last run
+            self._place(
+                lp, TurnKind.TAKE, self.take(r, Via.ENTRY)
+            )  # the first iteration's first run
+            self._place(first[-1], TurnKind.PASS, self.pass_(r))
+            self._place(last[0], TurnKind.TAKE, self.take(r))
+            self._place(
+                lp, TurnKind.PASS, self.pass_(r, Via.AFTER)
+            )  # the last iteration's last run
             runs = runs[1:-1]
         for calls in runs:
             r = _Run(calls[0], calls[-1])
-            self._place(r.head, "take", self.take(r))
-            self._place(r.tail, "pass", self.pass_(r))
+            self._place(r.head, TurnKind.TAKE, self.take(r))
+            self._place(r.tail, TurnKind.PASS, self.pass_(r))
 
-    def _place(self, anchor, kind: str, op: S.Turn) -> None:
-        (self.before if kind == "take" else self.after).setdefault(id(anchor), []).append(op)
+    def _place(self, anchor, kind: TurnKind, op: S.Turn) -> None:
+        (self.before if kind == TurnKind.TAKE else self.after).setdefault(id(anchor), []).append(op)
 
     # -- the rebuilt blocks -------------------------------------------------------------
     def rebuild(self, b: N.Block) -> N.Block:
         ops: list = []
         pending_after: list = []
         for op in b.ops:
-            if isinstance(op, S.CommitGroup) and pending_after and op.unit == "wgmma":
+            if isinstance(op, S.CommitGroup) and pending_after and op.unit == GroupUnit.WGMMA:
                 ops.append(op)  # the pass goes after the commit that closes the run's last wgmma
                 ops += pending_after
                 pending_after = []
@@ -213,7 +225,9 @@ class _Turns:
             if takes:
                 # after the operand waits, before the wgmma fence of the run's first wgmma
                 at = len(ops)
-                while at and isinstance(ops[at - 1], S.Fence) and ops[at - 1].kind == "wgmma":
+                while (
+                    at and isinstance(ops[at - 1], S.Fence) and ops[at - 1].kind == FenceKind.WGMMA
+                ):
                     at -= 1
                 ops[at:at] = takes
             later = self.after.get(id(op), [])
@@ -239,7 +253,7 @@ def place_turns(body: N.Block, prog: Program, base: int) -> tuple[N.Block, int]:
     turns = [(top, i, op) for top, i, op in _turn_ops(out, True)]
     if not turns:
         raise Refuse("pingpong: the consumers issue no wgmma")
-    top, i, last = [x for x in turns if x[2].kind == "pass"][-1]
+    top, i, last = [x for x in turns if x[2].kind == TurnKind.PASS][-1]
     if not top:
         raise Refuse(
             "pingpong: the tile's last run of wgmmas is inside a loop (its last pass would need "
@@ -250,14 +264,14 @@ def place_turns(body: N.Block, prog: Program, base: int) -> tuple[N.Block, int]:
     # next tile's first turn only once the last one has taken all of this tile's turns
     ops = list(out.ops)
     ops[i] = replace(last, when=S.Guard(N.IConst(t.wgs - 2), WG))
-    first = next(op for _, _, op in turns if op.kind == "take")
+    first = next(op for _, _, op in turns if op.kind == TurnKind.TAKE)
     start = S.Turn(
-        "pass",
+        TurnKind.PASS,
         N.IConst(base),
         TURN_THREADS,
-        "consumer",
+        Role.CONSUMER,
         S.Guard(WG, N.IConst(t.wgs - 1)),
-        (S.Edge("", first.edges[0].dst, "turn"),),
+        (S.Edge("", first.edges[0].dst, Hazard.TURN),),
         t.dims,
     )
     return N.Block((start, *ops), out.yields), base + t.wgs

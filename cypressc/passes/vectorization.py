@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from cypressc.ir import nodes as N
-from cypressc.passes.base import ModulePass
 from cypressc.ir.subst import subst_op
+from cypressc.lang.kinds import Proc
+from cypressc.passes.base import ModulePass
 
 __all__ = ["vectorize"]
 
@@ -65,8 +66,8 @@ class _Vec:
             op = subst_op(op, sub) if not isinstance(op, (N.For, N.PFor)) else op
             if isinstance(op, N.PFor):
                 op = replace(op, lo=subst_op_expr(op.lo, sub), hi=subst_op_expr(op.hi, sub))
-                proc = "BLOCK" if op.proc in ("HOST", "BLOCK") else op.proc
-                pidx = N.IProc(proc, grid if proc == "BLOCK" else 0)
+                proc = Proc.BLOCK if op.proc in (Proc.HOST, Proc.BLOCK) else op.proc
+                pidx = N.IProc(proc, grid if proc == Proc.BLOCK else 0)
                 inner = _Ctx(
                     ctx.dims + (N.Dim(N.ibin("-", op.hi, op.lo), proc),),
                     ctx.origins + (op.ev,),
@@ -77,7 +78,7 @@ class _Vec:
                 pre = tuple(_subst_refs(op.pre, sub))
                 body_entry = (entry if not pre else ()) + pre
                 body_ops, yields = self.block(
-                    op.body, inner, isub, body_entry, grid + (proc == "BLOCK")
+                    op.body, inner, isub, body_entry, grid + (proc == Proc.BLOCK)
                 )
                 ops += body_ops
                 names: list[str] = []

@@ -29,10 +29,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.ir import nodes as N
-from cypressc.passes.base import ModulePass
-from cypressc.ir.target import Target
 from cypressc.ir.analysis import Symbols, ref_for
+from cypressc.ir.kinds import Role
 from cypressc.ir.subst import map_views, walk_ops
+from cypressc.ir.target import Target
+from cypressc.lang.kinds import Mem, PartKind
+from cypressc.passes.base import ModulePass
 from cypressc.passes.rings import Join, ring_extra, ring_joins
 
 __all__ = ["warp_specialization"]
@@ -40,13 +42,15 @@ __all__ = ["warp_specialization"]
 
 def _stage_loop(m: N.Module, lp: N.For, joins: dict[str, Join]) -> tuple[N.Module, dict[str, int]]:
     d = lp.pipeline
-    bufs = [o for o in lp.body.ops if isinstance(o, N.Alloc) and o.mem == "SHARED"]
+    bufs = [o for o in lp.body.ops if isinstance(o, N.Alloc) and o.mem == Mem.SHARED]
     if not bufs or d <= 1:
         return m, {}
     names = {b.name for b in bufs}
     staged = [replace(b, shape=(N.IConst(d),) + b.shape, layout=None) for b in bufs]
     parts = [
-        N.Partition(f"{b.name}#stage", N.TRef(b.name), "slices", (N.IConst(0),), b.shape, b.dims)
+        N.Partition(
+            f"{b.name}#stage", N.TRef(b.name), PartKind.SLICES, (N.IConst(0),), b.shape, b.dims
+        )
         for b in bufs
     ]
     mine = {n: j for n, j in joins.items() if j.loop == lp.ev}
@@ -136,18 +140,18 @@ def warp_specialization(m: N.Module) -> N.Module:
     for o in walk_ops(m.body):
         if (
             isinstance(o, N.Copy)
-            and sym.mem(o.src) == "GLOBAL"
-            and sym.mem(o.dst) == "SHARED"
+            and sym.mem(o.src) == Mem.GLOBAL
+            and sym.mem(o.dst) == Mem.SHARED
             and ws
         ):
-            roles[o.ev] = "producer"
+            roles[o.ev] = Role.PRODUCER
         elif isinstance(o, N.AsyncOp) and not isinstance(o, (N.For, N.PFor)):
-            roles[o.ev] = "consumer"
+            roles[o.ev] = Role.CONSUMER
     channels: dict[str, tuple[str, ...]] = {}
     for o in walk_ops(m.body):
-        if isinstance(o, (N.Copy, N.Call)) and roles.get(o.ev) == "consumer":
+        if isinstance(o, (N.Copy, N.Call)) and roles.get(o.ev) == Role.CONSUMER:
             for r in o.pre:
-                if roles.get(r.name) == "producer":
+                if roles.get(r.name) == Role.PRODUCER:
                     channels[r.name] = channels.get(r.name, ()) + (o.ev,)
     return replace(
         m, schedule=N.Schedule(channels, stages, ws, persistent), roles=tuple(roles.items())

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cypressc.frontend import front_end
+from cypressc.lang.kinds import Mem
 from cypressc.tuner.cache import JsonStore, cache_dir, compiler_fingerprint, digest
 from cypressc.tuner.space import Space
 
@@ -163,7 +164,7 @@ def search(program: str, mapping: str, opts: Options, *, progress=None) -> Resul
 
     machine = load_machine(space.lm.spec.machine)
     sms = int(machine.limits.get("sms", 132))
-    smem_max = int(machine.memory_bytes.get("SHARED") or 232448)
+    smem_max = int(machine.memory_bytes.get(Mem.SHARED) or 232448)
     seen: dict[str, Candidate] = {}
     device = "none (--compile-only)" if opts.compile_only else _device_name()
 

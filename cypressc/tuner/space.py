@@ -41,6 +41,7 @@ from pydantic import ValidationError
 
 from cypressc.diagnostics import CypressError, CypressErrors
 from cypressc.lang.intrinsics import is_atom_name
+from cypressc.lang.kinds import Mem, Proc
 from cypressc.mapping.loader import LoadedMapping, load_mapping_source
 from cypressc.mapping.schema import MappingSpec
 from cypressc.mapping.tasktree import TaskTree
@@ -205,7 +206,8 @@ class Space:
             pass
         import yaml
 
-        return yaml.safe_dump(want.model_dump(exclude_none=True), sort_keys=False)
+        # json mode: levels and memories as their names (YAML's safe dumper takes no enum)
+        return yaml.safe_dump(want.model_dump(mode="json", exclude_none=True), sort_keys=False)
 
     def _edit(self, values: Mapping[str, Any]) -> str:
         lines = self.text.splitlines(keepends=True)
@@ -302,11 +304,11 @@ def _staging_knobs(tree: TaskTree) -> list[Knob]:
     index = {inst.instance: i for i, inst in enumerate(tree.mapping.spec.instances)}
     knobs, done = [], set()
     for node in tree.root.walk():
-        if node.proc != "BLOCK" or node.instance.instance in done:
+        if node.proc != Proc.BLOCK or node.instance.instance in done:
             continue
         done.add(node.instance.instance)
         for pos, (pname, mem) in enumerate(node.mems.items()):
-            if mem != "GLOBAL":
+            if mem != Mem.GLOBAL:
                 continue
             chain, frontier, vals = [], [c for _, c in node.children], set()
             while frontier:
@@ -314,9 +316,9 @@ def _staging_knobs(tree: TaskTree) -> list[Knob]:
                 for c in frontier:
                     if (
                         c.variant.task != node.variant.task
-                        or c.proc == "BLOCK"
+                        or c.proc == Proc.BLOCK
                         or len(c.instance.mems) <= pos
-                        or c.instance.mems[pos] not in ("SHARED", "GLOBAL")
+                        or c.instance.mems[pos] not in (Mem.SHARED, Mem.GLOBAL)
                     ):
                         continue
                     site = Site(index[c.instance.instance], ("mems", pos))
@@ -334,7 +336,7 @@ def _staging_knobs(tree: TaskTree) -> list[Knob]:
                         "tiles",
                         tuple(chain),
                         cur,
-                        (cur, "GLOBAL" if cur == "SHARED" else "SHARED"),
+                        (cur, Mem.GLOBAL if cur == Mem.SHARED else Mem.SHARED),
                     )
                 )
     return knobs
@@ -443,7 +445,7 @@ def _bad_value(space: Space, knob: Knob, v: Any) -> str | None:
         return "an int tunable takes positive integers"
     if knob.kind == "atom" and not (isinstance(v, str) and is_atom_name(v)):
         return "atoms are WGMMA_64xNx16 with N a multiple of 8 from 8 to 256"
-    if knob.kind == "mem" and v not in ("SHARED", "GLOBAL"):
+    if knob.kind == "mem" and v not in (Mem.SHARED, Mem.GLOBAL):
         return "a staging knob is SHARED (staged, TMA store) or GLOBAL (stored from registers)"
     if knob.kind == "block":
         try:
