@@ -23,6 +23,8 @@ from typing import Callable
 
 import numpy as np
 
+from cypressc.lang.kinds import Mem, OperandKind, Proc
+
 __all__ = [
     "IntrinsicKind",
     "Operand",
@@ -67,16 +69,16 @@ class Operand:
 class OperandRule:
     """One argument of a leaf function.
 
-    ``kind`` is ``tensor``, ``scalar`` or ``atom``; ``writes`` says the leaf writes it
-    (its variant must hold the write privilege); ``mems``/``dtypes`` restrict placement
-    (empty = any); ``rank`` 0 means any rank.
+    ``kind`` (:class:`OperandKind`) is a tensor, a scalar or an atom; ``writes`` says the
+    leaf writes it (its variant must hold the write privilege); ``mems``/``dtypes`` restrict
+    placement (empty = any); ``rank`` 0 means any rank.
     """
 
     name: str
-    kind: str = "tensor"
+    kind: OperandKind = OperandKind.TENSOR
     writes: bool = False
     reads: bool = True
-    mems: tuple[str, ...] = ()
+    mems: tuple[Mem, ...] = ()
     dtypes: tuple[str, ...] = ()
     rank: int = 0
 
@@ -143,9 +145,9 @@ class LeafFn:
     name: str
     cpp: str
     operands: tuple[OperandRule, ...]
-    proc: str
+    proc: Proc
     semantics: Callable[..., dict[int, np.ndarray]] = field(repr=False)
-    collective: str | None = None
+    collective: Proc | None = None
     doc: str = ""
     asynchronous: bool = False
     external: object = None  # the syntax.External of a user C++ function (call-external)
@@ -156,7 +158,7 @@ class LeafFn:
         """Whether the leaf works on a warpgroup's accumulator rows: its operands are per-row
         vectors and f32 accumulator fragments of a warpgroup, which it runs on together (a
         warpgroup collective other than the Tensor Core product)."""
-        return self.collective == "WARPGROUP" and self.kind is not IntrinsicKind.MMA
+        return self.collective == Proc.WARPGROUP and self.kind is not IntrinsicKind.MMA
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,9 +251,8 @@ def _row_sum_frag(y: Operand, x: Operand) -> dict[int, np.ndarray]:
 
 def _exp2_diff(x: Operand, m: Operand, scale: float) -> dict[int, np.ndarray]:
     mm = _rows_of(x, m)
-    mm = np.where(
-        np.isneginf(mm), 0.0, mm
-    )  # a row with no finite value yet: exp2(-inf) = 0, not NaN
+    # a row with no finite value yet: exp2(-inf) = 0, not NaN
+    mm = np.where(np.isneginf(mm), 0.0, mm)
     with np.errstate(invalid="ignore", over="ignore"):
         return {0: np.exp2((x.value.astype(np.float64) - mm) * scale)}
 
@@ -289,18 +290,18 @@ def _mma_operands(b: str) -> tuple[OperandRule, ...]:
     """The operands of a wgmma leaf: the atom, the f32 accumulator C (registers), A (shared
     or registers) and the B operand named ``b`` (shared)."""
     return (
-        OperandRule("atom", kind="atom"),
-        OperandRule("C", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
-        OperandRule("A", mems=("SHARED", "REGISTER"), dtypes=_MMA_IN, rank=2),
-        OperandRule(b, mems=("SHARED",), dtypes=_MMA_IN, rank=2),
+        OperandRule("atom", kind=OperandKind.ATOM),
+        OperandRule("C", writes=True, mems=(Mem.REGISTER,), dtypes=("f32",), rank=2),
+        OperandRule("A", mems=(Mem.SHARED, Mem.REGISTER), dtypes=_MMA_IN, rank=2),
+        OperandRule(b, mems=(Mem.SHARED,), dtypes=_MMA_IN, rank=2),
     )
 
 
 def _row_operands(v: str) -> tuple[OperandRule, ...]:
     """A row reduction's operands: the per-row f32 vector it updates and the f32 tile."""
     return (
-        OperandRule(v, writes=True, mems=("REGISTER",), dtypes=("f32",), rank=1),
-        OperandRule("X", mems=("REGISTER",), dtypes=("f32",), rank=2),
+        OperandRule(v, writes=True, mems=(Mem.REGISTER,), dtypes=("f32",), rank=1),
+        OperandRule("X", mems=(Mem.REGISTER,), dtypes=("f32",), rank=2),
     )
 
 
@@ -308,16 +309,16 @@ def _broadcast_operands(v: str) -> tuple[OperandRule, ...]:
     """A row-broadcast leaf's operands: the f32 register tensor it updates (a tile, or a
     per-row vector) and the per-row f32 vector ``v`` it reads."""
     return (
-        OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",)),
-        OperandRule(v, mems=("REGISTER",), dtypes=("f32",), rank=1),
+        OperandRule("X", writes=True, mems=(Mem.REGISTER,), dtypes=("f32",)),
+        OperandRule(v, mems=(Mem.REGISTER,), dtypes=("f32",), rank=1),
     )
 
 
 def _mask_operands(bound: str) -> tuple[OperandRule, ...]:
     """A mask's operands: the f32 accumulator tile it writes -inf into and its int bound."""
     return (
-        OperandRule("X", writes=True, mems=("REGISTER",), dtypes=("f32",), rank=2),
-        OperandRule(bound, kind="scalar"),
+        OperandRule("X", writes=True, mems=(Mem.REGISTER,), dtypes=("f32",), rank=2),
+        OperandRule(bound, kind=OperandKind.SCALAR),
     )
 
 
@@ -328,9 +329,9 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "warpgroup_mma",
             "cypress::warpgroup_mma",
             _mma_operands("B"),
-            "THREAD",
+            Proc.THREAD,
             _mma,
-            collective="WARPGROUP",
+            collective=Proc.WARPGROUP,
             asynchronous=True,
             kind=IntrinsicKind.MMA,
             doc="C += A @ B on the Tensor Core (wgmma.mma_async); C is this thread's fragment "
@@ -341,9 +342,9 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "warpgroup_mma_bt",
             "cypress::warpgroup_mma_bt",
             _mma_operands("Bt"),
-            "THREAD",
+            Proc.THREAD,
             _mma_bt,
-            collective="WARPGROUP",
+            collective=Proc.WARPGROUP,
             asynchronous=True,
             kind=IntrinsicKind.MMA,
             doc="C += A @ Bt^T on the Tensor Core: as warpgroup_mma, with B given as the N x K tile "
@@ -355,9 +356,9 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "cypress::fill",
             (
                 OperandRule("C", writes=True, reads=False, dtypes=_FLOAT + ("i32",)),
-                OperandRule("value", kind="scalar"),
+                OperandRule("value", kind=OperandKind.SCALAR),
             ),
-            "THREAD",
+            Proc.THREAD,
             _fill,
             kind=IntrinsicKind.FILL,
             doc="C[...] = value.",
@@ -366,7 +367,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "copy",
             "cypress::copy",
             (OperandRule("src"), OperandRule("dst", writes=True, reads=False)),
-            "THREAD",
+            Proc.THREAD,
             _copy,
             kind=IntrinsicKind.COPY,
             doc="dst[...] = src[...], converting dtype (f32 -> f16 rounds to nearest).",
@@ -375,7 +376,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "add",
             "cypress::add",
             (OperandRule("C", writes=True, dtypes=_FLOAT), OperandRule("X", dtypes=_FLOAT)),
-            "THREAD",
+            Proc.THREAD,
             _add,
             kind=IntrinsicKind.ADD,
             doc="C[...] += X[...] elementwise (same shape).",
@@ -387,7 +388,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
                 OperandRule("y", writes=True, dtypes=("f32",), rank=1),
                 OperandRule("A", dtypes=_FLOAT, rank=2),
             ),
-            "THREAD",
+            Proc.THREAD,
             _row_sum,
             kind=IntrinsicKind.ROW_SUM,
             doc="y[i] += sum_k A[i, k] on the CUDA cores (SIMT).",
@@ -396,9 +397,9 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "warpgroup_row_max",
             "cypress::warpgroup_row_max",
             _row_operands("m"),
-            "THREAD",
+            Proc.THREAD,
             _row_max,
-            collective="WARPGROUP",
+            collective=Proc.WARPGROUP,
             kind=IntrinsicKind.ROW_MAX,
             doc="m[r] = max(m[r], max_c X[r, c]) over the rows of the warpgroup's accumulator tile X; "
             'each thread\'s m is its piece of partition_by_mma(m, ..., "C") (its rows, shared '
@@ -408,9 +409,9 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "warpgroup_row_sum",
             "cypress::warpgroup_row_sum",
             _row_operands("l"),
-            "THREAD",
+            Proc.THREAD,
             _row_sum_frag,
-            collective="WARPGROUP",
+            collective=Proc.WARPGROUP,
             kind=IntrinsicKind.ROW_SUM,
             doc="l[r] += sum_c X[r, c] over the rows of the warpgroup's accumulator tile X (as "
             "warpgroup_row_max).",
@@ -418,10 +419,10 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
         LeafFn(
             "exp2_diff",
             "cypress::exp2_diff",
-            _broadcast_operands("m") + (OperandRule("scale", kind="scalar"),),
-            "THREAD",
+            _broadcast_operands("m") + (OperandRule("scale", kind=OperandKind.SCALAR),),
+            Proc.THREAD,
             _exp2_diff,
-            collective="WARPGROUP",
+            collective=Proc.WARPGROUP,
             kind=IntrinsicKind.ROW_MAP,
             doc="X[r, ...] = exp2((X[r, ...] - m[r]) * scale), m a per-row vector (where m[r] is "
             "-inf, as if it were 0); the online softmax's exponent (ex2.approx on the GPU).",
@@ -430,9 +431,9 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "scale_rows",
             "cypress::scale_rows",
             _broadcast_operands("v"),
-            "THREAD",
+            Proc.THREAD,
             _scale_rows,
-            collective="WARPGROUP",
+            collective=Proc.WARPGROUP,
             kind=IntrinsicKind.ROW_SCALE,
             doc="X[r, ...] *= v[r], v a per-row vector (the online softmax's rescale of O and l).",
         ),
@@ -440,9 +441,9 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "mask_columns",
             "cypress::mask_columns",
             _mask_operands("n"),
-            "THREAD",
+            Proc.THREAD,
             _mask_columns,
-            collective="WARPGROUP",
+            collective=Proc.WARPGROUP,
             kind=IntrinsicKind.MASK,
             doc="X[r, c] = -inf for every column c >= n of the warpgroup's accumulator tile X (keys "
             "past the end of a ragged sequence); nothing to do, and nothing done, when n >= the "
@@ -452,9 +453,9 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "mask_causal",
             "cypress::mask_causal",
             _mask_operands("d"),
-            "THREAD",
+            Proc.THREAD,
             _mask_causal,
-            collective="WARPGROUP",
+            collective=Proc.WARPGROUP,
             kind=IntrinsicKind.MASK,
             doc="X[r, c] = -inf where c > r + d (r, c the row and column in the warpgroup's "
             "accumulator tile X; d = the tile's first query row minus its first key column: "
@@ -465,15 +466,15 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "cypress::row_log_sum_exp",
             (
                 OperandRule(
-                    "lse", writes=True, reads=False, mems=("REGISTER",), dtypes=("f32",), rank=1
+                    "lse", writes=True, reads=False, mems=(Mem.REGISTER,), dtypes=("f32",), rank=1
                 ),
-                OperandRule("m", mems=("REGISTER",), dtypes=("f32",), rank=1),
-                OperandRule("l", mems=("REGISTER",), dtypes=("f32",), rank=1),
-                OperandRule("scale", kind="scalar"),
+                OperandRule("m", mems=(Mem.REGISTER,), dtypes=("f32",), rank=1),
+                OperandRule("l", mems=(Mem.REGISTER,), dtypes=("f32",), rank=1),
+                OperandRule("scale", kind=OperandKind.SCALAR),
             ),
-            "THREAD",
+            Proc.THREAD,
             _row_log_sum_exp,
-            collective="WARPGROUP",
+            collective=Proc.WARPGROUP,
             kind=IntrinsicKind.ROW_COMBINE,
             doc="lse[r] = m[r] * scale + ln(l[r]) over per-row vectors: the natural log-sum-exp of "
             "a softmax row whose maximum is m (in score units, scale the softmax scale) and "
@@ -483,9 +484,9 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             "div_rows",
             "cypress::div_rows",
             _broadcast_operands("v"),
-            "THREAD",
+            Proc.THREAD,
             _div_rows,
-            collective="WARPGROUP",
+            collective=Proc.WARPGROUP,
             kind=IntrinsicKind.ROW_DIVIDE,
             doc="X[r, ...] /= v[r], v a per-row vector (the softmax's normalization O / l).",
         ),
