@@ -70,6 +70,20 @@ def test_a_parse_error_is_located_with_a_caret(tmp_path):
     assert lines[1].endswith("|   %x = tensor [64 f32 @SHARED") and lines[2].endswith("^^^")
 
 
+def test_an_unknown_tag_is_located_and_names_the_tags(tmp_path):
+    """A memory, processor level, role, hazard or sync kind is read into its enum; a
+    misspelt one is E063 at the word, listing the words it may be (no longer kept as a
+    string that printed back unchanged)."""
+    f = tmp_path / "tag.ir"
+    f.write_text("module @m(%A: [64] f32 @GLOBAL) sizes() {\n  %x = tensor [64] f32 @SHARDE\n}\n")
+    r = opt(str(f), "-p", "vectorization")
+    assert r.exit_code == 1 and r.stdout == "" and "Traceback" not in r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == f"{f}:2:24: error[E063]: '@SHARDE' is not a memory"
+    assert lines[1].endswith("|   %x = tensor [64] f32 @SHARDE") and lines[2].endswith("^^^^^^^")
+    assert lines[3] == "hint: a memory is one of: @GLOBAL, @SHARED, @REGISTER, @NONE"
+
+
 def test_a_module_that_does_not_verify_is_the_users_error(tmp_path):
     f = tmp_path / "scope.ir"
     f.write_text(

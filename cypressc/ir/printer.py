@@ -25,8 +25,10 @@ from __future__ import annotations
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
+from cypressc.ir.kinds import Hazard, Role, Via
 from cypressc.ir.subst import walk_ops
 from cypressc.ir.sync import SYNC_OPS
+from cypressc.lang.kinds import Proc
 
 __all__ = [
     "print_module",
@@ -40,16 +42,21 @@ __all__ = [
     "VIA_TEXT",
 ]
 
-PROC_ID = {"BLOCK": "block_id", "WARPGROUP": "warpgroup_id", "WARP": "warp_id", "THREAD": "lane_id"}
+PROC_ID = {
+    Proc.BLOCK: "block_id",
+    Proc.WARPGROUP: "warpgroup_id",
+    Proc.WARP: "warp_id",
+    Proc.THREAD: "lane_id",
+}
 # how an edge reaches its consumer, after the hazard: ``(raw %A, into the loop)``; carried and
 # ring edges add their distance (``{}``)
 VIA_TEXT = {
-    "same": "",
-    "entry": ", into the loop",
-    "after": ", after the loop",
-    "carried": ", {} iteration(s) later",
-    "tile": ", the next tile",
-    "ring": ", its stage's next fill, {} ring position(s) on",
+    Via.SAME: "",
+    Via.ENTRY: ", into the loop",
+    Via.AFTER: ", after the loop",
+    Via.CARRIED: ", {} iteration(s) later",
+    Via.TILE: ", the next tile",
+    Via.RING: ", its stage's next fill, {} ring position(s) on",
 }
 
 
@@ -60,7 +67,7 @@ def fmt_expr(e: N.IExpr) -> str:
         return f"%{e.name}"
     if isinstance(e, N.IProc):
         base = PROC_ID.get(e.proc, e.proc.lower() + "_id")
-        return f"{base}.{'xyz'[e.dim]}" if e.proc == "BLOCK" else f"{base}()"
+        return f"{base}.{'xyz'[e.dim]}" if e.proc == Proc.BLOCK else f"{base}()"
     if isinstance(e, N.IBin):
         if e.op in ("cdiv", "min", "max"):
             return f"{e.op}({fmt_expr(e.a)}, {fmt_expr(e.b)})"
@@ -91,7 +98,7 @@ def block_grid(body: N.Block) -> tuple[N.Dim, ...]:
         if isinstance(op, SYNC_OPS):
             continue
         n = 0
-        while n < len(op.dims) and op.dims[n].proc == "BLOCK":
+        while n < len(op.dims) and op.dims[n].proc == Proc.BLOCK:
             n += 1
         if n > len(best):
             best = op.dims[:n]
@@ -99,7 +106,7 @@ def block_grid(body: N.Block) -> tuple[N.Dim, ...]:
 
 
 class _Printer:
-    def __init__(self, roles: dict[str, str] | None = None, body: N.Block | None = None) -> None:
+    def __init__(self, roles: dict[str, Role] | None = None, body: N.Block | None = None) -> None:
         self.names: dict[str, str] = {}
         self.lines: list[str] = []
         self.roles = roles or {}
@@ -318,13 +325,12 @@ def edges_text(edges, ev) -> str:
         )
     out = []
     for (dst, via, dist, tensor, hz), names in srcs.items():
-        if via == "end":
+        if via == Via.END:
             out.append(f"{', '.join(names)} -> end (the TMA store reads %{tensor})")
             continue
         how = VIA_TEXT[via].format(dist)
-        if (
-            hz == "turn"
-        ):  # the Tensor Core, not a tensor: the previous warpgroup's run, then this one's
+        # a turn: the Tensor Core, not a tensor (the previous warpgroup's run, then this one's)
+        if hz == Hazard.TURN:
             out.append(f"{', '.join(names)} -> {ev(dst)} (turn{how})")
             continue
         out.append(f"{', '.join(names)} -> {ev(dst)} ({hz} %{tensor}{how})")
@@ -342,8 +348,8 @@ def sync_line(op, ev, ty, grid: tuple[N.Dim, ...] = ()) -> str:
     at = lambda bar, stage: f"%{bar}[{fmt_expr(stage)}]"  # noqa: E731
     if isinstance(op, S.MBarrier):
         return (
-            f"%{op.name} = mbarrier[{op.stages}] {op.kind} arrivals({op.count}) arrive @{op.arrive_role} "
-            f"wait @{op.wait_role}{' (this tile)' if op.same_tile else ''}{per}  "
+            f"%{op.name} = mbarrier[{op.stages}] {op.kind} arrivals({op.count}) arrive @{','.join(op.arrive_role)} "
+            f"wait @{','.join(op.wait_role)}{' (this tile)' if op.same_tile else ''}{per}  "
             f"channel of {', '.join(ev(e) for e in op.channel)}{frm}"
         )
     if isinstance(op, S.ArriveExpectTx):

@@ -39,8 +39,10 @@ from cypressc.ir.printer import block_grid
 from cypressc.ir.reader_lex import Cursor, Line, Tok, ir_error, lex
 from cypressc.ir.reader_sync import SYNC_KEYWORDS, mbarrier, sync_op
 from cypressc.ir import reader_headers as H
+from cypressc.ir.kinds import Role
 from cypressc.ir.shapes import mma_piece_shape
 from cypressc.ir.target import Target
+from cypressc.lang.kinds import Mem, OperandKind, PartKind, Proc
 
 __all__ = ["parse_module"]
 
@@ -62,7 +64,7 @@ class _Reader:
         self.leaves: dict[str, object] = {}  # externals declared: name -> LeafFn
         self.events: dict[str, Tok] = {}  # defined events -> where
         self.refs: list[tuple[Line, Tok]] = []  # event uses, checked at the end
-        self.roles: list[tuple[str, str]] = []
+        self.roles: list[tuple[str, Role]] = []
 
     # ------------------------------------------------------------------ lines
     def peek(self) -> Line | None:
@@ -146,7 +148,7 @@ class _Reader:
         c.expect("[")
         shape = tuple(c.listed(c.expr, "]"))
         dtype = c.kind("name", "an element type (f16, f32, ...)").text
-        mem = c.kind("at", "a memory (@GLOBAL)").name
+        mem = c.tag(Mem, "a memory", "at")
         self.shapes[t.name] = shape
         return N.Alloc(t.name, shape, dtype, mem)
 
@@ -222,7 +224,7 @@ class _Reader:
             c.expect("[")
             shape = tuple(c.listed(c.expr, "]"))
             dtype = c.kind("name", "an element type").text
-            mem = c.kind("at", "a memory (@SHARED)").name
+            mem = c.tag(Mem, "a memory", "at")
             layout = self.view(c) if c.accept("layout") else None
             self.shapes[name.name] = shape
             return N.Alloc(name.name, shape, dtype, mem, layout, self.per(c))
@@ -247,21 +249,30 @@ class _Reader:
 
     def partition(self, c: Cursor, name: Tok) -> N.Partition:
         k = c.kind("name", "partition_by_blocks, _slices or _mma")
-        kind = k.text.removeprefix("partition_by_")
+        try:
+            kind = PartKind(k.text.removeprefix("partition_by_"))
+        except ValueError:
+            raise c.error(
+                f"unknown partition '{k.text}'",
+                k,
+                " or ".join(f"partition_by_{p}" for p in PartKind),
+            ) from None
         base = self.view(c)
         shape = self.shape_of(base)
         c.expect("(")
-        if kind == "mma":
-            params: tuple = tuple(
-                t.text
-                for t in c.listed(lambda: c.kind("name", "an atom, processor or operand"), ")")
-            )
-            if len(params) != 3:
+        if kind == PartKind.MMA:
+            toks = c.listed(lambda: c.kind("name", "an atom, processor or operand"), ")")
+            if len(toks) != 3:
                 raise c.error("partition_by_mma takes (ATOM, PROC, OPERAND)", k)
+            params: tuple = (
+                toks[0].text,
+                c.tag(Proc, "a processor level", tok=toks[1]),
+                toks[2].text,
+            )
             piece = mma_piece_shape(shape, *params, self.loc(c.line, k))
-        elif kind in ("blocks", "slices"):
+        else:
             params = tuple(c.listed(c.expr, ")"))
-            if kind == "blocks":
+            if kind == PartKind.BLOCKS:
                 piece = params
             elif (
                 len(params) != 1
@@ -273,12 +284,6 @@ class _Reader:
                 )
             else:
                 piece = tuple(x for i, x in enumerate(shape) if i != params[0].value)
-        else:
-            raise c.error(
-                f"unknown partition '{k.text}'",
-                k,
-                "partition_by_blocks, partition_by_slices or partition_by_mma",
-            )
         self.shapes[name.name] = piece
         self.parts.add(name.name)
         return N.Partition(name.name, base, kind, params, piece, self.per(c))
@@ -328,7 +333,7 @@ class _Reader:
             hi = c.expr()
             c.expect(")", "a loop range is [lo, hi)")
             if kw.text == "pfor":
-                proc = c.kind("name", "the processor level of the pfor").text
+                proc = c.tag(Proc, "a processor level")
                 pre = self.pre(c)
                 c.expect("do")
                 c.end()
@@ -376,9 +381,9 @@ class _Reader:
         for j, rule in enumerate(leaf.operands):  # type: ignore[attr-defined]
             if j:
                 c.expect(",", f"{f.text}() takes {len(leaf.operands)} operands")  # type: ignore[attr-defined]
-            if rule.kind == "atom":
+            if rule.kind == OperandKind.ATOM:
                 args.append(N.AtomArg(c.kind("name", "an instruction atom (WGMMA_64x128x16)").text))
-            elif rule.kind == "scalar":
+            elif rule.kind == OperandKind.SCALAR:
                 args.append(c.expr())
             else:
                 args.append(self.view(c))
@@ -400,7 +405,7 @@ def _with_grid(b: N.Block, grid: tuple[N.Dim, ...]) -> N.Block:
         return b
     ops = []
     for op in b.ops:
-        if isinstance(op, S.SYNC_OPS) and all(d.proc != "BLOCK" for d in op.dims):
+        if isinstance(op, S.SYNC_OPS) and all(d.proc != Proc.BLOCK for d in op.dims):
             op = replace(op, dims=grid + op.dims)
         elif isinstance(op, (N.For, N.PFor)):
             op = replace(op, body=_with_grid(op.body, grid))

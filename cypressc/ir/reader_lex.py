@@ -11,16 +11,23 @@ brackets is floor division (the printer parenthesizes every binary operation); a
 it starts a comment, and so does ``#`` outside a name (the ``# RUN:`` and ``# CHECK:`` lines
 of tests/filecheck).  Every error is a located :class:`~cypressc.diagnostics.CypressError`
 ``E063`` (``file:line:col``, the line, a caret under the token, what to write instead).
+
+A tag (a memory, processor level, role, hazard, sync op kind: :mod:`cypressc.lang.kinds`,
+:mod:`cypressc.ir.kinds`) is read into its enum's member (:meth:`Cursor.tag`); a word that
+is none of its members is an E063 listing them.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
+from cypressc.ir.kinds import Role
 from cypressc.ir.printer import PROC_ID
+from cypressc.lang.kinds import Proc, Tag
 
 __all__ = ["CODE", "Tok", "Line", "Cursor", "lex", "ir_error"]
 
@@ -37,7 +44,13 @@ _TOKEN = re.compile(
     re.X,
 )
 _BINOPS = ("+", "-", "*", "/", "//", "%", "==", "!=", "<", "<=", ">", ">=", "&&", "^")
-_PROC_OF = {v: k for k, v in PROC_ID.items()}
+# a processor index as fmt_expr writes it (block_id.x, warpgroup_id()), or a level's name
+# (HOST: host_id())
+_PROC_OF = {v: k for k, v in PROC_ID.items()} | {p.value: p for p in Proc}
+_INDEX_HINT = "a processor index is " + ", ".join(
+    PROC_ID.get(p, p.lower() + "_id") + (".x" if p == Proc.BLOCK else "()") for p in Proc
+)
+T = TypeVar("T", bound=Tag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +184,19 @@ class Cursor:
             if m.lastgroup != "ws":
                 self.expect(m.group())
 
+    def tag(self, cls: type[T], what: str, kind: str = "name", tok: Tok | None = None) -> T:
+        """The next token (of ``kind``: a name, or ``at`` for ``@name``; or ``tok``, already
+        read) as a member of the tag enum ``cls``; ``what`` names it (``a memory``).  E063 at
+        the token, naming ``cls``'s members, when it is none of them."""
+        t = tok or self.kind(kind, f"{what} ({_choices(cls, kind)})")
+        word = t.name if t.kind == "at" else t.text
+        try:
+            return cls(word)
+        except ValueError:
+            raise self.error(
+                f"{t.text!r} is not {what}", t, f"{what} is one of: {_choices(cls, t.kind)}"
+            ) from None
+
     def integer(self, what: str) -> int:
         t = self.kind("num", what)
         if not t.text.isdigit():
@@ -234,12 +260,15 @@ class Cursor:
                 d = self.kind("name", "x, y or z")
                 if d.text not in ("x", "y", "z"):
                     raise self.error("a block index is block_id.x, .y or .z", d)
-                return N.IProc("BLOCK", "xyz".index(d.text))
+                return N.IProc(Proc.BLOCK, "xyz".index(d.text))
             if t.text in ("inf", "nan"):
                 return N.IConst(float(t.text))
             if t.text.endswith("_id") and self.accept("("):
                 self.expect(")")
-                return N.IProc(_PROC_OF.get(t.text, t.text[:-3].upper()))
+                proc = _PROC_OF.get(t.text) or _PROC_OF.get(t.text[:-3].upper())
+                if proc is None:
+                    raise self.error(f"'{t.text}()' is not a processor index", t, _INDEX_HINT)
+                return N.IProc(proc)
         raise self.error(
             f"expected an expression, found {t.text!r}",
             t,
@@ -272,16 +301,25 @@ class Cursor:
             self.expect("(")
             e = self.expr()
             self.expect(",")
-            p = self.kind("name", "a processor level (BLOCK, WARPGROUP, WARP, THREAD)")
+            p = self.tag(Proc, "a processor level")
             self.expect(")")
-            return N.Dim(e, p.text)
+            return N.Dim(e, p)
 
         return tuple(self.listed(dim, "]"))
 
-    def role(self) -> str:
-        """``@producer``, or several roles ``@consumer,producer``."""
-        names = [self.kind("at", "a role (@producer, @consumer)").name]
+    def role(self) -> Role:
+        """``@producer``."""
+        return self.tag(Role, "a role", "at")
+
+    def roles(self) -> tuple[Role, ...]:
+        """``@producer``, or several roles ``@consumer,producer`` (an mbarrier's)."""
+        out = [self.role()]
         while self.at(",") and (n := self.peek(1)) is not None and n.kind == "name":
             self.i += 1
-            names.append(self.kind("name", "a role").text)
-        return ",".join(names)
+            out.append(self.tag(Role, "a role"))
+        return tuple(out)
+
+
+def _choices(cls: type[Tag], kind: str) -> str:
+    """``GLOBAL, SHARED, …`` (``@GLOBAL, …`` when written as ``@name``)."""
+    return ", ".join(("@" if kind == "at" else "") + m.value for m in cls)

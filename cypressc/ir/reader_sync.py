@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
+from cypressc.ir.kinds import BarrierKind, FenceKind, GroupUnit, Hazard, TurnKind, Via
 from cypressc.ir.printer import VIA_TEXT
 from cypressc.ir.reader_lex import Cursor, Tok
 
@@ -60,22 +61,22 @@ def _events(c: Cursor, refs: list[Tok]) -> tuple[str, ...]:
     return tuple(t.name for t in out)
 
 
-def _edge_tail(c: Cursor) -> tuple[str, int]:
+def _edge_tail(c: Cursor) -> tuple[Via, int]:
     """How an edge reaches its consumer: the text after the hazard (:data:`VIA_TEXT`)."""
     if not c.accept(","):
-        return "same", 0
-    for via in ("entry", "after", "tile"):  # fixed phrases: `, into the loop`
+        return Via.SAME, 0
+    for via in (Via.ENTRY, Via.AFTER, Via.TILE):  # fixed phrases: `, into the loop`
         if c.at(VIA_TEXT[via].split()[1]):
             c.words(VIA_TEXT[via][1:])
-            return via, 1 if via == "tile" else 0  # a tile edge reaches the next tile
+            return via, 1 if via == Via.TILE else 0  # a tile edge reaches the next tile
     if c.accept("its"):
         c.words("stage's next fill,")
         n = c.integer("the ring distance")
         c.words("ring position(s) on")
-        return "ring", n
+        return Via.RING, n
     n = c.integer("the iterations an edge is carried")
     c.words("iteration(s) later")
-    return "carried", n
+    return Via.CARRIED, n
 
 
 def edges(c: Cursor, refs: list[Tok]) -> tuple[S.Edge, ...]:
@@ -98,18 +99,18 @@ def edges(c: Cursor, refs: list[Tok]) -> tuple[S.Edge, ...]:
             c.words("(the TMA store reads")
             tensor = c.kind("sym", "the stored tensor").name
             c.expect(")")
-            out += [S.Edge(s, "", "end", tensor, "end") for s in srcs]
+            out += [S.Edge(s, "", Hazard.END, tensor, Via.END) for s in srcs]
         else:
             d = c.kind("sym", "an event (%e1) or end")
             refs.append(d)
             c.expect("(")
             at = c.peek()
             if c.accept("turn"):
-                hz, tensor = ["turn"], ""
+                hz, tensor = [Hazard.TURN], ""
             else:
-                hz = [c.kind("name", "a hazard (raw, war, waw)").text]
+                hz = [c.tag(Hazard, "a hazard")]
                 while c.accept("+"):
-                    hz.append(c.kind("name", "a hazard (raw, war, waw)").text)
+                    hz.append(c.tag(Hazard, "a hazard"))
                 tensor = c.kind("sym", "the tensor of the hazard").name
             via, dist = _edge_tail(c)
             c.expect(")")
@@ -134,15 +135,15 @@ def mbarrier(c: Cursor, name: str, refs: list[Tok]) -> S.MBarrier:
     c.expect("[")
     stages = c.integer("the stage count")
     c.expect("]")
-    kind = c.kind("name", "full or empty").text
+    kind = c.tag(BarrierKind, "an mbarrier kind")
     c.expect("arrivals")
     c.expect("(")
     count = c.integer("the arrival count")
     c.expect(")")
     c.expect("arrive")
-    arrive = c.role()
+    arrive = c.roles()
     c.expect("wait")
-    wait = c.role()
+    wait = c.roles()
     same = c.accept("(") is not None
     if same:
         c.words("this tile)")
@@ -173,13 +174,13 @@ def sync_op(c: Cursor, refs: list[Tok]):
         when, dims = _when(c), _per(c)
         return S.Arrive(bar, stage, c.role(), when, _from(c, refs), dims)
     if kw == "commit_group":
-        unit = c.kind("name", "wgmma or bulk").text
+        unit = c.tag(GroupUnit, "a group unit")
         dims = _per(c)
         role = c.role()
         c.words("closes the group of")
         return S.CommitGroup(unit, role, _events(c, refs), dims)
     if kw == "wait_group":
-        unit = c.kind("name", "wgmma or bulk").text
+        unit = c.tag(GroupUnit, "a group unit")
         pending = c.integer("the groups left in flight")
         dims = _per(c)
         return S.WaitGroup(unit, pending, c.role(), _from(c, refs), dims)
@@ -193,14 +194,14 @@ def sync_op(c: Cursor, refs: list[Tok]):
         dims = _per(c)
         return S.BarSync(ident, threads, c.role(), _from(c, refs), dims)
     if kw == "turn":
-        kind = c.kind("name", "take or pass").text
+        kind = c.tag(TurnKind, "a turn kind")
         ident = c.expr()
         c.expect(",")
         threads = c.integer("the thread count")
         when, dims = _when(c), _per(c)
         return S.Turn(kind, ident, threads, c.role(), when, _from(c, refs), dims)
     if kw == "fence":
-        kind = c.kind("name", "wgmma or proxy_async").text
+        kind = c.tag(FenceKind, "a fence kind")
         dims = _per(c)
         return S.Fence(kind, c.role(), _from(c, refs), dims)
     raise c.error(f"unknown op '{kw}'", c.line.toks[c.i - 1])

@@ -125,8 +125,8 @@ class BarIdx:
 class MBarrier:
     """``%name = mbarrier[stages] arrivals count``: an array of ``stages`` shared-memory
     barriers, each completing a phase after ``count`` arrivals (a *full* barrier also
-    after its expected transaction bytes).  ``arrive_role`` arrives and ``wait_role``
-    waits; ``channel`` lists the TMA copies whose stages it guards.  ``lag`` is the phases
+    after its expected transaction bytes).  The roles of ``arrive_role`` arrive and those
+    of ``wait_role`` wait (one or more each, printed ``@consumer,producer``); ``channel`` lists the TMA copies whose stages it guards.  ``lag`` is the phases
     the waits trail the arrivals: 1 for an *empty* barrier (its first wait passes: the
     stage starts free), 0 for a *full* one and for an empty one whose copy waits for a
     release earlier in the same tile (shared bytes, ``same_tile``)."""
@@ -135,8 +135,8 @@ class MBarrier:
     kind: BarrierKind
     stages: int
     count: int
-    arrive_role: str  # a role, or the roles that arrive joined by ","
-    wait_role: str  # a role, or the roles that wait joined by ","
+    arrive_role: tuple[Role, ...]  # the roles that arrive (printed joined by ",")
+    wait_role: tuple[Role, ...]  # the roles that wait
     channel: tuple[str, ...]
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
@@ -150,6 +150,8 @@ class MBarrier:
     def __post_init__(self) -> None:
         _check(self.kind in BARRIER_KINDS, f"mbarrier kind {self.kind!r}")
         _check(self.stages >= 1 and self.count >= 1, "mbarrier with no stage or no arrival")
+        for roles in (self.arrive_role, self.wait_role):  # a bare str would print c,o,n,…
+            _check(isinstance(roles, tuple) and len(roles) > 0, f"mbarrier roles {roles!r}")
         _check(
             not self.same_tile or (self.kind == BarrierKind.EMPTY and self.stages == 1),
             "a same-tile mbarrier is a one-stage empty barrier",

@@ -168,7 +168,7 @@ def test_two_earlier_tensors_are_released_to_the_copy_on_one_free_barrier(monkey
     want = {(qk0, "B_mma_qk", "same"), (qk0, "Q_block", "same"), (qk, "Q_block", "after")}
     (bar,) = [b for b in _top(m, S.MBarrier) if b.name == FREE]
     assert bar.kind == "empty" and bar.stages == 1 and bar.same_tile and bar.channel == (v.ev,)
-    assert bar.count == 2 and bar.arrive_role == "consumer" and bar.wait_role == "producer"
+    assert bar.count == 2 and bar.arrive_role == ("consumer",) and bar.wait_role == ("producer",)
     assert {(e.src, e.tensor, e.via) for e in bar.edges} == want
     assert all(e.dst == v.ev and e.hazard == "war" for e in bar.edges)
     (wait,) = [o for o in _top(m, S.Wait) if o.bar == FREE]

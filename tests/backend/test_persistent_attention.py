@@ -377,7 +377,7 @@ def test_the_last_v_copy_waits_for_s_q_k0_to_retire():
     bar = next(o for o in _top(m, S.MBarrier) if o.name == "free_B_mma_pv_1")
     assert bar.kind == "empty" and bar.stages == 1 and bar.same_tile and bar.lag == 0
     assert bar.count == 2  # one arrival per consumer warpgroup
-    assert bar.arrive_role == "consumer" and bar.wait_role == "producer"
+    assert bar.arrive_role == ("consumer",) and bar.wait_role == ("producer",)
     v = _copy(m, "B_mma_pv_1")
     assert bar.channel == (v.ev,)
     (arrive,) = [o for o in _top(m, S.Arrive) if o.bar == "free_B_mma_pv_1"]

@@ -58,7 +58,7 @@ def test_the_copy_before_the_loop_gets_a_one_stage_full_barrier_and_one_wait():
     bars = {o.name: o for o in walk_ops(m.body) if isinstance(o, S.MBarrier)}
     full = bars["full_A_block"]
     assert (full.kind, full.stages, full.count) == ("full", 1, 1)
-    assert (full.arrive_role, full.wait_role) == ("producer", "consumer")
+    assert (full.arrive_role, full.wait_role) == (("producer",), ("consumer",))
     # one tile per block: nothing writes the panel after the copy (no empty barrier, no
     # release; a persistent block's next tile would: tests/backend/test_persistent_attention.py)
     assert sorted(n for n, b in bars.items() if b.kind == "empty") == ["empty_B_mma_wg"]

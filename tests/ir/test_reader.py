@@ -105,7 +105,7 @@ HEAD = "module @t(%A: [64] f32 @GLOBAL) sizes() {\n"
             "  wait %b[0] parity 0  @producer  from %e1 -> %e2 (rw %A)\n",
             2,
             52,
-            "bad edge: edge hazard 'rw'",
+            "'rw' is not a hazard",
         ),
         ("  %x = (%A + )\n", 2, 14, "expected an expression"),
         ("  %x = 1 ? 2\n", 2, 10, "unexpected '?'"),
@@ -117,6 +117,92 @@ def test_a_malformed_line_is_located(body, line, col, words):
     assert words in e.message, render(e)
     shown = render(e)
     assert shown.startswith(f"t.ir:{line}:{col}: error[E063]") and "^" in shown
+
+
+@pytest.mark.parametrize(
+    "body, line, col, message, tags",
+    [
+        (
+            "  %x = tensor [64] f32 @SHARDE\n",
+            2,
+            24,
+            "'@SHARDE' is not a memory",
+            "@GLOBAL, @SHARED, @REGISTER, @NONE",
+        ),
+        (
+            "  %e1: [(4, WARPGRUP)] = call fill(%A, 0) {}\n",
+            2,
+            13,
+            "'WARPGRUP' is not a processor level",
+            "HOST, BLOCK, WARPGROUP, WARP, THREAD",
+        ),
+        (
+            "  %e1: [(2, WARP)] = pfor %i in [0, 2) WARPS {} do\n    %y = 1\n",
+            2,
+            40,
+            "'WARPS' is not a processor level",
+            "WARPGROUP, WARP, THREAD",
+        ),
+        (
+            "  %x = tensor [64, 64] f32 @REGISTER\n  %P = partition_by_mma %x (WGMMA_64x64x16, WRP, C)\n",
+            3,
+            45,
+            "'WRP' is not a processor level",
+            "WARP, THREAD",
+        ),
+        (
+            "  %x = (warp_id() + lanes_id())\n",
+            2,
+            21,
+            "'lanes_id()' is not a processor index",
+            "warp_id(), lane_id()",
+        ),
+        (
+            "  %e1: () = call fill(%A, 0) {}  @consumr\n",
+            2,
+            34,
+            "'@consumr' is not a role",
+            "@producer, @consumer",
+        ),
+        (
+            "  %b = mbarrier[1] ful arrivals(1) arrive @producer wait @consumer  channel of %e1\n",
+            2,
+            20,
+            "'ful' is not an mbarrier kind",
+            "full, empty",
+        ),
+        (
+            "  %b = mbarrier[1] full arrivals(1) arrive @consumer,producr wait @consumer  channel of %e1\n",
+            2,
+            54,
+            "'producr' is not a role",
+            "producer, consumer",
+        ),
+        (
+            "  commit_group wgmm  @consumer  closes the group of %e1\n",
+            2,
+            16,
+            "'wgmm' is not a group unit",
+            "wgmma, bulk",
+        ),
+        ("  wait_group bulks 0  @consumer\n", 2, 14, "'bulks' is not a group unit", "wgmma, bulk"),
+        ("  turn tak 1, 256  @consumer\n", 2, 8, "'tak' is not a turn kind", "take, pass"),
+        ("  fence proxy  @consumer\n", 2, 9, "'proxy' is not a fence kind", "wgmma, proxy_async"),
+        (
+            "  syncwarp  @consumer  from %e1 -> %e2 (raw+rar %A)\n",
+            2,
+            45,
+            "'rar' is not a hazard",
+            "raw, war, waw, end, turn",
+        ),
+    ],
+)
+def test_an_unknown_tag_is_located_and_the_tags_are_listed(body, line, col, message, tags):
+    """Memories, processor levels, roles, hazards and the sync ops' kinds are read into their
+    enums (cypressc/lang/kinds.py, cypressc/ir/kinds.py); any other word is an E063 at it."""
+    e = _error(HEAD + body + "}\n")
+    assert (e.loc.line, e.loc.col) == (line, col), render(e)
+    assert e.message == message and tags in e.hint, render(e)
 
 
 def test_headers_are_checked():

@@ -192,14 +192,14 @@ def test_producer_copy_and_thread_reader_in_a_pipelined_loop():
         "full",
         2,
         1,
-        "producer",
-        "consumer",
+        ("producer",),
+        ("consumer",),
     )
     assert (empty.kind, empty.count, empty.arrive_role, empty.wait_role) == (
         "empty",
         8,
-        "consumer",
-        "producer",
+        ("consumer",),
+        ("producer",),
     )
     body = body_of(m)
     assert kinds(body) == [
