@@ -35,7 +35,7 @@ if ! python3 -c "import pydantic, cutlass_library, z3" 2>/dev/null; then
   fi
 fi
 export PYTHONUNBUFFERED=1
-B=build/gpu_check
+B=${GPU_CHECK_OUT:-build/gpu_check}   # several lanes at once (bench/gpu_lanes.sh) each take their own
 GPU_TEST_ARGS=${GPU_TEST_ARGS:---programs gemm --mappings h100 --proto f16}
 
 t0=$(date +%s)
