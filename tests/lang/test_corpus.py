@@ -68,7 +68,10 @@ def _codes_in_source(*packages: str) -> set[str]:
     for f in [
         ROOT / "cypressc" / "diagnostics.py",
         ROOT / "cypressc" / "frontend.py",
-        ROOT / "cypressc" / "cli" / "common.py",  # `opt`'s and `-o`'s codes (E061, E063) are not `check`'s
+        ROOT
+        / "cypressc"
+        / "cli"
+        / "common.py",  # `opt`'s and `-o`'s codes (E061, E063) are not `check`'s
         *(
             f
             for p in ("lang", "mapping", *packages)
