@@ -3,12 +3,16 @@
 over the kernel's variables, and this module alone writes it as C++ (Cypress paper
 §4.2.6, the code-generation half of CUDA lowering).
 
-The kernel's variables are plain :class:`~cypressc.ir.nodes.IVar` names: the sizes (``M``,
-``N``, …), the tile coordinates ``b0, b1, b2``, the main-loop step ``kb`` (``kn``: a load
-issued ahead), the trip counts ``num_k``, ``num_k_1``, … (one per main loop), the consumer warpgroup ``cw``, the thread in the
-warpgroup ``tw``, the pipeline counters ``stage, phase, istage, iphase, kbase``, ``tiles<d>``,
-``threadIdx.x`` and the thread predicates ``leader`` and ``issuer``.  The lowering
-substitutes every IR name by one of them; a processor index left over is a lowering bug
+Two kinds of names occur.  An :class:`~cypressc.ir.nodes.IVar` is a program scalar: a size
+(``M``, ``N``, …) or a float argument; the emitter may spell it otherwise where it collides
+with a name of the kernel (``var``, :mod:`cypressc.backend.names`).  A :class:`KVar` is a
+variable the kernel itself declares: the tile coordinates ``b0, b1, b2``, the main-loop step
+``kb`` (``kn``: a load issued ahead), the trip counts ``num_k``, ``num_k_1``, … (one per
+main loop), the consumer warpgroup ``cw``, the thread in the warpgroup ``tw``, the pipeline
+counters ``kbase`` and ``tphase``, ``tiles<d>``, ``threadIdx.x`` and the thread predicates
+``leader``, ``issuer`` and ``more``.  A :class:`PipeAt` is a field of a running pipeline
+state (``cypress::PipelineState``, :mod:`cypressc.backend.sync_lower`).  The lowering
+substitutes every IR name by one of these; a processor index left over is a lowering bug
 (:class:`TypeError`).
 
 Printing rules (what the generated kernels have always looked like):
@@ -19,9 +23,11 @@ Printing rules (what the generated kernels have always looked like):
   too, so an index reads without precedence reasoning (``((b0 * 128) + (cw * 64))``);
   ``cdiv``, ``min`` and ``max`` print as calls (``cdiv`` is the kernel's own helper);
 * conditions print with C's precedence: a comparison's or a conjunction's operand that
-  binds tighter loses its parentheses (``b1 == tiles1 - 1``, ``leader && cw == 0``), as do
-  the condition and branches of ``c ? a : b``; an ``^`` of parities groups its terms like
-  arithmetic, a comparison among them parenthesized (``(phase ^ (stage < 1) ^ 1)``);
+  binds tighter loses its parentheses (``b1 == tiles1 - 1``, ``leader && cw == 0``); an
+  ``^`` of parities groups its terms like arithmetic, a comparison among them
+  parenthesized (``(tphase ^ (kb < 1) ^ 1)``);
+* a pipeline state's field prints as C++ member access: ``pipe.index``, and stepped,
+  ``(pipe + 1).phase``;
 * an IR guard (:class:`cypressc.ir.sync.Guard`, ``a >= b``) compares two grouped indices;
 * ``top=True`` prints the expression where nothing binds tighter around it (a statement,
   an ``if`` condition, the launcher's test): its own outer parentheses are dropped.
@@ -33,11 +39,54 @@ so the text has no ``0 * x`` or ``+ 0`` terms unless the expression has them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from cypressc.ir import nodes as N
 from cypressc.ir.sync import Guard
 
-__all__ = ["ARITH", "CALLS", "COMPARE", "cexpr", "is_true", "is_zero", "mentions"]
+__all__ = [
+    "ARITH",
+    "CALLS",
+    "COMPARE",
+    "KVar",
+    "PipeAt",
+    "cexpr",
+    "is_true",
+    "is_zero",
+    "mentions",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KVar:
+    """A variable the generated kernel declares or a CUDA built-in it reads (``kb``, ``cw``,
+    ``b0``, ``threadIdx.x``, …: the module docstring lists them).  In a kernel expression an
+    :class:`~cypressc.ir.nodes.IVar` is always a program scalar instead, so a size that a
+    program names ``kb`` is never the main loop's ``kb``."""
+
+    name: str
+
+
+PIPE_FIELDS = ("index", "phase")
+
+
+@dataclass(frozen=True, slots=True)
+class PipeAt:
+    """Field ``what`` of the running pipeline state ``pipe`` (a ``cypress::PipelineState``
+    the kernel declares and advances once per main-loop step) moved ``ahead`` steps on
+    (back, when negative; ``-depth < ahead < depth``): ``"index"`` is a stage of the ring,
+    ``"phase"`` the parity its mbarriers complete on that pass (CUTLASS's
+    ``PipelineState::index()`` / ``phase()``).  Raises ValueError for another field."""
+
+    pipe: str
+    what: str
+    ahead: int = 0
+
+    def __post_init__(self) -> None:
+        if self.what not in PIPE_FIELDS:
+            raise ValueError(f"a pipeline state has fields {PIPE_FIELDS}, not {self.what!r}")
+
 
 ARITH = {"+": "+", "-": "-", "*": "*", "/": "/", "//": "/", "%": "%"}
 CALLS = ("cdiv", "min", "max")
@@ -60,7 +109,6 @@ _PREC = {
     "^": 7,
     "&&": 5,
 }
-_SELECT = 3
 
 
 def _prec(e) -> int:
@@ -68,15 +116,13 @@ def _prec(e) -> int:
         return 100 if e.op in CALLS else _PREC[e.op]
     if isinstance(e, Guard):
         return _PREC[">="]
-    if isinstance(e, N.ISelect):
-        return _SELECT
-    return 100  # a number or a name
+    return 100  # a number, a name or a member access
 
 
-def _loose(e, within: int) -> str:
+def _loose(e, within: int, var) -> str:
     """``e`` as an operand of an operator of strength ``within`` that writes its operands by
     precedence: bare when it binds tighter, grouped otherwise."""
-    return cexpr(e, top=_prec(e) > within)
+    return cexpr(e, top=_prec(e) > within, var=var)
 
 
 def _chain(e: N.IBin) -> list:
@@ -88,34 +134,39 @@ def _chain(e: N.IBin) -> list:
     return [e.a, e.b, *reversed(terms)]
 
 
-def cexpr(e, top: bool = False) -> str:
-    """Kernel expression ``e`` (an :data:`~cypressc.ir.nodes.IExpr` over the kernel's
-    variables, or an IR :class:`~cypressc.ir.sync.Guard`) as C++ source (rules in the module
-    docstring); ``top``: without the outer parentheses.  Raises :class:`TypeError` for a
-    processor index or anything else that is not a kernel expression, :class:`ValueError`
-    for an operator C has no spelling for here."""
+def cexpr(e, top: bool = False, var: Callable[[str], str] | None = None) -> str:
+    """Kernel expression ``e`` (an :data:`~cypressc.ir.nodes.IExpr` over program scalars
+    and the kernel's :class:`KVar` and :class:`PipeAt` variables, or an IR
+    :class:`~cypressc.ir.sync.Guard`) as C++ source (rules in the module docstring); ``top``:
+    without the outer parentheses; ``var``: the C spelling of a program scalar's name (default:
+    the name).  Raises :class:`TypeError` for a processor index or anything else that is
+    not a kernel expression, :class:`ValueError` for an operator C has no spelling for here."""
     if isinstance(e, N.IConst):
         if isinstance(e.value, bool):
             return "true" if e.value else "false"
         return str(e.value)
     if isinstance(e, N.IVar):
+        return e.name if var is None else var(e.name)
+    if isinstance(e, KVar):
         return e.name
+    if isinstance(e, PipeAt):
+        if not e.ahead:
+            return f"{e.pipe}.{e.what}"
+        return f"({e.pipe} {'+' if e.ahead > 0 else '-'} {abs(e.ahead)}).{e.what}"
     if isinstance(e, Guard):
-        text = f"{cexpr(e.a)} >= {cexpr(e.b)}"
-    elif isinstance(e, N.ISelect):
-        text = f"{_loose(e.cond, _SELECT)} ? {_loose(e.a, _SELECT)} : {_loose(e.b, _SELECT)}"
+        text = f"{cexpr(e.a, var=var)} >= {cexpr(e.b, var=var)}"
     elif isinstance(e, N.IBin):
         op = e.op
         if op in CALLS:
-            return f"{op}({cexpr(e.a)}, {cexpr(e.b)})"
+            return f"{op}({cexpr(e.a, var=var)}, {cexpr(e.b, var=var)})"
         if op in ARITH:
-            text = f"{cexpr(e.a)} {ARITH[op]} {cexpr(e.b)}"
+            text = f"{cexpr(e.a, var=var)} {ARITH[op]} {cexpr(e.b, var=var)}"
         elif op in COMPARE:
-            text = f"{_loose(e.a, _PREC[op])} {op} {_loose(e.b, _PREC[op])}"
+            text = f"{_loose(e.a, _PREC[op], var)} {op} {_loose(e.b, _PREC[op], var)}"
         elif op == "&&":
-            text = " && ".join(_loose(t, _PREC[op]) for t in _chain(e))
+            text = " && ".join(_loose(t, _PREC[op], var) for t in _chain(e))
         elif op == "^":
-            text = " ^ ".join(cexpr(t) for t in _chain(e))
+            text = " ^ ".join(cexpr(t, var=var) for t in _chain(e))
         else:
             raise ValueError(f"no C operator for {op!r}")
     elif isinstance(e, N.IProc):
@@ -145,11 +196,12 @@ def is_true(e) -> bool:
 
 
 def mentions(e, name: str) -> bool:
-    """Whether kernel expression (or guard) ``e`` reads variable ``name``."""
-    if isinstance(e, N.IVar):
+    """Whether kernel expression (or guard) ``e`` reads the kernel's variable ``name`` (a
+    :class:`KVar`, or the pipeline state of a :class:`PipeAt`; never a program scalar)."""
+    if isinstance(e, KVar):
         return e.name == name
+    if isinstance(e, PipeAt):
+        return e.pipe == name
     if isinstance(e, (N.IBin, Guard)):
         return mentions(e.a, name) or mentions(e.b, name)
-    if isinstance(e, N.ISelect):
-        return mentions(e.cond, name) or mentions(e.a, name) or mentions(e.b, name)
     return False

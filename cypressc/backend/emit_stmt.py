@@ -3,10 +3,11 @@
 :mod:`cypressc.backend.emit` prints the kernel's frame (shared memory, mbarrier
 initialization, the roles, the tile loop, the main loop); every statement inside comes
 from here, in the order the IR gives it.  A :class:`~cypressc.backend.plan.Sync` prints
-exactly its IR op (:mod:`cypressc.ir.sync`) with the comment naming the event edges it
-realizes; compute statements print their leaf (TMA copy, wgmma steps, fills, SIMT row
-sums, stores).  Every expression of a statement is printed by :mod:`cypressc.backend.cexpr`
-(``_c``; ``_cond`` for a condition standing alone); the text around it is the leaf's.
+exactly its IR op (:mod:`cypressc.backend.emit_sync`); compute statements print their leaf
+(TMA copy, wgmma steps, fills, SIMT row sums, stores).  Every expression of a statement is printed by :mod:`cypressc.backend.cexpr`
+(``_c``; ``_cond`` for a condition standing alone); the text around it is the leaf's.  Every
+name from the program is written through :func:`cypressc.backend.names.sym` (``_n``), so that
+its C++ spelling is chosen when the file is complete.
 """
 
 from __future__ import annotations
@@ -14,138 +15,31 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
-from cypressc.backend.cexpr import cexpr as _c
 from cypressc.backend.cexpr import is_true, is_zero
-from cypressc.ir import sync as S
+from cypressc.backend.emit_base import CTYPE, frag as _frag, staging as _staging
+from cypressc.backend.emit_base import atom as _atom, c as _c, cond as _cond, dim as _dim
+from cypressc.backend.emit_base import done as _done, each as _each, per_atom as _per_atom
+from cypressc.backend.emit_base import stage_base as _stage_base, times as _times
+from cypressc.backend.emit_sync import emit_sync
+from cypressc.backend.names import sym as _n
 
-__all__ = ["CTYPE", "emit_stmt", "emit_stmts"]
-
-CTYPE = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "i32": "int"}
-
-
-def _frag(p: P.KernelPlan, name: str) -> P.Fragment:
-    return next(x for x in p.fragments if x.name == name)
-
-
-def _cond(e) -> str:
-    """A condition (kernel expression or guard) as the whole test of an ``if``."""
-    return _c(e, top=True)
-
-
-def _stage_base(buf: P.StageBuffer, stage) -> str:
-    """The address of stage ``stage`` (a kernel expression) of shared tile ``buf``."""
-    return f"s_{buf.name}" if is_zero(stage) else f"s_{buf.name} + ({_c(stage)}) * {buf.name}_STAGE"
-
-
-def _each(w, var: str, n: int, *, unroll: bool = True) -> str:
-    """Open ``for (int var = 0; var < n; ++var)`` (a block: close it with :func:`_done`) and
-    return the index to write, ``var``; for ``n == 1`` open nothing and return ``"0"``: a
-    warpgroup of one 64-row atom, a tile of one box, has no loop to show."""
-    if n == 1:
-        return "0"
-    if unroll:
-        w("#pragma unroll")
-    w.open(f"for (int {var} = 0; {var} < {n}; ++{var})")
-    return var
-
-
-def _done(w, n: int) -> None:
-    """Close what :func:`_each` opened for ``n``."""
-    if n != 1:
-        w.close()
-
-
-def _atom(n: int) -> str:
-    """The index of the 64-row atom a statement of :func:`_per_atom` is written with: ``a``, or
-    the folded ``0`` for a warpgroup of one atom."""
-    return "a" if n > 1 else "0"
-
-
-def _per_atom(w, n: int, stmt: str, *, unroll: bool = True) -> None:
-    """The one-statement form of :func:`_each`: ``stmt`` (written with :func:`_atom`) under
-    ``for (int a = 0; a < n; ++a)``, or alone for one atom."""
-    if n == 1:
-        w(stmt)
-        return
-    if unroll:
-        w("#pragma unroll")
-    w(f"for (int a = 0; a < {n}; ++a) {stmt}")
-
-
-def _times(k: int | str, i: str) -> str:
-    """``k * i`` as a term of a sum: '' when the index ``i`` is the folded 0."""
-    return "" if i == "0" else f" + {k} * {i}"
-
-
-def _fence_acc(w, p: P.KernelPlan, accs) -> None:
-    """Order the compiler's accesses of the accumulators around an async wgmma point."""
-    for acc in accs:
-        atoms = _frag(p, acc).rows // 64
-        _per_atom(w, atoms, f"cypress::fence_acc({acc}[{_atom(atoms)}]);", unroll=False)
-
-
-def _line(w, code: str, who, note: str) -> None:
-    tail = f"  // {note}" if note else ""
-    w(f"if ({_cond(who)}) {code}{tail}" if who is not None else f"{code}{tail}")
-
-
-def _sync(w, p: P.KernelPlan, st: P.Sync) -> None:
-    op = st.op
-    if st.when is not None:
-        w.open(f"if ({_cond(st.when)})")
-    if isinstance(op, S.Wait):
-        _line(w, f"cypress::wait(&{st.bar}[{_c(st.stage)}], {_c(st.parity)});", st.who, st.note)
-    elif isinstance(op, S.ArriveExpectTx):
-        _line(
-            w, f"cypress::arrive_expect_tx(&{st.bar}[{_c(st.stage)}], {op.bytes});", st.who, st.note
-        )
-    elif isinstance(op, S.Arrive):
-        _line(w, f"cypress::arrive(&{st.bar}[{_c(st.stage)}]);", st.who, st.note)
-    elif isinstance(op, S.Fence) and op.kind == "wgmma":
-        w(f"// wgmma.fence: {st.note}")
-        _fence_acc(w, p, st.accs)
-        _line(w, "cypress::wgmma_fence();", st.who, "")
-    elif isinstance(op, S.Fence):
-        _line(w, "cypress::fence_proxy_async();", st.who, st.note)
-    elif isinstance(op, S.CommitGroup):
-        call = "cypress::commit();" if op.unit == "wgmma" else "cypress::tma_store_commit();"
-        _line(w, call, st.who, st.note)
-    elif isinstance(op, S.WaitGroup) and op.unit == "wgmma":
-        _line(w, f"cypress::wait<{op.pending}>();", st.who, st.note)
-        _fence_acc(w, p, st.accs)  # the registers' next reads stay after the wait
-    elif isinstance(op, S.WaitGroup):
-        _line(w, f"cypress::tma_store_wait<{op.pending}>();", st.who, st.note)
-        if st.deferred and st.barrier is not None:
-            bid, threads = st.barrier
-            w(
-                f"cypress::named_sync({_c(bid)}, {threads});  // the other writers learn the store is done"
-            )
-    elif isinstance(op, S.SyncWarp):
-        _line(w, "__syncwarp();", st.who, st.note)
-    elif isinstance(op, S.BarSync):
-        _line(w, f"cypress::named_sync({_c(st.stage)}, {op.threads});", st.who, st.note)
-    elif isinstance(op, S.Turn):  # ping-pong: wait for this warpgroup's turn / hand it to the next
-        call = "named_sync" if op.kind == "take" else "named_arrive"
-        _line(w, f"cypress::{call}({_c(st.stage)}, {op.threads});", st.who, st.note)
-    else:
-        raise AssertionError(f"no CUDA for {type(op).__name__}")
-    if st.when is not None:
-        w.close()
+__all__ = ["emit_stmt", "emit_stmts"]
 
 
 def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
-    m = next(x for x in p.maps if x.name == ld.map)
+    m = ld.map
     b = next(x for x in p.buffers if x.name == ld.buffer)
-    w(f"// {ld.event}: copy -> %{ld.buffer}[{_c(ld.stage)}] (TMA)")
+    w(f"// {ld.event}: copy %{m.tensor} -> %{ld.buffer} (TMA)")
     base = _stage_base(b, ld.stage)
-    bar = f"&{ld.bar}[{_c(ld.bar_stage)}]"
+    bar = f"&{_n(ld.bar)}[{_c(ld.bar_stage, top=True)}]"
     coords = [_c(x) for x in ld.coords]
+    tm = _n(m.name)
 
     def one(dst: str, inner: str) -> None:
         if len(m.box) == 2:
-            w(f"cypress::tma_load_2d({dst}, &{m.name}, {bar}, {inner}, {coords[0]});")
+            w(f"cypress::tma_load_2d({dst}, &{tm}, {bar}, {inner}, {coords[0]});")
         else:
-            w(f"cypress::tma_load_3d({dst}, &{m.name}, {bar}, {inner}, {coords[1]}, {coords[0]});")
+            w(f"cypress::tma_load_3d({dst}, &{tm}, {bar}, {inner}, {coords[1]}, {coords[0]});")
 
     if ld.who is not None:
         w.open(f"if ({_cond(ld.who)})")
@@ -154,7 +48,7 @@ def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
     else:
         w("#pragma unroll")
         w.open(f"for (int j = 0; j < {ld.chunks}; ++j)")
-        one(f"{base} + j * {b.name}_CHUNK", f"{coords[-1]} + {b.chunk_cols} * j")
+        one(f"{base} + j * {_n(b.name)}_CHUNK", f"{coords[-1]} + {b.chunk_cols} * j")
         w.close()
     if ld.who is not None:
         w.close()
@@ -167,7 +61,8 @@ def _k_major_addr(buf: P.StageBuffer, base: str, col, row: str | None) -> str:
     steps per chunk, then the next chunk."""
     per = buf.swizzle // 32
     ks = "kk" if is_zero(col) else f"(kk + ({_c(col)}) / 16)"
-    k_off = f"{ks} * {buf.name}_CHUNK" if per == 1 else f"({ks} / {per}) * {buf.name}_CHUNK"
+    chunk = f"{_n(buf.name)}_CHUNK"
+    k_off = f"{ks} * {chunk}" if per == 1 else f"({ks} / {per}) * {chunk}"
     in_row = "" if per == 1 else f" + ({ks} % {per}) * 32"
     at_row = "" if row is None else f" + {row} * {buf.swizzle}"
     return f"{base} + {k_off}{at_row}{in_row}"
@@ -193,10 +88,10 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
             f"({_k_major_addr(b_buf, b_base, mm.b_col, None if is_zero(mm.b_row) else f'({_c(mm.b_row)})')});"
         )
     else:
-        chunk = "" if mm.b_chunk == 0 else f"{mm.b_chunk} * {b_buf.name}_CHUNK + "
+        chunk = "" if mm.b_chunk == 0 else f"{mm.b_chunk} * {_n(b_buf.name)}_CHUNK + "
         w(
             f"const uint64_t db = cypress::desc_mn_sw{b_buf.swizzle}({b_base} + {chunk}kk * 16 * {b_buf.swizzle}, "
-            f"{b_buf.name}_CHUNK);"
+            f"{_n(b_buf.name)}_CHUNK);"
         )
     atoms = f.rows // 64
     zero = ", kk == 0" if mm.zero_fill else ""
@@ -206,15 +101,15 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
         _per_atom(
             w,
             atoms,
-            f"cypress::wgmma_rs<{mm.n}, {CTYPE[mm.dtype]}{mb}>(&{mm.a_frag}[{ai}][kk * 4], db, "
-            f"{f.name}[{ai}]{zero});",
+            f"cypress::wgmma_rs<{mm.n}, {CTYPE[mm.dtype]}{mb}>(&{_n(mm.a_frag)}[{ai}][kk * 4], db, "
+            f"{_n(f.name)}[{ai}]{zero});",
         )
         w.close()
         return
     a_buf = next(x for x in p.buffers if x.name == mm.a_buf)
     a_base = _stage_base(a_buf, mm.a_stage)
     row = f"({_c(mm.a_row)})" if atoms == 1 else f"(({_c(mm.a_row)}) + a * 64)"
-    acc = f"{f.name}[0]" if atoms == 1 else f"{f.name}[a]"
+    acc = f"{_n(f.name)}[0]" if atoms == 1 else f"{_n(f.name)}[a]"
     if atoms > 1:
         w("#pragma unroll")
         w.open(f"for (int a = 0; a < {atoms}; ++a)")
@@ -231,14 +126,14 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
 def _row_sum(w, p: P.KernelPlan, op: P.RowSum) -> None:
     b = next(x for x in p.buffers if x.name == op.buf)
     base = _stage_base(b, op.stage)
-    chunk = "" if op.col0 == 0 else f" + {op.col0 // b.chunk_cols} * {b.name}_CHUNK"
+    chunk = "" if op.col0 == 0 else f" + {op.col0 // b.chunk_cols} * {_n(b.name)}_CHUNK"
     w(f"// {op.event}: row_sum of %{op.buf} rows (SIMT)")
     w.open(f"if ({_cond(op.active)})")
     w("#pragma unroll")
     w(f"for (int rr = 0; rr < {op.rows}; ++rr)")
     w(
-        f"  {op.vec}[rr] += cypress::sw128_row_sum<{CTYPE[op.dtype]}>({base}{chunk}, ({_c(op.row)}) + rr, "
-        f"{op.cols // 64}, {b.name}_CHUNK);"
+        f"  {_n(op.vec)}[rr] += cypress::sw128_row_sum<{CTYPE[op.dtype]}>({base}{chunk}, ({_c(op.row)}) + rr, "
+        f"{op.cols // 64}, {_n(b.name)}_CHUNK);"
     )
     w.close()
 
@@ -257,7 +152,7 @@ def _fill_shared(w, p: P.KernelPlan, op: P.FillShared) -> None:
     w.open(f"for (int c = 0; c < {op.cols}; ++c)")
     w(f"const int row = ({_c(op.row)}) + r, col = ({_c(op.col)}) + c;")
     w(
-        f"*reinterpret_cast<{CTYPE[op.dtype]}*>(s_{b.name} + (col / {b.chunk_cols}) * {b.name}_CHUNK + "
+        f"*reinterpret_cast<{CTYPE[op.dtype]}*>(s_{_n(b.name)} + (col / {b.chunk_cols}) * {_n(b.name)}_CHUNK + "
         f"cypress::sw_offset<{b.swizzle}>(row, col % {b.chunk_cols})) = {CTYPE[op.dtype]}({_c(op.value)});"
     )
     w.close()
@@ -270,16 +165,16 @@ def _fill(w, p: P.KernelPlan, op) -> None:
     w(f"// {op.event}: fill")
     if isinstance(op, P.FillVector):
         v = next(x for x in p.vectors if x.name == op.vec)
-        w(f"for (int i = 0; i < {v.n}; ++i) {v.name}[i] = {_c(op.value)};")
+        w(f"for (int i = 0; i < {v.n}; ++i) {_n(v.name)}[i] = {_c(op.value)};")
         return
     f = _frag(p, op.acc)
     w("#pragma unroll")
     if f.rows // 64 == 1:
-        w(f"for (int i = 0; i < {f.cols // 2}; ++i) {f.name}[0][i] = {_c(op.value)};")
+        w(f"for (int i = 0; i < {f.cols // 2}; ++i) {_n(f.name)}[0][i] = {_c(op.value)};")
         return
     w(f"for (int a = 0; a < {f.rows // 64}; ++a)")
     w("#pragma unroll")
-    w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {f.name}[a][i] = {_c(op.value)};")
+    w(f"  for (int i = 0; i < {f.cols // 2}; ++i) {_n(f.name)}[a][i] = {_c(op.value)};")
 
 
 def _convert(w, p: P.KernelPlan, op: P.Convert) -> None:
@@ -287,14 +182,14 @@ def _convert(w, p: P.KernelPlan, op: P.Convert) -> None:
     w(f"// {op.event}: copy %{op.src} -> %{op.dst} (f32 -> {op.dtype}, the A fragment of a wgmma)")
     n = f.rows // 64
     i = _atom(n)
-    _per_atom(w, n, f"cypress::acc_to_a<{CTYPE[op.dtype]}>({op.src}[{i}], {op.dst}[{i}]);")
+    _per_atom(w, n, f"cypress::acc_to_a<{CTYPE[op.dtype]}>({_n(op.src)}[{i}], {_n(op.dst)}[{i}]);")
 
 
 def _add(w, p: P.KernelPlan, op: P.Add) -> None:
     f = _frag(p, op.acc)
     w(f"// {op.event}: add")
     a = _each(w, "a", f.rows // 64, unroll=False)
-    w(f"for (int i = 0; i < {f.cols // 2}; ++i) {op.acc}[{a}][i] += {op.other}[{a}][i];")
+    w(f"for (int i = 0; i < {f.cols // 2}; ++i) {_n(op.acc)}[{a}][i] += {_n(op.other)}[{a}][i];")
     _done(w, f.rows // 64)
 
 
@@ -312,11 +207,11 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
     for i, x in enumerate(op.args):
         if x.kind == "frag":
             for e in (0, 1):
-                calls[e].append(f"{x.name}[{a}][2 * j + {e}]")
+                calls[e].append(f"{_n(x.name)}[{a}][2 * j + {e}]")
         elif x.kind == "vec":
-            ct, col = CTYPE[x.dtype], f"({_c(x.col0)}) + c"
-            w(f"const {ct} v{i}_0 = {col} < {x.extent} ? {x.name}[{col}] : {ct}{{}};")
-            w(f"const {ct} v{i}_1 = {col} + 1 < {x.extent} ? {x.name}[{col} + 1] : {ct}{{}};")
+            ct, col, n, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + c", _n(x.name), _dim(x.extent, p)
+            w(f"const {ct} v{i}_0 = {col} < {ext} ? {n}[{col}] : {ct}{{}};")
+            w(f"const {ct} v{i}_1 = {col} + 1 < {ext} ? {n}[{col} + 1] : {ct}{{}};")
             for e in (0, 1):
                 calls[e].append(f"v{i}_{e}")
         else:
@@ -331,11 +226,11 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
 def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
     f = _frag(p, op.acc)
     t = next(x for x in p.tensors if x.name == op.tensor)
-    rows, cols = t.dims[-2], t.dims[-1]
+    rows, cols = _dim(t.dims[-2], p), _dim(t.dims[-1], p)
     base = (
-        op.tensor
+        _n(op.tensor)
         if op.batch is None
-        else f"({op.tensor} + size_t({_c(op.batch)}) * {rows} * {cols})"
+        else f"({_n(op.tensor)} + size_t({_c(op.batch)}) * {rows} * {cols})"
     )
     w(f"// {op.event}: copy %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment")
     if op.when is not None:
@@ -348,17 +243,12 @@ def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
     w(f"if (r < {rows} && c < {cols})")
     w(
         f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
-        f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[{a}][2 * j], {op.acc}[{a}][2 * j + 1]);"
+        f"cypress::pack2<{CTYPE[op.dtype]}>({_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]);"
     )
     w.close()
     _done(w, f.rows // 64)
     if op.when is not None:
         w.close()
-
-
-def _staging(p: P.KernelPlan, acc: str, offset: int) -> str:
-    f = _frag(p, acc)
-    return f"smem + {offset} + cw * {f.rows * f.cols * 2}"
 
 
 def _stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
@@ -372,10 +262,10 @@ def _stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
     w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
     w("const int2 rc = cypress::acc_coord(j);")
     box = "rc.y / 64" if a == "0" else f"a * {boxes} + rc.y / 64"
-    w(f"uint8_t* box = {_staging(p, op.acc, op.offset)} + ({box}) * 8192;")
+    w(f"uint8_t* box = {_staging(op.tensor)} + ({box}) * 8192;")
     w(
         f"*reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = "
-        f"cypress::pack2<{CTYPE[op.dtype]}>({op.acc}[{a}][2 * j], {op.acc}[{a}][2 * j + 1]);"
+        f"cypress::pack2<{CTYPE[op.dtype]}>({_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]);"
     )
     w.close()
     _done(w, f.rows // 64)
@@ -383,7 +273,7 @@ def _stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
 
 def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
     f = _frag(p, op.acc)
-    m = next(x for x in p.maps if x.name == op.map)
+    m = op.map
     boxes = f.cols // 64
     w(f"// {op.event}: copy %{op.tensor} -> global (TMA store, 64x64 boxes)")
     w.open("if (leader)")
@@ -394,14 +284,14 @@ def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
         " + ".join(t for t in (f"{a} * {boxes}" if a != "0" else "", b if b != "0" else "") if t)
         or "0"
     )
-    src = _staging(p, op.acc, op.offset) + (
+    src = _staging(op.tensor) + (
         "" if box == "0" else f" + ({box}) * 8192" if " " in box else f" + {box} * 8192"
     )
     col, row = f"({_c(op.col0)}){_times(64, b)}", f"({_c(op.row0)}){_times(64, a)}"
     if len(m.box) == 2:
-        w(f"cypress::tma_store_2d(&{m.name}, {src}, {col}, {row});")
+        w(f"cypress::tma_store_2d(&{_n(m.name)}, {src}, {col}, {row});")
     else:
-        w(f"cypress::tma_store_3d(&{m.name}, {src}, {col}, {row}, {_c(op.batch)});")
+        w(f"cypress::tma_store_3d(&{_n(m.name)}, {src}, {col}, {row}, {_c(op.batch)});")
     _done(w, boxes)
     _done(w, atoms)
     w.close()
@@ -419,7 +309,9 @@ def _store_vector(w, p: P.KernelPlan, op: P.StoreVector) -> None:
     w.open(f"if ({cond})")
     w(f"for (int i = 0; i < {op.n}; ++i)")
     index = _c(op.index)
-    w(f"  if (({index}) + i < {t.dims[0]}) {op.tensor}[({index}) + i] = {op.vec}[i];")
+    w(
+        f"  if (({index}) + i < {_dim(t.dims[0], p)}) {_n(op.tensor)}[({index}) + i] = {_n(op.vec)}[i];"
+    )
     w.close()
 
 
@@ -439,10 +331,12 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
     """A leaf over accumulator rows, once per 64-row atom (cypress.cuh's row helpers)."""
     (k0, x), rest = op.args[0], op.args[1:]
     a = _atom(op.atoms)
+    x = _n(x)
     if op.fn == "fill":
         stmt = f"{x}[{a}][0] = {x}[{a}][1] = {_c(op.value)};"
     elif op.fn == "copy":
-        stmt = f"{rest[0][1]}[{a}][0] = {x}[{a}][0]; {rest[0][1]}[{a}][1] = {x}[{a}][1];"
+        y = _n(rest[0][1])
+        stmt = f"{y}[{a}][0] = {x}[{a}][0]; {y}[{a}][1] = {x}[{a}][1];"
     else:
         frag_fn, vec_fn = _ROW_CALLS[op.fn]
         call = vec_fn if k0 == "row" and vec_fn else frag_fn
@@ -453,11 +347,11 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
             # the helper counts rows from its atom's first: atom a's start 64·a rows further down
             # the tile, so the diagonal offset (first row minus first key) grows by 64·a
             value = f"{value}{_times(64, a)}"
-        args = [f"{n}[{a}]" for _, n in op.args] + ([value] if value is not None else [])
+        args = [f"{_n(n)}[{a}]" for _, n in op.args] + ([value] if value is not None else [])
         stmt = f"cypress::{call}({', '.join(args)});"
     for v in op.reduce:  # an operand of this op: the same atoms (lower_rows refuses mixed rows)
         w(f"// the row sums in %{v} are per-lane parts until here: sum them across each quad")
-        _per_atom(w, op.atoms, f"cypress::quad_reduce({v}[{a}]);")
+        _per_atom(w, op.atoms, f"cypress::quad_reduce({_n(v)}[{a}]);")
     part = " (this thread's part)" if op.partial else ""
     w(f"// {op.event}: {op.fn} over accumulator rows{part}")
     # two statements under one loop need braces
@@ -466,8 +360,8 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
 
 def _row_store(w, p: P.KernelPlan, op: P.RowStore) -> None:
     t = next(x for x in p.tensors if x.name == op.tensor)
-    n = t.dims[-1]
-    base = op.tensor if op.batch is None else f"{op.tensor} + size_t({_c(op.batch)}) * {n}"
+    n = _dim(t.dims[-1], p)
+    base = _n(op.tensor) if op.batch is None else f"{_n(op.tensor)} + size_t({_c(op.batch)}) * {n}"
     atoms = next(v.rows for v in p.row_vectors if v.name == op.vec) // 64
     w(f"// {op.event}: copy %{op.vec} -> {op.tensor} (f32), one lane of each quad")
     cond = (
@@ -480,13 +374,13 @@ def _row_store(w, p: P.KernelPlan, op: P.RowStore) -> None:
     w("#pragma unroll")
     w("for (int h = 0; h < 2; ++h)")
     r = f"r0{_times(64, a)} + 8 * h"
-    w(f"  if ({r} < {n}) dst[{r}] = {op.vec}[{a}][h];")
+    w(f"  if ({r} < {n}) dst[{r}] = {_n(op.vec)}[{a}][h];")
     _done(w, atoms)
     w.close()
 
 
 _PRINT = {
-    P.Sync: _sync,
+    P.Sync: emit_sync,
     P.Load: _load,
     P.Mma: _mma,
     P.RowSum: _row_sum,

@@ -43,6 +43,7 @@ from typing import Any
 
 from cypressc.abi.dtypes import DTYPES
 from cypressc.abi.info import KernelInfo
+from cypressc.backend.names import choose_names, sym
 
 __all__ = [
     "write_harness",
@@ -153,13 +154,12 @@ def render_main_header(ki: KernelInfo) -> str:
     w(f'#if __has_include("{n}.h")')
     w(f'#include "{n}.h"')
     w("#endif")
-    ptr_args = [f"{'void*' if p.writes else 'const void*'} {p.name}" for p in ki.params]
+    ptr_args = [f"{'void*' if p.writes else 'const void*'} {sym(p.name)}" for p in ki.params]
     size_args = [f"int64_t {s}" for s in sizes]
-    float_args = [f"float {f}" for f in floats]
+    # the program's names spelled apart from the declaration's own (a tensor named `stream`)
+    args = [*ptr_args, *(f"int64_t {sym(s)}" for s in sizes), *(f"float {sym(f)}" for f in floats)]
     w(f"// The launcher in {n}.cu (must match {n}.h; a mismatch is a compile error here).")
-    w(
-        f'extern "C" int {n}_launch({", ".join(ptr_args + size_args + float_args + ["cudaStream_t stream"])});'
-    )
+    w(choose_names(f'extern "C" int {n}_launch({", ".join([*args, "cudaStream_t stream"])});'))
     w("")
     w("namespace cyp_kernel {")
     w("// The positional arguments of the command line: the sizes, then the float parameters.")

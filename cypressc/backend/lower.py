@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
-from cypressc.backend.cexpr import cexpr
+from cypressc.backend.cexpr import KVar, cexpr, mentions
 from cypressc.backend.lower_host import KernelInterface
 from cypressc.backend.lower_mem import MemoryLowering
 from cypressc.backend.lower_rows import RowLowering
@@ -99,12 +99,12 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         code its thread expression, the HOST loop's variable its grid coordinate.  Nothing is
         folded or reordered.  Refuses an address over any other processor index."""
         if self.lp is not None and e == self.lp.hi and static(self.lp.lo) == 0:
-            return N.IVar(self._loop_var("num_k"))
+            return KVar(self._loop_var("num_k"))
         if isinstance(e, N.IProc):
             if e.proc == "BLOCK":
-                return N.IVar(f"b{e.dim}")
+                return KVar(f"b{e.dim}")
             if e.proc == "WARPGROUP":
-                return N.IVar("cw")
+                return KVar("cw")
             if e.proc in self.thread_index:
                 return self.thread_index[e.proc]
             _refuse(f"an address depends on the {e.proc.lower()} index")
@@ -112,11 +112,11 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             if e.name in self.lets:
                 return self.k(self.lets[e.name])
             if e.name == self.kvar:
-                return N.IVar(self.kname)
+                return KVar(self.kname)
             if e == KBASE:
-                return N.IVar(self._loop_var("kbase"))
+                return KVar(self._loop_var("kbase"))
             if e.name == self.host_var:
-                b = N.IVar(f"b{self.host_dim}")
+                b = KVar(f"b{self.host_dim}")
                 return b if static(self.host_lo) == 0 else N.IBin("+", self.k(self.host_lo), b)
             return e
         if isinstance(e, N.IBin):
@@ -124,30 +124,28 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         return e
 
     def _loop_var(self, base: str) -> str:
-        """The kernel variable ``base`` (num_k, stage, phase, kbase) of the main loop being lowered."""
+        """The kernel variable ``base`` (num_k, pipe, kbase) of the main loop being lowered."""
         return base + P.KernelPlan.loop_suffix(self.loop_no)
 
     def pos(self, e: N.IExpr, after: bool | None = None) -> N.IExpr:
         """A pipeline position of the IR (stage index, phase parity) over the kernel's
-        variables: the role's running counters, or the block's running step in a persistent
-        block (see :mod:`cypressc.backend.sync_lower`); ``after`` (default: the section being
-        lowered) says the position is counted from the loop's end."""
+        variables: the role's running pipeline state, or the block's running step in a
+        persistent block (see :mod:`cypressc.backend.sync_lower`); ``after`` (default: the
+        section being lowered) says the position is counted from the loop's end."""
         if after is None:
             after = self.section == "after"
         if self.lp is not None and self.lp.pipeline and static(self.lp.lo) == 0:
-            names = (
-                ("istage", "iphase")
-                if self.kname == "kn"
-                else (self._loop_var("stage"), self._loop_var("phase"))
-            )
+            pipe = "pipe_ahead" if self.kname == "kn" else self._loop_var("pipe")
             before = self.lp.lo if self.section == "before" else None
-            out = counted(e, self.kvar, self.lp.hi, self.lp.pipeline, after, *names, before=before)
+            out = counted(e, self.kvar, self.lp.hi, self.lp.pipeline, after, pipe, before=before)
             if out is not None:
-                self.plan.counters.add((self.role, names[0]))
+                self.plan.counters.add((self.role, pipe))
                 return out
         if self.persistent and self.lp is not None:
-            e = at_step(e, self.kvar, self.lp.hi, after)
-            self.plan.counters.add((self.role, self._loop_var("kbase")))
+            out = self.k(at_step(e, self.kvar, self.lp.hi, after))
+            if mentions(out, self._loop_var("kbase")):
+                self.plan.counters.add((self.role, self._loop_var("kbase")))
+            return out
         return self.k(e)
 
     def fragments_of(self, edges) -> tuple[str, ...]:
@@ -290,7 +288,6 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         regs = m.resources.register_budget if m.resources is not None else None
         if regs is not None:
             plan.producer_registers, plan.consumer_registers = regs
-        self._check_names(plan)
         self.plan, self.lp, self.persistent, self.warpspecialize = plan, lp, plan.persistent, ws
         plan.smem_bytes = m.resources.smem_bytes if m.resources is not None else 0
         self._barriers(plan, body)

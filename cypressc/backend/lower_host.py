@@ -1,18 +1,18 @@
 """``cuda-lowering`` (paper §4.2.6), the kernel's interface: a parallelized HOST loop around
-the block program (a grid dimension), the kernel parameters' privileges, the names the
-generated kernel reserves, the launcher's requirements on the sizes and the useful FLOPs
-(typed expressions over the sizes, which :mod:`cypressc.backend.cexpr` prints).  Mixed into
-:class:`cypressc.backend.lower._Lower`."""
+the block program (a grid dimension), the kernel parameters' privileges, the launcher's
+requirements on the sizes and the useful FLOPs (typed expressions over the sizes, which
+:mod:`cypressc.backend.cexpr` prints).  The program's names need no checking here: the
+emitter spells each so that it meets no name of the kernel (:mod:`cypressc.backend.names`).
+Mixed into :class:`cypressc.backend.lower._Lower`."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 from cypressc.backend import plan as P
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
-from cypressc.backend.cexpr import cexpr
+from cypressc.backend.cexpr import KVar, cexpr
 from cypressc.ir.analysis import exprs_of, free_vars, views_of
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.subst import walk_ops
@@ -36,7 +36,7 @@ class KernelInterface:
         if root not in self.last_only:
             return None
         d = self.host_dim
-        return N.IBin("==", N.IVar(f"b{d}"), N.IBin("-", N.IVar(f"tiles{d}"), N.IConst(1)))
+        return N.IBin("==", KVar(f"b{d}"), N.IBin("-", KVar(f"tiles{d}"), N.IConst(1)))
 
     def _host_loop(self, hl: N.For) -> list[N.Op]:
         """A sequential HOST loop around the block program becomes the last grid dimension.
@@ -110,81 +110,6 @@ class KernelInterface:
         self.host_var, self.host_lo = j, hl.lo
         return list(hl.body.ops)
 
-    RESERVED = {
-        "s",
-        "t",
-        "r",
-        "c",
-        "a",
-        "b",
-        "e",
-        "i",
-        "j",
-        "kb",
-        "kk",
-        "kn",
-        "cw",
-        "wg",
-        "ls",
-        "dev",
-        "grid",
-        "sms",
-        "full",
-        "empty",
-        "kbase",
-        "it",
-        "stage",
-        "istage",
-        "iphase",
-        "smem",
-        "smem_raw",
-        "phase",
-        "lphase",
-        "prev_s",
-        "leader",
-        "issuer",
-        "num_k",
-        "num_tiles",
-        "tiles",
-        "stage_c",
-        "box",
-        "rc",
-        "da",
-        "db",
-        "per",
-        "u",
-        "v",
-        "p",
-        "h",
-        "group",
-        "first",
-        "rows",
-        "stream",
-        "cdiv",
-        "min",
-        "max",
-        "tw",
-        "rr",
-        "STAGES",
-        "CONSUMERS",
-        "THREADS",
-        "RASTER",
-        "STAGE_TX",
-        "SMEM_BYTES",
-    }
-
-    def _check_names(self, plan: P.KernelPlan) -> None:
-        """Size, float and tensor names become C++ identifiers next to the kernel's own locals."""
-        for name in [*plan.sizes, *plan.floats, *(t.name for t in plan.tensors)]:
-            if (
-                name in self.RESERVED
-                or re.fullmatch(r"b\d+|tiles\d*|(num_k|stage|phase|kbase)_\d+", name)
-                or name.startswith(("tm_", "s_"))
-            ):
-                _refuse(
-                    f"the name '{name}' clashes with an identifier of the generated kernel; rename it"
-                )
-
     # -- expressions over the sizes: what the launcher, the runtime and the tuner evaluate --
     def _sized(self, e: N.IExpr) -> N.IExpr:
         """``e`` with its Lets inlined: an expression over the size arguments when ``e`` is one
@@ -215,8 +140,7 @@ class KernelInterface:
             if t.name in plan.pointer_reads:  # loaded element by element, never by TMA
                 continue
             if t.reads or any(
-                isinstance(s, P.TmaStore) and s.map.startswith(f"tm_{t.name}_")
-                for s in plan.epilogue
+                isinstance(s, P.TmaStore) and s.map.tensor == t.name for s in plan.epilogue
             ):
                 reqs.append(
                     self._require(
@@ -322,9 +246,7 @@ class KernelInterface:
         multiply); a wgmma with a shared operand no load fills (a constant table the threads
         write, such as the ones of a row sum) is not counted.  The double constant first keeps
         every product floating, as in C."""
-        src = {
-            ld.buffer: next(m.tensor for m in plan.maps if m.name == ld.map) for ld in plan.loads
-        }
+        src = {ld.buffer: ld.map.tensor for ld in plan.loads}
         shapes = {a.name: a.shape for a in self.m.params}
         total: N.IExpr | None = None
         # a register-sourced A (a converted accumulator) has the rows of the block's other products

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
+from cypressc.backend.cexpr import KVar
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
 from cypressc.ir.printer import fmt_view
@@ -17,7 +18,7 @@ from cypressc.ir.shapes import static
 
 __all__ = ["MemoryLowering"]
 
-ISSUER = N.IVar("issuer")  # the thread that issues TMA without a producer warpgroup
+ISSUER = KVar("issuer")  # the thread that issues TMA without a producer warpgroup
 
 
 class MemoryLowering:
@@ -51,6 +52,14 @@ class MemoryLowering:
             )
             plan.buffers.append(existing[root])
         return existing[root], org
+
+    @staticmethod
+    def _tma_map(plan: P.KernelPlan, m: P.TmaMap) -> P.TmaMap:
+        """The plan's TMA map named like ``m``: ``m``, added to the plan, the first time."""
+        old = next((x for x in plan.maps if x.name == m.name), None)
+        if old is None:
+            plan.maps.append(m)
+        return old or m
 
     def _stage(self, buf: P.StageBuffer, org: list[N.IExpr]) -> N.IExpr:
         """The stage index of a view of a pipelined buffer, as a pipeline position."""
@@ -94,9 +103,9 @@ class MemoryLowering:
         # one box per chunk: its inner extent is one swizzle row
         box = [1] * (batch is not None) + [buf.rows, buf.chunk_cols]
         coords = (batch,) * (batch is not None) + (self.k(org[-2]), self.k(org[-1]))
-        tmap = f"tm_{root}_{buf.rows}x{buf.chunk_cols}"
-        if tmap not in {t.name for t in plan.maps}:
-            plan.maps.append(P.TmaMap(tmap, root, tuple(box), buf.swizzle))
+        tmap = self._tma_map(
+            plan, P.TmaMap(f"tm_{root}_{buf.rows}x{buf.chunk_cols}", root, tuple(box), buf.swizzle)
+        )
         ld = P.Load(
             self.en(o.ev),
             tmap,
@@ -189,9 +198,9 @@ class MemoryLowering:
         if kept != [len(keep) - 2, len(keep) - 1]:
             _refuse(f"{fmt_view(o.dst)}: a stored tile must span the two innermost dimensions")
         batch = self._batch(root, org, keep)
-        tmap = f"tm_{root}_64x64"
-        if tmap not in {t.name for t in plan.maps}:
-            plan.maps.append(P.TmaMap(tmap, root, (1,) * (batch is not None) + (64, 64)))
+        tmap = self._tma_map(
+            plan, P.TmaMap(f"tm_{root}_64x64", root, (1,) * (batch is not None) + (64, 64))
+        )
         off = smem.get(sroot, (0, 0, 1))[0]
         st = P.TmaStore(
             self.en(o.ev),

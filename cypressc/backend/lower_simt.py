@@ -6,6 +6,7 @@ operand).  Mixed into :class:`cypressc.backend.lower._Lower`."""
 from __future__ import annotations
 
 from cypressc.backend import plan as P
+from cypressc.backend.cexpr import KVar
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
 from cypressc.ir.printer import fmt_view
@@ -15,7 +16,7 @@ from cypressc.lang.intrinsics import leaf_of
 
 __all__ = ["SimtLowering"]
 
-TW = N.IVar("tw")  # the kernel's thread index in its warpgroup
+TW = KVar("tw")  # the kernel's thread index in its warpgroup
 ALL = N.IConst(True)  # every thread of the warpgroup
 
 

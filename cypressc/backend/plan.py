@@ -186,13 +186,14 @@ class Barrier:
 
 @dataclass(frozen=True)
 class Load:
-    """A TMA copy: global box at ``coords`` -> stage ``stage`` of a stage buffer, completing
-    on ``bar[bar_stage]`` (the copy's mbarrier stage from ``sync-insertion``); ``who``: the
-    condition selecting the thread that issues it where its role's every thread runs the
-    statement (``issuer`` before the main loop without a producer warpgroup), else None."""
+    """A TMA copy through ``map`` (the descriptor of the tensor it reads): global box at
+    ``coords`` -> stage ``stage`` of a stage buffer, completing on ``bar[bar_stage]`` (the
+    copy's mbarrier stage from ``sync-insertion``); ``who``: the condition selecting the
+    thread that issues it where its role's every thread runs the statement (``issuer``
+    before the main loop without a producer warpgroup), else None."""
 
     event: str
-    map: str
+    map: TmaMap
     buffer: str
     coords: tuple[IExpr, ...]  # per global dim, outermost first (element coordinates)
     chunks: int
@@ -323,13 +324,14 @@ class StageWrite:
 
 @dataclass(frozen=True)
 class TmaStore:
-    """The staging tile of ``acc``'s shape at ``offset`` -> global at (``row0``, ``col0``)
-    through TMA map ``map``, issued by the warpgroup's leader thread."""
+    """The staging tile ``tensor`` (``acc``'s shape per consumer warpgroup) at ``offset`` ->
+    global at (``row0``, ``col0``) through TMA map ``map`` (whose ``tensor`` is the global
+    tensor written), issued by the warpgroup's leader thread."""
 
     event: str
     acc: str
     tensor: str
-    map: str
+    map: TmaMap
     offset: int
     row0: IExpr
     col0: IExpr
@@ -544,9 +546,9 @@ class KernelPlan:
     ring_extra: list = field(
         default_factory=list
     )  # per main loop: ring positions per tile besides its steps
-    counters: set = field(
-        default_factory=set
-    )  # (role, "stage" | "istage" | "kbase", suffixed per main loop: "stage_1", …) the code uses
+    # (role, name) of the running variables each role's code reads: "pipe" (a pipeline state),
+    # "kbase" (suffixed per main loop: "pipe_1", …), "pipe_ahead", "tphase", "more"
+    counters: set = field(default_factory=set)
     requires: list[Require] = field(default_factory=list)
     flops: IExpr = IConst(0.0)  # useful floating-point operations of one launch, over the sizes
     grid_exprs: list[IExpr] = field(
@@ -604,6 +606,6 @@ class KernelPlan:
 
     @staticmethod
     def loop_suffix(n: int) -> str:
-        """The suffix of main loop ``n``'s kernel variables: ``num_k``, ``stage``, ``phase``,
-        ``kbase`` for the first, ``num_k_1``, ``stage_1``, … for the second."""
+        """The suffix of main loop ``n``'s kernel variables: ``num_k``, ``pipe``, ``kbase`` for
+        the first, ``num_k_1``, ``pipe_1``, … for the second."""
         return "" if n == 0 else f"_{n}"

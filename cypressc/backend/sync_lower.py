@@ -13,10 +13,10 @@ without its statement.  What the lowering decides is *how* an op runs on Hopper:
 * **pipeline positions**: a block that walks several tiles (persistent) keeps its
   mbarriers and stage buffers, so step ``k`` of a tile's main loop is step ``kbase + k``
   of the block's pipeline (``kbase``: the steps of the earlier tiles).  Stage indices and
-  phase parities, which the IR writes over one tile, are kept in running counters of the
-  role (``stage``, ``phase``; ``istage``, ``iphase`` for loads issued ahead) advanced once
-  per step -- :func:`counted` -- or, in any other form, printed over ``kbase + k``;
-  guards stay per tile.  A barrier of copies outside the main loop (FlashAttention's Q
+  phase parities, which the IR writes over one tile, are kept in a running pipeline state
+  of the role (``pipe``, a ``cypress::PipelineState``: stage ``index`` and ``phase``;
+  ``pipe_ahead`` for loads issued ahead) advanced once per step -- :func:`counted` -- or,
+  in any other form, printed over ``kbase + k``; guards stay per tile.  A barrier of copies outside the main loop (FlashAttention's Q
   panel, its full and its empty barrier) completes one phase per tile, so its waits flip
   their parity on the block's odd tiles (``^ tphase``);
 * **a TMA store's completion in a persistent block**: the IR's ``wait_group bulk`` for
@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
+from cypressc.backend.cexpr import KVar, PipeAt
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.subst import subst_expr
@@ -55,9 +56,11 @@ __all__ = [
     "carry_turns",
 ]
 
-KBASE = N.IVar("$kbase")  # printed `kbase`: pipeline steps of the block's earlier tiles
-TPHASE = N.IVar("tphase")  # the parity of the tiles a persistent block has run
-MORE = N.IVar("more")  # a persistent block goes on to another tile after this one
+# pipeline steps of the block's earlier tiles: an IR name (at_step writes it into the IR's
+# positions) that the lowering turns into the loop's kernel variable, `kbase`
+KBASE = N.IVar("$kbase")
+TPHASE = KVar("tphase")  # the parity of the tiles a persistent block has run
+MORE = KVar("more")  # a persistent block goes on to another tile after this one
 
 
 def _replace(e: N.IExpr, old: N.IExpr, new: N.IExpr) -> N.IExpr:
@@ -107,20 +110,18 @@ def counted(
     hi: N.IExpr,
     depth: int,
     after: bool,
-    stage: str,
-    phase: str,
+    pipe: str,
     before: N.IExpr | None = None,
 ) -> N.IExpr | None:
-    """Pipeline position ``e`` through the running counters of the role: ``stage`` =
-    (steps so far) mod ``depth`` and ``phase`` = its parity, which the kernel advances once
-    per step (so a persistent block's tiles run on).  Matches the forms sync-insertion writes
-    -- ``(k + c) % D`` and ``((k + c) // D + p) % 2`` for ``|c| < D``, over the loop bound
-    ``hi`` after the loop, over ``before`` (the loop's lower bound) before it, where the
-    counters still hold the tile's first position -- and returns None for any other (then
-    kept as it is).  The
-    result is a kernel expression over the counters, without a division: ``stage + c``
-    wrapped by a select, the parity flipped (``^``) where that step crossed a wrap."""
-    st, ph = N.IVar(stage), N.IVar(phase)
+    """Pipeline position ``e`` through the running pipeline state ``pipe`` of the role (a
+    ``cypress::PipelineState``: ``index`` = (steps so far) mod ``depth``, ``phase`` = its
+    parity), which the kernel advances once per step (so a persistent block's tiles run
+    on).  Matches the forms sync-insertion writes -- ``(k + c) % D`` and
+    ``((k + c) // D + p) % 2`` for ``|c| < D``, over the loop bound ``hi`` after the loop,
+    over ``before`` (the loop's lower bound) before it, where the state still holds the
+    tile's first position -- and returns None for any other (then kept as it is).  The
+    result is a kernel expression without a division: the state ``c`` steps on
+    (:class:`~cypressc.backend.cexpr.PipeAt`), a parity flipped (``^ 1``) for ``p`` odd."""
     if after:
         e = _replace(e, hi, N.IVar(kvar))
     elif before is not None:
@@ -128,18 +129,7 @@ def counted(
     if not (isinstance(e, N.IBin) and e.op == "%" and isinstance(e.b, N.IConst)):
         return None
     if e.b.value == depth and (c := _offset(e.a, kvar)) is not None and abs(c) < depth:
-        if c == 0:
-            return st
-        if c < 0:
-            return N.ISelect(
-                N.IBin(">=", st, N.IConst(-c)),
-                N.IBin("-", st, N.IConst(-c)),
-                N.IBin("+", st, N.IConst(depth + c)),
-            )
-        ahead = N.IBin("+", st, N.IConst(c))
-        return N.ISelect(
-            N.IBin("<", ahead, N.IConst(depth)), ahead, N.IBin("-", st, N.IConst(depth - c))
-        )
+        return PipeAt(pipe, "index", c)
     if e.b.value != 2:
         return None
     q, p = e.a, 0
@@ -152,18 +142,11 @@ def counted(
     c = _offset(q.a, kvar)
     if c is None or abs(c) >= depth:
         return None
-    out: N.IExpr = ph
-    if c:
-        wrapped = (
-            N.IBin("<", st, N.IConst(-c))
-            if c < 0
-            else N.IBin(">=", N.IBin("+", st, N.IConst(c)), N.IConst(depth))
-        )
-        out = N.IBin("^", out, wrapped)
+    out = PipeAt(pipe, "phase", c)
     return N.IBin("^", out, N.IConst(1)) if p % 2 else out
 
 
-LEADER = N.IVar("leader")  # the kernel's `threadIdx.x % 128 == 0`: one thread per warpgroup
+LEADER = KVar("leader")  # the kernel's `threadIdx.x % 128 == 0`: one thread per warpgroup
 
 
 def who(role: str, dims: tuple[N.Dim, ...], issuer: bool) -> N.IExpr | None:
@@ -173,45 +156,40 @@ def who(role: str, dims: tuple[N.Dim, ...], issuer: bool) -> N.IExpr | None:
     if "THREAD" in procs:
         return None
     if "WARP" in procs:
-        return N.IBin("==", N.IBin("%", N.IVar("threadIdx.x"), N.IConst(32)), N.IConst(0))
+        return N.IBin("==", N.IBin("%", KVar("threadIdx.x"), N.IConst(32)), N.IConst(0))
     if "WARPGROUP" in procs:
         return LEADER
     if role == "producer":
         return None  # the producer's code runs on one elected thread already
     # once per block: the first consumer warpgroup's leader (the issuer without a producer)
-    return (
-        N.IVar("issuer")
-        if issuer
-        else N.IBin("&&", LEADER, N.IBin("==", N.IVar("cw"), N.IConst(0)))
-    )
+    return KVar("issuer") if issuer else N.IBin("&&", LEADER, N.IBin("==", KVar("cw"), N.IConst(0)))
 
 
 def _note(op, names) -> str:
-    edges = getattr(op, "edges", ())
+    """The one-line comment of the statement of sync op ``op``: what its edges make safe, by
+    tensor -- ``%K ready (raw)`` (a read after the write it waits for), ``%S free (war/waw)``
+    (a write or a release after the accesses it waits for), ``%D stored`` (a TMA store's
+    read of its staging tile) -- or the Tensor Core turn it takes or passes; a commit names
+    the events of its group (``names``: the IR's event names).  Never the edge list, which
+    ``cypressc explain`` prints next to each op."""
     if isinstance(op, S.CommitGroup):
         return "closes the group of " + ", ".join(names.get(e, e) for e in op.events)
-    parts = []
-    for e in edges:
-        src, dst = names.get(e.src, e.src), names.get(e.dst, e.dst) if e.dst else "end"
-        what = (
-            f"the TMA store reads %{e.tensor}"
-            if e.hazard == "end"
-            else f"{e.hazard} %{e.tensor}"
-            if e.tensor
-            else e.hazard
-        )
-        src = src or "start"
-        if e.via == "carried":
-            what += f", {e.distance} step(s) later"
-        elif e.via in ("entry", "after"):
-            what += ", into the loop" if e.via == "entry" else ", after the loop"
-        elif e.via == "tile":
-            what += ", the next tile"
-        elif e.via == "ring":
-            what += f", {e.distance} ring position(s) on"
-        part = f"{src} -> {dst} ({what})"
-        if part not in parts:
-            parts.append(part)
+    if isinstance(op, S.Turn):
+        return f"{op.kind} the Tensor Core turn"
+    hazards: dict[str, set[str]] = {}
+    for e in getattr(op, "edges", ()):
+        hazards.setdefault(e.tensor or "", set()).add(e.hazard)
+    ready = [t for t, hs in hazards.items() if "raw" in hs]
+    free = [t for t, hs in hazards.items() if hs & {"war", "waw"} and "raw" not in hs]
+    stored = [t for t, hs in hazards.items() if "end" in hs]
+    kinds = "/".join(sorted({h for t in free for h in hazards[t]} & {"war", "waw"}))
+    named = lambda ts: ", ".join(f"%{t}" if t else "start" for t in ts)  # noqa: E731
+    parts = [
+        *([f"{named(ready)} ready (raw)"] if ready else []),
+        *([f"{named(free)} free ({kinds})"] if free else []),
+        *([f"{named(stored)} stored"] if stored else []),
+        *(["the Tensor Core turn"] if any("turn" in hs for hs in hazards.values()) else []),
+    ]
     return "; ".join(parts)
 
 
@@ -289,10 +267,7 @@ def defer_store_waits(code: P.RoleCode, exit_code: list) -> None:
             sec.remove(st)
             moved = P.Sync(
                 op,
-                st.note
-                + " (persistent block: before the next tile writes "
-                + ", ".join(f"%{t}" for t in sorted(tensors))
-                + ")",
+                st.note + " (before the next tile writes it)",
                 who=st.who,
                 deferred=True,
                 barrier=(N.IConst(0) if bar.stage is None else bar.stage, bar.op.threads),
@@ -352,7 +327,7 @@ def carry_turns(plan: P.KernelPlan, ops) -> None:
         replace(
             first,
             when=when,
-            note=first.note + " (persistent block: the next tile's, after this tile's last run)",
+            note=first.note + " (the next tile's, after this tile's last run)",
         ),
     )
     plan.counters.add(("consumer", "more"))

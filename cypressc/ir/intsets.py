@@ -190,7 +190,7 @@ class _Encoder:
                 self.facts.append(self.shared[key] >= 0)
             return self.shared[key]
         if not isinstance(e, N.IBin):
-            raise Unsupported(type(e).__name__)  # ISelect: a kernel condition, not an index
+            raise Unsupported(type(e).__name__)
         a, b = self.enc(e.a), self.enc(e.b)
         if e.op == "+":
             return a + b

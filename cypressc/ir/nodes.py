@@ -3,7 +3,6 @@
 Grammar (every op is a frozen dataclass; blocks are tuples of ops)::
 
     IExpr   = IConst(value) | IVar(name) | IProc(proc, dim) | IBin(op, a, b)
-            | ISelect(cond, a, b)                -- kernel conditions (CUDA lowering)
     View    = TRef(name)                         -- a whole tensor
             | Piece(partition, idx: IExpr*)      -- one piece of a partition
     EvRef   = (name, idx: (IExpr | None)*)       -- None is the broadcast ``:``
@@ -53,7 +52,6 @@ __all__ = [
     "IVar",
     "IProc",
     "IBin",
-    "ISelect",
     "IExpr",
     "TRef",
     "Piece",
@@ -120,17 +118,7 @@ class IBin:
     b: "IExpr"
 
 
-@dataclass(frozen=True, slots=True)
-class ISelect:
-    """``cond ? a : b``; only the CUDA lowering builds it (a pipeline stage stepped back or
-    forward without a division, :func:`cypressc.backend.sync_lower.counted`)."""
-
-    cond: "IExpr"
-    a: "IExpr"
-    b: "IExpr"
-
-
-IExpr = Union[IConst, IVar, IProc, IBin, ISelect]
+IExpr = Union[IConst, IVar, IProc, IBin]
 
 
 def iconst(v: int) -> IConst:

@@ -34,11 +34,12 @@ from pathlib import Path
 import pytest
 
 from cypressc.backend import plan as P
-from cypressc.backend.cexpr import cexpr
+from cypressc.backend.cexpr import KVar, cexpr
 from cypressc.backend.emit import emit_cuda
 from cypressc.backend.sync_lower import MORE, carry_turns
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
+from cypressc.ir.printer import event_names
 from cypressc.lang.checker import check_program
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
@@ -102,7 +103,9 @@ def wg3_persistent(tmp_path_factory) -> str:
 
 
 # ----------------------------------------------------------------------------- the consumer code's turns, read back
-_TURN = re.compile(r"cypress::(named_sync|named_arrive)\((.+), (\d+)\);  // (.*\(turn.*)$")
+_TURN = re.compile(
+    r"cypress::(named_sync|named_arrive)\((.+), (\d+)\);  // (.*Tensor Core turn.*)$"
+)
 
 
 @dataclass
@@ -110,7 +113,7 @@ class Turn:
     kind: str  # "take" (named_sync) or "pass" (named_arrive)
     bar: str  # the barrier id, a C expression over cw
     threads: int
-    note: str
+    note: str  # the line's comment; the IR op's edges after _named (the plan's, not the CUDA's)
 
 
 @dataclass
@@ -150,6 +153,30 @@ def _consumer_tree(cu: str) -> list:
                     Turn("take" if call == "named_sync" else "pass", bar, int(threads), note)
                 )
     raise AssertionError("the consumer branch does not close")
+
+
+def _turn_nodes(nodes: list) -> list[Turn]:
+    """The turn ops of ``nodes`` in text order."""
+    return [x for n in nodes for x in ([n] if isinstance(n, Turn) else _turn_nodes(n.body))]
+
+
+def _named(cu: str, m: N.Module) -> list:
+    """:func:`_consumer_tree` of ``cu``, the kernel of ``m``, each turn op's note the edges of
+    its IR op (``src -> dst`` by the event names ``cypressc explain`` prints, ``start`` for
+    none): the plan's turn statements, in the order the emitter prints them (before the
+    tile loop, before each tile's main loops, in and after each, after the tile loop), are
+    the turn lines of the consumers' code, one each."""
+    tree, names, plan = _consumer_tree(cu), event_names(m), m.kernel
+    order = [*plan.entry, *plan.consumer.all(), *plan.issue_ahead, *plan.exit]
+    ops = [st.op for st in order if isinstance(st, P.Sync) and isinstance(st.op, S.Turn)]
+    lines = _turn_nodes(tree)
+    assert len(ops) == len(lines), (len(ops), len(lines))
+    for line, op in zip(lines, ops):
+        assert line.kind == op.kind and line.threads == op.threads, (line, op)
+        line.note = "; ".join(
+            sorted(f"{names.get(e.src) or 'start'} -> {names.get(e.dst, e.dst)}" for e in op.edges)
+        )
+    return tree
 
 
 def _has_turns(nodes: list) -> bool:
@@ -270,7 +297,13 @@ def test_the_start_pass_runs_once_before_the_tile_loop_and_again_after_each_tile
         and all(not e.src for e in st.op.edges)
     ]
     base = start.stage.value
-    start_line = f"cypress::named_arrive({base}, 256);  // start ->"
+    start_line = f"cypress::named_arrive({base}, 256);"
+    # no other turn op of the plan passes on that barrier: its lines are the start pass's
+    assert [
+        st.op
+        for st in [*plan.entry, *plan.consumer.all(), *plan.exit]
+        if isinstance(st, P.Sync) and isinstance(st.op, S.Turn) and st.stage == start.stage
+    ] == [start.op, start.op]
     take_line = f"cypress::named_sync(({base} + cw), 256);"
     assert take_line in cu  # the same barriers as the takes: warpgroup 0's is `base`
 
@@ -300,16 +333,14 @@ def test_the_start_pass_runs_once_before_the_tile_loop_and_again_after_each_tile
     last = re.compile(
         r"\n(\s*)if \(0 >= cw\) \{\n\s*cypress::named_arrive\(\("
         + str(base)
-        + r" \+ \(\(cw \+ 1\) % 2\)\), 256\);[^\n]*\(turn[^\n]*\n\1\}\n"
+        + r" \+ \(\(cw \+ 1\) % 2\)\), 256\);  // pass the Tensor Core turn\n\1\}\n"
     )
     lasts = list(last.finditer(tile))
     assert len(lasts) == 1
     after = tile[lasts[0].end() :]
     assert re.match(r"\s*if \(cw >= 1 && more\) \{\n\s*" + re.escape(start_line), after)
     assert tile.index("for (int kb = 0; kb < num_k; ++kb)") < lasts[0].start()
-    assert (
-        "named_sync((" + str(base) not in after.split("kbase += num_k;")[0]
-    )  # no take after it in the tile
+    assert "named_sync((" + str(base) not in after  # no take after it in the tile
 
 
 def test_each_warpgroup_takes_as_many_turns_per_tile_as_it_is_passed():
@@ -492,14 +523,25 @@ def test_a_one_tile_block_passes_the_first_turn_at_the_start_of_its_tile():
     loop = consumer.index("for (int t = blockIdx.x; t < num_tiles; t += num_tiles)")
     tile = consumer[loop:]
     assert "named_arrive(" not in consumer[:loop]
-    start = re.search(
-        r"if \(cw >= 1\) \{\n\s*cypress::named_arrive\((\d+), 256\);  // start -> %e\d+ \(turn\)\n",
-        tile,
-    )
-    assert start and start.start() < tile.index(
-        f"cypress::named_sync(({start.group(1)} + cw), 256);"
-    )
-    assert tile.count("// start ->") == 1
+    # the IR's start pass (edges from "start" only): one statement, before the tile's takes
+    (start_op,) = [
+        st
+        for st in plan.consumer.all()
+        if isinstance(st, P.Sync)
+        and isinstance(st.op, S.Turn)
+        and st.op.kind == "pass"
+        and all(not e.src for e in st.op.edges)
+    ]
+    assert start_op in plan.consumer.before
+    base = start_op.stage.value
+    start = f"cypress::named_arrive({base}, 256);  // pass the Tensor Core turn\n"
+    assert re.search(r"if \(cw >= 1\) \{\n\s*" + re.escape(start), tile)
+    assert tile.index(start) < tile.index(f"cypress::named_sync(({base} + cw), 256);")
+    assert tile.count(f"cypress::named_arrive({base}, 256);") == 1
+    starts = [
+        t for t in _turn_nodes(_named(cu, _lowered(FA3, str(PP_PLAIN)))) if t.bar == str(base)
+    ]
+    assert len(starts) == 1 and starts[0].note.startswith("start ->")
 
 
 def test_the_persistent_kernel_moves_only_the_start_pass():
@@ -507,14 +549,14 @@ def test_the_persistent_kernel_moves_only_the_start_pass():
     start pass, which the persistent kernel runs before its tile loop and after the tile's
     last pass instead of at the top of the tile."""
 
-    def turns(cu):
-        before, loop, after = _split(_consumer_tree(cu))
+    def turns(mapping):
+        before, loop, after = _split(_named(_cu(FA3, mapping), _lowered(FA3, mapping)))
 
         def flat(nodes, guard=""):
             out = []
             for n in nodes:
                 if isinstance(n, Turn):
-                    out.append((guard, n.kind, n.bar, n.note.split(" (turn")[0]))
+                    out.append((guard, n.kind, n.bar, n.note))
                 elif _has_turns(n.body):
                     out += (
                         [("loop",)] + flat(n.body, guard) + [("/loop",)]
@@ -525,7 +567,7 @@ def test_the_persistent_kernel_moves_only_the_start_pass():
 
         return flat(before), flat(loop.body), flat(after)
 
-    plain, pers = turns(_cu(FA3, str(PP_PLAIN))), turns(_cu(FA3, str(PP_PERSISTENT)))
+    plain, pers = turns(str(PP_PLAIN)), turns(str(PP_PERSISTENT))
     assert plain[0] == [] and plain[2] == [] and pers[2] == []
     start = plain[1][0]
     assert start[0] == "if (cw >= 1)" and start[1] == "pass" and start[3].startswith("start ->")
@@ -571,7 +613,7 @@ def test_the_kernel_carries_the_turns_the_interpreter_carries(program, mapping):
 
 # ----------------------------------------------------------------------------- 4. carry_turns on hand-written plans
 WG = N.IProc("WARPGROUP")
-CW = N.IVar("cw")
+CW = KVar("cw")  # the kernel's consumer warpgroup index
 BASE = 3
 OWN = N.IBin("+", N.IConst(BASE), CW)
 NEXT = N.IBin("+", N.IConst(BASE), N.IBin("%", N.IBin("+", CW, N.IConst(1)), N.IConst(2)))

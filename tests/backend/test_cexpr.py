@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cypressc.backend import plan as P
-from cypressc.backend.cexpr import cexpr, is_zero, mentions
+from cypressc.backend.cexpr import KVar, PipeAt, cexpr, is_zero, mentions
 from cypressc.backend.sync_lower import counted, who
 from cypressc.ir import nodes as N
 from cypressc.ir.sync import Guard
@@ -20,7 +20,7 @@ from cypressc.mapping.tasktree import instantiate
 from cypressc.pipeline import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
-V, C, B = N.IVar, N.IConst, N.IBin
+V, C, B, K = N.IVar, N.IConst, N.IBin, KVar
 a, b, c = V("a"), V("b"), V("c")
 
 
@@ -35,10 +35,10 @@ def test_index_arithmetic_is_grouped_at_every_level_and_top_drops_only_the_outer
 
 
 def test_floor_division_prints_as_c_division_and_calls_print_as_calls():
-    assert cexpr(B("//", V("tw"), C(32))) == "(tw / 32)"
+    assert cexpr(B("//", K("tw"), C(32))) == "(tw / 32)"
     assert cexpr(B("/", V("K"), C(64)), top=True) == "K / 64"
     assert cexpr(B("cdiv", B("+", V("M"), C(1)), C(64))) == "cdiv((M + 1), 64)"
-    assert cexpr(B("min", V("num_k"), V("STAGES")), top=True) == "min(num_k, STAGES)"
+    assert cexpr(B("min", K("num_k"), K("STAGES")), top=True) == "min(num_k, STAGES)"
     assert cexpr(B("max", C(0), B("%", a, C(2)))) == "max(0, (a % 2))"
 
 
@@ -50,24 +50,44 @@ def test_the_printer_never_simplifies():
 
 
 def test_conditions_print_with_c_precedence():
-    assert cexpr(B("==", V("b1"), B("-", V("tiles1"), C(1))), top=True) == "b1 == tiles1 - 1"
-    assert cexpr(B("<", B("+", V("stage"), C(1)), C(4))) == "(stage + 1 < 4)"
-    conj = B("&&", B("&&", V("leader"), B("==", V("cw"), C(0))), B("<", V("tw"), C(64)))
+    assert cexpr(B("==", K("b1"), B("-", K("tiles1"), C(1))), top=True) == "b1 == tiles1 - 1"
+    assert cexpr(B("<", B("+", K("kb"), C(1)), C(4))) == "(kb + 1 < 4)"
+    conj = B("&&", B("&&", K("leader"), B("==", K("cw"), C(0))), B("<", K("tw"), C(64)))
     assert cexpr(conj, top=True) == "leader && cw == 0 && tw < 64"
     # an operand that binds looser than its operator keeps its parentheses
     assert cexpr(B("==", B("&&", a, b), c), top=True) == "(a && b) == c"
-    assert cexpr(B("&&", N.ISelect(a, b, c), a), top=True) == "(a ? b : c) && a"
     # an xor of parities groups its terms like arithmetic, its comparisons parenthesized
-    parity = B("^", B("^", V("phase"), B("<", V("stage"), C(1))), C(1))
-    assert cexpr(parity) == "(phase ^ (stage < 1) ^ 1)"
-    sel = N.ISelect(B(">=", V("stage"), C(1)), B("-", V("stage"), C(1)), B("+", V("stage"), C(3)))
-    assert cexpr(sel) == "(stage >= 1 ? stage - 1 : stage + 3)"
+    parity = B("^", B("^", K("tphase"), B("<", K("kb"), C(1))), C(1))
+    assert cexpr(parity) == "(tphase ^ (kb < 1) ^ 1)"
     assert cexpr(C(True), top=True) == "true" and cexpr(C(False)) == "false"
 
 
+def test_a_pipeline_state_field_prints_as_member_access_and_binds_tightest():
+    assert cexpr(PipeAt("pipe", "index")) == "pipe.index"
+    assert cexpr(PipeAt("pipe_1", "phase", 2)) == "(pipe_1 + 2).phase"
+    assert cexpr(PipeAt("pipe", "index", -1)) == "(pipe - 1).index"
+    parity = B("^", PipeAt("pipe", "phase", 1), C(1))
+    assert (
+        cexpr(parity) == "((pipe + 1).phase ^ 1)"
+        and cexpr(parity, top=True) == "(pipe + 1).phase ^ 1"
+    )
+    assert cexpr(B("==", PipeAt("pipe", "index"), C(0)), top=True) == "pipe.index == 0"
+    with pytest.raises(ValueError, match="fields"):
+        PipeAt("pipe", "stage")
+
+
+def test_program_scalars_and_kernel_variables_are_different_names():
+    """A size the program calls ``kb`` is an ``IVar``; the main loop's ``kb`` a ``KVar``: the
+    printer spells the first through ``var`` (the emitter's name chooser), never the second."""
+    e = B("*", K("kb"), V("kb"))
+    assert cexpr(e) == "(kb * kb)"
+    assert cexpr(e, var=lambda n: f"{n}_1") == "(kb * kb_1)"
+    assert mentions(e, "kb") and not mentions(V("kb"), "kb")
+
+
 def test_an_ir_guard_compares_two_grouped_indices():
-    assert cexpr(Guard(B("-", V("num_k"), C(1)), C(0)), top=True) == "(num_k - 1) >= 0"
-    assert cexpr(Guard(V("kb"), C(1))) == "(kb >= 1)"
+    assert cexpr(Guard(B("-", K("num_k"), C(1)), C(0)), top=True) == "(num_k - 1) >= 0"
+    assert cexpr(Guard(K("kb"), C(1))) == "(kb >= 1)"
 
 
 def test_what_is_not_a_kernel_expression_is_refused():
@@ -80,39 +100,39 @@ def test_what_is_not_a_kernel_expression_is_refused():
 
 
 def test_zero_and_mentions():
-    assert is_zero(C(0)) and not is_zero(C(0.0)) and not is_zero(C(False)) and not is_zero(V("kb"))
+    assert is_zero(C(0)) and not is_zero(C(0.0)) and not is_zero(C(False)) and not is_zero(K("kb"))
     assert is_zero(C(0.0), exact=False) and not is_zero(C(-0.0), exact=False)
-    assert mentions(B("&&", V("leader"), B("==", V("cw"), C(0))), "leader")
-    assert mentions(N.ISelect(a, b, V("leader")), "leader") and not mentions(V("leaders"), "leader")
-    assert not mentions(None, "leader") and mentions(Guard(C(1), V("kb")), "kb")
+    assert mentions(B("&&", K("leader"), B("==", K("cw"), C(0))), "leader")
+    assert mentions(PipeAt("pipe", "phase", 1), "pipe") and not mentions(K("leaders"), "leader")
+    assert not mentions(None, "leader") and mentions(Guard(C(1), K("kb")), "kb")
 
 
-@pytest.mark.parametrize(
-    ("c", "expected"),
-    [
-        (0, "stage"),
-        (-1, "(stage >= 1 ? stage - 1 : stage + 3)"),
-        (1, "(stage + 1 < 4 ? stage + 1 : stage - 3)"),
-    ],
-)
-def test_counted_stages_are_typed_and_print_as_before(c, expected):
+@pytest.mark.parametrize("c", [0, -1, 1, 3, -3])
+def test_counted_stages_are_the_pipeline_state_stepped(c):
     e = B("%", N.ibin("+", V("k"), C(c)), C(4))
-    assert cexpr(counted(e, "k", V("K"), 4, False, "stage", "phase")) == expected
+    assert counted(e, "k", V("K"), 4, False, "pipe") == PipeAt("pipe", "index", c)
 
 
 @pytest.mark.parametrize(
     ("c", "p", "expected"),
     [
-        (0, 0, "phase"),
-        (0, 1, "(phase ^ 1)"),
-        (-1, 1, "(phase ^ (stage < 1) ^ 1)"),
-        (2, 0, "(phase ^ (stage + 2 >= 4))"),
+        (0, 0, "pipe.phase"),
+        (0, 1, "(pipe.phase ^ 1)"),
+        (-1, 1, "((pipe - 1).phase ^ 1)"),
+        (2, 0, "(pipe + 2).phase"),
     ],
 )
-def test_counted_parities_are_typed_and_print_as_before(c, p, expected):
+def test_counted_parities_are_the_pipeline_state_phase(c, p, expected):
     k = V("k")
     e = B("%", N.ibin("+", B("//", N.ibin("+", k, C(c)), C(4)), C(p)), C(2))
-    assert cexpr(counted(e, "k", V("K"), 4, False, "stage", "phase")) == expected
+    assert cexpr(counted(e, "k", V("K"), 4, False, "pipe")) == expected
+
+
+def test_a_position_counted_otherwise_is_left_alone():
+    k = V("k")
+    assert counted(B("%", N.ibin("+", k, C(4)), C(4)), "k", V("K"), 4, False, "pipe") is None
+    assert counted(B("%", k, C(3)), "k", V("K"), 4, False, "pipe") is None
+    assert counted(B("//", k, C(4)), "k", V("K"), 4, False, "pipe") is None
 
 
 def test_which_threads_run_an_op():
@@ -189,7 +209,9 @@ def test_plan_statements_keep_only_names_as_strings(gemm_reduction_plan):
                 continue
             assert not isinstance(v, str), f"{type(st).__name__}.{f.name} = {v!r} is C text"
             vs = v if isinstance(v, tuple) else (v,)
-            exprs += [x for x in vs if isinstance(x, (N.IConst, N.IVar, N.IBin, N.ISelect, Guard))]
+            exprs += [
+                x for x in vs if isinstance(x, (N.IConst, N.IVar, KVar, PipeAt, N.IBin, Guard))
+            ]
     assert isinstance(p.trip_count, N.IBin) and all(not isinstance(g, str) for g in p.grid)
     shown = [
         cexpr(e) for e in exprs

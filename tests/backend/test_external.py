@@ -20,8 +20,12 @@ import pytest
 from click.testing import CliRunner
 
 from cypressc.abi.info import KernelInfo
+from cypressc.backend import plan as P
 from cypressc.backend.emit import header_copy
 from cypressc.cli import main
+from cypressc.ir import sync as S
+from cypressc.ir.printer import event_names
+from tests import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 EPI = ROOT / "programs" / "gemm_epilogue.cyp"
@@ -53,11 +57,25 @@ def test_epilogue_calls_the_users_function_per_element(tmp_path):
     assert "const float* __restrict__ bias" in cu
     assert re.search(r"const float v1_0 = .*< N \? bias\[", cu)
     assert not any(m.startswith("tm_bias") for m in re.findall(r"CUtensorMap (\w+)", cu))
-    # the wgmma group retires before the call reads the accumulator: an edge to the call's event
+    # the wgmma group retires before the call reads the accumulator: the last wgmma wait before
+    # the call realizes an edge into the call's event (read from the plan), and prints before it
     ev = re.search(r"// (%e\d+): bias_gelu\(\)", cu).group(1)
+    m = compiled.snapshots(EPI, EPI_MAP)[-1][1]
+    names, stmts = event_names(m), m.kernel.consumer.all()
+    call = next(st for st in stmts if isinstance(st, P.External))
+    assert call.event == ev
+    last_wait = [
+        st
+        for st in stmts[: stmts.index(call)]
+        if isinstance(st, P.Sync) and isinstance(st.op, S.WaitGroup) and st.op.unit == "wgmma"
+    ][-1]
+    assert last_wait.op.pending == 0
+    assert any(
+        names.get(e.dst) == ev and e.hazard == "raw" and e.tensor == "Cacc_reg"
+        for e in last_wait.op.edges
+    )
     before = cu[: cu.index(f"// {ev}: bias_gelu()")]
-    last_wait = before[before.rindex("cypress::wait<0>();") :]
-    assert f"-> {ev} (raw %Cacc_reg" in last_wait.splitlines()[0]
+    assert "cypress::wait<0>();" in before[before.rindex("for (int kb") :]
     info = json.loads((out / "gemm_epilogue.json").read_text())
     assert info["bindings"] == {"T": "f16", "BIAS": "f32", "ACT": "bias_gelu"}
     assert KernelInfo.from_dict(info).bindings == info["bindings"]

@@ -61,7 +61,7 @@ def _consumer_loop(cu: str) -> list[str]:
     lines = [ln.strip() for ln in body.splitlines()[1:]]
     out = []
     for ln in lines:
-        if ln.startswith("if (++stage == STAGES)"):
+        if ln.startswith("pipe.advance();"):
             return out
         if ln and not ln.startswith(("//", "#pragma")):
             out.append(ln)

@@ -178,10 +178,10 @@ def _cu(tmp_path: Path, mapping: Path) -> str:
 def test_the_persistent_kernel_flips_the_once_per_tile_parities(tmp_path):
     cu = _cu(tmp_path, PERSISTENT)
     assert cu.count("tphase ^= 1;") == 2  # the producer's tile loop and the consumers'
-    assert "cypress::wait(&empty_Q_block[0], (1 ^ tphase));" in cu
-    assert "cypress::wait(&full_Q_block[0], (0 ^ tphase));" in cu
+    assert "cypress::wait(&empty_Q_block[0], 1 ^ tphase);" in cu
+    assert "cypress::wait(&full_Q_block[0], 0 ^ tphase);" in cu
     assert (
-        "cypress::wait(&empty_B_mma_qk_1[stage], (phase ^ 1));" in cu
+        "cypress::wait(&empty_B_mma_qk_1[pipe.index], pipe.phase ^ 1);" in cu
     )  # the key loop's ring runs on
     assert "const long long grid = tiles < sms ? tiles : sms;" in cu
 
@@ -483,15 +483,16 @@ def test_the_staged_kernel_loads_the_last_v_tile_into_the_k_tiles_bytes(tmp_path
     cu = _cu(tmp_path, STAGED)
     off = lambda name: cu.split(f"uint8_t* {name} = smem + ", 1)[1].split(";", 1)[0]  # noqa: E731
     assert off("s_B_mma_qk") == off("s_B_mma_pv_1")
-    o = cu.split("uint8_t* box = smem + ", 1)[1].split(" + cw * 16384", 1)[
-        0
-    ]  # each warpgroup's 64 rows of O
+    # each warpgroup's 64 rows of O: a staging tile named by its offset constants
+    staged = re.search(r"constexpr int (\w+)_SMEM = (\d+), \1_TILE = 16384;", cu)
+    assert f"uint8_t* box = smem + {staged[1]}_SMEM + cw * {staged[1]}_TILE + " in cu
+    o = staged[2]
     assert o.isdigit() and o != off("s_B_mma_pv_1")
     assert o not in {
         off(n) for n in ("s_Q_block", "s_B_mma_qk_1", "s_B_mma_pv")
     }  # O's bytes are its own
     producer = cu[cu.index("// ---- producer warpgroup") : cu.index("// ---- consumer warpgroups")]
-    w = producer.index("cypress::wait(&free_B_mma_pv_1[0], (0 ^ tphase));")
+    w = producer.index("cypress::wait(&free_B_mma_pv_1[0], 0 ^ tphase);")
     assert w < producer.index("cypress::tma_load_3d(s_B_mma_pv_1")
     assert "cypress::tma_load_3d(s_B_mma_pv_1" not in producer[:w]
     consumer = cu[cu.index("// ---- consumer warpgroups") :]

@@ -149,13 +149,13 @@ def test_two_tiles_on_one_ring_are_clean_and_a_missing_member_wait_races():
 
 
 def test_the_kernel_counts_member_positions_on_the_running_counters():
-    cu = emit_cuda(dict(compile_module(_tree("flash_attention3", PPS)))["cuda-lowering"].kernel)
+    plan = dict(compile_module(_tree("flash_attention3", PPS)))["cuda-lowering"].kernel
+    cu = emit_cuda(plan)
     assert (
-        "tma_load_3d(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE" in cu
+        "tma_load_3d(s_B_mma_qk_1 + pipe.index * B_mma_qk_1_STAGE" in cu
     )  # K[0] at the ring's position
-    assert "cypress::wait(&full_B_mma_qk_1[stage], phase);" in cu
-    assert "kbase += num_k + 1;" in cu
+    assert "cypress::wait(&full_B_mma_qk_1[pipe.index], pipe.phase);" in cu
+    assert plan.ring_extra == [1]  # one ring position per tile besides the loop's steps
+    assert cu.count("// ring positions of the tiles copied outside main loop 0: 1 per tile") == 2
     assert "s_B_mma_qk =" not in cu and "B_mma_pv_1" not in cu and "free_" not in cu
-    assert (
-        cu.count("if (++stage == STAGES) { stage = 0; phase ^= 1; }") == 4
-    )  # per role: each step, each tile
+    assert cu.count("pipe.advance();") == 4  # per role: each step, each tile

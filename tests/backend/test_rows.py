@@ -15,9 +15,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from cypressc.backend import plan as P
 from cypressc.cli import main
 from cypressc.ir.check import random_inputs, run_module
+from cypressc.ir import sync as S
 from cypressc.ir.interp import _Interp
+from cypressc.ir.printer import event_names
 from cypressc.ir.shapes import mma_coords
 from cypressc.lang.checker import check_program
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS, Operand
@@ -25,6 +28,7 @@ from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
 from cypressc.pipeline import compile_module
+from tests import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 ATT = ROOT / "tests" / "programs" / "attention.cyp"
@@ -137,12 +141,35 @@ def test_the_kernel_reduces_across_the_quad_and_fences_the_rescaled_accumulator(
     # the O rescale of step k touches the accumulator the P·V wgmma of step k-1 wrote: the
     # wait after S = Q·Kᵀ already retires that group, and carries the edge, so the O fragment
     # is fenced there (the compiler keeps the rescale after the wait)
-    wait = next(
-        line for line in cu.splitlines() if "cypress::wait<0>();" in line and "%e15" in line
+    m = compiled.snapshots(ATT, ATT_MAP)[-1][1]
+    names, loop = event_names(m), m.kernel.consumer.loops[0]
+    pv = next(st for st in loop if isinstance(st, P.Mma) and st.acc == "Oacc_reg")
+    rescale = next(
+        st for st in loop if isinstance(st, P.RowOp) and st.args[0] == ("frag", "Oacc_reg")
     )
-    assert re.search(r"%e18 -> %e15 \(raw %Oacc_reg, 1 step\(s\) later\)", wait)
-    after = cu[cu.index(wait) :].splitlines()[1:4]
-    assert any("fence_acc(Oacc_reg[0])" in x for x in after), after
+    waits = [
+        st
+        for st in loop
+        if isinstance(st, P.Sync) and isinstance(st.op, S.WaitGroup) and st.op.unit == "wgmma"
+    ]
+    carried = [
+        w
+        for w in waits
+        for e in w.op.edges
+        if (names.get(e.src), names.get(e.dst), e.hazard, e.tensor, e.via, e.distance)
+        == (pv.event, rescale.event, "raw", "Oacc_reg", "carried", 1)
+    ]
+    assert len(carried) == 1 and carried[0].op.pending == 0, carried
+    wait = carried[0]
+    assert loop.index(wait) < loop.index(rescale) < loop.index(pv)
+    assert "Oacc_reg" in wait.accs  # the fragments the wait fences, printed after it
+    # the same wait in the kernel's main loop (the loop's waits print in order)
+    body = cu[cu.index("// ---- consumer warpgroups") :]
+    body = body[body.index("for (int kb = 0;") :].splitlines()
+    at = [i for i, line in enumerate(body) if re.search(r"cypress::wait<\d+>\(\);", line)]
+    line = at[waits.index(wait)]
+    assert "cypress::wait<0>();" in body[line], body[line]
+    assert any("fence_acc(Oacc_reg[0])" in x for x in body[line + 1 : line + 4]), body[line:]
     runtime = (ROOT / "cypressc/backend/runtime/cypress.cuh").read_text()
     assert (
         "__shfl_xor_sync(0xffffffffu, v, 1)" in runtime

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cypressc.backend import plan as P
-from cypressc.backend.cexpr import cexpr
+from cypressc.backend.cexpr import KVar, cexpr
 from cypressc.backend.peephole import guard_dead_row_sums
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
@@ -89,14 +89,14 @@ def test_a_row_sum_only_the_last_column_tile_stores_runs_only_there():
     (rs,) = {id(st): st for st in plan.simt_body if isinstance(st, P.RowSum)}.values()
     (store,) = [st for st in plan.epilogue if isinstance(st, P.StoreVector) and st.vec == rs.vec]
     assert store.when is not None
-    assert rs.active == N.IBin("&&", N.IBin("<", N.IVar("tw"), N.IConst(64)), store.when)
+    assert rs.active == N.IBin("&&", N.IBin("<", KVar("tw"), N.IConst(64)), store.when)
     assert rs in plan.consumer.loops[0]  # the loop's copy of the statement is the guarded one too
 
 
 def test_a_row_sum_stored_everywhere_stays_unguarded():
     plan = _row_sum_plan()
     (rs,) = {id(st): st for st in plan.simt_body if isinstance(st, P.RowSum)}.values()
-    unguarded = replace(rs, active=N.IBin("<", N.IVar("tw"), N.IConst(64)))
+    unguarded = replace(rs, active=N.IBin("<", KVar("tw"), N.IConst(64)))
     for lst in (plan.simt_body, *plan.consumer.sections()):
         lst[:] = [unguarded if st is rs else st for st in lst]
     plan.epilogue[:] = [

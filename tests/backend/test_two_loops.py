@@ -11,6 +11,7 @@ and the GPU check runs it (bench/gpu_check.py, ``gemm_two_loops``)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -65,16 +66,13 @@ def test_the_kernel_runs_the_loops_in_turn_with_their_own_counters(tmp_path):
         cons.index("for (int kb = 0; kb < num_k_1; ++kb)"),
     )
     assert first < second
-    # loop 0 waits and advances on (stage, phase), loop 1 on (stage_1, phase_1), both declared
+    # loop 0 waits and advances on pipeline state pipe, loop 1 on pipe_1, both declared
     # before the persistent tile loop so they carry over to the block's next tile
-    assert "int stage = 0, phase = 0;" in cons[: cons.index("for (int t = ")]
-    assert "int stage_1 = 0, phase_1 = 0;" in cons[: cons.index("for (int t = ")]
+    assert "cypress::PipelineState<STAGES> pipe;" in cons[: cons.index("for (int t = ")]
+    assert "cypress::PipelineState<STAGES> pipe_1;" in cons[: cons.index("for (int t = ")]
     loop0, loop1 = cons[first:second], cons[second:]
-    assert "[stage], phase)" in loop0 and "stage_1" not in loop0
-    assert (
-        "[stage_1], phase_1)" in loop1
-        and "if (++stage_1 == STAGES) { stage_1 = 0; phase_1 ^= 1; }" in loop1
-    )
+    assert "[pipe.index], pipe.phase)" in loop0 and "pipe_1" not in loop0
+    assert "[pipe_1.index], pipe_1.phase)" in loop1 and "pipe_1.advance();" in loop1
     prod = cu[cu.index("producer warpgroup") : cu.index("consumer warpgroups")]
     p0, p1 = prod.index("kb < num_k;"), prod.index("kb < num_k_1;")
     assert p0 < p1
@@ -92,14 +90,20 @@ def test_two_loops_without_warp_specialization_are_refused(tmp_path, mapping_var
     )
 
 
-def test_a_size_named_like_a_second_loops_counter_is_refused(tmp_path):
+def test_a_size_named_like_a_second_loops_variables_is_spelled_apart(tmp_path):
+    """The second loop's trip count is the kernel's num_k_1 and its pipeline state pipe_1; sizes
+    of those names stay the program's own, spelled pipe_1_1 and num_k_1_1 in the kernel."""
     prog = tmp_path / "p.cyp"
-    prog.write_text(PROG.read_text().replace("J", "stage_1"))
+    prog.write_text(re.sub(r"\bK\b", "pipe_1", re.sub(r"\bJ\b", "num_k_1", PROG.read_text())))
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["build", str(prog), "-m", str(MAP), "-o", str(out)])
-    assert r.exit_code != 0 and "error[E050]" in r.output and "'stage_1' clashes" in r.output, (
-        r.output
-    )
+    assert r.exit_code == 0, r.output
+    cu = (out / "p.cu").read_text()
+    assert "const int num_k = cdiv(pipe_1_1, 64);" in cu
+    assert "const int num_k_1 = cdiv(num_k_1_1, 64);" in cu
+    assert "cypress::PipelineState<STAGES> pipe_1;" in cu and "pipe_1.advance();" in cu
+    assert "int pipe_1_1, int num_k_1_1" in cu and "int64_t num_k_1) {" not in cu
+    assert json.loads((out / "p.json").read_text())["sizes"][-2:] == ["pipe_1", "num_k_1"]
 
 
 @pytest.mark.nvcc

@@ -43,7 +43,7 @@ def test_proofs_it_does_give():
 
 
 def test_unknowns_and_unencodable_expressions_keep_the_edge():
-    assert may_meet([(N.ISelect(N.ibin("<", k, C(1)), C(0), C(1)), C(5))], SPACE)
+    assert may_meet([(N.IBin("^", N.ibin("<", k, C(1)), C(1)), C(5))], SPACE)
     assert may_meet([(N.ibin("+", k, C(0.5)), C(7))], SPACE)
 
 

@@ -79,6 +79,33 @@ __device__ __forceinline__ void arrive_expect_tx(bar_t* bar, uint32_t bytes) {
 // Spin until the phase with parity `phase` has completed.
 __device__ __forceinline__ void wait(bar_t* bar, uint32_t phase) { cutlass::arch::ClusterBarrier::wait(bar, phase); }
 
+// Where a role is in a ring of `Stages` stage buffers, each with its mbarriers (the idea of
+// CUTLASS's PipelineState): `index` is the stage of the current step, `phase` the parity of
+// the ring's passes so far, the phase a stage's mbarrier completes on this pass.  A role
+// advances once per pipeline step; `state + c` is the step c on (or back, for -Stages < c <
+// Stages), its phase flipped where the ring wraps in between.  The generated kernel keeps
+// one per role (and main loop) across the tiles of a persistent block.
+template <int Stages>
+struct PipelineState {
+  // phase first: ptxas then schedules a kernel as it did its two plain ints before this type
+  int phase = 0, index = 0;
+  __device__ __forceinline__ void advance() {
+    if (++index == Stages) { index = 0; phase ^= 1; }
+  }
+  __device__ __forceinline__ PipelineState operator+(int c) const {
+    PipelineState s;
+    if (c >= 0) {
+      s.index = index + c < Stages ? index + c : index - (Stages - c);
+      s.phase = phase ^ (index + c >= Stages);
+    } else {
+      s.index = index >= -c ? index + c : index + (Stages + c);
+      s.phase = phase ^ (index < -c);
+    }
+    return s;
+  }
+  __device__ __forceinline__ PipelineState operator-(int c) const { return *this + -c; }
+};
+
 // ------------------------------------------------------------------------------------------
 // TMA (bulk tensor copies). Host: build a CUtensorMap. Device: issue copies on an mbarrier.
 // ------------------------------------------------------------------------------------------

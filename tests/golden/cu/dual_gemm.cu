@@ -52,28 +52,28 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
       cypress::tma_prefetch(&tm_A_128x64);
       cypress::tma_prefetch(&tm_B1_64x64);
       cypress::tma_prefetch(&tm_B2_64x64);
-      int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
+      cypress::PipelineState<STAGES> pipe;  // the stage and phase of step kb, across tiles
       for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
         int b0, b1;
         tile_coords(t, b0, b1);
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty_A_mma_block_B_mma_block[stage], (phase ^ 1));  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later)
-          cypress::arrive_expect_tx(&full_A_mma_block_B_mma_block[stage], 32768);  // %e4 -> %e6 (raw %A_mma_block); %e4 -> %e8 (raw %A_mma_block); %e5 -> %e6 (raw %B_mma_block)
-          // %e4: copy -> %A_mma_block[stage] (TMA)
-          cypress::tma_load_2d(s_A_mma_block + (stage) * A_mma_block_STAGE, &tm_A_128x64, &full_A_mma_block_B_mma_block[stage], (kb * 64), (b0 * 128));
-          // %e5: copy -> %B_mma_block[stage] (TMA)
+          cypress::wait(&empty_A_mma_block_B_mma_block[pipe.index], pipe.phase ^ 1);  // %A_mma_block, %B_mma_block free (war)
+          cypress::arrive_expect_tx(&full_A_mma_block_B_mma_block[pipe.index], 32768);  // %A_mma_block, %B_mma_block ready (raw)
+          // %e4: copy %A -> %A_mma_block (TMA)
+          cypress::tma_load_2d(s_A_mma_block + pipe.index * A_mma_block_STAGE, &tm_A_128x64, &full_A_mma_block_B_mma_block[pipe.index], (kb * 64), (b0 * 128));
+          // %e5: copy %B1 -> %B_mma_block (TMA)
           #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_2d(s_B_mma_block + (stage) * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B1_64x64, &full_A_mma_block_B_mma_block[stage], (b1 * 128) + 64 * j, (kb * 64));
+            cypress::tma_load_2d(s_B_mma_block + pipe.index * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B1_64x64, &full_A_mma_block_B_mma_block[pipe.index], (b1 * 128) + 64 * j, (kb * 64));
           }
-          cypress::wait(&empty_B_mma_block_1[stage], (phase ^ 1));  // %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
-          cypress::arrive_expect_tx(&full_B_mma_block_1[stage], 16384);  // %e7 -> %e8 (raw %B_mma_block_1)
-          // %e7: copy -> %B_mma_block_1[stage] (TMA)
+          cypress::wait(&empty_B_mma_block_1[pipe.index], pipe.phase ^ 1);  // %B_mma_block_1 free (war)
+          cypress::arrive_expect_tx(&full_B_mma_block_1[pipe.index], 16384);  // %B_mma_block_1 ready (raw)
+          // %e7: copy %B2 -> %B_mma_block_1 (TMA)
           #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_2d(s_B_mma_block_1 + (stage) * B_mma_block_1_STAGE + j * B_mma_block_1_CHUNK, &tm_B2_64x64, &full_B_mma_block_1[stage], (b1 * 128) + 64 * j, (kb * 64));
+            cypress::tma_load_2d(s_B_mma_block_1 + pipe.index * B_mma_block_1_STAGE + j * B_mma_block_1_CHUNK, &tm_B2_64x64, &full_B_mma_block_1[pipe.index], (b1 * 128) + 64 * j, (kb * 64));
           }
-          if (++stage == STAGES) { stage = 0; phase ^= 1; }
+          pipe.advance();
         }
       }
     }
@@ -84,7 +84,7 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
     const bool leader = threadIdx.x % 128 == 0;
     float C1acc_reg[1][64];  // %C1acc_reg: 64x128 f32 per warpgroup
     float C2acc_reg[1][64];  // %C2acc_reg: 64x128 f32 per warpgroup
-    int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
+    cypress::PipelineState<STAGES> pipe;  // the stage and phase of step kb, across tiles
     for (int t = blockIdx.x; t < num_tiles; t += num_tiles) {
       int b0, b1;
       tile_coords(t, b0, b1);
@@ -95,42 +95,42 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
       #pragma unroll
       for (int i = 0; i < 64; ++i) C2acc_reg[0][i] = 0;
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full_A_mma_block_B_mma_block[stage], phase);  // %e4 -> %e6 (raw %A_mma_block); %e4 -> %e8 (raw %A_mma_block); %e5 -> %e6 (raw %B_mma_block)
-        // wgmma.fence: %e1 -> %e6 (raw %C1acc_reg, into the loop); %e1 -> %e6 (waw %C1acc_reg, into the loop); %e6 -> %e6 (raw %C1acc_reg, 1 step(s) later); %e6 -> %e6 (war %C1acc_reg, 1 step(s) later); %e6 -> %e6 (waw %C1acc_reg, 1 step(s) later)
+        cypress::wait(&full_A_mma_block_B_mma_block[pipe.index], pipe.phase);  // %A_mma_block, %B_mma_block ready (raw)
+        // wgmma.fence: %C1acc_reg ready (raw)
         cypress::fence_acc(C1acc_reg[0]);
         cypress::wgmma_fence();
         // %e6: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + (stage) * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
-          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + pipe.index * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + pipe.index * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<128, __half>(da, db, C1acc_reg[0]);
         }
-        cypress::wait(&full_B_mma_block_1[stage], phase);  // %e7 -> %e8 (raw %B_mma_block_1)
-        // wgmma.fence: %e2 -> %e8 (raw %C2acc_reg, into the loop); %e2 -> %e8 (waw %C2acc_reg, into the loop); %e8 -> %e8 (raw %C2acc_reg, 1 step(s) later); %e8 -> %e8 (war %C2acc_reg, 1 step(s) later); %e8 -> %e8 (waw %C2acc_reg, 1 step(s) later)
+        cypress::wait(&full_B_mma_block_1[pipe.index], pipe.phase);  // %B_mma_block_1 ready (raw)
+        // wgmma.fence: %C2acc_reg ready (raw)
         cypress::fence_acc(C2acc_reg[0]);
         cypress::wgmma_fence();
         // %e8: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block_1 + (stage) * B_mma_block_1_STAGE + kk * 16 * 128, B_mma_block_1_CHUNK);
-          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block_1 + pipe.index * B_mma_block_1_STAGE + kk * 16 * 128, B_mma_block_1_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + pipe.index * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<128, __half>(da, db, C2acc_reg[0]);
         }
         cypress::commit();  // closes the group of %e6, %e8
-        cypress::wait<1>();  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later); %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
+        cypress::wait<1>();  // %A_mma_block, %B_mma_block, %B_mma_block_1 free (war)
         if (kb >= 1) {
-          if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later)
-          if (leader) cypress::arrive(&empty_B_mma_block_1[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
+          if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(pipe - 1).index]);  // %A_mma_block, %B_mma_block free (war)
+          if (leader) cypress::arrive(&empty_B_mma_block_1[(pipe - 1).index]);  // %B_mma_block_1 free (war)
         }
-        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+        pipe.advance();
       }
-      cypress::wait<0>();  // %e6 -> %e9 (raw %C1acc_reg, after the loop); %e6 -> %e9 (war %C1acc_reg, after the loop); %e6 -> %e9 (waw %C1acc_reg, after the loop); %e8 -> %e9 (raw %C2acc_reg, after the loop); %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later); %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
+      cypress::wait<0>();  // %C1acc_reg, %C2acc_reg ready (raw); %A_mma_block, %B_mma_block, %B_mma_block_1 free (war)
       cypress::fence_acc(C1acc_reg[0]);
       cypress::fence_acc(C2acc_reg[0]);
       if ((num_k - 1) >= 0) {
-        if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e6 -> %e4 (war %A_mma_block, 4 step(s) later); %e8 -> %e4 (war %A_mma_block, 4 step(s) later); %e6 -> %e5 (war %B_mma_block, 4 step(s) later)
-        if (leader) cypress::arrive(&empty_B_mma_block_1[(stage >= 1 ? stage - 1 : stage + 3)]);  // %e8 -> %e7 (war %B_mma_block_1, 4 step(s) later)
+        if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(pipe - 1).index]);  // %A_mma_block, %B_mma_block free (war)
+        if (leader) cypress::arrive(&empty_B_mma_block_1[(pipe - 1).index]);  // %B_mma_block_1 free (war)
       }
       // %e9: add
       for (int i = 0; i < 64; ++i) C1acc_reg[0][i] += C2acc_reg[0][i];

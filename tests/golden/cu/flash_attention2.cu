@@ -9,6 +9,7 @@ constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int Q_block_STAGE = 32768, Q_block_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_qk_STAGE = 32768, B_mma_qk_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_pv_STAGE = 32768, B_mma_pv_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
+constexpr int D_store_wg_SMEM = 131072, D_store_wg_TILE = 16384;  // 64x128 f16 per consumer warpgroup, in 64x64 boxes
 constexpr int SMEM_BYTES = 197712;
 }  // namespace
 
@@ -64,38 +65,36 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       cypress::tma_prefetch(&tm_Q_128x64);
       cypress::tma_prefetch(&tm_K_128x64);
       cypress::tma_prefetch(&tm_V_128x64);
-      int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
-      int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
+      cypress::PipelineState<STAGES> pipe;  // the stage and phase of step kb, across tiles
       int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
       for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P)) {
         int b0, b1, b2;
         tile_coords(t, b0, b1, b2);
         const int num_k = cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128);
-        cypress::wait(&empty_Q_block[0], (1 ^ tphase));  // %e8 -> %e1 (war %Q_block, the next tile)
-        cypress::arrive_expect_tx(&full_Q_block[0], 32768);  // %e1 -> %e8 (raw %Q_block, into the loop)
-        // %e1: copy -> %Q_block[0] (TMA)
+        cypress::wait(&empty_Q_block[0], 1 ^ tphase);  // %Q_block free (war)
+        cypress::arrive_expect_tx(&full_Q_block[0], 32768);  // %Q_block ready (raw)
+        // %e1: copy %Q -> %Q_block (TMA)
         #pragma unroll
         for (int j = 0; j < 2; ++j) {
           cypress::tma_load_3d(s_Q_block + j * Q_block_CHUNK, &tm_Q_128x64, &full_Q_block[0], 0 + 64 * j, (b2 * 128), ((b0 * H) + b1));
         }
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty_B_mma_qk[stage], (phase ^ 1));  // %e8 -> %e7 (war %B_mma_qk, 2 step(s) later)
-          cypress::arrive_expect_tx(&full_B_mma_qk[stage], 32768);  // %e7 -> %e8 (raw %B_mma_qk)
-          // %e7: copy -> %B_mma_qk[stage] (TMA)
+          cypress::wait(&empty_B_mma_qk[pipe.index], pipe.phase ^ 1);  // %B_mma_qk free (war)
+          cypress::arrive_expect_tx(&full_B_mma_qk[pipe.index], 32768);  // %B_mma_qk ready (raw)
+          // %e7: copy %K -> %B_mma_qk (TMA)
           #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_3d(s_B_mma_qk + (stage) * B_mma_qk_STAGE + j * B_mma_qk_CHUNK, &tm_K_128x64, &full_B_mma_qk[stage], 0 + 64 * j, (kb * 128), ((b0 * HK) + (b1 / (H / HK))));
+            cypress::tma_load_3d(s_B_mma_qk + pipe.index * B_mma_qk_STAGE + j * B_mma_qk_CHUNK, &tm_K_128x64, &full_B_mma_qk[pipe.index], 0 + 64 * j, (kb * 128), ((b0 * HK) + (b1 / (H / HK))));
           }
-          cypress::wait(&empty_B_mma_pv[stage], (phase ^ 1));  // %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
-          cypress::arrive_expect_tx(&full_B_mma_pv[stage], 32768);  // %e19 -> %e20 (raw %B_mma_pv)
-          // %e19: copy -> %B_mma_pv[stage] (TMA)
+          cypress::wait(&empty_B_mma_pv[pipe.index], pipe.phase ^ 1);  // %B_mma_pv free (war)
+          cypress::arrive_expect_tx(&full_B_mma_pv[pipe.index], 32768);  // %B_mma_pv ready (raw)
+          // %e19: copy %V -> %B_mma_pv (TMA)
           #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_3d(s_B_mma_pv + (stage) * B_mma_pv_STAGE + j * B_mma_pv_CHUNK, &tm_V_128x64, &full_B_mma_pv[stage], 0 + 64 * j, (kb * 128), ((b0 * HK) + (b1 / (H / HK))));
+            cypress::tma_load_3d(s_B_mma_pv + pipe.index * B_mma_pv_STAGE + j * B_mma_pv_CHUNK, &tm_V_128x64, &full_B_mma_pv[pipe.index], 0 + 64 * j, (kb * 128), ((b0 * HK) + (b1 / (H / HK))));
           }
-          if (++stage == STAGES) { stage = 0; phase ^= 1; }
+          pipe.advance();
         }
-        kbase += num_k;
         tphase ^= 1;
       }
     }
@@ -113,10 +112,9 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     float LSE_finish_thread[1][2];  // %LSE_finish_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     bool more = (blockIdx.x << P) < num_tiles;  // this block has a tile: before each tile, the one that follows
     if (cw >= 1 && more) {
-      cypress::named_arrive(3, 256);  // start -> %e20 (turn) (the block's first tile)
+      cypress::named_arrive(3, 256);  // pass the Tensor Core turn (the block's first tile)
     }
-    int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
-    int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
+    cypress::PipelineState<STAGES> pipe;  // the stage and phase of step kb, across tiles
     int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
     for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P)) {
       int b0, b1, b2;
@@ -130,30 +128,30 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       m_reg[0][0] = m_reg[0][1] = -1e+30;
       // %e4: fill over accumulator rows
       l_reg[0][0] = l_reg[0][1] = 0;
-      cypress::wait(&full_Q_block[0], (0 ^ tphase));  // %e1 -> %e8 (raw %Q_block, into the loop)
-      cypress::named_sync((3 + cw), 256);  // %e8 -> %e20 (turn, into the loop)
+      cypress::wait(&full_Q_block[0], 0 ^ tphase);  // %Q_block ready (raw)
+      cypress::named_sync((3 + cw), 256);  // take the Tensor Core turn
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full_B_mma_qk[stage], phase);  // %e7 -> %e8 (raw %B_mma_qk)
-        // wgmma.fence: %e6 -> %e8 (raw %S_reg); %e6 -> %e8 (waw %S_reg); %e6 -> %e8 (waw %S_reg, 1 step(s) later); %e8 -> %e8 (war %S_reg, 1 step(s) later); %e8 -> %e8 (waw %S_reg, 1 step(s) later); %e10 -> %e8 (war %S_reg, 1 step(s) later); %e10 -> %e8 (waw %S_reg, 1 step(s) later); %e12 -> %e8 (war %S_reg, 1 step(s) later); %e14 -> %e8 (war %S_reg, 1 step(s) later); %e14 -> %e8 (waw %S_reg, 1 step(s) later); %e16 -> %e8 (war %S_reg, 1 step(s) later); %e18 -> %e8 (war %S_reg, 1 step(s) later)
+        cypress::wait(&full_B_mma_qk[pipe.index], pipe.phase);  // %B_mma_qk ready (raw)
+        // wgmma.fence: %S_reg ready (raw)
         cypress::fence_acc(S_reg[0]);
         cypress::wgmma_fence();
         // %e8: warpgroup_mma, 8 k16 step(s), B K-major (fill %e6 folded in: scale-d off on the first step)
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-          const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk + (stage) * B_mma_qk_STAGE + (kk / 4) * B_mma_qk_CHUNK + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk + pipe.index * B_mma_qk_STAGE + (kk / 4) * B_mma_qk_CHUNK + (kk % 4) * 32);
           const uint64_t da = cypress::desc_k_sw128(s_Q_block + (kk / 4) * Q_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, S_reg[0], kk == 0);
         }
         cypress::commit();  // closes the group of %e8
-        cypress::named_arrive((3 + ((cw + 1) % 2)), 256);  // %e8 -> %e20 (turn)
-        cypress::wait<0>();  // %e8 -> %e9 (raw %S_reg); %e8 -> %e9 (war %S_reg); %e8 -> %e9 (waw %S_reg); %e8 -> %e9 (war %S_reg, 1 step(s) later); %e8 -> %e9 (waw %S_reg, 1 step(s) later); %e8 -> %e1 (war %Q_block, the next tile); %e8 -> %e7 (war %B_mma_qk, 2 step(s) later); %e8 -> %e10 (war %S_reg, 1 step(s) later); %e8 -> %e10 (waw %S_reg, 1 step(s) later); %e8 -> %e10 (war %S_reg); %e8 -> %e10 (waw %S_reg); %e8 -> %e14 (war %S_reg); %e8 -> %e14 (waw %S_reg); %e8 -> %e14 (war %S_reg, 1 step(s) later); %e8 -> %e14 (waw %S_reg, 1 step(s) later); %e20 -> %e17 (raw %Oacc_reg, 1 step(s) later); %e20 -> %e17 (war %Oacc_reg, 1 step(s) later); %e20 -> %e17 (waw %Oacc_reg, 1 step(s) later); %e20 -> %e18 (war %P_reg, 1 step(s) later)
+        cypress::named_arrive((3 + ((cw + 1) % 2)), 256);  // pass the Tensor Core turn
+        cypress::wait<0>();  // %S_reg, %Oacc_reg ready (raw); %Q_block, %B_mma_qk, %P_reg free (war)
         cypress::fence_acc(S_reg[0]);
         cypress::fence_acc(Oacc_reg[0]);
         cypress::fence_acc(P_reg[0]);
         if (kb >= (num_k - 1)) {
-          if (leader) cypress::arrive(&empty_Q_block[0]);  // %e8 -> %e1 (war %Q_block, the next tile)
+          if (leader) cypress::arrive(&empty_Q_block[0]);  // %Q_block free (war)
         }
-        if (leader) cypress::arrive(&empty_B_mma_qk[stage]);  // %e8 -> %e7 (war %B_mma_qk, 2 step(s) later)
+        if (leader) cypress::arrive(&empty_B_mma_qk[pipe.index]);  // %B_mma_qk free (war)
         // %e9: mask_columns over accumulator rows
         cypress::mask_columns(S_reg[0], (N - (kb * 128)));
         // %e10: mask_causal over accumulator rows
@@ -174,37 +172,37 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         cypress::scale_rows(Oacc_reg[0], alpha_reg[0]);
         // %e18: copy %S_reg -> %P_reg (f32 -> f16, the A fragment of a wgmma)
         cypress::acc_to_a<__half>(S_reg[0], P_reg[0]);
-        cypress::wait(&full_B_mma_pv[stage], phase);  // %e19 -> %e20 (raw %B_mma_pv)
-        cypress::named_sync((3 + cw), 256);  // %e8 -> %e20 (turn)
-        // wgmma.fence: %e2 -> %e20 (raw %Oacc_reg, into the loop); %e2 -> %e20 (waw %Oacc_reg, into the loop); %e17 -> %e20 (raw %Oacc_reg); %e17 -> %e20 (war %Oacc_reg); %e17 -> %e20 (waw %Oacc_reg); %e17 -> %e20 (war %Oacc_reg, 1 step(s) later); %e17 -> %e20 (waw %Oacc_reg, 1 step(s) later); %e18 -> %e20 (raw %P_reg); %e20 -> %e20 (war %Oacc_reg, 1 step(s) later); %e20 -> %e20 (waw %Oacc_reg, 1 step(s) later)
+        cypress::wait(&full_B_mma_pv[pipe.index], pipe.phase);  // %B_mma_pv ready (raw)
+        cypress::named_sync((3 + cw), 256);  // take the Tensor Core turn
+        // wgmma.fence: %Oacc_reg, %P_reg ready (raw)
         cypress::fence_acc(Oacc_reg[0]);
         cypress::fence_acc(P_reg[0]);
         cypress::wgmma_fence();
         // %e20: warpgroup_mma, A from registers %P_reg, 8 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv + (stage) * B_mma_pv_STAGE + kk * 16 * 128, B_mma_pv_CHUNK);
+          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv + pipe.index * B_mma_pv_STAGE + kk * 16 * 128, B_mma_pv_CHUNK);
           cypress::wgmma_rs<128, __half>(&P_reg[0][kk * 4], db, Oacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e20
         if (kb >= 1) {
-          if (leader) cypress::arrive(&empty_B_mma_pv[(stage >= 1 ? stage - 1 : stage + 1)]);  // %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
+          if (leader) cypress::arrive(&empty_B_mma_pv[(pipe - 1).index]);  // %B_mma_pv free (war)
         }
-        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+        pipe.advance();
       }
       if (0 >= cw) {
-        cypress::named_arrive((3 + ((cw + 1) % 2)), 256);  // %e8 -> %e20 (turn, after the loop)
+        cypress::named_arrive((3 + ((cw + 1) % 2)), 256);  // pass the Tensor Core turn
       }
       if (cw >= 1 && more) {
-        cypress::named_arrive(3, 256);  // start -> %e20 (turn) (persistent block: the next tile's, after this tile's last run)
+        cypress::named_arrive(3, 256);  // pass the Tensor Core turn (the next tile's, after this tile's last run)
       }
-      cypress::wait<0>();  // %e20 -> %e21 (raw %Oacc_reg, after the loop); %e20 -> %e21 (war %Oacc_reg, after the loop); %e20 -> %e21 (waw %Oacc_reg, after the loop); %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
+      cypress::wait<0>();  // %Oacc_reg ready (raw); %B_mma_pv free (war)
       cypress::fence_acc(Oacc_reg[0]);
       if (0 >= num_k) {
-        if (leader) cypress::arrive(&empty_Q_block[0]);  // %e8 -> %e1 (war %Q_block, the next tile)
+        if (leader) cypress::arrive(&empty_Q_block[0]);  // %Q_block free (war)
       }
       if ((num_k - 1) >= 0) {
-        if (leader) cypress::arrive(&empty_B_mma_pv[(stage >= 1 ? stage - 1 : stage + 1)]);  // %e20 -> %e19 (war %B_mma_pv, 2 step(s) later)
+        if (leader) cypress::arrive(&empty_B_mma_pv[(pipe - 1).index]);  // %B_mma_pv free (war)
       }
       // the row sums in %l_reg are per-lane parts until here: sum them across each quad
       cypress::quad_reduce(l_reg[0]);
@@ -220,28 +218,27 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         for (int h = 0; h < 2; ++h)
           if (r0 + 8 * h < M) dst[r0 + 8 * h] = LSE_finish_thread[0][h];
       }
-      if (leader) cypress::tma_store_wait<0>();  // %e25 -> end (the TMA store reads %D_store_wg) (persistent block: before the next tile writes %D_store_wg)
+      if (leader) cypress::tma_store_wait<0>();  // %D_store_wg stored (before the next tile writes it)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
       // %e24: copy %Oacc_reg -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const int2 rc = cypress::acc_coord(j);
-        uint8_t* box = smem + 131072 + cw * 16384 + (rc.y / 64) * 8192;
+        uint8_t* box = smem + D_store_wg_SMEM + cw * D_store_wg_TILE + (rc.y / 64) * 8192;
         *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(Oacc_reg[0][2 * j], Oacc_reg[0][2 * j + 1]);
       }
-      cypress::fence_proxy_async();  // %e24 -> %e25 (raw %D_store_wg)
-      cypress::named_sync((1 + cw), 128);  // %e24 -> %e25 (raw %D_store_wg)
+      cypress::fence_proxy_async();  // %D_store_wg ready (raw)
+      cypress::named_sync((1 + cw), 128);  // %D_store_wg ready (raw)
       // %e25: copy %D_store_wg -> global (TMA store, 64x64 boxes)
       if (leader) {
         for (int b = 0; b < 2; ++b) {
-          cypress::tma_store_3d(&tm_O_64x64, smem + 131072 + cw * 16384 + b * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))), ((b0 * H) + b1));
+          cypress::tma_store_3d(&tm_O_64x64, smem + D_store_wg_SMEM + cw * D_store_wg_TILE + b * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))), ((b0 * H) + b1));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e25
-      kbase += num_k;
       tphase ^= 1;
     }
-    if (leader) cypress::tma_store_wait<0>();  // %e25 -> end (the TMA store reads %D_store_wg) (after the last tile)
+    if (leader) cypress::tma_store_wait<0>();  // %D_store_wg stored (after the last tile)
   }
 }
 

@@ -9,6 +9,7 @@ constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int Q_block_STAGE = 32768, Q_block_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_qk_1_STAGE = 32768, B_mma_qk_1_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
 constexpr int B_mma_pv_STAGE = 32768, B_mma_pv_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
+constexpr int D_store_wg_SMEM = 131072, D_store_wg_TILE = 16384;  // 64x128 f16 per consumer warpgroup, in 64x64 boxes
 constexpr int SMEM_BYTES = 197712;
 }  // namespace
 
@@ -64,54 +65,52 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       cypress::tma_prefetch(&tm_Q_128x64);
       cypress::tma_prefetch(&tm_K_128x64);
       cypress::tma_prefetch(&tm_V_128x64);
-      int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
-      int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
+      cypress::PipelineState<STAGES> pipe;  // the stage and phase of step kb, across tiles
       int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
       for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P)) {
         int b0, b1, b2;
         tile_coords(t, b0, b1, b2);
         const int num_k = (cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128) - 1);
-        cypress::wait(&empty_Q_block[0], (1 ^ tphase));  // %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
-        cypress::arrive_expect_tx(&full_Q_block[0], 32768);  // %e1 -> %e7 (raw %Q_block); %e1 -> %e20 (raw %Q_block, into the loop)
-        // %e1: copy -> %Q_block[0] (TMA)
+        cypress::wait(&empty_Q_block[0], 1 ^ tphase);  // %Q_block free (war)
+        cypress::arrive_expect_tx(&full_Q_block[0], 32768);  // %Q_block ready (raw)
+        // %e1: copy %Q -> %Q_block (TMA)
         #pragma unroll
         for (int j = 0; j < 2; ++j) {
           cypress::tma_load_3d(s_Q_block + j * Q_block_CHUNK, &tm_Q_128x64, &full_Q_block[0], 0 + 64 * j, (b2 * 128), ((b0 * H) + b1));
         }
-        cypress::wait(&empty_B_mma_qk_1[stage], (phase ^ 1));  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e20 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on)
-        cypress::arrive_expect_tx(&full_B_mma_qk_1[stage], 32768);  // %e6 -> %e7 (raw %B_mma_qk_1)
-        // %e6: copy -> %B_mma_qk_1[stage] (TMA)
+        cypress::wait(&empty_B_mma_qk_1[pipe.index], pipe.phase ^ 1);  // %B_mma_qk_1 free (war)
+        cypress::arrive_expect_tx(&full_B_mma_qk_1[pipe.index], 32768);  // %B_mma_qk_1 ready (raw)
+        // %e6: copy %K -> %B_mma_qk_1 (TMA)
         #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          cypress::tma_load_3d(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE + j * B_mma_qk_1_CHUNK, &tm_K_128x64, &full_B_mma_qk_1[stage], 0 + 64 * j, 0, ((b0 * HK) + (b1 / (H / HK))));
+          cypress::tma_load_3d(s_B_mma_qk_1 + pipe.index * B_mma_qk_1_STAGE + j * B_mma_qk_1_CHUNK, &tm_K_128x64, &full_B_mma_qk_1[pipe.index], 0 + 64 * j, 0, ((b0 * HK) + (b1 / (H / HK))));
         }
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)], (phase ^ (stage + 1 >= 2) ^ 1));  // %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on)
-          cypress::arrive_expect_tx(&full_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)], 32768);  // %e19 -> %e20 (raw %B_mma_qk_1)
-          // %e19: copy -> %B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)] (TMA)
+          cypress::wait(&empty_B_mma_qk_1[(pipe + 1).index], (pipe + 1).phase ^ 1);  // %B_mma_qk_1 free (war)
+          cypress::arrive_expect_tx(&full_B_mma_qk_1[(pipe + 1).index], 32768);  // %B_mma_qk_1 ready (raw)
+          // %e19: copy %K -> %B_mma_qk_1 (TMA)
           #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_3d(s_B_mma_qk_1 + ((stage + 1 < 2 ? stage + 1 : stage - 1)) * B_mma_qk_1_STAGE + j * B_mma_qk_1_CHUNK, &tm_K_128x64, &full_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)], 0 + 64 * j, ((kb + 1) * 128), ((b0 * HK) + (b1 / (H / HK))));
+            cypress::tma_load_3d(s_B_mma_qk_1 + (pipe + 1).index * B_mma_qk_1_STAGE + j * B_mma_qk_1_CHUNK, &tm_K_128x64, &full_B_mma_qk_1[(pipe + 1).index], 0 + 64 * j, ((kb + 1) * 128), ((b0 * HK) + (b1 / (H / HK))));
           }
-          cypress::wait(&empty_B_mma_pv[stage], (phase ^ 1));  // %e22 -> %e21 (war %B_mma_pv, 2 step(s) later); %e34 -> %e21 (war %B_mma_pv, 2 ring position(s) on)
-          cypress::arrive_expect_tx(&full_B_mma_pv[stage], 32768);  // %e21 -> %e22 (raw %B_mma_pv)
-          // %e21: copy -> %B_mma_pv[stage] (TMA)
+          cypress::wait(&empty_B_mma_pv[pipe.index], pipe.phase ^ 1);  // %B_mma_pv free (war)
+          cypress::arrive_expect_tx(&full_B_mma_pv[pipe.index], 32768);  // %B_mma_pv ready (raw)
+          // %e21: copy %V -> %B_mma_pv (TMA)
           #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_3d(s_B_mma_pv + (stage) * B_mma_pv_STAGE + j * B_mma_pv_CHUNK, &tm_V_128x64, &full_B_mma_pv[stage], 0 + 64 * j, (kb * 128), ((b0 * HK) + (b1 / (H / HK))));
+            cypress::tma_load_3d(s_B_mma_pv + pipe.index * B_mma_pv_STAGE + j * B_mma_pv_CHUNK, &tm_V_128x64, &full_B_mma_pv[pipe.index], 0 + 64 * j, (kb * 128), ((b0 * HK) + (b1 / (H / HK))));
           }
-          if (++stage == STAGES) { stage = 0; phase ^= 1; }
+          pipe.advance();
         }
-        cypress::wait(&empty_B_mma_pv[stage], (phase ^ 1));  // %e22 -> %e33 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e33 (war %B_mma_pv, 2 ring position(s) on)
-        cypress::arrive_expect_tx(&full_B_mma_pv[stage], 32768);  // %e33 -> %e34 (raw %B_mma_pv)
-        // %e33: copy -> %B_mma_pv[stage] (TMA)
+        cypress::wait(&empty_B_mma_pv[pipe.index], pipe.phase ^ 1);  // %B_mma_pv free (war)
+        cypress::arrive_expect_tx(&full_B_mma_pv[pipe.index], 32768);  // %B_mma_pv ready (raw)
+        // %e33: copy %V -> %B_mma_pv (TMA)
         #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          cypress::tma_load_3d(s_B_mma_pv + (stage) * B_mma_pv_STAGE + j * B_mma_pv_CHUNK, &tm_V_128x64, &full_B_mma_pv[stage], 0 + 64 * j, (num_k * 128), ((b0 * HK) + (b1 / (H / HK))));
+          cypress::tma_load_3d(s_B_mma_pv + pipe.index * B_mma_pv_STAGE + j * B_mma_pv_CHUNK, &tm_V_128x64, &full_B_mma_pv[pipe.index], 0 + 64 * j, (num_k * 128), ((b0 * HK) + (b1 / (H / HK))));
         }
         // ring positions of the tiles copied outside main loop 0: 1 per tile
-        if (++stage == STAGES) { stage = 0; phase ^= 1; }
-        kbase += num_k + 1;
+        pipe.advance();
         tphase ^= 1;
       }
     }
@@ -129,8 +128,7 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
     float alpha0_reg[1][2];  // %alpha0_reg: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float alpha_reg[1][2];  // %alpha_reg: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
     float LSE_finish_thread[1][2];  // %LSE_finish_thread: one f32 per row of a 64-row tile (this thread's 2 rows per atom)
-    int kbase = 0;  // main-loop steps of this block's earlier tiles: the pipeline runs on
-    int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
+    cypress::PipelineState<STAGES> pipe;  // the stage and phase of step kb, across tiles
     int tphase = 0;  // parity of the tiles this block has run: the once-per-tile mbarriers' phase
     for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = ((blockIdx.x + (k >> P) * gridDim.x) << P) + (k & P)) {
       int b0, b1, b2;
@@ -143,23 +141,23 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       m_reg[0][0] = m_reg[0][1] = -1e+30;
       // %e4: fill over accumulator rows
       l_reg[0][0] = l_reg[0][1] = 0;
-      cypress::wait(&full_Q_block[0], (0 ^ tphase));  // %e1 -> %e7 (raw %Q_block); %e1 -> %e20 (raw %Q_block, into the loop)
-      cypress::wait(&full_B_mma_qk_1[stage], phase);  // %e6 -> %e7 (raw %B_mma_qk_1)
-      // wgmma.fence: %e5 -> %e7 (raw %S0_reg); %e5 -> %e7 (waw %S0_reg)
+      cypress::wait(&full_Q_block[0], 0 ^ tphase);  // %Q_block ready (raw)
+      cypress::wait(&full_B_mma_qk_1[pipe.index], pipe.phase);  // %B_mma_qk_1 ready (raw)
+      // wgmma.fence: %S0_reg ready (raw)
       cypress::fence_acc(S0_reg[0]);
       cypress::wgmma_fence();
       // %e7: warpgroup_mma, 8 k16 step(s), B K-major (fill %e5 folded in: scale-d off on the first step)
       #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
-        const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk_1 + (stage) * B_mma_qk_1_STAGE + (kk / 4) * B_mma_qk_1_CHUNK + (kk % 4) * 32);
+        const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk_1 + pipe.index * B_mma_qk_1_STAGE + (kk / 4) * B_mma_qk_1_CHUNK + (kk % 4) * 32);
         const uint64_t da = cypress::desc_k_sw128(s_Q_block + (kk / 4) * Q_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
         cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, S0_reg[0], kk == 0);
       }
       cypress::commit();  // closes the group of %e7
-      cypress::wait<0>();  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e8 (raw %S0_reg); %e7 -> %e8 (war %S0_reg); %e7 -> %e8 (waw %S0_reg); %e7 -> %e9 (war %S0_reg); %e7 -> %e9 (waw %S0_reg); %e7 -> %e13 (war %S0_reg); %e7 -> %e13 (waw %S0_reg); %e22 -> %e35 (war %Oacc_reg, after the loop); %e22 -> %e35 (waw %Oacc_reg, after the loop); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
+      cypress::wait<0>();  // %S0_reg ready (raw); %B_mma_qk_1, %Oacc_reg, %Q_block free (war/waw)
       cypress::fence_acc(S0_reg[0]);
       cypress::fence_acc(Oacc_reg[0]);
-      if (leader) cypress::arrive(&empty_B_mma_qk_1[stage]);  // %e7 -> %e6 (war %B_mma_qk_1, 2 ring position(s) on); %e7 -> %e19 (war %B_mma_qk_1, 2 ring position(s) on)
+      if (leader) cypress::arrive(&empty_B_mma_qk_1[pipe.index]);  // %B_mma_qk_1 free (war)
       // %e8: mask_columns over accumulator rows
       cypress::mask_columns(S0_reg[0], N);
       // %e9: mask_causal over accumulator rows
@@ -179,36 +177,36 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       // %e16: copy %S0_reg -> %P_reg (f32 -> f16, the A fragment of a wgmma)
       cypress::acc_to_a<__half>(S0_reg[0], P_reg[0]);
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)], (phase ^ (stage + 1 >= 2)));  // %e19 -> %e20 (raw %B_mma_qk_1)
-        // wgmma.fence: %e18 -> %e20 (raw %S_reg); %e18 -> %e20 (waw %S_reg); %e18 -> %e20 (waw %S_reg, 1 step(s) later); %e20 -> %e20 (war %S_reg, 1 step(s) later); %e20 -> %e20 (waw %S_reg, 1 step(s) later); %e24 -> %e20 (war %S_reg, 1 step(s) later); %e24 -> %e20 (waw %S_reg, 1 step(s) later); %e26 -> %e20 (war %S_reg, 1 step(s) later); %e28 -> %e20 (war %S_reg, 1 step(s) later); %e28 -> %e20 (waw %S_reg, 1 step(s) later); %e30 -> %e20 (war %S_reg, 1 step(s) later); %e32 -> %e20 (war %S_reg, 1 step(s) later)
+        cypress::wait(&full_B_mma_qk_1[(pipe + 1).index], (pipe + 1).phase);  // %B_mma_qk_1 ready (raw)
+        // wgmma.fence: %S_reg ready (raw)
         cypress::fence_acc(S_reg[0]);
         cypress::wgmma_fence();
         // %e20: warpgroup_mma, 8 k16 step(s), B K-major (fill %e18 folded in: scale-d off on the first step)
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-          const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk_1 + ((stage + 1 < 2 ? stage + 1 : stage - 1)) * B_mma_qk_1_STAGE + (kk / 4) * B_mma_qk_1_CHUNK + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk_1 + (pipe + 1).index * B_mma_qk_1_STAGE + (kk / 4) * B_mma_qk_1_CHUNK + (kk % 4) * 32);
           const uint64_t da = cypress::desc_k_sw128(s_Q_block + (kk / 4) * Q_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, S_reg[0], kk == 0);
         }
         cypress::commit();  // closes the group of %e20
-        cypress::wait(&full_B_mma_pv[stage], phase);  // %e21 -> %e22 (raw %B_mma_pv)
-        // wgmma.fence: %e2 -> %e22 (raw %Oacc_reg, into the loop); %e2 -> %e22 (waw %Oacc_reg, into the loop); %e16 -> %e22 (raw %P_reg, into the loop); %e22 -> %e22 (raw %Oacc_reg, 1 step(s) later); %e22 -> %e22 (war %Oacc_reg, 1 step(s) later); %e22 -> %e22 (waw %Oacc_reg, 1 step(s) later); %e31 -> %e22 (raw %Oacc_reg, 1 step(s) later); %e31 -> %e22 (war %Oacc_reg, 1 step(s) later); %e31 -> %e22 (waw %Oacc_reg, 1 step(s) later); %e32 -> %e22 (raw %P_reg, 1 step(s) later)
+        cypress::wait(&full_B_mma_pv[pipe.index], pipe.phase);  // %B_mma_pv ready (raw)
+        // wgmma.fence: %Oacc_reg, %P_reg ready (raw)
         cypress::fence_acc(Oacc_reg[0]);
         cypress::fence_acc(P_reg[0]);
         cypress::wgmma_fence();
         // %e22: warpgroup_mma, A from registers %P_reg, 8 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv + (stage) * B_mma_pv_STAGE + kk * 16 * 128, B_mma_pv_CHUNK);
+          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv + pipe.index * B_mma_pv_STAGE + kk * 16 * 128, B_mma_pv_CHUNK);
           cypress::wgmma_rs<128, __half>(&P_reg[0][kk * 4], db, Oacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e22
-        cypress::wait<1>();  // %e20 -> %e23 (raw %S_reg); %e20 -> %e23 (war %S_reg); %e20 -> %e23 (waw %S_reg); %e20 -> %e23 (war %S_reg, 1 step(s) later); %e20 -> %e23 (waw %S_reg, 1 step(s) later); %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile); %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later); %e20 -> %e24 (war %S_reg, 1 step(s) later); %e20 -> %e24 (waw %S_reg, 1 step(s) later); %e20 -> %e24 (war %S_reg); %e20 -> %e24 (waw %S_reg); %e20 -> %e28 (war %S_reg); %e20 -> %e28 (waw %S_reg); %e20 -> %e28 (war %S_reg, 1 step(s) later); %e20 -> %e28 (waw %S_reg, 1 step(s) later)
+        cypress::wait<1>();  // %S_reg ready (raw); %Q_block, %B_mma_qk_1 free (war)
         cypress::fence_acc(S_reg[0]);
         if (kb >= (num_k - 1)) {
-          if (leader) cypress::arrive(&empty_Q_block[0]);  // %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
+          if (leader) cypress::arrive(&empty_Q_block[0]);  // %Q_block free (war)
         }
-        if (leader) cypress::arrive(&empty_B_mma_qk_1[(stage + 1 < 2 ? stage + 1 : stage - 1)]);  // %e20 -> %e19 (war %B_mma_qk_1, 2 step(s) later)
+        if (leader) cypress::arrive(&empty_B_mma_qk_1[(pipe + 1).index]);  // %B_mma_qk_1 free (war)
         // %e23: mask_columns over accumulator rows
         cypress::mask_columns(S_reg[0], (N - ((kb + 1) * 128)));
         // %e24: mask_causal over accumulator rows
@@ -225,34 +223,34 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         cypress::scale_vec(l_reg[0], alpha_reg[0]);
         // %e30: warpgroup_row_sum over accumulator rows (this thread's part)
         cypress::warpgroup_row_sum_partial(l_reg[0], S_reg[0]);
-        cypress::wait<0>();  // %e22 -> %e31 (raw %Oacc_reg); %e22 -> %e31 (war %Oacc_reg); %e22 -> %e31 (waw %Oacc_reg); %e22 -> %e31 (war %Oacc_reg, 1 step(s) later); %e22 -> %e31 (waw %Oacc_reg, 1 step(s) later); %e22 -> %e21 (war %B_mma_pv, 2 step(s) later); %e22 -> %e32 (war %P_reg); %e22 -> %e32 (war %P_reg, 1 step(s) later)
+        cypress::wait<0>();  // %Oacc_reg ready (raw); %B_mma_pv, %P_reg free (war)
         cypress::fence_acc(Oacc_reg[0]);
         cypress::fence_acc(P_reg[0]);
-        if (leader) cypress::arrive(&empty_B_mma_pv[stage]);  // %e22 -> %e21 (war %B_mma_pv, 2 step(s) later)
+        if (leader) cypress::arrive(&empty_B_mma_pv[pipe.index]);  // %B_mma_pv free (war)
         // %e31: scale_rows over accumulator rows
         cypress::scale_rows(Oacc_reg[0], alpha_reg[0]);
         // %e32: copy %S_reg -> %P_reg (f32 -> f16, the A fragment of a wgmma)
         cypress::acc_to_a<__half>(S_reg[0], P_reg[0]);
-        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+        pipe.advance();
       }
       if (0 >= num_k) {
-        if (leader) cypress::arrive(&empty_Q_block[0]);  // %e7 -> %e1 (war %Q_block, the next tile); %e20 -> %e1 (war %Q_block, the next tile)
+        if (leader) cypress::arrive(&empty_Q_block[0]);  // %Q_block free (war)
       }
-      cypress::wait(&full_B_mma_pv[stage], phase);  // %e33 -> %e34 (raw %B_mma_pv)
-      // wgmma.fence: %e31 -> %e34 (raw %Oacc_reg, after the loop); %e31 -> %e34 (war %Oacc_reg, after the loop); %e31 -> %e34 (waw %Oacc_reg, after the loop); %e32 -> %e34 (raw %P_reg, after the loop)
+      cypress::wait(&full_B_mma_pv[pipe.index], pipe.phase);  // %B_mma_pv ready (raw)
+      // wgmma.fence: %Oacc_reg, %P_reg ready (raw)
       cypress::fence_acc(Oacc_reg[0]);
       cypress::fence_acc(P_reg[0]);
       cypress::wgmma_fence();
       // %e34: warpgroup_mma, A from registers %P_reg, 8 k16 step(s)
       #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
-        const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv + (stage) * B_mma_pv_STAGE + kk * 16 * 128, B_mma_pv_CHUNK);
+        const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv + pipe.index * B_mma_pv_STAGE + kk * 16 * 128, B_mma_pv_CHUNK);
         cypress::wgmma_rs<128, __half>(&P_reg[0][kk * 4], db, Oacc_reg[0]);
       }
       cypress::commit();  // closes the group of %e34
-      cypress::wait<0>();  // %e34 -> %e21 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e33 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e35 (raw %Oacc_reg); %e34 -> %e35 (war %Oacc_reg); %e34 -> %e35 (waw %Oacc_reg)
+      cypress::wait<0>();  // %Oacc_reg ready (raw); %B_mma_pv free (war)
       cypress::fence_acc(Oacc_reg[0]);
-      if (leader) cypress::arrive(&empty_B_mma_pv[stage]);  // %e34 -> %e21 (war %B_mma_pv, 2 ring position(s) on); %e34 -> %e33 (war %B_mma_pv, 2 ring position(s) on)
+      if (leader) cypress::arrive(&empty_B_mma_pv[pipe.index]);  // %B_mma_pv free (war)
       // the row sums in %l_reg are per-lane parts until here: sum them across each quad
       cypress::quad_reduce(l_reg[0]);
       // %e35: div_rows over accumulator rows
@@ -267,30 +265,29 @@ flash_attention3_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         for (int h = 0; h < 2; ++h)
           if (r0 + 8 * h < M) dst[r0 + 8 * h] = LSE_finish_thread[0][h];
       }
-      if (leader) cypress::tma_store_wait<0>();  // %e39 -> end (the TMA store reads %D_store_wg) (persistent block: before the next tile writes %D_store_wg)
+      if (leader) cypress::tma_store_wait<0>();  // %D_store_wg stored (before the next tile writes it)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
       // %e38: copy %Oacc_reg -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const int2 rc = cypress::acc_coord(j);
-        uint8_t* box = smem + 131072 + cw * 16384 + (rc.y / 64) * 8192;
+        uint8_t* box = smem + D_store_wg_SMEM + cw * D_store_wg_TILE + (rc.y / 64) * 8192;
         *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(Oacc_reg[0][2 * j], Oacc_reg[0][2 * j + 1]);
       }
-      cypress::fence_proxy_async();  // %e38 -> %e39 (raw %D_store_wg)
-      cypress::named_sync((1 + cw), 128);  // %e38 -> %e39 (raw %D_store_wg)
+      cypress::fence_proxy_async();  // %D_store_wg ready (raw)
+      cypress::named_sync((1 + cw), 128);  // %D_store_wg ready (raw)
       // %e39: copy %D_store_wg -> global (TMA store, 64x64 boxes)
       if (leader) {
         for (int b = 0; b < 2; ++b) {
-          cypress::tma_store_3d(&tm_O_64x64, smem + 131072 + cw * 16384 + b * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))), ((b0 * H) + b1));
+          cypress::tma_store_3d(&tm_O_64x64, smem + D_store_wg_SMEM + cw * D_store_wg_TILE + b * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))), ((b0 * H) + b1));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e39
       // ring positions of the tiles copied outside main loop 0: 1 per tile
-      if (++stage == STAGES) { stage = 0; phase ^= 1; }
-      kbase += num_k + 1;
+      pipe.advance();
       tphase ^= 1;
     }
-    if (leader) cypress::tma_store_wait<0>();  // %e39 -> end (the TMA store reads %D_store_wg) (after the last tile)
+    if (leader) cypress::tma_store_wait<0>();  // %D_store_wg stored (after the last tile)
   }
 }
 

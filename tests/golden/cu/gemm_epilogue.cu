@@ -9,6 +9,7 @@ constexpr int STAGES = 3, CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int A_mma_block_STAGE = 16384, A_mma_block_CHUNK = 16384;  // 128x64 f16, 1 chunk(s) of 64 columns
 constexpr int B_mma_block_STAGE = 32768, B_mma_block_CHUNK = 8192;  // 64x256 f16, 4 chunk(s) of 64 columns
+constexpr int D_copy_warpgroup_SMEM = 147456, D_copy_warpgroup_TILE = 32768;  // 64x256 f16 per consumer warpgroup, in 64x64 boxes
 constexpr int SMEM_BYTES = 214064;
 }  // namespace
 
@@ -46,21 +47,21 @@ gemm_epilogue_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gr
     if (cypress::warp_in_warpgroup() == 0 && cypress::elect_one()) {
       cypress::tma_prefetch(&tm_A_128x64);
       cypress::tma_prefetch(&tm_B_64x64);
-      int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
+      cypress::PipelineState<STAGES> pipe;  // the stage and phase of step kb, across tiles
       for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
         int b0, b1;
         tile_coords(t, b0, b1);
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty_A_mma_block_B_mma_block[stage], (phase ^ 1));  // %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
-          cypress::arrive_expect_tx(&full_A_mma_block_B_mma_block[stage], 49152);  // %e3 -> %e5 (raw %A_mma_block); %e4 -> %e5 (raw %B_mma_block)
-          // %e3: copy -> %A_mma_block[stage] (TMA)
-          cypress::tma_load_2d(s_A_mma_block + (stage) * A_mma_block_STAGE, &tm_A_128x64, &full_A_mma_block_B_mma_block[stage], (kb * 64), (b0 * 128));
-          // %e4: copy -> %B_mma_block[stage] (TMA)
+          cypress::wait(&empty_A_mma_block_B_mma_block[pipe.index], pipe.phase ^ 1);  // %A_mma_block, %B_mma_block free (war)
+          cypress::arrive_expect_tx(&full_A_mma_block_B_mma_block[pipe.index], 49152);  // %A_mma_block, %B_mma_block ready (raw)
+          // %e3: copy %A -> %A_mma_block (TMA)
+          cypress::tma_load_2d(s_A_mma_block + pipe.index * A_mma_block_STAGE, &tm_A_128x64, &full_A_mma_block_B_mma_block[pipe.index], (kb * 64), (b0 * 128));
+          // %e4: copy %B -> %B_mma_block (TMA)
           #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            cypress::tma_load_2d(s_B_mma_block + (stage) * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B_64x64, &full_A_mma_block_B_mma_block[stage], (b1 * 256) + 64 * j, (kb * 64));
+            cypress::tma_load_2d(s_B_mma_block + pipe.index * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B_64x64, &full_A_mma_block_B_mma_block[pipe.index], (b1 * 256) + 64 * j, (kb * 64));
           }
-          if (++stage == STAGES) { stage = 0; phase ^= 1; }
+          pipe.advance();
         }
       }
     }
@@ -70,7 +71,7 @@ gemm_epilogue_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gr
     // ---- consumer warpgroups: wgmma on the stages, accumulators in registers
     const bool leader = threadIdx.x % 128 == 0;
     float Cacc_reg[1][128];  // %Cacc_reg: 64x256 f32 per warpgroup
-    int stage = 0, phase = 0;  // the pipeline's stage of step kb and its parity, across tiles
+    cypress::PipelineState<STAGES> pipe;  // the stage and phase of step kb, across tiles
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
       int b0, b1;
       tile_coords(t, b0, b1);
@@ -78,28 +79,28 @@ gemm_epilogue_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gr
       #pragma unroll
       for (int i = 0; i < 128; ++i) Cacc_reg[0][i] = 0;
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full_A_mma_block_B_mma_block[stage], phase);  // %e3 -> %e5 (raw %A_mma_block); %e4 -> %e5 (raw %B_mma_block)
-        // wgmma.fence: %e1 -> %e5 (raw %Cacc_reg, into the loop); %e1 -> %e5 (waw %Cacc_reg, into the loop); %e5 -> %e5 (raw %Cacc_reg, 1 step(s) later); %e5 -> %e5 (war %Cacc_reg, 1 step(s) later); %e5 -> %e5 (waw %Cacc_reg, 1 step(s) later)
+        cypress::wait(&full_A_mma_block_B_mma_block[pipe.index], pipe.phase);  // %A_mma_block, %B_mma_block ready (raw)
+        // wgmma.fence: %Cacc_reg ready (raw)
         cypress::fence_acc(Cacc_reg[0]);
         cypress::wgmma_fence();
         // %e5: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + (stage) * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
-          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + (stage) * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + pipe.index * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + pipe.index * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<256, __half>(da, db, Cacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e5
-        cypress::wait<1>();  // %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
+        cypress::wait<1>();  // %A_mma_block, %B_mma_block free (war)
         if (kb >= 1) {
-          if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
+          if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(pipe - 1).index]);  // %A_mma_block, %B_mma_block free (war)
         }
-        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+        pipe.advance();
       }
-      cypress::wait<0>();  // %e5 -> %e6 (raw %Cacc_reg, after the loop); %e5 -> %e6 (war %Cacc_reg, after the loop); %e5 -> %e6 (waw %Cacc_reg, after the loop); %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
+      cypress::wait<0>();  // %Cacc_reg ready (raw); %A_mma_block, %B_mma_block free (war)
       cypress::fence_acc(Cacc_reg[0]);
       if ((num_k - 1) >= 0) {
-        if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(stage >= 1 ? stage - 1 : stage + 2)]);  // %e5 -> %e3 (war %A_mma_block, 3 step(s) later); %e5 -> %e4 (war %B_mma_block, 3 step(s) later)
+        if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(pipe - 1).index]);  // %A_mma_block, %B_mma_block free (war)
       }
       // %e6: bias_gelu() — user C++ cypress_ops::bias_gelu (ops/epilogue.cuh), per element
       #pragma unroll
@@ -110,26 +111,26 @@ gemm_epilogue_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gr
         cypress_ops::bias_gelu(Cacc_reg[0][2 * j + 0], v1_0);
         cypress_ops::bias_gelu(Cacc_reg[0][2 * j + 1], v1_1);
       }
-      if (leader) cypress::tma_store_wait<0>();  // %e8 -> end (the TMA store reads %D_copy_warpgroup) (persistent block: before the next tile writes %D_copy_warpgroup)
+      if (leader) cypress::tma_store_wait<0>();  // %D_copy_warpgroup stored (before the next tile writes it)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
       // %e7: copy %Cacc_reg -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 64; ++j) {
         const int2 rc = cypress::acc_coord(j);
-        uint8_t* box = smem + 147456 + cw * 32768 + (rc.y / 64) * 8192;
+        uint8_t* box = smem + D_copy_warpgroup_SMEM + cw * D_copy_warpgroup_TILE + (rc.y / 64) * 8192;
         *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(Cacc_reg[0][2 * j], Cacc_reg[0][2 * j + 1]);
       }
-      cypress::fence_proxy_async();  // %e7 -> %e8 (raw %D_copy_warpgroup)
-      cypress::named_sync((1 + cw), 128);  // %e7 -> %e8 (raw %D_copy_warpgroup)
+      cypress::fence_proxy_async();  // %D_copy_warpgroup ready (raw)
+      cypress::named_sync((1 + cw), 128);  // %D_copy_warpgroup ready (raw)
       // %e8: copy %D_copy_warpgroup -> global (TMA store, 64x64 boxes)
       if (leader) {
         for (int b = 0; b < 4; ++b) {
-          cypress::tma_store_2d(&tm_C_64x64, smem + 147456 + cw * 32768 + b * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))));
+          cypress::tma_store_2d(&tm_C_64x64, smem + D_copy_warpgroup_SMEM + cw * D_copy_warpgroup_TILE + b * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e8
     }
-    if (leader) cypress::tma_store_wait<0>();  // %e8 -> end (the TMA store reads %D_copy_warpgroup) (after the last tile)
+    if (leader) cypress::tma_store_wait<0>();  // %D_copy_warpgroup stored (after the last tile)
   }
 }
 
