@@ -3,8 +3,11 @@
 The output is one ``__global__`` kernel with named role sections (prologue,
 producer, consumers, epilogue) that calls the Hopper primitives of ``cypress.cuh``,
 plus an ``extern "C"`` launcher that checks the shape requirements, builds the TMA
-descriptors, sets the dynamic shared-memory size and launches.  Comments name the IR
-events each statement realizes, so the code reads next to ``cypressc explain``.
+descriptors, sets the dynamic shared-memory size and launches
+(:mod:`cypressc.backend.emit_launch`).  Comments name the IR event each compute statement
+realizes and, in one line, what each sync statement makes safe, so the code reads next to
+``cypressc explain`` (which lists the edges).  The program's names are spelled when the
+file is complete (:mod:`cypressc.backend.names`).
 """
 
 from __future__ import annotations

@@ -341,13 +341,14 @@ class TmaStore:
 @dataclass(frozen=True)
 class Sync:
     """One synchronization op of the IR (``op``, a :mod:`cypressc.ir.sync` op) with its
-    operands over the kernel's variables: ``stage``/``parity`` (in a persistent kernel over
-    the block's running pipeline step; a named barrier's id in ``stage``), ``when`` (the
+    operands over the kernel's variables: ``stage``/``parity`` (fields of the role's running
+    pipeline state, or over the block's running pipeline step in a persistent kernel; a named
+    barrier's id in ``stage``), ``when`` (the
     op's guard, or a condition over the kernel's variables: a carried turn's
     ``guard && more``), ``who`` (which thread of the role runs it: ``leader`` of a warpgroup, lane
     0 of a warp; None: every thread), ``bar``
     (the mbarrier array), ``accs`` (the fragments a wgmma fence or wait orders), ``note``
-    (the event edges, for the comment).  ``deferred``: a TMA store's completion wait that a
+    (the statement's one-line comment: what the op's edges make safe).  ``deferred``: a TMA store's completion wait that a
     persistent block runs before its next write of the staging tile (``barrier``: the
     warpgroup's named barrier that then lets every writer go, as ``(id, threads)``)."""
 

@@ -87,8 +87,7 @@ __device__ __forceinline__ void wait(bar_t* bar, uint32_t phase) { cutlass::arch
 // one per role (and main loop) across the tiles of a persistent block.
 template <int Stages>
 struct PipelineState {
-  // phase first: ptxas then schedules a kernel as it did its two plain ints before this type
-  int phase = 0, index = 0;
+  int index = 0, phase = 0;
   __device__ __forceinline__ void advance() {
     if (++index == Stages) { index = 0; phase ^= 1; }
   }
