@@ -94,11 +94,17 @@ def copy_elimination(m: N.Module) -> N.Module:
 
 
 def program_names(m: N.Module) -> dict[str, str]:
-    """New names for the register tensors that hold a tensor of the program: an allocation in
-    REGISTER laid out as a piece of a NONE tensor (the program's ``Oacc``, ``S``, ``m``, which
-    copy elimination left unmaterialized) is called after it, ``Oacc_reg`` (``_reg_1``, … when
-    several hold one), not after the leaf task's parameter that first materialized it
-    (``C_clear_thread``): the kernel's arrays read as the program does."""
+    """New names for the tensors that hold a tensor of the program, so the kernel's arrays read
+    as the program does, not after the leaf task's parameter that first materialized them:
+
+    - an allocation in REGISTER laid out as a piece of a NONE tensor (the program's ``Oacc``,
+      ``S``, ``m``, which copy elimination left unmaterialized) is ``Oacc_reg`` (not
+      ``C_clear_thread``);
+    - an allocation in SHARED laid out as a tile of an entry parameter (its ``layout`` a
+      piece of a partition of ``K``, through any partitions of partitions) is ``K_smem``
+      (not ``B_mma_qk``, the mma task's operand ``B``).
+
+    ``_1``, ``_2``, … tell apart several that hold one tensor."""
     from cypressc.passes.dependence_state import Namer
 
     ops = list(walk_ops(m.body))
@@ -113,6 +119,12 @@ def program_names(m: N.Module) -> dict[str, str]:
         root = allocs.get(N.view_root(a.layout, parts))
         if root is not None and root.mem == Mem.NONE:
             new[a.name] = names.fresh(f"{root.name}_reg")
+    params = {p.name for p in m.params}
+    for a in allocs.values():
+        if a.mem == Mem.SHARED and a.layout is not None:
+            root = N.view_root(a.layout, parts)
+            if root in params:
+                new[a.name] = names.fresh(f"{root}_smem")
     return new
 
 

@@ -108,8 +108,8 @@ def test_the_steps_overlap_as_flash_attention3_places_them_by_hand(tmp_path):
     commits = [i for i, ln in enumerate(loop) if ln.startswith("cypress::commit();")]
     w1 = at(lambda ln: ln.startswith("cypress::wait<1>();"), "wait_group 1")
     w0 = at(lambda ln: ln.startswith("cypress::wait<0>();"), "wait_group 0")
-    k_release = at(lambda ln: "arrive(&empty_B_mma_qk" in ln, "K release")
-    v_release = at(lambda ln: "arrive(&empty_B_mma_pv" in ln, "V release")
+    k_release = at(lambda ln: "arrive(&empty_K_smem" in ln, "K release")
+    v_release = at(lambda ln: "arrive(&empty_V_smem" in ln, "V release")
     mask = at(lambda ln: "mask_columns" in ln, "mask")
     row_max = at(lambda ln: "warpgroup_row_max" in ln, "row max")
     rescale = at(lambda ln: "scale_rows(Oacc_reg" in ln, "O *= alpha")

@@ -50,8 +50,8 @@ pytestmark = pytest.mark.usefixtures("no_ring_joins")
 FA3 = "flash_attention3"
 STAGED = ROOT / "mappings" / FA3 / "h100_d128_staged_persistent.yaml"
 PP = ROOT / "mappings" / FA3 / "h100_d64_pp_staged_persistent.yaml"
-V = "B_mma_pv_1"  # the last V tile: copied after the key loop, outside every loop
-Q_PAIR, K_PAIR = ("Q_block", V), ("B_mma_qk", V)
+V = "V_smem_1"  # the last V tile: copied after the key loop, outside every loop
+Q_PAIR, K_PAIR = ("Q_smem", V), ("K_smem", V)
 BOTH = (Q_PAIR, K_PAIR)  # the Q panel and the peeled K tile both in the last V tile's bytes
 FREE = f"free_{V}"
 _REAL = ra.resource_allocation  # captured before any test patches it
@@ -165,7 +165,7 @@ def test_two_earlier_tensors_are_released_to_the_copy_on_one_free_barrier(monkey
     m = _compile(monkeypatch, mapping, BOTH)["sync-insertion"]
     qk0, qk = _readers(m)
     v = _copy(m, V)
-    want = {(qk0, "B_mma_qk", "same"), (qk0, "Q_block", "same"), (qk, "Q_block", "after")}
+    want = {(qk0, "K_smem", "same"), (qk0, "Q_smem", "same"), (qk, "Q_smem", "after")}
     (bar,) = [b for b in _top(m, S.MBarrier) if b.name == FREE]
     assert bar.kind == "empty" and bar.stages == 1 and bar.same_tile and bar.channel == (v.ev,)
     assert bar.count == 2 and bar.arrive_role == ("consumer",) and bar.wait_role == ("producer",)
@@ -231,15 +231,13 @@ def test_a_release_after_the_peeled_k_tiles_reads_alone_races_on_the_q_panel(mon
     single = _compile(monkeypatch, STAGED, (K_PAIR,))["sync-insertion"]
     _, qk = _readers(single)
     (early,) = [o for o in _top(single, S.Arrive) if o.bar == FREE]
-    assert early.when is None and {e.tensor for e in early.edges} == {"B_mma_qk"}
+    assert early.when is None and {e.tensor for e in early.edges} == {"K_smem"}
     hybrid = replace(single, resources=m.resources)
     with pytest.raises(VerifyError):
         verify_sync(hybrid)
     found = [f for f in _findings(snaps, _only(hybrid, Q_PAIR)) if f is not None]
     assert any(
-        f.kind == "race"
-        and "B_mma_pv_1|Q_block" in f.message
-        and "before the release of" in f.message
+        f.kind == "race" and "V_smem_1|Q_smem" in f.message and "before the release of" in f.message
         for f in found
     ), found
     assert _findings(snaps, _only(hybrid, K_PAIR)) == [None] * 8  # for K's bytes it is right
@@ -312,7 +310,7 @@ def test_without_a_producer_role_a_free_edge_is_refused_with_e050(monkeypatch, t
     # and the hazard on the peeled K tile's reads, in the bytes the V tile shares
     shown = event_names(ws)
     assert (
-        f"the WAR edge {shown[qk0]} -> {shown[v]} on %B_mma_qk (sharing its bytes with %{V}) "
+        f"the WAR edge {shown[qk0]} -> {shown[v]} on %K_smem (sharing its bytes with %{V}) "
         "is not a TMA channel"
     ) in e.message, e.message
     assert "ev#" not in e.message

@@ -62,7 +62,7 @@ def test_host_loop_becomes_the_last_grid_dimension(reduction):
     assert cexpr(y.index) == "(((b0 * 128) + (cw * 64)) + tw)"
     (rs,) = plan.simt_body
     # the row sum feeds only that store: the other column tiles skip it (peephole.guard_dead_row_sums)
-    assert (rs.buf, rs.rows, rs.col0, rs.cols) == ("A_mma_block", 1, 0, 64)
+    assert (rs.buf, rs.rows, rs.col0, rs.cols) == ("A_smem", 1, 0, 64)
     assert cexpr(rs.active, top=True) == "tw < 64 && b1 == tiles1 - 1"
     assert cexpr(rs.row) == "((cw * 64) + tw)" and plan.vectors == [P.Vector(rs.vec, 1)]
     assert [type(x) for x in plan.prologue] == [P.Fill, P.FillVector]

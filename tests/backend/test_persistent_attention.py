@@ -63,23 +63,23 @@ def test_the_q_panel_is_released_to_the_next_tile_in_the_key_loops_last_step():
     m = _snaps(PERSISTENT)["sync-insertion"]
     ops = list(m.body.ops)
     bars = {b.name: b for b in _top(m, S.MBarrier)}
-    assert bars["empty_Q_block"].kind == "empty" and bars["empty_Q_block"].stages == 1
-    assert bars["empty_Q_block"].count == 2  # one arrival per consumer warpgroup
-    q = _copy(m, "Q_block")
+    assert bars["empty_Q_smem"].kind == "empty" and bars["empty_Q_smem"].stages == 1
+    assert bars["empty_Q_smem"].count == 2  # one arrival per consumer warpgroup
+    q = _copy(m, "Q_smem")
     wait = ops[ops.index(q) - 2]  # wait on the empty barrier, arrive_expect_tx, the copy
-    assert isinstance(wait, S.Wait) and wait.bar == "empty_Q_block" and wait.role == "producer"
+    assert isinstance(wait, S.Wait) and wait.bar == "empty_Q_smem" and wait.role == "producer"
     assert wait.parity == N.IConst(1)  # the tile's first wait passes: the previous tile released it
     loop = next(i for i, o in enumerate(ops) if isinstance(o, N.For))
     lp = ops[loop]
     # in the loop: right after the wait_group 1 the mask needs (it retires S = Q·K[k+1]ᵀ), in
     # the last step only; and after the loop when the loop runs no step
     body = list(lp.body.ops)
-    (inner,) = [o for o in body if isinstance(o, S.Arrive) and o.bar == "empty_Q_block"]
+    (inner,) = [o for o in body if isinstance(o, S.Arrive) and o.bar == "empty_Q_smem"]
     before = body[body.index(inner) - 1]
     assert isinstance(before, S.WaitGroup) and before.pending == 1
     assert inner.when == S.Guard(N.IVar(lp.var), N.IBin("-", lp.hi, N.IConst(1)))
     after = ops[loop + 1]
-    assert isinstance(after, S.Arrive) and after.bar == "empty_Q_block" and after.role == "consumer"
+    assert isinstance(after, S.Arrive) and after.bar == "empty_Q_smem" and after.role == "consumer"
     assert after.when == S.Guard(lp.lo, lp.hi)
     for arrive in (inner, after):
         assert {e.src for e in arrive.edges} == {e.src for e in wait.edges}
@@ -91,8 +91,8 @@ def test_the_peeled_k_tile_needs_no_barrier_of_its_own():
     only after waiting for the release of that Q, which comes after the same read retired."""
     m = _snaps(PERSISTENT)["sync-insertion"]
     names = {b.name for b in _top(m, S.MBarrier)}
-    assert "full_B_mma_qk" in names and "empty_B_mma_qk" not in names
-    assert "empty_B_mma_pv_1" in names  # the last V tile: read by a wgmma no earlier copy waits for
+    assert "full_K_smem" in names and "empty_K_smem" not in names
+    assert "empty_V_smem_1" in names  # the last V tile: read by a wgmma no earlier copy waits for
 
 
 def test_dropping_a_next_tile_release_or_wait_is_refused_by_the_verifier():
@@ -100,7 +100,7 @@ def test_dropping_a_next_tile_release_or_wait_is_refused_by_the_verifier():
     victims = [
         o
         for o in _top(m, S.Wait) + _top(m, S.Arrive)
-        if o.bar in ("empty_Q_block", "empty_B_mma_pv_1")
+        if o.bar in ("empty_Q_smem", "empty_V_smem_1")
     ]
     assert len(victims) == 4
     for op in victims:
@@ -111,7 +111,7 @@ def test_dropping_a_next_tile_release_or_wait_is_refused_by_the_verifier():
             verify_sync(mutant)
 
 
-@pytest.mark.parametrize("victim", ["empty_Q_block", "empty_B_mma_pv_1"])
+@pytest.mark.parametrize("victim", ["empty_Q_smem", "empty_V_smem_1"])
 def test_two_tiles_of_one_block_catch_a_copy_that_does_not_wait_for_the_release(victim):
     """One tile alone never waits on these barriers (its first wait passes); two tiles run back
     to back by one persistent block race without it: with the key loop empty (the second
@@ -178,10 +178,10 @@ def _cu(tmp_path: Path, mapping: Path) -> str:
 def test_the_persistent_kernel_flips_the_once_per_tile_parities(tmp_path):
     cu = _cu(tmp_path, PERSISTENT)
     assert cu.count("tphase ^= 1;") == 2  # the producer's tile loop and the consumers'
-    assert "cypress::wait(&empty_Q_block[0], 1 ^ tphase);" in cu
-    assert "cypress::wait(&full_Q_block[0], 0 ^ tphase);" in cu
+    assert "cypress::wait(&empty_Q_smem[0], 1 ^ tphase);" in cu
+    assert "cypress::wait(&full_Q_smem[0], 0 ^ tphase);" in cu
     assert (
-        "cypress::wait(&empty_B_mma_qk_1[pipe.index], pipe.phase ^ 1);" in cu
+        "cypress::wait(&empty_K_smem_1[pipe.index], pipe.phase ^ 1);" in cu
     )  # the key loop's ring runs on
     assert "const long long grid = tiles < sms ? tiles : sms;" in cu
 
@@ -296,10 +296,10 @@ def test_a_one_tile_block_has_no_next_tile_to_release_to(tmp_path):
     assert not [
         b
         for b in _top(m, S.MBarrier)
-        if b.kind == "empty" and b.name in ("empty_Q_block", "empty_B_mma_pv_1")
+        if b.kind == "empty" and b.name in ("empty_Q_smem", "empty_V_smem_1")
     ]
     cu = _cu(tmp_path, PLAIN)
-    assert "tphase" not in cu and "empty_Q_block" not in cu
+    assert "tphase" not in cu and "empty_Q_smem" not in cu
     assert "t += num_tiles" in cu
 
 
@@ -349,14 +349,14 @@ def test_a_persistent_block_shares_the_peeled_k_tiles_bytes_with_the_last_v_tile
     are both TMA-loaded once per tile outside every loop: of the pairs that qualify, that one
     wins, and the staged O tile keeps bytes of its own."""
     res = _snaps(STAGED)["resource-allocation"].resources
-    assert {frozenset(p) for p in res.war} == {frozenset(("B_mma_qk", "B_mma_pv_1"))}
-    k, v, o = res.smem["B_mma_qk"], res.smem["B_mma_pv_1"], res.smem["D_store_wg"]
+    assert {frozenset(p) for p in res.war} == {frozenset(("K_smem", "V_smem_1"))}
+    k, v, o = res.smem["K_smem"], res.smem["V_smem_1"], res.smem["O_smem"]
     assert k.offset == v.offset and k.bytes == v.bytes == 32768
     for t in (k, v):  # O's bytes overlap neither
         assert o.offset + o.bytes <= t.offset or t.offset + t.bytes <= o.offset, (o, t)
-    others = [n for n in res.smem if n not in ("B_mma_qk", "B_mma_pv_1")]
+    others = [n for n in res.smem if n not in ("K_smem", "V_smem_1")]
     spans = sorted(
-        (res.smem[n].offset, res.smem[n].offset + res.smem[n].bytes) for n in others + ["B_mma_qk"]
+        (res.smem[n].offset, res.smem[n].offset + res.smem[n].bytes) for n in others + ["K_smem"]
     )
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # nothing else shares
     plain = _snaps(PERSISTENT)["resource-allocation"].resources
@@ -374,16 +374,16 @@ def test_the_last_v_copy_waits_for_s_q_k0_to_retire():
     ``wait_group wgmma 0`` after S = Q·K[0]ᵀ retired it; no 256-thread barrier is left."""
     m = _snaps(STAGED)["sync-insertion"]
     ops = list(m.body.ops)
-    bar = next(o for o in _top(m, S.MBarrier) if o.name == "free_B_mma_pv_1")
+    bar = next(o for o in _top(m, S.MBarrier) if o.name == "free_V_smem_1")
     assert bar.kind == "empty" and bar.stages == 1 and bar.same_tile and bar.lag == 0
     assert bar.count == 2  # one arrival per consumer warpgroup
     assert bar.arrive_role == ("consumer",) and bar.wait_role == ("producer",)
-    v = _copy(m, "B_mma_pv_1")
+    v = _copy(m, "V_smem_1")
     assert bar.channel == (v.ev,)
-    (arrive,) = [o for o in _top(m, S.Arrive) if o.bar == "free_B_mma_pv_1"]
+    (arrive,) = [o for o in _top(m, S.Arrive) if o.bar == "free_V_smem_1"]
     assert arrive.when is None and arrive.role == "consumer"
     assert {(e.hazard, e.dst, e.tensor, e.via) for e in arrive.edges} == {
-        ("war", v.ev, "B_mma_qk", "same")
+        ("war", v.ev, "K_smem", "same")
     }
     (src,) = {e.src for e in arrive.edges}
     qk = next(o for o in _top(m, N.Call) if o.ev == src)  # top level: outside the loop
@@ -394,7 +394,7 @@ def test_the_last_v_copy_waits_for_s_q_k0_to_retire():
     retire = next(o for o in ops[ops.index(qk) :] if isinstance(o, S.WaitGroup))
     assert retire.unit == "wgmma" and retire.pending == 0
     assert ops.index(qk) < ops.index(retire) < ops.index(arrive)
-    (wait,) = [o for o in _top(m, S.Wait) if o.bar == "free_B_mma_pv_1"]
+    (wait,) = [o for o in _top(m, S.Wait) if o.bar == "free_V_smem_1"]
     assert wait.role == "producer" and wait.parity == N.IConst(0) and wait.edges == arrive.edges
     assert ops.index(wait) < ops.index(v)
     assert not [
@@ -402,7 +402,7 @@ def test_the_last_v_copy_waits_for_s_q_k0_to_retire():
     ]  # right before the V copy
     # the peeled K copy is handed to the next tile after the last O += P·V (its bytes are V's)
     names = {b.name for b in _top(m, S.MBarrier)}
-    assert "empty_B_mma_qk" in names
+    assert "empty_K_smem" in names
     assert not [o for o in _top(m, S.BarSync) if o.threads == 256]
 
 
@@ -431,39 +431,35 @@ def test_dropping_the_k_tiles_release_to_the_v_copy_is_refused_and_raced():
     snaps = _snaps(STAGED)
     m = snaps["sync-insertion"]
     assert _two_tiles(snaps, m) == [None] * 4  # the unmutated block is clean
-    wait = next(o for o in _top(m, S.Wait) if o.bar == "free_B_mma_pv_1")
+    wait = next(o for o in _top(m, S.Wait) if o.bar == "free_V_smem_1")
     mutant = _drop(m, wait)
-    with pytest.raises(
-        VerifyError, match=r"the copy does not wait for phase 0 of %free_B_mma_pv_1"
-    ):
+    with pytest.raises(VerifyError, match=r"the copy does not wait for phase 0 of %free_V_smem_1"):
         verify_sync(mutant)
     found = _two_tiles(snaps, mutant)
     assert any(
-        f is not None
-        and f.kind == "race"
-        and ("B_mma_pv_1" in f.message or "B_mma_qk" in f.message)
+        f is not None and f.kind == "race" and ("V_smem_1" in f.message or "K_smem" in f.message)
         for f in found
     ), found
-    arrive = next(o for o in _top(m, S.Arrive) if o.bar == "free_B_mma_pv_1")
+    arrive = next(o for o in _top(m, S.Arrive) if o.bar == "free_V_smem_1")
     mutant = _drop(m, arrive)
     with pytest.raises(
-        VerifyError, match=r"waits for phase 0 of %free_B_mma_pv_1\[0\], which completes 0"
+        VerifyError, match=r"waits for phase 0 of %free_V_smem_1\[0\], which completes 0"
     ):
         verify_sync(mutant)
     found = _two_tiles(snaps, mutant)  # nobody releases the bytes: the producer waits forever
     assert any(
-        f is not None and f.kind == "deadlock" and "free_B_mma_pv_1" in f.message for f in found
+        f is not None and f.kind == "deadlock" and "free_V_smem_1" in f.message for f in found
     ), found
 
 
 def test_the_interpreter_sees_the_shared_bytes():
-    """Without the wait on ``free_B_mma_pv_1`` one tile suffices when the key loop runs no step:
+    """Without the wait on ``free_V_smem_1`` one tile suffices when the key loop runs no step:
     the last V copy follows the peeled K copy at once and overwrites K[0] while S = Q·K[0]ᵀ may
     still read it; only a model of the shared bytes sees it (the copies are of different
     tensors)."""
     snaps = _snaps(STAGED)
     m = snaps["sync-insertion"]
-    wait = next(o for o in _top(m, S.Wait) if o.bar == "free_B_mma_pv_1")
+    wait = next(o for o in _top(m, S.Wait) if o.bar == "free_V_smem_1")
     mutant = _drop(m, wait)
     sizes = {**small_sizes(m, wraps=0), "causal": 0}
     ok = check_schedules(
@@ -473,7 +469,7 @@ def test_the_interpreter_sees_the_shared_bytes():
     v = check_schedules(
         mutant, snaps["warp-specialization"], sizes=sizes, seed=0, schedules=20, value_every=0
     )
-    assert v.finding is not None and v.finding.kind == "race" and "B_mma_qk" in v.finding.message, (
+    assert v.finding is not None and v.finding.kind == "race" and "K_smem" in v.finding.message, (
         v.finding
     )
     assert "%e7" in v.finding.message  # the reader: S = Q·K[0]ᵀ
@@ -482,24 +478,24 @@ def test_the_interpreter_sees_the_shared_bytes():
 def test_the_staged_kernel_loads_the_last_v_tile_into_the_k_tiles_bytes(tmp_path):
     cu = _cu(tmp_path, STAGED)
     off = lambda name: cu.split(f"uint8_t* {name} = smem + ", 1)[1].split(";", 1)[0]  # noqa: E731
-    assert off("s_B_mma_qk") == off("s_B_mma_pv_1")
+    assert off("s_K_smem") == off("s_V_smem_1")
     # each warpgroup's 64 rows of O: a staging tile named by its offset constants
     staged = re.search(r"constexpr int (\w+)_SMEM = (\d+), \1_TILE = 16384;", cu)
     assert f"uint8_t* box = smem + {staged[1]}_SMEM + cw * {staged[1]}_TILE + " in cu
     o = staged[2]
-    assert o.isdigit() and o != off("s_B_mma_pv_1")
+    assert o.isdigit() and o != off("s_V_smem_1")
     assert o not in {
-        off(n) for n in ("s_Q_block", "s_B_mma_qk_1", "s_B_mma_pv")
+        off(n) for n in ("s_Q_smem", "s_K_smem_1", "s_V_smem")
     }  # O's bytes are its own
     producer = cu[cu.index("// ---- producer warpgroup") : cu.index("// ---- consumer warpgroups")]
-    w = producer.index("cypress::wait(&free_B_mma_pv_1[0], 0 ^ tphase);")
-    assert w < producer.index("cypress::tma_load_3d(s_B_mma_pv_1")
-    assert "cypress::tma_load_3d(s_B_mma_pv_1" not in producer[:w]
+    w = producer.index("cypress::wait(&free_V_smem_1[0], 0 ^ tphase);")
+    assert w < producer.index("cypress::tma_load_3d(s_V_smem_1")
+    assert "cypress::tma_load_3d(s_V_smem_1" not in producer[:w]
     consumer = cu[cu.index("// ---- consumer warpgroups") :]
     qk = consumer.index("// %e7: warpgroup_mma")
     retire = consumer.index("cypress::wait<0>();", qk)
-    a = consumer.index("cypress::arrive(&free_B_mma_pv_1[0]);")
-    assert qk < retire < a and consumer.count("cypress::arrive(&free_B_mma_pv_1[0]);") == 1
+    a = consumer.index("cypress::arrive(&free_V_smem_1[0]);")
+    assert qk < retire < a and consumer.count("cypress::arrive(&free_V_smem_1[0]);") == 1
     assert "cypress::commit();" not in consumer[retire:a]  # no other group in between
     assert "named_sync(1, 256)" not in cu and ", 256);" not in cu
 
@@ -516,19 +512,19 @@ def test_a_reader_in_the_loop_releases_the_shared_bytes_after_it(monkeypatch):
 
     def forced(m):
         m = real(m)
-        return replace(m, resources=replace(m.resources, war=(("Q_block", "B_mma_pv_1"),)))
+        return replace(m, resources=replace(m.resources, war=(("Q_smem", "V_smem_1"),)))
 
     monkeypatch.setattr(ra, "resource_allocation", forced)
     tree = instantiate(
         check_program(parse_file(ROOT / "programs" / f"{FA3}.cyp")), load_mapping(STAGED)
     )
     m = dict(compile_module(tree, until="sync-insertion"))["sync-insertion"]  # verifies the sync
-    (arrive,) = [o for o in _top(m, S.Arrive) if o.bar == "free_B_mma_pv_1"]
-    assert {(e.via, e.tensor) for e in arrive.edges} == {("same", "Q_block"), ("after", "Q_block")}
+    (arrive,) = [o for o in _top(m, S.Arrive) if o.bar == "free_V_smem_1"]
+    assert {(e.via, e.tensor) for e in arrive.edges} == {("same", "Q_smem"), ("after", "Q_smem")}
     ops = list(m.body.ops)
     loop = next(o for o in ops if isinstance(o, N.For))
     assert ops.index(arrive) > ops.index(loop) and arrive.when is not None  # the loop ran no step
-    inner = [o for o in loop.body.ops if isinstance(o, S.Arrive) and o.bar == "free_B_mma_pv_1"]
+    inner = [o for o in loop.body.ops if isinstance(o, S.Arrive) and o.bar == "free_V_smem_1"]
     assert len(inner) == 1 and inner[0].when is not None  # its last step
     verify_sync(m)
 
@@ -541,12 +537,12 @@ def test_without_a_producer_role_o_shares_the_last_v_tiles_bytes(tmp_path):
     mapping.write_text(STAGED.read_text().replace("warpspecialize: true", "warpspecialize: false"))
     snaps = _snaps(mapping)
     assert {frozenset(p) for p in snaps["resource-allocation"].resources.war} == {
-        frozenset(("B_mma_pv_1", "D_store_wg"))
+        frozenset(("V_smem_1", "O_smem"))
     }
     m = snaps["sync-insertion"]
     assert not [b for b in _top(m, S.MBarrier) if b.same_tile]
     wait = next(o for o in _top(m, S.WaitGroup) if o.unit == "bulk")
-    arrive = next(o for o in _top(m, S.Arrive) if o.bar == "empty_B_mma_pv_1")
+    arrive = next(o for o in _top(m, S.Arrive) if o.bar == "empty_V_smem_1")
     assert list(m.body.ops).index(wait) < list(m.body.ops).index(arrive)
     cu = _cu(tmp_path, mapping)  # and lowers to CUDA
-    assert "free_B_mma_pv_1" not in cu and "cypress::arrive(&empty_B_mma_pv_1[0])" in cu
+    assert "free_V_smem_1" not in cu and "cypress::arrive(&empty_V_smem_1[0])" in cu

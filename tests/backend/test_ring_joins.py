@@ -32,7 +32,7 @@ from cypressc.passes.rings import ring_joins
 
 ROOT = Path(__file__).resolve().parents[2]
 PPS = ROOT / "mappings" / "flash_attention3" / "h100_d128_pp_staged_persistent.yaml"
-K_RING, V_RING = "B_mma_qk_1", "B_mma_pv"
+K_RING, V_RING = "K_smem_1", "V_smem"
 
 
 def _tree(program: str, mapping: Path):
@@ -54,8 +54,8 @@ def test_the_peeled_k_and_the_last_v_tile_join_the_key_loops_rings():
     m = _snaps("flash_attention3", PPS)["copy-elimination"]
     joins = ring_joins(m, True)
     assert {(j.member, j.ring, j.side, j.index, j.pre) for j in joins.values()} == {
-        ("B_mma_qk", K_RING, "pre", 0, 1),
-        ("B_mma_pv_1", V_RING, "post", 0, 0),
+        ("K_smem", K_RING, "pre", 0, 1),
+        ("V_smem_1", V_RING, "post", 0, 0),
     }
     assert ring_joins(m, False) == {}  # no producer to issue the ring's copies in ring order
     fa2 = _snaps(
@@ -69,7 +69,7 @@ def test_the_peeled_k_and_the_last_v_tile_join_the_key_loops_rings():
 
 def test_members_have_no_bytes_and_the_loop_counts_their_positions():
     m = _snaps("flash_attention3", PPS)["warp-specialization"]
-    assert set(m.resources.smem) == {K_RING, V_RING, "Q_block", "D_store_wg"}
+    assert set(m.resources.smem) == {K_RING, V_RING, "Q_smem", "O_smem"}
     assert m.resources.war == ()  # nothing left to share bytes with the last V tile
     (lp,) = _top(m, N.For)
     assert lp.ring_extra == 1
@@ -152,10 +152,10 @@ def test_the_kernel_counts_member_positions_on_the_running_counters():
     plan = dict(compile_module(_tree("flash_attention3", PPS)))["cuda-lowering"].kernel
     cu = emit_cuda(plan)
     assert (
-        "tma_load_3d(s_B_mma_qk_1 + pipe.index * B_mma_qk_1_STAGE" in cu
+        "tma_load_3d(s_K_smem_1 + pipe.index * K_smem_1_STAGE" in cu
     )  # K[0] at the ring's position
-    assert "cypress::wait(&full_B_mma_qk_1[pipe.index], pipe.phase);" in cu
+    assert "cypress::wait(&full_K_smem_1[pipe.index], pipe.phase);" in cu
     assert plan.ring_extra == [1]  # one ring position per tile besides the loop's steps
     assert cu.count("// ring positions of the tiles copied outside main loop 0: 1 per tile") == 2
-    assert "s_B_mma_qk =" not in cu and "B_mma_pv_1" not in cu and "free_" not in cu
+    assert "s_K_smem =" not in cu and "V_smem_1" not in cu and "free_" not in cu
     assert cu.count("pipe.advance();") == 4  # per role: each step, each tile

@@ -89,8 +89,8 @@ def test_a_32_column_k_tile_is_64_byte_swizzled(tmp_path):
     map, descriptors of the 64B layout with two k16 steps 32 B apart; B (32 x 256, MN-major)
     keeps 128-byte swizzle, its k16 step 16 rows of 128 B."""
     src = _build(tmp_path, H100.replace("{W: 64}", "{W: 32}"))
-    assert "A_mma_block_STAGE = 8192, A_mma_block_CHUNK = 8192;" in src
-    assert "B_mma_block_STAGE = 16384, B_mma_block_CHUNK = 4096;" in src
+    assert "A_smem_STAGE = 8192, A_smem_CHUNK = 8192;" in src
+    assert "B_smem_STAGE = 16384, B_smem_CHUNK = 4096;" in src
     assert "cypress::make_tma_map(&tm_A_128x32, A, false, K, M, 1, 32, 128, 2, 64)" in src
     assert (
         "cypress::make_tma_map(&tm_B_32x64, B, false, N, K, 1, 64, 32, 2)" in src
@@ -100,10 +100,10 @@ def test_a_32_column_k_tile_is_64_byte_swizzled(tmp_path):
     assert "(kb * 32)" in load_a and "(b0 * 128)" in load_a and "64 * j" not in load_a
     assert "for (int kk = 0; kk < 2; ++kk)" in src
     da = _one(r"desc_k_sw\d+\([^;]*;", src)
-    assert da.startswith("desc_k_sw64(") and "(kk / 2) * A_mma_block_CHUNK" in da
+    assert da.startswith("desc_k_sw64(") and "(kk / 2) * A_smem_CHUNK" in da
     assert "* 64 + (kk % 2) * 32)" in da  # rows of 64 B; the second k16 step 32 B along the row
     db = _one(r"desc_mn_sw\d+\([^;]*;", src)
-    assert db.startswith("desc_mn_sw128(") and "kk * 16 * 128, B_mma_block_CHUNK)" in db
+    assert db.startswith("desc_mn_sw128(") and "kk * 16 * 128, B_smem_CHUNK)" in db
     assert "desc_k_sw128" not in src and "desc_mn_sw64" not in src
 
 
@@ -111,7 +111,7 @@ def test_a_16_column_k_tile_is_32_byte_swizzled(tmp_path):
     src = _build(tmp_path, H100.replace("{W: 64}", "{W: 16}").replace("pipeline: 3", "pipeline: 4"))
     assert "cypress::make_tma_map(&tm_A_128x16, A, false, K, M, 1, 16, 128, 2, 32)" in src
     da = _one(r"desc_k_sw\d+\([^;]*;", src)
-    assert da.startswith("desc_k_sw32(") and "kk * A_mma_block_CHUNK" in da and "kk %" not in da
+    assert da.startswith("desc_k_sw32(") and "kk * A_smem_CHUNK" in da and "kk %" not in da
     assert "* 32)" in da
 
 
@@ -126,16 +126,14 @@ def test_narrow_b_tiles_are_mn_major_with_narrower_swizzles(tmp_path, n, swizzle
         ),
     )
     cols = swizzle // 2
-    assert f"B_mma_block_STAGE = {64 * n * 2}, B_mma_block_CHUNK = {64 * swizzle};" in src
+    assert f"B_smem_STAGE = {64 * n * 2}, B_smem_CHUNK = {64 * swizzle};" in src
     assert f"{chunks} chunk(s) of {cols} columns" in src
     assert (
         f"cypress::make_tma_map(&tm_B_64x{cols}, B, false, N, K, 1, {cols}, 64, 2, {swizzle})"
         in src
     )
     db = _one(r"desc_mn_sw\d+\([^;]*;", src)
-    assert (
-        db.startswith(f"desc_mn_sw{swizzle}(") and f"kk * 16 * {swizzle}, B_mma_block_CHUNK)" in db
-    )
+    assert db.startswith(f"desc_mn_sw{swizzle}(") and f"kk * 16 * {swizzle}, B_smem_CHUNK)" in db
     assert _one(r"desc_k_sw\d+\(", src) == "desc_k_sw128("  # A keeps its 64-column K tile
 
 
@@ -151,7 +149,7 @@ def test_a_tile_no_swizzle_fits_is_refused(tmp_path):
     first = r.stderr.splitlines()[0]
     assert first.startswith(f"{m}:") and "error[E050]" in first, r.stderr
     assert (
-        "shared tile %B_mma_block has 24 columns (48-byte rows); TMA and wgmma swizzle rows of 128, "
+        "shared tile %B_smem has 24 columns (48-byte rows); TMA and wgmma swizzle rows of 128, "
         "64 or 32 bytes, so a tile needs a multiple of 16 columns" in first
     )
     assert "  - instance: gemm_block" in r.stderr  # located at the block instance
@@ -166,7 +164,7 @@ def test_row_sum_still_needs_128_byte_stages(tmp_path):
     assert r.exit_code == 1
     assert (
         "error[E050]" in r.stderr
-        and "row_sum() of %A_mma_block, whose 32-column rows are "
+        and "row_sum() of %A_smem, whose 32-column rows are "
         "64-byte-swizzled; row_sum reads 128-byte-swizzled stages"
         in r.stderr
     ), r.stderr

@@ -139,17 +139,17 @@ def test_dual_gemm_channels_follow_the_wait_points():
     waited just before it (the template made the first wgmma wait for B2 too)."""
     m, _ = compiled("dual_gemm", "mappings/dual_gemm/h100.yaml")
     assert [(b.name, b.kind) for b in syncs(m, S.MBarrier)] == [
-        ("full_A_mma_block_B_mma_block", "full"),
-        ("empty_A_mma_block_B_mma_block", "empty"),
-        ("full_B_mma_block_1", "full"),
-        ("empty_B_mma_block_1", "empty"),
+        ("full_A_smem_B1_smem", "full"),
+        ("empty_A_smem_B1_smem", "empty"),
+        ("full_B2_smem", "full"),
+        ("empty_B2_smem", "empty"),
     ]
     body = in_loop(m)
     calls = [i for i, o in enumerate(body) if isinstance(o, N.Call)]
     waits = [
         (i, o.bar) for i, o in enumerate(body) if isinstance(o, S.Wait) and o.role == "consumer"
     ]
-    assert waits[0][0] < calls[0] < waits[1][0] < calls[1] and waits[1][1] == "full_B_mma_block_1"
+    assert waits[0][0] < calls[0] < waits[1][0] < calls[1] and waits[1][1] == "full_B2_smem"
 
 
 def _sites(b: N.Block, path=()):
@@ -238,7 +238,7 @@ def test_explain_after_sync_insertion_prints_the_sync_ops(monkeypatch):
     lines = r.stdout.splitlines()
     assert lines[0] == "// ---- after sync-insertion"
     assert any(
-        x.strip().startswith("wait %full_A_mma_block_B_mma_block[(%k % 3)] parity ((%k // 3) % 2)")
+        x.strip().startswith("wait %full_A_smem_B_smem[(%k % 3)] parity ((%k // 3) % 2)")
         for x in lines
     )
     assert sum("= mbarrier[3]" in x for x in lines) == 2

@@ -6,9 +6,9 @@ namespace {
 __host__ __device__ constexpr long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
 constexpr int STAGES = 4, CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
-constexpr int A_mma_block_STAGE = 16384, A_mma_block_CHUNK = 16384;  // 128x64 f16, 1 chunk(s) of 64 columns
-constexpr int B_mma_block_STAGE = 16384, B_mma_block_CHUNK = 8192;  // 64x128 f16, 2 chunk(s) of 64 columns
-constexpr int B_mma_block_1_STAGE = 16384, B_mma_block_1_CHUNK = 8192;  // 64x128 f16, 2 chunk(s) of 64 columns
+constexpr int A_smem_STAGE = 16384, A_smem_CHUNK = 16384;  // 128x64 f16, 1 chunk(s) of 64 columns
+constexpr int B1_smem_STAGE = 16384, B1_smem_CHUNK = 8192;  // 64x128 f16, 2 chunk(s) of 64 columns
+constexpr int B2_smem_STAGE = 16384, B2_smem_CHUNK = 8192;  // 64x128 f16, 2 chunk(s) of 64 columns
 constexpr int SMEM_BYTES = 197760;
 }  // namespace
 
@@ -17,13 +17,13 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
   // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
-  uint8_t* s_A_mma_block = smem + 0;  // %A_mma_block
-  uint8_t* s_B_mma_block = smem + 65536;  // %B_mma_block
-  uint8_t* s_B_mma_block_1 = smem + 131072;  // %B_mma_block_1
-  cypress::bar_t* full_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 196608);  // full mbarrier[4], channel of %e4, %e5
-  cypress::bar_t* empty_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 196640);  // empty mbarrier[4], channel of %e4, %e5
-  cypress::bar_t* full_B_mma_block_1 = reinterpret_cast<cypress::bar_t*>(smem + 196672);  // full mbarrier[4], channel of %e7
-  cypress::bar_t* empty_B_mma_block_1 = reinterpret_cast<cypress::bar_t*>(smem + 196704);  // empty mbarrier[4], channel of %e7
+  uint8_t* s_A_smem = smem + 0;  // %A_smem
+  uint8_t* s_B1_smem = smem + 65536;  // %B1_smem
+  uint8_t* s_B2_smem = smem + 131072;  // %B2_smem
+  cypress::bar_t* full_A_smem_B1_smem = reinterpret_cast<cypress::bar_t*>(smem + 196608);  // full mbarrier[4], channel of %e4, %e5
+  cypress::bar_t* empty_A_smem_B1_smem = reinterpret_cast<cypress::bar_t*>(smem + 196640);  // empty mbarrier[4], channel of %e4, %e5
+  cypress::bar_t* full_B2_smem = reinterpret_cast<cypress::bar_t*>(smem + 196672);  // full mbarrier[4], channel of %e7
+  cypress::bar_t* empty_B2_smem = reinterpret_cast<cypress::bar_t*>(smem + 196704);  // empty mbarrier[4], channel of %e7
   const int tiles0 = cdiv(M, 128);
   const int tiles1 = cdiv(N, 128);
   const int num_tiles = tiles0 * tiles1;
@@ -37,10 +37,10 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
     b1 = v / rows;
   };
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 4; ++i) cypress::init(&full_A_mma_block_B_mma_block[i], 1);
-    for (int i = 0; i < 4; ++i) cypress::init(&empty_A_mma_block_B_mma_block[i], 2);
-    for (int i = 0; i < 4; ++i) cypress::init(&full_B_mma_block_1[i], 1);
-    for (int i = 0; i < 4; ++i) cypress::init(&empty_B_mma_block_1[i], 2);
+    for (int i = 0; i < 4; ++i) cypress::init(&full_A_smem_B1_smem[i], 1);
+    for (int i = 0; i < 4; ++i) cypress::init(&empty_A_smem_B1_smem[i], 2);
+    for (int i = 0; i < 4; ++i) cypress::init(&full_B2_smem[i], 1);
+    for (int i = 0; i < 4; ++i) cypress::init(&empty_B2_smem[i], 2);
     cypress::fence_barrier_init();
   }
   __syncthreads();  // every thread sees the initialized mbarriers
@@ -57,21 +57,21 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
         int b0, b1;
         tile_coords(t, b0, b1);
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty_A_mma_block_B_mma_block[pipe.index], pipe.phase ^ 1);  // %A_mma_block, %B_mma_block free (war)
-          cypress::arrive_expect_tx(&full_A_mma_block_B_mma_block[pipe.index], 32768);  // %A_mma_block, %B_mma_block ready (raw)
-          // %e4: copy %A -> %A_mma_block (TMA)
-          cypress::tma_load_2d(s_A_mma_block + pipe.index * A_mma_block_STAGE, &tm_A_128x64, &full_A_mma_block_B_mma_block[pipe.index], (kb * 64), (b0 * 128));
-          // %e5: copy %B1 -> %B_mma_block (TMA)
+          cypress::wait(&empty_A_smem_B1_smem[pipe.index], pipe.phase ^ 1);  // %A_smem, %B1_smem free (war)
+          cypress::arrive_expect_tx(&full_A_smem_B1_smem[pipe.index], 32768);  // %A_smem, %B1_smem ready (raw)
+          // %e4: copy %A -> %A_smem (TMA)
+          cypress::tma_load_2d(s_A_smem + pipe.index * A_smem_STAGE, &tm_A_128x64, &full_A_smem_B1_smem[pipe.index], (kb * 64), (b0 * 128));
+          // %e5: copy %B1 -> %B1_smem (TMA)
           #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_2d(s_B_mma_block + pipe.index * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B1_64x64, &full_A_mma_block_B_mma_block[pipe.index], (b1 * 128) + 64 * j, (kb * 64));
+            cypress::tma_load_2d(s_B1_smem + pipe.index * B1_smem_STAGE + j * B1_smem_CHUNK, &tm_B1_64x64, &full_A_smem_B1_smem[pipe.index], (b1 * 128) + 64 * j, (kb * 64));
           }
-          cypress::wait(&empty_B_mma_block_1[pipe.index], pipe.phase ^ 1);  // %B_mma_block_1 free (war)
-          cypress::arrive_expect_tx(&full_B_mma_block_1[pipe.index], 16384);  // %B_mma_block_1 ready (raw)
-          // %e7: copy %B2 -> %B_mma_block_1 (TMA)
+          cypress::wait(&empty_B2_smem[pipe.index], pipe.phase ^ 1);  // %B2_smem free (war)
+          cypress::arrive_expect_tx(&full_B2_smem[pipe.index], 16384);  // %B2_smem ready (raw)
+          // %e7: copy %B2 -> %B2_smem (TMA)
           #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_2d(s_B_mma_block_1 + pipe.index * B_mma_block_1_STAGE + j * B_mma_block_1_CHUNK, &tm_B2_64x64, &full_B_mma_block_1[pipe.index], (b1 * 128) + 64 * j, (kb * 64));
+            cypress::tma_load_2d(s_B2_smem + pipe.index * B2_smem_STAGE + j * B2_smem_CHUNK, &tm_B2_64x64, &full_B2_smem[pipe.index], (b1 * 128) + 64 * j, (kb * 64));
           }
           pipe.advance();
         }
@@ -95,42 +95,42 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
       #pragma unroll
       for (int i = 0; i < 64; ++i) C2acc_reg[0][i] = 0;
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full_A_mma_block_B_mma_block[pipe.index], pipe.phase);  // %A_mma_block, %B_mma_block ready (raw)
+        cypress::wait(&full_A_smem_B1_smem[pipe.index], pipe.phase);  // %A_smem, %B1_smem ready (raw)
         // wgmma.fence: %C1acc_reg ready (raw)
         cypress::fence_acc(C1acc_reg[0]);
         cypress::wgmma_fence();
         // %e6: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + pipe.index * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
-          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + pipe.index * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_mn_sw128(s_B1_smem + pipe.index * B1_smem_STAGE + kk * 16 * 128, B1_smem_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_smem + pipe.index * A_smem_STAGE + (kk / 4) * A_smem_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<128, __half>(da, db, C1acc_reg[0]);
         }
-        cypress::wait(&full_B_mma_block_1[pipe.index], pipe.phase);  // %B_mma_block_1 ready (raw)
+        cypress::wait(&full_B2_smem[pipe.index], pipe.phase);  // %B2_smem ready (raw)
         // wgmma.fence: %C2acc_reg ready (raw)
         cypress::fence_acc(C2acc_reg[0]);
         cypress::wgmma_fence();
         // %e8: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block_1 + pipe.index * B_mma_block_1_STAGE + kk * 16 * 128, B_mma_block_1_CHUNK);
-          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + pipe.index * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_mn_sw128(s_B2_smem + pipe.index * B2_smem_STAGE + kk * 16 * 128, B2_smem_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_smem + pipe.index * A_smem_STAGE + (kk / 4) * A_smem_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<128, __half>(da, db, C2acc_reg[0]);
         }
         cypress::commit();  // closes the group of %e6, %e8
-        cypress::wait<1>();  // %A_mma_block, %B_mma_block, %B_mma_block_1 free (war)
+        cypress::wait<1>();  // %A_smem, %B1_smem, %B2_smem free (war)
         if (kb >= 1) {
-          if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(pipe - 1).index]);  // %A_mma_block, %B_mma_block free (war)
-          if (leader) cypress::arrive(&empty_B_mma_block_1[(pipe - 1).index]);  // %B_mma_block_1 free (war)
+          if (leader) cypress::arrive(&empty_A_smem_B1_smem[(pipe - 1).index]);  // %A_smem, %B1_smem free (war)
+          if (leader) cypress::arrive(&empty_B2_smem[(pipe - 1).index]);  // %B2_smem free (war)
         }
         pipe.advance();
       }
-      cypress::wait<0>();  // %C1acc_reg, %C2acc_reg ready (raw); %A_mma_block, %B_mma_block, %B_mma_block_1 free (war)
+      cypress::wait<0>();  // %C1acc_reg, %C2acc_reg ready (raw); %A_smem, %B1_smem, %B2_smem free (war)
       cypress::fence_acc(C1acc_reg[0]);
       cypress::fence_acc(C2acc_reg[0]);
       if ((num_k - 1) >= 0) {
-        if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(pipe - 1).index]);  // %A_mma_block, %B_mma_block free (war)
-        if (leader) cypress::arrive(&empty_B_mma_block_1[(pipe - 1).index]);  // %B_mma_block_1 free (war)
+        if (leader) cypress::arrive(&empty_A_smem_B1_smem[(pipe - 1).index]);  // %A_smem, %B1_smem free (war)
+        if (leader) cypress::arrive(&empty_B2_smem[(pipe - 1).index]);  // %B2_smem free (war)
       }
       // %e9: add
       for (int i = 0; i < 64; ++i) C1acc_reg[0][i] += C2acc_reg[0][i];

@@ -6,10 +6,10 @@ namespace {
 __host__ __device__ constexpr long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
 constexpr int STAGES = 2, CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
-constexpr int Q_block_STAGE = 32768, Q_block_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
-constexpr int B_mma_qk_STAGE = 32768, B_mma_qk_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
-constexpr int B_mma_pv_STAGE = 32768, B_mma_pv_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
-constexpr int D_store_wg_SMEM = 131072, D_store_wg_TILE = 16384;  // 64x128 f16 per consumer warpgroup, in 64x64 boxes
+constexpr int Q_smem_STAGE = 32768, Q_smem_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
+constexpr int K_smem_STAGE = 32768, K_smem_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
+constexpr int V_smem_STAGE = 32768, V_smem_CHUNK = 16384;  // 128x128 f16, 2 chunk(s) of 64 columns
+constexpr int O_smem_SMEM = 65536, O_smem_TILE = 16384;  // 64x128 f16 per consumer warpgroup, in 64x64 boxes
 constexpr int SMEM_BYTES = 197712;
 }  // namespace
 
@@ -19,15 +19,15 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
   // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
-  uint8_t* s_Q_block = smem + 163840;  // %Q_block
-  uint8_t* s_B_mma_qk = smem + 65536;  // %B_mma_qk
-  uint8_t* s_B_mma_pv = smem + 0;  // %B_mma_pv
-  cypress::bar_t* full_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 196608);  // full mbarrier[1], channel of %e1
-  cypress::bar_t* empty_Q_block = reinterpret_cast<cypress::bar_t*>(smem + 196616);  // empty mbarrier[1], channel of %e1
-  cypress::bar_t* full_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 196624);  // full mbarrier[2], channel of %e7
-  cypress::bar_t* empty_B_mma_qk = reinterpret_cast<cypress::bar_t*>(smem + 196640);  // empty mbarrier[2], channel of %e7
-  cypress::bar_t* full_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 196656);  // full mbarrier[2], channel of %e19
-  cypress::bar_t* empty_B_mma_pv = reinterpret_cast<cypress::bar_t*>(smem + 196672);  // empty mbarrier[2], channel of %e19
+  uint8_t* s_Q_smem = smem + 98304;  // %Q_smem
+  uint8_t* s_K_smem = smem + 0;  // %K_smem
+  uint8_t* s_V_smem = smem + 131072;  // %V_smem
+  cypress::bar_t* full_Q_smem = reinterpret_cast<cypress::bar_t*>(smem + 196608);  // full mbarrier[1], channel of %e1
+  cypress::bar_t* empty_Q_smem = reinterpret_cast<cypress::bar_t*>(smem + 196616);  // empty mbarrier[1], channel of %e1
+  cypress::bar_t* full_K_smem = reinterpret_cast<cypress::bar_t*>(smem + 196624);  // full mbarrier[2], channel of %e7
+  cypress::bar_t* empty_K_smem = reinterpret_cast<cypress::bar_t*>(smem + 196640);  // empty mbarrier[2], channel of %e7
+  cypress::bar_t* full_V_smem = reinterpret_cast<cypress::bar_t*>(smem + 196656);  // full mbarrier[2], channel of %e19
+  cypress::bar_t* empty_V_smem = reinterpret_cast<cypress::bar_t*>(smem + 196672);  // empty mbarrier[2], channel of %e19
   const int tiles0 = B;
   const int tiles1 = H;
   const int tiles2 = cdiv(M, 128);
@@ -48,12 +48,12 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
   };
   constexpr int P = kPairs;  // the launcher's num_tiles > gridDim.x: tiles 2j + {0, 1} go together
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 1; ++i) cypress::init(&full_Q_block[i], 1);
-    for (int i = 0; i < 1; ++i) cypress::init(&empty_Q_block[i], 2);
-    for (int i = 0; i < 2; ++i) cypress::init(&full_B_mma_qk[i], 1);
-    for (int i = 0; i < 2; ++i) cypress::init(&empty_B_mma_qk[i], 2);
-    for (int i = 0; i < 2; ++i) cypress::init(&full_B_mma_pv[i], 1);
-    for (int i = 0; i < 2; ++i) cypress::init(&empty_B_mma_pv[i], 2);
+    for (int i = 0; i < 1; ++i) cypress::init(&full_Q_smem[i], 1);
+    for (int i = 0; i < 1; ++i) cypress::init(&empty_Q_smem[i], 2);
+    for (int i = 0; i < 2; ++i) cypress::init(&full_K_smem[i], 1);
+    for (int i = 0; i < 2; ++i) cypress::init(&empty_K_smem[i], 2);
+    for (int i = 0; i < 2; ++i) cypress::init(&full_V_smem[i], 1);
+    for (int i = 0; i < 2; ++i) cypress::init(&empty_V_smem[i], 2);
     cypress::fence_barrier_init();
   }
   __syncthreads();  // every thread sees the initialized mbarriers
@@ -71,27 +71,27 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         int b0, b1, b2;
         tile_coords(t, b0, b1, b2);
         const int num_k = cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128);
-        cypress::wait(&empty_Q_block[0], 1 ^ tphase);  // %Q_block free (war)
-        cypress::arrive_expect_tx(&full_Q_block[0], 32768);  // %Q_block ready (raw)
-        // %e1: copy %Q -> %Q_block (TMA)
+        cypress::wait(&empty_Q_smem[0], 1 ^ tphase);  // %Q_smem free (war)
+        cypress::arrive_expect_tx(&full_Q_smem[0], 32768);  // %Q_smem ready (raw)
+        // %e1: copy %Q -> %Q_smem (TMA)
         #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          cypress::tma_load_3d(s_Q_block + j * Q_block_CHUNK, &tm_Q_128x64, &full_Q_block[0], 0 + 64 * j, (b2 * 128), ((b0 * H) + b1));
+          cypress::tma_load_3d(s_Q_smem + j * Q_smem_CHUNK, &tm_Q_128x64, &full_Q_smem[0], 0 + 64 * j, (b2 * 128), ((b0 * H) + b1));
         }
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty_B_mma_qk[pipe.index], pipe.phase ^ 1);  // %B_mma_qk free (war)
-          cypress::arrive_expect_tx(&full_B_mma_qk[pipe.index], 32768);  // %B_mma_qk ready (raw)
-          // %e7: copy %K -> %B_mma_qk (TMA)
+          cypress::wait(&empty_K_smem[pipe.index], pipe.phase ^ 1);  // %K_smem free (war)
+          cypress::arrive_expect_tx(&full_K_smem[pipe.index], 32768);  // %K_smem ready (raw)
+          // %e7: copy %K -> %K_smem (TMA)
           #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_3d(s_B_mma_qk + pipe.index * B_mma_qk_STAGE + j * B_mma_qk_CHUNK, &tm_K_128x64, &full_B_mma_qk[pipe.index], 0 + 64 * j, (kb * 128), ((b0 * HK) + (b1 / (H / HK))));
+            cypress::tma_load_3d(s_K_smem + pipe.index * K_smem_STAGE + j * K_smem_CHUNK, &tm_K_128x64, &full_K_smem[pipe.index], 0 + 64 * j, (kb * 128), ((b0 * HK) + (b1 / (H / HK))));
           }
-          cypress::wait(&empty_B_mma_pv[pipe.index], pipe.phase ^ 1);  // %B_mma_pv free (war)
-          cypress::arrive_expect_tx(&full_B_mma_pv[pipe.index], 32768);  // %B_mma_pv ready (raw)
-          // %e19: copy %V -> %B_mma_pv (TMA)
+          cypress::wait(&empty_V_smem[pipe.index], pipe.phase ^ 1);  // %V_smem free (war)
+          cypress::arrive_expect_tx(&full_V_smem[pipe.index], 32768);  // %V_smem ready (raw)
+          // %e19: copy %V -> %V_smem (TMA)
           #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            cypress::tma_load_3d(s_B_mma_pv + pipe.index * B_mma_pv_STAGE + j * B_mma_pv_CHUNK, &tm_V_128x64, &full_B_mma_pv[pipe.index], 0 + 64 * j, (kb * 128), ((b0 * HK) + (b1 / (H / HK))));
+            cypress::tma_load_3d(s_V_smem + pipe.index * V_smem_STAGE + j * V_smem_CHUNK, &tm_V_128x64, &full_V_smem[pipe.index], 0 + 64 * j, (kb * 128), ((b0 * HK) + (b1 / (H / HK))));
           }
           pipe.advance();
         }
@@ -128,30 +128,30 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       m_reg[0][0] = m_reg[0][1] = -1e+30;
       // %e4: fill over accumulator rows
       l_reg[0][0] = l_reg[0][1] = 0;
-      cypress::wait(&full_Q_block[0], 0 ^ tphase);  // %Q_block ready (raw)
+      cypress::wait(&full_Q_smem[0], 0 ^ tphase);  // %Q_smem ready (raw)
       cypress::named_sync((3 + cw), 256);  // take the Tensor Core turn
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full_B_mma_qk[pipe.index], pipe.phase);  // %B_mma_qk ready (raw)
+        cypress::wait(&full_K_smem[pipe.index], pipe.phase);  // %K_smem ready (raw)
         // wgmma.fence: %S_reg ready (raw)
         cypress::fence_acc(S_reg[0]);
         cypress::wgmma_fence();
         // %e8: warpgroup_mma, 8 k16 step(s), B K-major (fill %e6 folded in: scale-d off on the first step)
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-          const uint64_t db = cypress::desc_k_sw128(s_B_mma_qk + pipe.index * B_mma_qk_STAGE + (kk / 4) * B_mma_qk_CHUNK + (kk % 4) * 32);
-          const uint64_t da = cypress::desc_k_sw128(s_Q_block + (kk / 4) * Q_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_k_sw128(s_K_smem + pipe.index * K_smem_STAGE + (kk / 4) * K_smem_CHUNK + (kk % 4) * 32);
+          const uint64_t da = cypress::desc_k_sw128(s_Q_smem + (kk / 4) * Q_smem_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, S_reg[0], kk == 0);
         }
         cypress::commit();  // closes the group of %e8
         cypress::named_arrive((3 + ((cw + 1) % 2)), 256);  // pass the Tensor Core turn
-        cypress::wait<0>();  // %S_reg, %Oacc_reg ready (raw); %Q_block, %B_mma_qk, %P_reg free (war)
+        cypress::wait<0>();  // %S_reg, %Oacc_reg ready (raw); %Q_smem, %K_smem, %P_reg free (war)
         cypress::fence_acc(S_reg[0]);
         cypress::fence_acc(Oacc_reg[0]);
         cypress::fence_acc(P_reg[0]);
         if (kb >= (num_k - 1)) {
-          if (leader) cypress::arrive(&empty_Q_block[0]);  // %Q_block free (war)
+          if (leader) cypress::arrive(&empty_Q_smem[0]);  // %Q_smem free (war)
         }
-        if (leader) cypress::arrive(&empty_B_mma_qk[pipe.index]);  // %B_mma_qk free (war)
+        if (leader) cypress::arrive(&empty_K_smem[pipe.index]);  // %K_smem free (war)
         // %e9: mask_columns over accumulator rows
         cypress::mask_columns(S_reg[0], (N - (kb * 128)));
         // %e10: mask_causal over accumulator rows
@@ -172,7 +172,7 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         cypress::scale_rows(Oacc_reg[0], alpha_reg[0]);
         // %e18: copy %S_reg -> %P_reg (f32 -> f16, the A fragment of a wgmma)
         cypress::acc_to_a<__half>(S_reg[0], P_reg[0]);
-        cypress::wait(&full_B_mma_pv[pipe.index], pipe.phase);  // %B_mma_pv ready (raw)
+        cypress::wait(&full_V_smem[pipe.index], pipe.phase);  // %V_smem ready (raw)
         cypress::named_sync((3 + cw), 256);  // take the Tensor Core turn
         // wgmma.fence: %Oacc_reg, %P_reg ready (raw)
         cypress::fence_acc(Oacc_reg[0]);
@@ -181,12 +181,12 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         // %e20: warpgroup_mma, A from registers %P_reg, 8 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_pv + pipe.index * B_mma_pv_STAGE + kk * 16 * 128, B_mma_pv_CHUNK);
+          const uint64_t db = cypress::desc_mn_sw128(s_V_smem + pipe.index * V_smem_STAGE + kk * 16 * 128, V_smem_CHUNK);
           cypress::wgmma_rs<128, __half>(&P_reg[0][kk * 4], db, Oacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e20
         if (kb >= 1) {
-          if (leader) cypress::arrive(&empty_B_mma_pv[(pipe - 1).index]);  // %B_mma_pv free (war)
+          if (leader) cypress::arrive(&empty_V_smem[(pipe - 1).index]);  // %V_smem free (war)
         }
         pipe.advance();
       }
@@ -196,13 +196,13 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
       if (cw >= 1 && more) {
         cypress::named_arrive(3, 256);  // pass the Tensor Core turn (the next tile's, after this tile's last run)
       }
-      cypress::wait<0>();  // %Oacc_reg ready (raw); %B_mma_pv free (war)
+      cypress::wait<0>();  // %Oacc_reg ready (raw); %V_smem free (war)
       cypress::fence_acc(Oacc_reg[0]);
       if (0 >= num_k) {
-        if (leader) cypress::arrive(&empty_Q_block[0]);  // %Q_block free (war)
+        if (leader) cypress::arrive(&empty_Q_smem[0]);  // %Q_smem free (war)
       }
       if ((num_k - 1) >= 0) {
-        if (leader) cypress::arrive(&empty_B_mma_pv[(pipe - 1).index]);  // %B_mma_pv free (war)
+        if (leader) cypress::arrive(&empty_V_smem[(pipe - 1).index]);  // %V_smem free (war)
       }
       // the row sums in %l_reg are per-lane parts until here: sum them across each quad
       cypress::quad_reduce(l_reg[0]);
@@ -218,27 +218,27 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         for (int h = 0; h < 2; ++h)
           if (r0 + 8 * h < M) dst[r0 + 8 * h] = LSE_finish_thread[0][h];
       }
-      if (leader) cypress::tma_store_wait<0>();  // %D_store_wg stored (before the next tile writes it)
+      if (leader) cypress::tma_store_wait<0>();  // %O_smem stored (before the next tile writes it)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
-      // %e24: copy %Oacc_reg -> %D_store_wg (this warpgroup's tile, swizzled 64x64 boxes)
+      // %e24: copy %Oacc_reg -> %O_smem (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const int2 rc = cypress::acc_coord(j);
-        uint8_t* box = smem + D_store_wg_SMEM + cw * D_store_wg_TILE + (rc.y / 64) * 8192;
+        uint8_t* box = smem + O_smem_SMEM + cw * O_smem_TILE + (rc.y / 64) * 8192;
         *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(Oacc_reg[0][2 * j], Oacc_reg[0][2 * j + 1]);
       }
-      cypress::fence_proxy_async();  // %D_store_wg ready (raw)
-      cypress::named_sync((1 + cw), 128);  // %D_store_wg ready (raw)
-      // %e25: copy %D_store_wg -> global (TMA store, 64x64 boxes)
+      cypress::fence_proxy_async();  // %O_smem ready (raw)
+      cypress::named_sync((1 + cw), 128);  // %O_smem ready (raw)
+      // %e25: copy %O_smem -> global (TMA store, 64x64 boxes)
       if (leader) {
         for (int b = 0; b < 2; ++b) {
-          cypress::tma_store_3d(&tm_O_64x64, smem + D_store_wg_SMEM + cw * D_store_wg_TILE + b * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))), ((b0 * H) + b1));
+          cypress::tma_store_3d(&tm_O_64x64, smem + O_smem_SMEM + cw * O_smem_TILE + b * 8192, (0) + 64 * b, (((b2 * 128) + (cw * 64))), ((b0 * H) + b1));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e25
       tphase ^= 1;
     }
-    if (leader) cypress::tma_store_wait<0>();  // %D_store_wg stored (after the last tile)
+    if (leader) cypress::tma_store_wait<0>();  // %O_smem stored (after the last tile)
   }
 }
 

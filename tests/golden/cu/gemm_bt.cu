@@ -6,9 +6,9 @@ namespace {
 __host__ __device__ constexpr long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
 constexpr int STAGES = 3, CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
-constexpr int A_mma_block_STAGE = 16384, A_mma_block_CHUNK = 16384;  // 128x64 f16, 1 chunk(s) of 64 columns
-constexpr int B_mma_block_STAGE = 32768, B_mma_block_CHUNK = 32768;  // 256x64 f16, 1 chunk(s) of 64 columns
-constexpr int D_copy_warpgroup_SMEM = 147456, D_copy_warpgroup_TILE = 32768;  // 64x256 f16 per consumer warpgroup, in 64x64 boxes
+constexpr int A_smem_STAGE = 16384, A_smem_CHUNK = 16384;  // 128x64 f16, 1 chunk(s) of 64 columns
+constexpr int B_smem_STAGE = 32768, B_smem_CHUNK = 32768;  // 256x64 f16, 1 chunk(s) of 64 columns
+constexpr int C_smem_SMEM = 147456, C_smem_TILE = 32768;  // 64x256 f16 per consumer warpgroup, in 64x64 boxes
 constexpr int SMEM_BYTES = 214064;
 }  // namespace
 
@@ -17,10 +17,10 @@ gemm_bt_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_con
   // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
-  uint8_t* s_A_mma_block = smem + 0;  // %A_mma_block
-  uint8_t* s_B_mma_block = smem + 49152;  // %B_mma_block
-  cypress::bar_t* full_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 212992);  // full mbarrier[3], channel of %e3, %e4
-  cypress::bar_t* empty_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 213016);  // empty mbarrier[3], channel of %e3, %e4
+  uint8_t* s_A_smem = smem + 0;  // %A_smem
+  uint8_t* s_B_smem = smem + 49152;  // %B_smem
+  cypress::bar_t* full_A_smem_B_smem = reinterpret_cast<cypress::bar_t*>(smem + 212992);  // full mbarrier[3], channel of %e3, %e4
+  cypress::bar_t* empty_A_smem_B_smem = reinterpret_cast<cypress::bar_t*>(smem + 213016);  // empty mbarrier[3], channel of %e3, %e4
   const int tiles0 = cdiv(M, 128);
   const int tiles1 = cdiv(N, 256);
   const int num_tiles = tiles0 * tiles1;
@@ -34,8 +34,8 @@ gemm_bt_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_con
     b1 = v / rows;
   };
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 3; ++i) cypress::init(&full_A_mma_block_B_mma_block[i], 1);
-    for (int i = 0; i < 3; ++i) cypress::init(&empty_A_mma_block_B_mma_block[i], 2);
+    for (int i = 0; i < 3; ++i) cypress::init(&full_A_smem_B_smem[i], 1);
+    for (int i = 0; i < 3; ++i) cypress::init(&empty_A_smem_B_smem[i], 2);
     cypress::fence_barrier_init();
   }
   __syncthreads();  // every thread sees the initialized mbarriers
@@ -51,12 +51,12 @@ gemm_bt_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_con
         int b0, b1;
         tile_coords(t, b0, b1);
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty_A_mma_block_B_mma_block[pipe.index], pipe.phase ^ 1);  // %A_mma_block, %B_mma_block free (war)
-          cypress::arrive_expect_tx(&full_A_mma_block_B_mma_block[pipe.index], 49152);  // %A_mma_block, %B_mma_block ready (raw)
-          // %e3: copy %A -> %A_mma_block (TMA)
-          cypress::tma_load_2d(s_A_mma_block + pipe.index * A_mma_block_STAGE, &tm_A_128x64, &full_A_mma_block_B_mma_block[pipe.index], (kb * 64), (b0 * 128));
-          // %e4: copy %B -> %B_mma_block (TMA)
-          cypress::tma_load_2d(s_B_mma_block + pipe.index * B_mma_block_STAGE, &tm_B_256x64, &full_A_mma_block_B_mma_block[pipe.index], (kb * 64), (b1 * 256));
+          cypress::wait(&empty_A_smem_B_smem[pipe.index], pipe.phase ^ 1);  // %A_smem, %B_smem free (war)
+          cypress::arrive_expect_tx(&full_A_smem_B_smem[pipe.index], 49152);  // %A_smem, %B_smem ready (raw)
+          // %e3: copy %A -> %A_smem (TMA)
+          cypress::tma_load_2d(s_A_smem + pipe.index * A_smem_STAGE, &tm_A_128x64, &full_A_smem_B_smem[pipe.index], (kb * 64), (b0 * 128));
+          // %e4: copy %B -> %B_smem (TMA)
+          cypress::tma_load_2d(s_B_smem + pipe.index * B_smem_STAGE, &tm_B_256x64, &full_A_smem_B_smem[pipe.index], (kb * 64), (b1 * 256));
           pipe.advance();
         }
       }
@@ -75,49 +75,49 @@ gemm_bt_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_con
       #pragma unroll
       for (int i = 0; i < 128; ++i) Cacc_reg[0][i] = 0;
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full_A_mma_block_B_mma_block[pipe.index], pipe.phase);  // %A_mma_block, %B_mma_block ready (raw)
+        cypress::wait(&full_A_smem_B_smem[pipe.index], pipe.phase);  // %A_smem, %B_smem ready (raw)
         // wgmma.fence: %Cacc_reg ready (raw)
         cypress::fence_acc(Cacc_reg[0]);
         cypress::wgmma_fence();
         // %e5: warpgroup_mma, 4 k16 step(s), B K-major
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_k_sw128(s_B_mma_block + pipe.index * B_mma_block_STAGE + (kk / 4) * B_mma_block_CHUNK + (kk % 4) * 32);
-          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + pipe.index * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_k_sw128(s_B_smem + pipe.index * B_smem_STAGE + (kk / 4) * B_smem_CHUNK + (kk % 4) * 32);
+          const uint64_t da = cypress::desc_k_sw128(s_A_smem + pipe.index * A_smem_STAGE + (kk / 4) * A_smem_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<256, __half, cypress::Major::K, cypress::Major::K>(da, db, Cacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e5
-        cypress::wait<1>();  // %A_mma_block, %B_mma_block free (war)
+        cypress::wait<1>();  // %A_smem, %B_smem free (war)
         if (kb >= 1) {
-          if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(pipe - 1).index]);  // %A_mma_block, %B_mma_block free (war)
+          if (leader) cypress::arrive(&empty_A_smem_B_smem[(pipe - 1).index]);  // %A_smem, %B_smem free (war)
         }
         pipe.advance();
       }
-      cypress::wait<0>();  // %Cacc_reg ready (raw); %A_mma_block, %B_mma_block free (war)
+      cypress::wait<0>();  // %Cacc_reg ready (raw); %A_smem, %B_smem free (war)
       cypress::fence_acc(Cacc_reg[0]);
       if ((num_k - 1) >= 0) {
-        if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(pipe - 1).index]);  // %A_mma_block, %B_mma_block free (war)
+        if (leader) cypress::arrive(&empty_A_smem_B_smem[(pipe - 1).index]);  // %A_smem, %B_smem free (war)
       }
-      if (leader) cypress::tma_store_wait<0>();  // %D_copy_warpgroup stored (before the next tile writes it)
+      if (leader) cypress::tma_store_wait<0>();  // %C_smem stored (before the next tile writes it)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
-      // %e6: copy %Cacc_reg -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
+      // %e6: copy %Cacc_reg -> %C_smem (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 64; ++j) {
         const int2 rc = cypress::acc_coord(j);
-        uint8_t* box = smem + D_copy_warpgroup_SMEM + cw * D_copy_warpgroup_TILE + (rc.y / 64) * 8192;
+        uint8_t* box = smem + C_smem_SMEM + cw * C_smem_TILE + (rc.y / 64) * 8192;
         *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(Cacc_reg[0][2 * j], Cacc_reg[0][2 * j + 1]);
       }
-      cypress::fence_proxy_async();  // %D_copy_warpgroup ready (raw)
-      cypress::named_sync((1 + cw), 128);  // %D_copy_warpgroup ready (raw)
-      // %e7: copy %D_copy_warpgroup -> global (TMA store, 64x64 boxes)
+      cypress::fence_proxy_async();  // %C_smem ready (raw)
+      cypress::named_sync((1 + cw), 128);  // %C_smem ready (raw)
+      // %e7: copy %C_smem -> global (TMA store, 64x64 boxes)
       if (leader) {
         for (int b = 0; b < 4; ++b) {
-          cypress::tma_store_2d(&tm_C_64x64, smem + D_copy_warpgroup_SMEM + cw * D_copy_warpgroup_TILE + b * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))));
+          cypress::tma_store_2d(&tm_C_64x64, smem + C_smem_SMEM + cw * C_smem_TILE + b * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e7
     }
-    if (leader) cypress::tma_store_wait<0>();  // %D_copy_warpgroup stored (after the last tile)
+    if (leader) cypress::tma_store_wait<0>();  // %C_smem stored (after the last tile)
   }
 }
 

@@ -7,9 +7,9 @@ __host__ __device__ constexpr long long cdiv(long long a, long long b) { return 
 constexpr int STAGES = 3, CONSUMERS = 2, THREADS = 128 * (1 + CONSUMERS);
 constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int E_STAGE = 1024, E_CHUNK = 1024;  // 8x64 f16, 1 chunk(s) of 64 columns
-constexpr int A_mma_block_STAGE = 16384, A_mma_block_CHUNK = 16384;  // 128x64 f16, 1 chunk(s) of 64 columns
-constexpr int B_mma_block_STAGE = 32768, B_mma_block_CHUNK = 8192;  // 64x256 f16, 4 chunk(s) of 64 columns
-constexpr int D_copy_warpgroup_SMEM = 147456, D_copy_warpgroup_TILE = 32768;  // 64x256 f16 per consumer warpgroup, in 64x64 boxes
+constexpr int A_smem_STAGE = 16384, A_smem_CHUNK = 16384;  // 128x64 f16, 1 chunk(s) of 64 columns
+constexpr int B_smem_STAGE = 32768, B_smem_CHUNK = 8192;  // 64x256 f16, 4 chunk(s) of 64 columns
+constexpr int C_smem_SMEM = 147456, C_smem_TILE = 32768;  // 64x256 f16 per consumer warpgroup, in 64x64 boxes
 constexpr int SMEM_BYTES = 215088;
 }  // namespace
 
@@ -19,10 +19,10 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
   uint8_t* s_E = smem + 212992;  // %E
-  uint8_t* s_A_mma_block = smem + 0;  // %A_mma_block
-  uint8_t* s_B_mma_block = smem + 49152;  // %B_mma_block
-  cypress::bar_t* full_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 214016);  // full mbarrier[3], channel of %e6, %e7
-  cypress::bar_t* empty_A_mma_block_B_mma_block = reinterpret_cast<cypress::bar_t*>(smem + 214040);  // empty mbarrier[3], channel of %e6, %e7
+  uint8_t* s_A_smem = smem + 0;  // %A_smem
+  uint8_t* s_B_smem = smem + 49152;  // %B_smem
+  cypress::bar_t* full_A_smem_B_smem = reinterpret_cast<cypress::bar_t*>(smem + 214016);  // full mbarrier[3], channel of %e6, %e7
+  cypress::bar_t* empty_A_smem_B_smem = reinterpret_cast<cypress::bar_t*>(smem + 214040);  // empty mbarrier[3], channel of %e6, %e7
   const int tiles0 = cdiv(M, 128);
   const int tiles1 = cdiv(N, 256);
   const int num_tiles = tiles0 * tiles1;
@@ -36,8 +36,8 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
     b1 = v / rows;
   };
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 3; ++i) cypress::init(&full_A_mma_block_B_mma_block[i], 1);
-    for (int i = 0; i < 3; ++i) cypress::init(&empty_A_mma_block_B_mma_block[i], 2);
+    for (int i = 0; i < 3; ++i) cypress::init(&full_A_smem_B_smem[i], 1);
+    for (int i = 0; i < 3; ++i) cypress::init(&empty_A_smem_B_smem[i], 2);
     cypress::fence_barrier_init();
   }
   __syncthreads();  // every thread sees the initialized mbarriers
@@ -53,14 +53,14 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
         int b0, b1;
         tile_coords(t, b0, b1);
         for (int kb = 0; kb < num_k; ++kb) {
-          cypress::wait(&empty_A_mma_block_B_mma_block[pipe.index], pipe.phase ^ 1);  // %A_mma_block, %B_mma_block free (war)
-          cypress::arrive_expect_tx(&full_A_mma_block_B_mma_block[pipe.index], 49152);  // %A_mma_block, %B_mma_block ready (raw)
-          // %e6: copy %A -> %A_mma_block (TMA)
-          cypress::tma_load_2d(s_A_mma_block + pipe.index * A_mma_block_STAGE, &tm_A_128x64, &full_A_mma_block_B_mma_block[pipe.index], (kb * 64), (b0 * 128));
-          // %e7: copy %B -> %B_mma_block (TMA)
+          cypress::wait(&empty_A_smem_B_smem[pipe.index], pipe.phase ^ 1);  // %A_smem, %B_smem free (war)
+          cypress::arrive_expect_tx(&full_A_smem_B_smem[pipe.index], 49152);  // %A_smem, %B_smem ready (raw)
+          // %e6: copy %A -> %A_smem (TMA)
+          cypress::tma_load_2d(s_A_smem + pipe.index * A_smem_STAGE, &tm_A_128x64, &full_A_smem_B_smem[pipe.index], (kb * 64), (b0 * 128));
+          // %e7: copy %B -> %B_smem (TMA)
           #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            cypress::tma_load_2d(s_B_mma_block + pipe.index * B_mma_block_STAGE + j * B_mma_block_CHUNK, &tm_B_64x64, &full_A_mma_block_B_mma_block[pipe.index], (b1 * 256) + 64 * j, (kb * 64));
+            cypress::tma_load_2d(s_B_smem + pipe.index * B_smem_STAGE + j * B_smem_CHUNK, &tm_B_64x64, &full_A_smem_B_smem[pipe.index], (b1 * 256) + 64 * j, (kb * 64));
           }
           pipe.advance();
         }
@@ -97,7 +97,7 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
       cypress::fence_proxy_async();  // %E ready (raw)
       cypress::named_sync(1, 256);  // %E ready (raw)
       for (int kb = 0; kb < num_k; ++kb) {
-        cypress::wait(&full_A_mma_block_B_mma_block[pipe.index], pipe.phase);  // %A_mma_block, %B_mma_block ready (raw)
+        cypress::wait(&full_A_smem_B_smem[pipe.index], pipe.phase);  // %A_smem, %B_smem ready (raw)
         // wgmma.fence: %Cacc_reg, %Yacc_reg ready (raw)
         cypress::fence_acc(Cacc_reg[0]);
         cypress::fence_acc(Yacc_reg[0]);
@@ -105,45 +105,45 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
         // %e8: warpgroup_mma, 4 k16 step(s)
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_mn_sw128(s_B_mma_block + pipe.index * B_mma_block_STAGE + kk * 16 * 128, B_mma_block_CHUNK);
-          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + pipe.index * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_mn_sw128(s_B_smem + pipe.index * B_smem_STAGE + kk * 16 * 128, B_smem_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_smem + pipe.index * A_smem_STAGE + (kk / 4) * A_smem_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<256, __half>(da, db, Cacc_reg[0]);
         }
         // %e9: warpgroup_mma, 4 k16 step(s), B K-major
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t db = cypress::desc_k_sw128(s_E + (kk / 4) * E_CHUNK + (kk % 4) * 32);
-          const uint64_t da = cypress::desc_k_sw128(s_A_mma_block + pipe.index * A_mma_block_STAGE + (kk / 4) * A_mma_block_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
+          const uint64_t da = cypress::desc_k_sw128(s_A_smem + pipe.index * A_smem_STAGE + (kk / 4) * A_smem_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<8, __half, cypress::Major::K, cypress::Major::K>(da, db, Yacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e8, %e9
-        cypress::wait<1>();  // %A_mma_block, %B_mma_block free (war)
+        cypress::wait<1>();  // %A_smem, %B_smem free (war)
         if (kb >= 1) {
-          if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(pipe - 1).index]);  // %A_mma_block, %B_mma_block free (war)
+          if (leader) cypress::arrive(&empty_A_smem_B_smem[(pipe - 1).index]);  // %A_smem, %B_smem free (war)
         }
         pipe.advance();
       }
-      cypress::wait<0>();  // %Cacc_reg, %Yacc_reg ready (raw); %E, %A_mma_block, %B_mma_block free (war)
+      cypress::wait<0>();  // %Cacc_reg, %Yacc_reg ready (raw); %E, %A_smem, %B_smem free (war)
       cypress::fence_acc(Cacc_reg[0]);
       cypress::fence_acc(Yacc_reg[0]);
       if ((num_k - 1) >= 0) {
-        if (leader) cypress::arrive(&empty_A_mma_block_B_mma_block[(pipe - 1).index]);  // %A_mma_block, %B_mma_block free (war)
+        if (leader) cypress::arrive(&empty_A_smem_B_smem[(pipe - 1).index]);  // %A_smem, %B_smem free (war)
       }
-      if (leader) cypress::tma_store_wait<0>();  // %D_copy_warpgroup stored (before the next tile writes it)
+      if (leader) cypress::tma_store_wait<0>();  // %C_smem stored (before the next tile writes it)
       cypress::named_sync((2 + cw), 128);  // the other writers learn the store is done
-      // %e10: copy %Cacc_reg -> %D_copy_warpgroup (this warpgroup's tile, swizzled 64x64 boxes)
+      // %e10: copy %Cacc_reg -> %C_smem (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 64; ++j) {
         const int2 rc = cypress::acc_coord(j);
-        uint8_t* box = smem + D_copy_warpgroup_SMEM + cw * D_copy_warpgroup_TILE + (rc.y / 64) * 8192;
+        uint8_t* box = smem + C_smem_SMEM + cw * C_smem_TILE + (rc.y / 64) * 8192;
         *reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = cypress::pack2<__half>(Cacc_reg[0][2 * j], Cacc_reg[0][2 * j + 1]);
       }
-      cypress::fence_proxy_async();  // %D_copy_warpgroup ready (raw)
-      cypress::named_sync((2 + cw), 128);  // %D_copy_warpgroup ready (raw)
-      // %e11: copy %D_copy_warpgroup -> global (TMA store, 64x64 boxes)
+      cypress::fence_proxy_async();  // %C_smem ready (raw)
+      cypress::named_sync((2 + cw), 128);  // %C_smem ready (raw)
+      // %e11: copy %C_smem -> global (TMA store, 64x64 boxes)
       if (leader) {
         for (int b = 0; b < 4; ++b) {
-          cypress::tma_store_2d(&tm_C_64x64, smem + D_copy_warpgroup_SMEM + cw * D_copy_warpgroup_TILE + b * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))));
+          cypress::tma_store_2d(&tm_C_64x64, smem + C_smem_SMEM + cw * C_smem_TILE + b * 8192, ((b1 * 256)) + 64 * b, (((b0 * 128) + (cw * 64))));
         }
       }
       if (leader) cypress::tma_store_commit();  // closes the group of %e11
@@ -161,7 +161,7 @@ gemm_reduction_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __g
       }
       cypress::named_sync(4, 256);  // %E free (war)
     }
-    if (leader) cypress::tma_store_wait<0>();  // %D_copy_warpgroup stored (after the last tile)
+    if (leader) cypress::tma_store_wait<0>();  // %C_smem stored (after the last tile)
   }
 }
 
