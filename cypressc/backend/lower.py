@@ -50,6 +50,8 @@ from cypressc.ir import sync as S
 from cypressc.ir.sync import SYNC_OPS
 from cypressc.lang.intrinsics import IntrinsicKind as K
 from cypressc.lang.intrinsics import leaf_of
+from cypressc.ir.kinds import BarrierKind, Role
+from cypressc.lang.kinds import Mem, Proc
 
 __all__ = ["cuda_lowering", "REFUSAL_CODE"]
 
@@ -79,7 +81,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         self.persistent = False
         self.warpspecialize = True
         self.plan: P.KernelPlan | None = None
-        self.role = "consumer"  # the role whose statement is being lowered
+        self.role = Role.CONSUMER  # the role whose statement is being lowered
 
     # -- the kernel --------------------------------------------------------------------
     def run(self) -> P.KernelPlan:
@@ -95,7 +97,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
             _refuse("the block program has no sequential main loop")
         lp = loops[0]
         self.kvar = lp.var
-        grid_dims = [d for d in lp.dims if d.proc == "BLOCK"]
+        grid_dims = [d for d in lp.dims if d.proc == Proc.BLOCK]
         if not grid_dims or len(grid_dims) != len(lp.dims):
             _refuse("the main loop must run once per block")
         for other in loops[1:]:
@@ -116,7 +118,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         consumers = 1
         for o in walk_ops(m.body):
             for d in getattr(o, "dims", ()):
-                if d.proc == "WARPGROUP":
+                if d.proc == Proc.WARPGROUP:
                     consumers = static(d.extent)
                     if consumers is None or consumers < 1:
                         _refuse("a run-time or empty number of warpgroups")
@@ -199,11 +201,11 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
                 role = (
                     o.role
                     if isinstance(o, SYNC_OPS) and hasattr(o, "role")
-                    else roles.get(getattr(o, "ev", ""), "consumer")
+                    else roles.get(getattr(o, "ev", ""), Role.CONSUMER)
                 )
-                ahead = not ws and sec == "loop" and role != "producer" and self._issues_loads(o)
+                ahead = not ws and sec == "loop" and role != Role.PRODUCER and self._issues_loads(o)
                 self.kname = "kn" if ahead else "kb"
-                self.role = "producer" if role == "producer" else "consumer"
+                self.role = Role.PRODUCER if role == Role.PRODUCER else Role.CONSUMER
                 try:
                     st = self._stmt(plan, o, sec, role, smem)
                 finally:
@@ -213,7 +215,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
                 if ahead:  # the frame runs these on the issuer thread
                     plan.issue_ahead.append(replace(st, who=None) if isinstance(st, P.Sync) else st)
                 else:
-                    code = plan.producer if role == "producer" else plan.consumer
+                    code = plan.producer if role == Role.PRODUCER else plan.consumer
                     (
                         code.before
                         if sec == "before"
@@ -251,7 +253,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
             reloaded = {
                 self.sym.root(self.sym.events[ev].dst)
                 for b in self._mbarriers(body)
-                if b.kind == "empty" and b.stages == 1 and not b.same_tile
+                if b.kind == BarrierKind.EMPTY and b.stages == 1 and not b.same_tile
                 for ev in b.channel
             }
             if any(not set(pair) & reloaded for pair in m.resources.war):
@@ -298,10 +300,10 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         """A TMA load with the ops that start it (the wait for its stage, the expected bytes):
         without a producer warpgroup these run STAGES - 1 steps ahead on the issuer thread."""
         if isinstance(o, N.Copy):
-            return self.sym.mem(o.src) == "GLOBAL" and self.sym.mem(o.dst) == "SHARED"
+            return self.sym.mem(o.src) == Mem.GLOBAL and self.sym.mem(o.dst) == Mem.SHARED
         if isinstance(o, S.ArriveExpectTx):
             return True
-        return isinstance(o, S.Wait) and self.bar_kind.get(o.bar) == "empty"
+        return isinstance(o, S.Wait) and self.bar_kind.get(o.bar) == BarrierKind.EMPTY
 
     def _stmt(self, plan: P.KernelPlan, o, sec: str, role: str, smem):
         """The kernel statement of IR op ``o`` in section ``sec`` of the tile (None: nothing)."""
@@ -337,7 +339,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
             if (
                 sec != "loop"
                 and kind is K.COPY
-                and self.sym.mem(o.args[1]) == "REGISTER"
+                and self.sym.mem(o.args[1]) == Mem.REGISTER
                 and not self._is_vector(o.args[0])
             ):
                 return self._simt_loop(plan, o)
@@ -358,7 +360,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         if o.args and self._is_vector(o.args[0]):
             return self._simt_vector(plan, o, before)
         kind = leaf_of(o).kind
-        if kind is K.FILL and before and self.sym.mem(o.args[0]) == "SHARED":
+        if kind is K.FILL and before and self.sym.mem(o.args[0]) == Mem.SHARED:
             plan.prologue.append(self._fill_shared(plan, o, smem))
             return plan.prologue[-1]
         self._whole_warpgroups(o)
@@ -369,7 +371,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
             f = self._fragment(plan, o.args[0])
             g = self._fragment(plan, o.args[1])
             plan.epilogue.append(P.Add(self.en(o.ev), f.name, g.name))
-        elif kind is K.COPY and not before and self.sym.mem(o.args[1]) == "SHARED":
+        elif kind is K.COPY and not before and self.sym.mem(o.args[1]) == Mem.SHARED:
             self._stage_write(plan, o, smem)
         elif kind is K.COPY and not before:
             self._store_direct(plan, o)

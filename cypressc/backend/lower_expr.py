@@ -13,6 +13,7 @@ from cypressc.backend.sync_lower import KBASE, at_step, counted
 from cypressc.ir import nodes as N
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
+from cypressc.lang.kinds import Mem, PartKind, Proc
 
 __all__ = ["ExprLowering"]
 
@@ -38,9 +39,9 @@ class ExprLowering:
         if self.lp is not None and e == self.lp.hi and static(self.lp.lo) == 0:
             return KVar(self._loop_var("num_k"))
         if isinstance(e, N.IProc):
-            if e.proc == "BLOCK":
+            if e.proc == Proc.BLOCK:
                 return KVar(f"b{e.dim}")
-            if e.proc == "WARPGROUP":
+            if e.proc == Proc.WARPGROUP:
                 return KVar("cw")
             if e.proc in self.thread_index:
                 return self.thread_index[e.proc]
@@ -94,7 +95,7 @@ class ExprLowering:
         """The rank of register tensor ``name`` when an mma partition lays it out (2: a wgmma
         fragment, 1: a per-row vector), else None."""
         a = self.sym.allocs.get(name)
-        if a is None or a.mem != "REGISTER" or a.layout is None or not self.origin(a.layout)[3]:
+        if a is None or a.mem != Mem.REGISTER or a.layout is None or not self.origin(a.layout)[3]:
             return None
         return len(a.shape)
 
@@ -109,10 +110,10 @@ class ExprLowering:
         for piece in reversed(chain):
             p = self.sym.parts[piece.partition]
             logical = [d for d in range(rank) if keep[d]]
-            if p.kind == "blocks":
+            if p.kind == PartKind.BLOCKS:
                 for d, i, b in zip(logical, piece.idx, p.params):
                     org[d] = N.ibin("+", org[d], N.ibin("*", i, b))
-            elif p.kind == "slices":
+            elif p.kind == PartKind.SLICES:
                 d = logical[int(p.params[0].value)]
                 org[d] = N.ibin("+", org[d], piece.idx[0])
                 keep[d] = False

@@ -13,6 +13,7 @@ from cypressc.ir.hazards import evaluate
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
 from cypressc.lang.atoms import atom as lookup_atom
+from cypressc.lang.kinds import Mem, PartKind, Proc
 
 __all__ = ["MmaLowering"]
 
@@ -25,7 +26,7 @@ class MmaLowering:
     ``self._stage`` of :class:`_Lower`)."""
 
     def _fragment(self, plan: P.KernelPlan, v: N.View) -> P.Fragment:
-        if not isinstance(v, N.TRef) or self.sym.allocs[v.name].mem != "REGISTER":
+        if not isinstance(v, N.TRef) or self.sym.allocs[v.name].mem != Mem.REGISTER:
             _refuse(
                 f"{fmt_view(v) if isinstance(v, (N.TRef, N.Piece)) else v} is not a register fragment"
             )
@@ -34,7 +35,7 @@ class MmaLowering:
             if f.name == a.name:
                 return f
         _, _, _, mmas = self.origin(a.layout) if a.layout is not None else (None, None, None, [])
-        if not mmas or mmas[0][0].params[1] != "WARP" or mmas[0][0].params[2] not in ("A", "C"):
+        if not mmas or mmas[0][0].params[1] != Proc.WARP or mmas[0][0].params[2] not in ("A", "C"):
             _refuse(
                 f'register tensor %{a.name} is not laid out by partition_by_mma(..., WARP, "C")'
             )
@@ -52,13 +53,13 @@ class MmaLowering:
         """The warpgroup's whole tile behind a wgmma operand piece: a thread's piece of a
         ``partition_by_mma`` is what it holds, the instruction reads the tile."""
         while True:
-            if isinstance(v, N.Piece) and self.sym.parts[v.partition].kind == "mma":
+            if isinstance(v, N.Piece) and self.sym.parts[v.partition].kind == PartKind.MMA:
                 v = self.sym.parts[v.partition].base
                 continue
             lay = self.sym.allocs[v.name].layout if isinstance(v, N.TRef) else None
             if (
                 isinstance(lay, N.Piece)
-                and self.sym.parts[lay.partition].kind == "mma"
+                and self.sym.parts[lay.partition].kind == PartKind.MMA
                 and self.sym.mem(lay) == self.sym.allocs[v.name].mem
             ):
                 v = lay
@@ -81,7 +82,7 @@ class MmaLowering:
         if kmajor:
             kb, nb = nb, kb
         bk = self._b_kmajor(bbuf, borg, kb) if kmajor else {}
-        if self.sym.mem(a) == "REGISTER":
+        if self.sym.mem(a) == Mem.REGISTER:
             fa = self._fragment(plan, a)
             if (
                 fa.dtype not in ("f16", "bf16")
@@ -211,8 +212,8 @@ class MmaLowering:
     def _whole_warpgroups(o: N.Call) -> None:
         """Thread-level code must run on every thread of each consumer warpgroup (the fragment
         layouts and the wgmma instruction assume 4 warps of 32 threads)."""
-        inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in ("WARP", "THREAD")]
-        if inner != [("WARP", 4), ("THREAD", 32)]:
+        inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in (Proc.WARP, Proc.THREAD)]
+        if inner != [(Proc.WARP, 4), (Proc.THREAD, 32)]:
             _refuse(
                 f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; the backend "
                 "needs all 4 warps x 32 threads"
