@@ -22,6 +22,7 @@ from cypressc.backend.emit_launch import emit_launcher, launcher_signature
 from cypressc.backend.emit_stmt import emit_stmts
 from cypressc.backend.names import choose_names, sym
 from cypressc.ir import nodes as N
+from cypressc.ir.kinds import Role
 
 __all__ = ["emit_cuda", "emit_header", "launcher_signature", "build_info"]
 
@@ -235,7 +236,7 @@ def emit_cuda(p: P.KernelPlan, avoid: tuple[str, ...] = ()) -> str:
         w(f"cypress::regs_dealloc<{p.producer_registers}>();")
         w.open("if (cypress::warp_in_warpgroup() == 0 && cypress::elect_one())")
         _prefetch(w, p)
-        _tiles(w, p, p.producer, [], "producer")
+        _tiles(w, p, p.producer, [], Role.PRODUCER)
         w.close()
         w.close("} else {")
         w.ind += 1
@@ -274,13 +275,13 @@ def emit_cuda(p: P.KernelPlan, avoid: tuple[str, ...] = ()) -> str:
             f"float {sym(r.name)}[{r.rows // 64}][2];  // %{r.name}: one f32 per row of a {r.rows}-row tile "
             "(this thread's 2 rows per atom)"
         )
-    if ("consumer", "more") in p.counters:
+    if (Role.CONSUMER, "more") in p.counters:
         first = "(blockIdx.x << P)" if _paired(p) is not None else "blockIdx.x"
         w(
             f"bool more = {first} < num_tiles;  // this block has a tile: before each tile, the one that follows"
         )
     emit_stmts(w, p, p.entry)
-    _tiles(w, p, p.consumer, p.issue_ahead, "consumer")
+    _tiles(w, p, p.consumer, p.issue_ahead, Role.CONSUMER)
     emit_stmts(w, p, p.exit)
     w.close()
     w.close()

@@ -9,6 +9,7 @@ from cypressc.backend import plan as P
 from cypressc.backend.emit_base import atom, c, cond, frag, per_atom
 from cypressc.backend.names import sym
 from cypressc.ir import sync as S
+from cypressc.ir.kinds import FenceKind, GroupUnit, TurnKind
 
 __all__ = ["emit_sync"]
 
@@ -38,16 +39,18 @@ def emit_sync(w, p: P.KernelPlan, st: P.Sync) -> None:
         _line(w, f"cypress::arrive_expect_tx({bar}, {op.bytes});", st.who, st.note)
     elif isinstance(op, S.Arrive):
         _line(w, f"cypress::arrive({bar});", st.who, st.note)
-    elif isinstance(op, S.Fence) and op.kind == "wgmma":
+    elif isinstance(op, S.Fence) and op.kind == FenceKind.WGMMA:
         w(f"// wgmma.fence: {st.note}")
         _fence_acc(w, p, st.accs)
         _line(w, "cypress::wgmma_fence();", st.who, "")
     elif isinstance(op, S.Fence):
         _line(w, "cypress::fence_proxy_async();", st.who, st.note)
     elif isinstance(op, S.CommitGroup):
-        call = "cypress::commit();" if op.unit == "wgmma" else "cypress::tma_store_commit();"
+        call = (
+            "cypress::commit();" if op.unit == GroupUnit.WGMMA else "cypress::tma_store_commit();"
+        )
         _line(w, call, st.who, st.note)
-    elif isinstance(op, S.WaitGroup) and op.unit == "wgmma":
+    elif isinstance(op, S.WaitGroup) and op.unit == GroupUnit.WGMMA:
         _line(w, f"cypress::wait<{op.pending}>();", st.who, st.note)
         _fence_acc(w, p, st.accs)  # the registers' next reads stay after the wait
     elif isinstance(op, S.WaitGroup):
@@ -62,7 +65,7 @@ def emit_sync(w, p: P.KernelPlan, st: P.Sync) -> None:
     elif isinstance(op, S.BarSync):
         _line(w, f"cypress::named_sync({c(st.stage)}, {op.threads});", st.who, st.note)
     elif isinstance(op, S.Turn):  # ping-pong: wait for this warpgroup's turn / hand it to the next
-        call = "named_sync" if op.kind == "take" else "named_arrive"
+        call = "named_sync" if op.kind == TurnKind.TAKE else "named_arrive"
         _line(w, f"cypress::{call}({c(st.stage)}, {op.threads});", st.who, st.note)
     else:
         raise AssertionError(f"no CUDA for {type(op).__name__}")

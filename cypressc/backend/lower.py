@@ -22,9 +22,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
-from cypressc.backend.cexpr import KVar, cexpr, mentions
+from cypressc.backend.cexpr import cexpr
+from cypressc.backend.lower_expr import ExprLowering
 from cypressc.backend.lower_host import KernelInterface
 from cypressc.backend.lower_mem import MemoryLowering
+from cypressc.backend.lower_mma import MmaLowering
 from cypressc.backend.lower_rows import RowLowering
 from cypressc.backend.lower_simt import SimtLowering
 from cypressc.backend.peephole import defer_row_sums, fold_zero_fills, guard_dead_row_sums
@@ -32,10 +34,7 @@ from cypressc.backend.refusal import REFUSAL_CODE
 from cypressc.backend.refusal import Refuse as _Refuse
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.backend.sync_lower import (
-    KBASE,
-    at_step,
     carry_turns,
-    counted,
     defer_store_waits,
     lower_sync,
 )
@@ -44,22 +43,20 @@ from cypressc.ir import nodes as N
 from cypressc.passes.base import ModulePass
 from cypressc.ir.target import Target
 from cypressc.ir.analysis import Symbols
-from cypressc.ir.hazards import evaluate
-from cypressc.ir.printer import event_names, fmt_view
+from cypressc.ir.printer import event_names
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
 from cypressc.ir import sync as S
 from cypressc.ir.sync import SYNC_OPS
 from cypressc.lang.intrinsics import IntrinsicKind as K
 from cypressc.lang.intrinsics import leaf_of
-from cypressc.lang.intrinsics import atom as lookup_atom
+from cypressc.ir.kinds import BarrierKind, Role
+from cypressc.lang.kinds import Mem, Proc
 
 __all__ = ["cuda_lowering", "REFUSAL_CODE"]
 
-_K_SUBTILE = "a wgmma {} that starts inside its stage tile along K (a K sub-tile)"
 
-
-class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
+class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLowering, RowLowering):
     """The lowering of one warp-specialized module to a :class:`~cypressc.backend.plan.KernelPlan`
     (state of the walk; raises :class:`~cypressc.backend.refusal.Refuse` for E050)."""
 
@@ -84,110 +81,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         self.persistent = False
         self.warpspecialize = True
         self.plan: P.KernelPlan | None = None
-        self.role = "consumer"  # the role whose statement is being lowered
-
-    def en(self, ev: str) -> str:
-        """The event as `cypressc explain` prints it, for comments in the CUDA."""
-        return self.names.get(ev, ev)
-
-    # -- expressions -------------------------------------------------------------------
-    def k(self, e: N.IExpr) -> N.IExpr:
-        """IR expression ``e`` over the kernel's variables (:mod:`cypressc.backend.cexpr` prints
-        it): Lets inlined, the main loop's bound ``num_k`` (its trip count, computed once per
-        kernel) and its variable ``kb`` (``kn`` for a load issued ahead), a BLOCK index the
-        tile coordinate ``b<d>``, the WARPGROUP index ``cw``, a WARP/THREAD index inside SIMT
-        code its thread expression, the HOST loop's variable its grid coordinate.  Nothing is
-        folded or reordered.  Refuses an address over any other processor index."""
-        if self.lp is not None and e == self.lp.hi and static(self.lp.lo) == 0:
-            return KVar(self._loop_var("num_k"))
-        if isinstance(e, N.IProc):
-            if e.proc == "BLOCK":
-                return KVar(f"b{e.dim}")
-            if e.proc == "WARPGROUP":
-                return KVar("cw")
-            if e.proc in self.thread_index:
-                return self.thread_index[e.proc]
-            _refuse(f"an address depends on the {e.proc.lower()} index")
-        if isinstance(e, N.IVar):
-            if e.name in self.lets:
-                return self.k(self.lets[e.name])
-            if e.name == self.kvar:
-                return KVar(self.kname)
-            if e == KBASE:
-                return KVar(self._loop_var("kbase"))
-            if e.name == self.host_var:
-                b = KVar(f"b{self.host_dim}")
-                return b if static(self.host_lo) == 0 else N.IBin("+", self.k(self.host_lo), b)
-            return e
-        if isinstance(e, N.IBin):
-            return N.IBin(e.op, self.k(e.a), self.k(e.b))
-        return e
-
-    def _loop_var(self, base: str) -> str:
-        """The kernel variable ``base`` (num_k, pipe, kbase) of the main loop being lowered."""
-        return base + P.KernelPlan.loop_suffix(self.loop_no)
-
-    def pos(self, e: N.IExpr, after: bool | None = None) -> N.IExpr:
-        """A pipeline position of the IR (stage index, phase parity) over the kernel's
-        variables: the role's running pipeline state, or the block's running step in a
-        persistent block (see :mod:`cypressc.backend.sync_lower`); ``after`` (default: the
-        section being lowered) says the position is counted from the loop's end."""
-        if after is None:
-            after = self.section == "after"
-        if self.lp is not None and self.lp.pipeline and static(self.lp.lo) == 0:
-            pipe = "pipe_ahead" if self.kname == "kn" else self._loop_var("pipe")
-            before = self.lp.lo if self.section == "before" else None
-            out = counted(e, self.kvar, self.lp.hi, self.lp.pipeline, after, pipe, before=before)
-            if out is not None:
-                self.plan.counters.add((self.role, pipe))
-                return out
-        if self.persistent and self.lp is not None:
-            out = self.k(at_step(e, self.kvar, self.lp.hi, after))
-            if mentions(out, self._loop_var("kbase")):
-                self.plan.counters.add((self.role, self._loop_var("kbase")))
-            return out
-        return self.k(e)
-
-    def fragments_of(self, edges) -> tuple[str, ...]:
-        """The register fragments among the tensors of ``edges`` (what a wgmma fence orders)."""
-        # whether or not an op lowered so far used it: a wait may precede the first use in the step
-        return tuple(dict.fromkeys(e.tensor for e in edges if self._mma_rank(e.tensor) == 2))
-
-    def _mma_rank(self, name: str) -> int | None:
-        """The rank of register tensor ``name`` when an mma partition lays it out (2: a wgmma
-        fragment, 1: a per-row vector), else None."""
-        a = self.sym.allocs.get(name)
-        if a is None or a.mem != "REGISTER" or a.layout is None or not self.origin(a.layout)[3]:
-            return None
-        return len(a.shape)
-
-    def origin(self, v: N.View) -> tuple[str, list[N.IExpr], list[bool], list]:
-        """Root, element origin per root dim, kept dims, and the mma partitions on the way."""
-        chain = self.sym.chain(v)
-        root = self.sym.root(v)
-        rank = len(self.sym.allocs[root].shape)
-        org: list[N.IExpr] = [N.IConst(0)] * rank
-        keep = [True] * rank
-        mmas = []
-        for piece in reversed(chain):
-            p = self.sym.parts[piece.partition]
-            logical = [d for d in range(rank) if keep[d]]
-            if p.kind == "blocks":
-                for d, i, b in zip(logical, piece.idx, p.params):
-                    org[d] = N.ibin("+", org[d], N.ibin("*", i, b))
-            elif p.kind == "slices":
-                d = logical[int(p.params[0].value)]
-                org[d] = N.ibin("+", org[d], piece.idx[0])
-                keep[d] = False
-            else:
-                mmas.append((p, piece))
-        return root, org, keep, mmas
-
-    def shape2(self, v: N.View) -> tuple[int, int]:
-        s = [static(x) for x in self.sym.shape(v)]
-        if len(s) != 2 or None in s:
-            _refuse(f"{fmt_view(v)} is not a static 2-D tile")
-        return s[0], s[1]  # type: ignore[return-value]
+        self.role = Role.CONSUMER  # the role whose statement is being lowered
 
     # -- the kernel --------------------------------------------------------------------
     def run(self) -> P.KernelPlan:
@@ -203,7 +97,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             _refuse("the block program has no sequential main loop")
         lp = loops[0]
         self.kvar = lp.var
-        grid_dims = [d for d in lp.dims if d.proc == "BLOCK"]
+        grid_dims = [d for d in lp.dims if d.proc == Proc.BLOCK]
         if not grid_dims or len(grid_dims) != len(lp.dims):
             _refuse("the main loop must run once per block")
         for other in loops[1:]:
@@ -224,7 +118,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         consumers = 1
         for o in walk_ops(m.body):
             for d in getattr(o, "dims", ()):
-                if d.proc == "WARPGROUP":
+                if d.proc == Proc.WARPGROUP:
                     consumers = static(d.extent)
                     if consumers is None or consumers < 1:
                         _refuse("a run-time or empty number of warpgroups")
@@ -307,11 +201,11 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                 role = (
                     o.role
                     if isinstance(o, SYNC_OPS) and hasattr(o, "role")
-                    else roles.get(getattr(o, "ev", ""), "consumer")
+                    else roles.get(getattr(o, "ev", ""), Role.CONSUMER)
                 )
-                ahead = not ws and sec == "loop" and role != "producer" and self._issues_loads(o)
+                ahead = not ws and sec == "loop" and role != Role.PRODUCER and self._issues_loads(o)
                 self.kname = "kn" if ahead else "kb"
-                self.role = "producer" if role == "producer" else "consumer"
+                self.role = Role.PRODUCER if role == Role.PRODUCER else Role.CONSUMER
                 try:
                     st = self._stmt(plan, o, sec, role, smem)
                 finally:
@@ -321,7 +215,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
                 if ahead:  # the frame runs these on the issuer thread
                     plan.issue_ahead.append(replace(st, who=None) if isinstance(st, P.Sync) else st)
                 else:
-                    code = plan.producer if role == "producer" else plan.consumer
+                    code = plan.producer if role == Role.PRODUCER else plan.consumer
                     (
                         code.before
                         if sec == "before"
@@ -359,7 +253,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             reloaded = {
                 self.sym.root(self.sym.events[ev].dst)
                 for b in self._mbarriers(body)
-                if b.kind == "empty" and b.stages == 1 and not b.same_tile
+                if b.kind == BarrierKind.EMPTY and b.stages == 1 and not b.same_tile
                 for ev in b.channel
             }
             if any(not set(pair) & reloaded for pair in m.resources.war):
@@ -406,10 +300,10 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         """A TMA load with the ops that start it (the wait for its stage, the expected bytes):
         without a producer warpgroup these run STAGES - 1 steps ahead on the issuer thread."""
         if isinstance(o, N.Copy):
-            return self.sym.mem(o.src) == "GLOBAL" and self.sym.mem(o.dst) == "SHARED"
+            return self.sym.mem(o.src) == Mem.GLOBAL and self.sym.mem(o.dst) == Mem.SHARED
         if isinstance(o, S.ArriveExpectTx):
             return True
-        return isinstance(o, S.Wait) and self.bar_kind.get(o.bar) == "empty"
+        return isinstance(o, S.Wait) and self.bar_kind.get(o.bar) == BarrierKind.EMPTY
 
     def _stmt(self, plan: P.KernelPlan, o, sec: str, role: str, smem):
         """The kernel statement of IR op ``o`` in section ``sec`` of the tile (None: nothing)."""
@@ -445,7 +339,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             if (
                 sec != "loop"
                 and kind is K.COPY
-                and self.sym.mem(o.args[1]) == "REGISTER"
+                and self.sym.mem(o.args[1]) == Mem.REGISTER
                 and not self._is_vector(o.args[0])
             ):
                 return self._simt_loop(plan, o)
@@ -462,205 +356,11 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
         _refuse(f"{type(o).__name__} {'inside' if sec == 'loop' else sec} the main loop")
         return None
 
-    def _fragment(self, plan: P.KernelPlan, v: N.View) -> P.Fragment:
-        if not isinstance(v, N.TRef) or self.sym.allocs[v.name].mem != "REGISTER":
-            _refuse(
-                f"{fmt_view(v) if isinstance(v, (N.TRef, N.Piece)) else v} is not a register fragment"
-            )
-        a = self.sym.allocs[v.name]
-        for f in plan.fragments:
-            if f.name == a.name:
-                return f
-        _, _, _, mmas = self.origin(a.layout) if a.layout is not None else (None, None, None, [])
-        if not mmas or mmas[0][0].params[1] != "WARP" or mmas[0][0].params[2] not in ("A", "C"):
-            _refuse(
-                f'register tensor %{a.name} is not laid out by partition_by_mma(..., WARP, "C")'
-            )
-        rows, cols = self.shape2(mmas[0][0].base)
-        if a.dtype != "f32" and (a.dtype not in ("f16", "bf16") or cols % 16):
-            _refuse(
-                f"register tensor %{a.name}: a {a.dtype} fragment (registers hold f32 accumulators, "
-                "or f16/bf16 wgmma A operands of whole k16 steps)"
-            )
-        f = P.Fragment(a.name, rows, cols, a.dtype)
-        plan.fragments.append(f)
-        return f
-
-    def _wg_tile(self, v: N.View) -> N.View:
-        """The warpgroup's whole tile behind a wgmma operand piece: a thread's piece of a
-        ``partition_by_mma`` is what it holds, the instruction reads the tile."""
-        while True:
-            if isinstance(v, N.Piece) and self.sym.parts[v.partition].kind == "mma":
-                v = self.sym.parts[v.partition].base
-                continue
-            lay = self.sym.allocs[v.name].layout if isinstance(v, N.TRef) else None
-            if (
-                isinstance(lay, N.Piece)
-                and self.sym.parts[lay.partition].kind == "mma"
-                and self.sym.mem(lay) == self.sym.allocs[v.name].mem
-            ):
-                v = lay
-                continue
-            return v
-
-    def _mma(self, plan: P.KernelPlan, o: N.Call) -> P.Mma:
-        at, c, a, b = o.args
-        f = self._fragment(plan, c)
-        atom = lookup_atom(at.name)
-        if atom.n != f.cols:
-            _refuse(
-                f"{at.name} on a {f.rows}x{f.cols} accumulator: this backend needs the atom's N "
-                "to equal the warpgroup tile's columns"
-            )
-        b = self._wg_tile(b)
-        bbuf, borg = self._buffer(plan, b, {})
-        kmajor = o.fn == "warpgroup_mma_bt"  # B stored N x K: its rows are the product's columns
-        kb, nb = self.shape2(b)
-        if kmajor:
-            kb, nb = nb, kb
-        bk = self._b_kmajor(bbuf, borg, kb) if kmajor else {}
-        if self.sym.mem(a) == "REGISTER":
-            fa = self._fragment(plan, a)
-            if (
-                fa.dtype not in ("f16", "bf16")
-                or fa.rows != f.rows
-                or fa.cols != kb
-                or nb != f.cols
-            ):
-                _refuse(
-                    f"wgmma operand shapes {fa.rows}x{fa.cols} {fa.dtype} (registers) x {kb}x{nb} do not "
-                    f"match the {f.rows}x{f.cols} accumulator"
-                )
-            if not kmajor and static(borg[-2]) != 0:
-                _refuse(_K_SUBTILE.format("B operand"))
-            zero = N.IConst(0)
-            mm = P.Mma(
-                self.en(o.ev),
-                f.name,
-                "",
-                zero,
-                bbuf.name,
-                0 if kmajor else self._b_chunk(bbuf, borg),
-                kb,
-                atom.n,
-                fa.dtype,
-                zero,
-                self._stage(bbuf, borg),
-                zero,
-                a_frag=fa.name,
-                **bk,
-            )
-            plan.body.append(mm)
-            return mm
-        a = self._wg_tile(a)
-        abuf, aorg = self._buffer(plan, a, {})
-        ma, ka = self.shape2(a)
-        if ka != kb or nb != f.cols or ma != f.rows:
-            _refuse(
-                f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
-                f"{f.rows}x{f.cols} accumulator"
-            )
-        if (not kmajor and static(borg[-2]) != 0) or (static(aorg[-1]) != 0 and abuf.stages > 1):
-            _refuse(_K_SUBTILE.format("operand"))
-        if ka % 16:
-            _refuse(f"a K tile of {ka}: wgmma consumes K in steps of 16")
-        a_col = self._k_slice(abuf, aorg[-1], ka)
-        a_row = self.k(aorg[-2])
-        b_chunk = 0 if kmajor else self._b_chunk(bbuf, borg)
-        dt = self.sym.allocs[abuf.name].dtype
-        mm = P.Mma(
-            self.en(o.ev),
-            f.name,
-            abuf.name,
-            a_row,
-            bbuf.name,
-            b_chunk,
-            ka,
-            atom.n,
-            dt,
-            self._stage(abuf, aorg),
-            self._stage(bbuf, borg),
-            a_col,
-            **bk,
-        )
-        plan.body.append(mm)
-        return mm
-
-    def _b_kmajor(self, bbuf: P.StageBuffer, borg: list[N.IExpr], k: int) -> dict:
-        """The K-major B operand's place in its shared tile (``warpgroup_mma_bt``: B stored
-        N x K, K contiguous, read like a K-major A): its first row (N; a whole 8-row swizzle
-        atom) and its first column (K; a k16 step of an unstaged tile, as for A)."""
-        row = static(borg[-2])
-        if row is None:
-            _refuse(
-                f"a K-major wgmma B operand at a run-time row of %{bbuf.name}: its first row must be static"
-            )
-        if row % 8:
-            _refuse(
-                f"a K-major wgmma B operand at row {row} of %{bbuf.name}: it must start on an 8-row "
-                "swizzle atom"
-            )
-        if static(borg[-1]) != 0 and bbuf.stages > 1:
-            _refuse(_K_SUBTILE.format("operand"))
-        if k % 16:
-            _refuse(f"a K tile of {k}: wgmma consumes K in steps of 16")
-        return dict(b_kmajor=True, b_row=self.k(borg[-2]), b_col=self._k_slice(bbuf, borg[-1], k))
-
-    @staticmethod
-    def _b_chunk(bbuf: P.StageBuffer, borg: list[N.IExpr]) -> int:
-        """The swizzle chunk of ``bbuf`` a wgmma B operand starts at (its first column must be
-        a static chunk boundary)."""
-        b_col = static(borg[-1])
-        if b_col is None or b_col % bbuf.chunk_cols:
-            _refuse(
-                f"B operand columns must start on a {bbuf.chunk_cols}-column boundary (a chunk of "
-                f"the {bbuf.swizzle}-byte-swizzled %{bbuf.name})"
-            )
-        return b_col // bbuf.chunk_cols
-
-    def _k_slice(self, buf: P.StageBuffer, col: N.IExpr, k: int) -> N.IExpr:
-        """The first column (a kernel expression) of a K-major wgmma operand (A, or a
-        ``warpgroup_mma_bt`` B) in an unstaged shared tile: a K slice of a tile every step reads
-        (a panel copied in before the main loop).  At every step of
-        the main loop the slice must start on a k16 step and end inside the tile."""
-        if static(col) == 0:
-            return N.IConst(0)
-        lp = self.lp
-        lo, hi = (static(lp.lo), static(lp.hi)) if lp is not None else (None, None)
-        for step in (
-            range(lo, hi) if lo is not None and hi is not None and hi - lo <= 1 << 16 else (None,)
-        ):
-            try:
-                c0 = evaluate(col, {lp.var: step} if step is not None else {}, self.lets)
-            except (KeyError, ZeroDivisionError):
-                _refuse(
-                    f"a K-major wgmma operand at column {cexpr(self.k(col))} of %{buf.name}: a K slice of a shared "
-                    "tile needs a column that depends only on the main loop's variable, over a "
-                    "static trip count"
-                )
-            if not isinstance(c0, int) or c0 % 16 or not 0 <= c0 <= buf.cols - k:
-                _refuse(
-                    f"a K-major wgmma operand at column {c0} (step {step}) of the {buf.cols}-column "
-                    f"%{buf.name}: a {k}-column K slice must start on a multiple of 16 inside the tile"
-                )
-        return self.k(col)
-
-    @staticmethod
-    def _whole_warpgroups(o: N.Call) -> None:
-        """Thread-level code must run on every thread of each consumer warpgroup (the fragment
-        layouts and the wgmma instruction assume 4 warps of 32 threads)."""
-        inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in ("WARP", "THREAD")]
-        if inner != [("WARP", 4), ("THREAD", 32)]:
-            _refuse(
-                f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; the backend "
-                "needs all 4 warps x 32 threads"
-            )
-
     def _simt(self, plan: P.KernelPlan, o: N.Call, before: bool, smem):
         if o.args and self._is_vector(o.args[0]):
             return self._simt_vector(plan, o, before)
         kind = leaf_of(o).kind
-        if kind is K.FILL and before and self.sym.mem(o.args[0]) == "SHARED":
+        if kind is K.FILL and before and self.sym.mem(o.args[0]) == Mem.SHARED:
             plan.prologue.append(self._fill_shared(plan, o, smem))
             return plan.prologue[-1]
         self._whole_warpgroups(o)
@@ -671,7 +371,7 @@ class _Lower(KernelInterface, SimtLowering, MemoryLowering, RowLowering):
             f = self._fragment(plan, o.args[0])
             g = self._fragment(plan, o.args[1])
             plan.epilogue.append(P.Add(self.en(o.ev), f.name, g.name))
-        elif kind is K.COPY and not before and self.sym.mem(o.args[1]) == "SHARED":
+        elif kind is K.COPY and not before and self.sym.mem(o.args[1]) == Mem.SHARED:
             self._stage_write(plan, o, smem)
         elif kind is K.COPY and not before:
             self._store_direct(plan, o)

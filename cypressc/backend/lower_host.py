@@ -16,6 +16,7 @@ from cypressc.backend.cexpr import KVar, cexpr
 from cypressc.ir.analysis import exprs_of, free_vars, views_of
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.subst import walk_ops
+from cypressc.lang.kinds import PartKind
 
 __all__ = ["KernelInterface"]
 
@@ -95,7 +96,7 @@ class KernelInterface:
                 for piece in self.sym.chain(v):
                     part = self.sym.parts[piece.partition]
                     for i in piece.idx:
-                        if isinstance(i, N.IVar) and i.name == j and part.kind == "blocks":
+                        if isinstance(i, N.IVar) and i.name == j and part.kind == PartKind.BLOCKS:
                             ok = True
                         elif self._mentions(i, j):
                             _refuse(
@@ -212,7 +213,7 @@ class KernelInterface:
                     continue
                 for piece in self.sym.chain(v):
                     part = self.sym.parts[piece.partition]
-                    if part.kind != "blocks":
+                    if part.kind != PartKind.BLOCKS:
                         continue
                     for d, i in enumerate(piece.idx):
                         key = (piece.partition, d)

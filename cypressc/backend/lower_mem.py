@@ -13,8 +13,10 @@ from cypressc.backend import plan as P
 from cypressc.backend.cexpr import KVar
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
+from cypressc.ir.kinds import Role
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
+from cypressc.lang.kinds import Mem
 
 __all__ = ["MemoryLowering"]
 
@@ -73,16 +75,16 @@ class MemoryLowering:
         (:mod:`cypressc.backend.sync_lower`), and the next tile's load waits on the empty
         barrier its readers release (sync-insertion's ``tile`` edges)."""
         where = f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} before the main loop"
-        if self.sym.mem(o.src) != "GLOBAL" or self.sym.mem(o.dst) != "SHARED":
+        if self.sym.mem(o.src) != Mem.GLOBAL or self.sym.mem(o.dst) != Mem.SHARED:
             _refuse(where)
         ld = self._load(plan, o, smem, where)
-        if role != "producer" and not self.warpspecialize:
+        if role != Role.PRODUCER and not self.warpspecialize:
             ld = replace(ld, who=ISSUER)
             plan.loads[-1] = ld
         return ld
 
     def _load(self, plan: P.KernelPlan, o: N.Copy, smem, where: str = "") -> P.Load:
-        if self.sym.mem(o.src) != "GLOBAL" or self.sym.mem(o.dst) != "SHARED":
+        if self.sym.mem(o.src) != Mem.GLOBAL or self.sym.mem(o.dst) != Mem.SHARED:
             _refuse(where or f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} in the main loop")
         buf, dorg = self._buffer(plan, o.dst, smem)
         if o.bar is None:
@@ -176,7 +178,7 @@ class MemoryLowering:
             _refuse(f"an epilogue storing {dt} (the backend stores 16-bit outputs)")
         if kept != [len(keep) - 2, len(keep) - 1]:
             _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
-        if mem != "GLOBAL":
+        if mem != Mem.GLOBAL:
             _refuse(f"copy into {mem}")
         st = P.StoreDirect(self.en(o.ev), f.name, root, row0, col0, batch, dt, self._when(root))
         plan.epilogue.append(st)
@@ -186,7 +188,7 @@ class MemoryLowering:
         """A SHARED->GLOBAL copy after the main loop: the TMA store of the staging tile the
         previous :meth:`_stage_write` filled."""
         pend = getattr(self, "_pending_stage", None)
-        if pend is None or self.sym.mem(o.src) != "SHARED" or self.sym.mem(o.dst) != "GLOBAL":
+        if pend is None or self.sym.mem(o.src) != Mem.SHARED or self.sym.mem(o.dst) != Mem.GLOBAL:
             _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} after the main loop")
         call, f, sroot, dt = pend
         if self.sym.root(o.src) != sroot:

@@ -12,6 +12,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
 from cypressc.lang.intrinsics import IntrinsicKind, leaf_of
+from cypressc.lang.kinds import Mem, OperandKind, Proc
 
 __all__ = ["RowLowering"]
 
@@ -32,7 +33,7 @@ class RowLowering:
         mmas = self.origin(a.layout)[3]
         part = mmas[0][0]
         rows = static(self.sym.shape(part.base)[0])
-        if part.params[1] != "WARP" or a.dtype != "f32" or rows is None or rows % 64:
+        if part.params[1] != Proc.WARP or a.dtype != "f32" or rows is None or rows % 64:
             _refuse(
                 f"per-row vector %{a.name}: an f32 vector of a warpgroup's rows laid out by "
                 'partition_by_mma(..., WARP, "C") (a multiple of 64 rows)'
@@ -48,7 +49,7 @@ class RowLowering:
         root, org, keep, mmas = self.origin(o.dst)
         a = self.sym.allocs[root]
         kept = [d for d, k in enumerate(keep) if k]
-        if a.mem != "GLOBAL" or a.dtype != "f32" or not mmas or kept != [len(keep) - 1]:
+        if a.mem != Mem.GLOBAL or a.dtype != "f32" or not mmas or kept != [len(keep) - 1]:
             _refuse(
                 f"copy of the per-row vector %{rv.name} into {fmt_view(o.dst)}: the backend stores "
                 "per-row vectors into the rows of a global f32 vector laid out like them "
@@ -74,13 +75,13 @@ class RowLowering:
         rows: set[int] = set()
         value = None
         for a, rule in zip(o.args, fn.operands):
-            if rule.kind == "scalar":
+            if rule.kind == OperandKind.SCALAR:
                 value = self.k(a)
             elif self._is_row_vector(a):
                 rv = self._row_vector(plan, a)
                 args.append(("row", rv.name))
                 rows.add(rv.rows)
-            elif isinstance(a, N.TRef) and self.sym.mem(a) == "REGISTER":
+            elif isinstance(a, N.TRef) and self.sym.mem(a) == Mem.REGISTER:
                 f = self._fragment(plan, a)
                 if f.dtype != "f32":
                     _refuse(

@@ -13,6 +13,7 @@ from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
 from cypressc.lang.intrinsics import IntrinsicKind as K
 from cypressc.lang.intrinsics import leaf_of
+from cypressc.lang.kinds import Mem, OperandKind, Proc
 
 __all__ = ["SimtLowering"]
 
@@ -32,7 +33,7 @@ class SimtLowering:
         f = self._fragment(plan, o.args[0])
         if leaf_of(o).kind is K.FILL:
             return P.Fill(self.en(o.ev), f.name, self.k(o.args[1]))
-        if self.sym.mem(o.args[1]) != "REGISTER":
+        if self.sym.mem(o.args[1]) != Mem.REGISTER:
             _refuse(
                 f"copy of register fragment %{f.name} into {fmt_view(o.args[1])} inside the main loop"
             )
@@ -53,7 +54,7 @@ class SimtLowering:
         if not isinstance(v, N.TRef) or v.name not in self.sym.allocs:
             return False
         a = self.sym.allocs[v.name]
-        return a.mem == "REGISTER" and len(a.shape) == 1 and self._mma_rank(v.name) is None
+        return a.mem == Mem.REGISTER and len(a.shape) == 1 and self._mma_rank(v.name) is None
 
     def _vector(self, plan: P.KernelPlan, v: N.TRef) -> P.Vector:
         a = self.sym.allocs[v.name]
@@ -73,15 +74,19 @@ class SimtLowering:
         """Which threads of a consumer warpgroup run SIMT op ``o`` (a condition over ``tw``,
         the thread in the warpgroup), with ``self.thread_index`` set to the kernel
         expressions of its WARP / THREAD indices."""
-        inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in ("WARP", "THREAD")]
+        inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in (Proc.WARP, Proc.THREAD)]
         if any(e is None for _, e in inner):
             _refuse(f"{o.fn}() over a run-time number of warps or threads")
-        if [p for p, _ in inner] == ["THREAD"] and inner[0][1] <= 128:
-            self.thread_index = {"THREAD": TW}
+        if [p for p, _ in inner] == [Proc.THREAD] and inner[0][1] <= 128:
+            self.thread_index = {Proc.THREAD: TW}
             return ALL if inner[0][1] == 128 else N.IBin("<", TW, N.IConst(inner[0][1]))
-        if [p for p, _ in inner] == ["WARP", "THREAD"] and inner[0][1] <= 4 and inner[1][1] <= 32:
+        if (
+            [p for p, _ in inner] == [Proc.WARP, Proc.THREAD]
+            and inner[0][1] <= 4
+            and inner[1][1] <= 32
+        ):
             warp, lane = N.IBin("//", TW, N.IConst(32)), N.IBin("%", TW, N.IConst(32))
-            self.thread_index = {"WARP": warp, "THREAD": lane}
+            self.thread_index = {Proc.WARP: warp, Proc.THREAD: lane}
             conds = [
                 N.IBin("<", x, N.IConst(n))
                 for x, (_, n), full in (
@@ -102,7 +107,7 @@ class SimtLowering:
         if not self._is_vector(y):
             _refuse("row_sum() into something other than a per-thread register vector")
         vec = self._vector(plan, y)
-        if self.sym.mem(a) != "SHARED":
+        if self.sym.mem(a) != Mem.SHARED:
             _refuse("row_sum() of a tile that is not a pipelined shared-memory stage")
         active = self._threads(o)
         try:
@@ -212,11 +217,11 @@ class SimtLowering:
         args: list[P.ExtArg] = []
         vectors: list[N.View] = []
         for a, rule, prm in zip(o.args, fn.operands, ext.params):
-            if rule.kind == "scalar":
+            if rule.kind == OperandKind.SCALAR:
                 args.append(P.ExtArg("scalar", prm.name, str(prm.type), value=self.k(a)))
                 continue
             mem = self.sym.mem(a)
-            if mem == "REGISTER":
+            if mem == Mem.REGISTER:
                 f = self._fragment(plan, a)
                 if f.dtype != "f32" or acc is not None and (f.rows, f.cols) != (acc.rows, acc.cols):
                     _refuse(
@@ -228,7 +233,7 @@ class SimtLowering:
                 continue
             root, org, _, mmas = self.origin(a)
             t = next((t for t in plan.tensors if t.name == root), None)
-            if mem != "GLOBAL" or t is None or mmas or len(self.sym.shape(a)) != 1:
+            if mem != Mem.GLOBAL or t is None or mmas or len(self.sym.shape(a)) != 1:
                 _refuse(
                     f"{o.fn}() reads {fmt_view(a)} in {mem}: external leaf functions read register "
                     "fragments and 1-D vectors in global memory"

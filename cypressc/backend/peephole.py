@@ -39,6 +39,7 @@ from cypressc.backend import plan as P
 from cypressc.backend.cexpr import is_true, is_zero
 from cypressc.ir import nodes as N
 from cypressc.lang.intrinsics import IntrinsicKind as K
+from cypressc.lang.kinds import OperandKind
 
 __all__ = ["fold_zero_fills", "guard_dead_row_sums", "defer_row_sums", "register_names"]
 
@@ -143,7 +144,7 @@ def _row_ops_of(st, v: str) -> tuple[bool, bool]:
     its operands that are no scalar, in order)."""
     if not isinstance(st, P.RowOp):
         return False, False
-    rules = [r for r in st.leaf.operands if r.kind != "scalar"]
+    rules = [r for r in st.leaf.operands if r.kind != OperandKind.SCALAR]
     mine = [r for r, a in zip(rules, st.args) if a == ("row", v)]
     return any(r.reads for r in mine), any(r.writes for r in mine)
 

@@ -24,6 +24,7 @@ from cypressc.abi.dtypes import DTYPES
 from cypressc.abi.exprs import eval_expr, expr_names
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import binary_exprs, free_vars, shapeless_scalars
+from cypressc.lang.kinds import PartKind
 
 __all__ = [
     "EXAMPLE_BYTES",
@@ -123,7 +124,7 @@ def sliced_sizes(m: N.Module) -> set[str]:
     sym = Symbols(m)
     out: set[str] = set()
     for op in walk_ops(m.body):
-        if isinstance(op, N.Partition) and op.kind == "slices":
+        if isinstance(op, N.Partition) and op.kind == PartKind.SLICES:
             d = sym.shape(op.base)[op.params[0].value]
             if isinstance(d, N.IVar) and d.name in m.scalars:
                 out.add(d.name)

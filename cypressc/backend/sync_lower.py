@@ -41,7 +41,9 @@ from cypressc.backend import plan as P
 from cypressc.backend.cexpr import KVar, PipeAt
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
+from cypressc.ir.kinds import FenceKind, GroupUnit, Hazard, Role
 from cypressc.ir.subst import subst_expr
+from cypressc.lang.kinds import Proc
 
 __all__ = [
     "KBASE",
@@ -153,13 +155,13 @@ def who(role: str, dims: tuple[N.Dim, ...], issuer: bool) -> N.IExpr | None:
     """The condition (a kernel expression) selecting the thread(s) of ``role`` that run an
     op over ``dims``; None: every thread of the role."""
     procs = {d.proc for d in dims}
-    if "THREAD" in procs:
+    if Proc.THREAD in procs:
         return None
-    if "WARP" in procs:
+    if Proc.WARP in procs:
         return N.IBin("==", N.IBin("%", KVar("threadIdx.x"), N.IConst(32)), N.IConst(0))
-    if "WARPGROUP" in procs:
+    if Proc.WARPGROUP in procs:
         return LEADER
-    if role == "producer":
+    if role == Role.PRODUCER:
         return None  # the producer's code runs on one elected thread already
     # once per block: the first consumer warpgroup's leader (the issuer without a producer)
     return KVar("issuer") if issuer else N.IBin("&&", LEADER, N.IBin("==", KVar("cw"), N.IConst(0)))
@@ -179,16 +181,18 @@ def _note(op, names) -> str:
     hazards: dict[str, set[str]] = {}
     for e in getattr(op, "edges", ()):
         hazards.setdefault(e.tensor or "", set()).add(e.hazard)
-    ready = [t for t, hs in hazards.items() if "raw" in hs]
-    free = [t for t, hs in hazards.items() if hs & {"war", "waw"} and "raw" not in hs]
-    stored = [t for t, hs in hazards.items() if "end" in hs]
-    kinds = "/".join(sorted({h for t in free for h in hazards[t]} & {"war", "waw"}))
+    ready = [t for t, hs in hazards.items() if Hazard.RAW in hs]
+    free = [
+        t for t, hs in hazards.items() if hs & {Hazard.WAR, Hazard.WAW} and Hazard.RAW not in hs
+    ]
+    stored = [t for t, hs in hazards.items() if Hazard.END in hs]
+    kinds = "/".join(sorted({h for t in free for h in hazards[t]} & {Hazard.WAR, Hazard.WAW}))
     named = lambda ts: ", ".join(f"%{t}" if t else "start" for t in ts)  # noqa: E731
     parts = [
         *([f"{named(ready)} ready (raw)"] if ready else []),
         *([f"{named(free)} free ({kinds})"] if free else []),
         *([f"{named(stored)} stored"] if stored else []),
-        *(["the Tensor Core turn"] if any("turn" in hs for hs in hazards.values()) else []),
+        *(["the Tensor Core turn"] if any(Hazard.TURN in hs for hs in hazards.values()) else []),
     ]
     return "; ".join(parts)
 
@@ -216,9 +220,9 @@ def lower_sync(lw, op, section: str, role: str) -> P.Sync | None:
         return P.Sync(
             op, note, stage=lw.pos(op.stage, after), parity=parity, when=when, who=run, bar=op.bar
         )
-    if isinstance(op, S.Fence) and op.kind == "wgmma":
+    if isinstance(op, S.Fence) and op.kind == FenceKind.WGMMA:
         return P.Sync(op, note, who=run, accs=lw.fragments_of(op.edges))
-    if isinstance(op, S.WaitGroup) and op.unit == "wgmma":
+    if isinstance(op, S.WaitGroup) and op.unit == GroupUnit.WGMMA:
         # only registers the edges protect: a fence on the others would be a register access
         # between two wgmmas, which makes ptxas insert a warpgroup.arrive (C7519)
         return P.Sync(op, note, who=run, accs=lw.fragments_of(op.edges))
@@ -243,9 +247,9 @@ def defer_store_waits(code: P.RoleCode, exit_code: list) -> None:
             op = st.op if isinstance(st, P.Sync) else None
             if not (
                 isinstance(op, S.WaitGroup)
-                and op.unit == "bulk"
+                and op.unit == GroupUnit.BULK
                 and op.edges
-                and all(e.hazard == "end" for e in op.edges)
+                and all(e.hazard == Hazard.END for e in op.edges)
             ):
                 continue
             tensors = {e.tensor for e in op.edges}
@@ -330,4 +334,4 @@ def carry_turns(plan: P.KernelPlan, ops) -> None:
             note=first.note + " (the next tile's, after this tile's last run)",
         ),
     )
-    plan.counters.add(("consumer", "more"))
+    plan.counters.add((Role.CONSUMER, "more"))

@@ -25,7 +25,7 @@ import numpy as np
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir.nodes import IConst, IExpr
 from cypressc.ir.origin import Origin, blame
-from cypressc.lang.intrinsics import atom as lookup_atom
+from cypressc.lang.atoms import atom as lookup_atom
 from cypressc.lang.kinds import PartKind, Proc
 
 __all__ = ["mma_piece_shape", "mma_coords", "layout_key", "static"]

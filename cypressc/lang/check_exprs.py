@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from cypressc.lang import syntax as S
 from cypressc.lang.check_env import Binding, VariantEnv, _const_value
-from cypressc.lang.intrinsics import is_atom_name
+from cypressc.lang.atoms import is_atom_name
 from cypressc.lang.kinds import PartKind
 
 __all__ = ["ExprChecks"]

@@ -1,4 +1,4 @@
-"""The intrinsics registry: leaf functions and instruction atoms (Cypress paper §3.2, §3.4).
+"""The intrinsics registry: leaf functions (Cypress paper §3.2, §3.4).
 
 A **leaf function** is what a ``Leaf`` variant body may call.  Each entry gives its
 C++ entry point in ``cypress.cuh``, one :class:`OperandRule` per argument (kind,
@@ -6,8 +6,9 @@ which arguments it writes, allowed memories and dtypes), the processor level it 
 at, and its NumPy semantics for the interpreter.
 
 An **atom** names one Tensor Core instruction shape: ``WGMMA_64xNx16`` (N = 8…256 in
-steps of 8; f16/bf16 in, f32 accumulate).  ``partition_by_mma`` uses its operand
-layouts (paper Fig. 4) to split a tile among warps and threads.
+steps of 8; f16/bf16 in, f32 accumulate); :mod:`cypressc.lang.atoms` names and looks them
+up.  ``partition_by_mma`` uses its operand layouts (paper Fig. 4) to split a tile among
+warps and threads.
 
 Semantics are pure: ``semantics(*operands) -> {arg_index: new_value}`` where tensor
 operands are :class:`Operand` (the value and its coordinates inside the mma-partitioned
@@ -17,7 +18,6 @@ tile it came from) and scalar operands are Python numbers.
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,10 +30,7 @@ __all__ = [
     "Operand",
     "OperandRule",
     "LeafFn",
-    "MmaAtom",
     "LEAF_FUNCTIONS",
-    "atom",
-    "is_atom_name",
     "NUMPY_DTYPES",
     "leaf_of",
 ]
@@ -159,42 +156,6 @@ class LeafFn:
         vectors and f32 accumulator fragments of a warpgroup, which it runs on together (a
         warpgroup collective other than the Tensor Core product)."""
         return self.collective == Proc.WARPGROUP and self.kind is not IntrinsicKind.MMA
-
-
-@dataclass(frozen=True, slots=True)
-class MmaAtom:
-    """A wgmma instruction shape ``m x n x k`` (Hopper ``wgmma.mma_async.m64nNk16``)."""
-
-    name: str
-    m: int
-    n: int
-    k: int
-
-    @property
-    def threads(self) -> int:
-        return 128
-
-
-_ATOM_RE = re.compile(r"^WGMMA_64x(\d+)x16$")
-
-
-def is_atom_name(name: str) -> bool:
-    """True for ``WGMMA_64xNx16`` with N a multiple of 8 in 8…256."""
-    m = _ATOM_RE.match(name)
-    return bool(m) and 8 <= int(m.group(1)) <= 256 and int(m.group(1)) % 8 == 0
-
-
-def atom_name(m: int, n: int, k: int) -> str:
-    """The name of the wgmma atom of shape ``m`` x ``n`` x ``k`` (it may not exist: see
-    :func:`is_atom_name`)."""
-    return f"WGMMA_{m}x{n}x{k}"
-
-
-def atom(name: str) -> MmaAtom:
-    """Look up an atom by name; raises ``KeyError`` for an unknown one."""
-    if not is_atom_name(name):
-        raise KeyError(name)
-    return MmaAtom(name, 64, int(_ATOM_RE.match(name).group(1)), 16)  # type: ignore[union-attr]
 
 
 # ----------------------------------------------------------------------------- semantics

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from cypressc.diagnostics import CypressError, CypressErrors, Warning_
 from cypressc.lang import syntax as S
 from cypressc.lang.externals import leaf_functions
-from cypressc.lang.intrinsics import is_atom_name
+from cypressc.lang.atoms import is_atom_name
 from cypressc.lang.kinds import Mem, Proc
 from cypressc.mapping.loader import LoadedMapping
 from cypressc.mapping.machine import Machine, load_machine, machine_names

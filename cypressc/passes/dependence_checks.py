@@ -18,8 +18,8 @@ from cypressc.ir import nodes as N
 from cypressc.ir.origin import Origin, blame
 from cypressc.ir.shapes import static
 from cypressc.lang import syntax as S
-from cypressc.lang.intrinsics import atom as lookup_atom
-from cypressc.lang.intrinsics import atom_name, is_atom_name
+from cypressc.lang.atoms import atom as lookup_atom
+from cypressc.lang.atoms import atom_name, is_atom_name
 from cypressc.lang.kinds import OperandKind, PartKind, Proc
 from cypressc.mapping.tasktree import TaskNode
 from cypressc.passes.dependence_state import _Scope

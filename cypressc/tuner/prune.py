@@ -54,7 +54,8 @@ def check_candidate(job: tuple[str, Mapping[str, str], str, str]) -> dict[str, A
 
 def plan_features(plan) -> dict[str, Any]:
     """What :func:`static_score` reads of a :class:`~cypressc.backend.plan.KernelPlan`."""
-    from cypressc.backend.plan import StoreDirect, TmaStore, size_tree
+    from cypressc.backend.plan import size_tree
+    from cypressc.backend.plan_stmt import StoreDirect, TmaStore
 
     def tree(
         e,

@@ -40,7 +40,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cypressc.diagnostics import CypressError, CypressErrors
-from cypressc.lang.intrinsics import is_atom_name
+from cypressc.lang.atoms import is_atom_name
 from cypressc.lang.kinds import Mem, Proc
 from cypressc.mapping.loader import LoadedMapping, load_mapping_source
 from cypressc.mapping.schema import MappingSpec

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cypressc.backend.plan import StageBuffer, swizzle_for
+from cypressc.backend.plan_decl import StageBuffer, swizzle_for
 from cypressc.cli import main
 from tests import compiled
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cypressc.lang.atoms import MmaAtom, atom, is_atom_name
 from cypressc.lang.intrinsics import (
     LEAF_FUNCTIONS,
     NUMPY_DTYPES,
-    MmaAtom,
     Operand,
-    atom,
-    is_atom_name,
     round_to,
 )
 

@@ -1,0 +1,50 @@
+"""The Tensor Core instruction atoms (Cypress paper §3.4): ``WGMMA_64xNx16``, N = 8…256 in
+steps of 8 (Hopper ``wgmma.mma_async.m64nNk16``, f16/bf16 in, f32 accumulate), by name.
+
+A mapping or a ``partition_by_mma`` names an atom; :func:`is_atom_name` says whether a name
+is one, :func:`atom` gives its shape and :func:`atom_name` the name of a shape.  The leaf
+functions that run on them are in :mod:`cypressc.lang.intrinsics`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["MmaAtom", "atom", "atom_name", "is_atom_name"]
+
+
+@dataclass(frozen=True, slots=True)
+class MmaAtom:
+    """A wgmma instruction shape ``m x n x k`` (Hopper ``wgmma.mma_async.m64nNk16``)."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+
+    @property
+    def threads(self) -> int:
+        return 128
+
+
+_ATOM_RE = re.compile(r"^WGMMA_64x(\d+)x16$")
+
+
+def is_atom_name(name: str) -> bool:
+    """True for ``WGMMA_64xNx16`` with N a multiple of 8 in 8…256."""
+    m = _ATOM_RE.match(name)
+    return bool(m) and 8 <= int(m.group(1)) <= 256 and int(m.group(1)) % 8 == 0
+
+
+def atom_name(m: int, n: int, k: int) -> str:
+    """The name of the wgmma atom of shape ``m`` x ``n`` x ``k`` (it may not exist: see
+    :func:`is_atom_name`)."""
+    return f"WGMMA_{m}x{n}x{k}"
+
+
+def atom(name: str) -> MmaAtom:
+    """Look up an atom by name; raises ``KeyError`` for an unknown one."""
+    if not is_atom_name(name):
+        raise KeyError(name)
+    return MmaAtom(name, 64, int(_ATOM_RE.match(name).group(1)), 16)  # type: ignore[union-attr]
