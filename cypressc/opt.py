@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cypressc.diagnostics import CypressError, CypressErrors, Loc, VerifyError
-from cypressc.passes.base import PassError
+from cypressc.diagnostics import CypressError, Loc, VerifyError
 
 if TYPE_CHECKING:
     from cypressc.ir import nodes as N
@@ -24,21 +23,12 @@ def run_passes(m: N.Module, names: list[str]) -> N.Module:
     check).  User errors of a pass propagate; anything else (a pass that breaks, IR that no
     longer verifies) is a :class:`PassError` naming the pass.  ``KeyError`` for an unknown
     pass, naming the registered ones."""
-    from cypressc.ir.happens_before import verify_happens_before
-    from cypressc.ir.verify import verify
     from cypressc.passes.manager import get_pass
+    from cypressc.pipeline import run_step
 
     passes = [(name, get_pass(name)) for name in names]
     for name, cls in passes:
-        try:
-            m = cls.for_module(m).apply(m)
-            verify(m)
-            if name == "sync-insertion":  # independent of the analysis sync-insertion used
-                verify_happens_before(m)
-        except (CypressError, CypressErrors):
-            raise
-        except Exception as e:  # noqa: BLE001 - wrapped with the pass's name
-            raise PassError(name, e) from e
+        m = run_step(name, lambda m, cls=cls: cls.for_module(m).apply(m), m)
     return m
 
 

@@ -21,7 +21,15 @@ if TYPE_CHECKING:
     from cypressc.ir import nodes as N
     from cypressc.mapping.tasktree import TaskTree
 
-__all__ = ["LOWERING", "BACKEND", "step_names", "compile_module", "dump_snapshots", "PassError"]
+__all__ = [
+    "LOWERING",
+    "BACKEND",
+    "step_names",
+    "run_step",
+    "compile_module",
+    "dump_snapshots",
+    "PassError",
+]
 
 LOWERING = "dependence-analysis"  # task tree -> event IR: not a pass on a module, the first step
 BACKEND = "cuda-lowering"
@@ -49,6 +57,28 @@ def dump_snapshots(out, snaps: list[tuple[str, N.Module]]) -> None:
         ) from None
 
 
+def run_step(name: str, step: Callable, m: N.Module | None, *, verify: bool = True) -> N.Module:
+    """``step(m)``, the module verified after it (:mod:`cypressc.ir.verify`; after
+    ``sync-insertion`` also the independent happens-before check) unless ``verify`` is off.
+    User errors (:class:`CypressError`, :class:`CypressErrors`) propagate unchanged; anything
+    else, a step that breaks or IR that no longer verifies, is a :class:`PassError` naming
+    ``name``."""
+    from cypressc.ir.happens_before import verify_happens_before
+    from cypressc.ir.verify import verify as verify_module
+
+    try:
+        m = step(m)
+        if verify:
+            verify_module(m)
+            if name == "sync-insertion":  # independent of the analysis sync-insertion used
+                verify_happens_before(m)
+    except (CypressError, CypressErrors):
+        raise
+    except Exception as e:  # noqa: BLE001 - wrapped with the step's name
+        raise PassError(name, e) from e
+    return m
+
+
 def compile_module(
     tree: TaskTree,
     *,
@@ -60,8 +90,6 @@ def compile_module(
     snapshot) pairs.  User errors (:class:`CypressError`, :class:`CypressErrors`) propagate
     unchanged; anything else is wrapped in :class:`PassError`."""
     from cypressc.backend.lower import CudaLowering
-    from cypressc.ir.happens_before import verify_happens_before
-    from cypressc.ir.verify import verify as verify_module
     from cypressc.passes.dependence_analysis import dependence_analysis
     from cypressc.passes.manager import PASSES
 
@@ -72,16 +100,7 @@ def compile_module(
     out: list[tuple[str, N.Module]] = []
     for name, step in steps:
         t0 = time.perf_counter()
-        try:
-            m = step(m)
-            if verify:
-                verify_module(m)
-                if name == "sync-insertion":  # independent of the analysis sync-insertion used
-                    verify_happens_before(m)
-        except (CypressError, CypressErrors):
-            raise
-        except Exception as e:  # noqa: BLE001 - wrapped with the step's name
-            raise PassError(name, e) from e
+        m = run_step(name, step, m, verify=verify)
         dt = time.perf_counter() - t0
         out.append((name, m))
         if hook is not None:
