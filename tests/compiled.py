@@ -182,3 +182,12 @@ def ptxas_report(cu: Path, out: Path) -> str:
     )
     assert c.returncode == 0, c.stderr[-4000:]
     return c.stderr
+
+
+def ring_joins_off(mp) -> None:
+    """Compile with no ring joins (:mod:`cypressc.passes.rings`) while ``mp`` is active."""
+    import cypressc.passes.resource_allocation as ra
+    import cypressc.passes.warp_specialization as ws
+
+    mp.setattr(ra, "ring_joins", lambda m, warpspecialize: {})
+    mp.setattr(ws, "ring_joins", lambda m, warpspecialize: {})

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.compiled import ring_joins_off
+
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -33,15 +35,6 @@ def mapping_variant(tmp_path):
         return m
 
     return variant
-
-
-def ring_joins_off(mp: pytest.MonkeyPatch) -> None:
-    """Compile with no ring joins (:mod:`cypressc.passes.rings`) while ``mp`` is active."""
-    import cypressc.passes.resource_allocation as ra
-    import cypressc.passes.warp_specialization as ws
-
-    mp.setattr(ra, "ring_joins", lambda m, warpspecialize: {})
-    mp.setattr(ws, "ring_joins", lambda m, warpspecialize: {})
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import ring_joins_off
 import yaml
 
 from cypressc.ir import nodes as N
@@ -28,6 +27,7 @@ from cypressc.ir.sync_verify import verify_sync
 from cypressc.ir.verify import VerifyError
 from cypressc.lang.checker import check_program
 from cypressc.lang.parser import parse_file
+from tests.compiled import ring_joins_off
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
 from cypressc.pipeline import compile_module
