@@ -1,8 +1,9 @@
 """Parse the top level of a ``.cyp`` file into the syntax tree (Cypress paper §3.2,
 Fig. 5a): task variants with their ``@task`` decorator and parameter types, ``include()``
-lines, dtype parameters ``T = dtype(f16, bf16)`` and their ``--dtype`` bindings, and the
+lines, dtype parameters ``T = dtype(f16, bf16)`` and their ``--dtype`` bindings, the
 hand-off of ``@external`` declarations and ``choice()`` parameters to
-:mod:`cypressc.lang.externals`.
+:mod:`cypressc.lang.externals`, and of ``from MODULE import TASK`` to
+:mod:`cypressc.lang.imports`.
 
 :class:`DeclParser` is a part of :class:`cypressc.lang.parser._Parser` (it calls its
 ``loc``, ``err`` and ``block`` and fills its ``errors``, ``dtype_params``, ``choices`` and
@@ -14,9 +15,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from cypressc.diagnostics import CypressError, Loc
+from cypressc.diagnostics import CypressError, CypressErrors, Loc
 from cypressc.lang import syntax as S
 from cypressc.lang.externals import check_choices, find_header, parse_choice, parse_external
+from cypressc.lang.imports import import_variants, is_task_import
 
 __all__ = ["DeclParser"]
 
@@ -29,6 +31,9 @@ class DeclParser:
         includes: list[tuple[str, Path | None]] = []
         variants: list[S.Variant] = []
         externals: list[S.External] = []
+        # `from MODULE import TASK`, with where its variants go: resolved after the loop,
+        # once the dtype parameters (which the module shares) are all declared
+        imports: list[tuple[int, ast.ImportFrom]] = []
         for i, stmt in enumerate(mod.body):
             try:
                 if (
@@ -38,6 +43,10 @@ class DeclParser:
                     and i == 0
                 ):
                     continue  # module docstring
+                if is_task_import(stmt):
+                    assert isinstance(stmt, ast.ImportFrom)
+                    imports.append((len(variants), stmt))
+                    continue
                 if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                     continue  # `from cypress import *` keeps editors happy; it means nothing here
                 if (
@@ -94,6 +103,13 @@ class DeclParser:
                 )
             except CypressError as e:
                 self.errors.append(e)
+        for at, stmt in reversed(imports):
+            try:
+                variants[at:at] = import_variants(self, stmt)
+            except CypressErrors as es:
+                self.errors.extend(es.errors)
+            except CypressError as e:
+                self.errors.append(e)
         check_choices(self, list(self.choices.values()), externals)
         for e in externals:
             if any(v.name == e.name for v in variants):
@@ -105,7 +121,7 @@ class DeclParser:
                         hint="rename one of them",
                     )
                 )
-        for name in self.bindings:
+        for name in () if self.imported else self.bindings:
             if name not in self.dtype_params and name not in self.choices:
                 declared = ", ".join(self.dtype_params) or "none"
                 self.errors.append(
@@ -187,6 +203,8 @@ class DeclParser:
                 f"the first declaration is at line {self.dtype_params[name].loc.line}",
             )
         bound = self.bindings.get(name, allowed[0])
+        if bound not in allowed and self.imported:
+            bound = allowed[0]  # the importing statement reports the conflict
         if bound not in allowed:
             # reported, and the parameter still declared (with its default) so that its
             # uses do not each report an unknown dtype

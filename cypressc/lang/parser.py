@@ -2,7 +2,9 @@
 
 The source is parsed with the standard library :mod:`ast` and never executed.  Every
 Python construct outside the subset documented in ``docs/language.md`` is rejected
-with a located :class:`~cypressc.diagnostics.CypressError` (codes ``E000``–``E013``).
+with a located :class:`~cypressc.diagnostics.CypressError` (codes ``E000``–``E018``).
+A top-level ``from MODULE import TASK`` brings in a library module's variants
+(:mod:`cypressc.lang.imports`).
 
 A program may be generic over element types: a top-level ``T = dtype(f16, bf16)``
 declares ``T``, types write ``tensor[(M, K), T]``, and the caller binds it
@@ -40,6 +42,8 @@ class _Parser(DeclParser, StmtParser, ExprParser):
         dtypes: Mapping[str, str],
         include_dir: Path | None = None,
         include_path: tuple[Path, ...] = (),
+        importing: tuple[Path, ...] = (),
+        imported: bool = False,
     ) -> None:
         self.path = path
         self.lines = source_lines(source)
@@ -54,6 +58,11 @@ class _Parser(DeclParser, StmtParser, ExprParser):
             tuple[str, str], Loc
         ] = {}  # (choice, function) -> where it is listed
         self.depth = 0  # of the expression being converted
+        # the files being imported, outermost first (this one last), to refuse a cycle
+        self.importing = importing
+        # a library module: the program's dtype bindings are given whether or not it
+        # declares them, and a conflict is the importing statement's error
+        self.imported = imported
 
     # -- locations ---------------------------------------------------------------------
     def loc(self, node: ast.AST) -> Loc:
@@ -71,6 +80,13 @@ class _Parser(DeclParser, StmtParser, ExprParser):
     def err(self, code: str, msg: str, node: ast.AST, hint: str | None = None) -> CypressError:
         return CypressError(code, msg, self.loc(node), hint=hint)
 
+    def parse_module(
+        self, path: Path, shown: str, dtypes: Mapping[str, str], importing: tuple[Path, ...]
+    ) -> S.Program:
+        """Parse the library module at ``path`` for an import (:func:`parse_module_file`;
+        here so that :mod:`cypressc.lang.imports` need not import this module)."""
+        return parse_module_file(path, shown, dtypes, self.include_path, importing)
+
 
 def parse_source(
     source: str,
@@ -78,6 +94,9 @@ def parse_source(
     dtypes: Mapping[str, str] | None = None,
     include_dir: str | Path | None = None,
     include_path: tuple[str | Path, ...] = (),
+    *,
+    importing: tuple[Path, ...] = (),
+    imported: bool = False,
 ) -> S.Program:
     """Parse ``.cyp`` text into a :class:`~cypressc.lang.syntax.Program`.
 
@@ -89,7 +108,9 @@ def parse_source(
     every syntax-level error found (E001 for Python syntax errors and expressions nested
     more than :data:`MAX_EXPR_DEPTH` deep, E002–E012 for constructs outside the subset,
     E013 for dtype parameters and bindings, E014 for ``@external`` declarations, E015 for
-    choice parameters).
+    choice parameters, E016–E018 for ``from MODULE import TASK`` statements,
+    :mod:`cypressc.lang.imports`).  ``importing`` and ``imported`` are for parsing a library
+    module: the files whose imports led here, and that it is one.
     """
     source = source.removeprefix("\ufeff")
     if "\x00" in source:
@@ -145,6 +166,8 @@ def parse_source(
         dtypes or {},
         Path(include_dir) if include_dir is not None else None,
         tuple(Path(d) for d in include_path),
+        importing or ((Path(path).resolve(),) if include_dir is not None else ()),
+        imported,
     )
     try:
         prog = p.module(mod)
@@ -169,8 +192,37 @@ def parse_file(
     include_path: tuple[str | Path, ...] = (),
 ) -> S.Program:
     """Read and parse a ``.cyp`` file (``dtypes`` as in :func:`parse_source`; headers it
-    includes are looked up in its folder); unreadable files are E000 and non-UTF-8 files
-    E001 errors."""
+    includes and modules it imports are looked up in its folder first); unreadable files are
+    E000 and non-UTF-8 files E001 errors."""
+    p = Path(path)
+    return parse_source(
+        _read(path), str(path), dtypes, include_dir=p.parent, include_path=include_path
+    )
+
+
+def parse_module_file(
+    path: Path,
+    shown: str,
+    dtypes: Mapping[str, str],
+    include_path: tuple[Path, ...],
+    importing: tuple[Path, ...],
+) -> S.Program:
+    """Parse a library module for ``from MODULE import TASK`` (:mod:`cypressc.lang.imports`):
+    with the importing program's dtype bindings ``dtypes`` (those it does not declare are
+    ignored) and ``importing``, the files being imported, outermost first, this one last;
+    ``shown`` is how its diagnostics name it."""
+    return parse_source(
+        _read(path),
+        shown,
+        dtypes,
+        include_dir=path.parent,
+        include_path=include_path,
+        importing=importing,
+        imported=True,
+    )
+
+
+def _read(path: str | Path) -> str:
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -201,4 +253,4 @@ def parse_file(
                 )
             ]
         ) from None
-    return parse_source(text, str(path), dtypes, include_dir=p.parent, include_path=include_path)
+    return text

@@ -1,0 +1,130 @@
+"""``from MODULE import TASK, ...``: task variants brought in from a library module (issue
+#37, removing the boilerplate the Cypress paper names in §5.4).
+
+A module is a ``.cyp`` file, ``MODULE.cyp``, looked up beside the program, then in the
+``-I`` folders, then in the library shipped with cypressc (``cypressc/lib``).  Each name is a
+**task** name: every variant of that task in the module comes in, exactly as if written at
+the statement's place in the program.  The module is parsed with the program's dtype
+bindings: each of its dtype parameters must be declared by the program under the same name
+and be bound to the same dtype there.  ``from cypress import *`` stays a no-op (it keeps
+editors happy).
+
+Errors: E016 (a bad import statement or a module that cannot be found or imported), E017 (a
+name the module does not define as a task), E018 (a module that imports itself, directly or
+through others), E013 (a dtype parameter the program does not declare or binds otherwise).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cypressc.diagnostics import CypressError, CypressErrors
+from cypressc.lang import syntax as S
+
+if TYPE_CHECKING:
+    from cypressc.lang.parse_decls import DeclParser
+
+__all__ = ["LIB_DIR", "import_variants", "is_task_import", "shown"]
+
+LIB_DIR = Path(__file__).resolve().parent.parent / "lib"
+
+_USAGE = "write `from hopper import mma, clear`: a module beside the program, in a -I folder or in cypressc's library, and task names"
+
+
+def is_task_import(stmt: ast.stmt) -> bool:
+    """True for ``from MODULE import ...`` other than the editors' ``from cypress import``."""
+    return isinstance(stmt, ast.ImportFrom) and not (stmt.level == 0 and stmt.module == "cypress")
+
+
+def shown(path: Path) -> str:
+    """How diagnostics name a module file: the library's as ``cypressc/lib/NAME.cyp`` (the
+    same on every machine), others as found."""
+    return f"cypressc/lib/{path.name}" if path.parent == LIB_DIR else str(path)
+
+
+def _search_dirs(p: DeclParser) -> list[Path]:
+    dirs = [p.include_dir] if p.include_dir is not None else []
+    return [*dirs, *p.include_path, LIB_DIR]
+
+
+def import_variants(p: DeclParser, stmt: ast.ImportFrom) -> list[S.Variant]:
+    """The variants ``stmt`` brings into the program being parsed by ``p`` (in the module's
+    order, task by task as named).  Raises :class:`CypressError` (E013, E016–E018, located
+    at the statement or the name) or :class:`CypressErrors` (the module's own errors)."""
+    if stmt.level or not stmt.module:
+        raise p.err("E016", "relative imports are not supported", stmt, _USAGE)
+    if "." in stmt.module:
+        raise p.err("E016", f"module names are one name, not '{stmt.module}'", stmt, _USAGE)
+    dirs = _search_dirs(p)
+    fname = stmt.module + ".cyp"
+    found = next((d / fname for d in dirs if (d / fname).is_file()), None)
+    if found is None:
+        raise p.err(
+            "E016",
+            f"no module '{stmt.module}'",
+            stmt,
+            "modules are found beside the program, then in the -I folders, then in cypressc's "
+            "library; looked for " + ", ".join(shown(d / fname) for d in dirs),
+        )
+    key = found.resolve()
+    if key in p.importing:
+        chain = " -> ".join(q.name for q in (*p.importing, key))
+        raise p.err(
+            "E018",
+            f"module '{stmt.module}' imports itself ({chain})",
+            stmt,
+            "remove one of the imports of the cycle",
+        )
+    for a in stmt.names:
+        if a.name == "*" or a.asname:
+            raise p.err("E016", "name the tasks to import, without `*` or `as`", a, _USAGE)
+    prog = _parse_module(p, found, key)
+    if prog.externals or prog.choices:
+        raise p.err(
+            "E016",
+            f"module '{stmt.module}' declares @external functions or choice parameters, which cannot be imported yet",
+            stmt,
+            "declare them in the program instead",
+        )
+    for d in prog.dtype_params:
+        mine = p.dtype_params.get(d.name)
+        if mine is None:
+            raise p.err(
+                "E013",
+                f"module '{stmt.module}' is generic over dtype parameter '{d.name}', which this program does not declare",
+                stmt,
+                f"declare it before the import, e.g. `{d.name} = dtype({', '.join(d.allowed)})`",
+            )
+        if mine.bound != d.bound:
+            raise p.err(
+                "E013",
+                f"'{d.name}' is {mine.bound} here, but module '{stmt.module}' allows only "
+                + " or ".join(d.allowed),
+                stmt,
+                f"bind '{d.name}' to one of those dtypes",
+            )
+    tasks = list(dict.fromkeys(v.task for v in prog.variants))
+    out: list[S.Variant] = []
+    for a in stmt.names:
+        got = [v for v in prog.variants if v.task == a.name]
+        if not got:
+            raise p.err(
+                "E017",
+                f"module '{stmt.module}' defines no task '{a.name}'",
+                a,
+                f"{shown(found)} defines tasks "
+                + ", ".join(tasks)
+                + " (import task names, not variant names)",
+            )
+        out.extend(got)
+    return out
+
+
+def _parse_module(p: DeclParser, path: Path, key: Path) -> S.Program:
+    bindings = {d.name: d.bound for d in p.dtype_params.values()}
+    try:
+        return p.parse_module(path, shown(path), bindings, (*p.importing, key))
+    except CypressError as e:
+        raise CypressErrors([e]) from None
