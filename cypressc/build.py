@@ -71,9 +71,11 @@ def render_build(tree: TaskTree, compiled: list[tuple[str, object]] | None = Non
 
 
 def _inputs_hash(tree: TaskTree, dtypes: dict[str, str] | None) -> str:
+    from cypressc.lang.imports import source_files
+
     h = hashlib.sha256()
     for f in (
-        tree.program.path,
+        *source_files(tree.program),  # imported modules too: editing the library changes it
         tree.mapping.path,
         *(e.header_path for e in tree.program.externals if e.header_path),
         *(e.reference for e in tree.program.externals if e.reference),
@@ -81,7 +83,7 @@ def _inputs_hash(tree: TaskTree, dtypes: dict[str, str] | None) -> str:
         try:
             h.update(Path(f).read_bytes())
         except OSError:
-            h.update(f.encode())
+            h.update(str(f).encode())
         h.update(b"\0")
     h.update(repr(sorted((dtypes or {}).items())).encode())
     return h.hexdigest()

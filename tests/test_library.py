@@ -142,3 +142,25 @@ def test_from_cypress_import_star_is_still_ignored() -> None:
         "from cypress import *\nimport cypress\n" + LEAF.format(task="z", name="z_thread")
     )
     assert [v.name for v in prog.variants] == ["z_thread"]
+
+
+def test_imported_modules_are_inputs_of_the_build_and_the_tuning_key(tmp_path: Path) -> None:
+    """A build's inputs hash (its stamp) and ``cypressc tune``'s cache key read the modules a
+    program imports: editing the library is a new input, not a cache hit."""
+    from cypressc.build import _inputs_hash
+    from cypressc.frontend import front_end
+    from cypressc.lang.imports import LIB_DIR, source_files
+
+    lib = (LIB_DIR / "hopper.cyp").read_text()
+    (tmp_path / "mylib.cyp").write_text(lib)
+    prog = (ROOT / "tests/programs/lib/gemm.cyp").read_text().replace("from hopper", "from mylib")
+    assert "from mylib" in prog
+    (tmp_path / "gemm.cyp").write_text(prog)
+    mapping = ROOT / "mappings/gemm/h100.yaml"
+    t = front_end(tmp_path / "gemm.cyp", mapping)
+    assert source_files(t.program) == (tmp_path / "gemm.cyp", tmp_path / "mylib.cyp")
+    before = _inputs_hash(t, None)
+    (tmp_path / "mylib.cyp").write_text(lib + "\n# edited\n")
+    assert _inputs_hash(front_end(tmp_path / "gemm.cyp", mapping), None) != before
+    shipped = front_end(ROOT / "tests/programs/lib/gemm.cyp", mapping)
+    assert source_files(shipped.program)[1] == LIB_DIR / "hopper.cyp"  # a file, wherever run

@@ -202,7 +202,11 @@ def tune(
                 param_hint="--reference",
             )
     _check_best_output(output)  # before minutes of tuning, not after
-    prog_text, map_text = Path(program).read_text(), Path(mapping).read_text()
+    # the tuning cache's key: the program with the modules it imports, and the mapping
+    from cypressc.lang.imports import source_files
+
+    prog_text = "\0".join(f.read_text() for f in source_files(tree.program))
+    map_text = Path(mapping).read_text()
     if not compile_only and not force:
         from cypressc.tuner.search import _device_name
 

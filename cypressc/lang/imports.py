@@ -26,7 +26,7 @@ from cypressc.lang import syntax as S
 if TYPE_CHECKING:
     from cypressc.lang.parse_decls import DeclParser
 
-__all__ = ["LIB_DIR", "import_variants", "is_task_import", "shown"]
+__all__ = ["LIB_DIR", "import_variants", "is_task_import", "shown", "source_files"]
 
 LIB_DIR = Path(__file__).resolve().parent.parent / "lib"
 
@@ -42,6 +42,15 @@ def shown(path: Path) -> str:
     """How diagnostics name a module file: the library's as ``cypressc/lib/NAME.cyp`` (the
     same on every machine), others as found."""
     return f"cypressc/lib/{path.name}" if path.parent == LIB_DIR else str(path)
+
+
+def source_files(prog: S.Program) -> tuple[Path, ...]:
+    """Every ``.cyp`` file ``prog`` is made of: its own, then each module its variants were
+    imported from, in first-use order (what a build's inputs hash and the tuning cache's key
+    read: editing the library changes them)."""
+    files = dict.fromkeys([prog.path, *(v.loc.file for v in prog.variants)])
+    lib = f"{shown(LIB_DIR / 'x.cyp').rsplit('/', 1)[0]}/"
+    return tuple(LIB_DIR / f[len(lib) :] if f.startswith(lib) else Path(f) for f in files if f)
 
 
 def _search_dirs(p: DeclParser) -> list[Path]:
