@@ -13,6 +13,7 @@ from cypressc.ir.hazards import evaluate
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
 from cypressc.lang.atoms import atom as lookup_atom
+from cypressc.lang.intrinsics import leaf_of
 from cypressc.lang.kinds import Mem, PartKind, Proc
 
 __all__ = ["MmaLowering"]
@@ -77,7 +78,7 @@ class MmaLowering:
             )
         b = self._wg_tile(b)
         bbuf, borg = self._buffer(plan, b, {})
-        kmajor = o.fn == "warpgroup_mma_bt"  # B stored N x K: its rows are the product's columns
+        kmajor = leaf_of(o).b_kmajor  # B stored N x K: its rows are the product's columns
         kb, nb = self.shape2(b)
         if kmajor:
             kb, nb = nb, kb

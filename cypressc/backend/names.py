@@ -24,21 +24,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from cypressc.lang.syntax import CXX_KEYWORDS
+
 __all__ = ["CPP_RESERVED", "choose_names", "sym"]
 
 _OPEN, _CLOSE = "\x01", "\x02"
 
-# C++17 keywords and alternative tokens, and the object-like macros of the C and CUDA
-# headers a program name could meet without the kernel's text showing them
-CPP_RESERVED = frozenset(
-    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t
-    char32_t class compl const constexpr const_cast continue decltype default delete do double
-    dynamic_cast else enum explicit export extern false float for friend goto if inline int
-    long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected
-    public register reinterpret_cast return short signed sizeof static static_assert
-    static_cast struct switch template this thread_local throw true try typedef typeid
-    typename union unsigned using virtual void volatile wchar_t while xor xor_eq
-    NULL EOF INFINITY NAN errno stdin stdout stderr assert offsetof linux unix major minor
+# C++ keywords (the checker's list, E037) and the object-like macros and built-in variables
+# of the C and CUDA headers a program name could meet without the kernel's text showing them
+CPP_RESERVED = CXX_KEYWORDS | frozenset(
+    """NULL EOF INFINITY NAN errno stdin stdout stderr assert offsetof linux unix major minor
     threadIdx blockIdx blockDim gridDim warpSize""".split()
 )
 

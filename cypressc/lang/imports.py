@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from cypressc.diagnostics import CypressError, CypressErrors
 from cypressc.lang import syntax as S
+from cypressc.lang.externals import find_header
 
 if TYPE_CHECKING:
     from cypressc.lang.parse_decls import DeclParser
@@ -38,10 +39,13 @@ def is_task_import(stmt: ast.stmt) -> bool:
     return isinstance(stmt, ast.ImportFrom) and not (stmt.level == 0 and stmt.module == "cypress")
 
 
+_SHOWN_LIB = "cypressc/lib/"  # how diagnostics name the library's folder
+
+
 def shown(path: Path) -> str:
     """How diagnostics name a module file: the library's as ``cypressc/lib/NAME.cyp`` (the
     same on every machine), others as found."""
-    return f"cypressc/lib/{path.name}" if path.parent == LIB_DIR else str(path)
+    return _SHOWN_LIB + path.name if path.parent == LIB_DIR else str(path)
 
 
 def source_files(prog: S.Program) -> tuple[Path, ...]:
@@ -49,11 +53,15 @@ def source_files(prog: S.Program) -> tuple[Path, ...]:
     imported from, in first-use order (what a build's inputs hash and the tuning cache's key
     read: editing the library changes them)."""
     files = dict.fromkeys([prog.path, *(v.loc.file for v in prog.variants)])
-    lib = f"{shown(LIB_DIR / 'x.cyp').rsplit('/', 1)[0]}/"
-    return tuple(LIB_DIR / f[len(lib) :] if f.startswith(lib) else Path(f) for f in files if f)
+    return tuple(
+        LIB_DIR / f.removeprefix(_SHOWN_LIB) if f.startswith(_SHOWN_LIB) else Path(f)
+        for f in files
+        if f
+    )
 
 
 def _search_dirs(p: DeclParser) -> list[Path]:
+    """Where ``include()`` looks for a header, then the library."""
     dirs = [p.include_dir] if p.include_dir is not None else []
     return [*dirs, *p.include_path, LIB_DIR]
 
@@ -68,7 +76,7 @@ def import_variants(p: DeclParser, stmt: ast.ImportFrom) -> list[S.Variant]:
         raise p.err("E016", f"module names are one name, not '{stmt.module}'", stmt, _USAGE)
     dirs = _search_dirs(p)
     fname = stmt.module + ".cyp"
-    found = next((d / fname for d in dirs if (d / fname).is_file()), None)
+    found = find_header(fname, dirs)
     if found is None:
         raise p.err(
             "E016",

@@ -136,7 +136,8 @@ class LeafFn:
     accumulator row each update their own copy of it, as each holds its own registers on
     the GPU, and copy back equal values).  ``asynchronous`` marks the Tensor Core
     leaves (``wgmma.mma_async``): they complete later, behind a ``wait_group``.  ``kind``
-    says what it computes (:class:`IntrinsicKind`).
+    says what it computes (:class:`IntrinsicKind`); ``b_kmajor`` marks a Tensor Core product
+    whose B operand is stored N x K (K contiguous: a K-major wgmma B).
     """
 
     name: str
@@ -149,6 +150,7 @@ class LeafFn:
     asynchronous: bool = False
     external: object = None  # the syntax.External of a user C++ function (call-external)
     kind: IntrinsicKind = IntrinsicKind.EXTERNAL
+    b_kmajor: bool = False
 
     @property
     def over_rows(self) -> bool:
@@ -308,6 +310,7 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             collective=Proc.WARPGROUP,
             asynchronous=True,
             kind=IntrinsicKind.MMA,
+            b_kmajor=True,
             doc="C += A @ Bt^T on the Tensor Core: as warpgroup_mma, with B given as the N x K tile "
             "it is stored as (K contiguous, a K-major wgmma B operand; attention's S = Q @ K^T "
             "with K stored row-major).",

@@ -34,6 +34,19 @@ from typing import Union
 from cypressc.diagnostics import Loc
 from cypressc.lang.kinds import PartKind, Proc
 
+# C++20's keywords and alternative tokens, and CUDA's: a kernel name becomes a C symbol
+CXX_KEYWORDS = frozenset(
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
+    char16_t char32_t class compl concept const consteval constexpr constinit const_cast continue
+    co_await co_return co_yield decltype default delete do double dynamic_cast else enum explicit
+    export extern false float for friend goto if inline int long mutable namespace new noexcept
+    not not_eq nullptr operator or or_eq private protected public register reinterpret_cast
+    requires return short signed sizeof static static_assert static_cast struct switch template
+    this thread_local throw true try typedef typeid typename union unsigned using virtual void
+    volatile wchar_t while xor xor_eq __global__ __device__ __host__ __shared__ __constant__
+    __managed__ __restrict__""".split()
+)
+
 DTYPES = ("f16", "bf16", "f32", "i32")
 PROCESSORS = tuple(Proc)
 TUNABLE_KINDS = ("int", "processor", "atom")
