@@ -120,6 +120,12 @@ def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
 )
 @click.option("--timings", is_flag=True, help="Print how long each pass took.")
 @click.option(
+    "--full-mapping",
+    is_flag=True,
+    help="Print the full mapping MAPPING stands for (mapping templates and shared tunables "
+    "written out, each row's origin in a comment; YAML that loads to the same rows) and stop.",
+)
+@click.option(
     "--check-schedule",
     is_flag=True,
     help="Run the synchronized IR (after sync-insertion) "
@@ -147,6 +153,7 @@ def explain(
     graph_format: str,
     dump_ir: str | None,
     timings: bool,
+    full_mapping: bool = False,
     check_schedule: bool = False,
     seed: int = 0,
     schedules: int = 50,
@@ -168,6 +175,11 @@ def explain(
     from cypressc.pipeline import compile_module
 
     t = load_program(program, mapping, dtypes, include_dirs)
+    if full_mapping:
+        from cypressc.mapping.render import expanded_mapping_text
+
+        click.echo(expanded_mapping_text(t.mapping), nl=False)
+        return
     if check_schedule:
         _check_schedule(t, program, seed, schedules)
         return

@@ -7,7 +7,7 @@ syntax errors are located errors too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -15,21 +15,36 @@ from pydantic import ValidationError
 
 from cypressc.diagnostics import CypressError, CypressErrors, Loc
 from cypressc.lang.source import decode_error_position
-from cypressc.mapping.schema import MappingSpec
+from cypressc.mapping.schema import ENTRY_TAGS, MappingSpec
 
-__all__ = ["LoadedMapping", "load_mapping", "load_mapping_source"]
+__all__ = ["LoadedMapping", "RowOrigin", "load_mapping", "load_mapping_source"]
 
 Path_ = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
+class RowOrigin:
+    """Where a row of an expanded mapping came from (:mod:`cypressc.mapping.templates`): the
+    index of the entry the user wrote in ``instances:``, for a ``tree:`` entry its template
+    and the level (0 = the template's first row), and the tunables the mapping's shared
+    ``tunables:`` bound in it."""
+
+    entry: int
+    template: str | None = None
+    level: int = 0
+    shared: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LoadedMapping:
     """A validated mapping plus the source location of every YAML node by its key path
-    (``("instances", 2, "proc")``)."""
+    (``("instances", 2, "proc")``).  ``origins`` (instance name -> :class:`RowOrigin`) is
+    filled in by :func:`cypressc.mapping.templates.expand`; empty for a mapping as loaded."""
 
     spec: MappingSpec
     path: str
     locs: dict[Path_, Loc]
+    origins: dict[str, RowOrigin] = field(default_factory=dict)
 
     def loc(self, *key: str | int) -> Loc:
         """The location of the deepest known prefix of ``key``."""
@@ -364,6 +379,7 @@ def load_mapping_source(text: str, path: str = "<string>") -> LoadedMapping:
     except ValidationError as ve:
         errs = []
         for err in ve.errors():
+            err = _untagged(err)
             key = tuple(err["loc"])
             # point at the key for unknown/bad keys, at the parent for missing ones
             loc = key_locs.get(key) or locs.get(key)
@@ -382,13 +398,24 @@ def load_mapping_source(text: str, path: str = "<string>") -> LoadedMapping:
     )
 
 
+def _untagged(err: dict) -> dict:
+    """``err`` without the tag pydantic puts in the location of an entry of ``instances:``
+    (``("instances", 2, "tree", "mems")`` -> ``("instances", 2, "mems")``), so the error is
+    located at the key the user wrote.  The tag is kept as ``entry``."""
+    loc = tuple(err["loc"])
+    if len(loc) >= 3 and loc[0] == "instances" and loc[2] in ENTRY_TAGS:
+        return {**err, "loc": loc[:2] + loc[3:], "entry": loc[2]}
+    return err
+
+
 def _hint(err: dict) -> str | None:
     """What to write instead, where the error type says more than the message."""
     t, loc, got = err["type"], tuple(err["loc"]), err.get("input")
     if t == "extra_forbidden":
-        from cypressc.mapping.schema import Instance
+        from cypressc.mapping.schema import Instance, TreeEntry
 
-        keys = Instance.model_fields if "instances" in loc else MappingSpec.model_fields
+        entry = TreeEntry if err.get("entry") == "tree" else Instance
+        keys = entry.model_fields if "instances" in loc else MappingSpec.model_fields
         return "allowed keys: " + ", ".join(keys)
     if t == "too_short" and loc == ("instances",):
         return "list at least the entrypoint: `- {instance: NAME, variant: DEF, proc: HOST, mems: [GLOBAL, …]}`"

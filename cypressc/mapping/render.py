@@ -1,4 +1,5 @@
-"""Rendering of the instantiated task tree for ``cypressc explain`` (DESIGN §3)."""
+"""Rendering of the instantiated task tree and of the expanded mapping for ``cypressc explain``
+(DESIGN §3; issue #37)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.tree import Tree
 
+from pathlib import Path
+
+from cypressc.mapping.loader import LoadedMapping
 from cypressc.mapping.tasktree import TaskNode, TaskTree
 
-__all__ = ["print_task_tree", "task_tree_text"]
+__all__ = ["expanded_mapping_text", "print_task_tree", "task_tree_text"]
 
 
 def _label(n: TaskNode, color: bool) -> str:
@@ -64,3 +68,49 @@ def print_task_tree(tree: TaskTree, console: Console | None = None) -> None:
         highlight=False,
     )
     console.print(task_tree_text(tree, color), highlight=False)
+
+
+def _scalar(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _flow(v: object) -> str:
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_flow(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_flow(x) for x in v) + "]"
+    return _scalar(v)
+
+
+def expanded_mapping_text(lm: LoadedMapping) -> str:
+    """The full mapping ``lm`` stands for (after :func:`cypressc.mapping.templates.expand`),
+    as YAML that loads to the same instances: one flow-style row per instance, each after a
+    comment saying where it came from (the entry's ``file:line``, and for a ``tree:`` entry
+    its template and level) and which values the shared ``tunables:`` supplied.  The
+    ``tune:`` section is kept; the ``tunables:`` and ``templates:`` sections are spent."""
+    spec = lm.spec
+    out = [
+        f"# {lm.path}, expanded: mapping templates and shared tunables written out",
+        f"machine: {spec.machine}",
+        f"entrypoint: {spec.entrypoint}",
+        "instances:",
+    ]
+    for r, inst in enumerate(spec.instances):
+        o = lm.origins.get(inst.instance)
+        if o is not None:
+            at = lm.loc("instances", r)
+            where = f"{Path(at.file).name}:{at.line}"
+            if o.template is not None:
+                n = len([x for x in lm.origins.values() if x.entry == o.entry])
+                where += f", template {o.template} level {o.level + 1} of {n}"
+            if o.shared:
+                where += f"; shared tunables {', '.join(o.shared)}"
+            out.append(f"  # {where}")
+        row = inst.model_dump(mode="json", exclude_none=True)
+        row = {k: v for k, v in row.items() if v not in ({}, [])}
+        out.append("  - " + _flow(row))
+    if spec.tune:
+        out.append("tune: " + _flow(spec.tune))
+    return "\n".join(out) + "\n"

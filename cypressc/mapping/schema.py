@@ -13,13 +13,31 @@ task tree to check against each tunable's declared kind, so ``NWG: true`` is nev
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainValidator,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from cypressc.lang.kinds import Mem, Proc
 
-__all__ = ["Instance", "MappingSpec", "Proc", "Mem", "parse_bytes"]
+__all__ = [
+    "Instance",
+    "TreeEntry",
+    "TemplateLevel",
+    "MappingSpec",
+    "Proc",
+    "Mem",
+    "parse_bytes",
+    "ENTRY_TAGS",
+]
 
 # the YAML's names of levels and memories, validated into the members (strictly: a name, not
 # a number); a wrong one is a literal error listing the names ('HOST', 'BLOCK', ...: a
@@ -64,7 +82,10 @@ class Instance(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     instance: str = Field(description="the instance's name, referenced by `calls` and `entrypoint`")
-    variant: str = Field(description="the task variant (a def name in the program) it runs")
+    variant: str = Field(
+        description="the task variant (a def name in the program) it runs; "
+        "defaults to the instance's name"
+    )
     proc: ProcName = Field(description="the processor level it runs on")
     mems: list[MemName] = Field(description="one memory per tensor parameter, in order")
     tunables: dict[str, TunableValue] = Field(
@@ -95,6 +116,17 @@ class Instance(BaseModel):
         default=None, description="BLOCK: consumer warpgroups take turns on the Tensor Core"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _variant_defaults_to_instance(cls, data: Any) -> Any:
+        if (
+            isinstance(data, dict)
+            and "variant" not in data
+            and isinstance(data.get("instance"), str)
+        ):
+            return {**data, "variant": data["instance"]}
+        return data
+
     @field_validator("smem_limit", mode="before")
     @classmethod
     def _bytes(cls, v: object) -> object:
@@ -106,6 +138,69 @@ class Instance(BaseModel):
         if v is not None and v % 8:
             raise ValueError("setmaxnreg takes a multiple of 8")
         return v
+
+
+class TemplateLevel(BaseModel):
+    """One level of a mapping template (issue #37): the row a ``tree:`` entry expands to at
+    this processor level.  ``variant`` may say ``{tree}`` for the entry's task name;
+    ``suffix`` is appended to the entry's instance name (the first level's is usually "");
+    ``mems`` says which of the entry's memory lists the row takes: ``top`` (``mems``),
+    ``inner`` (``inner_mems``, default ``mems``) or ``leaf`` (``leaf_mems``, default the
+    inner list with NONE made REGISTER); ``tunables`` are the level's fixed values."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    suffix: str = Field(description="appended to the entry's instance name")
+    variant: str = Field(description="the variant, `{tree}` standing for the task's name")
+    proc: ProcName = Field(description="the processor level of this row")
+    mems: Literal["top", "inner", "leaf"] = Field(description="which memory list the row takes")
+    tunables: dict[str, TunableValue] = Field(default_factory=dict)
+
+
+class TreeEntry(BaseModel):
+    """A whole task tree mapped in one entry (issue #37 item 2): ``{tree: mma, mems: [NONE,
+    SHARED, SHARED]}`` expands, through ``template`` (default ``wgmma``, in
+    cypressc/lib/hopper.yaml), to one instance per level, each calling the next
+    (:mod:`cypressc.mapping.templates`).  ``tunables`` go to the rows whose variants declare
+    them; the mapping's shared ``tunables:`` fill in the rest."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    tree: str = Field(description="the task whose tree is mapped (its variants name the levels)")
+    instance: str | None = Field(
+        default=None, description="the first row's instance name (default: the task's name)"
+    )
+    template: str = Field(default="wgmma", description="the mapping template to expand")
+    proc: ProcName | None = Field(
+        default=None, description="the first level (must be the template's, if given)"
+    )
+    mems: list[MemName] = Field(description="one memory per tensor parameter at the top level")
+    inner_mems: list[MemName] | None = Field(
+        default=None, description="the levels between the top and the leaf (default: mems)"
+    )
+    leaf_mems: list[MemName] | None = Field(
+        default=None, description="the leaf level (default: inner_mems with NONE as REGISTER)"
+    )
+    tunables: dict[str, TunableValue] = Field(
+        default_factory=dict, description="values for the tree's rows that declare them"
+    )
+
+
+# an entry of `instances:` is a tree entry when it has a `tree:` key; the tags appear in
+# pydantic's error locations, and the loader drops them (mapping/loader.py)
+ENTRY_TAGS = ("instance", "tree")
+
+
+def _entry_kind(v: Any) -> str:
+    if isinstance(v, dict):
+        return "tree" if "tree" in v else "instance"
+    return "tree" if isinstance(v, TreeEntry) else "instance"
+
+
+Entry = Annotated[
+    Annotated[Instance, Tag("instance")] | Annotated[TreeEntry, Tag("tree")],
+    Discriminator(_entry_kind),
+]
 
 
 def _tune_values(v: object) -> list[bool | int | str]:
@@ -132,7 +227,16 @@ class MappingSpec(BaseModel):
 
     machine: str = Field(description="machine model name, e.g. h100")
     entrypoint: str = Field(description="the root instance (runs on HOST)")
-    instances: list[Instance] = Field(min_length=1)
+    instances: list[Entry] = Field(min_length=1)
+    tunables: dict[str, TunableValue] = Field(
+        default_factory=dict,
+        description="tunables shared by name: every instance whose variant declares one "
+        "and does not bind it takes this value",
+    )
+    templates: dict[str, list[TemplateLevel]] = Field(
+        default_factory=dict,
+        description="mapping templates of this file, beside the library's (cypressc/lib/*.yaml)",
+    )
     tune: dict[str, TuneValues] | None = Field(
         default=None,
         description="`cypressc tune`: candidate values per knob (docs/tuning.md); "

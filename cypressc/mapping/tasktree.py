@@ -23,6 +23,7 @@ from cypressc.lang.kinds import Mem, Proc
 from cypressc.mapping.loader import LoadedMapping
 from cypressc.mapping.machine import Machine, load_machine, machine_names
 from cypressc.mapping.schema import Instance
+from cypressc.mapping.templates import expand
 
 __all__ = ["TaskNode", "TaskTree", "instantiate", "unused_knobs"]
 
@@ -405,17 +406,32 @@ def unused_knobs(root: TaskNode, lm: LoadedMapping) -> list[Warning_]:
     return out
 
 
+def _once_per_place(errors: list[CypressError]) -> list[CypressError]:
+    """The first error of each code at each place: the rows a tree entry expands to share
+    the user's values, so one bad value would otherwise be reported once per level."""
+    seen: set[tuple] = set()
+    out = []
+    for e in errors:
+        key = (e.code, e.loc.file, e.loc.line, e.loc.col)
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
+
+
 def instantiate(prog: S.Program, lm: LoadedMapping) -> TaskTree:
     """Validate ``lm`` against ``prog`` and build the task tree.
 
-    Raises :class:`CypressErrors` (codes M010–M023) when the mapping does not fit the
-    program; returns a :class:`TaskTree` whose ``warnings`` list unreachable instances
+    ``lm`` may use mapping templates and shared tunables; the tree's ``mapping`` is the
+    expanded full form (:func:`cypressc.mapping.templates.expand`).  Raises
+    :class:`CypressErrors` (codes M010–M025) when the mapping does not fit the program; returns a :class:`TaskTree` whose ``warnings`` list unreachable instances
     (W001) and BLOCK knobs without effect (W002), in file order.
     """
+    lm = expand(lm, prog)  # tree entries and shared tunables -> the full mapping
     ins = _Instantiator(prog, lm)
     root, machine = ins.run()
     if ins.errors or root is None or machine is None:
-        raise CypressErrors(ins.errors)
+        raise CypressErrors(_once_per_place(ins.errors))
     warnings = [
         Warning_(
             "W001",

@@ -42,9 +42,11 @@ from pydantic import ValidationError
 from cypressc.diagnostics import CypressError, CypressErrors
 from cypressc.lang.atoms import is_atom_name
 from cypressc.lang.kinds import Mem, Proc
+from cypressc.lang.syntax import Program
 from cypressc.mapping.loader import LoadedMapping, load_mapping_source
 from cypressc.mapping.schema import MappingSpec
 from cypressc.mapping.tasktree import TaskTree
+from cypressc.mapping.templates import expand, has_sugar
 
 __all__ = ["Site", "Knob", "Space", "derive_space", "TUNE_CODE"]
 
@@ -141,8 +143,12 @@ class Space:
     ``knobs`` in a fixed order (tunables, atoms, mem knobs, block knobs); ``base`` the
     mapping's own value of each (unset block knobs: ``None``)."""
 
-    def __init__(self, lm: LoadedMapping, text: str, knobs: list[Knob]) -> None:
-        self.lm, self.text, self.knobs = lm, text, knobs
+    def __init__(
+        self, lm: LoadedMapping, text: str, knobs: list[Knob], program: Program | None = None
+    ) -> None:
+        # lm is the expanded mapping (its rows are the sites); text is what the user wrote,
+        # which may use mapping templates and shared tunables: program expands a reload
+        self.lm, self.text, self.knobs, self.program = lm, text, knobs, program
         self.by_name = {k.name: k for k in knobs}
         self._rendered: dict[tuple, str] = {}
 
@@ -200,7 +206,7 @@ class Space:
         want = self.spec(values)
         try:
             text = self._edit(values)
-            if _reload(text, self.lm.path) == want:
+            if _reload(text, self.lm.path, self.program) == want:
                 return text
         except (CypressErrors, CypressError, KeyError, IndexError, ValueError, ValidationError):
             pass
@@ -211,7 +217,9 @@ class Space:
 
     def _edit(self, values: Mapping[str, Any]) -> str:
         lines = self.text.splitlines(keepends=True)
-        subs: list[tuple[int, int, int, str]] = []  # (line, col, end_col, text), 1-based
+        # (line, col, end_col) -> text, 1-based; one value written once may set several
+        # sites (a shared tunable, a tree entry's mems): it is edited once
+        subs: dict[tuple[int, int, int], str] = {}
         inserts: dict[int, list[str]] = {}  # after line -> new lines
         for name, v in values.items():
             knob = self.by_name[name]
@@ -223,7 +231,9 @@ class Space:
                 if loc is not None and loc.end_col > loc.col:
                     if v is None:
                         raise ValueError("cannot remove a key in place")
-                    subs.append((loc.line, loc.col, loc.end_col, _yaml_scalar(v)))
+                    at, new = (loc.line, loc.col, loc.end_col), _yaml_scalar(v)
+                    if subs.setdefault(at, new) != new:
+                        raise ValueError(f"two values for one place: {path}")
                 elif loc is None and len(site.key) == 1 and v is not None:
                     proc = self.lm.locs[("instances", site.instance, "proc")]
                     line = lines[proc.line - 1]
@@ -235,7 +245,7 @@ class Space:
                     )
                 else:
                     raise ValueError(f"cannot place {path}")
-        for line, col, end, new in sorted(subs, reverse=True):
+        for (line, col, end), new in sorted(subs.items(), reverse=True):
             s = lines[line - 1]
             lines[line - 1] = s[: col - 1] + new + s[end - 1 :]
         for after in sorted(inserts, reverse=True):
@@ -259,21 +269,28 @@ class Space:
         return " ".join(out)
 
 
-def _reload(text: str, path: str) -> MappingSpec:
+def _reload(text: str, path: str, program: Program | None = None) -> MappingSpec:
     """The spec an edited mapping text loads to.  A tune renders every point of the space
     (~2000 for a plain gemm), and the located loader (pure-Python YAML composition) costs
     ~30 ms a text; libyaml's loader plus the same schema is ~15x faster and, for text that
     only differs from a loaded mapping in scalar values, loads the same data.  Pruning loads
-    every candidate text with the located loader anyway (on every core)."""
+    every candidate text with the located loader anyway (on every core).  With ``program``,
+    mapping templates and shared tunables are expanded (the spec compares with the
+    expanded mapping's)."""
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", None)
     if loader is None:
-        return load_mapping_source(text, path).spec
-    try:
-        return MappingSpec.model_validate(yaml.load(text, Loader=loader))
-    except yaml.YAMLError as e:
-        raise ValueError(str(e)) from None
+        lm = load_mapping_source(text, path)
+    else:
+        try:
+            spec = MappingSpec.model_validate(yaml.load(text, Loader=loader))
+        except yaml.YAMLError as e:
+            raise ValueError(str(e)) from None
+        lm = LoadedMapping(spec, path, {})
+    if program is not None and has_sugar(lm.spec):
+        return expand(lm, program).spec
+    return lm.spec
 
 
 def _yaml_scalar(v: Any) -> str:
@@ -388,7 +405,7 @@ def derive_space(tree: TaskTree, text: str) -> Space:
                     tuple(_block_defaults(name, cur)),
                 )
             )
-    space = Space(lm, text, knobs)
+    space = Space(lm, text, knobs, tree.program)
     return _apply_tune_section(space, tied)
 
 
@@ -410,7 +427,7 @@ def _apply_tune_section(space: Space, tied: dict) -> Space:
                 tuple(sorted(vals, key=str)),
             )
             knobs.append(knob)
-            space = Space(space.lm, space.text, knobs)
+            space = Space(space.lm, space.text, knobs, space.program)
         if knob is None:
             errors.append(
                 CypressError(
@@ -434,7 +451,7 @@ def _apply_tune_section(space: Space, tied: dict) -> Space:
         knobs[knobs.index(knob)] = Knob(
             knob.name, knob.kind, knob.group, knob.sites, knob.current, tuple(dict.fromkeys(values))
         )
-        space = Space(space.lm, space.text, knobs)
+        space = Space(space.lm, space.text, knobs, space.program)
     if errors:
         raise CypressErrors(errors)
     return space

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from cypressc.cli import main
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS
-from cypressc.mapping.schema import Instance, MappingSpec
+from cypressc.mapping.schema import Instance, MappingSpec, TemplateLevel, TreeEntry
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "language.md").read_text()
@@ -31,7 +31,12 @@ def test_every_front_end_code_is_documented():
 
 
 def test_every_mapping_key_is_documented():
-    for key in [*MappingSpec.model_fields, *Instance.model_fields]:
+    for key in [
+        *MappingSpec.model_fields,
+        *Instance.model_fields,
+        *TreeEntry.model_fields,
+        *TemplateLevel.model_fields,
+    ]:
         assert f"| `{key}` |" in DOC, key
 
 

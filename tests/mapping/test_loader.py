@@ -165,7 +165,7 @@ def test_unknown_key_hint_lists_allowed_keys():
     (e,) = err(SMALL.replace("    calls: [leaf]", "    calls: [leaf]\n    stages: 4"))
     assert e.hint.startswith("allowed keys: instance, variant, proc, mems")
     (e,) = err(SMALL.replace("machine: h100", "machine: h100\ntarget: x"))
-    assert e.hint == "allowed keys: machine, entrypoint, instances, tune"
+    assert e.hint == "allowed keys: machine, entrypoint, instances, tunables, templates, tune"
 
 
 def test_yaml_syntax_error_notes_where_the_construct_started():
