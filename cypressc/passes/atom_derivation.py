@@ -155,9 +155,12 @@ class AtomDerivation:
         issues the atom, it cannot choose it.  The hint names the atom that fits the
         warpgroup's accumulator tile where there is one."""
         for a, arg, rule in zip(s.args, args, fn.operands):
-            if rule.kind != OperandKind.ATOM or arg.name != AUTO_ATOM:
+            if (
+                rule.kind != OperandKind.ATOM
+                or not isinstance(a, S.Name)
+                or sc.env[a.id][1] != AUTO_ATOM
+            ):
                 continue
-            assert isinstance(a, S.Name)
             names = [r.name for r in fn.operands]
             tile = (
                 self._warpgroup_tile(args[names.index("C")])  # type: ignore[attr-defined]
