@@ -122,11 +122,39 @@ def test_an_atom_first_used_by_a_leaf_call_is_a_located_e040(tmp_path: Path) -> 
 
 
 def test_the_tuner_takes_no_knob_for_a_derived_atom(tmp_path: Path) -> None:
+    from cypressc.tuner.prune import check_candidate
     from cypressc.tuner.space import derive_space
 
     m = _without_atoms(ROOT / "mappings/gemm/h100.yaml", tmp_path / "h100.yaml")
     sp = derive_space(tree("gemm", m), m.read_text())
     assert "MMA" not in sp.by_name and "V" in sp.by_name
-    # a point of the space with another tile width: the atom is left to follow the tile
+    # a point of the space with another tile width: the atom is left to follow the tile, and
+    # the candidate compiles through every pass
     text = sp.render({**sp.base, "V": 128})
     assert "MMA" not in text and "V: 128" in text
+    res = check_candidate((str(ROOT / "programs/gemm.cyp"), {}, text, str(m)))
+    assert res["ok"], res
+
+
+def test_one_atom_over_two_widths_notes_where_it_was_derived(tmp_path: Path) -> None:
+    """FA2's softmax_inner partitions O (128 columns) and then S (176 under W: 176) with one
+    MMA: derived from O, it does not fit S; the E040 notes where MMA was derived and hints an
+    atom whose N divides both (the 64x16 the mapping writes)."""
+    src = ROOT / "mappings/flash_attention2/h100_d128_w176.yaml"
+    m = _without_atoms(src, tmp_path / "w176.yaml", keep=("init_wg",))
+    with pytest.raises(CypressError) as e:
+        snapshots("flash_attention2", m, until="dependence-analysis")
+    err = e.value
+    assert err.code == "E040"
+    assert (
+        err.message
+        == "the accumulator tile has 176 columns; WGMMA_64x128x16 needs a multiple of 128"
+    )
+    assert err.notes[-1][0] == (
+        "MMA = WGMMA_64x128x16 was derived from the 128 columns of 'O' here (instance "
+        "'softmax_wg' leaves MMA unbound)"
+    )
+    assert (err.hint or "").startswith(
+        "bind MMA in instance 'softmax_wg' to an atom whose N divides every tile it partitions, "
+        "e.g. `MMA: WGMMA_64x16x16`"
+    )
