@@ -125,18 +125,20 @@ class AtomDerivation:
         self, err: CypressError, s: S.PartitionDecl, sc: _Scope, shape: tuple[N.IExpr, ...]
     ) -> CypressError:
         """``err`` (an E040 of ``partition_by_mma`` statement ``s``) with, when its atom was
-        derived from another tile, a note where and a hint to bind an atom that fits both."""
+        derived from another tile whose width does not fit this ``"C"`` tile's, a note where
+        it was derived and a hint to bind an atom that fits both; any other ``err`` as is."""
         e = s.args[0]
         d = sc.derived.get(e.id) if isinstance(e, S.Name) else None
-        if d is None:
-            return err
+        cols = static(shape[1]) if len(shape) == 2 else None
+        n = d.cols if d is not None else 0
+        if d is None or s.args[2].value != "C" or cols is None or not (cols % n and n % cols):  # type: ignore[union-attr]
+            return err  # not the derived N against this tile's width: nothing to add
         note = (
             f"{e.id} = {atom_name(64, d.cols, 16)} was derived from the {d.cols} columns of "
             f"'{d.tensor}' here (instance '{d.instance}' leaves {e.id} unbound)",
             d.loc,
         )
-        cols = static(shape[1]) if len(shape) == 2 else None
-        both = gcd(d.cols, cols) if cols is not None else 0
+        both = gcd(d.cols, cols)
         fit = atom_name(64, both, 16) if both and is_atom_name(atom_name(64, both, 16)) else None
         hint = (
             f"bind {e.id} in instance '{d.instance}' to an atom whose N divides every tile it "
