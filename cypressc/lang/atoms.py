@@ -4,6 +4,10 @@ steps of 8 (Hopper ``wgmma.mma_async.m64nNk16``, f16/bf16 in, f32 accumulate), b
 A mapping or a ``partition_by_mma`` names an atom; :func:`is_atom_name` says whether a name
 is one, :func:`atom` gives its shape and :func:`atom_name` the name of a shape.  The leaf
 functions that run on them are in :mod:`cypressc.lang.intrinsics`.
+
+A mapping may leave a ``tunable(atom)`` unbound: the task tree then binds it to
+:data:`AUTO_ATOM`, and dependence analysis derives the atom from the tile it partitions
+(:mod:`cypressc.passes.atom_derivation`; docs/language.md §5.2).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["MmaAtom", "atom", "atom_name", "is_atom_name"]
+__all__ = ["AUTO_ATOM", "AutoAtom", "MmaAtom", "atom", "atom_name", "is_atom_name"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +31,24 @@ class MmaAtom:
     def threads(self) -> int:
         return 128
 
+
+@dataclass(frozen=True, slots=True)
+class AutoAtom:
+    """The value of an atom tunable the mapping leaves unbound: "derive it" (issue #37).
+
+    Dependence analysis replaces it by the caller's atom of the same name, or by
+    ``WGMMA_64x<cols>x16`` for the first ``partition_by_mma(T, ATOM, PROC, "C")`` of a rank-2
+    tile ``T`` with ``cols`` static columns.  Shown as ``auto`` (``cypressc explain``'s tree
+    prints ``MMA=auto``).  All instances are equal; use :data:`AUTO_ATOM`."""
+
+    def __str__(self) -> str:
+        return "auto"
+
+    def __repr__(self) -> str:
+        return "auto"
+
+
+AUTO_ATOM = AutoAtom()
 
 _ATOM_RE = re.compile(r"^WGMMA_64x(\d+)x16$")
 

@@ -6,7 +6,9 @@ implements the launched task.  The result is the static tree of
 (instance, variant, proc, mems, tunables) that every compiler pass walks.
 
 Errors (all located in the YAML file, codes M010–M023) cover unknown machines and
-variants, ``mems`` count and visibility, tunable binding and kinds, launch
+variants, ``mems`` count and visibility, tunable binding and kinds (an int or processor
+tunable must be bound; an atom tunable left unbound is derived later, see
+:class:`TaskNode`), launch
 resolution, processor nesting, recursion and NONE tensors of leaves (M023).  Unreachable instances are warnings
 (W001), and so are BLOCK knobs that no compiler pass will read (W002, :func:`unused_knobs`).
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from cypressc.diagnostics import CypressError, CypressErrors, Warning_
 from cypressc.lang import syntax as S
 from cypressc.lang.externals import leaf_functions
-from cypressc.lang.atoms import is_atom_name
+from cypressc.lang.atoms import AUTO_ATOM, AutoAtom, is_atom_name
 from cypressc.lang.kinds import Mem, Proc
 from cypressc.mapping.loader import LoadedMapping
 from cypressc.mapping.machine import Machine, load_machine, machine_names
@@ -43,13 +45,20 @@ BLOCK_KNOBS = (
 @dataclass(eq=False)
 class TaskNode:
     """One instantiated task: the instance, its variant, processor, a memory per tensor
-    parameter (by parameter name), bound tunables, and a child per launch statement."""
+    parameter (by parameter name), bound tunables, and a child per launch statement.
+
+    Every tunable the variant declares has a value: the mapping's, or, for a
+    ``tunable(atom)`` the instance does not bind, :data:`~cypressc.lang.atoms.AUTO_ATOM`
+    (derived by dependence analysis: the calling instance's atom of the same name, else the
+    first ``"C"`` tile's width; docs/language.md §5.2)."""
 
     instance: Instance
     variant: S.Variant
     proc: Proc
     mems: dict[str, Mem]
-    tunables: dict[str, int | str]  # a processor tunable's value is a Proc
+    # a processor tunable's value is a Proc; an atom tunable the mapping leaves unbound is
+    # AUTO_ATOM, which dependence analysis derives from the tile (or the caller's atom)
+    tunables: dict[str, int | str | AutoAtom]
     children: list[tuple[S.Launch, "TaskNode"]] = field(default_factory=list)
 
     def child(self, launch: S.Launch) -> "TaskNode":
@@ -190,6 +199,8 @@ class _Instantiator:
                 )
         declared = v.tunables()
         for t, decl in declared.items():
+            if t not in inst.tunables and decl.kind == "atom":
+                continue  # derived from the tile by dependence analysis (AUTO_ATOM)
             if t not in inst.tunables:
                 self.err(
                     "M016",
@@ -298,6 +309,9 @@ class _Instantiator:
             else x
             for t, x in inst.tunables.items()
         }
+        tunables.update(  # an atom left unbound is derived (cypressc.passes.atom_derivation)
+            {t: AUTO_ATOM for t, d in kinds.items() if d.kind == "atom" and t not in tunables}
+        )
         node = TaskNode(inst, v, inst.proc, mems, tunables)
         tasks = self.prog.tasks()
         for s in S.walk(v.body):

@@ -30,6 +30,8 @@ from cypressc.lang import syntax as S
 from cypressc.lang.externals import leaf_functions
 from cypressc.lang.kinds import Mem, OperandKind, PartKind, Proc
 from cypressc.mapping.tasktree import TaskTree
+from cypressc.lang.atoms import AUTO_ATOM
+from cypressc.passes.atom_derivation import AtomDerivation
 from cypressc.passes.dependence_checks import MappingChecks, _Misfit
 from cypressc.passes.dependence_state import Namer, TState, _Frame, _Scope
 from cypressc.passes.entry_sizes import entry_sizes
@@ -39,9 +41,11 @@ from cypressc.passes.levels import check_mma_pieces, check_processors, loop_proc
 __all__ = ["dependence_analysis"]
 
 
-class _DA(MappingChecks):
+class _DA(MappingChecks, AtomDerivation):
     """The walk: the task tree in, the event IR module out (:meth:`run`); the mapping
-    errors it finds on the way are its part in :mod:`cypressc.passes.dependence_checks`."""
+    errors it finds on the way are its part in :mod:`cypressc.passes.dependence_checks`,
+    the atoms it derives for atom tunables the mapping leaves unbound its part in
+    :mod:`cypressc.passes.atom_derivation`."""
 
     def __init__(self, tree: TaskTree) -> None:
         self.leaves = leaf_functions(tree.program)
@@ -142,7 +146,10 @@ class _DA(MappingChecks):
 
     @staticmethod
     def origin(e: S.Expr, sc: _Scope) -> tuple[Origin, ...]:
-        """The mapping value behind an atom or processor argument (none for a literal)."""
+        """The mapping value behind an atom or processor argument (none for a literal); for
+        a derived atom, the values that set its tile's width."""
+        if isinstance(e, S.Name) and e.id in sc.derived:
+            return sc.derived[e.id].origins
         o = sc.origins.get(e.id) if isinstance(e, S.Name) else None
         return (o,) if o is not None else ()
 
@@ -153,6 +160,9 @@ class _DA(MappingChecks):
                 val = sc.node.tunables[s.name]
                 kind = {"int": "scalar", "processor": "proc", "atom": "atom"}[s.kind]
                 self.bound += 1
+                if val == AUTO_ATOM:  # unbound in the mapping: inherited or derived
+                    self.bind_auto_atom(s, sc)
+                    continue
                 inst = sc.node.instance.instance
                 o = Origin(
                     s.name, val, inst, self.mapping_loc(inst, "tunables", s.name), self.bound
@@ -197,20 +207,23 @@ class _DA(MappingChecks):
             params = (N.IConst(d),)
             piece = tuple(x for i, x in enumerate(shape) if i != d)
         else:
-            atom_name = self.atom(s.args[0], sc)
+            atom_name = self.partition_atom(s, sc, shape)
             proc = self.proc(s.args[1], sc)
             op = s.args[2].value  # type: ignore[union-attr]
             params = (atom_name, proc, op)
-            piece = mma_piece_shape(
-                shape,
-                atom_name,
-                proc,
-                op,
-                s.loc,
-                atom_origin=self.origin(s.args[0], sc),
-                proc_origin=self.origin(s.args[1], sc),
-                breaks=sc.here(f"it breaks this partition of '{s.tensor}'"),
-            )
+            try:
+                piece = mma_piece_shape(
+                    shape,
+                    atom_name,
+                    proc,
+                    op,
+                    s.loc,
+                    atom_origin=self.origin(s.args[0], sc),
+                    proc_origin=self.origin(s.args[1], sc),
+                    breaks=sc.here(f"it breaks this partition of '{s.tensor}'"),
+                )
+            except CypressError as err:
+                raise self.explain_derived(err, s, sc, shape) from None
         name = self.names.fresh(s.name)
         if s.kind == PartKind.MMA:
             self.part_procs[name] = self.origin(s.args[1], sc)
@@ -302,7 +315,7 @@ class _DA(MappingChecks):
             env[p.name] = ("tensor", N.TRef(name))
             fresh.append((p, v, name))
         # step 3: the callee's body
-        csc = _Scope(child, env)
+        csc = _Scope(child, env, caller=sc)
         self.body(cv.body, csc, f)
         # step 4: copy-out what the callee writes
         for p, v, name in fresh:
@@ -345,6 +358,7 @@ class _DA(MappingChecks):
                 elif rule.reads:
                     pre += f.read_deps(root)
                 roots.append((root, rule.reads, rule.writes))
+        self.check_leaf_atoms(s, sc, fn, args)
         self._check_leaf_mems(s, sc, fn, args)
         self._check_wgmma_atom(s, sc, fn, args)
         ev = N.EvRef(self.names.event())
@@ -421,8 +435,9 @@ def dependence_analysis(tree: TaskTree) -> N.Module:
     Raises :class:`CypressError` (E040–E043) when a tile does not fit its mma atom (or a
     wgmma issues an atom whose N is not its accumulator tile's width), a ``prange`` mixes
     processor levels, a task takes a piece of a ``partition_by_mma`` laid out for another
-    level, or a leaf is mapped to touch a NONE tensor or a
-    memory its leaf function cannot read — located at the mapping value that caused it
+    level, a leaf is mapped to touch a NONE tensor or a
+    memory its leaf function cannot read, or an atom tunable the mapping leaves unbound
+    cannot be derived (:mod:`cypressc.passes.atom_derivation`) — located at the mapping value that caused it
     when there is one (:mod:`cypressc.ir.origin`) — and E048/E049 when static index
     arithmetic divides by zero, is inexact, non-integral, out of range, or gives a
     non-positive extent (:mod:`cypressc.passes.extents`).  The module's

@@ -32,7 +32,9 @@ __all__ = ["MappingChecks"]
 class _Misfit:
     """A wgmma leaf call ``stmt`` in ``node`` issuing ``atom`` on a ``rows x cols`` warpgroup
     tile whose column count ``cols_expr`` (with its tunables' origins) is not the atom's N;
-    ``origin`` is the mapping value that chose the atom (empty for a literal)."""
+    ``origin`` is the mapping value that chose the atom (empty for a literal; for an atom
+    derived from another tile, that tile's width tunables, and ``derived`` names the atom
+    tunable and the instance that derived it: :mod:`cypressc.passes.atom_derivation`)."""
 
     stmt: S.LeafCall
     node: TaskNode
@@ -41,6 +43,7 @@ class _Misfit:
     cols: int
     cols_expr: N.IExpr
     origin: tuple[Origin, ...]
+    derived: tuple[str, str] | None = None
 
     def fit(self) -> str | None:
         """The atom of the same M and K whose N is the tile's width, if there is one."""
@@ -185,8 +188,19 @@ class MappingChecks:
         atom_name = args[k].name
         if cols is None or lookup_atom(atom_name).n == cols:
             return
+        a = s.args[k]
+        derived = sc.derived.get(a.id) if isinstance(a, S.Name) else None
         self.misfits.append(
-            _Misfit(s, sc.node, atom_name, rows, cols, tile[1], self.origin(s.args[k], sc))
+            _Misfit(
+                s,
+                sc.node,
+                atom_name,
+                rows,
+                cols,
+                tile[1],
+                self.origin(a, sc),
+                (a.id, derived.instance) if derived and isinstance(a, S.Name) else None,
+            )
         )
 
     def _raise_misfits(self) -> None:
@@ -202,6 +216,8 @@ class MappingChecks:
             fit = m.fit()
             if fit is None:
                 return f"make the tile of {m.issuer()} at most 256 columns wide, a multiple of 8"
+            if m.derived:
+                return f"bind {m.derived[0]}: {fit} in instance '{m.derived[1]}' (derived now)"
             if m.origin:
                 return f"set {m.origin[0].key}: {fit} in instance '{m.origin[0].instance}'"
             return f"write {fit}() in variant '{m.node.variant.name}'"

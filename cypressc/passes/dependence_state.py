@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cypressc.diagnostics import Loc
 from cypressc.ir import nodes as N
 from cypressc.ir.origin import Origin
 from cypressc.mapping.tasktree import TaskNode
 from cypressc.passes.levels import here
 
-__all__ = ["Namer", "TState"]
+__all__ = ["DerivedAtom", "Namer", "TState"]
 
 
 class Namer:
@@ -112,14 +113,35 @@ class _Frame:
             self.touched[root] = True
 
 
+@dataclass(frozen=True)
+class DerivedAtom:
+    """An atom tunable derived from a tile (:mod:`cypressc.passes.atom_derivation`):
+    ``instance`` derived it from the ``cols`` columns of its tensor ``tensor`` at the
+    ``partition_by_mma`` at ``loc``; ``origins`` are the mapping values that set that width
+    (the instance's own row when the program writes it)."""
+
+    origins: tuple[Origin, ...]
+    instance: str
+    tensor: str
+    cols: int
+    loc: Loc
+
+
 @dataclass
 class _Scope:
     """One task being lowered: its node, its names, and the mapping origin of each
-    processor or atom tunable (int tunables carry theirs in their IConst)."""
+    processor or atom tunable (int tunables carry theirs in their IConst).
+
+    ``caller`` is the scope of the task that launched this one (None at the entrypoint):
+    an atom tunable the mapping leaves unbound inherits the caller's.  ``derived`` holds,
+    per atom tunable derived from a tile's width (:mod:`cypressc.passes.atom_derivation`),
+    where and from what (inherited ones included)."""
 
     node: TaskNode
     env: dict[str, tuple[str, object]]
     origins: dict[str, Origin] = field(default_factory=dict)
+    caller: "_Scope | None" = None
+    derived: dict[str, DerivedAtom] = field(default_factory=dict)
 
     def here(self, what: str) -> str:
         return here(self.node, what)

@@ -9,7 +9,9 @@ A **knob** is one performance decision of a mapping, read off the mapping and it
     different values (``PIECES: 4`` under a warpgroup, ``32`` under a warp) is structural
     and left alone unless the ``tune:`` section names it.
 ``atom``
-    an instruction-atom tunable (``MMA: WGMMA_64x128x16``), likewise tied by name.
+    an instruction-atom tunable (``MMA: WGMMA_64x128x16``), likewise tied by name; one the
+    mapping leaves unbound is derived from its tile (so it follows the tile knobs) and is
+    not a knob.
 ``block``
     a BLOCK knob of the kernel's outermost BLOCK instance (``pipeline``, ``warpspecialize``,
     ``persistent``, ``raster``, ``mma_in_flight``, ``producer_registers``,
@@ -40,7 +42,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cypressc.diagnostics import CypressError, CypressErrors
-from cypressc.lang.atoms import is_atom_name
+from cypressc.lang.atoms import AUTO_ATOM, is_atom_name
 from cypressc.lang.kinds import Mem, Proc
 from cypressc.lang.syntax import Program
 from cypressc.mapping.loader import LoadedMapping, load_mapping_source
@@ -298,7 +300,10 @@ def _yaml_scalar(v: Any) -> str:
 
 
 def _tied_tunables(tree: TaskTree) -> dict[str, tuple[str, list[Site], set[Any]]]:
-    """tunable name -> (kind, sites, values bound), over the instances the tree reaches."""
+    """tunable name -> (kind, sites, values bound), over the instances the tree reaches.
+
+    An atom tunable the mapping leaves unbound (:data:`AUTO_ATOM`) has no site to edit: it
+    follows its tile, whose tunables are knobs of their own, so it is no knob."""
     index = {inst.instance: i for i, inst in enumerate(tree.mapping.spec.instances)}
     out: dict[str, tuple[str, list[Site], set[Any]]] = {}
     seen: set[str] = set()
@@ -307,7 +312,11 @@ def _tied_tunables(tree: TaskTree) -> dict[str, tuple[str, list[Site], set[Any]]
             continue
         seen.add(node.instance.instance)
         for t, decl in node.variant.tunables().items():
-            if t not in node.tunables or decl.kind not in ("int", "atom"):
+            if (
+                t not in node.tunables
+                or decl.kind not in ("int", "atom")
+                or node.tunables[t] == AUTO_ATOM
+            ):
                 continue
             kind, sites, vals = out.setdefault(t, (decl.kind, [], set()))
             sites.append(Site(index[node.instance.instance], ("tunables", t)))
