@@ -41,7 +41,7 @@ def _same_files(a, b) -> None:
 
 
 def test_gemm_without_atoms_renders_byte_identical(tmp_path: Path) -> None:
-    src = ROOT / "mappings/gemm/h100.yaml"
+    src = ROOT / "tests/mappings/full/gemm/h100.yaml"
     m = _without_atoms(src, tmp_path / "h100.yaml")
     assert "MMA" not in m.read_text()
     _same_files(rendered("gemm", src), rendered("gemm", m))
@@ -53,19 +53,19 @@ def test_gemm_without_atoms_renders_byte_identical(tmp_path: Path) -> None:
 def test_a_tile_change_is_one_value_and_picks_the_atom(tmp_path: Path) -> None:
     """V: 128 (and the pipeline h100_128x128 uses) with no atom written: the same files as
     h100_128x128.yaml, which writes WGMMA_64x128x16 seven times."""
-    m = _without_atoms(ROOT / "mappings/gemm/h100.yaml", tmp_path / "v128.yaml", V=128)
+    m = _without_atoms(ROOT / "tests/mappings/full/gemm/h100.yaml", tmp_path / "v128.yaml", V=128)
     m.write_text(m.read_text().replace("pipeline: 3", "pipeline: 4"))
     out = rendered("gemm", m)
     cu = out.files["gemm.cu"]
     assert "cypress::wgmma<128, __half>(" in cu and "wgmma<256," not in cu
-    _same_files(rendered("gemm", ROOT / "mappings/gemm/h100_128x128.yaml"), out)
+    _same_files(rendered("gemm", ROOT / "tests/mappings/full/gemm/h100_128x128.yaml"), out)
 
 
 def test_fa3_without_atoms_renders_byte_identical(tmp_path: Path) -> None:
     """Every atom of FA3's mapping but init_wg's, whose task partitions only the row
     statistics m and l (rank 1: no columns to derive N from), so it stays bound; without it
     too, that row is the E040."""
-    src = ROOT / "mappings/flash_attention3/h100_d128.yaml"
+    src = ROOT / "tests/mappings/full/flash_attention3/h100_d128.yaml"
     m = _without_atoms(src, tmp_path / "d128.yaml", keep=("init_wg",))
     assert m.read_text().count("WGMMA_") == 1
     _same_files(rendered("flash_attention3", src), rendered("flash_attention3", m))
@@ -92,7 +92,7 @@ def test_an_atom_first_used_by_a_leaf_call_is_a_located_e040(tmp_path: Path) -> 
     inner, rest = body.split("@task", 1)
     prog = tmp_path / "gemm.cyp"
     prog.write_text(head + "def mma_inner(" + inner.replace("MMA", "MMAW") + "@task" + rest)
-    data = yaml.safe_load((ROOT / "mappings/gemm/h100.yaml").read_text())
+    data = yaml.safe_load((ROOT / "tests/mappings/full/gemm/h100.yaml").read_text())
     for inst in data["instances"]:
         t = inst.get("tunables", {})
         if inst["variant"] == "mma_inner":
@@ -125,7 +125,7 @@ def test_the_tuner_takes_no_knob_for_a_derived_atom(tmp_path: Path) -> None:
     from cypressc.tuner.prune import check_candidate
     from cypressc.tuner.space import derive_space
 
-    m = _without_atoms(ROOT / "mappings/gemm/h100.yaml", tmp_path / "h100.yaml")
+    m = _without_atoms(ROOT / "tests/mappings/full/gemm/h100.yaml", tmp_path / "h100.yaml")
     sp = derive_space(tree("gemm", m), m.read_text())
     assert "MMA" not in sp.by_name and "V" in sp.by_name
     # a point of the space with another tile width: the atom is left to follow the tile, and
@@ -140,7 +140,7 @@ def test_one_atom_over_two_widths_notes_where_it_was_derived(tmp_path: Path) -> 
     """FA2's softmax_inner partitions O (128 columns) and then S (176 under W: 176) with one
     MMA: derived from O, it does not fit S; the E040 notes where MMA was derived and hints an
     atom whose N divides both (the 64x16 the mapping writes)."""
-    src = ROOT / "mappings/flash_attention2/h100_d128_w176.yaml"
+    src = ROOT / "tests/mappings/full/flash_attention2/h100_d128_w176.yaml"
     m = _without_atoms(src, tmp_path / "w176.yaml", keep=("init_wg",))
     with pytest.raises(CypressError) as e:
         snapshots("flash_attention2", m, until="dependence-analysis")
