@@ -194,7 +194,7 @@ def _check_leaves(
                 f"task '{name.name}' of module '{stmt.module}' calls leaf function '{call.fn}', "
                 "which this program does not declare",
                 name,
-                f"declare it in this program: an `@external(\"cpp::name\", writes=[...])` "
+                f'declare it in this program: an `@external("cpp::name", writes=[...])` '
                 f"`def {call.fn}(...)`, or a choice parameter `{call.fn} = choice(f, g)` "
                 "over its externals",
             )
@@ -212,10 +212,10 @@ def _new_externals(
         same = [x for x in externals if x.name == e.name]
         if not same:
             out.append(e)
-        elif same[0] != e:
+        elif same[0] != e or same[0].loc != e.loc:  # (loc is not part of ==)
             err = p.err(
                 "E014",
-                f"module '{stmt.module}' declares external '{e.name}', which is declared here too",
+                f"module '{stmt.module}' declares external '{e.name}', which this program (or a module it imports) declares too",
                 stmt,
                 f"rename or drop one of the two declarations of '{e.name}'",
             )

@@ -102,7 +102,11 @@ class StmtParser:
                     S.Launch(call.args[0].value, tuple(self.expr(a) for a in call.args[1:]), loc)
                 ]
             name = call.func.id
-            fn = self.choices[name].bound if name in self.choices else self.outer_choices.get(name, name)
+            fn = (
+                self.choices[name].bound
+                if name in self.choices
+                else self.outer_choices.get(name, name)
+            )
             return [S.LeafCall(fn, tuple(self.expr(a) for a in call.args), loc)]
         what = _STMT_NAMES.get(type(st).__name__, f"{type(st).__name__} statements")
         hint = (

@@ -49,29 +49,6 @@ def mma_thread(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     warpgroup_mma(MMA, C, A, B)
 
 
-# ---- C = 0 for the f32 accumulator
-@task("clear", Inner, writes=["C"])
-def clear_tile(C: tensor[2, f32]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    for i in prange(WGS):
-        launch("clear", Cp[i, 0])
-
-
-@task("clear", Inner, writes=["C"])
-def clear_inner(C: tensor[2, f32]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("clear", Cp[i])
-
-
-@task("clear", Leaf, writes=["C"])
-def clear_thread(C: tensor[2, f32]):
-    fill(C, 0)
-
-
 # ---- C += A @ B with A (e.g. FlashAttention's P) in registers
 @task("mma_rs", Inner, reads=["A", "B", "C"], writes=["C"])
 def mma_rs_tile(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
@@ -97,6 +74,29 @@ def mma_rs_inner(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
 def mma_rs_thread(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     MMA = tunable(atom)
     warpgroup_mma(MMA, C, A, B)
+
+
+# ---- C = 0 for the f32 accumulator
+@task("clear", Inner, writes=["C"])
+def clear_tile(C: tensor[2, f32]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    for i in prange(WGS):
+        launch("clear", Cp[i, 0])
+
+
+@task("clear", Inner, writes=["C"])
+def clear_inner(C: tensor[2, f32]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("clear", Cp[i])
+
+
+@task("clear", Leaf, writes=["C"])
+def clear_thread(C: tensor[2, f32]):
+    fill(C, 0)
 
 
 # ---- C += X for two f32 accumulators: same distribution as "clear", per-thread adds

@@ -3,20 +3,21 @@
 `from hopper_bt import mma` brings task "mma" (variants mma_tile, mma_inner, mma_thread):
 C (f32) += A @ Bᵀ (T) where B is stored N x K, contiguous along K like A (PyTorch's
 `x @ W.T`; FlashAttention's S = Q·Kᵀ), read K-major by the Tensor Core
-(`warpgroup_mma_bt`).  The tree is hopper.cyp's mma but for the leaf, under the same task
-and variant names, so a program imports one or the other.  The importing program declares
-the dtype parameter `T` (e.g. `T = dtype(f16, bf16)`); the module shares its binding.
+(`warpgroup_mma_bt`).  The tree is hopper.cyp's mma but for the leaf (and A's panel
+width, read from A's shape), under the same task and variant names, so a program imports
+one or the other.  The importing program declares the dtype parameter `T` (e.g.
+`T = dtype(f16, bf16)`); the module shares its binding.
 """
 
 T = dtype(f16, bf16)  # the 16-bit element type of the operands: bound by the importing program
 
-# ---- C += A @ Bᵀ on the Tensor Core: block -> warpgroups -> warps -> threads
+# ---- C += A @ Bᵀ (B K-major) on the Tensor Core: block -> warpgroups -> warps -> threads
 @task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
 def mma_tile(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     WGS = tunable(int)
-    M, N, K = C.shape[0], C.shape[1], A.shape[1]
+    M, N = C.shape[0], C.shape[1]
     Cp = partition_by_blocks(C, (M / WGS, N))
-    Ap = partition_by_blocks(A, (M / WGS, K))
+    Ap = partition_by_blocks(A, (M / WGS, A.shape[1]))
     for i in prange(WGS):
         launch("mma", Cp[i, 0], Ap[i, 0], B)
 
