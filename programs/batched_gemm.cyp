@@ -10,13 +10,13 @@ slice into U x V blocks, each block clears an f32 accumulator, runs the K loop o
 Core (block -> warpgroups -> warps -> threads) and copies the accumulator out as T.
 The batch, row and column loops are all parallel, so the kernel's grid is L x M/U x N/V.
 
-The mma, clear, copy trees come from cypressc's library (cypressc/lib/hopper.cyp);
-the program with them written out is tests/programs/full/batched_gemm.cyp.
+The mma, clear and copy trees come from cypressc's library (cypressc/lib/hopper.cyp); the
+program with every tree written out is tests/programs/full/batched_gemm.cyp.
 """
 
 T = dtype(f16, bf16)  # the 16-bit element type of A, B and C: --dtype T=bf16
 
-from hopper import mma, clear, copy  # cypressc/lib/hopper.cyp
+from hopper import mma, clear, copy  # block -> warpgroups -> warps -> threads
 
 # ---- the batch: one 2-D GEMM per slice
 @task("batched_gemm", Inner, reads=["A", "B"], writes=["C"])

@@ -7,15 +7,15 @@ Each thread block owns a U x V tile of D.  It keeps two f32 accumulators, clears
 in one sequential K loop issues both Tensor Core products on the same A tile, so the loads
 of B1 and B2 and the two wgmma chains overlap.  Then it adds the second accumulator into the
 first on the CUDA cores (task "add", split down to threads exactly like "clear") and
-copies the sum out as T.  The mma / clear / copy trees are those of programs/gemm.cyp.
+copies the sum out as T.
 
-The mma, clear, add, copy trees come from cypressc's library (cypressc/lib/hopper.cyp);
-the program with them written out is tests/programs/full/dual_gemm.cyp.
+The mma, clear, add and copy trees come from cypressc's library (cypressc/lib/hopper.cyp); the
+program with every tree written out is tests/programs/full/dual_gemm.cyp.
 """
 
 T = dtype(f16, bf16)  # the 16-bit element type of A, B and C: --dtype T=bf16
 
-from hopper import mma, clear, add, copy  # cypressc/lib/hopper.cyp
+from hopper import mma, clear, add, copy  # block -> warpgroups -> warps -> threads
 
 @task("dual_gemm", Inner, reads=["A", "B1", "B2"], writes=["D"])
 def dual_gemm_host(D: tensor[(M, N), T], A: tensor[(M, K), T], B1: tensor[(K, N), T],

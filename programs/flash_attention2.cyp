@@ -21,15 +21,18 @@ P = exp2((S - m)·s), l += the row sums of P, where s = scale·log2(e) turns exp
 row reductions combine the 4 lanes that share an accumulator row.  Then O += T(P)·V[tile]
 with P in registers as the wgmma A operand.  After the loop O /= l, LSE = m·scale + ln(l).
 
-The mma, mma_rs, clear, convert, store, mask, init, finish trees come from cypressc's library (cypressc/lib/hopper_bt.cyp, cypressc/lib/hopper.cyp, cypressc/lib/softmax.cyp);
-the program with them written out is tests/programs/full/flash_attention2.cyp.
+The trees below the block come from cypressc's library: S = Q·Kᵀ's mma from
+cypressc/lib/hopper_bt.cyp, mma_rs, clear, convert and store from cypressc/lib/hopper.cyp,
+mask, init and finish from cypressc/lib/softmax.cyp; the program with every tree written out
+is tests/programs/full/flash_attention2.cyp.  The softmax tree stays here: it also rescales O
+(its variants take O), where the library's (flash_attention3's) leaves that to "rescale".
 """
 
 T = dtype(f16, bf16)  # the element type of Q, K, V and O: --dtype T=bf16
 
-from hopper_bt import mma                         # the K-major Bᵀ mma
-from hopper import mma_rs, clear, convert, store  # cypressc/lib/hopper.cyp
-from softmax import mask, init, finish            # the online-softmax steps
+from hopper_bt import mma                         # S += Q Kᵀ (K as the K-major B operand)
+from hopper import mma_rs, clear, convert, store  # O += P V, P in registers; S = 0; P, O to T
+from softmax import mask, init, finish            # the online softmax's other steps
 
 
 # ---- the batch and the heads: one 2-D attention per (b, h), key/value head h // (H / HK)
@@ -92,7 +95,8 @@ def attn_block(O: tensor[2, T], LSE: tensor[1, f32], Q: tensor[2, T], K: tensor[
     launch("store", Oacc, O)
 
 
-# ---- the online softmax of one step, on the accumulator layout's rows (s = scale·log2 e)
+# ---- the online softmax of one step, on the accumulator layout's rows (s = scale·log2 e),
+# O rescaled in the same leaf (not the library's softmax, which leaves that to "rescale")
 @task("softmax", Inner, reads=["O", "S", "m", "l"], writes=["O", "S", "m", "l", "alpha"])
 def softmax_tile(O: tensor[2, f32], S: tensor[2, f32], m: tensor[1, f32], l: tensor[1, f32],
                  alpha: tensor[1, f32], s: float):

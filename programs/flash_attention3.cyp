@@ -18,15 +18,17 @@ as separate groups, waits for the first only (``wait_group 1``) before the mask,
 before the rescale, releases the K stage after the first wait and the V stage after the
 second.  The program says none of that: no waits, no roles, no stage indices.
 
-The mma, mma_rs, clear, convert, store, mask, softmax, rescale, init, finish trees come from cypressc's library (cypressc/lib/hopper_bt.cyp, cypressc/lib/hopper.cyp, cypressc/lib/softmax.cyp);
-the program with them written out is tests/programs/full/flash_attention3.cyp.
+Every tree below the block comes from cypressc's library: S = Q·Kᵀ's mma from
+cypressc/lib/hopper_bt.cyp, mma_rs, clear, convert and store from cypressc/lib/hopper.cyp,
+the online-softmax steps from cypressc/lib/softmax.cyp; the program with every tree written
+out is tests/programs/full/flash_attention3.cyp.
 """
 
 T = dtype(f16, bf16)  # the element type of Q, K, V and O: --dtype T=bf16
 
-from hopper_bt import mma                                 # the K-major Bᵀ mma
-from hopper import mma_rs, clear, convert, store          # cypressc/lib/hopper.cyp
-from softmax import mask, softmax, rescale, init, finish  # the online-softmax steps
+from hopper_bt import mma                                 # S += Q Kᵀ (K as the K-major B operand)
+from hopper import mma_rs, clear, convert, store          # O += P V, P in registers; S = 0; P, O to T
+from softmax import mask, softmax, rescale, init, finish  # the online softmax's steps
 
 
 # ---- the batch and the heads: one 2-D attention per (b, h), key/value head h // (H / HK)

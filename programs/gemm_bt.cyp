@@ -5,13 +5,15 @@ A: M x K, B: N x K, C: M x N, all row-major T (f16 or bf16); the accumulator is 
 Both operands are contiguous along K, so the block's B tiles are N x W shared tiles that the
 Tensor Core reads K-major (``warpgroup_mma_bt``), like A's.
 
-The clear, copy trees come from cypressc's library (cypressc/lib/hopper.cyp);
-the program with them written out is tests/programs/full/gemm_bt.cyp.
+The clear and copy trees come from cypressc's library (cypressc/lib/hopper.cyp); the program
+with every tree written out is tests/programs/full/gemm_bt.cyp.  The K-major mma tree stays
+here: cypressc/lib/hopper_bt.cyp's (FlashAttention's) reads A's panel width from A's shape
+where this one names it K, as programs/gemm.cyp does.
 """
 
 T = dtype(f16, bf16)  # the 16-bit element type of A, B and C: --dtype T=bf16
 
-from hopper import clear, copy  # cypressc/lib/hopper.cyp
+from hopper import clear, copy  # block -> warpgroups -> warps -> threads
 
 @task("gemm", Inner, reads=["A", "B"], writes=["C"])
 def gemm_host(C: tensor[(M, N), T], A: tensor[(M, K), T], B: tensor[(N, K), T]):

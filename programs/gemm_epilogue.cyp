@@ -10,8 +10,10 @@ programs/ops/epilogue.cuh (NumPy reference: programs/ops/epilogue.py).  It runs 
 thread's accumulator fragment in registers, between the last wgmma and the store, so C is
 written once: this is programs/gemm.cyp plus the "epilogue" tree.
 
-The mma, clear, copy, epilogue trees come from cypressc's library (cypressc/lib/hopper.cyp, cypressc/lib/epilogue.cyp);
-the program with them written out is tests/programs/full/gemm_epilogue.cyp.
+The mma, clear and copy trees come from cypressc's library (cypressc/lib/hopper.cyp), the
+epilogue tree too (cypressc/lib/epilogue.cyp: its leaf calls ACT, the choice declared here,
+and it reads BIAS); the program with every tree written out is
+tests/programs/full/gemm_epilogue.cyp.
 """
 
 include("ops/epilogue.cuh")
@@ -32,8 +34,8 @@ def bias_silu(x: tensor[2, f32], bias: tensor[1, BIAS]):
 
 ACT = choice(bias_gelu, bias_silu)  # the activation: --param ACT=bias_silu
 
-from hopper import mma, clear, copy  # cypressc/lib/hopper.cyp
-from epilogue import epilogue        # C = ACT(C, bias) per fragment
+from hopper import mma, clear, copy  # block -> warpgroups -> warps -> threads
+from epilogue import epilogue        # C = ACT(C, bias) on each thread's fragment
 
 
 @task("gemm_epilogue", Inner, reads=["A", "B", "bias"], writes=["C"])

@@ -23,14 +23,16 @@ say "only column 0 writes y" or "these writes are equal".  Sequentially the last
 tile's y survives; the backend keeps only that store and skips the SIMT row sums whose
 value no other column tile stores.
 
-The mma, clear, copy, rowsum, clear_vec, copy_vec, clear_sums, ones, mma_sums, store_sums trees come from cypressc's library (cypressc/lib/hopper.cyp, cypressc/lib/reduction.cyp);
-the program with them written out is tests/programs/full/gemm_reduction.cyp.
+The mma, clear and copy trees come from cypressc's library (cypressc/lib/hopper.cyp), the row
+sums too (cypressc/lib/reduction.cyp); the program with every tree written out is
+tests/programs/full/gemm_reduction.cyp.
 """
 
 T = dtype(f16, bf16)  # the 16-bit element type of A, B and C: --dtype T=bf16
 
-from hopper import mma, clear, copy                                                        # cypressc/lib/hopper.cyp
-from reduction import rowsum, clear_vec, copy_vec, clear_sums, ones, mma_sums, store_sums  # the row sums
+from hopper import mma, clear, copy                           # block -> warpgroups -> warps -> threads
+from reduction import rowsum, clear_vec, copy_vec              # the SIMT row sums
+from reduction import clear_sums, ones, mma_sums, store_sums  # the Tensor-Core row sums (_tc)
 
 @task("gemm_reduction", Inner, reads=["A", "B"], writes=["C", "y"])
 def gemm_reduction_host(C: tensor[(M, N), T], y: tensor[(M,), f32], A: tensor[(M, K), T],
