@@ -198,6 +198,38 @@ def test_a_variant_defined_in_the_program_and_the_module_is_e020(tmp_path: Path)
     dup = [e for e in errs if e.code == "E020"]
     assert [(Path(e.loc.file).name, e.loc.line) for e in dup] == [("main.cyp", 4)]
     assert dup[0].notes[0][1].file == "cypressc/lib/hopper.cyp"
+    assert "drop the task from the import" in dup[0].hint
+
+
+def test_e020_points_at_the_programs_variant_when_the_import_follows_it(tmp_path: Path) -> None:
+    errs = _errors(
+        tmp_path,
+        {
+            "main.cyp": "T = dtype(f16)\n"
+            + LEAF.format(task="clear", name="clear_thread")
+            + "from hopper import clear\n"
+        },
+    )
+    dup = [e for e in errs if e.code == "E020"]
+    assert [(Path(e.loc.file).name, e.loc.line) for e in dup] == [("main.cyp", 3)]
+    assert dup[0].notes == (("imported from here", dup[0].notes[0][1]),)
+    assert dup[0].notes[0][1].file == "cypressc/lib/hopper.cyp"
+
+
+def test_a_module_imported_by_two_statements_is_parsed_once(tmp_path: Path, monkeypatch) -> None:
+    from cypressc.lang import parser
+
+    calls = []
+    real = parser.parse_module_file
+    monkeypatch.setattr(
+        parser, "parse_module_file", lambda path, *a: calls.append(path) or real(path, *a)
+    )
+    (tmp_path / "main.cyp").write_text(
+        "T = dtype(f16)\nfrom hopper import clear\nfrom hopper import copy\n"
+    )
+    prog = parser.parse_file(tmp_path / "main.cyp")
+    assert [v.task for v in prog.variants] == ["clear"] * 3 + ["copy"] * 3
+    assert [p.name for p in calls] == ["hopper.cyp"]
 
 
 def test_a_cycle_through_two_modules_is_e018(tmp_path: Path) -> None:
@@ -348,3 +380,28 @@ def test_imported_modules_are_inputs_of_the_build_and_the_tuning_key(tmp_path: P
     assert _inputs_hash(front_end(tmp_path / "gemm.cyp", mapping), None) != before
     shipped = front_end(ROOT / "programs/gemm.cyp", mapping)
     assert source_files(shipped.program)[1] == LIB_DIR / "hopper.cyp"  # a file, wherever run
+
+
+def test_a_module_importing_the_epilogue_passes_the_programs_choice_through(
+    tmp_path: Path,
+) -> None:
+    """mid.cyp imports epilogue from the library; the program imports it from mid.cyp: ACT
+    is the program's choice, resolved in the innermost module and checked by the program."""
+    from cypressc.lang.checker import check_program
+    from cypressc.lang.parser import parse_file
+
+    (tmp_path / "ops.cuh").write_text("// my::f\n")
+    (tmp_path / "mid.cyp").write_text(
+        "BIAS = dtype(f32, f16, bf16)\nfrom epilogue import epilogue\n"
+        + LEAF.format(task="noop", name="noop_thread")
+    )
+    decl = (
+        'include("ops.cuh")\nBIAS = dtype(f32, f16, bf16)\n'
+        '@external("my::f", writes=["x"])\ndef f(x: tensor[2, f32], b: tensor[1, BIAS]): ...\n'
+    )
+    (tmp_path / "prog.cyp").write_text(decl + "ACT = choice(f)\nfrom mid import epilogue\n")
+    prog = check_program(parse_file(tmp_path / "prog.cyp"))
+    leaf = next(v for v in prog.variants if v.name == "epilogue_thread")
+    assert [s.fn for s in leaf.body] == ["f"]
+    errs = _errors(tmp_path, {"prog.cyp": decl + "from mid import epilogue\n"}, main="prog.cyp")
+    assert [(e.code, e.loc.line) for e in errs] == [("E016", 5)], errs
