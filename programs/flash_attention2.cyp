@@ -20,9 +20,19 @@ then the online softmax: the new row max, alpha = exp2((m_old - m)·s) rescales 
 P = exp2((S - m)·s), l += the row sums of P, where s = scale·log2(e) turns exp into exp2; the
 row reductions combine the 4 lanes that share an accumulator row.  Then O += T(P)·V[tile]
 with P in registers as the wgmma A operand.  After the loop O /= l, LSE = m·scale + ln(l).
+
+The trees below the block come from cypressc's library: S = Q·Kᵀ's mma from
+cypressc/lib/hopper_bt.cyp, mma_rs, clear, convert and store from cypressc/lib/hopper.cyp,
+mask, init and finish from cypressc/lib/softmax.cyp; the program with every tree written out
+is tests/programs/full/flash_attention2.cyp.  The softmax tree stays here: it also rescales O
+(its variants take O), where the library's (flash_attention3's) leaves that to "rescale".
 """
 
 T = dtype(f16, bf16)  # the element type of Q, K, V and O: --dtype T=bf16
+
+from hopper_bt import mma                         # S += Q Kᵀ (K as the K-major B operand)
+from hopper import mma_rs, clear, convert, store  # O += P V, P in registers; S = 0; P, O to T
+from softmax import mask, init, finish            # the online softmax's other steps
 
 
 # ---- the batch and the heads: one 2-D attention per (b, h), key/value head h // (H / HK)
@@ -85,86 +95,8 @@ def attn_block(O: tensor[2, T], LSE: tensor[1, f32], Q: tensor[2, T], K: tensor[
     launch("store", Oacc, O)
 
 
-# ---- S += Q Kᵀ (both from shared memory, K as the K-major B operand)
-@task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_tile(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    Ap = partition_by_blocks(A, (M / WGS, A.shape[1]))
-    for i in prange(WGS):
-        launch("mma", Cp[i, 0], Ap[i, 0], B)
-
-
-@task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_inner(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    Ap = partition_by_mma(A, MMA, PROC, "A")
-    Bp = partition_by_mma(B, MMA, PROC, "B")
-    for i in prange(PIECES):
-        launch("mma", Cp[i], Ap[i], Bp[i])
-
-
-@task("mma", Leaf, reads=["A", "B", "C"], writes=["C"])
-def mma_thread(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
-    MMA = tunable(atom)
-    warpgroup_mma_bt(MMA, C, A, B)
-
-
-# ---- O += P V with P (the A operand) in registers
-@task("mma_rs", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_rs_tile(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    Ap = partition_by_blocks(A, (M / WGS, A.shape[1]))
-    for i in prange(WGS):
-        launch("mma_rs", Cp[i, 0], Ap[i, 0], B)
-
-
-@task("mma_rs", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_rs_inner(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    Ap = partition_by_mma(A, MMA, PROC, "A")
-    Bp = partition_by_mma(B, MMA, PROC, "B")
-    for i in prange(PIECES):
-        launch("mma_rs", Cp[i], Ap[i], Bp[i])
-
-
-@task("mma_rs", Leaf, reads=["A", "B", "C"], writes=["C"])
-def mma_rs_thread(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
-    MMA = tunable(atom)
-    warpgroup_mma(MMA, C, A, B)
-
-
-# ---- the keys past N and, if causal, above the diagonal: -inf (n: the tile's valid keys,
-# d: the tile's first query row minus its first key column)
-@task("mask", Inner, reads=["S"], writes=["S"])
-def mask_tile(S: tensor[2, f32], n: int, d: int):
-    WGS = tunable(int)
-    M, N = S.shape[0], S.shape[1]
-    Sp = partition_by_blocks(S, (M / WGS, N))
-    for i in prange(WGS):
-        launch("mask", Sp[i, 0], n, d + i * (M / WGS))
-
-
-@task("mask", Inner, reads=["S"], writes=["S"])
-def mask_inner(S: tensor[2, f32], n: int, d: int):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Sp = partition_by_mma(S, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("mask", Sp[i], n, d)
-
-
-@task("mask", Leaf, reads=["S"], writes=["S"])
-def mask_thread(S: tensor[2, f32], n: int, d: int):
-    mask_columns(S, n)
-    mask_causal(S, d)
-
-
-# ---- the online softmax of one step, on the accumulator layout's rows (s = scale·log2 e)
+# ---- the online softmax of one step, on the accumulator layout's rows (s = scale·log2 e),
+# O rescaled in the same leaf (not the library's softmax, which leaves that to "rescale")
 @task("softmax", Inner, reads=["O", "S", "m", "l"], writes=["O", "S", "m", "l", "alpha"])
 def softmax_tile(O: tensor[2, f32], S: tensor[2, f32], m: tensor[1, f32], l: tensor[1, f32],
                  alpha: tensor[1, f32], s: float):
@@ -202,129 +134,3 @@ def softmax_thread(O: tensor[2, f32], S: tensor[2, f32], m: tensor[1, f32], l: t
     scale_rows(l, alpha)
     warpgroup_row_sum(l, S)
     scale_rows(O, alpha)
-
-
-# ---- m = -inf, l = 0
-@task("init", Inner, writes=["m", "l"])
-def init_tile(m: tensor[1, f32], l: tensor[1, f32]):
-    WGS = tunable(int)
-    M = m.shape[0]
-    mp = partition_by_blocks(m, (M / WGS,))
-    lp = partition_by_blocks(l, (M / WGS,))
-    for i in prange(WGS):
-        launch("init", mp[i], lp[i])
-
-
-@task("init", Inner, writes=["m", "l"])
-def init_inner(m: tensor[1, f32], l: tensor[1, f32]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    mp = partition_by_mma(m, MMA, PROC, "C")
-    lp = partition_by_mma(l, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("init", mp[i], lp[i])
-
-
-@task("init", Leaf, writes=["m", "l"])
-def init_thread(m: tensor[1, f32], l: tensor[1, f32]):
-    fill(m, -1e30)
-    fill(l, 0)
-
-
-# ---- after the loop: O /= l, LSE = m·scale + ln(l)
-@task("finish", Inner, reads=["O", "m", "l"], writes=["O", "LSE"])
-def finish_tile(O: tensor[2, f32], LSE: tensor[1, f32], m: tensor[1, f32], l: tensor[1, f32], scale: float):
-    WGS = tunable(int)
-    M, E = O.shape[0], O.shape[1]
-    Op = partition_by_blocks(O, (M / WGS, E))
-    Lp = partition_by_blocks(LSE, (M / WGS,))
-    mp = partition_by_blocks(m, (M / WGS,))
-    lp = partition_by_blocks(l, (M / WGS,))
-    for i in prange(WGS):
-        launch("finish", Op[i, 0], Lp[i], mp[i], lp[i], scale)
-
-
-@task("finish", Inner, reads=["O", "m", "l"], writes=["O", "LSE"])
-def finish_inner(O: tensor[2, f32], LSE: tensor[1, f32], m: tensor[1, f32], l: tensor[1, f32], scale: float):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Op = partition_by_mma(O, MMA, PROC, "C")
-    Lp = partition_by_mma(LSE, MMA, PROC, "C")
-    mp = partition_by_mma(m, MMA, PROC, "C")
-    lp = partition_by_mma(l, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("finish", Op[i], Lp[i], mp[i], lp[i], scale)
-
-
-@task("finish", Leaf, reads=["O", "m", "l"], writes=["O", "LSE"])
-def finish_thread(O: tensor[2, f32], LSE: tensor[1, f32], m: tensor[1, f32], l: tensor[1, f32], scale: float):
-    div_rows(O, l)
-    row_log_sum_exp(LSE, m, l, scale)
-
-
-@task("clear", Inner, writes=["C"])
-def clear_tile(C: tensor[2, f32]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    for i in prange(WGS):
-        launch("clear", Cp[i, 0])
-
-
-@task("clear", Inner, writes=["C"])
-def clear_inner(C: tensor[2, f32]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("clear", Cp[i])
-
-
-@task("clear", Leaf, writes=["C"])
-def clear_thread(C: tensor[2, f32]):
-    fill(C, 0)
-
-
-@task("convert", Inner, reads=["C"], writes=["D"])
-def convert_tile(C: tensor[2, f32], D: tensor[2, T]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    Dp = partition_by_blocks(D, (M / WGS, N))
-    for i in prange(WGS):
-        launch("convert", Cp[i, 0], Dp[i, 0])
-
-
-@task("convert", Inner, reads=["C"], writes=["D"])
-def convert_inner(C: tensor[2, f32], D: tensor[2, T]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    Dp = partition_by_mma(D, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("convert", Cp[i], Dp[i])
-
-
-@task("convert", Leaf, reads=["C"], writes=["D"])
-def convert_thread(C: tensor[2, f32], D: tensor[2, T]):
-    copy(C, D)
-
-
-@task("store", Inner, reads=["C"], writes=["D"])
-def store_tile(C: tensor[2, f32], D: tensor[2, T]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    Dp = partition_by_blocks(D, (M / WGS, N))
-    for i in prange(WGS):
-        launch("store", Cp[i, 0], Dp[i, 0])
-
-
-@task("store", Inner, reads=["C"], writes=["D"])
-def store_inner(C: tensor[2, f32], D: tensor[2, T]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    Dp = partition_by_mma(D, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("store", Cp[i], Dp[i])
-
-
-@task("store", Leaf, reads=["C"], writes=["D"])
-def store_thread(C: tensor[2, f32], D: tensor[2, T]):
-    copy(C, D)

@@ -4,9 +4,16 @@ paper's Fig. 5 Hopper GEMM with B given as the N x K matrix it is stored as.
 A: M x K, B: N x K, C: M x N, all row-major T (f16 or bf16); the accumulator is f32 (task "mma").
 Both operands are contiguous along K, so the block's B tiles are N x W shared tiles that the
 Tensor Core reads K-major (``warpgroup_mma_bt``), like A's.
+
+The clear and copy trees come from cypressc's library (cypressc/lib/hopper.cyp); the program
+with every tree written out is tests/programs/full/gemm_bt.cyp.  The K-major mma tree stays
+here: cypressc/lib/hopper_bt.cyp's (FlashAttention's) reads A's panel width from A's shape
+where this one names it K, as programs/gemm.cyp does.
 """
 
 T = dtype(f16, bf16)  # the 16-bit element type of A, B and C: --dtype T=bf16
+
+from hopper import clear, copy  # block -> warpgroups -> warps -> threads
 
 @task("gemm", Inner, reads=["A", "B"], writes=["C"])
 def gemm_host(C: tensor[(M, N), T], A: tensor[(M, K), T], B: tensor[(N, K), T]):
@@ -56,51 +63,3 @@ def mma_inner(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
 def mma_thread(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     MMA = tunable(atom)
     warpgroup_mma_bt(MMA, C, A, B)
-
-
-# ---- C = 0 for the f32 accumulator
-@task("clear", Inner, writes=["C"])
-def clear_tile(C: tensor[2, f32]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    for i in prange(WGS):
-        launch("clear", Cp[i, 0])
-
-
-@task("clear", Inner, writes=["C"])
-def clear_inner(C: tensor[2, f32]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("clear", Cp[i])
-
-
-@task("clear", Leaf, writes=["C"])
-def clear_thread(C: tensor[2, f32]):
-    fill(C, 0)
-
-
-# ---- D = C converted to T: the epilogue
-@task("copy", Inner, reads=["C"], writes=["D"])
-def copy_tile(C: tensor[2, f32], D: tensor[2, T]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    Dp = partition_by_blocks(D, (M / WGS, N))
-    for i in prange(WGS):
-        launch("copy", Cp[i, 0], Dp[i, 0])
-
-
-@task("copy", Inner, reads=["C"], writes=["D"])
-def copy_inner(C: tensor[2, f32], D: tensor[2, T]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    Dp = partition_by_mma(D, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("copy", Cp[i], Dp[i])
-
-
-@task("copy", Leaf, reads=["C"], writes=["D"])
-def copy_thread(C: tensor[2, f32], D: tensor[2, T]):
-    copy(C, D)

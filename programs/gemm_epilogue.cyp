@@ -9,6 +9,11 @@ The epilogue is the leaf function ACT, declared below with @external and defined
 programs/ops/epilogue.cuh (NumPy reference: programs/ops/epilogue.py).  It runs on each
 thread's accumulator fragment in registers, between the last wgmma and the store, so C is
 written once: this is programs/gemm.cyp plus the "epilogue" tree.
+
+The mma, clear and copy trees come from cypressc's library (cypressc/lib/hopper.cyp), the
+epilogue tree too (cypressc/lib/epilogue.cyp: its leaf calls ACT, the choice declared here,
+and it reads BIAS); the program with every tree written out is
+tests/programs/full/gemm_epilogue.cyp.
 """
 
 include("ops/epilogue.cuh")
@@ -28,6 +33,9 @@ def bias_silu(x: tensor[2, f32], bias: tensor[1, BIAS]):
 
 
 ACT = choice(bias_gelu, bias_silu)  # the activation: --param ACT=bias_silu
+
+from hopper import mma, clear, copy  # block -> warpgroups -> warps -> threads
+from epilogue import epilogue        # C = ACT(C, bias) on each thread's fragment
 
 
 @task("gemm_epilogue", Inner, reads=["A", "B", "bias"], writes=["C"])
@@ -54,103 +62,3 @@ def gemm_epilogue_block(C: tensor[2, T], A: tensor[2, T], B: tensor[2, T], bias:
         launch("mma", Cacc, Ap[0, k], Bp[k, 0])
     launch("epilogue", Cacc, bias)
     launch("copy", Cacc, C)
-
-
-# ---- C += A @ B on the Tensor Core: block -> warpgroups -> warps -> threads
-@task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_tile(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
-    WGS = tunable(int)
-    M, N, K = C.shape[0], C.shape[1], A.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    Ap = partition_by_blocks(A, (M / WGS, K))
-    for i in prange(WGS):
-        launch("mma", Cp[i, 0], Ap[i, 0], B)
-
-
-@task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_inner(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    Ap = partition_by_mma(A, MMA, PROC, "A")
-    Bp = partition_by_mma(B, MMA, PROC, "B")
-    for i in prange(PIECES):
-        launch("mma", Cp[i], Ap[i], Bp[i])
-
-
-@task("mma", Leaf, reads=["A", "B", "C"], writes=["C"])
-def mma_thread(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
-    MMA = tunable(atom)
-    warpgroup_mma(MMA, C, A, B)
-
-
-# ---- C = 0 for the f32 accumulator
-@task("clear", Inner, writes=["C"])
-def clear_tile(C: tensor[2, f32]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    for i in prange(WGS):
-        launch("clear", Cp[i, 0])
-
-
-@task("clear", Inner, writes=["C"])
-def clear_inner(C: tensor[2, f32]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("clear", Cp[i])
-
-
-@task("clear", Leaf, writes=["C"])
-def clear_thread(C: tensor[2, f32]):
-    fill(C, 0)
-
-
-# ---- C = act(C + bias): the user's epilogue on each thread's fragment.  The warpgroups
-# split C's rows; every thread reads the block's whole bias vector, element c for its
-# fragment's column c.
-@task("epilogue", Inner, reads=["C", "bias"], writes=["C"])
-def epilogue_tile(C: tensor[2, f32], bias: tensor[1, BIAS]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    for i in prange(WGS):
-        launch("epilogue", Cp[i, 0], bias)
-
-
-@task("epilogue", Inner, reads=["C", "bias"], writes=["C"])
-def epilogue_inner(C: tensor[2, f32], bias: tensor[1, BIAS]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("epilogue", Cp[i], bias)
-
-
-@task("epilogue", Leaf, reads=["C", "bias"], writes=["C"])
-def epilogue_thread(C: tensor[2, f32], bias: tensor[1, BIAS]):
-    ACT(C, bias)
-
-
-# ---- D = C converted to T: the store
-@task("copy", Inner, reads=["C"], writes=["D"])
-def copy_tile(C: tensor[2, f32], D: tensor[2, T]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    Dp = partition_by_blocks(D, (M / WGS, N))
-    for i in prange(WGS):
-        launch("copy", Cp[i, 0], Dp[i, 0])
-
-
-@task("copy", Inner, reads=["C"], writes=["D"])
-def copy_inner(C: tensor[2, f32], D: tensor[2, T]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    Dp = partition_by_mma(D, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("copy", Cp[i], Dp[i])
-
-
-@task("copy", Leaf, reads=["C"], writes=["D"])
-def copy_thread(C: tensor[2, f32], D: tensor[2, T]):
-    copy(C, D)

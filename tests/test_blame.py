@@ -244,7 +244,7 @@ def test_an_atom_the_program_writes_blames_the_tile(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     prog = tmp_path / "gemm.cyp"
     prog.write_text(
-        (ROOT / "programs/gemm.cyp")
+        (ROOT / "tests/programs/full/gemm.cyp")  # its mma leaf written out
         .read_text()
         .replace(
             "    MMA = tunable(atom)\n    warpgroup_mma(MMA, C, A, B)",

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from cypressc.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-GEMM = ROOT / "programs" / "gemm.cyp"
+# the full form (every tree written out): these tests edit the program's own text
+GEMM = ROOT / "tests" / "programs" / "full" / "gemm.cyp"
 GEMM_MAP = (ROOT / "mappings" / "gemm" / "h100.yaml").read_text()
 WGS_INSTANCES = "WGS (clear_block, mma_block, copy_block)"
 
@@ -246,7 +247,7 @@ def test_scalar_augmented_assignment_hint_works(tmp_path):
 
 
 def test_tensor_augmented_assignment_hint_works(tmp_path):
-    src = (ROOT / "programs" / "dual_gemm.cyp").read_text()
+    src = (ROOT / "tests" / "programs" / "full" / "dual_gemm.cyp").read_text()
     assert src.count("    add(C, X)\n") == 1
     bad = write(tmp_path, "dual.cyp", src.replace("    add(C, X)\n", "    C += X\n"))
     m = ROOT / "mappings" / "dual_gemm" / "h100.yaml"
@@ -262,7 +263,7 @@ def test_dtype_hint_names_the_programs_dtype_parameter(tmp_path):
     m = write(tmp_path, "m.yaml", GEMM_MAP)
     r = cli("check", GEMM, "-m", m, "--dtype", "U=bf16")
     assert r.exit_code == 1 and "error[E013]: --dtype binds 'U'" in r.stderr
-    assert "programs/gemm.cyp:6:1: note: 'T' is declared here" in r.stderr
+    assert "tests/programs/full/gemm.cyp:6:1: note: 'T' is declared here" in r.stderr
     h = hint(r.stderr)
     assert h == "this program's dtype parameters: T (f16 or bf16); e.g. `--dtype T=bf16`"
     name, dt = re.search(r"`--dtype (\w+)=(\w+)`", h).groups()

@@ -86,12 +86,23 @@ class _Checker(ExprChecks, CallChecks):
         seen: dict[str, S.Variant] = {}
         for v in self.prog.variants:
             if v.name in seen:
+                first, again, note, hint = seen[v.name], v, "first defined here", None
+                if first.loc.file == self.prog.path and again.loc.file != self.prog.path:
+                    # an import after the program's own variant: the error is the program's
+                    first, again, note = again, first, "imported from here"
+                if first.loc.file != again.loc.file:
+                    hint = (
+                        f"import the task without defining '{v.name}', or drop the task from "
+                        "the import to use your own variants (an import brings all of a task's)"
+                    )
                 self.error(
                     "E020",
                     f"variant '{v.name}' is defined twice",
-                    v.loc,
-                    notes=(("first defined here", seen[v.name].loc),),
+                    again.loc,
+                    hint,
+                    notes=((note, first.loc),),
                 )
+                continue
             seen[v.name] = v
         for task, vs in self.tasks.items():
             first = vs[0]

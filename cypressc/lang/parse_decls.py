@@ -103,13 +103,20 @@ class DeclParser:
                 )
             except CypressError as e:
                 self.errors.append(e)
-        for at, stmt in reversed(imports):
+        # in source order, so that a module imported twice brings its externals once; the
+        # variants go in from the last, so the earlier insertion points stay valid
+        brought: list[tuple[int, list[S.Variant]]] = []
+        for at, stmt in imports:
             try:
-                variants[at:at] = import_variants(self, stmt)
+                got, exts = import_variants(self, stmt, externals)
+                brought.append((at, got))
+                externals.extend(exts)
             except CypressErrors as es:
                 self.errors.extend(es.errors)
             except CypressError as e:
                 self.errors.append(e)
+        for at, got in reversed(brought):
+            variants[at:at] = got
         check_choices(self, list(self.choices.values()), externals)
         for e in externals:
             if any(v.name == e.name for v in variants):

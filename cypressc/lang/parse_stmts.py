@@ -4,7 +4,7 @@ tunables, index lets, partitions, ``make_tensor``, ``launch()``, leaf calls and
 what to write instead.
 
 :class:`StmtParser` is a part of :class:`cypressc.lang.parser._Parser` (it calls its
-``loc``, ``err`` and ``expr`` and reads its ``choices`` and ``tensor_params``).
+``loc``, ``err`` and ``expr`` and reads its ``choices``, ``outer_choices`` and ``tensor_params``).
 """
 
 from __future__ import annotations
@@ -101,7 +101,12 @@ class StmtParser:
                 return [
                     S.Launch(call.args[0].value, tuple(self.expr(a) for a in call.args[1:]), loc)
                 ]
-            fn = self.choices[call.func.id].bound if call.func.id in self.choices else call.func.id
+            name = call.func.id
+            fn = (
+                self.choices[name].bound
+                if name in self.choices
+                else self.outer_choices.get(name, name)
+            )
             return [S.LeafCall(fn, tuple(self.expr(a) for a in call.args), loc)]
         what = _STMT_NAMES.get(type(st).__name__, f"{type(st).__name__} statements")
         hint = (

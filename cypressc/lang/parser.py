@@ -44,6 +44,7 @@ class _Parser(DeclParser, StmtParser, ExprParser):
         include_path: tuple[Path, ...] = (),
         importing: tuple[Path, ...] = (),
         imported: bool = False,
+        outer_choices: Mapping[str, str] | None = None,
     ) -> None:
         self.path = path
         self.lines = source_lines(source)
@@ -63,6 +64,11 @@ class _Parser(DeclParser, StmtParser, ExprParser):
         # a library module: the program's dtype bindings are given whether or not it
         # declares them, and a conflict is the importing statement's error
         self.imported = imported
+        # a library module's leaves may call the importing program's choice parameters by
+        # name (name -> the bound leaf function), as the program's own leaves do
+        self.outer_choices = dict(outer_choices or {})
+        # the modules this file imports, parsed once however many statements name them
+        self.modules: dict[Path, S.Program] = {}
 
     # -- locations ---------------------------------------------------------------------
     def loc(self, node: ast.AST) -> Loc:
@@ -83,9 +89,11 @@ class _Parser(DeclParser, StmtParser, ExprParser):
     def parse_module(
         self, path: Path, shown: str, dtypes: Mapping[str, str], importing: tuple[Path, ...]
     ) -> S.Program:
-        """Parse the library module at ``path`` for an import (:func:`parse_module_file`;
-        here so that :mod:`cypressc.lang.imports` need not import this module)."""
-        return parse_module_file(path, shown, dtypes, self.include_path, importing)
+        """Parse the library module at ``path`` for an import (:func:`parse_module_file`,
+        with this program's choice parameters; here so that :mod:`cypressc.lang.imports`
+        need not import this module)."""
+        choices = {**self.outer_choices, **{c.name: c.bound for c in self.choices.values()}}
+        return parse_module_file(path, shown, dtypes, self.include_path, importing, choices)
 
 
 def parse_source(
@@ -97,6 +105,7 @@ def parse_source(
     *,
     importing: tuple[Path, ...] = (),
     imported: bool = False,
+    outer_choices: Mapping[str, str] | None = None,
 ) -> S.Program:
     """Parse ``.cyp`` text into a :class:`~cypressc.lang.syntax.Program`.
 
@@ -109,8 +118,9 @@ def parse_source(
     more than :data:`MAX_EXPR_DEPTH` deep, E002–E012 for constructs outside the subset,
     E013 for dtype parameters and bindings, E014 for ``@external`` declarations, E015 for
     choice parameters, E016–E018 for ``from MODULE import TASK`` statements,
-    :mod:`cypressc.lang.imports`).  ``importing`` and ``imported`` are for parsing a library
-    module: the files whose imports led here, and that it is one.
+    :mod:`cypressc.lang.imports`).  ``importing``, ``imported`` and ``outer_choices`` are for
+    parsing a library module: the files whose imports led here, that it is one, and the
+    importing program's choice parameters its leaves may call (name -> bound function).
     """
     source = source.removeprefix("\ufeff")
     if "\x00" in source:
@@ -168,6 +178,7 @@ def parse_source(
         tuple(Path(d) for d in include_path),
         importing or ((Path(path).resolve(),) if include_dir is not None else ()),
         imported,
+        outer_choices,
     )
     try:
         prog = p.module(mod)
@@ -206,11 +217,14 @@ def parse_module_file(
     dtypes: Mapping[str, str],
     include_path: tuple[Path, ...],
     importing: tuple[Path, ...],
+    choices: Mapping[str, str] | None = None,
 ) -> S.Program:
     """Parse a library module for ``from MODULE import TASK`` (:mod:`cypressc.lang.imports`):
     with the importing program's dtype bindings ``dtypes`` (those it does not declare are
-    ignored) and ``importing``, the files being imported, outermost first, this one last;
-    ``shown`` is how its diagnostics name it."""
+    ignored), ``importing``, the files being imported, outermost first, this one last, and
+    ``choices``, the importing program's choice parameters (name -> bound leaf function),
+    which the module's leaves call by name; ``shown`` is how its diagnostics name it.  Its
+    ``include()`` headers resolve beside the module, then in ``include_path``."""
     return parse_source(
         _read(path),
         shown,
@@ -219,6 +233,7 @@ def parse_module_file(
         include_path=include_path,
         importing=importing,
         imported=True,
+        outer_choices=choices,
     )
 
 

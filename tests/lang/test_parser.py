@@ -151,8 +151,16 @@ def test_nodes_are_frozen_and_loc_is_not_compared(prog):
 
 @pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: p.stem)
 def test_bundled_programs_parse(path):
+    """A bundled program's variants are its own or the task library's (cypressc/lib); its
+    full form, tests/programs/full/<name>.cyp, defines every one itself (and finds the
+    headers it includes with `-I programs`)."""
     prog = parse_file(path)
-    assert prog.variants and all(v.loc.file == str(path) for v in prog.variants)
+    assert prog.variants and all(
+        v.loc.file == str(path) or v.loc.file.startswith("cypressc/lib/") for v in prog.variants
+    )
+    full = ROOT / "tests" / "programs" / "full" / path.name  # its headers: -I programs
+    variants = parse_file(full, include_path=(ROOT / "programs",)).variants
+    assert all(v.loc.file == str(full) for v in variants)
 
 
 def test_syntax_warnings_are_not_printed(tmp_path, recwarn):
