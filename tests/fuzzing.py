@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))
-MAPPINGS = {p: sorted((ROOT / "mappings" / p).glob("*.yaml")) for p in PROGRAMS}
+MAPPINGS = {p: sorted((ROOT / "tests/mappings/full" / p).glob("*.yaml")) for p in PROGRAMS}
 
 _HEADER = re.compile(r"^(?P<at>\S.*?): (?P<kind>error|warning)\[(?P<code>[EMW]\d{3})\]: ")
 _LOCATED = re.compile(r":\d+:\d+$")

@@ -161,7 +161,7 @@ def test_extent_messages_say_what_is_wrong(monkeypatch):
     monkeypatch.chdir(ROOT)
     want = {
         "program_divide_by_zero": r"M / \(WGS - 2\) divides by zero: WGS - 2 is 0 \(WGS is 2, set at "
-        r"mappings/gemm/h100\.yaml:\d+\)",
+        r"tests/mappings/full/gemm/h100\.yaml:\d+\)",
         "mapping_fractional_extent": r"M / WGS is 128 / 3, which is not an integer \(WGS is 3, set at "
         r"tests/corpus/mappings/fractional_extent\.yaml:\d+; U is 128, .*\)",
         "program_extent_overflow": r"M \* 100000000000000000 = 12800000000000000000 overflows the signed 64-bit "
@@ -217,7 +217,7 @@ def test_every_instance_issuing_a_misfit_atom_is_named(tmp_path, monkeypatch, ma
     the first, a note at the second, and the hint fixes both; nothing is keyed to the program."""
     monkeypatch.chdir(ROOT)
     m = mapping_variant(
-        ROOT / "mappings/gemm_reduction/h100_tc.yaml",
+        ROOT / "tests/mappings/full/gemm_reduction/h100_tc.yaml",
         "V: 256",
         "V: 128",
         ("    tunables: {SUMS: WGMMA_64x8x16}\n\n", "    tunables: {SUMS: WGMMA_64x16x16}\n\n"),
@@ -253,7 +253,7 @@ def test_an_atom_the_program_writes_blames_the_tile(tmp_path, monkeypatch):
     )
     m = tmp_path / "m.yaml"
     m.write_text(
-        (ROOT / "mappings/gemm/h100.yaml")
+        (ROOT / "tests/mappings/full/gemm/h100.yaml")
         .read_text()
         .replace("V: 256", "V: 128")
         .replace(

@@ -17,7 +17,10 @@ from cypressc.backend.outdir import STAMP
 from cypressc.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-PROG, MAP = str(ROOT / "programs" / "gemm.cyp"), str(ROOT / "mappings" / "gemm" / "h100.yaml")
+PROG, MAP = (
+    str(ROOT / "programs" / "gemm.cyp"),
+    str(ROOT / "tests/mappings/full" / "gemm" / "h100.yaml"),
+)
 BUILT = {"gemm.cu", "gemm.h", "main.cu", "main.h", "Makefile", "gemm.json", STAMP}
 
 

@@ -22,10 +22,13 @@ from cypressc.diagnostics import CypressError
 from tests import compiled
 
 ROOT = Path(__file__).resolve().parent.parent
-PROG, MAP = str(ROOT / "programs" / "gemm.cyp"), str(ROOT / "mappings" / "gemm" / "h100.yaml")
+PROG, MAP = (
+    str(ROOT / "programs" / "gemm.cyp"),
+    str(ROOT / "tests/mappings/full" / "gemm" / "h100.yaml"),
+)
 EPI = (
     str(ROOT / "programs" / "gemm_epilogue.cyp"),
-    str(ROOT / "mappings" / "gemm_epilogue" / "h100.yaml"),
+    str(ROOT / "tests/mappings/full" / "gemm_epilogue" / "h100.yaml"),
 )
 
 
@@ -118,7 +121,7 @@ def test_a_product_that_is_not_what_nvcc_writes_is_refused(tmp_path):
 
 
 def _files() -> dict[str, str]:
-    return compiled.rendered("gemm", "mappings/gemm/h100.yaml").files
+    return compiled.rendered("gemm", "tests/mappings/full/gemm/h100.yaml").files
 
 
 class _SwapWhenRead(str):

@@ -15,7 +15,7 @@ from cypressc.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG = str(ROOT / "programs" / "gemm.cyp")
-MAPPING = (ROOT / "mappings" / "gemm" / "h100.yaml").read_text()
+MAPPING = (ROOT / "tests/mappings/full" / "gemm" / "h100.yaml").read_text()
 
 # (what is wrong, text replaced once in the mapping, its replacement, the code both report)
 CASES = [
@@ -72,6 +72,6 @@ def test_check_refuses_what_build_refuses(what, old, new, code, tmp_path, monkey
 
 def test_check_writes_nothing_for_a_good_pair(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    r = _run("check", PROG, "-m", str(ROOT / "mappings" / "gemm" / "h100.yaml"))
+    r = _run("check", PROG, "-m", str(ROOT / "tests/mappings/full" / "gemm" / "h100.yaml"))
     assert r.exit_code == 0 and "7 passes and the CUDA backend accept it" in r.stdout
     assert list(tmp_path.iterdir()) == []

@@ -33,7 +33,7 @@ def _in_root(monkeypatch):
 
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_check_ok(name):
-    prog, mapping = f"programs/{name}.cyp", f"mappings/{name}/h100.yaml"
+    prog, mapping = f"programs/{name}.cyp", f"tests/mappings/full/{name}/h100.yaml"
     r = cli("check", prog, "-m", mapping)
     assert r.exit_code == 0, r.stderr
     variants, tasks, nodes, used = PROGRAMS[name]
@@ -47,7 +47,7 @@ def test_check_ok(name):
 
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_explain_prints_the_task_tree(name):
-    r = cli("explain", f"programs/{name}.cyp", "-m", f"mappings/{name}/h100.yaml")
+    r = cli("explain", f"programs/{name}.cyp", "-m", f"tests/mappings/full/{name}/h100.yaml")
     # the tree comes first; the IR of every pass follows (or a located error where a pass
     # or the backend refuses the program)
     assert r.exit_code in (0, 1) and "internal compiler error" not in r.stderr, r.stderr
@@ -69,7 +69,7 @@ def test_explain_prints_the_task_tree(name):
 
 
 def test_explain_dual_gemm_tree_exact():
-    r = cli("explain", "programs/dual_gemm.cyp", "-m", "mappings/dual_gemm/h100.yaml")
+    r = cli("explain", "programs/dual_gemm.cyp", "-m", "tests/mappings/full/dual_gemm/h100.yaml")
     assert r.stdout.splitlines()[1:9] == [
         "dual_gemm_host: variant dual_gemm_host on HOST (D@GLOBAL, A@GLOBAL, B1@GLOBAL, B2@GLOBAL) {U=128, V=128}",
         (
@@ -92,12 +92,17 @@ def test_explain_dual_gemm_tree_exact():
 
 
 def test_explain_no_tree():
-    r = cli("explain", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml", "--no-tree")
+    r = cli("explain", "programs/gemm.cyp", "-m", "tests/mappings/full/gemm/h100.yaml", "--no-tree")
     assert r.exit_code == 0 and "task tree" not in r.stdout
 
 
 def test_explain_reports_errors_like_check():
-    r = cli("explain", "tests/corpus/programs/unknown_task.cyp", "-m", "mappings/gemm/h100.yaml")
+    r = cli(
+        "explain",
+        "tests/corpus/programs/unknown_task.cyp",
+        "-m",
+        "tests/mappings/full/gemm/h100.yaml",
+    )
     assert r.exit_code == 1
     assert r.stderr.startswith("tests/corpus/programs/unknown_task.cyp:4:5: error[E021]: ")
 
@@ -148,7 +153,7 @@ def test_version():
         ["check", "programs/gemm.cyp"],
         ["check"],
         ["frobnicate"],
-        ["check", "programs", "-m", "mappings/gemm/h100.yaml"],
+        ["check", "programs", "-m", "tests/mappings/full/gemm/h100.yaml"],
     ],
 )
 def test_usage_errors_exit_2(args):
@@ -162,18 +167,18 @@ def _boom(*_a, **_k):
 
 def test_internal_error_exits_70(monkeypatch):
     monkeypatch.setattr("cypressc.mapping.tasktree.instantiate", _boom)
-    r = cli("check", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml")
+    r = cli("check", "programs/gemm.cyp", "-m", "tests/mappings/full/gemm/h100.yaml")
     assert r.exit_code == 70
     assert r.stderr.startswith(
         "internal compiler error while processing programs/gemm.cyp "
-        "mappings/gemm/h100.yaml: RuntimeError: boom"
+        "tests/mappings/full/gemm/h100.yaml: RuntimeError: boom"
     )
     assert "re-run with --debug" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_internal_error_debug_shows_traceback(monkeypatch):
     monkeypatch.setattr("cypressc.mapping.tasktree.instantiate", _boom)
-    r = cli("--debug", "explain", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml")
+    r = cli("--debug", "explain", "programs/gemm.cyp", "-m", "tests/mappings/full/gemm/h100.yaml")
     assert (
         r.exit_code == 70
         and "Traceback (most recent call last)" in r.stderr
@@ -184,10 +189,10 @@ def test_internal_error_debug_shows_traceback(monkeypatch):
 @pytest.mark.parametrize(
     "prog,mapping,rc,prefix",
     [
-        ("programs/gemm.cyp", "mappings/gemm/h100.yaml", 0, ""),
+        ("programs/gemm.cyp", "tests/mappings/full/gemm/h100.yaml", 0, ""),
         (
             "tests/corpus/programs/prange_not_disjoint.cyp",
-            "mappings/gemm/h100.yaml",
+            "tests/mappings/full/gemm/h100.yaml",
             1,
             "tests/corpus/programs/prange_not_disjoint.cyp:8:26: error[E030]: writes to 'yp' are not provably disjoint",
         ),
@@ -221,7 +226,7 @@ def test_dtype_binding_reaches_the_build(tmp_path):
             "build",
             "programs/gemm.cyp",
             "-m",
-            "mappings/gemm/h100.yaml",
+            "tests/mappings/full/gemm/h100.yaml",
             "--dtype",
             f"T={dt}",
             "-o",
@@ -244,7 +249,9 @@ def test_dtype_binding_reaches_the_build(tmp_path):
     ],
 )
 def test_dtype_binding_errors(value, rc, frag):
-    r = cli("check", "programs/gemm.cyp", "-m", "mappings/gemm/h100.yaml", "--dtype", value)
+    r = cli(
+        "check", "programs/gemm.cyp", "-m", "tests/mappings/full/gemm/h100.yaml", "--dtype", value
+    )
     assert r.exit_code == rc and frag in r.stderr, r.stderr
 
 
@@ -253,7 +260,7 @@ def test_dtype_bound_twice_is_a_usage_error():
         "check",
         "programs/gemm.cyp",
         "-m",
-        "mappings/gemm/h100.yaml",
+        "tests/mappings/full/gemm/h100.yaml",
         "--dtype",
         "T=f16",
         "--dtype",
@@ -277,7 +284,7 @@ def test_build_suggests_a_run_that_fits(name, sizes, tmp_path):
         "build",
         f"programs/{name}.cyp",
         "-m",
-        f"mappings/{name}/h100.yaml",
+        f"tests/mappings/full/{name}/h100.yaml",
         "-o",
         str(tmp_path / "b"),
     )
@@ -291,7 +298,7 @@ def test_explain_shows_every_pass_before_the_one_that_refuses(tmp_path):
     for with --after)."""
     m = tmp_path / "v24.yaml"
     m.write_text(
-        (ROOT / "mappings/gemm/h100.yaml")
+        (ROOT / "tests/mappings/full/gemm/h100.yaml")
         .read_text()
         .replace("{U: 128, V: 256}", "{U: 128, V: 24}")
         .replace("WGMMA_64x256x16", "WGMMA_64x24x16")

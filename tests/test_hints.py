@@ -19,7 +19,7 @@ from cypressc.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 # the full form (every tree written out): these tests edit the program's own text
 GEMM = ROOT / "tests" / "programs" / "full" / "gemm.cyp"
-GEMM_MAP = (ROOT / "mappings" / "gemm" / "h100.yaml").read_text()
+GEMM_MAP = (ROOT / "tests/mappings/full" / "gemm" / "h100.yaml").read_text()
 WGS_INSTANCES = "WGS (clear_block, mma_block, copy_block)"
 
 
@@ -71,7 +71,7 @@ def test_e046_in_a_persistent_block_pipeline_stages_share_no_bytes(tmp_path):
     """h100_alias fits only by giving the epilogue tile the bytes of the K-loop's stages; a
     persistent block's next tile refills those stages while this one's epilogue still uses
     them, so there it does not fit, and the hint says which tensors may share bytes."""
-    alias = (ROOT / "mappings" / "gemm" / "h100_alias.yaml").read_text()
+    alias = (ROOT / "tests/mappings/full" / "gemm" / "h100_alias.yaml").read_text()
     assert cli("check", GEMM, "-m", write(tmp_path, "a.yaml", alias)).exit_code == 0
     r = cli(
         "check",
@@ -250,7 +250,7 @@ def test_tensor_augmented_assignment_hint_works(tmp_path):
     src = (ROOT / "tests" / "programs" / "full" / "dual_gemm.cyp").read_text()
     assert src.count("    add(C, X)\n") == 1
     bad = write(tmp_path, "dual.cyp", src.replace("    add(C, X)\n", "    C += X\n"))
-    m = ROOT / "mappings" / "dual_gemm" / "h100.yaml"
+    m = ROOT / "tests/mappings/full" / "dual_gemm" / "h100.yaml"
     r = cli("check", bad, "-m", m)
     assert r.exit_code == 1 and "error[E002]" in r.stderr
     call = re.search(r"`(add\([^`]*\))`", hint(r.stderr)).group(1)
@@ -293,7 +293,7 @@ def _svg(monkeypatch, path: str):
             "explain",
             "programs/gemm.cyp",
             "-m",
-            "mappings/gemm/h100.yaml",
+            "tests/mappings/full/gemm/h100.yaml",
             "--graph",
             "--graph-format",
             "svg",

@@ -108,9 +108,12 @@ def _plain_tags(x, seen: set[int], out: list[str]) -> None:
 
 
 _PAIRS = [
-    ("gemm", "mappings/gemm/h100.yaml"),
+    ("gemm", "tests/mappings/full/gemm/h100.yaml"),
     # ping-pong turns, a persistent block's tile edges, a staged output tile
-    ("flash_attention3", "mappings/flash_attention3/h100_d128_pp_staged_persistent.yaml"),
+    (
+        "flash_attention3",
+        "tests/mappings/full/flash_attention3/h100_d128_pp_staged_persistent.yaml",
+    ),
 ]
 
 
@@ -141,7 +144,7 @@ def test_every_tag_of_the_ir_read_back_is_a_member(program, mapping):
 def test_a_multi_role_mbarrier_reads_back_into_members():
     """No bundled program has one (readers of a stage in both roles); the text of one reads
     into a tuple of roles and prints as written."""
-    m = dict(snapshots("gemm", "mappings/gemm/h100.yaml", until="sync-insertion"))
+    m = dict(snapshots("gemm", "tests/mappings/full/gemm/h100.yaml", until="sync-insertion"))
     text = print_module(m["sync-insertion"])
     assert text.count(" arrive @consumer wait @producer") == 1
     text = text.replace(

@@ -1,11 +1,14 @@
-"""The task library (issue #37 items 1 and 3): ``from hopper import mma, clear, copy`` brings
-in cypressc/lib's variants exactly as if written in the program.  Every bundled program,
-programs/<name>.cyp, imports the library trees it can; its full form, the trees written out
-as the Cypress paper writes them, is tests/programs/full/<name>.cyp.  The two render the same
-files (CUDA, header, harness, Makefile, ABI), byte for byte, for every mapping under
-mappings/<name>/, dtype T in f16 and bf16, and every value of a choice parameter
-(``CYPRESSC_TEST_FULL=1``; the default run renders each program's h100.yaml in f16, gemm and
-flash_attention3 in bf16 too, and compares the instantiated task trees of every pair)."""
+"""The task library and mapping templates (issue #37 items 1-3): ``from hopper import mma,
+clear, copy`` brings in cypressc/lib's variants exactly as if written in the program, and a
+mapping's ``tree:`` entries and shared ``tunables:`` expand to the paper's full rows.  Every
+bundled program, programs/<name>.cyp, imports the library trees it can, and every bundled
+mapping, mappings/<name>/<m>.yaml, uses templates; their full forms, as the Cypress paper
+writes them, are tests/programs/full/<name>.cyp and tests/mappings/full/<name>/<m>.yaml.
+Sugared program + sugared mapping and full program + full mapping render the same files
+(CUDA, header, harness, Makefile, ABI), byte for byte, for every mapping, dtype T in f16 and
+bf16, and every value of a choice parameter (``CYPRESSC_TEST_FULL=1``; the default run
+renders each program's h100.yaml in f16, gemm and flash_attention3 in bf16 too, and compares
+the instantiated task trees of every pair)."""
 
 from __future__ import annotations
 
@@ -17,11 +20,13 @@ import pytest
 
 from cypressc.build import render_build
 from cypressc.diagnostics import CypressError, CypressErrors, Loc
+from cypressc.mapping.tasktree import BLOCK_KNOBS
 from tests.budget import FULL
 from tests.compiled import snapshots, tree
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL_FORMS = ROOT / "tests/programs/full"
+FULL_MAPPINGS = ROOT / "tests/mappings/full"
 PROGRAMS = sorted(p.stem for p in FULL_FORMS.glob("*.cyp"))
 CHOICES = {"gemm_epilogue": ("ACT", ("bias_gelu", "bias_silu"))}
 
@@ -54,10 +59,14 @@ def _pairs(full: bool) -> list:
     return out
 
 
-def test_every_program_has_its_full_form() -> None:
+def test_every_program_and_mapping_has_its_full_form() -> None:
     assert PROGRAMS == sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))
     for name in PROGRAMS:
         assert "\nfrom " in (ROOT / f"programs/{name}.cyp").read_text(), name
+        sugared = sorted(m.name for m in (ROOT / "mappings" / name).glob("*.yaml"))
+        assert sugared == sorted(m.name for m in (FULL_MAPPINGS / name).glob("*.yaml")), name
+        for m in sugared:
+            assert "{tree: " in (ROOT / "mappings" / name / m).read_text(), (name, m)
 
 
 def _render(prog: Path, mapping: Path, dtypes: dict[str, str]):
@@ -74,9 +83,8 @@ def _render(prog: Path, mapping: Path, dtypes: dict[str, str]):
 
 @pytest.mark.parametrize(("name", "mapping", "dtypes"), _pairs(FULL))
 def test_library_program_renders_byte_identical(name: str, mapping: str, dtypes: dict) -> None:
-    m = ROOT / "mappings" / name / mapping
-    full = _render(FULL_FORMS / f"{name}.cyp", m, dtypes)
-    lib = _render(ROOT / f"programs/{name}.cyp", m, dtypes)
+    full = _render(FULL_FORMS / f"{name}.cyp", FULL_MAPPINGS / name / mapping, dtypes)
+    lib = _render(ROOT / f"programs/{name}.cyp", ROOT / "mappings" / name / mapping, dtypes)
     if not isinstance(full, dict):
         assert lib == full
         return
@@ -102,18 +110,33 @@ def _norm(x, seen=None):
     return x
 
 
+def _node_key(n) -> tuple:
+    """A task-tree node without its instance's name (a template names its rows) and without
+    atom tunables (a sugared mapping may leave them to be derived from the tile, which only
+    the compile decides: the render test compares those kernels)."""
+    atoms = {t for t, d in n.variant.tunables().items() if d.kind == "atom"}
+    return (
+        n.variant.name,
+        n.proc,
+        tuple(n.mems.items()),
+        tuple((k, v) for k, v in n.tunables.items() if k not in atoms),
+        tuple(_norm(getattr(n.instance, k)) for k in BLOCK_KNOBS),
+        tuple((_norm(s), _node_key(c)) for s, c in n.children),
+    )
+
+
 def _tree_key(t) -> tuple:
-    """The instantiated tree (every node: instance, variant, processor, memories,
-    tunables, launches) and the program's declarations, locations dropped; the variants
-    by name (the forms list them in another order)."""
+    """The instantiated tree (every node: variant, processor, memories, tunables, block
+    knobs, launches) and the program's declarations, locations dropped; the variants by
+    name (the forms list them in another order)."""
     prog = t.program
     return (
-        _norm(t.root),
+        _node_key(t.root),
         tuple(sorted((v.name, _norm(v)) for v in prog.variants)),
         tuple(sorted((e.name, _norm(e)) for e in prog.externals)),
         _norm(prog.dtype_params),
         _norm(prog.choices),
-        tuple(w.message for w in t.warnings),
+        tuple(w.code for w in t.warnings),
     )
 
 
@@ -136,10 +159,12 @@ def test_library_program_instantiates_the_same_tree(name: str, mapping: str) -> 
     from cypressc.mapping.loader import load_mapping
     from cypressc.mapping.tasktree import instantiate
 
-    lm = load_mapping(ROOT / "mappings" / name / mapping)
     keys = [
-        _tree_key(instantiate(_checked(p), lm))
-        for p in (FULL_FORMS / f"{name}.cyp", ROOT / f"programs/{name}.cyp")
+        _tree_key(instantiate(_checked(p), load_mapping(m)))
+        for p, m in (
+            (FULL_FORMS / f"{name}.cyp", FULL_MAPPINGS / name / mapping),
+            (ROOT / f"programs/{name}.cyp", ROOT / "mappings" / name / mapping),
+        )
     ]
     assert keys[0] == keys[1]
 

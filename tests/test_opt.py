@@ -23,7 +23,7 @@ def opt(*args: str):
 def _snaps(program: str) -> dict:
     return dict(
         compiled.snapshots(
-            program, ROOT / "mappings" / program / "h100.yaml", until="sync-insertion"
+            program, ROOT / "tests/mappings/full" / program / "h100.yaml", until="sync-insertion"
         )
     )
 

@@ -35,7 +35,7 @@ from tests.compiled import rendered
 
 @pytest.fixture(scope="module")
 def base() -> dict:
-    return json.loads(rendered("gemm", "mappings/gemm/h100.yaml").files["gemm.json"])
+    return json.loads(rendered("gemm", "tests/mappings/full/gemm/h100.yaml").files["gemm.json"])
 
 
 def deep_tree(n: int) -> dict:

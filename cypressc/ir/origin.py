@@ -38,9 +38,18 @@ class Origin:
     instance: str
     loc: Loc
     seq: int
+    shared: bool = False  # written once in the mapping's shared `tunables:` (issue #37)
+
+    @property
+    def owner(self) -> str:
+        """Where the value was written, for messages: ``instance 'mma_block'``, or ``the
+        shared tunables (here: instance 'mma')`` for a value several rows share."""
+        if self.shared:
+            return f"the shared tunables (read by instance '{self.instance}')"
+        return f"instance '{self.instance}'"
 
     def __str__(self) -> str:
-        return f"{self.key}: {self.value} of instance '{self.instance}'"
+        return f"{self.key}: {self.value} of {self.owner}"
 
 
 def origins_of(*items: object) -> tuple[Origin, ...]:
@@ -94,9 +103,7 @@ def blame(
     if not os_:
         return CypressError(code, message, loc, hint=hint, notes=notes)
     first, rest = os_[0], os_[1:]
-    extra = tuple(
-        (f"{o.key}: {o.value} of instance '{o.instance}' also feeds it", o.loc) for o in rest
-    )
+    extra = tuple((f"{o.key}: {o.value} of {o.owner} also feeds it", o.loc) for o in rest)
     return CypressError(code, message, first.loc, hint=hint, notes=((breaks, loc),) + extra + notes)
 
 

@@ -164,8 +164,14 @@ class _DA(MappingChecks, AtomDerivation):
                     self.bind_auto_atom(s, sc)
                     continue
                 inst = sc.node.instance.instance
+                row = self.tree.mapping.origins.get(inst)
                 o = Origin(
-                    s.name, val, inst, self.mapping_loc(inst, "tunables", s.name), self.bound
+                    s.name,
+                    val,
+                    inst,
+                    self.mapping_loc(inst, "tunables", s.name),
+                    self.bound,
+                    shared=row is not None and s.name in row.shared,
                 )
                 sc.origins[s.name] = o
                 sc.env[s.name] = (kind, N.IConst(val, (o,)) if kind == "scalar" else val)

@@ -111,7 +111,7 @@ class MappingChecks:
             ) and m.deeper_or_equal(level, parent)
             raise CypressError(
                 "E041",
-                f"{o.key}: {level} of instance '{o.instance}' lays out '{name}' for {level}s, but "
+                f"{o.key}: {level} of {o.owner} lays out '{name}' for {level}s, but "
                 f"'{kid}', which takes its pieces, runs on {child.proc}: {what}",
                 o.loc,
                 notes=(split, launch, (f"'{kid}' runs on {child.proc}", at_proc)),
@@ -126,8 +126,7 @@ class MappingChecks:
             else ""
         )
         notes = [launch, split] + [
-            (f"{o.key}: {o.value} of instance '{o.instance}' picks {level}", o.loc)
-            for o in proc_origin
+            (f"{o.key}: {o.value} of {o.owner} picks {level}", o.loc) for o in proc_origin
         ]
         raise CypressError(
             "E041",

@@ -58,7 +58,7 @@ def _error(code: str, msg: str, e: S.Expr, v: object, hint: str) -> CypressError
         and os_[0].value == v.value
     ):
         return blame(code, msg, e.loc, os_, breaks=f"'{e.id}' is used here", hint=hint)
-    notes = tuple((f"{o.key} is set here, in instance '{o.instance}'", o.loc) for o in os_)
+    notes = tuple((f"{o.key} is set here, in {o.owner}", o.loc) for o in os_)
     return CypressError(code, msg + where(os_), e.loc, hint=hint, notes=notes)
 
 

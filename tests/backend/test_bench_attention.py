@@ -44,7 +44,7 @@ def infos(tmp_path_factory):
         ("d64_bf16", "h100_d64", ["--dtype", "T=bf16"]),
     ):
         d = tmp_path_factory.mktemp(key)
-        yaml = ROOT / "mappings" / "flash_attention2" / f"{mapping}.yaml"
+        yaml = ROOT / "tests/mappings/full" / "flash_attention2" / f"{mapping}.yaml"
         r = CliRunner().invoke(main, ["build", str(FA2), "-m", str(yaml), "-o", str(d), *extra])
         assert r.exit_code == 0, r.output
         out[key] = rt.KernelInfo.from_dict(json.loads((d / "flash_attention2.json").read_text()))

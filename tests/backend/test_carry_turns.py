@@ -48,12 +48,12 @@ from cypressc.pipeline import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
 FA2, FA3 = "flash_attention2", "flash_attention3"
-PP_PERSISTENT = ROOT / "mappings" / FA3 / "h100_d64_pp_staged_persistent.yaml"
+PP_PERSISTENT = ROOT / "tests/mappings/full" / FA3 / "h100_d64_pp_staged_persistent.yaml"
 PP_PLAIN = (
-    ROOT / "mappings" / FA3 / "h100_d64_pp_staged.yaml"
+    ROOT / "tests/mappings/full" / FA3 / "h100_d64_pp_staged.yaml"
 )  # the same mapping, one tile per block
 WG3_PP = (
-    ROOT / "mappings" / FA3 / "h100_d128_wg3_pp.yaml"
+    ROOT / "tests/mappings/full" / FA3 / "h100_d128_wg3_pp.yaml"
 )  # three consumer warpgroups, not persistent
 # every mapping with `pingpong: true` and `persistent: true` (flash_attention2/h100.yaml is a link
 # to h100_d128_pp_staged_persistent.yaml)
@@ -88,7 +88,7 @@ def _cu(program: str, mapping: str) -> str:
 
 
 def _mapping(program: str, name: str) -> str:
-    return str(ROOT / "mappings" / program / f"{name}.yaml")
+    return str(ROOT / "tests/mappings/full" / program / f"{name}.yaml")
 
 
 @pytest.fixture(scope="module")

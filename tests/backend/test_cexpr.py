@@ -183,7 +183,7 @@ def gemm_reduction_plan() -> P.KernelPlan:
     parities, guards, SIMT thread conditions, direct stores with a last-iteration guard."""
     tree = instantiate(
         check_program(parse_file(ROOT / "programs/gemm_reduction.cyp")),
-        load_mapping(ROOT / "mappings/gemm_reduction/h100_direct.yaml"),
+        load_mapping(ROOT / "tests/mappings/full/gemm_reduction/h100_direct.yaml"),
     )
     return compile_module(tree)[-1][1].kernel
 

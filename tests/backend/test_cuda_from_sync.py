@@ -24,10 +24,11 @@ from cypressc.passes.sync_insertion import sync_insertion
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [
-    (p.stem, f"mappings/{p.stem}/h100.yaml") for p in sorted((ROOT / "programs").glob("*.cyp"))
+    (p.stem, f"tests/mappings/full/{p.stem}/h100.yaml")
+    for p in sorted((ROOT / "programs").glob("*.cyp"))
 ] + [
-    ("gemm", "mappings/gemm/h100_nows.yaml"),
-    ("gemm", "mappings/gemm/h100_alias.yaml"),
+    ("gemm", "tests/mappings/full/gemm/h100_nows.yaml"),
+    ("gemm", "tests/mappings/full/gemm/h100_alias.yaml"),
     ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml"),
     ("tests/programs/gemm_two_loops.cyp", "tests/mappings/gemm_two_loops.yaml"),
 ]
@@ -86,7 +87,7 @@ def test_every_sync_op_reaches_the_cuda(program, mapping):
 def test_deleting_every_edge_changes_the_cuda(program):
     """Preconditions, yields and roles gone after warp specialization: sync-insertion finds
     no edge to realize, and the kernel it leads to differs (or is refused)."""
-    snaps = _compiled(program, f"mappings/{program}/h100.yaml")
+    snaps = _compiled(program, f"tests/mappings/full/{program}/h100.yaml")
     ws = snaps["warp-specialization"]
 
     def strip(b: N.Block) -> N.Block:
@@ -132,7 +133,15 @@ def test_a_size_named_like_a_pipeline_variable_keeps_its_own_value(tmp_path, nam
     prog.write_text("\n".join(lines))
     out = tmp_path / "out"
     r = CliRunner().invoke(
-        main, ["build", str(prog), "-m", str(ROOT / "mappings/gemm/h100.yaml"), "-o", str(out)]
+        main,
+        [
+            "build",
+            str(prog),
+            "-m",
+            str(ROOT / "tests/mappings/full/gemm/h100.yaml"),
+            "-o",
+            str(out),
+        ],
     )
     assert r.exit_code == 0, r.output
     cu = (out / "gemm.cu").read_text()

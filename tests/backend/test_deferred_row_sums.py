@@ -200,7 +200,7 @@ def test_flash_attention_kernels_sum_their_row_sums_once_per_tile(tmp_path):
                 "build",
                 str(ROOT / "programs" / f"{prog}.cyp"),
                 "-m",
-                str(ROOT / "mappings" / prog / f"{mapping}.yaml"),
+                str(ROOT / "tests/mappings/full" / prog / f"{mapping}.yaml"),
                 "-o",
                 str(out),
             ],

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [
     (p.stem, m.relative_to(ROOT).as_posix())
     for p in sorted((ROOT / "programs").glob("*.cyp"))
-    for m in sorted((ROOT / "mappings" / p.stem).glob("*.yaml"))
+    for m in sorted((ROOT / "tests/mappings/full" / p.stem).glob("*.yaml"))
 ]
 
 
@@ -61,7 +61,7 @@ def test_flash_attention_sizes_are_the_kernels_own():
     although LSE's shape ends in (H, M), and the causal flag is 0."""
     for mapping, d in [("h100_d128", 128), ("h100_d64", 64), ("h100", 128)]:
         for program in ("flash_attention2", "flash_attention3"):
-            r = rendered(program, f"mappings/{program}/{mapping}.yaml")
+            r = rendered(program, f"tests/mappings/full/{program}/{mapping}.yaml")
             sizes = dict(zip(r.info.sizes, map(int, example_sizes(r))))
             assert sizes == {"B": 8, "H": 8, "M": 4096, "D": d, "HK": 8, "N": 4096, "causal": 0}, (
                 sizes
@@ -121,7 +121,7 @@ def test_check_schedule_says_what_it_checks_first(monkeypatch):
             "explain",
             "programs/flash_attention3.cyp",
             "-m",
-            "mappings/flash_attention3/h100_d64.yaml",
+            "tests/mappings/full/flash_attention3/h100_d64.yaml",
             "--check-schedule",
             "--schedules",
             "1",
@@ -155,7 +155,7 @@ def test_build_says_the_dtype(tmp_path, monkeypatch):
                 "build",
                 f"programs/{program}.cyp",
                 "-m",
-                f"mappings/{program}/h100.yaml",
+                f"tests/mappings/full/{program}/h100.yaml",
                 "--dtype",
                 dtype,
                 "-o",

@@ -29,7 +29,7 @@ from tests import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 EPI = ROOT / "programs" / "gemm_epilogue.cyp"
-EPI_MAP = ROOT / "mappings" / "gemm_epilogue" / "h100.yaml"
+EPI_MAP = ROOT / "tests/mappings/full" / "gemm_epilogue" / "h100.yaml"
 SOFTCAP = ROOT / "tests" / "programs" / "chain_gemm_softcap.cyp"
 SOFTCAP_MAP = ROOT / "tests" / "mappings" / "chain_gemm_softcap.yaml"
 

@@ -24,7 +24,7 @@ from tests.compiled import rendered
 
 ROOT = Path(__file__).resolve().parents[2]
 FA2 = ROOT / "programs" / "flash_attention2.cyp"
-MAPPINGS = sorted((ROOT / "mappings" / "flash_attention2").glob("h100_*.yaml"))
+MAPPINGS = sorted((ROOT / "tests/mappings/full" / "flash_attention2").glob("h100_*.yaml"))
 
 
 def _build(tmp_path: Path, mapping: Path, *extra: str) -> tuple[str, KernelInfo, Path]:
@@ -44,14 +44,16 @@ def test_every_mapping_lowers(tmp_path):
     for m in MAPPINGS:  # everything `check` does, on the session's compile (tests/compiled.py)
         assert rendered(FA2, m).files
     m = (
-        ROOT / "mappings" / "flash_attention2" / "h100.yaml"
+        ROOT / "tests/mappings/full" / "flash_attention2" / "h100.yaml"
     )  # and through the command, as a user checks one
     r = CliRunner().invoke(main, ["check", str(FA2), "-m", str(m)])
     assert r.exit_code == 0, (m.name, r.output)
 
 
 def test_the_kernel_interface_and_its_requirements(tmp_path):
-    cu, info, _ = _build(tmp_path, ROOT / "mappings" / "flash_attention2" / "h100_d64.yaml")
+    cu, info, _ = _build(
+        tmp_path, ROOT / "tests/mappings/full" / "flash_attention2" / "h100_d64.yaml"
+    )
     assert [p.name for p in info.params] == ["O", "LSE", "Q", "K", "V"]
     assert info.sizes == ("B", "H", "M", "D", "HK", "N", "causal") and info.floats == ("scale",)
     assert "int64_t causal, float scale, cudaStream_t stream)" in cu
@@ -61,14 +63,16 @@ def test_the_kernel_interface_and_its_requirements(tmp_path):
     # O is written in one block column of E = 64: a wider head would leave columns unwritten
     assert any("D must be at most 64" in w for w in info.failed_requires(_sizes(D=128)))
     assert info.failed_requires(_sizes(D=32)) == []
-    _, info128, _ = _build(tmp_path, ROOT / "mappings" / "flash_attention2" / "h100_d128.yaml")
+    _, info128, _ = _build(
+        tmp_path, ROOT / "tests/mappings/full" / "flash_attention2" / "h100_d128.yaml"
+    )
     assert (
         info128.failed_requires(_sizes(D=128)) == [] and info128.failed_requires(_sizes(D=64)) == []
     )
 
 
 def test_the_causal_trip_count_is_computed_per_tile(tmp_path):
-    cu, _, _ = _build(tmp_path, ROOT / "mappings" / "flash_attention2" / "h100_d64.yaml")
+    cu, _, _ = _build(tmp_path, ROOT / "tests/mappings/full" / "flash_attention2" / "h100_d64.yaml")
     trip = "const int num_k = cdiv(min(N, (((b2 * 128) + 128) + ((1 - causal) * N))), 128);"
     # once per role (producer, consumers), each time after the tile's coordinates are known
     assert cu.count(trip) == 2
@@ -78,7 +82,9 @@ def test_the_causal_trip_count_is_computed_per_tile(tmp_path):
 
 
 def test_heads_are_tma_batches_and_kv_heads_are_shared(tmp_path):
-    cu, _, _ = _build(tmp_path, ROOT / "mappings" / "flash_attention2" / "h100_d128.yaml")
+    cu, _, _ = _build(
+        tmp_path, ROOT / "tests/mappings/full" / "flash_attention2" / "h100_d128.yaml"
+    )
     # [B, H, M, D] as [B·H, M, D]: a 3-D map whose batch extent is B * H (B * HK for K and V)
     assert re.search(r"make_tma_map\(&tm_Q_128x64, Q, false, D, M, B \* H, 64, 128, 3\)", cu)
     assert re.search(r"make_tma_map\(&tm_K_128x64, K, false, D, N, B \* HK, 64, 128, 3\)", cu)
@@ -88,7 +94,7 @@ def test_heads_are_tma_batches_and_kv_heads_are_shared(tmp_path):
 
 
 def test_masks_and_the_log_sum_exp_store(tmp_path):
-    cu, _, _ = _build(tmp_path, ROOT / "mappings" / "flash_attention2" / "h100_d64.yaml")
+    cu, _, _ = _build(tmp_path, ROOT / "tests/mappings/full" / "flash_attention2" / "h100_d64.yaml")
     assert "cypress::mask_columns(S_reg[0], (N - (kb * 128)));" in cu  # one atom: no loop
     # the diagonal offset: the block's first row minus the tile's first key, per warpgroup and atom
     assert re.search(r"cypress::mask_causal\(S_reg\[0\], .*\(cw \* 64\)\)\);", cu)
@@ -120,6 +126,9 @@ def test_mask_and_log_sum_exp_semantics():
 @pytest.mark.parametrize("mapping", ["h100_d128", "h100_d128_wg3"])
 def test_the_kernel_compiles_without_spills(tmp_path, mapping, clean_ptxas):
     _, _, out = _build(
-        tmp_path, ROOT / "mappings" / "flash_attention2" / f"{mapping}.yaml", "--dtype", "T=bf16"
+        tmp_path,
+        ROOT / "tests/mappings/full" / "flash_attention2" / f"{mapping}.yaml",
+        "--dtype",
+        "T=bf16",
     )
     clean_ptxas(out, "libflash_attention2.so")

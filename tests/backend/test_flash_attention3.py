@@ -30,7 +30,7 @@ from tests.compiled import rendered
 
 ROOT = Path(__file__).resolve().parents[2]
 FA3 = ROOT / "programs" / "flash_attention3.cyp"
-MAPPINGS = sorted((ROOT / "mappings" / "flash_attention3").glob("h100_*.yaml"))
+MAPPINGS = sorted((ROOT / "tests/mappings/full" / "flash_attention3").glob("h100_*.yaml"))
 
 
 def _build(
@@ -79,7 +79,7 @@ def test_every_mapping_lowers():
     for m in MAPPINGS:  # everything `check` does, on the session's compile (tests/compiled.py)
         assert rendered(FA3, m).files
     m = (
-        ROOT / "mappings" / "flash_attention3" / "h100.yaml"
+        ROOT / "tests/mappings/full" / "flash_attention3" / "h100.yaml"
     )  # and through the command, as a user checks one
     r = CliRunner().invoke(main, ["check", str(FA3), "-m", str(m)])
     assert r.exit_code == 0, (m.name, r.output)
@@ -94,7 +94,9 @@ def test_the_program_writes_no_synchronization():
 
 def test_the_steps_overlap_as_flash_attention3_places_them_by_hand(tmp_path):
     cu, _, _ = _build(
-        tmp_path, "flash_attention3", ROOT / "mappings" / "flash_attention3" / "h100_d128.yaml"
+        tmp_path,
+        "flash_attention3",
+        ROOT / "tests/mappings/full" / "flash_attention3" / "h100_d128.yaml",
     )
     loop = _consumer_loop(cu)
 
@@ -122,10 +124,14 @@ def test_the_steps_overlap_as_flash_attention3_places_them_by_hand(tmp_path):
 
 def test_the_interface_and_requirements_are_flash_attention2s(tmp_path):
     cu2, info2, _ = _build(
-        tmp_path, "flash_attention2", ROOT / "mappings" / "flash_attention2" / "h100_d64.yaml"
+        tmp_path,
+        "flash_attention2",
+        ROOT / "tests/mappings/full" / "flash_attention2" / "h100_d64.yaml",
     )
     cu3, info3, _ = _build(
-        tmp_path, "flash_attention3", ROOT / "mappings" / "flash_attention3" / "h100_d64.yaml"
+        tmp_path,
+        "flash_attention3",
+        ROOT / "tests/mappings/full" / "flash_attention3" / "h100_d64.yaml",
     )
     assert [(p.name, p.dtype) for p in info3.params] == [(p.name, p.dtype) for p in info2.params]
     assert info3.sizes == info2.sizes and info3.floats == info2.floats
@@ -172,7 +178,7 @@ def test_the_kernel_compiles_without_spills(tmp_path, mapping, clean_ptxas):
     _, _, out = _build(
         tmp_path,
         "flash_attention3",
-        ROOT / "mappings" / "flash_attention3" / f"{mapping}.yaml",
+        ROOT / "tests/mappings/full" / "flash_attention3" / f"{mapping}.yaml",
         "--dtype",
         "T=bf16",
     )

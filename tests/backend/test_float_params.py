@@ -34,7 +34,7 @@ from cypressc.pipeline import compile_module
 ROOT = Path(__file__).resolve().parents[2]
 ALPHA = ROOT / "tests" / "programs" / "gemm_alpha.cyp"
 GEMM = ROOT / "programs" / "gemm.cyp"
-H100 = ROOT / "mappings" / "gemm" / "h100.yaml"
+H100 = ROOT / "tests/mappings/full" / "gemm" / "h100.yaml"
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 

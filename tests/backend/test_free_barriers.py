@@ -48,8 +48,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # (tests/backend/test_ring_joins.py)
 pytestmark = pytest.mark.usefixtures("no_ring_joins")
 FA3 = "flash_attention3"
-STAGED = ROOT / "mappings" / FA3 / "h100_d128_staged_persistent.yaml"
-PP = ROOT / "mappings" / FA3 / "h100_d64_pp_staged_persistent.yaml"
+STAGED = ROOT / "tests/mappings/full" / FA3 / "h100_d128_staged_persistent.yaml"
+PP = ROOT / "tests/mappings/full" / FA3 / "h100_d64_pp_staged_persistent.yaml"
 V = "V_smem_1"  # the last V tile: copied after the key loop, outside every loop
 Q_PAIR, K_PAIR = ("Q_smem", V), ("K_smem", V)
 BOTH = (Q_PAIR, K_PAIR)  # the Q panel and the peeled K tile both in the last V tile's bytes

@@ -36,9 +36,9 @@ def _plan(program: str):
     """programs/<program>.cyp under mappings/<program>/h100.yaml, or an :data:`EXTRA` one."""
     program, mapping, dtypes = EXTRA.get(program, (program, "h100", {}))
     try:
-        return snapshots(program, ROOT / "mappings" / program / f"{mapping}.yaml", dtypes=dtypes)[
-            -1
-        ][1].kernel
+        return snapshots(
+            program, ROOT / "tests/mappings/full" / program / f"{mapping}.yaml", dtypes=dtypes
+        )[-1][1].kernel
     except CypressError as e:
         assert e.code == "E050" and program not in LOWERED, e
         pytest.skip(f"{program}: backend refuses it ({e.message}) — tracked as an open issue")
@@ -67,7 +67,7 @@ def test_golden_cuda_compiles_for_sm90a(program, tmp_path):
     if not golden.exists():
         pytest.skip(f"no golden CUDA for {program} (the backend refuses it)")
     name, mapping, dtypes = EXTRA.get(program, (program, "h100", {}))
-    maps = ROOT / "mappings" / name / f"{mapping}.yaml"
+    maps = ROOT / "tests/mappings/full" / name / f"{mapping}.yaml"
     r = render_build(tree(name, maps, dtypes), snapshots(name, maps, dtypes=dtypes))
     assert (
         r.files[f"{r.plan.name}.cu"] == golden.read_text()

@@ -71,7 +71,7 @@ def test_every_program_name_in_the_kernel_is_a_symbol(program, monkeypatch):
     ``Q_STAGE``), through ``sym``: the text before names are chosen has none of them left
     outside the marks (a name printed as plain text would stay, and keep its spelling when
     the others move); and forbidding every name its spelling renames each one alike."""
-    mapping = ROOT / "mappings" / program / "h100.yaml"
+    mapping = ROOT / "tests/mappings/full" / program / "h100.yaml"
     p = compiled.snapshots(program, mapping)[-1][1].kernel
     names = _program_names(p)
     monkeypatch.setattr(emit, "choose_names", lambda text, avoid=(): text)
@@ -142,7 +142,7 @@ def _clashing_gemm(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def clashing(tmp_path_factory):
     d = tmp_path_factory.mktemp("names")
-    tree = compiled.tree(_clashing_gemm(d), ROOT / "mappings/gemm/h100.yaml")
+    tree = compiled.tree(_clashing_gemm(d), ROOT / "tests/mappings/full/gemm/h100.yaml")
     return d, render_build(tree)
 
 

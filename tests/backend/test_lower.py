@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _compile(mapping: str):
     tree = instantiate(
         check_program(parse_file(ROOT / "programs/gemm_reduction.cyp")),
-        load_mapping(ROOT / "mappings/gemm_reduction" / mapping),
+        load_mapping(ROOT / "tests/mappings/full/gemm_reduction" / mapping),
     )
     return compile_module(tree, until="sync-insertion")[-1][1]
 
@@ -69,7 +69,7 @@ def test_host_loop_becomes_the_last_grid_dimension(reduction):
 
 
 def test_staged_c_store_with_the_host_loop():
-    """mappings/gemm_reduction/h100.yaml stages C in shared memory: C needs no guard (its
+    """tests/mappings/full/gemm_reduction/h100.yaml stages C in shared memory: C needs no guard (its
     pieces are disjoint per j), y keeps the last-iteration guard."""
     plan = cuda_lowering(_compile("h100.yaml")).kernel
     assert [type(e) for e in plan.epilogue] == [P.StageWrite, P.TmaStore, P.StoreVector]
@@ -123,7 +123,8 @@ def test_a_parameter_nothing_touches_keeps_its_declared_privilege(tmp_path):
     prog = tmp_path / "dual_gemm.cyp"
     prog.write_text("".join(lines))
     tree = instantiate(
-        check_program(parse_file(prog)), load_mapping(ROOT / "mappings/dual_gemm/h100.yaml")
+        check_program(parse_file(prog)),
+        load_mapping(ROOT / "tests/mappings/full/dual_gemm/h100.yaml"),
     )
     plan = compile_module(tree)[-1][1].kernel
     access = {t.name: (t.reads, t.writes) for t in plan.tensors}

@@ -17,7 +17,7 @@ from cypressc.mapping.loader import load_mapping_source
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = str(ROOT / "bench")
 FA3 = ROOT / "programs" / "flash_attention3.cyp"
-MAPS = ROOT / "mappings" / "flash_attention3"
+MAPS = ROOT / "tests/mappings/full" / "flash_attention3"
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_the_compiler_picks_which_atoms_follow(ms, tmp_path):
     plain, moved = ms.variants(space, {**space.base, "W": 64})
     assert not builds(plain) and builds(moved)
     fa2 = ROOT / "programs" / "flash_attention2.cyp"
-    space = ms.space_of(fa2, ROOT / "mappings" / "flash_attention2" / "h100_d64.yaml")
+    space = ms.space_of(fa2, ROOT / "tests/mappings/full" / "flash_attention2" / "h100_d64.yaml")
     plain, moved = ms.variants(space, {**space.base, "U": 64, "WGS": 1})
     assert builds(plain, fa2) and not builds(moved, fa2)
 

@@ -38,9 +38,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # (tests/backend/test_ring_joins.py)
 pytestmark = pytest.mark.usefixtures("no_ring_joins")
 FA3 = "flash_attention3"
-PERSISTENT = ROOT / "mappings" / FA3 / "h100_d128_persistent.yaml"
-PLAIN = ROOT / "mappings" / FA3 / "h100_d128.yaml"
-STAGED = ROOT / "mappings" / FA3 / "h100_d128_staged_persistent.yaml"
+PERSISTENT = ROOT / "tests/mappings/full" / FA3 / "h100_d128_persistent.yaml"
+PLAIN = ROOT / "tests/mappings/full" / FA3 / "h100_d128.yaml"
+STAGED = ROOT / "tests/mappings/full" / FA3 / "h100_d128_staged_persistent.yaml"
 
 
 @functools.lru_cache(maxsize=None)
@@ -227,7 +227,7 @@ def test_the_persistent_kernel_takes_causal_tiles_in_long_and_short_pairs(tmp_pa
         )
 
 
-WG3 = ROOT / "mappings" / FA3 / "h100_d64_wg3_staged_persistent.yaml"
+WG3 = ROOT / "tests/mappings/full" / FA3 / "h100_d64_wg3_staged_persistent.yaml"
 
 
 def _walk(tmp_path: Path, cu: str, shapes) -> dict:
@@ -308,7 +308,7 @@ def test_ping_pong_turns_do_not_run_into_the_next_tile():
     warpgroup 0 to pass it to itself (the one-tile protocol), it could start the next tile's
     turns while the last warpgroup still waits for this tile's last one, and complete that
     warpgroup's barrier with two passes; two tiles of one block find it."""
-    snaps = _snaps(ROOT / "mappings" / FA3 / "h100_d128_pp_persistent.yaml")
+    snaps = _snaps(ROOT / "tests/mappings/full" / FA3 / "h100_d128_pp_persistent.yaml")
     m = snaps["sync-insertion"]
     start = m.body.ops[0]
     assert isinstance(start, S.Turn) and start.kind == "pass"

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_pingpong_without_a_producer_warpgroup_is_refused(
     tmp_path, mapping_variant, program, mapping
 ):
-    base = ROOT / "mappings" / program / f"{mapping}.yaml"
+    base = ROOT / "tests/mappings/full" / program / f"{mapping}.yaml"
     path = mapping_variant(base, "warpspecialize: true", "warpspecialize: false")
     cyp = ROOT / "programs" / f"{program}.cyp"
     r = CliRunner().invoke(main, ["build", str(cyp), "-m", str(path), "-o", str(tmp_path / "k")])

@@ -39,7 +39,7 @@ def _ptxas(src: str, tmp: Path) -> str:
 def test_the_fence_after_the_wait_keeps_ptxas_from_inserting_one(tmp_path):
     tree = instantiate(
         check_program(parse_file(ROOT / "programs/dual_gemm.cyp")),
-        load_mapping(ROOT / "mappings/dual_gemm/h100.yaml"),
+        load_mapping(ROOT / "tests/mappings/full/dual_gemm/h100.yaml"),
     )
     m = dict(compile_module(tree, until="sync-insertion"))["sync-insertion"]
     (lp,) = [o for o in m.body.ops if isinstance(o, N.For)]

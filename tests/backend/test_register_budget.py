@@ -23,7 +23,7 @@ from cypressc.tuner.build import cutlass_include
 from cypressc.tuner.space import derive_space
 
 ROOT = Path(__file__).resolve().parents[2]
-PLAIN = ROOT / "mappings/gemm/h100_plain.yaml"
+PLAIN = ROOT / "tests/mappings/full/gemm/h100_plain.yaml"
 
 
 def mapping(tmp_path: Path, wgs: int, extra: str = "") -> Path:

@@ -31,7 +31,7 @@ from cypressc.pipeline import compile_module
 from cypressc.passes.rings import ring_joins
 
 ROOT = Path(__file__).resolve().parents[2]
-PPS = ROOT / "mappings" / "flash_attention3" / "h100_d128_pp_staged_persistent.yaml"
+PPS = ROOT / "tests/mappings/full" / "flash_attention3" / "h100_d128_pp_staged_persistent.yaml"
 K_RING, V_RING = "K_smem_1", "V_smem"
 
 
@@ -60,7 +60,7 @@ def test_the_peeled_k_and_the_last_v_tile_join_the_key_loops_rings():
     assert ring_joins(m, False) == {}  # no producer to issue the ring's copies in ring order
     fa2 = _snaps(
         "flash_attention2",
-        ROOT / "mappings" / "flash_attention2" / "h100_d128_pp_staged_persistent.yaml",
+        ROOT / "tests/mappings/full" / "flash_attention2" / "h100_d128_pp_staged_persistent.yaml",
     )
     assert (
         ring_joins(fa2["copy-elimination"], True) == {}

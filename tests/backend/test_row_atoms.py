@@ -165,7 +165,7 @@ CASES = [
 def test_each_atom_masks_its_own_rows(tmp_path, mapping_variant, program, base, tall):
     """Every masked element is a key past N or after its query row, and every such key is
     masked, for each consumer warpgroup and atom, on the diagonal tile and off it."""
-    mapping = ROOT / "mappings" / program / base
+    mapping = ROOT / "tests/mappings/full" / program / base
     mapping = mapping_variant(mapping, *TALL[0], *TALL[1:]) if tall else mapping
     rows, keys = (256, 64) if tall else (128, 128)
     cu = _build(tmp_path, program, mapping)
@@ -180,7 +180,7 @@ def test_the_old_offset_masks_whole_rows_of_the_second_atom(tmp_path, mapping_va
     """Teeth: the diagonal shifted the wrong way for atom 1 (``d - 64·a``, the backend before
     this test) masks every key of rows 64-127 of the first query tile -- softmax rows of
     -inf, NaN outputs on the GPU -- and the comparison above catches it."""
-    base = ROOT / "mappings" / "flash_attention3" / "h100_d64_pp_staged_persistent.yaml"
+    base = ROOT / "tests/mappings/full" / "flash_attention3" / "h100_d64_pp_staged_persistent.yaml"
     cu = _build(tmp_path, "flash_attention3", mapping_variant(base, *TALL[0], *TALL[1:]))
     bad = cu.replace(") + 64 * a);", ") - 64 * a);")
     assert bad != cu

@@ -48,7 +48,9 @@ def test_the_copied_runtime_is_its_own_and_reads_the_compilers_info(tmp_path, ol
     assert mod.KernelInfo is not runtime.KernelInfo
     assert mod.KernelInfo.__module__ == "cypressc_runtime_new.abi.info"
     r = render_build(
-        _front_end(str(ROOT / "programs/gemm.cyp"), str(ROOT / "mappings/gemm/h100.yaml"))
+        _front_end(
+            str(ROOT / "programs/gemm.cyp"), str(ROOT / "tests/mappings/full/gemm/h100.yaml")
+        )
     )
     (tmp_path / "gemm.json").write_text(r.files["gemm.json"])
     info = mod.KernelInfo.load_json(tmp_path / "gemm.json")

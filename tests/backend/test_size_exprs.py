@@ -22,7 +22,7 @@ from cypressc.tuner.prune import check_candidate, static_score
 ROOT = Path(__file__).resolve().parents[2]
 PROG, MAP = (
     ROOT / "programs" / "batched_gemm.cyp",
-    ROOT / "mappings" / "batched_gemm" / "h100_direct.yaml",
+    ROOT / "tests/mappings/full" / "batched_gemm" / "h100_direct.yaml",
 )
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
 
@@ -230,7 +230,7 @@ def test_tuner_model_reads_the_trees():
         # C = A @ Bᵀ, B stored N x K: the FLOPs are 2·M·N·K, not 2·M·K·K (B's last extent is K)
         (
             "programs/gemm_bt.cyp",
-            "mappings/gemm_bt/h100.yaml",
+            "tests/mappings/full/gemm_bt/h100.yaml",
             {"M": 3, "N": 5, "K": 7},
             2.0 * 3 * 5 * 7,
         ),

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FA3 = ROOT / "programs" / "flash_attention3.cyp"
 
 
-BASE = ROOT / "mappings" / "flash_attention3" / "h100_d64_pp_staged.yaml"
+BASE = ROOT / "tests/mappings/full" / "flash_attention3" / "h100_d64_pp_staged.yaml"
 # E = 32: O is 64 x 32 per warpgroup; O's atoms are 64 x E (S's, 64 x W = 128, stay)
 E32 = (("{U: 128, E: 64}", "{U: 128, E: 32}"), ("WGMMA_64x64x16", "WGMMA_64x32x16"))
 DIRECT = (

@@ -19,8 +19,8 @@ from tests import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMM = str(ROOT / "programs" / "gemm.cyp")
-H100 = (ROOT / "mappings" / "gemm" / "h100.yaml").read_text()
-PLAIN = (ROOT / "mappings" / "gemm" / "h100_plain.yaml").read_text()
+H100 = (ROOT / "tests/mappings/full" / "gemm" / "h100.yaml").read_text()
+PLAIN = (ROOT / "tests/mappings/full" / "gemm" / "h100_plain.yaml").read_text()
 
 
 @pytest.mark.parametrize(
@@ -158,7 +158,9 @@ def test_a_tile_no_swizzle_fits_is_refused(tmp_path):
 def test_row_sum_still_needs_128_byte_stages(tmp_path):
     m = tmp_path / "red32.yaml"
     m.write_text(
-        (ROOT / "mappings/gemm_reduction/h100.yaml").read_text().replace("{W: 64}", "{W: 32}")
+        (ROOT / "tests/mappings/full/gemm_reduction/h100.yaml")
+        .read_text()
+        .replace("{W: 64}", "{W: 32}")
     )
     r = CliRunner().invoke(main, ["check", str(ROOT / "programs/gemm_reduction.cyp"), "-m", str(m)])
     assert r.exit_code == 1
@@ -173,11 +175,12 @@ def test_row_sum_still_needs_128_byte_stages(tmp_path):
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_the_bundled_k32_mapping_compiles_for_sm90a(tmp_path):
-    """mappings/gemm/h100_k32.yaml (the GPU check runs it): nvcc accepts the 64B descriptors
+    """tests/mappings/full/gemm/h100_k32.yaml (the GPU check runs it): nvcc accepts the 64B descriptors
     and tensor map, with no spills and setmaxnreg honoured."""
     out = tmp_path / "k32"
     r = CliRunner().invoke(
-        main, ["build", GEMM, "-m", str(ROOT / "mappings/gemm/h100_k32.yaml"), "-o", str(out)]
+        main,
+        ["build", GEMM, "-m", str(ROOT / "tests/mappings/full/gemm/h100_k32.yaml"), "-o", str(out)],
     )
     assert r.exit_code == 0, r.output
     src = (out / "gemm.cu").read_text()

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _snaps(mapping: str) -> dict:
     tree = instantiate(
         check_program(parse_file(ROOT / "programs" / "gemm_reduction.cyp")),
-        load_mapping(ROOT / "mappings" / "gemm_reduction" / f"{mapping}.yaml"),
+        load_mapping(ROOT / "tests/mappings/full" / "gemm_reduction" / f"{mapping}.yaml"),
     )
     return dict(compile_module(tree))
 

@@ -35,7 +35,7 @@ PROVEN_SCHEDULES = (
 PAIRS = sorted(
     (p.stem, m.relative_to(ROOT).as_posix())
     for p in (ROOT / "programs").glob("*.cyp")
-    for m in (ROOT / "mappings" / p.stem).glob("*.yaml")
+    for m in (ROOT / "tests/mappings/full" / p.stem).glob("*.yaml")
 )
 # test programs (tests/programs, by path): a GLOBAL->SHARED copy before the main loop; two
 # wgmmas per step, the second's A operand converted from the first's result in registers; two
@@ -269,7 +269,7 @@ def _implied_wait(m: N.Module, op) -> str | None:
 
 
 def test_sizes_wrap_every_pipeline_twice():
-    m = _snaps("gemm", "mappings/gemm/h100.yaml")["sync-insertion"]
+    m = _snaps("gemm", "tests/mappings/full/gemm/h100.yaml")["sync-insertion"]
     # K tile 64, 3 stages: 2 wraps = 6 iterations; one 128 x 256 block
     assert small_sizes(m) == {"M": 128, "N": 256, "K": 384}
 
@@ -314,7 +314,7 @@ def test_every_program_and_mapping_is_clean(program, mapping):
 def test_causal_attention_blocks_of_different_trip_counts_are_clean():
     """``causal = 1``: a query block's key loop stops at its diagonal, so block 0 of M = 256
     runs 2 steps of 64 keys and block 1 runs 4 (its pipeline wraps); both run, values checked."""
-    snaps = _snaps("flash_attention2", "mappings/flash_attention2/h100_d64_w64.yaml")
+    snaps = _snaps("flash_attention2", "tests/mappings/full/flash_attention2/h100_d64_w64.yaml")
     m = snaps["sync-insertion"]
     sizes = {**small_sizes(m), "causal": 1, "M": 256, "N": 256}
     v = check_schedules(
@@ -429,7 +429,7 @@ def test_teeth_every_inserted_sync_op_is_needed(program, mapping, capsys):
 
 def test_missing_accumulator_init_is_a_mismatch():
     """A wrong value with correct synchronization: only the comparison can catch it."""
-    snaps = _snaps("gemm", "mappings/gemm/h100.yaml")
+    snaps = _snaps("gemm", "tests/mappings/full/gemm/h100.yaml")
     m = snaps["sync-insertion"]
     fill = next(o for o in m.body.ops if isinstance(o, N.Call) and o.fn == "fill")
     v = check_schedules(
@@ -446,7 +446,7 @@ def test_cli_check_schedule():
         "explain",
         "programs/gemm.cyp",
         "-m",
-        "mappings/gemm/h100_nows.yaml",
+        "tests/mappings/full/gemm/h100_nows.yaml",
         "--check-schedule",
         "--seed",
         "5",
@@ -472,7 +472,7 @@ def _swap(b: N.Block, old, new) -> N.Block:
 def test_flipped_parity_or_short_wait_group_is_caught(program):
     """Not only missing ops: a wait on the wrong phase, or a wait_group leaving one group too
     many in flight, is a deadlock or a race too."""
-    snaps = _snaps(program, f"mappings/{program}/h100.yaml")
+    snaps = _snaps(program, f"tests/mappings/full/{program}/h100.yaml")
     m, ref = snaps["sync-insertion"], snaps["warp-specialization"]
     mutants = []
     for op in _sync_ops(m.body):

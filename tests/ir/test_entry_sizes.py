@@ -38,8 +38,8 @@ def test_an_entry_that_names_its_sizes_from_the_shapes_has_three():
 def test_the_build_and_its_abi_agree_with_programs_gemm():
     """The same kernel as programs/gemm.cyp (whose signature names M, N, K), its ABI M, N, K
     with the shape names as aliases; the harness takes three sizes."""
-    mine = render_build(tree(SHAPES, "mappings/gemm/h100_plain.yaml"))
-    theirs = render_build(tree("gemm", "mappings/gemm/h100_plain.yaml"))
+    mine = render_build(tree(SHAPES, "tests/mappings/full/gemm/h100_plain.yaml"))
+    theirs = render_build(tree("gemm", "tests/mappings/full/gemm/h100_plain.yaml"))
     info = json.loads(mine.files["gemm_shapes.json"])
     assert info["sizes"] == ["M", "N", "K"] and info["aliases"] == ALIASES
     assert [p["dims"] for p in info["params"]] == [["M", "N"], ["M", "K"], ["K", "N"]]
@@ -140,7 +140,9 @@ def test_an_int_parameter_and_a_fallback_name_do_not_collide():
 def test_the_runtime_takes_an_alias_for_a_keyword_size():
     info = KernelInfo.from_dict(
         json.loads(
-            render_build(tree(SHAPES, "mappings/gemm/h100_plain.yaml")).files["gemm_shapes.json"]
+            render_build(tree(SHAPES, "tests/mappings/full/gemm/h100_plain.yaml")).files[
+                "gemm_shapes.json"
+            ]
         )
     )
     assert info.aliases == ALIASES
@@ -166,7 +168,9 @@ def test_the_runtime_takes_an_alias_for_a_keyword_size():
 
 def test_the_info_refuses_bad_aliases():
     d = json.loads(
-        render_build(tree(SHAPES, "mappings/gemm/h100_plain.yaml")).files["gemm_shapes.json"]
+        render_build(tree(SHAPES, "tests/mappings/full/gemm/h100_plain.yaml")).files[
+            "gemm_shapes.json"
+        ]
     )
     for bad in ({"C_d0": "Q"}, {"M": "N"}, {"A": "M"}, {"1x": "M"}, ["C_d0"]):
         with pytest.raises(ValueError, match="aliases"):

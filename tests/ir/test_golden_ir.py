@@ -16,7 +16,7 @@ PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))
 
 
 def snapshots(program: str):
-    mapping = ROOT / "mappings" / program / "h100.yaml"
+    mapping = ROOT / "tests/mappings/full" / program / "h100.yaml"
     out = []
     try:
         out += compiled.snapshots(program, mapping, until="sync-insertion")

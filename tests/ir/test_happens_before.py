@@ -26,11 +26,11 @@ FLAGS = {"flash_attention2": {"causal": 0}, "flash_attention3": {"causal": 0}}
 
 
 def _tree(program: str, mapping: str = "h100"):
-    return tree(program, f"mappings/{program}/{mapping}.yaml")
+    return tree(program, f"tests/mappings/full/{program}/{mapping}.yaml")
 
 
 def _snaps(program: str, mapping: str = "h100") -> dict[str, N.Module]:
-    return modules(program, f"mappings/{program}/{mapping}.yaml", until="sync-insertion")
+    return modules(program, f"tests/mappings/full/{program}/{mapping}.yaml", until="sync-insertion")
 
 
 def _blind_interpreter(monkeypatch):
@@ -108,7 +108,9 @@ def test_every_apart_forced_to_may_overlap_only_adds_synchronization(program, mo
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_copy_elimination_converges_in_far_fewer_rounds_than_its_bound(program):
-    m = modules(program, f"mappings/{program}/h100.yaml", until="vectorization")["vectorization"]
+    m = modules(program, f"tests/mappings/full/{program}/h100.yaml", until="vectorization")[
+        "vectorization"
+    ]
     ops = sum(1 for _ in walk_ops(m.body))
     out, rounds = CE.rewrite_to_fixpoint(m)
     assert 0 < rounds < ops // 2

@@ -14,7 +14,7 @@ from cypressc.ir.check import random_inputs, run_module
 from tests.compiled import snapshots
 
 ROOT = Path(__file__).resolve().parents[2]
-MAPPINGS = sorted((ROOT / "mappings" / "gemm").glob("*.yaml"))
+MAPPINGS = sorted((ROOT / "tests/mappings/full" / "gemm").glob("*.yaml"))
 SIZES = dict(M=100, N=72, K=136)  # partial tiles in every dimension, several K steps
 
 

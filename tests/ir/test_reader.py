@@ -24,7 +24,7 @@ PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.cyp"))
 CASES = [
     (prog, mp.name)
     for prog in PROGRAMS
-    for mp in sorted((ROOT / "mappings" / prog).glob("*.yaml"))
+    for mp in sorted((ROOT / "tests/mappings/full" / prog).glob("*.yaml"))
     if FULL or mp.name == "h100.yaml"
 ]
 
@@ -33,7 +33,7 @@ CASES = [
 def test_every_snapshot_reads_back_and_the_next_pass_agrees(program, mapping):
     try:
         snaps = compiled.snapshots(
-            program, ROOT / "mappings" / program / mapping, until="sync-insertion"
+            program, ROOT / "tests/mappings/full" / program / mapping, until="sync-insertion"
         )
     except CypressError as e:  # a mapping a pass refuses: its earlier snapshots are not kept
         pytest.skip(f"{mapping} is refused: {e.code}")
@@ -52,7 +52,9 @@ def test_every_snapshot_reads_back_and_the_next_pass_agrees(program, mapping):
 def test_what_the_passes_read_survives():
     """The fields no printed text showed before: target knobs and locations, schedule,
     resources, sync edges (mbarriers' too) and their BLOCK dimensions, a user leaf."""
-    snaps = dict(compiled.snapshots("gemm_epilogue", ROOT / "mappings/gemm_epilogue/h100.yaml"))
+    snaps = dict(
+        compiled.snapshots("gemm_epilogue", ROOT / "tests/mappings/full/gemm_epilogue/h100.yaml")
+    )
     m = snaps["sync-insertion"]
     back = parse_module(print_module(m), "g.ir", include_dirs=(ROOT / "programs",))
     # the instance's name is for messages the mapping's lines give; a hand-written module has none

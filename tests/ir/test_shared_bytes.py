@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # (tests/backend/test_ring_joins.py)
 pytestmark = pytest.mark.usefixtures("no_ring_joins")
 FA3 = ROOT / "programs" / "flash_attention3.cyp"
-PP = ROOT / "mappings" / "flash_attention3" / "h100_d64_pp_staged_persistent.yaml"
+PP = ROOT / "tests/mappings/full" / "flash_attention3" / "h100_d64_pp_staged_persistent.yaml"
 EARLY, LATE = "K_smem", "O_smem"
 
 

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CASES = sorted(
     (p.stem, m.relative_to(ROOT).as_posix())
     for p in (ROOT / "programs").glob("*.cyp")
-    for m in (ROOT / "mappings" / p.stem).glob("*.yaml")
+    for m in (ROOT / "tests/mappings/full" / p.stem).glob("*.yaml")
 )
 # The GEMM-family programs, whose derived synchronization is compared with the template kernel
 # the backend used to fill.  FlashAttention's (2 and 3) is not that template (a Q panel loaded once on a
@@ -37,11 +37,12 @@ CASES = sorted(
 # interpreter and its teeth (tests/ir/test_concurrent.py) and test_cuda_from_sync.py check it.
 # gemm_reduction's Tensor-Core row sums (h100_tc, h100_tc_plain) add a shared table the threads
 # fill: their sync is checked on its own below.
-TENSOR_CORE_SUMS = ("gemm_reduction", "mappings/gemm_reduction/h100_tc.yaml")
+TENSOR_CORE_SUMS = ("gemm_reduction", "tests/mappings/full/gemm_reduction/h100_tc.yaml")
 TEMPLATE = [
     (p, m)
     for p, m in CASES
-    if not p.startswith("flash_attention") and not m.startswith("mappings/gemm_reduction/h100_tc")
+    if not p.startswith("flash_attention")
+    and not m.startswith("tests/mappings/full/gemm_reduction/h100_tc")
 ]
 
 
@@ -137,7 +138,7 @@ def test_a_table_the_threads_fill_is_fenced_met_and_released_at_the_tile_end():
 def test_dual_gemm_channels_follow_the_wait_points():
     """A and B1 are first read by the first wgmma: one channel; B2 only by the second: its own,
     waited just before it (the template made the first wgmma wait for B2 too)."""
-    m, _ = compiled("dual_gemm", "mappings/dual_gemm/h100.yaml")
+    m, _ = compiled("dual_gemm", "tests/mappings/full/dual_gemm/h100.yaml")
     assert [(b.name, b.kind) for b in syncs(m, S.MBarrier)] == [
         ("full_A_smem_B1_smem", "full"),
         ("empty_A_smem_B1_smem", "empty"),
@@ -174,14 +175,14 @@ def _without(b: N.Block, path) -> N.Block:
 
 
 TEETH = [
-    (p, f"mappings/{p}/h100.yaml", None)
+    (p, f"tests/mappings/full/{p}/h100.yaml", None)
     for p in ("gemm", "gemm_reduction", "dual_gemm", "batched_gemm")
 ] + [
-    ("gemm", "mappings/gemm/h100_alias.yaml", None),
-    ("gemm", "mappings/gemm/h100_nows.yaml", None),
-    ("gemm_reduction", "mappings/gemm_reduction/h100_tc.yaml", None),
-    ("gemm_reduction", "mappings/gemm_reduction/h100.yaml", 0),
-    ("dual_gemm", "mappings/dual_gemm/h100.yaml", 2),
+    ("gemm", "tests/mappings/full/gemm/h100_alias.yaml", None),
+    ("gemm", "tests/mappings/full/gemm/h100_nows.yaml", None),
+    ("gemm_reduction", "tests/mappings/full/gemm_reduction/h100_tc.yaml", None),
+    ("gemm_reduction", "tests/mappings/full/gemm_reduction/h100.yaml", 0),
+    ("dual_gemm", "tests/mappings/full/dual_gemm/h100.yaml", 2),
 ]
 
 
@@ -227,7 +228,7 @@ def test_explain_after_sync_insertion_prints_the_sync_ops(monkeypatch):
             "explain",
             "programs/gemm.cyp",
             "-m",
-            "mappings/gemm/h100.yaml",
+            "tests/mappings/full/gemm/h100.yaml",
             "--after",
             "sync-insertion",
             "--no-tree",

@@ -158,7 +158,9 @@ def test_flash_attention3_takes_one_turn_per_step_for_both_gemms():
     """S = Q·K[k+1]ᵀ and O += P·V[k] are one run (no wait between them): one take before the
     first, one pass after the second's commit, the wait_group 1 after the pass; the peeled
     step 0 and the last O += P·V are runs of their own."""
-    m = _snaps("flash_attention3", "mappings/flash_attention3/h100_d128_pp.yaml")["sync-insertion"]
+    m = _snaps("flash_attention3", "tests/mappings/full/flash_attention3/h100_d128_pp.yaml")[
+        "sync-insertion"
+    ]
     assert _loop_turns(m) == (
         ["pass if wg >= 1", "take", "pass"],
         ["take", "pass"],
@@ -174,7 +176,9 @@ def test_flash_attention2_joins_the_runs_across_the_back_edge():
     """O += P·V of step k and S = Q·K[k+1]ᵀ follow each other with no wait: one run across the
     loop's back edge, taken before the loop and before O += P·V, passed after S and after
     the loop."""
-    m = _snaps("flash_attention2", "mappings/flash_attention2/h100_d128_pp.yaml")["sync-insertion"]
+    m = _snaps("flash_attention2", "tests/mappings/full/flash_attention2/h100_d128_pp.yaml")[
+        "sync-insertion"
+    ]
     assert _loop_turns(m) == (["pass if wg >= 1", "take"], ["pass", "take"], ["pass if 0 >= wg"])
 
 
@@ -187,7 +191,7 @@ def test_flash_attention2_joins_the_runs_across_the_back_edge():
     ],
 )
 def test_the_ring_runs_in_the_concurrent_interpreter_and_a_missing_pass_deadlocks(program, mapping):
-    snaps = _snaps(program, f"mappings/{program}/{mapping}.yaml")
+    snaps = _snaps(program, f"tests/mappings/full/{program}/{mapping}.yaml")
     m, ref_m = snaps["sync-insertion"], snaps["warp-specialization"]
     sizes = {**small_sizes(m), "causal": 0}
     v = check_schedules(m, ref_m, sizes=sizes, seed=2, schedules=3, value_every=0)
@@ -205,7 +209,7 @@ def _cuda(tmp_path: Path, program: str, mapping: str) -> tuple[str, Path]:
             "build",
             str(ROOT / "programs" / f"{program}.cyp"),
             "-m",
-            str(ROOT / "mappings" / program / f"{mapping}.yaml"),
+            str(ROOT / "tests/mappings/full" / program / f"{mapping}.yaml"),
             "-o",
             str(out),
         ],

@@ -14,7 +14,7 @@ from cypressc.passes.manager import PASSES, get_pass
 from cypressc.pipeline import step_names
 from tests import compiled
 
-GEMM = ("gemm", "mappings/gemm/h100.yaml")
+GEMM = ("gemm", "tests/mappings/full/gemm/h100.yaml")
 
 
 def test_the_lowering_records_the_mappings_block_knobs_and_where_they_are():
@@ -25,7 +25,7 @@ def test_the_lowering_records_the_mappings_block_knobs_and_where_they_are():
         "gemm_block", warpspecialize=True, pipeline=3, smem_limit=232448, raster=16, persistent=True
     )
     loc = t.knob_loc("smem_limit")
-    assert loc.file.endswith("mappings/gemm/h100.yaml") and "smem_limit" in loc.text
+    assert loc.file.endswith("tests/mappings/full/gemm/h100.yaml") and "smem_limit" in loc.text
     assert t.knob_loc("pingpong") == t.loc  # not set: the BLOCK instance
     assert t.declared == {"C": (False, True), "A": (True, False), "B": (True, False)}
 

@@ -24,7 +24,7 @@ from tests.budget import pick
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["gemm", "batched_gemm", "dual_gemm", "gemm_reduction"]
 PROGRAM = {n: (ROOT / "programs" / f"{n}.cyp").read_text() for n in NAMES}
-MAPPING = {n: (ROOT / "mappings" / n / "h100.yaml").read_text() for n in NAMES}
+MAPPING = {n: (ROOT / "tests/mappings/full" / n / "h100.yaml").read_text() for n in NAMES}
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 PROGRAM_VOCAB = sorted(set(_TOKEN.findall("".join(PROGRAM.values())))) + [
@@ -179,7 +179,7 @@ def test_mutated_program_never_crashes(work, name, m):
     f.write_bytes(mutate(PROGRAM[name], m[0], PROGRAM_VOCAB, m[1]))
     r = CliRunner().invoke(
         main,
-        ["check", str(f), "-m", str(ROOT / "mappings" / name / "h100.yaml")],
+        ["check", str(f), "-m", str(ROOT / "tests/mappings/full" / name / "h100.yaml")],
         catch_exceptions=False,
     )
     assert_clean(r)

@@ -22,7 +22,7 @@ from cypressc.mapping.schema import Instance
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMM = (ROOT / "programs" / "gemm.cyp").read_text()
-GEMM_MAP = (ROOT / "mappings" / "gemm" / "h100.yaml").read_text()
+GEMM_MAP = (ROOT / "tests/mappings/full" / "gemm" / "h100.yaml").read_text()
 MAIN_LOOP = "    for k in srange(cdiv(K, W)):\n"
 DTYPE = "T = dtype(f16, bf16)"
 DTYPE_LINE = GEMM[: GEMM.index(DTYPE)].count("\n") + 1
@@ -34,7 +34,7 @@ def with_include(name: str) -> str:
 
 
 def check(program: Path, mapping: Path | None = None, *more: str):
-    mapping = mapping or ROOT / "mappings" / "gemm" / "h100.yaml"
+    mapping = mapping or ROOT / "tests/mappings/full" / "gemm" / "h100.yaml"
     return CliRunner().invoke(
         main, ["check", str(program), "-m", str(mapping), *more], catch_exceptions=False
     )
@@ -71,7 +71,7 @@ def test_byte_order_mark_is_accepted(tmp_path):
             "check",
             str(prog),
             "-m",
-            str(ROOT / "mappings" / "gemm" / "h100.yaml"),
+            str(ROOT / "tests/mappings/full" / "gemm" / "h100.yaml"),
         ],
         capture_output=True,
         text=True,
@@ -178,7 +178,7 @@ def test_unary_minus_is_index_arithmetic(tmp_path):
             "explain",
             str(prog),
             "-m",
-            str(ROOT / "mappings/gemm/h100.yaml"),
+            str(ROOT / "tests/mappings/full/gemm/h100.yaml"),
             "--after",
             "dependence-analysis",
             "--no-tree",
@@ -213,7 +213,7 @@ def test_build_reports_a_missing_include(tmp_path):
             "build",
             str(prog),
             "-m",
-            str(ROOT / "mappings/gemm/h100.yaml"),
+            str(ROOT / "tests/mappings/full/gemm/h100.yaml"),
             "-o",
             str(tmp_path / "out"),
         ],

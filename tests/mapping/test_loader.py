@@ -11,7 +11,7 @@ from cypressc.diagnostics import CypressErrors
 from cypressc.mapping.loader import load_mapping, load_mapping_source
 
 ROOT = Path(__file__).resolve().parents[2]
-MAPPINGS = sorted((ROOT / "mappings").glob("*/*.yaml"))
+MAPPINGS = sorted((ROOT / "tests/mappings/full").glob("*/*.yaml"))
 
 SMALL = """\
 machine: h100

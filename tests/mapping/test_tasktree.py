@@ -21,7 +21,7 @@ NAMES = ["gemm", "batched_gemm", "dual_gemm", "gemm_reduction"]
 
 def tree_of(name: str) -> TaskTree:
     prog = check_program(parse_file(ROOT / "programs" / f"{name}.cyp"))
-    return instantiate(prog, load_mapping(ROOT / "mappings" / name / "h100.yaml"))
+    return instantiate(prog, load_mapping(ROOT / "tests/mappings/full" / name / "h100.yaml"))
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_gemm_mems_and_tunables(gemm):
     assert by["gemm_host"].mems == {"C": "GLOBAL", "A": "GLOBAL", "B": "GLOBAL"}
     assert by["gemm_host"].tunables == {"U": 128, "V": 256}
     assert by["gemm_block"].tunables == {"W": 64}
-    spec = load_mapping(ROOT / "mappings" / "gemm" / "h100.yaml").spec
+    spec = load_mapping(ROOT / "tests/mappings/full" / "gemm" / "h100.yaml").spec
     assert by["gemm_block"].instance == next(
         i for i in spec.instances if i.instance == "gemm_block"
     )

@@ -12,7 +12,7 @@ from cypressc.api import bind_dtypes
 from cypressc.diagnostics import CypressErrors
 
 ROOT = Path(__file__).resolve().parents[2]
-GEMM, MAP = ROOT / "programs" / "gemm.cyp", ROOT / "mappings" / "gemm" / "h100.yaml"
+GEMM, MAP = ROOT / "programs" / "gemm.cyp", ROOT / "tests/mappings/full" / "gemm" / "h100.yaml"
 
 
 @pytest.mark.parametrize("dtype", ["f64", "banana", {"X": "bf16"}, {"T": "f32"}, 16])

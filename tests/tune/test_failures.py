@@ -17,7 +17,7 @@ from cypressc.tuner.space import derive_space
 from cypressc.tuner.verdicts import FAILURE_KINDS, compare, failure, failure_text
 
 ROOT = Path(__file__).resolve().parents[2]
-PLAIN = ROOT / "mappings/gemm/h100_plain.yaml"
+PLAIN = ROOT / "tests/mappings/full/gemm/h100_plain.yaml"
 torch = pytest.importorskip("torch")
 
 

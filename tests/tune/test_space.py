@@ -28,7 +28,7 @@ def space_of(program: str, mapping: str, text: str | None = None, tmp: Path | No
 
 
 def test_gemm_knobs_and_default_candidates():
-    sp = space_of("programs/gemm.cyp", "mappings/gemm/h100_plain.yaml")
+    sp = space_of("programs/gemm.cyp", "tests/mappings/full/gemm/h100_plain.yaml")
     k = sp.by_name
     assert [x.name for x in sp.knobs] == [
         "U",
@@ -65,13 +65,13 @@ def test_gemm_knobs_and_default_candidates():
 
 
 def test_reduction_has_two_staging_knobs_and_shared_stays_fixed():
-    sp = space_of("programs/gemm_reduction.cyp", "mappings/gemm_reduction/h100.yaml")
+    sp = space_of("programs/gemm_reduction.cyp", "tests/mappings/full/gemm_reduction/h100.yaml")
     mems = [k.name for k in sp.knobs if k.kind == "mem"]
     assert mems == ["copy_block.D", "copy_vec_block.z"]  # mma/rowsum operands are SHARED at BLOCK
 
 
 def test_render_edits_in_place_and_round_trips():
-    sp = space_of("programs/gemm.cyp", "mappings/gemm/h100_plain.yaml")
+    sp = space_of("programs/gemm.cyp", "tests/mappings/full/gemm/h100_plain.yaml")
     vals = dict(
         sp.base,
         U=256,
@@ -95,13 +95,13 @@ def test_render_flow_style_mapping_falls_back_to_a_dump():
 
 
 def test_unset_block_knobs_at_their_default_stay_unset():
-    sp = space_of("programs/gemm.cyp", "mappings/gemm/h100_plain.yaml")
+    sp = space_of("programs/gemm.cyp", "tests/mappings/full/gemm/h100_plain.yaml")
     pts = list(sp.product(["mma_in_flight", "raster"], sp.base))
     assert len(pts) == 4 and sum(sp.render(p) == sp.text for p in pts) == 1
 
 
 def test_tune_section_restricts_and_fixes(tmp_path):
-    text = (ROOT / "mappings/gemm/h100_plain.yaml").read_text() + (
+    text = (ROOT / "tests/mappings/full/gemm/h100_plain.yaml").read_text() + (
         "tune:\n  U: [128, 256]\n  W: 64\n  warpspecialize: [false, true]\n  PIECES: [4]\n"
     )
     sp = space_of("programs/gemm.cyp", "", text, tmp_path)
@@ -129,7 +129,7 @@ def test_tune_section_restricts_and_fixes(tmp_path):
     ],
 )
 def test_tune_section_errors_are_located(tmp_path, entry, message):
-    base = (ROOT / "mappings/gemm/h100_plain.yaml").read_text()
+    base = (ROOT / "tests/mappings/full/gemm/h100_plain.yaml").read_text()
     m = tmp_path / "m.yaml"
     m.write_text(base + "tune:\n" + entry)
     r = CliRunner().invoke(
@@ -154,7 +154,7 @@ def test_tune_section_errors_are_located(tmp_path, entry, message):
 
 
 def test_tune_section_schema(tmp_path):
-    base = (ROOT / "mappings/gemm/h100_plain.yaml").read_text()
+    base = (ROOT / "tests/mappings/full/gemm/h100_plain.yaml").read_text()
     with pytest.raises(CypressErrors, match="lists no values"):
         load_mapping_source(base + "tune:\n  U: []\n")
     with pytest.raises(CypressErrors, match="not 1.5"):
@@ -166,12 +166,12 @@ def test_tune_section_schema(tmp_path):
     (tmp_path / "m.yaml").write_text(base + "tune:\n  U: [64, 128]\n")
     assert (
         load_mapping(tmp_path / "m.yaml").spec.instances
-        == load_mapping(ROOT / "mappings/gemm/h100_plain.yaml").spec.instances
+        == load_mapping(ROOT / "tests/mappings/full/gemm/h100_plain.yaml").spec.instances
     )
 
 
 def test_pruning_refuses_with_the_compiler_codes():
-    sp = space_of("programs/gemm.cyp", "mappings/gemm/h100_plain.yaml")
+    sp = space_of("programs/gemm.cyp", "tests/mappings/full/gemm/h100_plain.yaml")
     job = lambda vals: (str(ROOT / "programs/gemm.cyp"), {}, sp.render(vals), "m.yaml")  # noqa: E731
     assert check_candidate(job(sp.base))["ok"]
     big = check_candidate(job(dict(sp.base, U=256, V=256, MMA="WGMMA_64x256x16", pipeline=5)))
@@ -189,5 +189,9 @@ def test_static_score_prefers_the_hand_tuned_shape_at_scale():
         )
         return static_score(r["plan"], dict(M=n, N=n, K=n), 132, 232448)
 
-    assert score("mappings/gemm/h100.yaml", 8192) > score("mappings/gemm/h100_plain.yaml", 8192)
-    assert score("mappings/gemm/h100.yaml", 4096) > score("mappings/gemm/h100_nows.yaml", 4096)
+    assert score("tests/mappings/full/gemm/h100.yaml", 8192) > score(
+        "tests/mappings/full/gemm/h100_plain.yaml", 8192
+    )
+    assert score("tests/mappings/full/gemm/h100.yaml", 4096) > score(
+        "tests/mappings/full/gemm/h100_nows.yaml", 4096
+    )

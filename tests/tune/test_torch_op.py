@@ -31,7 +31,7 @@ pytestmark = pytest.mark.xdist_group("tune")
 def info_of(program: str, mapping: str, **dtypes: str) -> KernelInfo:
     tree = _front_end(
         str(ROOT / "programs" / f"{program}.cyp"),
-        str(ROOT / "mappings" / program / f"{mapping}.yaml"),
+        str(ROOT / "tests/mappings/full" / program / f"{mapping}.yaml"),
         dtypes,
     )
     return KernelInfo.from_dict(build_info(compile_module(tree)[-1][1].kernel, str(RUNTIME_DIR)))
@@ -232,10 +232,10 @@ def test_torch_compile_traces_without_graph_breaks():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_compiled_kernel_as_op(tune_cache):
     kern = cypressc.compile(
-        ROOT / "programs/gemm.cyp", ROOT / "mappings/gemm/h100_plain.yaml", dtype="f16"
+        ROOT / "programs/gemm.cyp", ROOT / "tests/mappings/full/gemm/h100_plain.yaml", dtype="f16"
     )
     again = cypressc.compile(
-        ROOT / "programs/gemm.cyp", ROOT / "mappings/gemm/h100_plain.yaml", dtype="f16"
+        ROOT / "programs/gemm.cyp", ROOT / "tests/mappings/full/gemm/h100_plain.yaml", dtype="f16"
     )
     assert again.library == kern.library  # the second one came from the cache
     op = ctorch.register(kern, name="gemm_plain")

@@ -62,7 +62,7 @@ def test_compile_only_prunes_compiles_and_hits_the_cache(tmp_path, monkeypatch):
     tune_cache = tmp_path / "cache"  # its own: other tests may have built the plain gemm
     monkeypatch.setenv("CYPRESSC_CACHE_DIR", str(tune_cache))
     mapping = tmp_path / "plain.yaml"
-    mapping.write_text((ROOT / "mappings/gemm/h100_plain.yaml").read_text() + SPACE)
+    mapping.write_text((ROOT / "tests/mappings/full/gemm/h100_plain.yaml").read_text() + SPACE)
     best = tmp_path / "best.yaml"
     args = [
         str(ROOT / "programs/gemm.cyp"),
@@ -135,7 +135,7 @@ def test_sizes_must_bind_the_kernel(tune_cache):
             "tune",
             str(ROOT / "programs/gemm.cyp"),
             "-m",
-            str(ROOT / "mappings/gemm/h100_plain.yaml"),
+            str(ROOT / "tests/mappings/full/gemm/h100_plain.yaml"),
             "--size",
             "M=64",
             "--size",
@@ -150,7 +150,7 @@ def test_sizes_must_bind_the_kernel(tune_cache):
             "tune",
             str(ROOT / "programs/gemm.cyp"),
             "-m",
-            str(ROOT / "mappings/gemm/h100_plain.yaml"),
+            str(ROOT / "tests/mappings/full/gemm/h100_plain.yaml"),
             "--size",
             "M=x",
         ],
@@ -170,7 +170,7 @@ def test_timing_needs_a_gpu_or_compile_only(tune_cache):
             "tune",
             str(ROOT / "programs/gemm.cyp"),
             "-m",
-            str(ROOT / "mappings/gemm/h100_plain.yaml"),
+            str(ROOT / "tests/mappings/full/gemm/h100_plain.yaml"),
             *SIZES,
         ],
     )
@@ -180,12 +180,12 @@ def test_timing_needs_a_gpu_or_compile_only(tune_cache):
 def test_output_never_overwrites_a_users_mapping(tmp_path, tune_cache):
     """`-o` may replace an earlier tune result, never a hand-written mapping (refused before tuning)."""
     mine = tmp_path / "h100.yaml"
-    mine.write_text((ROOT / "mappings/gemm/h100.yaml").read_text())
+    mine.write_text((ROOT / "tests/mappings/full/gemm/h100.yaml").read_text())
     before = mine.read_text()
     r = tune(
         str(ROOT / "programs/gemm.cyp"),
         "-m",
-        str(ROOT / "mappings/gemm/h100_plain.yaml"),
+        str(ROOT / "tests/mappings/full/gemm/h100_plain.yaml"),
         *SIZES,
         "--compile-only",
         "--budget",
@@ -230,7 +230,8 @@ def test_sizes_named_after_shapes_are_one_size_by_any_of_their_names(tmp_path, t
     any of their names, and refuses two values for one size."""
     mapping = tmp_path / "plain.yaml"  # one candidate: the mapping itself
     mapping.write_text(
-        (ROOT / "mappings/gemm/h100_plain.yaml").read_text() + "tune:\n  U: 128\n  V: 128\n"
+        (ROOT / "tests/mappings/full/gemm/h100_plain.yaml").read_text()
+        + "tune:\n  U: 128\n  V: 128\n"
         "  W: 64\n  WGS: 2\n  MMA: WGMMA_64x128x16\n  copy_block.D: GLOBAL\n  pipeline: 3\n"
         "  warpspecialize: false\n  persistent: false\n  raster: 16\n  mma_in_flight: 1\n"
     )

@@ -58,7 +58,7 @@ def test_compile_only_tunes_every_bundled_program(program, tmp_path, monkeypatch
     for k, v in PTXAS_V.items():
         monkeypatch.setenv(k, v)
     prog = ROOT / "programs" / f"{program}.cyp"
-    text, bad = small_space(prog, ROOT / "mappings" / program / "h100.yaml")
+    text, bad = small_space(prog, ROOT / "tests/mappings/full" / program / "h100.yaml")
     mapping = tmp_path / f"{program}.yaml"
     mapping.write_text(text)
     sizes, _ = kernel_sizes(front_end(prog, mapping, mapping_text=text))
