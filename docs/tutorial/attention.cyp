@@ -47,8 +47,7 @@ def attn_block(O: tensor[2, T], Q: tensor[2, T], K: tensor[2, T], V: tensor[2, T
         alpha: tensor[1, f32] = make_tensor(U)
         launch("clear", S)
         launch("scores", S, Q, Kp[k, 0])
-        launch("softmax", Oacc, S, m, l, alpha, scale, cap)
-        launch("convert", S, P)
+        launch("softmax", Oacc, S, P, m, l, alpha, scale, cap)
         launch("mma", Oacc, P, Vp[k, 0])
     launch("finish", Oacc, l)
     launch("copy", Oacc, O)
@@ -81,37 +80,40 @@ def scores_thread(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     warpgroup_mma_bt(MMA, C, A, B)
 
 
-# ---- one step of the online softmax on each thread's rows, the scores soft-capped first
-@task("softmax", Inner, reads=["O", "S", "m", "l"], writes=["O", "S", "m", "l", "alpha"])
-def softmax_tile(O: tensor[2, f32], S: tensor[2, f32], m: tensor[1, f32], l: tensor[1, f32],
-                 alpha: tensor[1, f32], scale: float, cap: float):
+# ---- one step of the online softmax on each thread's rows: the scores soft-capped first,
+# P = T(exp2((S - m) * log2 e)) for the next wgmma last
+@task("softmax", Inner, reads=["O", "S", "m", "l"], writes=["O", "S", "P", "m", "l", "alpha"])
+def softmax_tile(O: tensor[2, f32], S: tensor[2, f32], P: tensor[2, T], m: tensor[1, f32],
+                 l: tensor[1, f32], alpha: tensor[1, f32], scale: float, cap: float):
     WGS = tunable(int)
     M, N, E = S.shape[0], S.shape[1], O.shape[1]
     Op = partition_by_blocks(O, (M / WGS, E))
     Sp = partition_by_blocks(S, (M / WGS, N))
+    Pp = partition_by_blocks(P, (M / WGS, N))
     mp = partition_by_blocks(m, (M / WGS,))
     lp = partition_by_blocks(l, (M / WGS,))
     ap = partition_by_blocks(alpha, (M / WGS,))
     for i in prange(WGS):
-        launch("softmax", Op[i, 0], Sp[i, 0], mp[i], lp[i], ap[i], scale, cap)
+        launch("softmax", Op[i, 0], Sp[i, 0], Pp[i, 0], mp[i], lp[i], ap[i], scale, cap)
 
 
-@task("softmax", Inner, reads=["O", "S", "m", "l"], writes=["O", "S", "m", "l", "alpha"])
-def softmax_inner(O: tensor[2, f32], S: tensor[2, f32], m: tensor[1, f32], l: tensor[1, f32],
-                  alpha: tensor[1, f32], scale: float, cap: float):
+@task("softmax", Inner, reads=["O", "S", "m", "l"], writes=["O", "S", "P", "m", "l", "alpha"])
+def softmax_inner(O: tensor[2, f32], S: tensor[2, f32], P: tensor[2, T], m: tensor[1, f32],
+                  l: tensor[1, f32], alpha: tensor[1, f32], scale: float, cap: float):
     PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
     Op = partition_by_mma(O, MMA, PROC, "C")
     Sp = partition_by_mma(S, MMA, PROC, "C")
+    Pp = partition_by_mma(P, MMA, PROC, "C")
     mp = partition_by_mma(m, MMA, PROC, "C")
     lp = partition_by_mma(l, MMA, PROC, "C")
     ap = partition_by_mma(alpha, MMA, PROC, "C")
     for i in prange(PIECES):
-        launch("softmax", Op[i], Sp[i], mp[i], lp[i], ap[i], scale, cap)
+        launch("softmax", Op[i], Sp[i], Pp[i], mp[i], lp[i], ap[i], scale, cap)
 
 
-@task("softmax", Leaf, reads=["O", "S", "m", "l"], writes=["O", "S", "m", "l", "alpha"])
-def softmax_thread(O: tensor[2, f32], S: tensor[2, f32], m: tensor[1, f32], l: tensor[1, f32],
-                   alpha: tensor[1, f32], scale: float, cap: float):
+@task("softmax", Leaf, reads=["O", "S", "m", "l"], writes=["O", "S", "P", "m", "l", "alpha"])
+def softmax_thread(O: tensor[2, f32], S: tensor[2, f32], P: tensor[2, T], m: tensor[1, f32],
+                   l: tensor[1, f32], alpha: tensor[1, f32], scale: float, cap: float):
     softcap(S, scale, cap)
     copy(m, alpha)
     warpgroup_row_max(m, S)
@@ -120,9 +122,10 @@ def softmax_thread(O: tensor[2, f32], S: tensor[2, f32], m: tensor[1, f32], l: t
     scale_rows(l, alpha)
     warpgroup_row_sum(l, S)
     scale_rows(O, alpha)
+    copy(S, P)
 
 
-# ---- m = -inf, l = 0 before the loop; O /= l after it; P = T(S) in registers
+# ---- m = -inf, l = 0 before the loop; O /= l after it
 @task("init", Inner, writes=["m", "l"])
 def init_tile(m: tensor[1, f32], l: tensor[1, f32]):
     WGS = tunable(int)
@@ -169,27 +172,3 @@ def finish_inner(O: tensor[2, f32], l: tensor[1, f32]):
 @task("finish", Leaf, reads=["O", "l"], writes=["O"])
 def finish_thread(O: tensor[2, f32], l: tensor[1, f32]):
     div_rows(O, l)
-
-
-@task("convert", Inner, reads=["C"], writes=["D"])
-def convert_tile(C: tensor[2, f32], D: tensor[2, T]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    Dp = partition_by_blocks(D, (M / WGS, N))
-    for i in prange(WGS):
-        launch("convert", Cp[i, 0], Dp[i, 0])
-
-
-@task("convert", Inner, reads=["C"], writes=["D"])
-def convert_inner(C: tensor[2, f32], D: tensor[2, T]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    Dp = partition_by_mma(D, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("convert", Cp[i], Dp[i])
-
-
-@task("convert", Leaf, reads=["C"], writes=["D"])
-def convert_thread(C: tensor[2, f32], D: tensor[2, T]):
-    copy(C, D)
