@@ -3,13 +3,14 @@ block of the tutorial follows a marker comment saying what makes it true, and th
 checked here (``<!-- compiles -->`` and ``<!-- output: … -->`` are tests/lang/test_docs.py's):
 
 * ``<!-- file: PATH -->`` — the block is the text of PATH (relative to the repository), line
-  for line; a line ``…`` stands for any number of lines, a line ending in ``…`` for any line
-  that starts with what precedes it.  Any doc may use it.
+  for line; a line ``…`` stands for any number of lines, a ``…`` within a line for any text
+  (an excerpt of a long line).  Any doc may use it.
 * ``<!-- run -->`` — a terminal transcript: each ``$ COMMAND`` line is run, in order, in a
   scratch folder holding a copy of docs/tutorial/, and what follows it (up to the next ``$``)
   is compared with what the command printed (stdout and stderr as a terminal shows them; ``…``
   as above).  Commands: ``cypressc …`` (in-process, with ``$CYPRESSC_CACHE_DIR`` in the
-  scratch folder) and ``ls DIR``.  A transcript with ``cypressc tune`` needs nvcc.
+  scratch folder), ``ls DIR`` and ``sed -i 's/OLD/NEW/' FILE`` (OLD literal text, no regex
+  characters).  A transcript with ``cypressc tune`` needs nvcc.
 * ``<!-- gpu -->`` — commands that need nvcc and a GPU (``make``, the harness): ``$`` lines
   only, no quoted output; bench/gpu_check.py runs the same kernels (``--programs
   tutorial_gemm,tutorial_attention``).
@@ -54,18 +55,20 @@ def marked_blocks(path: Path) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def same_line(expected: str, got: str) -> bool:
+    """``got`` is ``expected``, each ``…`` in it standing for any text."""
+    pattern = ".*".join(re.escape(part) for part in expected.split("…"))
+    return re.fullmatch(pattern, got, re.DOTALL) is not None
+
+
 def excerpt_matches(expected: list[str], got: list[str]) -> bool:
     """``expected`` equals ``got`` line by line, where a line ``…`` stands for any number of
-    lines and a line ending in ``…`` for one line starting with the text before it."""
+    lines and a ``…`` within a line for any text."""
     if not expected:
         return not got
-    e = expected[0]
-    if e.strip() == "…":
+    if expected[0].strip() == "…":
         return any(excerpt_matches(expected[1:], got[i:]) for i in range(len(got) + 1))
-    if not got:
-        return False
-    same = got[0].startswith(e[:-1]) if e.endswith("…") else got[0] == e
-    return same and excerpt_matches(expected[1:], got[1:])
+    return bool(got) and same_line(expected[0], got[0]) and excerpt_matches(expected[1:], got[1:])
 
 
 BLOCKS = {doc: marked_blocks(doc) for doc in DOCS}
@@ -109,22 +112,39 @@ def transcript(text: str) -> list[tuple[str, list[str]]]:
 
 def run_command(command: str) -> list[str]:
     """What ``command`` prints in the current folder: ``cypressc …`` run in-process, ``ls DIR``
-    (the entries one per line, dotfiles left out, sorted as in the C locale)."""
+    (the entries one per line, dotfiles left out, sorted as in the C locale), ``sed -i
+    's/OLD/NEW/' FILE`` (nothing; OLD replaced by NEW once per line, as sed does)."""
     argv = shlex.split(command)
     if argv[0] == "cypressc":
         r = CliRunner().invoke(main, argv[1:], catch_exceptions=False)
         return r.output.splitlines()
     if argv[0] == "ls" and len(argv) == 2:
         return sorted(p.name for p in Path(argv[1]).iterdir() if not p.name.startswith("."))
-    raise AssertionError(f"a transcript runs cypressc or ls DIR, not {command!r}")
+    sub = re.fullmatch(r"s/([^/\\.*^$\[\]]+)/([^/\\&]*)/", argv[2]) if len(argv) == 4 else None
+    if argv[:2] == ["sed", "-i"] and sub:  # literal text: the first occurrence on each line
+        f = Path(argv[3])
+        f.write_text("".join(x.replace(sub[1], sub[2], 1) for x in f.read_text().splitlines(True)))
+        return []
+    raise AssertionError(
+        f"a transcript runs cypressc, ls DIR or sed -i s/A/B/ FILE, not {command!r}"
+    )
 
 
-@pytest.mark.parametrize("name, lang, text, marker", _of("run"), ids=[b[0] for b in _of("run")])
+def _tunes(text: str) -> bool:
+    return any(shlex.split(c)[:2] == ["cypressc", "tune"] for c, _ in transcript(text))
+
+
+@pytest.mark.parametrize(
+    "name, lang, text, marker",
+    # `tune --compile-only` runs nvcc (about 15 s): marked, so `-m "not nvcc"` leaves it out
+    [
+        pytest.param(*b, id=b[0], marks=[pytest.mark.nvcc] if _tunes(b[2]) else [])
+        for b in _of("run")
+    ],
+)
 def test_transcript_is_what_the_tools_print(name, lang, text, marker, tmp_path, monkeypatch):
     steps = transcript(text)
-    if any(shlex.split(c)[:2] == ["cypressc", "tune"] for c, _ in steps) and not shutil.which(
-        "nvcc"
-    ):
+    if _tunes(text) and not shutil.which("nvcc"):
         pytest.skip("cypressc tune --compile-only needs nvcc")
     shutil.copytree(ROOT / "docs" / "tutorial", tmp_path / "docs" / "tutorial")
     monkeypatch.chdir(tmp_path)
@@ -169,11 +189,13 @@ def test_pytorch_snippet_runs_on_meta_tensors(name, lang, text, marker, monkeypa
 
 
 def test_the_markers_have_teeth(tmp_path, monkeypatch):
-    """An edited file block, a stale transcript line and an unsupported command all fail."""
+    """An edited file block, a stale transcript line, an unsupported command and a wrong call of
+    the PyTorch op all fail."""
     name, lang, text, marker = _of("file")[0]
     with pytest.raises(AssertionError, match="is not"):
         test_file_block_is_the_file(name, lang, text + "one more line\n", marker)
-    assert excerpt_matches(["a …", "…", "d"], ["ab", "b", "c", "d"])
+    assert excerpt_matches(["a …", "…", "d"], ["a b", "b", "c", "d"])
+    assert excerpt_matches(["x = […] y"], ["x = [1, 2] y"]) and not same_line("x … y", "x y z")
     assert not excerpt_matches(["a …", "d"], ["b", "d"]) and not excerpt_matches(["a"], ["a", "b"])
     with pytest.raises(AssertionError, match="printed"):
         test_transcript_is_what_the_tools_print(
@@ -181,3 +203,8 @@ def test_the_markers_have_teeth(tmp_path, monkeypatch):
         )
     with pytest.raises(AssertionError, match="not 'make -C build'"):
         run_command("make -C build")
+    name, lang, text, marker = _of("pytorch")[0]
+    with pytest.raises(Exception, match="bias"):  # the op's own argument check, on meta tensors
+        test_pytorch_snippet_runs_on_meta_tensors(
+            name, lang, text.replace("(A, B, bias, 0.125)", "(A, B, 0.125)"), marker, monkeypatch
+        )
