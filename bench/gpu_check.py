@@ -5,7 +5,9 @@
         [--dtypes f16,bf16] [--proto f16,bf16] [--build DIR ...] [--no-sanitizer] [--timeout S] [--jobs N]
 
 Targets: every (program, mapping) pair, built with ``cypressc build programs/P.cyp -m
-mappings/P/M.yaml -o build/gpu_check/P-M`` (a mapping may also be a path to a .yaml); with
+mappings/P/M.yaml -o build/gpu_check/P-M`` (a mapping may also be a path to a .yaml; the
+programs of ``SOURCES`` live elsewhere: ``tutorial_gemm`` and ``tutorial_attention`` are
+docs/tutorial.md's, mapping ``h100`` meaning the tutorial's own .yaml); with
 ``--proto``, bench/proto's hand-written GEMM wrapped in the same layout (<name>.cu launcher
 with the cypressc ABI + the generated harness), as a reference point and to test this
 script before the emitter exists; with ``--build DIR``, an already-built directory.
@@ -19,7 +21,8 @@ launch bitwise equal); shapes the kernel's ``requires`` refuse must raise ``Kern
 Python and make the launcher return cudaErrorInvalidValue with the outputs untouched; the
 loader's argument checks on real CUDA tensors; for ``gemm`` targets also the kernel as a PyTorch op
 under ``torch.compile(fullgraph=True)`` and in a replayed CUDA graph (bench/op_checks.py; two rows
-of the ``api`` column).  Then the harness binary ``./<name>`` (its
+of the ``api`` column; for the bf16 targets of the tutorial programs, docs/tutorial.md's
+PyTorch snippet itself, one more row).  Then the harness binary ``./<name>`` (its
 JSON line, a refused shape, ``--dump`` checked against the reference) and compute-sanitizer
 memcheck / racecheck / synccheck on it at small sizes.  A summary table is printed last and
 everything is written to ``$OUT/gpu_check.json`` (and ``$OUT/gpu_check.log``) when OUT is set.
@@ -374,6 +377,85 @@ PROGRAMS: dict[str, Program] = {
 PROGRAMS["flash_attention3"] = PROGRAMS["flash_attention2"]
 
 
+def _tutorial_gemm_ref(t: dict) -> dict:
+    """docs/tutorial/fused_gemm.cyp in float32: C = GELU_tanh(alpha * A @ B + bias[None, :])."""
+    import torch.nn.functional as F
+
+    x = float(t["alpha"]) * _mm(t["A"], t["B"]) + t["bias"].float()
+    return {"C": F.gelu(x, approximate="tanh")}
+
+
+def _tutorial_attention_ref(t: dict) -> dict:
+    """docs/tutorial/attention.cyp in float32: O = softmax(cap * tanh(Q Kᵀ * scale / cap)) V."""
+    import torch
+
+    s = _mm(t["Q"], t["K"].T) * float(t["scale"])
+    s = float(t["cap"]) * torch.tanh(s / float(t["cap"]))
+    return {"O": torch.softmax(s, dim=-1) @ t["V"].float()}
+
+
+# docs/tutorial.md's programs (the newcomer test of issue #37): C = act(alpha A @ B + bias) with
+# alpha varied (K = 0, N or K not a multiple of 8 are refused), and soft-capped attention for
+# one head (N a multiple of 64 — the program masks no keys —, D <= 64; D = 128 and D = 36 are
+# refused), with caps that bite (cap 2 or 5 on scaled scores of deviation about 1) and that do not
+PROGRAMS["tutorial_gemm"] = Program(
+    ref=_tutorial_gemm_ref,
+    check=[{**s, "alpha": a} for s, a in zip(GEMM_CHECK, [0.125, 0.0625, 1.0, -0.5] * 3)],
+    small=[{**s, "alpha": 0.25} for s in GEMM_SMALL],
+    run=dict(M=4096, N=4096, K=4096, alpha=0.125),
+)
+PROGRAMS["tutorial_attention"] = Program(
+    ref=_tutorial_attention_ref,
+    check=[
+        dict(M=4096, D=64, N=4096, scale=0.125, cap=30.0),
+        dict(M=1000, D=64, N=1024, scale=0.5, cap=5.0),
+        dict(M=1, D=64, N=64, scale=0.125, cap=30.0),
+        dict(M=333, D=32, N=192, scale=0.17677669529663687, cap=2.0),
+        dict(M=4096, D=64, N=16384, scale=0.125, cap=50.0),
+        dict(M=256, D=128, N=256, scale=0.125, cap=30.0),
+        dict(M=256, D=36, N=256, scale=0.125, cap=30.0),
+    ],
+    small=[
+        dict(M=256, D=64, N=256, scale=0.125, cap=30.0),
+        dict(M=129, D=64, N=128, scale=0.5, cap=5.0),
+    ],
+    run=dict(M=8192, D=64, N=8192, scale=0.125, cap=30.0),
+)
+# Programs outside programs/: (the program, the mapping `--mappings h100` means), from the root
+SOURCES = {
+    "tutorial_gemm": ("docs/tutorial/fused_gemm.cyp", "docs/tutorial/fused_gemm.yaml"),
+    "tutorial_attention": ("docs/tutorial/attention.cyp", "docs/tutorial/attention.yaml"),
+}
+
+
+def tutorial_snippet_code(program: str) -> str:
+    """docs/tutorial.md's ``<!-- pytorch -->`` block that compiles ``program``'s .cyp file."""
+    text = (ROOT / "docs" / "tutorial.md").read_text()
+    blocks = re.findall(r"^<!-- pytorch -->\n```python\n(.*?)^```", text, re.M | re.S)
+    return next(b for b in blocks if f'"{SOURCES[program][0]}"' in b)
+
+
+def tutorial_snippet(program: str) -> dict:
+    """Run the tutorial's PyTorch snippet for ``program`` on the GPU as a reader would (from
+    the repository root: ``cypressc.compile``, the op, ``torch.testing.assert_close`` against
+    its float32 reference); an ``api`` row."""
+    cwd = os.getcwd()
+    try:
+        os.chdir(ROOT)
+        exec(compile(tutorial_snippet_code(program), "docs/tutorial.md", "exec"), {})
+        ok, msg = True, "ran; assert_close against the float32 reference passed"
+    except Exception as e:  # noqa: BLE001 - a row, not a crash
+        ok, msg = False, f"{type(e).__name__}: {e}"[:300]
+    finally:
+        os.chdir(cwd)
+    return {"case": "docs/tutorial.md snippet", "ok": ok, "msg": msg}
+
+
+def program_path(program: str) -> Path:
+    """The .cyp file of ``program``: its ``SOURCES`` entry, else programs/<program>.cyp."""
+    return ROOT / (SOURCES[program][0] if program in SOURCES else f"programs/{program}.cyp")
+
+
 def generic_sizes(info: KernelInfo) -> tuple[list[dict], list[dict], dict]:
     """Sizes for a program the table does not know (or whose size names differ)."""
     ragged, odd = [136, 264, 72, 200, 520], [129, 77, 257, 33, 65]
@@ -525,6 +607,8 @@ def resolve_mapping(program: str, mapping: str) -> Path | None:
     p = Path(mapping)
     if p.suffix in (".yaml", ".yml") and p.exists():
         return p
+    if program in SOURCES and mapping == "h100":
+        return ROOT / SOURCES[program][1]
     cand = ROOT / "mappings" / program / f"{mapping}.yaml"
     return cand if cand.exists() else None
 
@@ -560,7 +644,7 @@ def make_target(outdir: Path, name: str, target: str, extra: str = "", timeout: 
 
 
 def cypressc_build(t: Target, mapping: Path) -> tuple[int, str, float]:
-    prog = ROOT / "programs" / f"{t.program}.cyp"
+    prog = program_path(t.program)
     dt = ["--dtype", f"T={t.dtype}"] if t.dtype else []
     return run(
         [
@@ -640,7 +724,7 @@ def build_target(t: Target) -> dict:
                 "rc": rc,
                 "secs": round(dt, 1),
                 "log": log[-4000:],
-                "cmd": f"cypressc build programs/{t.program}.cyp -m {mp.relative_to(ROOT) if mp.is_relative_to(ROOT) else mp} -o {t.outdir}",
+                "cmd": f"cypressc build {program_path(t.program).relative_to(ROOT)} -m {mp.relative_to(ROOT) if mp.is_relative_to(ROOT) else mp} -o {t.outdir}",
             }
             if rc == 0 and not list(t.outdir.glob("*.json")):
                 r["build"].update(
@@ -986,6 +1070,8 @@ def child(outdir: str, program: str, label: str) -> None:
             res["api"].append(
                 {"case": "PyTorch op", "ok": False, "msg": f"{type(e).__name__}: {e}"[:300]}
             )
+    if program in SOURCES and kern.info.params[0].dtype == "bf16":  # the snippets are bf16
+        res["api"].append(tutorial_snippet(program))
     for a in res["api"]:
         print(
             f"[{label}] api: {a['case']:<28s} {'ok' if a['ok'] else 'FAIL'}  {a['msg'][:110]}",
@@ -1324,7 +1410,10 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument(
-        "--programs", default="gemm", help="comma-separated programs/<name>.cyp (default gemm)"
+        "--programs",
+        default="gemm",
+        help="comma-separated programs/<name>.cyp (default gemm), or tutorial_gemm and "
+        "tutorial_attention (docs/tutorial/)",
     )
     ap.add_argument(
         "--mappings",
