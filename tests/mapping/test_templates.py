@@ -180,3 +180,12 @@ def test_the_tuner_edits_a_shared_value_once(tmp_path: Path) -> None:
     text = space.render(vals)
     assert "tunables: {U: 128, V: 128, W: 64, WGS: 1, MMA: WGMMA_64x128x16}" in text
     assert "{tree: mma, mems: [NONE, SHARED, SHARED]}" in text  # the layout kept
+
+
+def test_the_bundled_gemm_tile_is_a_one_value_edit(tmp_path: Path) -> None:
+    """mappings/gemm/h100.yaml sets the tile once and leaves the atom to the tile: V: 256 ->
+    128 is the whole edit, and the kernel issues 64x128 wgmmas."""
+    text = (ROOT / "mappings/gemm/h100.yaml").read_text()
+    assert text.count("V: 256") == 1 and "MMA" not in text
+    files = rendered(GEMM, _write(tmp_path, text.replace("V: 256", "V: 128"))).files
+    assert "cypress::wgmma<128, " in files["gemm.cu"] and "wgmma<256" not in files["gemm.cu"]
