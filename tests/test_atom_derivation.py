@@ -87,7 +87,7 @@ def test_an_atom_first_used_by_a_leaf_call_is_a_located_e040(tmp_path: Path) -> 
     """mma_inner's atom renamed MMAW: nothing above mma_thread binds MMA, whose first use is
     warpgroup_mma(MMA, ...).  Reported at mma_thread's row in the mapping, with a note at the
     call and the atom that fits the warpgroup's 64 x 256 tile in the hint."""
-    text = (ROOT / "programs/gemm.cyp").read_text()
+    text = (ROOT / "tests/programs/full/gemm.cyp").read_text()  # the mma tree written out
     head, body = text.split("def mma_inner(", 1)
     inner, rest = body.split("@task", 1)
     prog = tmp_path / "gemm.cyp"

@@ -189,3 +189,20 @@ def test_the_bundled_gemm_tile_is_a_one_value_edit(tmp_path: Path) -> None:
     assert text.count("V: 256") == 1 and "MMA" not in text
     files = rendered(GEMM, _write(tmp_path, text.replace("V: 256", "V: 128"))).files
     assert "cypress::wgmma<128, " in files["gemm.cu"] and "wgmma<256" not in files["gemm.cu"]
+
+
+@pytest.mark.parametrize(
+    "mapping",
+    sorted(
+        str(m.relative_to(ROOT))
+        for m in [*ROOT.glob("mappings/*/*.yaml"), *ROOT.glob("docs/tutorial/*.yaml")]
+        if "\ntune:" in m.read_text()
+    ),
+)
+def test_a_bundled_tune_section_names_knobs_of_the_sugared_mapping(mapping: str) -> None:
+    """A `tune:` key must name a knob of the mapping as written: a derived atom or a row a
+    template renamed is none (M024)."""
+    m = ROOT / mapping
+    prog = m.parent / f"{m.stem}.cyp" if m.parent.name == "tutorial" else None
+    prog = prog or ROOT / "programs" / f"{m.parent.name}.cyp"
+    derive_space(front_end(prog, m), m.read_text())

@@ -20,8 +20,7 @@ SECTION = """tune:
   V: 128
   W: 64
   WGS: 2
-  MMA: WGMMA_64x128x16
-  copy_block.D: GLOBAL
+  copy.D: GLOBAL
   pipeline: [3, 4]
   warpspecialize: true
   persistent: true
