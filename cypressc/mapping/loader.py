@@ -412,10 +412,16 @@ def _hint(err: dict) -> str | None:
     """What to write instead, where the error type says more than the message."""
     t, loc, got = err["type"], tuple(err["loc"]), err.get("input")
     if t == "extra_forbidden":
-        from cypressc.mapping.schema import Instance, TreeEntry
+        from cypressc.mapping.schema import Instance, TemplateLevel, TreeEntry
 
         entry = TreeEntry if err.get("entry") == "tree" else Instance
-        keys = entry.model_fields if "instances" in loc else MappingSpec.model_fields
+        keys = (
+            entry.model_fields
+            if loc[:1] == ("instances",)
+            else TemplateLevel.model_fields
+            if loc[:1] == ("templates",)
+            else MappingSpec.model_fields
+        )
         return "allowed keys: " + ", ".join(keys)
     if t == "too_short" and loc == ("instances",):
         return "list at least the entrypoint: `- {instance: NAME, variant: DEF, proc: HOST, mems: [GLOBAL, …]}`"

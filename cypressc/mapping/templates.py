@@ -23,21 +23,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cache
-from pathlib import Path
 
 import yaml
+from pydantic import TypeAdapter
 
 from cypressc.diagnostics import CypressError, CypressErrors, Loc
 from cypressc.lang import syntax as S
+from cypressc.lang.imports import LIB_DIR, shown
 from cypressc.lang.kinds import Mem
 from cypressc.mapping.loader import LoadedMapping, RowOrigin
 from cypressc.mapping.schema import Instance, MappingSpec, TemplateLevel, TreeEntry
 
-__all__ = ["LIB_TEMPLATES", "expand", "has_sugar", "library_templates"]
+__all__ = ["expand", "has_sugar", "library_templates"]
 
-LIB_TEMPLATES = Path(__file__).resolve().parent.parent / "lib"
-_SHOWN = "cypressc/lib/"
 CODE = "M025"
+_LEVELS = TypeAdapter(dict[str, list[TemplateLevel]])
 
 
 @cache
@@ -47,14 +47,11 @@ def library_templates() -> dict[str, tuple[TemplateLevel, ...]]:
     Raises ``ValueError`` if a library file is malformed (a bug in cypressc, not user input).
     """
     out: dict[str, tuple[TemplateLevel, ...]] = {}
-    for f in sorted(LIB_TEMPLATES.glob("*.yaml")):
+    for f in sorted(LIB_DIR.glob("*.yaml")):
         data = yaml.safe_load(f.read_text()) or {}
-        spec = MappingSpec.model_validate(
-            {"machine": "-", "entrypoint": "-", "instances": [{"tree": "-", "mems": []}], **data}
-        )
-        for name, levels in spec.templates.items():
+        for name, levels in _LEVELS.validate_python(data.get("templates", {})).items():
             if name in out:
-                raise ValueError(f"{_SHOWN}{f.name}: template '{name}' is defined twice")
+                raise ValueError(f"{shown(f)}: template '{name}' is defined twice")
             out[name] = tuple(levels)
     return out
 

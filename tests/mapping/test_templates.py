@@ -206,3 +206,16 @@ def test_a_bundled_tune_section_names_knobs_of_the_sugared_mapping(mapping: str)
     prog = m.parent / f"{m.stem}.cyp" if m.parent.name == "tutorial" else None
     prog = prog or ROOT / "programs" / f"{m.parent.name}.cyp"
     derive_space(front_end(prog, m), m.read_text())
+
+
+def test_a_template_level_refuses_other_keys_and_says_which() -> None:
+    text = SUGAR.replace(
+        "instances:\n",
+        'templates:\n  t:\n    - {suffix: "", variant: x, proc: BLOCK, mems: top, calls: [y]}\n'
+        "instances:\n",
+    )
+    with pytest.raises(CypressErrors) as e:
+        load_mapping_source(text, "m.yaml")
+    (err,) = e.value.errors
+    assert (err.code, err.loc.line, err.message) == ("M002", 6, "unknown key 'calls'")
+    assert err.hint == "allowed keys: suffix, variant, proc, mems, tunables"
