@@ -393,9 +393,13 @@ def load_mapping_source(text: str, path: str = "<string>") -> LoadedMapping:
                 )
             )
         raise CypressErrors(errs) from None
-    return LoadedMapping(
-        spec, path, {**locs, **{k: v for k, v in key_locs.items() if k not in locs}}
-    )
+    all_locs = {**locs, **{k: v for k, v in key_locs.items() if k not in locs}}
+    for i in range(len(spec.instances)):
+        at = ("instances", i)
+        if at + ("variant",) not in all_locs and at + ("instance",) in all_locs:
+            # `variant:` defaulted to the instance's name: a diagnostic about it points there
+            all_locs[at + ("variant",)] = all_locs[at + ("instance",)]
+    return LoadedMapping(spec, path, all_locs)
 
 
 def _untagged(err: dict) -> dict:

@@ -87,6 +87,7 @@ class _Expander:
         self.locs: dict[tuple, Loc] = {}
         self.used_shared: set[str] = set()
         self.origins: dict[str, RowOrigin] = {}
+        self.unknown_variant = False
 
     def err(self, msg: str, *key: str | int, hint: str | None = None) -> None:
         self.errors.append(CypressError(CODE, msg, self.lm.loc(*key), hint=hint))
@@ -101,7 +102,7 @@ class _Expander:
             else:
                 self.instance(i, entry)
         for t in self.spec.tunables:
-            if t not in self.used_shared:
+            if t not in self.used_shared and not self.unknown_variant:
                 self.err(
                     f"no instance takes the shared tunable '{t}'",
                     "tunables",
@@ -119,7 +120,10 @@ class _Expander:
     # -- rows ------------------------------------------------------------------------------
     def declared(self, variant: str) -> dict[str, S.Tunable]:
         v = self.prog.variant(variant)
-        return v.tunables() if v is not None else {}
+        if v is None:  # M013 later; a shared tunable it would take is not "unused"
+            self.unknown_variant = True
+            return {}
+        return v.tunables()
 
     def add(
         self,
@@ -154,8 +158,6 @@ class _Expander:
     def instance(self, i: int, inst: Instance) -> None:
         prefix = ("instances", i)
         locs = {k[2:]: v for k, v in self.lm.locs.items() if k[:2] == prefix}
-        if "variant" not in locs and ("instance",) in locs:
-            locs[("variant",)] = locs[("instance",)]  # the variant defaulted to this name
         declared = self.declared(inst.variant)
         self.add(inst, RowOrigin(i), locs, self.shared(declared, set(inst.tunables)))
 

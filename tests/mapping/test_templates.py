@@ -219,3 +219,12 @@ def test_a_template_level_refuses_other_keys_and_says_which() -> None:
     (err,) = e.value.errors
     assert (err.code, err.loc.line, err.message) == ("M002", 6, "unknown key 'calls'")
     assert err.hint == "allowed keys: suffix, variant, proc, mems, tunables"
+
+
+def test_an_unknown_variant_is_m013_at_the_name_it_defaulted_to(tmp_path: Path) -> None:
+    """`variant:` left out defaults to the instance's name; a name no variant has is M013 at
+    that name, not an unused shared tunable."""
+    text = SUGAR.replace("{instance: gemm_host, proc", "{instance: gemm_hostx, proc")
+    text = text.replace("entrypoint: gemm_host", "entrypoint: gemm_hostx")
+    errs = _errors(_write(tmp_path, text))
+    assert [(e.code, e.loc.line, e.loc.col) for e in errs] == [("M013", 5, 16)], errs
