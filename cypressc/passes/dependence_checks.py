@@ -218,7 +218,7 @@ class MappingChecks:
             if m.derived:
                 return f"bind {m.derived[0]}: {fit} in instance '{m.derived[1]}' (derived now)"
             if m.origin:
-                return f"set {m.origin[0].key}: {fit} in instance '{m.origin[0].instance}'"
+                return f"set {m.origin[0].key}: {fit} in {m.origin[0].owner}"
             return f"write {fit}() in variant '{m.node.variant.name}'"
 
         others = tuple(
@@ -248,7 +248,9 @@ class MappingChecks:
                 if str(v) in atoms
             }
         )
-        if keep:
+        # a value written once in the shared tunables moves every row that reads it
+        shared = all(m.origin and m.origin[0].shared for m in ms)
+        if keep and not shared:
             hint += (
                 f"; {_and(keep)} bind{'s' if len(keep) == 1 else ''} {_and(bound)} only to partition tiles "
                 "(partition_by_mma's layout does not depend on the atom's N): "

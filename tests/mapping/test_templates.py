@@ -228,3 +228,16 @@ def test_an_unknown_variant_is_m013_at_the_name_it_defaulted_to(tmp_path: Path) 
     text = text.replace("entrypoint: gemm_host", "entrypoint: gemm_hostx")
     errs = _errors(_write(tmp_path, text))
     assert [(e.code, e.loc.line, e.loc.col) for e in errs] == [("M013", 5, 16)], errs
+
+
+def test_a_misfit_shared_atom_is_fixed_in_one_place(tmp_path: Path) -> None:
+    """A shared MMA that no longer fits the tile: E040 at the shared value, and the hint says
+    to change it there (every row reading it moves with it), not row by row."""
+    m = _write(tmp_path, SUGAR.replace("V: 256", "V: 128"))
+    r = CliRunner().invoke(main, ["check", str(GEMM), "-m", str(m)])
+    assert r.exit_code == 1
+    assert "m.yaml:3:48: error[E040]: warpgroup_mma() issues WGMMA_64x256x16" in r.output
+    assert (
+        "hint: set MMA: WGMMA_64x128x16 in the shared tunables (read by instance 'mma_thread')\n"
+        in r.output
+    )
