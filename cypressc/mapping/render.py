@@ -12,7 +12,7 @@ from pathlib import Path
 from cypressc.mapping.loader import LoadedMapping
 from cypressc.mapping.tasktree import TaskNode, TaskTree
 
-__all__ = ["expanded_mapping_text", "print_task_tree", "task_tree_text"]
+__all__ = ["expanded_mapping_text", "print_task_tree", "task_tree_text", "yaml_scalar"]
 
 
 def _label(n: TaskNode, color: bool) -> str:
@@ -70,7 +70,8 @@ def print_task_tree(tree: TaskTree, console: Console | None = None) -> None:
     console.print(task_tree_text(tree, color), highlight=False)
 
 
-def _scalar(v: object) -> str:
+def yaml_scalar(v: object) -> str:
+    """A mapping value as YAML writes it: ``true``/``false`` for a bool, else ``str(v)``."""
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v)
@@ -81,7 +82,7 @@ def _flow(v: object) -> str:
         return "{" + ", ".join(f"{k}: {_flow(x)}" for k, x in v.items()) + "}"
     if isinstance(v, list):
         return "[" + ", ".join(_flow(x) for x in v) + "]"
-    return _scalar(v)
+    return yaml_scalar(v)
 
 
 def expanded_mapping_text(lm: LoadedMapping) -> str:

@@ -68,7 +68,7 @@ def expand(lm: LoadedMapping, prog: S.Program) -> LoadedMapping:
     a tree entry whose ``proc`` is not its template's first level or whose task lacks a
     level's variant, an entry tunable no row of its tree declares, a shared tunable no
     instance takes, and a ``mems`` list of another length than the levels' variants take
-    (so the later M014 would point at a list the user never wrote)."""
+    (reported once for the entry, naming the level's variant)."""
     spec = lm.spec
     if not has_sugar(spec):
         return lm

@@ -46,6 +46,7 @@ from cypressc.lang.atoms import AUTO_ATOM, is_atom_name
 from cypressc.lang.kinds import Mem, Proc
 from cypressc.lang.syntax import Program
 from cypressc.mapping.loader import LoadedMapping, load_mapping_source
+from cypressc.mapping.render import yaml_scalar
 from cypressc.mapping.schema import MappingSpec
 from cypressc.mapping.tasktree import TaskTree
 from cypressc.mapping.templates import expand, has_sugar
@@ -233,7 +234,7 @@ class Space:
                 if loc is not None and loc.end_col > loc.col:
                     if v is None:
                         raise ValueError("cannot remove a key in place")
-                    at, new = (loc.line, loc.col, loc.end_col), _yaml_scalar(v)
+                    at, new = (loc.line, loc.col, loc.end_col), yaml_scalar(v)
                     if subs.setdefault(at, new) != new:
                         raise ValueError(f"two values for one place: {path}")
                 elif loc is None and len(site.key) == 1 and v is not None:
@@ -243,7 +244,7 @@ class Space:
                     if line[:key_col].strip() not in ("", "-"):
                         raise ValueError("proc is not on a line of its own")
                     inserts.setdefault(proc.line, []).append(
-                        " " * key_col + f"{site.key[0]}: {_yaml_scalar(v)}\n"
+                        " " * key_col + f"{site.key[0]}: {yaml_scalar(v)}\n"
                     )
                 else:
                     raise ValueError(f"cannot place {path}")
@@ -293,10 +294,6 @@ def _reload(text: str, path: str, program: Program | None = None) -> MappingSpec
     if program is not None and has_sugar(lm.spec):
         return expand(lm, program).spec
     return lm.spec
-
-
-def _yaml_scalar(v: Any) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 def _tied_tunables(tree: TaskTree) -> dict[str, tuple[str, list[Site], set[Any]]]:
@@ -453,7 +450,7 @@ def _apply_tune_section(space: Space, tied: dict) -> Space:
                 errors.append(
                     CypressError(
                         TUNE_CODE,
-                        f"tune: {name} cannot be {_yaml_scalar(v)}: {why}",
+                        f"tune: {name} cannot be {yaml_scalar(v)}: {why}",
                         space.lm.loc("tune", name, j),
                     )
                 )
