@@ -27,6 +27,7 @@ __all__ = [
     "step_names",
     "run_step",
     "compile_module",
+    "compile_program",
     "dump_snapshots",
     "PassError",
 ]
@@ -41,16 +42,17 @@ def step_names() -> list[str]:
     return [LOWERING, *pass_names(), BACKEND]
 
 
-def dump_snapshots(out, snaps: list[tuple[str, N.Module]]) -> None:
-    """Write ``NN-<step>.ir`` per snapshot into directory ``out`` (``--dump-ir``); E061 when
-    the directory cannot be written."""
+def dump_snapshots(out, snaps: list[tuple[str, N.Module]], prefix: str = "") -> None:
+    """Write ``<prefix>NN-<step>.ir`` per snapshot into directory ``out`` (``--dump-ir``;
+    the prefix ``kJ-`` tells the kernels of a program of several apart); E061 when the
+    directory cannot be written."""
     from cypressc.diagnostics import Loc
     from cypressc.ir.printer import print_module
 
     try:
         out.mkdir(parents=True, exist_ok=True)
         for i, (name, m) in enumerate(snaps, 1):
-            (out / f"{i:02d}-{name}.ir").write_text(print_module(m))
+            (out / f"{prefix}{i:02d}-{name}.ir").write_text(print_module(m))
     except OSError as e:
         raise CypressError(
             "E061", f"cannot write --dump-ir {out}: {e.strerror}", Loc(str(out))
@@ -79,6 +81,55 @@ def run_step(name: str, step: Callable, m: N.Module | None, *, verify: bool = Tr
     return m
 
 
+def compile_program(
+    tree: TaskTree,
+    *,
+    until: str | None = None,
+    verify: bool = True,
+    hook: Callable[[int, str, N.Module, float], None] | None = None,
+) -> list[list[tuple[str, N.Module]]]:
+    """Run every step on each kernel of ``tree`` (one per BLOCK program the entry task
+    launches, :func:`~cypressc.passes.dependence_analysis.kernel_modules`), in order, up to
+    and including ``until``; return each kernel's (name, snapshot) pairs.  ``hook`` gets the
+    kernel's index with each step.  Errors as :func:`compile_module`."""
+    kernels, dt = _lower(tree, verify)
+    return [
+        _run_passes(k, until, verify, lambda *a, i=i: hook(i, *a) if hook else None, dt)
+        for i, k in enumerate(kernels)
+    ]
+
+
+def _lower(tree: TaskTree, verify: bool) -> tuple[list[N.Module], float]:
+    """The kernels' event IR, each verified, and the seconds it took."""
+    from cypressc.passes.dependence_analysis import kernel_modules
+
+    t0 = time.perf_counter()
+    kernels = run_step(LOWERING, lambda _m: kernel_modules(tree), None, verify=False)
+    kernels = [run_step(LOWERING, lambda _m, k=k: k, None, verify=verify) for k in kernels]
+    return kernels, time.perf_counter() - t0
+
+
+def _run_passes(m: N.Module, until, verify, hook, lowering_s: float) -> list[tuple[str, N.Module]]:
+    from cypressc.backend.lower import CudaLowering
+    from cypressc.passes.manager import PASSES
+
+    out: list[tuple[str, N.Module]] = [(LOWERING, m)]
+    hook(LOWERING, m, lowering_s)
+    if until == LOWERING:
+        return out
+    steps = [(p.name, lambda m, p=p: p.load().for_module(m).apply(m)) for p in PASSES]
+    steps.append((BACKEND, lambda m: CudaLowering().apply(m)))
+    for name, step in steps:
+        t0 = time.perf_counter()
+        m = run_step(name, step, m, verify=verify)
+        dt = time.perf_counter() - t0
+        out.append((name, m))
+        hook(name, m, dt)
+        if name == until:
+            break
+    return out
+
+
 def compile_module(
     tree: TaskTree,
     *,
@@ -86,25 +137,20 @@ def compile_module(
     verify: bool = True,
     hook: Callable[[str, N.Module, float], None] | None = None,
 ) -> list[tuple[str, N.Module]]:
-    """Run every step on ``tree`` in order (up to and including ``until``); return (name,
-    snapshot) pairs.  User errors (:class:`CypressError`, :class:`CypressErrors`) propagate
-    unchanged; anything else is wrapped in :class:`PassError`."""
-    from cypressc.backend.lower import CudaLowering
-    from cypressc.passes.dependence_analysis import dependence_analysis
-    from cypressc.passes.manager import PASSES
-
-    steps: list[tuple[str, Callable]] = [(LOWERING, lambda _m: dependence_analysis(tree))]
-    steps += [(p.name, lambda m, p=p: p.load().for_module(m).apply(m)) for p in PASSES]
-    steps.append((BACKEND, lambda m: CudaLowering().apply(m)))
-    m = None
-    out: list[tuple[str, N.Module]] = []
-    for name, step in steps:
-        t0 = time.perf_counter()
-        m = run_step(name, step, m, verify=verify)
-        dt = time.perf_counter() - t0
-        out.append((name, m))
-        if hook is not None:
-            hook(name, m, dt)
-        if name == until:
-            break
-    return out
+    """Run every step on ``tree``, a program of one kernel, in order (up to and including
+    ``until``); return (name, snapshot) pairs.  User errors (:class:`CypressError`,
+    :class:`CypressErrors`) propagate unchanged; anything else is wrapped in
+    :class:`PassError`.  A program of several kernels is E050 at its second kernel's BLOCK
+    instance (:func:`compile_program` compiles it)."""
+    kernels, dt = _lower(tree, verify)
+    if len(kernels) > 1:
+        names = ", ".join(k.name for k in kernels)
+        raise CypressError(
+            "E050",
+            f"this program launches {len(kernels)} kernels ({names}); this step compiles "
+            "programs of one kernel",
+            kernels[1].target.loc,
+            hint="`cypressc build`, `check` and `explain` compile every kernel; tuning a "
+            "program of several kernels is not supported yet",
+        )
+    return _run_passes(kernels[0], until, verify, hook or (lambda *a: None), dt)

@@ -52,6 +52,15 @@ def check(
     )
 
 
+def _kernel_index(kernel: int, kernels: list) -> int:
+    """``--kernel N`` as an index into ``kernels`` (each one kernel's snapshots); a usage
+    error naming the kernels when the program has fewer."""
+    if kernel > len(kernels):
+        names = ", ".join(f"{j} {k[0][1].name}" for j, k in enumerate(kernels, 1))
+        raise click.UsageError(f"--kernel {kernel}: the program has {len(kernels)} ({names})")
+    return kernel - 1
+
+
 def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
     """``explain --check-schedule``: one verdict line; exit status 1 on a finding."""
     from cypressc.backend.lower import REFUSAL_CODE
@@ -141,6 +150,14 @@ def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
     show_default=True,
     help="Number of random schedules (--check-schedule).",
 )
+@click.option(
+    "--kernel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Which kernel of a program of several --graph and --check-schedule look at (1: the "
+    "first the entry task launches).",
+)
 @guard
 def explain(
     program: str,
@@ -157,6 +174,7 @@ def explain(
     check_schedule: bool = False,
     seed: int = 0,
     schedules: int = 50,
+    kernel: int = 1,
 ) -> None:
     """Show how PROGRAM is compiled under MAPPING: the task tree (instance, variant,
     processor, memory of each argument, tunables), then the event IR after every pass
@@ -172,7 +190,7 @@ def explain(
     from cypressc.ir.graph import to_dot, render_svg
     from cypressc.ir.printer import print_module
     from cypressc.mapping.render import print_task_tree
-    from cypressc.pipeline import compile_module
+    from cypressc.pipeline import compile_program
 
     t = load_program(program, mapping, dtypes, include_dirs)
     if full_mapping:
@@ -186,48 +204,61 @@ def explain(
     console = Console()
     if tree and not graph:
         print_task_tree(t)
-    times: list[tuple[str, float]] = []
+    times: list[tuple[int, str, float]] = []
     refused = None
     try:
-        snaps = compile_module(t, until=after, hook=lambda name, m, dt: times.append((name, dt)))
+        kernels = compile_program(t, until=after, hook=lambda i, n, m, dt: times.append((i, n, dt)))
     except CypressError as e:
         from cypressc.backend.lower import REFUSAL_CODE
 
-        done = [name for name, _ in times]
+        done = [name for i, name, _ in times if i == times[-1][0]] if times else []
         if e.code != REFUSAL_CODE or not done or (after is not None and after not in done):
             raise
         # a backend pass refuses the program; every pass before it still explains it
         refused = e
         times.clear()
-        snaps = compile_module(t, until=done[-1], hook=lambda name, m, dt: times.append((name, dt)))
+        kernels = compile_program(
+            t, until=done[-1], hook=lambda i, n, m, dt: times.append((i, n, dt))
+        )
+    several = len(kernels) > 1
     if dump_ir:
         from cypressc.pipeline import dump_snapshots
 
-        dump_snapshots(Path(dump_ir), snaps)
-    shown = snaps[-1:] if after else snaps
+        for j, snaps in enumerate(kernels, 1):
+            dump_snapshots(Path(dump_ir), snaps, prefix=f"k{j}-" if several else "")
     if graph:
-        name, m = snaps[-1]
-        dot = to_dot(m, title=f"{t.program.path} after {name}")
+        name, m = kernels[_kernel_index(kernel, kernels)][-1]
+        dot = to_dot(
+            m, title=f"{t.program.path} after {name}" + (f" ({m.name})" if several else "")
+        )
         if graph_format == "svg":
             click.echo(render_svg(dot, program), nl=False)
         else:
             click.echo(dot, nl=False)
         return
-    for name, m in shown:
-        text = print_module(m)
-        if console.is_terminal:
-            console.rule(f"[bold]after {name}")
-            from rich.syntax import Syntax
+    for j, snaps in enumerate(kernels, 1):
+        if several:
+            head = f"kernel {snaps[0][1].name} ({j} of {len(kernels)})"
+            if console.is_terminal:
+                console.rule(f"[bold]{head}", characters="=")
+            else:
+                click.echo(f"// ==== {head}")
+        for name, m in snaps[-1:] if after else snaps:
+            text = print_module(m)
+            if console.is_terminal:
+                console.rule(f"[bold]after {name}")
+                from rich.syntax import Syntax
 
-            console.print(Syntax(text, "python", theme="ansi_dark", word_wrap=False))
-        else:
-            click.echo(f"// ---- after {name}")
-            click.echo(text, nl=False)
+                console.print(Syntax(text, "python", theme="ansi_dark", word_wrap=False))
+            else:
+                click.echo(f"// ---- after {name}")
+                click.echo(text, nl=False)
     if refused is not None:
         stderr(render(refused, kind="warning"))
     if timings:
-        for name, dt in times:
-            click.echo(f"{name:<22} {dt * 1000:9.1f} ms", err=True)
+        for i, name, dt in times:
+            label = f"{name} [{i + 1}]" if several else name
+            click.echo(f"{label:<22} {dt * 1000:9.1f} ms", err=True)
 
 
 @click.command()

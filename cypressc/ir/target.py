@@ -19,7 +19,7 @@ from cypressc.lang.kinds import Mem
 from cypressc.mapping.machine import Machine, load_machine
 
 if TYPE_CHECKING:
-    from cypressc.mapping.tasktree import TaskTree
+    from cypressc.mapping.tasktree import TaskNode, TaskTree
 
 __all__ = ["BlockKnobs", "Target", "target_of", "DEFAULT_MACHINE"]
 
@@ -82,9 +82,11 @@ class Target:
         return Target(load_machine(DEFAULT_MACHINE), loc=Loc(where))
 
 
-def target_of(tree: TaskTree) -> Target:
-    """The target the task tree ``tree`` was mapped for."""
-    block = tree.block_node()
+def target_of(tree: TaskTree, block: TaskNode | None = None) -> Target:
+    """The target the task tree ``tree`` was mapped for: the knobs of ``block`` (a BLOCK
+    :class:`~cypressc.mapping.tasktree.TaskNode`, one kernel's block program), by default the
+    tree's first BLOCK instance."""
+    block = block if block is not None else tree.block_node()
     root = tree.root.variant
     declared = {p.name: (p.name in root.reads, p.name in root.writes) for p in root.tensor_params}
     if block is None:

@@ -36,9 +36,10 @@ from cypressc.passes.dependence_checks import MappingChecks, _Misfit
 from cypressc.passes.dependence_state import Namer, TState, _Frame, _Scope
 from cypressc.passes.entry_sizes import entry_sizes
 from cypressc.passes.extents import check_block, check_division, check_extent, check_value
+from cypressc.passes.kernels import KernelSegment, kernel_name, split_kernels
 from cypressc.passes.levels import check_mma_pieces, check_processors, loop_proc
 
-__all__ = ["dependence_analysis"]
+__all__ = ["dependence_analysis", "kernel_modules"]
 
 
 class _DA(MappingChecks, AtomDerivation):
@@ -62,6 +63,7 @@ class _DA(MappingChecks, AtomDerivation):
             str, tuple[Origin, ...]
         ] = {}  # mma partition -> its processor's origin
         self.bound = 0  # tunables bound so far: orders origins by depth
+        self.segments: list[KernelSegment] = []  # the kernels, when there are several
 
     # -- helpers -----------------------------------------------------------------------
     def root(self, v: N.View) -> str:
@@ -421,7 +423,15 @@ class _DA(MappingChecks, AtomDerivation):
         aliases = tuple((a, ivar[n].name) for a, n in es.aliases.items())
         f = _Frame(None)
         sc = _Scope(root, env)
-        self.body(v.body, sc, f)
+        kernels = [(st, _top_blocks(st, root)) for st in v.body]
+        several = sum(len(b) for _, b in kernels) > 1
+        for st, blocks in kernels:
+            start = len(f.ops)
+            self.body((st,), sc, f)
+            if several and blocks:
+                self.segments.append(_kernel_segment(st, blocks, start, len(f.ops)))
+            elif several:
+                _check_between_kernels(st, f.ops[start:])
         if self.misfits:
             self._raise_misfits()
         return N.Module(
@@ -433,6 +443,77 @@ class _DA(MappingChecks, AtomDerivation):
             size_aliases=aliases,
             sites=self.sites,
         )
+
+
+def _top_blocks(st: S.Stmt, node) -> list:
+    """The BLOCK instances statement ``st`` of ``node``'s variant reaches first, each the
+    block program of one kernel (a launch of a HOST task that launches two is two)."""
+
+    def below(n) -> list:
+        return [n] if n.proc == Proc.BLOCK else [b for _, c in n.children for b in below(c)]
+
+    if isinstance(st, S.Launch):
+        return below(node.child(st))
+    if isinstance(st, S.Loop):
+        return [b for s in st.body for b in _top_blocks(s, node)]
+    return []
+
+
+_ONE_KERNEL_HINT = (
+    "launch each kernel from the entry task's body, one statement per kernel (a HOST task "
+    "it launches may partition and prange over the blocks of one kernel)"
+)
+
+
+def _kernel_segment(st: S.Stmt, blocks: list, start: int, end: int) -> KernelSegment:
+    """The kernel that entry statement ``st`` launches; E051 when it launches several."""
+    if len(blocks) > 1:
+        raise CypressError(
+            "E051",
+            f"this statement launches {len(blocks)} kernels (block programs "
+            f"{', '.join(repr(b.instance.instance) for b in blocks)}) in a program of several",
+            st.loc,
+            hint=_ONE_KERNEL_HINT,
+        )
+    return KernelSegment(start, end, blocks[0], st.loc)
+
+
+def _check_between_kernels(st: S.Stmt, ops: list) -> None:
+    """The entry task's own statements between kernels may only name sizes and partitions:
+    E051 for anything that would have to run on the host or live between two kernels."""
+    for op in ops:
+        if isinstance(op, (N.Let, N.Partition)):
+            continue
+        what = (
+            "a tensor made here would live between kernels"
+            if isinstance(op, N.Alloc)
+            else "work outside a kernel has nowhere to run"
+        )
+        raise CypressError(
+            "E051",
+            f"the entry task of a program of several kernels may only compute sizes and "
+            f"partitions between its kernels: {what}",
+            st.loc,
+            hint="pass a scratch tensor in as an entry parameter, and do the work in a kernel",
+        )
+
+
+def kernel_modules(tree: TaskTree) -> list[N.Module]:
+    """The event IR of each kernel of the program (paper §4.2.1 per kernel; issue #38): one
+    module when the entry task reaches one BLOCK program (exactly
+    :func:`dependence_analysis`'s), else one per entry statement that launches one, cut by
+    :func:`~cypressc.passes.kernels.split_kernels` and each targeted at its own BLOCK
+    instance's knobs.  Raises what :func:`dependence_analysis` raises, and E051 when the
+    entry task launches several kernels in one statement (a loop or a HOST task around
+    two) or does anything but name sizes and partitions between them."""
+    da = _DA(tree)
+    m = da.run()
+    if not da.segments:
+        return [replace(m, target=target_of(tree))]
+    insts = [s.block.instance.instance for s in da.segments]
+    names = [kernel_name(m.name, insts, i) for i in range(len(insts))]
+    targets = [target_of(tree, s.block) for s in da.segments]
+    return split_kernels(m, da.segments, names, targets)
 
 
 def dependence_analysis(tree: TaskTree) -> N.Module:
@@ -448,5 +529,8 @@ def dependence_analysis(tree: TaskTree) -> N.Module:
     arithmetic divides by zero, is inexact, non-integral, out of range, or gives a
     non-positive extent (:mod:`cypressc.passes.extents`).  The module's
     ``sites`` traces its allocations and partitions back to the program and mapping.
+
+    A program of several kernels is one module here, its kernels one after another (what
+    the sequential interpreter runs); :func:`kernel_modules` cuts it into one per kernel.
     """
     return replace(_DA(tree).run(), target=target_of(tree))
