@@ -421,8 +421,32 @@ PROGRAMS["tutorial_attention"] = Program(
     ],
     run=dict(M=8192, D=64, N=8192, scale=0.125, cap=30.0),
 )
+
+
+def _two_kernels_ref(t: dict) -> dict:
+    """tests/programs/two_kernels.cyp in float32: C = A @ B, then D = C @ E with C rounded to T
+    as the first kernel stores it."""
+    c = _mm(t["A"], t["B"])
+    return {"C": c, "D": _mm(c.to(t["A"].dtype), t["E"])}
+
+
+# two GEMM kernels in one program (issue #38): the second reads what the first wrote; sizes
+# with N, K, P multiples of 8 (TMA strides), ragged against the 128 x 256 tiles, K = 0 (C = 0)
+PROGRAMS["two_kernels"] = Program(
+    ref=_two_kernels_ref,
+    check=[
+        dict(M=4096, N=4096, K=4096, P=4096),
+        dict(M=1000, N=520, K=264, P=136),
+        dict(M=129, N=264, K=72, P=1304),
+        dict(M=1, N=8, K=8, P=8),
+        dict(M=300, N=256, K=0, P=64),
+    ],
+    small=[dict(M=256, N=256, K=128, P=256), dict(M=129, N=264, K=72, P=72)],
+    run=dict(M=4096, N=4096, K=4096, P=4096),
+)
 # Programs outside programs/: (the program, the mapping `--mappings h100` means), from the root
 SOURCES = {
+    "two_kernels": ("tests/programs/two_kernels.cyp", "tests/mappings/two_kernels.yaml"),
     "tutorial_gemm": ("docs/tutorial/fused_gemm.cyp", "docs/tutorial/fused_gemm.yaml"),
     "tutorial_attention": ("docs/tutorial/attention.cyp", "docs/tutorial/attention.yaml"),
 }

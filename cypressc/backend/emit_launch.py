@@ -18,24 +18,35 @@ def _param_decl(t: P.GlobalTensor) -> str:
     return f"{'const ' if not t.writes else ''}void* {sym(t.name)}"
 
 
-def launcher_signature(p: P.KernelPlan) -> str:
+def launcher_signature(p: P.KernelPlan, name: str | None = None) -> str:
     """The launcher's declaration, its program names marked (:func:`emit_header` and the
-    ``.cu`` spell them)."""
+    ``.cu`` spell them); ``name``: a kernel's ``check`` or ``launch`` inside its namespace
+    (a program of several kernels) instead of the ``extern "C"`` ``<name>_launch``."""
     args = (
         [_param_decl(t) for t in p.tensors]
         + [f"int64_t {sym(s)}" for s in p.sizes]
         + [f"float {sym(f)}" for f in p.floats]
         + ["cudaStream_t stream"]
     )
+    if name is not None:
+        return f"static cudaError_t {name}({', '.join(args)})"
     return f'extern "C" int {p.name}_launch({", ".join(args)})'
 
 
-def emit_launcher(w, p: P.KernelPlan, paired: bool) -> None:
+def launcher_args(p: P.KernelPlan) -> list[str]:
+    """The launcher's parameters by name, in order, marked: the arguments the launcher of a
+    program of several kernels passes on to each kernel's ``check`` and ``launch``."""
+    return [sym(t.name) for t in p.tensors] + [sym(s) for s in p.sizes + p.floats] + ["stream"]
+
+
+def emit_launcher(w, p: P.KernelPlan, paired: bool, namespaced: bool = False) -> None:
     """Print the ``extern "C"`` launcher of plan ``p`` with writer ``w``: the size checks and
     the requirements (``cudaErrorInvalidValue``), the TMA maps, the shared-memory attribute
     once per device, the grid and the launch (``paired``: the kernel is a template over the
-    tile walk, instantiated for pairs of tiles and for one tile per block)."""
-    w(f"{launcher_signature(p)} {{")
+    tile walk, instantiated for pairs of tiles and for one tile per block).  ``namespaced``
+    (one kernel of several): the checks are a ``check`` of their own and the rest a
+    ``launch``, so the program's launcher checks every kernel before it launches one."""
+    w(f"{launcher_signature(p, 'check' if namespaced else None)} {{")
     w.ind += 1
     for s in p.sizes:
         w(f"if ({sym(s)} < 0 || {sym(s)} > INT32_MAX) return cudaErrorInvalidValue;")
@@ -56,6 +67,12 @@ def emit_launcher(w, p: P.KernelPlan, paired: bool) -> None:
                 f"return cudaErrorInvalidValue;  // {t.name} is read element by element"
             )
     out = [t for t in p.tensors if t.writes]
+    if namespaced:
+        w("return cudaSuccess;")
+        w.ind -= 1
+        w("}")
+        w(f"{launcher_signature(p, 'launch')} {{")
+        w.ind += 1
     w(
         f"if ({' || '.join(f'{dim(d, p)} == 0' for t in out for d in t.dims)}) return cudaSuccess;  // nothing to write"
     )

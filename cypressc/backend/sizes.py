@@ -159,7 +159,9 @@ def example_sizes(info, m: N.Module) -> dict[str, int]:
     """Sizes for the suggested harness run of the kernel whose ABI is ``info`` (a
     :class:`~cypressc.abi.info.KernelInfo`) and IR ``m``: every ``requires`` condition holds
     where one can be met, and the tensors take at most :data:`EXAMPLE_BYTES`."""
-    flags, sliced = flag_sizes(m), sliced_sizes(m)
+    shaped = {d for p in info.params for d in p.dims}  # a kernel of several may not take them all
+    flags = {s: v for s, v in flag_sizes(m).items() if s not in shaped}
+    sliced = sliced_sizes(m)
     sizes = {s: flags.get(s, _BATCH if s in sliced else _TOP) for s in info.sizes}
     reqs = _requires(info)
     sizes = satisfy(reqs, sizes, grow=False, keep=flags)

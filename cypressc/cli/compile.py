@@ -61,21 +61,22 @@ def _kernel_index(kernel: int, kernels: list) -> int:
     return kernel - 1
 
 
-def _check_schedule(t, program: str, seed: int, schedules: int) -> None:
+def _check_schedule(t, program: str, seed: int, schedules: int, kernel: int = 1) -> None:
     """``explain --check-schedule``: one verdict line; exit status 1 on a finding."""
     from cypressc.backend.lower import REFUSAL_CODE
     from cypressc.backend.sizes import check_sizes, shown
     from cypressc.ir.schedule_check import check_schedules, small_sizes
     from cypressc.lang.syntax import LeafCall, walk
-    from cypressc.pipeline import compile_module
+    from cypressc.backend.lower import CudaLowering
+    from cypressc.pipeline import BACKEND, compile_program, run_step
 
-    done: list[tuple[str, object]] = []
-    try:  # through the CUDA lowering, for the launcher's `requires` on the sizes
-        compile_module(t, hook=lambda name, m, _dt: done.append((name, m)))
+    kernels = compile_program(t, until="sync-insertion")
+    snaps = dict(kernels[_kernel_index(kernel, kernels)])
+    try:  # the CUDA lowering, for the launcher's `requires` on the sizes
+        snaps[BACKEND] = run_step(BACKEND, CudaLowering().apply, snaps["sync-insertion"])
     except CypressError as e:
-        if e.code != REFUSAL_CODE or "sync-insertion" not in dict(done):
+        if e.code != REFUSAL_CODE:
             raise
-    snaps = dict(done)
     plan = getattr(snaps.get("cuda-lowering"), "kernel", None)
     requires = [{"tree": r.tree(), "why": r.why} for r in plan.requires] if plan is not None else []
     m = snaps["sync-insertion"]
@@ -199,7 +200,7 @@ def explain(
         click.echo(expanded_mapping_text(t.mapping), nl=False)
         return
     if check_schedule:
-        _check_schedule(t, program, seed, schedules)
+        _check_schedule(t, program, seed, schedules, kernel)
         return
     console = Console()
     if tree and not graph:

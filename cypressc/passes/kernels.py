@@ -14,9 +14,8 @@ later pass keeps its one-kernel ``Module -> Module`` contract:
 * an event of another kernel is dropped from its preconditions: the stream orders the
   kernels, so a kernel starts after every earlier one finished (a true or anti dependence
   between kernels needs no sync op);
-* it keeps every entry parameter, size and float, so each kernel's launcher takes the
-  program's arguments (one that it does not touch keeps the entry task's declared
-  privilege, :attr:`~cypressc.ir.target.Target.declared`).
+* its parameters are the entry tensors it touches; it keeps every size and float of the
+  program (a kernel's launcher takes the program's sizes, whether it reads them or not).
 
 A program with one kernel is one segment or none: :func:`split_kernels` is not called and
 its module is exactly what it was.
@@ -86,8 +85,8 @@ def split_kernels(
     ``segments`` (in order, disjoint) are the kernels' top-level op ranges; ``names`` and
     ``targets`` their module names and :class:`~cypressc.ir.target.Target`\\ s.  Every
     top-level op outside the segments must be a ``Let`` or a ``Partition`` (dependence
-    analysis refuses anything else, E051).  Each module is ``m``'s parameters, sizes and
-    floats with the ``let``\\ s and partitions the kernel uses and the kernel's ops; a
+    analysis refuses anything else, E051).  Each module is the parameters of ``m`` the kernel
+    touches, every size and float, the ``let``\\ s and partitions it uses and its ops; a
     precondition on another kernel's event is dropped (stream order realizes it)."""
     top = m.body.ops
     inside = {i for s in segments for i in range(s.start, s.end)}
@@ -108,5 +107,6 @@ def split_kernels(
             return tuple(r for r in rs if r.name in own)
 
         body = N.Block(tuple(rename_events(o, refs) for o in ops))
-        out.append(replace(m, name=name, body=body, target=target))
+        params = tuple(p for p in m.params if p.name in used)
+        out.append(replace(m, name=name, params=params, body=body, target=target))
     return out

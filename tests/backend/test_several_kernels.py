@@ -1,0 +1,79 @@
+"""A program of several kernels builds to one ``.cu`` behind one launcher and one ABI
+(issue #38): tests/programs/two_kernels.cyp (C = A·B, then D = C·E).  Each kernel's code is
+in a namespace of its name with a ``check`` and a ``launch``; the program's
+``two_kernels_launch`` checks both before it launches either, then launches them in order on
+its stream.  The ABI is the entry task's: C read and written, the sum of both GEMMs' flops,
+both kernels' requirements, and the kernels' names.  nvcc compiles it (sm_90a, no GPU); the
+GPU check is ``two_kernels`` in bench/gpu_check.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cypressc.abi.info import KernelInfo
+from cypressc.build import render_build
+from tests.compiled import ptxas_report, tree
+
+ROOT = Path(__file__).resolve().parents[2]
+PROG = ROOT / "tests" / "programs" / "two_kernels.cyp"
+MAP = ROOT / "tests" / "mappings" / "two_kernels.yaml"
+KERNELS = ["two_kernels_gemm_block", "two_kernels_gemm_block_2"]
+
+
+@pytest.fixture(scope="module")
+def built():
+    return render_build(tree(PROG, MAP))
+
+
+def test_cuda_matches_golden(built, golden):
+    golden.check("cu/two_kernels.cu", built.files["two_kernels.cu"])
+
+
+def test_one_launcher_checks_every_kernel_before_launching_any(built):
+    cu = built.files["two_kernels.cu"]
+    body = cu[cu.index('extern "C" int two_kernels_launch(') :]
+    calls = [ln.strip() for ln in body.splitlines() if "::" in ln]
+    assert [c.split("((e = ")[1].split("(")[0] for c in calls] == [
+        f"{KERNELS[0]}::check",
+        f"{KERNELS[1]}::check",
+        f"{KERNELS[0]}::launch",
+        f"{KERNELS[1]}::launch",
+    ]
+    # each kernel gets the tensors it touches: kernel 1 writes C, kernel 2 reads it
+    assert f"{KERNELS[0]}::launch(C, A, B, M, P, N, K, stream)" in body
+    assert f"{KERNELS[1]}::launch(D, C, E, M, P, N, K, stream)" in body
+    for k in KERNELS:
+        assert f"namespace {k} {{" in cu and "__global__ void" in cu.split(f"namespace {k} {{")[1]
+
+
+def test_the_abi_is_the_entry_tasks(built):
+    info = json.loads(built.files["two_kernels.json"])
+    assert info["name"] == "two_kernels" and info["kernels"] == KERNELS
+    rw = {p["name"]: (p["reads"], p["writes"]) for p in info["params"]}
+    assert list(rw) == ["D", "C", "A", "B", "E"]  # the entry task's order
+    assert rw == {
+        "D": (False, True),
+        "C": (True, True),
+        "A": (True, False),
+        "B": (True, False),
+        "E": (True, False),
+    }
+    ki = KernelInfo.from_dict(info)
+    sizes = {"M": 3, "N": 5, "K": 7, "P": 11}
+    assert ki.flops_at(sizes) == 2 * 3 * 5 * 7 + 2 * 3 * 11 * 5
+    # the harness and the header declare the program's launcher alone
+    assert "two_kernels_launch(" in built.files["two_kernels.h"]
+    assert "gemm_block" not in built.files["two_kernels.h"]
+    assert "two_kernels_launch(" in built.files["main.h"]
+
+
+def test_nvcc_compiles_both_kernels(built, tmp_path):
+    cu = tmp_path / "two_kernels.cu"
+    cu.write_text(built.files["two_kernels.cu"])
+    report = ptxas_report(cu, tmp_path / "two_kernels.o")
+    for k in KERNELS:
+        assert f"{k}_kernel" in report, report[-2000:]
+    assert "spill" not in report.replace("0 bytes spill", ""), report[-2000:]
