@@ -122,6 +122,9 @@ class Program:
     ref_takes_info: bool = (
         False  # ref(tensors, info): the reference depends on the build's bindings
     )
+    # prepare(tensors, scalars): inputs made consistent in place after torch.randn (the
+    # attention backward's LSE and Dsum from Q, K, V, dO), before the kernel and the reference
+    prepare: Callable[[dict, dict], None] | None = None
 
     def reference(self, tensors: dict, info: KernelInfo | None = None) -> dict:
         """{written param: float32 reference} from the inputs by name; ``info`` (the build's
@@ -444,8 +447,50 @@ PROGRAMS["two_kernels"] = Program(
     small=[dict(M=256, N=256, K=128, P=256), dict(M=129, N=264, K=72, P=72)],
     run=dict(M=4096, N=4096, K=4096, P=4096),
 )
+
+
+def _attn_bwd_stats(t: dict, kw: dict) -> None:
+    """LSE = logsumexp(Q Kᵀ · scale) and Dsum = rowsum(dO ∘ O) with O = softmax(Q Kᵀ · scale) V, in
+    float32 from the random Q, K, V, dO: what the forward and the preprocess give the backward."""
+    import torch
+
+    s = _mm(t["Q"], t["K"].T) * float(kw["scale"])
+    t["LSE"].copy_(torch.logsumexp(s, dim=-1))
+    o = torch.softmax(s, dim=-1) @ t["V"].float()
+    t["Dsum"].copy_((t["dO"].float() * o).sum(-1))
+
+
+def _attn_bwd_dkdv_ref(t: dict) -> dict:
+    """tests/programs/attn_bwd_dkdv.cyp in float32: P = exp(Q Kᵀ · scale − LSE), dV = Pᵀ dO,
+    dS = P ∘ (dO Vᵀ − Dsum), dK = scale · dSᵀ Q (the formula, for whatever LSE and Dsum)."""
+    sc = float(t["scale"])
+    p = (_mm(t["Q"], t["K"].T) * sc - t["LSE"].float()[:, None]).exp()
+    ds = p * (_mm(t["dO"], t["V"].T) - t["Dsum"].float()[:, None])
+    return {"dV": p.T @ t["dO"].float(), "dK": sc * (ds.T @ t["Q"].float())}
+
+
+# the attention backward's dK, dV kernel (issue #38) for one head: ragged M and N; D the
+# mapping's E (64 or 128); LSE and Dsum consistent with the inputs (prepare)
+_BWD = [
+    dict(M=4096, N=4096, D=128, scale=0.08838834764831845),
+    dict(M=1000, N=777, D=128, scale=0.08838834764831845),
+    dict(M=64, N=128, D=128, scale=0.5),
+    dict(M=1, N=1, D=128, scale=0.08838834764831845),
+    dict(M=333, N=4100, D=128, scale=0.125),
+]
+PROGRAMS["attn_bwd_dkdv"] = Program(
+    ref=_attn_bwd_dkdv_ref,
+    check=_BWD + [{**s, "D": 64, "scale": 0.125} for s in _BWD[:3]],
+    small=[
+        dict(M=256, N=256, D=128, scale=0.08838834764831845),
+        dict(M=129, N=130, D=64, scale=0.125),
+    ],
+    run=dict(M=16384, N=16384, D=128, scale=0.08838834764831845),
+    prepare=_attn_bwd_stats,
+)
 # Programs outside programs/: (the program, the mapping `--mappings h100` means), from the root
 SOURCES = {
+    "attn_bwd_dkdv": ("tests/programs/attn_bwd_dkdv.cyp", "tests/mappings/attn_bwd_dkdv.yaml"),
     "two_kernels": ("tests/programs/two_kernels.cyp", "tests/mappings/two_kernels.yaml"),
     "tutorial_gemm": ("docs/tutorial/fused_gemm.cyp", "docs/tutorial/fused_gemm.yaml"),
     "tutorial_attention": ("docs/tutorial/attention.cyp", "docs/tutorial/attention.yaml"),
@@ -684,6 +729,8 @@ def cypressc_build(t: Target, mapping: Path) -> tuple[int, str, float]:
             "-m",
             str(mapping),
             *dt,
+            "-I",  # programs/ops/*.cuh for the test programs' user C++ leaves
+            str(ROOT / "programs"),
             "-o",
             str(t.outdir),
         ],
@@ -872,10 +919,12 @@ def check_size(torch, kern, prog: Program | None, sizes: dict) -> dict:
     info = kern.info
     res: dict[str, Any] = {"sizes": sizes}
     ts = make_tensors(torch, info, sizes)
+    kw = scalar_args(info, sizes)
+    if prog is not None and prog.prepare is not None:
+        prog.prepare(ts, kw)
     before = {p.name: ts[p.name].clone() for p in info.params if p.reads and p.writes}
     args = [ts[p.name] for p in info.params]
     outs = [p for p in info.params if p.writes]
-    kw = scalar_args(info, sizes)
     failed = info.failed_requires(sizes)
     if failed:  # must be refused, outputs untouched
         res["expect"] = "refuse"

@@ -1,0 +1,15 @@
+"""NumPy reference of programs/ops/attn_bwd.cuh (what the cypressc interpreters run)."""
+
+import numpy as np
+
+
+def probs_t(s, lse, scale):
+    return np.exp(s * scale - lse)
+
+
+def dscores_t(ds, p, d):
+    return p * (ds - d)
+
+
+def scale_by(x, s):
+    return x * s
