@@ -125,7 +125,11 @@ def write_build(tree: TaskTree, outdir: Path | None, dtypes: dict[str, str] | No
     )
     threads = 128 * (plan.consumers + (1 if plan.warpspecialize else 0))
     roles = (
-        "producer warpgroup (TMA) + " if plan.warpspecialize else "thread 0 issues TMA; "
+        "producer warpgroup (TMA) + "
+        if plan.warpspecialize
+        else "no TMA, no wgmma; "
+        if not plan.loads and not plan.body
+        else "thread 0 issues TMA; "
     ) + f"{plan.consumers} consumer warpgroup(s)"
     grid = " x ".join(cexpr(g) for g in plan.grid)
     return "\n".join(
