@@ -110,3 +110,46 @@ def test_both_kernels_compile_for_sm90a_without_spills(tmp_path):
         log = compiled.ptxas_report(cu, tmp_path / f"{name}_{mapping}.o")
         spills = [ln for ln in log.splitlines() if "spill stores" in ln]
         assert spills and all(" 0 bytes spill stores" in ln for ln in spills), (name, spills)
+
+
+@pytest.fixture(scope="module")
+def gc():
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        yield importlib.import_module("gpu_check")
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gpu_check_reference_and_sizes_fit(gc, name):
+    """bench/gpu_check.py's float32 reference is what the program computes (the sequential
+    interpreter, small mapping), and its sizes fit both builds' ABI, some refused."""
+    torch = pytest.importorskip("torch")
+    from cypressc.backend.emit import build_info
+    from cypressc.backend.harness import RUNTIME_DIR
+    from cypressc.runtime import KernelInfo
+
+    program = f"attn_bwd_{name}"
+    ref, outs, sizes = CASES[name]
+    m = compiled.snapshots(_prog(name), _map(name, "small"), until="dependence-analysis")[-1][1]
+    arrays = random_inputs(m, sizes, seed=2)
+    got = run_module(m, sizes, arrays, outs, None)
+    inputs = {k: torch.from_numpy(v.copy()) for k, v in arrays.items()}
+    refs = gc.PROGRAMS[program].reference({**inputs, **sizes})
+    assert sorted(refs) == sorted(outs)
+    for o in outs:
+        np.testing.assert_allclose(_f64(got[o]), refs[o].double().numpy(), rtol=1e-3, atol=1e-3)
+    assert gc.program_path(program) == _prog(name)
+    for mapping in ("h100_d64", "h100_d128"):
+        assert gc.resolve_mapping(program, mapping) == _map(name, mapping)
+        plan = compiled.snapshots(_prog(name), _map(name, mapping))[-1][1].kernel
+        info = KernelInfo.from_dict(build_info(plan, str(RUNTIME_DIR)))
+        prog, check, small, run, why = gc.program_for(program, info)
+        assert prog is gc.PROGRAMS[program] and not why, why
+        assert all(list(s) == [*info.sizes, *info.floats] for s in check + small + [run])
+        assert any(info.failed_requires(s) for s in check)
+        assert not info.failed_requires(run) and not any(info.failed_requires(s) for s in small)
