@@ -130,7 +130,7 @@ def emit_cuda(p: P.KernelPlan, avoid: tuple[str, ...] = ()) -> str:
     )
     producers = 1 if p.warpspecialize else 0
     w(
-        f"constexpr int STAGES = {p.stages}, CONSUMERS = {p.consumers}, "
+        f"constexpr int {'' if simt else f'STAGES = {p.stages}, '}CONSUMERS = {p.consumers}, "
         f"THREADS = 128 * ({producers} + CONSUMERS);"
     )
     w(f"constexpr int RASTER = {p.raster};  // tile rows walked together for L2 reuse")

@@ -99,6 +99,19 @@ def test_the_kernel_is_simt_only(name):
     assert "__syncthreads" not in cu and "CUtensorMap" not in cu
 
 
+def test_a_block_without_a_main_loop_under_warp_specialization_is_refused(mapping_variant):
+    """No loads for a producer warpgroup: E050 at the block instance, naming the knob."""
+    from click.testing import CliRunner
+
+    from cypressc.cli import main
+
+    m = mapping_variant(_map("post", "small"), "warpspecialize: false", "warpspecialize: true")
+    r = CliRunner().invoke(main, ["check", str(_prog("post")), "-m", str(m)])
+    assert r.exit_code != 0 and "error[E050]" in r.output, r.output
+    assert "without a main loop under `warpspecialize: true`" in r.output
+    assert "m.yaml:" in r.output and "Traceback" not in r.output
+
+
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_both_kernels_compile_for_sm90a_without_spills(tmp_path):
