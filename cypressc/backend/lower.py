@@ -200,8 +200,8 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
             code.loops, code.afters = [[] for _ in loops or [0]], [[] for _ in loops or [0]]
         roles = m.role_map()
         for sec, n, ops in sections:
-            self.lp, self.loop_no, self.section = lp and loops[n], n, sec
-            self.kvar = self.lp.var if self.lp is not None else None
+            self.lp = loops[n] if loops else None
+            self.kvar, self.loop_no, self.section = self.lp and self.lp.var, n, sec
             for o in ops:
                 if isinstance(o, N.For):
                     _refuse("a sequential loop inside the main loop")
