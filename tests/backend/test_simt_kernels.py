@@ -66,6 +66,12 @@ def test_the_passes_and_both_interpreters_match_numpy(name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+def test_cuda_matches_golden(name, golden):
+    plan = compiled.snapshots(_prog(name), _map(name, "h100_d128"))[-1][1].kernel
+    golden.check(f"cu/attn_bwd_{name}.cu", emit_cuda(plan))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_every_snapshot_reads_back_and_the_next_pass_agrees(name):
     """The printed IR (`cypressc opt`'s input) of the new leaves, `mul` and `scale` (a leaf
     named like post's float parameter), reads back, and each pass gives the same on it."""
