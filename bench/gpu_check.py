@@ -488,13 +488,63 @@ PROGRAMS["attn_bwd_dkdv"] = Program(
     run=dict(M=16384, N=16384, D=128, scale=0.08838834764831845),
     prepare=_attn_bwd_stats,
 )
-# Programs outside programs/: (the program, the mapping `--mappings h100` means), from the root
+
+
+def _attn_bwd_prep_ref(t: dict) -> dict:
+    """tests/programs/attn_bwd_prep.cyp in float32: Dsum = rowsum(dO ∘ O), dQacc = 0."""
+    import torch
+
+    o = t["O"].float()
+    return {"Dsum": (o * t["dO"].float()).sum(-1), "dQacc": torch.zeros_like(o)}
+
+
+def _attn_bwd_post_ref(t: dict) -> dict:
+    """tests/programs/attn_bwd_post.cyp in float32: dQ = scale · dQacc."""
+    return {"dQ": float(t["scale"]) * t["dQacc"].float()}
+
+
+# FlashAttention backward's preprocess and postprocess (issue #38): SIMT kernels (no main loop),
+# memory-bound; ragged M (not a multiple of the 128-row block), D below the build's E (36, 64 on
+# a d128 build), D above it and an odd D (refused), tiny and long sequences
+ATTN_BWD_CHECK = [
+    dict(B=2, H=8, M=1000, D=128),
+    dict(B=1, H=4, M=63, D=64),
+    dict(B=1, H=1, M=1, D=128),
+    dict(B=1, H=3, M=333, D=36),
+    dict(B=1, H=2, M=16384, D=128),
+    dict(B=4, H=16, M=4096, D=64),
+    dict(B=1, H=1, M=200, D=63),
+]
+ATTN_BWD_SMALL = [dict(B=1, H=2, M=200, D=64), dict(B=1, H=1, M=64, D=64)]
+PROGRAMS["attn_bwd_prep"] = Program(
+    ref=_attn_bwd_prep_ref,
+    check=ATTN_BWD_CHECK,
+    small=ATTN_BWD_SMALL,
+    run=dict(B=4, H=16, M=8192, D=128),
+)
+PROGRAMS["attn_bwd_post"] = Program(
+    ref=_attn_bwd_post_ref,
+    check=[{**s, "scale": x} for s, x in zip(ATTN_BWD_CHECK, [0.0884, 0.125, 1.0, 0.3] * 2)],
+    small=[{**s, "scale": 0.125} for s in ATTN_BWD_SMALL],
+    run=dict(B=4, H=16, M=8192, D=128, scale=0.0884),
+)
+# Programs outside programs/: (the program, the mapping `--mappings h100` means), from the root;
+# another mapping name is a .yaml beside that one (tests/mappings/attn_bwd_prep/h100_d64.yaml)
 SOURCES = {
     "attn_bwd_dkdv": ("tests/programs/attn_bwd_dkdv.cyp", "tests/mappings/attn_bwd_dkdv.yaml"),
     "two_kernels": ("tests/programs/two_kernels.cyp", "tests/mappings/two_kernels.yaml"),
     "tutorial_gemm": ("docs/tutorial/fused_gemm.cyp", "docs/tutorial/fused_gemm.yaml"),
     "tutorial_attention": ("docs/tutorial/attention.cyp", "docs/tutorial/attention.yaml"),
+    "attn_bwd_prep": (
+        "tests/programs/attn_bwd_prep.cyp",
+        "tests/mappings/attn_bwd_prep/h100_d128.yaml",
+    ),
+    "attn_bwd_post": (
+        "tests/programs/attn_bwd_post.cyp",
+        "tests/mappings/attn_bwd_post/h100_d128.yaml",
+    ),
 }
+TUTORIALS = ("tutorial_gemm", "tutorial_attention")  # SOURCES with a docs/tutorial.md snippet
 
 
 def tutorial_snippet_code(program: str) -> str:
@@ -682,6 +732,9 @@ def resolve_mapping(program: str, mapping: str) -> Path | None:
         return p
     if program in SOURCES and mapping == "h100":
         return ROOT / SOURCES[program][1]
+    if program in SOURCES:
+        beside = (ROOT / SOURCES[program][1]).with_name(f"{mapping}.yaml")
+        return beside if beside.exists() else None
     cand = ROOT / "mappings" / program / f"{mapping}.yaml"
     return cand if cand.exists() else None
 
@@ -1147,8 +1200,7 @@ def child(outdir: str, program: str, label: str) -> None:
             res["api"].append(
                 {"case": "PyTorch op", "ok": False, "msg": f"{type(e).__name__}: {e}"[:300]}
             )
-    # the tutorial's snippets (bf16) of the programs under docs/
-    if SOURCES.get(program, ("",))[0].startswith("docs/") and kern.info.params[0].dtype == "bf16":
+    if program in TUTORIALS and kern.info.params[0].dtype == "bf16":  # the snippets are bf16
         res["api"].append(tutorial_snippet(program))
     for a in res["api"]:
         print(

@@ -129,7 +129,11 @@ def _kernel_lines(plan, m, tree: TaskTree) -> list[str]:
     and registers."""
     threads = 128 * (plan.consumers + (1 if plan.warpspecialize else 0))
     roles = (
-        "producer warpgroup (TMA) + " if plan.warpspecialize else "thread 0 issues TMA; "
+        "producer warpgroup (TMA) + "
+        if plan.warpspecialize
+        else "no TMA, no wgmma; "
+        if not plan.loads and not plan.body
+        else "thread 0 issues TMA; "
     ) + f"{plan.consumers} consumer warpgroup(s)"
     grid = " x ".join(cexpr(g) for g in plan.grid)
     return [

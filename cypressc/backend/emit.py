@@ -133,10 +133,18 @@ COMMON_GMMA_N = frozenset({8, 16, 32, 64, 96, 128, 192, 256})
 """The wgmma N that cypress.cuh always declares; any other needs ``CYP_GMMA_ALL_N``."""
 
 
+def _simt(p: P.KernelPlan) -> bool:
+    """A kernel with no TMA loads and no wgmma (a block program without a main loop)."""
+    return not p.loads and not any(isinstance(s, P.Mma) for s in p.body)
+
+
 def _shape_line(p: P.KernelPlan) -> str:
+    simt = _simt(p)
     return (
         "// Warp-specialized Hopper kernel: warpgroup 0 is the TMA producer, warpgroups 1.. consume."
         if p.warpspecialize
+        else "// SIMT kernel: each thread loads, computes and stores its elements (no TMA, no wgmma)."
+        if simt
         else "// Multistage Hopper kernel: thread 0 issues the TMA loads ahead of the wgmmas."
     )
 
@@ -202,13 +210,14 @@ def emit_program(prog: P.KernelPlan, plans: list[P.KernelPlan], avoid: tuple[str
 def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
     """Kernel ``p``'s constants, ``__global__`` function and launcher (``namespaced``: a
     ``check`` and a ``launch`` inside the kernel's namespace, :func:`emit_program`)."""
+    simt = _simt(p)
     w("namespace {")
     w(
         "__host__ __device__ constexpr long long cdiv(long long a, long long b) { return (a + b - 1) / b; }"
     )
     producers = 1 if p.warpspecialize else 0
     w(
-        f"constexpr int STAGES = {p.stages}, CONSUMERS = {p.consumers}, "
+        f"constexpr int {'' if simt else f'STAGES = {p.stages}, '}CONSUMERS = {p.consumers}, "
         f"THREADS = 128 * ({producers} + CONSUMERS);"
     )
     w(f"constexpr int RASTER = {p.raster};  // tile rows walked together for L2 reuse")
@@ -323,6 +332,10 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
         w.ind += 1
         w(f"cypress::regs_alloc<{p.consumer_registers}>();")
         w("const int cw = wg - 1;")
+    elif simt:
+        w("{")
+        w.ind += 1
+        w("const int cw = wg;")
     else:
         w("{")
         w.ind += 1
@@ -333,7 +346,11 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
         w.open("if (issuer)")
         _prefetch(w, p)
         w.close()
-    w("// ---- consumer warpgroups: wgmma on the stages, accumulators in registers")
+    w(
+        "// ---- warpgroups: registers in the wgmma accumulator layout"
+        if simt
+        else "// ---- consumer warpgroups: wgmma on the stages, accumulators in registers"
+    )
     stmts = [*p.entry, *p.consumer.all(), *p.issue_ahead, *p.exit]
     if any(mentions(getattr(s, "who", None), "leader") or isinstance(s, P.TmaStore) for s in stmts):
         w("const bool leader = threadIdx.x % 128 == 0;")
@@ -487,7 +504,7 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
         w.close()
     for n, (loop, after) in enumerate(zip(code.loops, code.afters)):
         s, ahead_n = (
-            sfx[n],
+            sfx[n] if n < len(sfx) else "",  # a block without a main loop: its statements only
             ahead if n == 0 else [],
         )  # the issuer runs ahead only with one main loop
         if loop or ahead_n:

@@ -187,9 +187,45 @@ def _convert(w, p: P.KernelPlan, op: P.Convert) -> None:
 
 def _add(w, p: P.KernelPlan, op: P.Add) -> None:
     f = _frag(p, op.acc)
-    w(f"// {op.event}: add")
+    w(f"// {op.event}: {'add' if op.op == '+' else 'mul'}")
     a = _each(w, "a", f.rows // 64, unroll=False)
-    w(f"for (int i = 0; i < {f.cols // 2}; ++i) {_n(op.acc)}[{a}][i] += {_n(op.other)}[{a}][i];")
+    w(
+        f"for (int i = 0; i < {f.cols // 2}; ++i) {_n(op.acc)}[{a}][i] {op.op}= {_n(op.other)}[{a}][i];"
+    )
+    _done(w, f.rows // 64)
+
+
+def _scale(w, p: P.KernelPlan, op: P.Scale) -> None:
+    f = _frag(p, op.acc)
+    w(f"// {op.event}: scale")
+    a = _each(w, "a", f.rows // 64, unroll=False)
+    w(f"for (int i = 0; i < {f.cols // 2}; ++i) {_n(op.acc)}[{a}][i] *= {_c(op.value)};")
+    _done(w, f.rows // 64)
+
+
+def _load_direct(w, p: P.KernelPlan, op: P.LoadDirect) -> None:
+    """Each thread's fragment from global memory, a pair of columns per load (0 past the
+    tensor's rows or columns): a quad reads 8 contiguous columns of a row."""
+    f = _frag(p, op.acc)
+    t = next(x for x in p.tensors if x.name == op.tensor)
+    rows, cols = _dim(t.dims[-2], p), _dim(t.dims[-1], p)
+    base = (
+        _n(op.tensor)
+        if op.batch is None
+        else f"({_n(op.tensor)} + size_t({_c(op.batch)}) * {rows} * {cols})"
+    )
+    w(f"// {op.event}: copy {op.tensor} -> %{op.acc} ({op.dtype} -> f32), each thread its fragment")
+    a = _each(w, "a", f.rows // 64)
+    w("#pragma unroll")
+    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    w("const int2 rc = cypress::acc_coord(j);")
+    w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
+    w(
+        f"const float2 v = r < {rows} && c < {cols} ? cypress::load2<{CTYPE[op.dtype]}>({base} + "
+        f"size_t(r) * {cols} + c) : make_float2(0.f, 0.f);"
+    )
+    w(f"{_n(op.acc)}[{a}][2 * j] = v.x, {_n(op.acc)}[{a}][2 * j + 1] = v.y;")
+    w.close()
     _done(w, f.rows // 64)
 
 
@@ -241,10 +277,14 @@ def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
     w("const int2 rc = cypress::acc_coord(j);")
     w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
     w(f"if (r < {rows} && c < {cols})")
-    w(
-        f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
-        f"cypress::pack2<{CTYPE[op.dtype]}>({_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]);"
-    )
+    pair = f"{_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]"
+    if op.dtype == "f32":
+        w(f"  *reinterpret_cast<float2*>({base} + size_t(r) * {cols} + c) = make_float2({pair});")
+    else:
+        w(
+            f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
+            f"cypress::pack2<{CTYPE[op.dtype]}>({pair});"
+        )
     w.close()
     _done(w, f.rows // 64)
     if op.when is not None:
@@ -389,6 +429,8 @@ _PRINT = {
     P.FillShared: _fill_shared,
     P.Convert: _convert,
     P.Add: _add,
+    P.Scale: _scale,
+    P.LoadDirect: _load_direct,
     P.External: _external,
     P.StoreDirect: _store_direct,
     P.StageWrite: _stage_write,

@@ -93,12 +93,13 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
                 _refuse("HOST code other than one sequential loop around the blocks")
             body = self._host_loop(host[0])
         loops = [o for o in body if isinstance(o, N.For)]
-        if not loops:
-            _refuse("the block program has no sequential main loop")
-        lp = loops[0]
-        self.kvar = lp.var
-        grid_dims = [d for d in lp.dims if d.proc == Proc.BLOCK]
-        if not grid_dims or len(grid_dims) != len(lp.dims):
+        # no main loop: the block runs its statements once, in program order, as if after an
+        # empty main loop (direct loads and stores, no TMA, no pipeline)
+        flat = not loops
+        lp = loops[0] if loops else None
+        self.kvar = lp.var if lp is not None else None
+        grid_dims = self._grid_dims(body) if flat else [d for d in lp.dims if d.proc == Proc.BLOCK]
+        if not flat and (not grid_dims or len(grid_dims) != len(lp.dims)):
             _refuse("the main loop must run once per block")
         for other in loops[1:]:
             if other.dims != lp.dims:
@@ -108,7 +109,12 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         self.host_dim = len(grid_dims)
         inst = self.target.block
         ws = bool(m.schedule is not None and m.schedule.warpspecialize)
-        stages = lp.pipeline or 1
+        stages = (lp.pipeline or 1) if lp is not None else 1
+        if flat and ws:
+            _refuse(
+                "a block program without a main loop under `warpspecialize: true` (no loads for "
+                "a producer warpgroup to issue); map the block with `warpspecialize: false`"
+            )
         tensors = [
             P.GlobalTensor(
                 a.name, a.dtype, tuple(cexpr(self.k(s)) for s in a.shape), *self._privileges(a.name)
@@ -126,7 +132,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         if self.host_var is not None:
             grid.append(N.ibin("-", host[0].hi, host[0].lo))
         trips = [N.ibin("-", x.hi, x.lo) for x in loops]
-        steps = trips[0]
+        steps = trips[0] if trips else N.IConst(0)
         for t in trips[1:]:
             steps = N.ibin("+", steps, t)
         plan = P.KernelPlan(
@@ -153,9 +159,9 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
             mma_in_flight=1 if inst.mma_in_flight is None else inst.mma_in_flight,
             warpspecialize=ws,
         )
-        if stages < 2:
+        if stages < 2 and not flat:
             _refuse("`pipeline:` below 2 (one stage cannot overlap copies with wgmma)")
-        if not 0 <= plan.mma_in_flight < stages:
+        if not flat and not 0 <= plan.mma_in_flight < stages:
             _refuse(
                 f"`mma_in_flight: {plan.mma_in_flight}` with {stages} stages: a stage stays "
                 "read while its wgmma group is in flight, so it must be below `pipeline:`"
@@ -187,14 +193,15 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         self._barriers(plan, body)
         smem = m.resources.smem if m.resources is not None else {}
         at = [body.index(x) for x in loops] + [len(body)]
-        sections = [("before", 0, body[: at[0]])]
+        sections = [("before", 0, body[: at[0]])] if not flat else [("after", 0, body)]
         for n, x in enumerate(loops):
             sections += [("loop", n, list(x.body.ops)), ("after", n, body[at[n] + 1 : at[n + 1]])]
         for code in (plan.producer, plan.consumer):
-            code.loops, code.afters = [[] for _ in loops], [[] for _ in loops]
+            code.loops, code.afters = [[] for _ in loops or [0]], [[] for _ in loops or [0]]
         roles = m.role_map()
         for sec, n, ops in sections:
-            self.lp, self.kvar, self.loop_no, self.section = loops[n], loops[n].var, n, sec
+            self.lp = loops[n] if loops else None
+            self.kvar, self.loop_no, self.section = self.lp and self.lp.var, n, sec
             for o in ops:
                 if isinstance(o, N.For):
                     _refuse("a sequential loop inside the main loop")
@@ -221,7 +228,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
                         if sec == "before"
                         else (code.loops if sec == "loop" else code.afters)[n]
                     ).append(st)
-        self.lp, self.kvar, self.loop_no, self.section = lp, lp.var, 0, "loop"
+        self.lp, self.kvar, self.loop_no, self.section = lp, lp and lp.var, 0, "loop"
         plan.ring_extra = [x.ring_extra for x in loops]
         for code in (plan.consumer, plan.producer):
             code.before = fold_zero_fills(code.before)
@@ -229,7 +236,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
             code.afters = [fold_zero_fills(x) for x in code.afters]
         if getattr(self, "_pending_stage", None) is not None:
             _refuse("a register fragment copied into shared memory that is never stored")
-        if not any(
+        if not flat and not any(
             isinstance(st, P.Load)
             for sec in (*plan.producer.loops, *plan.consumer.loops, plan.issue_ahead)
             for st in sec
@@ -266,6 +273,19 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         plan.requires = self._requires(plan)
         plan.flops = self._flops(plan)
         return plan
+
+    @staticmethod
+    def _grid_dims(body: list) -> list[N.Dim]:
+        """The BLOCK dimensions of a block program without a main loop: those every statement
+        of it runs over (its leading ones)."""
+        grids = {
+            tuple(d for d in o.dims if d.proc == Proc.BLOCK)
+            for o in body
+            if isinstance(o, (N.Call, N.Copy)) and getattr(o, "dims", ())
+        }
+        if len(grids) != 1 or not next(iter(grids)):
+            _refuse("a block program without a main loop whose statements run over other blocks")
+        return list(grids.pop())
 
     def _barriers(self, plan: P.KernelPlan, body: list) -> None:
         """The IR's mbarrier arrays, laid out after the tensors (resource allocation and
@@ -331,6 +351,9 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
             kind = leaf_of(o).kind
             if leaf_of(o).over_rows or kind in (K.FILL, K.COPY) and self._is_row_vector(o.args[0]):
                 return self._row_op(plan, o, sec)
+            if sec != "loop" and kind is K.COPY and self.sym.mem(o.args[0]) == Mem.GLOBAL:
+                self._whole_warpgroups(o)
+                return self._load_direct(plan, o)
             if (
                 sec != "loop" and leaf_of(o).asynchronous
             ):  # a step peeled off the loop (software pipelining)
@@ -367,10 +390,18 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         if kind is K.FILL and before:
             f = self._fragment(plan, o.args[0])
             plan.prologue.append(P.Fill(self.en(o.ev), f.name, self.k(o.args[1])))
-        elif kind is K.ADD and not before:
+        elif kind is K.FILL:  # after the main loop (a block without one: its only section)
+            f = self._fragment(plan, o.args[0])
+            plan.epilogue.append(P.Fill(self.en(o.ev), f.name, self.k(o.args[1])))
+        elif kind in (K.ADD, K.MUL) and not before:
             f = self._fragment(plan, o.args[0])
             g = self._fragment(plan, o.args[1])
-            plan.epilogue.append(P.Add(self.en(o.ev), f.name, g.name))
+            plan.epilogue.append(
+                P.Add(self.en(o.ev), f.name, g.name, "+" if kind is K.ADD else "*")
+            )
+        elif kind is K.SCALE and not before:
+            f = self._fragment(plan, o.args[0])
+            plan.epilogue.append(P.Scale(self.en(o.ev), f.name, self.k(o.args[1])))
         elif kind is K.COPY and not before and self.sym.mem(o.args[1]) == Mem.SHARED:
             self._stage_write(plan, o, smem)
         elif kind is K.COPY and not before:

@@ -138,7 +138,16 @@ class KernelInterface:
         reqs = []
         for t in plan.tensors:
             inner = shapes[t.name][-1]
-            if t.name in plan.pointer_reads:  # loaded element by element, never by TMA
+            if t.name in plan.pointer_reads:  # loaded by pointer, never by TMA
+                if any(isinstance(s, P.LoadDirect) and s.tensor == t.name for s in plan.epilogue):
+                    reqs.append(  # a fragment loads its elements in pairs
+                        self._require(
+                            N.IBin("%", inner, N.IConst(2)),
+                            "==",
+                            zero,
+                            f"the innermost extent of {t.name} ({t.dims[-1]}) must be even",
+                        )
+                    )
                 continue
             if t.reads or any(
                 isinstance(s, P.TmaStore) and s.map.tensor == t.name for s in plan.epilogue
@@ -152,7 +161,10 @@ class KernelInterface:
                         "multiple of 8: TMA needs 16-byte row strides",
                     )
                 )
-            elif t.writes and t.dtype in ("f16", "bf16"):
+            elif t.writes and (
+                t.dtype in ("f16", "bf16")
+                or any(isinstance(s, P.StoreDirect) and s.tensor == t.name for s in plan.epilogue)
+            ):  # stored from registers in pairs
                 reqs.append(
                     self._require(
                         N.IBin("%", inner, N.IConst(2)),

@@ -174,13 +174,36 @@ class MemoryLowering:
         row0, col0 = self.k(org[kept[0]]), self.k(org[kept[1]])
         mem = self.sym.allocs[root].mem
         dt = self.sym.allocs[root].dtype
-        if dt not in ("f16", "bf16"):
-            _refuse(f"an epilogue storing {dt} (the backend stores 16-bit outputs)")
+        if dt not in ("f16", "bf16", "f32"):
+            _refuse(f"an epilogue storing {dt} (the backend stores f16, bf16 and f32 outputs)")
         if kept != [len(keep) - 2, len(keep) - 1]:
             _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
         if mem != Mem.GLOBAL:
             _refuse(f"copy into {mem}")
         st = P.StoreDirect(self.en(o.ev), f.name, root, row0, col0, batch, dt, self._when(root))
+        plan.epilogue.append(st)
+        return st
+
+    def _load_direct(self, plan: P.KernelPlan, o: N.Call) -> P.LoadDirect:
+        """``copy`` of a global tile straight into an f32 register fragment laid out like it
+        (``partition_by_mma(..., "C")`` of both), each thread its elements: the mirror of
+        :meth:`_store_direct`, for a block that reads a tile once (no main loop to pipeline)."""
+        src = o.args[0]
+        f = self._fragment(plan, o.args[1])
+        root, org, keep, mmas = self.origin(src)
+        where = f"copy of {fmt_view(src)} into the register fragment %{f.name}"
+        if not mmas:
+            _refuse(f"{where}: the global tile is not laid out like the fragment")
+        kept = [d for d, k in enumerate(keep) if k]
+        if kept != [len(keep) - 2, len(keep) - 1]:
+            _refuse(f"{where}: a loaded tile must span the two innermost dimensions")
+        dt = self.sym.allocs[root].dtype
+        if f.dtype != "f32" or dt not in ("f16", "bf16", "f32"):
+            _refuse(f"{where}: the backend loads f16, bf16 or f32 tiles into f32 fragments")
+        batch = self._batch(root, org, keep)
+        row0, col0 = self.k(org[kept[0]]), self.k(org[kept[1]])
+        plan.pointer_reads.add(root)
+        st = P.LoadDirect(self.en(o.ev), f.name, root, row0, col0, batch, dt)
         plan.epilogue.append(st)
         return st
 

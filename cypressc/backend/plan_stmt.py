@@ -23,9 +23,11 @@ __all__ = [
     "Mma",
     "Fill",
     "Add",
+    "Scale",
     "ExtArg",
     "External",
     "StoreDirect",
+    "LoadDirect",
     "StageWrite",
     "TmaStore",
     "Sync",
@@ -104,9 +106,21 @@ class Fill:
 
 @dataclass(frozen=True)
 class Add:
+    """``acc op= other`` element by element: ``op`` ``+`` (add) or ``*`` (mul)."""
+
     event: str
     acc: str
     other: str
+    op: str = "+"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """``acc *= value`` (a float expression), element by element."""
+
+    event: str
+    acc: str
+    value: IExpr
 
 
 @dataclass(frozen=True)
@@ -149,6 +163,20 @@ class StoreDirect:
     batch: IExpr | None
     dtype: str
     when: IExpr | None = None  # only where this holds (a last-iteration write of a host loop)
+
+
+@dataclass(frozen=True)
+class LoadDirect:
+    """Each thread loads its fragment ``acc`` (f32) from ``tensor`` (of ``dtype``, converted)
+    at tile origin (``row0``, ``col0``); elements past the tensor's rows or columns read 0."""
+
+    event: str
+    acc: str
+    tensor: str
+    row0: IExpr
+    col0: IExpr
+    batch: IExpr | None
+    dtype: str
 
 
 @dataclass(frozen=True)

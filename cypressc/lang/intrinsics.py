@@ -94,6 +94,10 @@ class IntrinsicKind(enum.Enum):
     """Writes its first operand into its second (converting the dtype)."""
     ADD = "add"
     """Adds its second operand into its first, element by element."""
+    MUL = "mul"
+    """Multiplies its first operand by its second, element by element."""
+    SCALE = "scale"
+    """Multiplies every element of its first operand by a scalar."""
     ROW_SUM = "row_sum"
     """Adds each row's sum of its second operand into its first, a vector of one entry per
     row (over a warpgroup's accumulator rows: the 4 lanes of a quad summed by shuffles)."""
@@ -186,6 +190,14 @@ def _copy(src: Operand, dst: Operand) -> dict[int, np.ndarray]:
 
 def _add(c: Operand, x: Operand) -> dict[int, np.ndarray]:
     return {0: (c.value.astype(np.float64) + x.value.astype(np.float64)).astype(c.value.dtype)}
+
+
+def _mul(c: Operand, x: Operand) -> dict[int, np.ndarray]:
+    return {0: (c.value.astype(np.float64) * x.value.astype(np.float64)).astype(c.value.dtype)}
+
+
+def _scale(c: Operand, v: float) -> dict[int, np.ndarray]:
+    return {0: (c.value.astype(np.float64) * np.float32(v)).astype(c.value.dtype)}
 
 
 def _row_sum(y: Operand, a: Operand) -> dict[int, np.ndarray]:
@@ -344,6 +356,27 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             _add,
             kind=IntrinsicKind.ADD,
             doc="C[...] += X[...] elementwise (same shape).",
+        ),
+        LeafFn(
+            "mul",
+            "cypress::mul",
+            (OperandRule("C", writes=True, dtypes=_FLOAT), OperandRule("X", dtypes=_FLOAT)),
+            Proc.THREAD,
+            _mul,
+            kind=IntrinsicKind.MUL,
+            doc="C[...] *= X[...] elementwise (same shape).",
+        ),
+        LeafFn(
+            "scale",
+            "cypress::scale",
+            (
+                OperandRule("C", writes=True, dtypes=_FLOAT),
+                OperandRule("value", kind=OperandKind.SCALAR),
+            ),
+            Proc.THREAD,
+            _scale,
+            kind=IntrinsicKind.SCALE,
+            doc="C[...] *= value (value rounded to f32, as the GPU's float parameter).",
         ),
         LeafFn(
             "row_sum",

@@ -15,7 +15,7 @@ tunable SUMS, apart from the main product's MMA):
 clear_sums: Yacc (f32, M x 8) = 0
 ones:       E (T, 8 x W) = 1/8 (rows over warpgroups, then WARPS warps, PER columns a thread)
 mma_sums:   Yacc += A @ Eᵀ (E read K-major)
-store_sums: y = the sum of Yacc's 8 columns, stored from registers
+store_sums: y = the row sums of C (Yacc's 8 columns, or any f32 tile), stored from registers
 """
 
 T = dtype(f16, bf16)  # the 16-bit element type of A: bound by the importing program

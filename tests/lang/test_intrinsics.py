@@ -54,6 +54,8 @@ def test_registry_entries():
         "fill",
         "copy",
         "add",
+        "mul",
+        "scale",
         "row_sum",
         "warpgroup_row_max",
         "warpgroup_row_sum",

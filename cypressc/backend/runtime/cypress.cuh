@@ -311,6 +311,18 @@ template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, f
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
+// Two adjacent elements (an even index, so the pair is aligned) read as one load, widened to f32.
+template <class T> __device__ __forceinline__ float2 load2(const T* p);
+template <> __device__ __forceinline__ float2 load2<float>(const float* p) {
+  return *reinterpret_cast<const float2*>(p);
+}
+template <> __device__ __forceinline__ float2 load2<__half>(const __half* p) {
+  return __half22float2(*reinterpret_cast<const __half2*>(p));
+}
+template <> __device__ __forceinline__ float2 load2<__nv_bfloat16>(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+
 // An f32 accumulator fragment (64 x K, C layout) rounded to the A fragment of a register-sourced
 // wgmma: register i of k16 step s packs accumulator pair 4s + i, because the PTX A layout of
 // m64nNk16 (rows lane/4 and +8, columns 2*(lane%4) and +8) is the C layout of 16 columns.
