@@ -189,7 +189,13 @@ class OpSemantics(RaceChecks):
                             "fence proxy_async",
                         )
                     recs.append(self.check_read(t, op, key, retired=False))
-                job = {"kind": "bulk", "done": False, "run": (op, scope, e), "recs": recs}
+                job = {
+                    "kind": "bulk",
+                    "op": op_label(op, self.names),
+                    "done": False,
+                    "run": (op, scope, e),
+                    "recs": recs,
+                }
                 if self.hb is not None:  # a copy.add from shared: a TMA reduce-add, as a store
                     lbl = op_label(op, self.names)
                     red = op.reduce is not None
