@@ -210,9 +210,13 @@ class HappensBefore:
             # an earlier access this write covers and is ordered after: later accesses that are
             # ordered after this write are ordered after it too (not for a reduction: a later
             # reduction need not be ordered after this one, so it must meet `r` itself)
-            if write and not reduce and (
-                (elems is None and lo <= r.lo and r.hi <= hi)
-                or (elems is not None and r.elems is not None and np.isin(r.elems, elems).all())
+            if (
+                write
+                and not reduce
+                and (
+                    (elems is None and lo <= r.lo and r.hi <= hi)
+                    or (elems is not None and r.elems is not None and np.isin(r.elems, elems).all())
+                )
             ):
                 continue
             keep.append(r)

@@ -50,11 +50,7 @@ def _try_self(m: N.Module) -> N.Module | None:
     """Self copy elimination (Fig. 10d): ``copy(t, t)`` goes, its event forwarded."""
     ix = _index(m)
     for o in ix.order:
-        if (
-            isinstance(o, N.Copy)
-            and not o.reduce
-            and canon(o.src, ix.sym) == canon(o.dst, ix.sym)
-        ):
+        if isinstance(o, N.Copy) and not o.reduce and canon(o.src, ix.sym) == canon(o.dst, ix.sym):
             return _drop(m, o)
     return None
 

@@ -27,10 +27,8 @@ def acc_thread(C: tensor[2, f32], X: tensor[2, f32]):
 
 
 def host(body: str, privs: str = 'reads=["X"], reduces=["C"]') -> str:
-    return (
-        f'@task("h", Inner, {privs})\n'
-        "def h(C: tensor[2, f32], X: tensor[2, f32]):\n"
-        + "".join(f"    {line}\n" for line in body.strip().splitlines())
+    return f'@task("h", Inner, {privs})\ndef h(C: tensor[2, f32], X: tensor[2, f32]):\n' + "".join(
+        f"    {line}\n" for line in body.strip().splitlines()
     )
 
 
@@ -73,7 +71,9 @@ def test_a_prange_of_reductions_into_one_piece_is_accepted():
             "reduces= names 'D', which is not a tensor parameter of 'h'",
         ),
         (  # reduces= and writes= on one name
-            ADD_INTO.replace('reads=["X"], reduces=["C"]', 'reads=["X"], writes=["C"], reduces=["C"]'),
+            ADD_INTO.replace(
+                'reads=["X"], reduces=["C"]', 'reads=["X"], writes=["C"], reduces=["C"]'
+            ),
             "E038",
             3,
             "'acc_thread' holds reduces= and writes= on 'C'",
@@ -91,8 +91,7 @@ def test_a_prange_of_reductions_into_one_piece_is_accepted():
             "'acc' reduces into its parameter 'C', but 'h' holds no write or reduce privilege on 'C'",
         ),
         (  # the same loop with writes: E030 still applies to plain writes
-            host(PRANGE.replace('"acc"', '"clear"').replace(", Xp[i, k])", ")"))
-            + CLEAR_LEAF,
+            host(PRANGE.replace('"acc"', '"clear"').replace(", Xp[i, k])", ")")) + CLEAR_LEAF,
             "E030",
             6,
             "prange variable(s) k do not index the piece",
