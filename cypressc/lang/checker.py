@@ -148,8 +148,8 @@ class _Checker(ExprChecks, CallChecks):
                     "E038",
                     f"'{v.name}' holds reduces= and {both[0]}= on '{n}'",
                     v.loc,
-                    "a reduction privilege only adds into its tensor (its instances commute); "
-                    f"drop '{n}' from {both[0]}= or use writes= alone",
+                    f"keep '{n}' in one of them: reduces= (the task only adds into it, so "
+                    f"launches adding into one piece commute) or {both[0]}=",
                 )
         if v.kind == "leaf":
             for s in S.walk(v.body):
