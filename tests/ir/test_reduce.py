@@ -25,6 +25,7 @@ from cypressc.ir.interp import LATEST_FIRST
 from cypressc.ir.printer import print_module
 from cypressc.ir.reader import parse_module
 from cypressc.ir.schedule_check import check_schedules
+from cypressc.passes.dependence_state import REDUCE, WRITE, _Frame
 from cypressc.pipeline import compile_module
 from tests.compiled import modules
 
@@ -164,3 +165,29 @@ def test_the_backend_refuses_a_reduction_at_its_launch():
         compile_module(tree)
     e = ei.value
     assert e.code == "E050" and e.loc.line == 24 and "a reduce copy (copy.add" in e.message
+
+
+def test_dependence_state_reducers_commute():
+    """Dependence analysis' per-allocation state: a reduction waits for the writers and
+    readers but not for the other reducers; a read or write waits for the reducers; a
+    sequential body that only reduces is one reducer to its loop's caller."""
+    ev = {n: N.EvRef(n) for n in ("w", "r", "x1", "x2", "w2")}
+    f = _Frame(None)
+    f.did_write("C", ev["w"])
+    f.did_read("C", ev["r"])
+    assert f.reduce_deps("C") == [ev["w"], ev["r"]]
+    f.did_reduce("C", ev["x1"])
+    assert f.reduce_deps("C") == [ev["w"], ev["r"]]  # not x1: reductions commute
+    f.did_reduce("C", ev["x2"])
+    assert f.read_deps("C") == [ev["w"], ev["x1"], ev["x2"]]
+    assert f.write_deps("C") == [ev["w"], ev["r"], ev["x1"], ev["x2"]]
+    f.did_write("C", ev["w2"])
+    assert f.reduce_deps("C") == [ev["w2"]]  # a write ends the reductions before it
+    body = _Frame(f, sequential=True)
+    assert body.reduce_deps("C") == [] and body.needs == [ev["w2"]]
+    body.did_reduce("C", ev["x1"])
+    body.did_reduce("C", ev["x2"])
+    assert body.touched == {"C": REDUCE}
+    body.read_deps("C")
+    body.did_read("C", ev["r"])
+    assert body.touched == {"C": WRITE}  # a read and a reduction: the loop's event is both
