@@ -191,3 +191,19 @@ def test_dependence_state_reducers_commute():
     body.read_deps("C")
     body.did_read("C", ev["r"])
     assert body.touched == {"C": WRITE}  # a read and a reduction: the loop's event is both
+
+
+def test_every_snapshot_reads_back_and_the_next_pass_agrees():
+    from cypressc.ir.verify import verify
+    from cypressc.passes.manager import get_pass
+
+    snaps = list(_snaps().items())
+    for k, (name, m) in enumerate(snaps):
+        text = print_module(m)
+        back = parse_module(text, f"reduce_rows-{name}.ir")
+        assert print_module(back) == text, name
+        verify(back)
+        if k + 1 < len(snaps):
+            nxt, want = snaps[k + 1]
+            got = get_pass(nxt).for_module(back).apply(back)
+            assert print_module(got) == print_module(want), nxt
