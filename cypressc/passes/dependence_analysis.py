@@ -38,7 +38,7 @@ from cypressc.lang.kinds import Mem, OperandKind, PartKind, Proc
 from cypressc.mapping.tasktree import TaskTree
 from cypressc.lang.atoms import AUTO_ATOM
 from cypressc.passes.atom_derivation import AtomDerivation
-from cypressc.passes.dependence_checks import MappingChecks, _Misfit
+from cypressc.passes.dependence_checks import MappingChecks, ReductionChecks, _Misfit
 from cypressc.passes.dependence_state import REDUCE, WRITE, Namer, TState, _Frame, _Scope
 from cypressc.passes.entry_sizes import entry_sizes
 from cypressc.passes.extents import check_block, check_division, check_extent, check_value
@@ -47,9 +47,10 @@ from cypressc.passes.levels import check_mma_pieces, check_processors, loop_proc
 __all__ = ["dependence_analysis"]
 
 
-class _DA(MappingChecks, AtomDerivation):
+class _DA(MappingChecks, ReductionChecks, AtomDerivation):
     """The walk: the task tree in, the event IR module out (:meth:`run`); the mapping
-    errors it finds on the way are its part in :mod:`cypressc.passes.dependence_checks`,
+    errors it finds on the way, and the reads of undefined private copies of ``reduces=``
+    arguments, are its parts in :mod:`cypressc.passes.dependence_checks`,
     the atoms it derives for atom tunables the mapping leaves unbound its part in
     :mod:`cypressc.passes.atom_derivation`."""
 
@@ -82,35 +83,6 @@ class _DA(MappingChecks, AtomDerivation):
 
     def dtype(self, v: N.View) -> str:
         return self.allocs[self.root(v)].dtype
-
-    def touch(self, root: str, reads: bool, loc: Loc, how: str) -> None:
-        """An access to ``root``: E051 if it reads the still-undefined private copy of a
-        ``reduces=`` argument (its first access must write it without reading it, as
-        ``clear`` does: nothing gives it a value, and the reduction adds all of it)."""
-        if root not in self.undefined:
-            return
-        if not reads:
-            del self.undefined[root]
-            return
-        s, pname, variant = self.undefined[root]
-        raise CypressError(
-            "E051",
-            f"'{variant}' reduces into '{pname}', and {how} before anything writes it",
-            loc,
-            notes=((f"'{pname}' is a private copy of this argument, undefined at first", s.loc),),
-            hint=f"write '{pname}' without reading it first (launch a clear of it), then "
-            "accumulate into it",
-        )
-
-    def _never_written(self, name: str) -> None:
-        s, pname, variant = self.undefined.pop(name)
-        raise CypressError(
-            "E051",
-            f"'{variant}' reduces into '{pname}' but never writes it: the reduction would add "
-            "an undefined value",
-            s.loc,
-            hint=f"write '{pname}' in '{variant}' (launch a clear of it, then accumulate into it)",
-        )
 
     def emit(self, f: _Frame, op: N.Op) -> None:
         f.ops.append(op)
