@@ -475,7 +475,9 @@ _BWD = [
     dict(M=4096, N=4096, D=128, scale=0.08838834764831845),
     dict(M=1000, N=777, D=128, scale=0.08838834764831845),
     dict(M=64, N=128, D=128, scale=0.5),
-    dict(M=1, N=3, D=128, scale=0.08838834764831845),  # N = 1 makes dS = 0: dK has no scale to compare
+    dict(
+        M=1, N=3, D=128, scale=0.08838834764831845
+    ),  # N = 1 makes dS = 0: dK has no scale to compare
     dict(M=333, N=4100, D=128, scale=0.125),
 ]
 PROGRAMS["attn_bwd_dkdv"] = Program(

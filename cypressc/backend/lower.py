@@ -43,7 +43,7 @@ from cypressc.ir import nodes as N
 from cypressc.passes.base import ModulePass
 from cypressc.ir.target import Target
 from cypressc.ir.analysis import Symbols
-from cypressc.ir.printer import event_names
+from cypressc.ir.printer import event_names, fmt_view
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
 from cypressc.ir import sync as S
@@ -411,9 +411,28 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         return plan.epilogue[-1] if not before else plan.prologue[-1]
 
 
+def _refuse_reductions(m: N.Module) -> None:
+    """E050 at the first ``copy.add``: the lowering of a reduction (a TMA reduce-add from
+    shared memory, or ``red.global.add`` from registers) is not written yet."""
+    red = next((o for o in walk_ops(m.body) if isinstance(o, N.Copy) and o.reduce), None)
+    if red is None:
+        return
+    site = m.sites.tensors.get(N.view_root(red.src, Symbols(m).parts)) if m.sites else None
+    raise CypressError(
+        REFUSAL_CODE,
+        f"the CUDA backend cannot lower this program yet: a reduce copy (copy.{red.reduce} "
+        f"into {fmt_view(red.dst)}) of a reduces= argument",
+        site.loc if site is not None else (m.target or Target.default(m.name)).loc,
+        hint="the IR passes, the interpreters and `cypressc explain` still work; reductions "
+        "are lowered in a later step",
+    )
+
+
 def cuda_lowering(m: N.Module) -> N.Module:
     """Lower events and views to a :class:`KernelPlan` (paper §4.2.6) for ``m.target``; E050,
-    located at the mapping's BLOCK instance, if unsupported."""
+    located at the mapping's BLOCK instance, if unsupported (a reduction, ``copy.add``, at
+    the launch whose ``reduces=`` argument it adds back)."""
+    _refuse_reductions(m)
     try:
         plan = _Lower(m).run()
     except _Refuse as r:

@@ -13,7 +13,7 @@ from cypressc.backend import plan as P
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
 from cypressc.backend.cexpr import KVar, cexpr
-from cypressc.ir.analysis import exprs_of, free_vars, views_of
+from cypressc.ir.analysis import exprs_of, free_vars, reduces, views_of
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.subst import walk_ops
 from cypressc.lang.kinds import PartKind
@@ -49,11 +49,13 @@ class KernelInterface:
         does not depend on ``j`` goes to the same elements in every iteration and nothing
         reads them, so sequentially only the last iteration's write survives: it is kept
         under ``j == last`` (lastprivate) — the programs' result, not an approximation.
+        A reduction (``copy.add``) is neither: the iterations' reductions commute.
         """
         j = hl.var
         params = {a.name for a in self.m.params}
         reads: set[str] = set()
         writes: dict[str, list[N.View]] = {}
+        reduced: set[str] = set()
         for o in walk_ops(hl.body):
             for e in [
                 getattr(o, "lo", None),
@@ -74,11 +76,16 @@ class KernelInterface:
                 root = self.sym.root(v)
                 if root not in params:
                     continue
+                if w and reduces(o):
+                    # reductions into one tile commute: iterations may add into the same
+                    # elements as parallel blocks (neither a read nor a last-only write)
+                    reduced.add(root)
+                    continue
                 if r:
                     reads.add(root)
                 if w:
                     writes.setdefault(root, []).append(v)
-        both = sorted(reads & set(writes))
+        both = sorted(reads & (set(writes) | reduced))
         if both:
             _refuse(
                 f"iterations of the HOST loop over {j} read {', '.join(both)}, which iterations "

@@ -14,6 +14,7 @@ from cypressc.lang.kinds import Proc
 __all__ = [
     "Symbols",
     "views_of",
+    "reduces",
     "canon",
     "dim_procs",
     "forward_refs",
@@ -142,7 +143,8 @@ def exprs_of(op: N.Op) -> list[N.IExpr]:
 
 def views_of(op: N.Op) -> list[tuple[N.View, bool, bool]]:
     """(view, reads, writes) for each tensor a copy or leaf call touches directly (leaf
-    operands by the intrinsics registry's rules)."""
+    operands by the intrinsics registry's rules; a ``copy.add`` writes its ``dst``, see
+    :func:`reduces`)."""
     from cypressc.lang.intrinsics import leaf_of
 
     if isinstance(op, N.Copy):
@@ -155,6 +157,12 @@ def views_of(op: N.Op) -> list[tuple[N.View, bool, bool]]:
             if isinstance(a, (N.TRef, N.Piece))
         ]
     return []
+
+
+def reduces(op: N.Op) -> bool:
+    """Whether ``op`` is a reduction (``copy.add``): its write of ``dst`` adds into it, so
+    it commutes with the other reductions and overwrites nothing whole."""
+    return isinstance(op, N.Copy) and op.reduce is not None
 
 
 def canon(v: N.View, sym: Symbols) -> tuple:

@@ -31,6 +31,7 @@ class Access:
     label: str
     lo: int = 0
     hi: int = 0
+    reduce: bool = False  # a copy.add: it conflicts with reads and writes, not with reductions
 
 
 @dataclass(eq=False)
@@ -110,8 +111,8 @@ class HappensBefore:
                 if prev_regs & regs:
                     self._join(a.vc, prev.vc)
             self.mma_chain.setdefault(id(t), []).append((a, frozenset(regs)))
-        for v, scope, env, write, label in accesses:
-            self.access(a, v, scope, env, write, label)
+        for v, scope, env, write, label, *red in accesses:
+            self.access(a, v, scope, env, write, label, reduce=bool(red and red[0]))
 
     def on_complete_tma(self, job: dict, bar: tuple, phase: int) -> None:
         self._join(self.phases.setdefault((*bar, phase), {}), job["hb"].vc)
@@ -168,7 +169,11 @@ class HappensBefore:
             base + (int(flat[-1]) // stage + 1) * stage * isz - 1,
         )
 
-    def access(self, a: _Agent, v: N.View, scope, env, write: bool, label: str) -> None:
+    def access(
+        self, a: _Agent, v: N.View, scope, env, write: bool, label: str, reduce: bool = False
+    ) -> None:
+        """Record an access of ``a`` (``reduce``: a ``copy.add`` write, which commutes with
+        other reductions) and fail on an earlier conflicting one not in its past."""
         loc, elems, interval = self.location(v, scope, env)
         if elems is not None and not len(elems):
             return
@@ -176,19 +181,25 @@ class HappensBefore:
             lo, hi = int(elems[0]), int(elems[-1])
         else:
             lo, hi = interval or (0, 1 << 62)
-        new = Access(a.id, a.clock, write, elems, label, lo, hi)
+        new = Access(a.id, a.clock, write, elems, label, lo, hi, reduce)
         recs = self.locs.setdefault(loc, [])
         keep = []
         for r in recs:
-            if r.agent == a.id or not (write or r.write) or r.hi < lo or hi < r.lo:
+            if (
+                r.agent == a.id
+                or not (write or r.write)
+                or (reduce and r.reduce)
+                or r.hi < lo
+                or hi < r.lo
+            ):
                 keep.append(r)
                 continue
             if r.elems is not None and elems is not None and not np.isin(r.elems, elems).any():
                 keep.append(r)
                 continue
             if r.clock > a.vc.get(r.agent, 0):
-                what = "write" if write else "read"
-                then = "write" if r.write else "read"
+                what = "reduction" if reduce else "write" if write else "read"
+                then = "reduction" if r.reduce else "write" if r.write else "read"
                 self.ci.fail(
                     "race",
                     label,
@@ -197,15 +208,22 @@ class HappensBefore:
                     "synchronization leads from one to the other",
                 )
             # an earlier access this write covers and is ordered after: later accesses that are
-            # ordered after this write are ordered after it too
-            if write and (
-                (elems is None and lo <= r.lo and r.hi <= hi)
-                or (elems is not None and r.elems is not None and np.isin(r.elems, elems).all())
+            # ordered after this write are ordered after it too (not for a reduction: a later
+            # reduction need not be ordered after this one, so it must meet `r` itself)
+            if (
+                write
+                and not reduce
+                and (
+                    (elems is None and lo <= r.lo and r.hi <= hi)
+                    or (elems is not None and r.elems is not None and np.isin(r.elems, elems).all())
+                )
             ):
                 continue
             keep.append(r)
         keep.append(new)
         self.locs[loc] = keep
 
-    def thread_access(self, t, v: N.View, scope, env, write: bool, label: str) -> None:
-        self.access(self.thread(t), v, scope, env, write, label)
+    def thread_access(
+        self, t, v: N.View, scope, env, write: bool, label: str, reduce: bool = False
+    ) -> None:
+        self.access(self.thread(t), v, scope, env, write, label, reduce)

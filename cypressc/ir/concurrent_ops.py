@@ -189,11 +189,20 @@ class OpSemantics(RaceChecks):
                             "fence proxy_async",
                         )
                     recs.append(self.check_read(t, op, key, retired=False))
-                job = {"kind": "bulk", "done": False, "run": (op, scope, e), "recs": recs}
-                if self.hb is not None:
+                job = {
+                    "kind": "bulk",
+                    "op": op_label(op, self.names),
+                    "done": False,
+                    "run": (op, scope, e),
+                    "recs": recs,
+                }
+                if self.hb is not None:  # a copy.add from shared: a TMA reduce-add, as a store
                     lbl = op_label(op, self.names)
+                    red = op.reduce is not None
                     self.hb.on_issue(
-                        t, job, [(op.src, scope, e, False, lbl), (op.dst, scope, e, True, lbl)]
+                        t,
+                        job,
+                        [(op.src, scope, e, False, lbl), (op.dst, scope, e, True, lbl, red)],
                     )
                 t.open_bulk.append(job)
                 self.inflight.append(("bulk", t, job))
@@ -210,7 +219,7 @@ class OpSemantics(RaceChecks):
                 ):  # the lanes' union: one instance's stripped view
                     lbl = op_label(op, self.names)
                     self.hb.thread_access(t, op.src, scope, e, False, lbl)
-                    self.hb.thread_access(t, op.dst, scope, e, True, lbl)
+                    self.hb.thread_access(t, op.dst, scope, e, True, lbl, op.reduce is not None)
                 if self.values:
                     self.do_copy(op, scope, e)
 
@@ -223,7 +232,10 @@ class OpSemantics(RaceChecks):
 
     def do_copy(self, op: N.Copy, scope, env) -> None:
         src, dst = self.vi.view(op.src, scope, env), self.vi.view(op.dst, scope, env)
-        dst.write(src.read().reshape(dst.shape))
+        value = src.read().reshape(dst.shape)
+        if op.reduce == "add":  # copy.add: an atomic dst += src when the copy completes
+            value = dst.read().reshape(dst.shape) + value
+        dst.write(value)
 
     def call(self, t: Thread, op: N.Call, scope, envs) -> None:
         fn = leaf_of(op)

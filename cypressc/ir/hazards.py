@@ -18,7 +18,7 @@ block program, with the data hazard it protects.  Edges are read off the IR only
 
 An edge protects a hazard when the two ops touch overlapping views of one tensor (or two
 tensors that resource allocation let share bytes, ``module.resources.war``) and one of
-them writes.  Edges that touch no common data, and flow edges whose value an op in
+them writes, unless both are reductions (``copy.add``: they commute).  Edges that touch no common data, and flow edges whose value an op in
 between overwrites, need nothing.  The *scope* of a hazard is the set of processor
 levels (WARPGROUP, WARP, THREAD) along which the two instances can differ: a broadcast
 ``[:]`` in the edge's index, minus the levels the tensor is private to (a REGISTER
@@ -41,7 +41,7 @@ import itertools
 from dataclasses import replace
 
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import Symbols, proc_names, views_of
+from cypressc.ir.analysis import Symbols, proc_names, reduces, views_of
 from cypressc.ir.hazard_deps import LEVELS, Dep, Leaf
 from cypressc.ir.hazard_needs import Realization
 from cypressc.ir.hazard_rings import RingHazards
@@ -343,7 +343,8 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
                     for h, ok in (
                         (Hazard.RAW, wp and rc),
                         (Hazard.WAR, rp and wc),
-                        (Hazard.WAW, wp and wc),
+                        # two reductions into one view commute: no order between them
+                        (Hazard.WAW, wp and wc and not (reduces(p.op) and reduces(c.op))),
                     )
                     if ok
                 ]
@@ -407,6 +408,7 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
             if (
                 between
                 and self._always_runs(w, c)
+                and not reduces(w.op)  # a reduction adds to the value: it kills nothing
                 and any(wr and self.covers(w, v, vc) for v, _, wr in views_of(w.op))
             ):
                 return True

@@ -212,7 +212,10 @@ class _Interp(ViewResolution, EventTracking):
                 raise InterpreterError(
                     f"copy {op.ev}: source shape {src.shape} does not fit {dst.shape}"
                 )
-            dst.write(value.reshape(dst.shape))
+            value = value.reshape(dst.shape)
+            if op.reduce == "add":  # copy.add: one atomic dst += src
+                value = dst.read().reshape(dst.shape) + value
+            dst.write(value)
             self.complete(op, scope, env)
         elif isinstance(op, N.Call) and leaf_of(op).collective:
             # a collective leaf (wgmma: `.sync.aligned`; a row reduction across a quad) runs

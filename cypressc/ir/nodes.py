@@ -255,7 +255,11 @@ class Partition:
 @dataclass(frozen=True, slots=True)
 class Copy:
     """``%ev = copy src -> dst {pre}``; after sync-insertion a TMA load names the mbarrier
-    stage it completes on (``bar``, a :class:`cypressc.ir.sync.BarIdx`)."""
+    stage it completes on (``bar``, a :class:`cypressc.ir.sync.BarIdx`).
+
+    ``reduce`` = ``"add"`` makes it ``copy.add``: ``dst += src`` elementwise, one atomic
+    reduction (Legion's reduction privilege: the copy-out of a ``reduces=`` argument); two
+    reductions into one view commute, so no edge orders them."""
 
     ev: str
     src: View
@@ -263,6 +267,7 @@ class Copy:
     pre: tuple[EvRef, ...] = ()
     dims: tuple[Dim, ...] = ()
     bar: BarIdx | None = None
+    reduce: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -316,12 +316,16 @@ class _Reader:
         kw = c.kind("name", "copy, call, for or pfor")
         ev = name.name
         if kw.text == "copy":
+            rt = c.kind("name", "a reduction (add)") if c.accept(".") else None
+            red = rt.text if rt is not None else None
+            if red not in (None, "add"):
+                raise c.error(f"unknown reduction copy.{red}", rt, "the one reduction is copy.add")
             src = self.view(c)
             c.expect("->")
             dst = self.view(c)
             pre = self.pre(c)
             bar = S.BarIdx(*self.bar(c)) if c.accept("on") else None
-            op: N.Op = N.Copy(ev, src, dst, pre, dims, bar)
+            op: N.Op = N.Copy(ev, src, dst, pre, dims, bar, red)
         elif kw.text == "call":
             op = self.call(c, ev, dims)
         elif kw.text in ("for", "pfor"):

@@ -1,6 +1,7 @@
 """The IR verifier, run after every pass (DESIGN §4): names defined before use, event
 references indexed with one entry per array dimension, every view's tensor and
-partition in scope, leaf calls with the registered arity; once ``sync-insertion`` has
+partition in scope, leaf calls with the registered arity, a reduction copy (``copy.add``)
+between views of one shape into f32; once ``sync-insertion`` has
 run (``Module.synchronized``), the synchronization checks of :mod:`cypressc.ir.sync_verify`."""
 
 from __future__ import annotations
@@ -49,6 +50,26 @@ def verify(m: N.Module) -> None:
                     f"indexed with {len(r.idx)}"
                 )
 
+    def alloc_of(v: N.View) -> N.Alloc:
+        while isinstance(v, N.Piece):
+            v = lookup(v.partition).base  # type: ignore[union-attr]
+        return lookup(v.name)  # type: ignore[return-value]
+
+    def shape_of(v: N.View) -> tuple:
+        if isinstance(v, N.TRef):
+            return lookup(v.name).shape  # type: ignore[union-attr]
+        return lookup(v.partition).piece_shape  # type: ignore[union-attr]
+
+    def check_reduce(op: N.Copy, where: str) -> None:
+        # a reduction adds elementwise: both sides hold the same elements; f32 for now
+        # (an atomic add of 16-bit values, or a bf16 TMA reduce-add, comes later)
+        if op.reduce != "add":
+            raise VerifyError(f"{where}: unknown reduction copy.{op.reduce}")
+        if shape_of(op.src) != shape_of(op.dst):
+            raise VerifyError(f"{where}: copy.add between views of different shapes")
+        if alloc_of(op.dst).dtype != "f32":
+            raise VerifyError(f"{where}: copy.add into {alloc_of(op.dst).dtype} (only f32 for now)")
+
     def block(b: N.Block) -> None:
         scope.append({})
         for op in b.ops:
@@ -63,6 +84,8 @@ def verify(m: N.Module) -> None:
                 check_view(op.src, where)
                 check_view(op.dst, where)
                 check_refs(op.pre, where)
+                if op.reduce is not None:
+                    check_reduce(op, where)
             if isinstance(op, N.Call):
                 try:
                     arity = len(leaf_of(op).operands)

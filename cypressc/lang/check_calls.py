@@ -1,6 +1,8 @@
 """The static checks of launches and leaf calls (Cypress paper §3.2; DESIGN §1): a launch
 names a task (E021) with the right number (E022) and kinds (E023) of arguments, within the
-caller's privileges (E027), and a ``prange``'s writes provably disjoint (E030); a leaf call
+caller's privileges (E027: a callee's ``reduces=`` needs the caller's ``writes=`` or
+``reduces=`` on the root), and a ``prange``'s writes provably disjoint (E030; reductions
+into one piece commute, so ``reduces=`` arguments are exempt); a leaf call
 names a known leaf function used as it takes its operands (E032), writing only what its
 variant may write (E033).
 
@@ -45,7 +47,9 @@ class CallChecks:
                 f"signature: {signature(callee)}",
             )
             return
-        caller_reads, caller_writes = set(v.reads), set(v.writes)
+        # a task holding reduces= on a tensor owns a private copy of it: its callees may
+        # read, write and reduce into that copy
+        caller_reads, caller_writes = set(v.reads), set(v.writes) | set(v.reduces)
         for arg, param in zip(s.args, callee.params):
             if isinstance(param.type, S.ScalarType):
                 self.scalar(arg, env, value=param.type.kind == "float")
@@ -72,9 +76,18 @@ class CallChecks:
                 )
             reads_it = any(param.name in c.reads for c in vs)
             writes_it = any(param.name in c.writes for c in vs)
+            reduces_it = not writes_it and any(param.name in c.reduces for c in vs)
             if env[root].local:
                 pass
             else:
+                if reduces_it and root not in caller_writes:
+                    self.error(
+                        "E027",
+                        f"'{s.task}' reduces into its parameter '{param.name}', but '{v.name}' "
+                        f"holds no write or reduce privilege on '{root}'",
+                        arg.loc,
+                        f"add \"{root}\" to reduces= (or writes=) of '{v.name}'",
+                    )
                 if writes_it and root not in caller_writes:
                     self.error(
                         "E027",
@@ -91,7 +104,7 @@ class CallChecks:
                         arg.loc,
                         f"add \"{root}\" to reads= of '{v.name}'",
                     )
-            if writes_it:
+            if writes_it:  # reductions into one piece commute: no disjointness needed
                 self.disjoint(s, arg, env, loopvars, param.name)
 
     def disjoint(
@@ -190,7 +203,8 @@ class CallChecks:
                         f"'{rule.name}' of {s.fn}() must have rank {rule.rank}, got {ty.rank}",
                         arg.loc,
                     )
-                if rule.writes and root not in v.writes:
+                # what a variant reduces into is its own private copy, as a local tensor
+                if rule.writes and root not in set(v.writes) | set(v.reduces):
                     self.error(
                         "E033",
                         f"{s.fn}() writes '{rule.name}', but '{v.name}' does not hold "
@@ -198,7 +212,7 @@ class CallChecks:
                         arg.loc,
                         f'add "{root}" to writes=',
                     )
-                elif rule.reads and root not in set(v.reads) | set(v.writes):
+                elif rule.reads and root not in set(v.reads) | set(v.writes) | set(v.reduces):
                     self.error(
                         "E033",
                         f"{s.fn}() reads '{rule.name}', but '{v.name}' does not hold "

@@ -22,6 +22,7 @@ E034    a bad partition (rank of the block tuple, index count, operand)
 E035    a scalar expression is ill-typed (tensor used as a number, bad dimension)
 E036    an unknown instruction atom
 E037    the file's name cannot name a kernel (not a C identifier, a C++ keyword, ``main``)
+E038    a parameter in ``reduces=`` and also in ``writes=`` or ``reads=``
 ======  =====================================================================
 """
 
@@ -131,7 +132,7 @@ class _Checker(ExprChecks, CallChecks):
                     self.error("E026", f"size name '{d}' is already defined", p.loc)
                 env.setdefault(d, Binding("scalar", loc=p.loc))
         tensor_names = {p.name for p in v.tensor_params}
-        for priv in ("reads", "writes"):
+        for priv in ("reads", "writes", "reduces"):
             for n in getattr(v, priv):
                 if n not in tensor_names:
                     self.error(
@@ -140,6 +141,16 @@ class _Checker(ExprChecks, CallChecks):
                         v.loc,
                         f"tensor parameters: {', '.join(sorted(tensor_names)) or '(none)'}",
                     )
+        for n in v.reduces:
+            both = [priv for priv in ("writes", "reads") if n in getattr(v, priv)]
+            if both:
+                self.error(
+                    "E038",
+                    f"'{v.name}' holds reduces= and {both[0]}= on '{n}'",
+                    v.loc,
+                    f"keep '{n}' in one of them: reduces= (the task only adds into it, so "
+                    f"launches adding into one piece commute) or {both[0]}=",
+                )
         if v.kind == "leaf":
             for s in S.walk(v.body):
                 if not isinstance(s, (S.LeafCall, S.Tunable, S.Let)):

@@ -260,7 +260,7 @@ class DeclParser:
                 fn,
                 'write @task("name", Inner|Leaf, reads=[...], writes=[...])',
             )
-        task, kind, reads, writes = self.decorator(fn.decorator_list[0])
+        task, kind, reads, writes, reduces = self.decorator(fn.decorator_list[0])
         a = fn.args
         if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs or a.kw_defaults:
             raise self.err("E004", "task parameters are plain positional names with types", fn)
@@ -280,9 +280,13 @@ class DeclParser:
             params.append(S.Param(arg.arg, self.type_(arg.annotation), self.loc(arg)))
         self.tensor_params = {p.name for p in params if isinstance(p.type, S.TensorType)}
         body = self.block(fn.body, allow_docstring=True)
-        return S.Variant(fn.name, task, kind, reads, writes, tuple(params), body, self.loc(fn))
+        return S.Variant(
+            fn.name, task, kind, reads, writes, tuple(params), body, self.loc(fn), reduces
+        )
 
-    def decorator(self, dec: ast.expr) -> tuple[str, str, tuple[str, ...], tuple[str, ...]]:
+    def decorator(
+        self, dec: ast.expr
+    ) -> tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         usage = 'write @task("name", Inner|Leaf, reads=[...], writes=[...])'
         if not (
             isinstance(dec, ast.Call) and isinstance(dec.func, ast.Name) and dec.func.id == "task"
@@ -301,7 +305,7 @@ class DeclParser:
             )
         if not (isinstance(kind, ast.Name) and kind.id in ("Inner", "Leaf")):
             raise self.err("E003", "the variant kind must be Inner or Leaf", kind, usage)
-        privs: dict[str, tuple[str, ...]] = {"reads": (), "writes": ()}
+        privs: dict[str, tuple[str, ...]] = {"reads": (), "writes": (), "reduces": ()}
         for kw in dec.keywords:
             if kw.arg not in privs:
                 raise self.err("E003", f"unknown @task keyword '{kw.arg}'", kw, usage)
@@ -312,7 +316,7 @@ class DeclParser:
                     "E003", f"{kw.arg}= takes a list of parameter names as strings", kw.value
                 )
             privs[kw.arg] = tuple(e.value for e in kw.value.elts)
-        return name.value, kind.id.lower(), privs["reads"], privs["writes"]
+        return name.value, kind.id.lower(), privs["reads"], privs["writes"], privs["reduces"]
 
     def type_(self, ann: ast.expr) -> S.Type:
         if isinstance(ann, ast.Name) and ann.id in ("int", "float"):

@@ -244,6 +244,9 @@ class Variant:
     params: tuple[Param, ...]
     body: tuple[Stmt, ...]
     loc: Loc = _L
+    # Legion's reduction privilege ("add"): the variant only adds into these parameters, so
+    # instances that reduce into one piece commute; its fresh copy starts undefined
+    reduces: tuple[str, ...] = ()
 
     @property
     def tensor_params(self) -> tuple[Param, ...]:

@@ -31,6 +31,8 @@ def _try_snapshot(m: N.Module) -> N.Module | None:
     for a in ix.order:
         if not isinstance(a, N.Alloc) or ix.alloc_of(a.name) is None:
             continue
+        if ix.reduced(a.name):
+            continue
         acc = list(ix.accessors(a.name))
         ins = [o for o, _, _ in acc if isinstance(o, N.Copy) and o.dst == N.TRef(a.name)]
         if len(ins) != 1 or any(w and o is not ins[0] for o, _, w in acc):
@@ -103,6 +105,8 @@ def _try_rotate(m: N.Module) -> N.Module | None:
             ):
                 continue
             root = ix.sym.root(cin.src)
+            if ix.reduced(root) or ix.reduced(cin.dst.name):
+                continue
             if root in allocs or any(
                 o for o in walk_ops(lp.body) if isinstance(o, N.Alloc) and o.name == root
             ):

@@ -10,7 +10,14 @@ import threading
 from dataclasses import replace
 
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import Symbols, forward_refs, remove_ops, replace_event, views_of
+from cypressc.ir.analysis import (
+    Symbols,
+    forward_refs,
+    reduces,
+    remove_ops,
+    replace_event,
+    views_of,
+)
 from cypressc.ir.subst import walk_ops
 
 
@@ -45,6 +52,11 @@ class _Index:
 
     def writes_of(self, root: str) -> list[N.Op]:
         return [o for o, _, w in self.accessors(root) if w]
+
+    def reduced(self, root: str) -> bool:
+        """Whether a reduction (``copy.add``) reads or adds into ``root``: such a tensor is
+        a private copy or a reduction target, and no pattern may merge it with another."""
+        return any(reduces(o) for o, _, _ in self.accessors(root))
 
     def alloc_of(self, name: str) -> N.Alloc | None:
         a = self.sym.allocs.get(name)

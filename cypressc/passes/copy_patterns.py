@@ -32,6 +32,8 @@ def _try_alias(m: N.Module) -> N.Module | None:
         if not isinstance(a, N.Alloc) or ix.alloc_of(a.name) is None:
             continue
         t = a.name
+        if ix.reduced(t):
+            continue  # a private copy added back by copy.add is its own storage
         acc = list(ix.accessors(t))
         ins = [o for o, _, _ in acc if isinstance(o, N.Copy) and o.dst == N.TRef(t)]
         outs = [
@@ -148,7 +150,7 @@ def _try_hoist(m: N.Module) -> N.Module | None:
             if not (isinstance(cin, N.Copy) and isinstance(cin.dst, N.TRef)):
                 continue
             t = cin.dst.name
-            if t not in {o.name for o in lp.body.ops if isinstance(o, N.Alloc)}:
+            if t not in {o.name for o in lp.body.ops if isinstance(o, N.Alloc)} or ix.reduced(t):
                 continue
             couts = [
                 o
@@ -276,7 +278,7 @@ def _try_spill(m: N.Module) -> N.Module | None:
     ix = _index(m)
     copies = [o for o in ix.order if isinstance(o, N.Copy)]
     for cout in copies:
-        if not isinstance(cout.src, N.TRef) or ix.sym.mem(cout.dst) != Mem.NONE:
+        if not isinstance(cout.src, N.TRef) or ix.sym.mem(cout.dst) != Mem.NONE or cout.reduce:
             continue
         r = cout.src.name
         rmem = ix.sym.allocs[r].mem

@@ -15,7 +15,11 @@ from cypressc.passes.copy_index import _drop, _Index, _index, _same_shape
 
 def _try_duplicate(m: N.Module) -> N.Module | None:
     ix = _index(m)
-    copies = [o for o in ix.order if isinstance(o, N.Copy) and isinstance(o.dst, N.TRef)]
+    copies = [
+        o
+        for o in ix.order
+        if isinstance(o, N.Copy) and isinstance(o.dst, N.TRef) and not ix.reduced(o.dst.name)
+    ]
     for i, c1 in enumerate(copies):
         t1 = c1.dst.name  # type: ignore[union-attr]
         if ix.alloc_of(t1) is None or len(ix.writes_of(t1)) != 1:
@@ -46,7 +50,7 @@ def _try_self(m: N.Module) -> N.Module | None:
     """Self copy elimination (Fig. 10d): ``copy(t, t)`` goes, its event forwarded."""
     ix = _index(m)
     for o in ix.order:
-        if isinstance(o, N.Copy) and canon(o.src, ix.sym) == canon(o.dst, ix.sym):
+        if isinstance(o, N.Copy) and not o.reduce and canon(o.src, ix.sym) == canon(o.dst, ix.sym):
             return _drop(m, o)
     return None
 

@@ -11,6 +11,12 @@ Each launch is lowered with the copy-in/copy-out discipline, in four steps:
    the fresh tensor and after every earlier reader and writer of the destination
    (true and anti dependences).
 
+An argument the callee holds ``reduces=`` on (Legion's reduction privilege) gets no
+copy-in: its fresh tensor is private and undefined until the callee writes it (E052 when
+the callee reads it first), and its copy-out is ``copy.add`` (``dst += src``), which waits
+for the destination's writers and readers but not for its other reducers, so reductions
+into one piece (a ``prange`` of them) run in any order.
+
 The walk keeps, per allocation, its last writers and the readers since; ``prange``
 becomes ``pfor`` whose event array later users wait on with a broadcast ``e[:]``;
 ``srange`` becomes ``for`` with the outer events it needs as its precondition.
@@ -32,8 +38,8 @@ from cypressc.lang.kinds import Mem, OperandKind, PartKind, Proc
 from cypressc.mapping.tasktree import TaskTree
 from cypressc.lang.atoms import AUTO_ATOM
 from cypressc.passes.atom_derivation import AtomDerivation
-from cypressc.passes.dependence_checks import MappingChecks, _Misfit
-from cypressc.passes.dependence_state import Namer, TState, _Frame, _Scope
+from cypressc.passes.dependence_checks import MappingChecks, ReductionChecks, _Misfit
+from cypressc.passes.dependence_state import REDUCE, WRITE, Namer, TState, _Frame, _Scope
 from cypressc.passes.entry_sizes import entry_sizes
 from cypressc.passes.extents import check_block, check_division, check_extent, check_value
 from cypressc.passes.kernels import KernelSegment, kernel_name, split_kernels
@@ -42,9 +48,10 @@ from cypressc.passes.levels import check_mma_pieces, check_processors, loop_proc
 __all__ = ["dependence_analysis", "kernel_modules"]
 
 
-class _DA(MappingChecks, AtomDerivation):
+class _DA(MappingChecks, ReductionChecks, AtomDerivation):
     """The walk: the task tree in, the event IR module out (:meth:`run`); the mapping
-    errors it finds on the way are its part in :mod:`cypressc.passes.dependence_checks`,
+    errors it finds on the way, and the reads of undefined private copies of ``reduces=``
+    arguments, are its parts in :mod:`cypressc.passes.dependence_checks`,
     the atoms it derives for atom tunables the mapping leaves unbound its part in
     :mod:`cypressc.passes.atom_derivation`."""
 
@@ -64,6 +71,8 @@ class _DA(MappingChecks, AtomDerivation):
         ] = {}  # mma partition -> its processor's origin
         self.bound = 0  # tunables bound so far: orders origins by depth
         self.segments: list[KernelSegment] = []  # the kernels, when there are several
+        # the private copies of reduces= arguments nothing has written yet (E052)
+        self.undefined: dict[str, tuple[S.Launch, str, str]] = {}
 
     # -- helpers -----------------------------------------------------------------------
     def root(self, v: N.View) -> str:
@@ -258,7 +267,9 @@ class _DA(MappingChecks, AtomDerivation):
             self.body(s.body, sc, inner)
         ev = self.names.event()
         yields = dedup_refs(
-            r for root in inner.touched for r in inner.state[root].writes + inner.state[root].reads
+            r
+            for root in inner.touched
+            for r in inner.state[root].writes + inner.state[root].reads + inner.state[root].reducers
         )
         block = N.Block(tuple(inner.ops), yields)
         pre = dedup_refs(inner.needs)
@@ -275,11 +286,15 @@ class _DA(MappingChecks, AtomDerivation):
         for e, part, idx, breaks in [p for p in self.pieces if N.IVar(var) in p[2]]:
             check_mma_pieces(e, part, idx, self.extents, breaks)
         self.emit(f, op)
-        for root, written in inner.touched.items():
-            # the loop's own event stands for everything its body did to `root`
-            if written:
+        for root, kind in inner.touched.items():
+            # the loop's own event stands for everything its body did to `root` (a loop that
+            # only reduces into it is one reducer: it commutes with the other reducers)
+            if kind == WRITE:
                 f.write_deps(root)
                 f.did_write(root, ref)
+            elif kind == REDUCE:
+                f.reduce_deps(root)
+                f.did_reduce(root, ref)
             else:
                 f.read_deps(root)
                 f.did_read(root, ref)
@@ -304,6 +319,8 @@ class _DA(MappingChecks, AtomDerivation):
             alloc = N.Alloc(
                 name, self.shape(v), p.type.dtype, mem, v if isinstance(v, N.Piece) else None
             )
+            if p.name in cv.reduces:  # a private copy: it starts undefined until written
+                self.undefined[name] = (s, p.name, cv.name)
             self.emit(f, alloc)
             j = tensor_index[p.name]
             self.sites.tensors[name] = TensorSite(
@@ -312,6 +329,7 @@ class _DA(MappingChecks, AtomDerivation):
             # step 2: copy-in what the callee reads
             reads = p.name in cv.reads
             if reads:
+                self.touch(self.root(v), True, s.loc, f"'{s.task}' reads it")
                 ev = N.EvRef(self.names.event())
                 self.emit(
                     f, N.Copy(ev.name, v, N.TRef(name), dedup_refs(f.read_deps(self.root(v))))
@@ -326,15 +344,33 @@ class _DA(MappingChecks, AtomDerivation):
         csc = _Scope(child, env, caller=sc)
         self.body(cv.body, csc, f)
         # step 4: copy-out what the callee writes
+        # (a reduces= argument's is ``copy.add``: it adds the private copy into the view)
         for p, v, name in fresh:
-            if p.name not in cv.writes:
+            reduce = p.name in cv.reduces
+            if p.name not in cv.writes and not reduce:
                 continue
             root = self.root(v)
-            deps = list(f.state[name].writes) + f.write_deps(root)
+            self.touch(root, reduce, s.loc, f"'{s.task}' reduces into it")
+            if reduce and name in self.undefined:
+                self._never_written(name)
+            own = f.state[name]  # the copy reads the fresh tensor: after its writers and reducers
+            deps = (
+                list(own.writes)
+                + list(own.reducers)
+                + (f.reduce_deps(root) if reduce else f.write_deps(root))
+            )
             ev = N.EvRef(self.names.event())
-            self.emit(f, N.Copy(ev.name, N.TRef(name), v, dedup_refs(deps)))
+            self.emit(
+                f,
+                N.Copy(
+                    ev.name, N.TRef(name), v, dedup_refs(deps), reduce="add" if reduce else None
+                ),
+            )
             f.did_read(name, ev)
-            f.did_write(root, ev)
+            if reduce:
+                f.did_reduce(root, ev)
+            else:
+                f.did_write(root, ev)
 
     def leaf_call(self, s: S.LeafCall, sc: _Scope, f: _Frame) -> None:
         fn = self.leaves[s.fn]
@@ -361,6 +397,7 @@ class _DA(MappingChecks, AtomDerivation):
                 v = self.view(a, sc)
                 args.append(v)
                 root = self.root(v)
+                self.touch(root, rule.reads, s.loc, f"{s.fn}() reads it")
                 if rule.writes:
                     pre += f.write_deps(root)
                 elif rule.reads:

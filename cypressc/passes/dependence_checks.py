@@ -2,18 +2,20 @@
 (Cypress paper §4.2.1), each located at the mapping value that caused it: a piece of a
 ``partition_by_mma`` passed to a task on another level (E041), a leaf operand in a memory
 its leaf function cannot read (E043), and wgmma atoms whose N is not the accumulator
-tile's width, gathered over the walk and reported together (E040).
+tile's width, gathered over the walk and reported together (E040).  And one program
+error only the walk sees: a task's private copy of a ``reduces=`` argument read before it
+is written, or never written (E052, :class:`ReductionChecks`).
 
 :class:`MappingChecks` is a part of :class:`cypressc.passes.dependence_analysis._DA` (it
 reads its ``tree``, ``parts``, ``allocs``, ``sites``, ``part_procs``, ``misfits`` and
-``issuers``).
+``issuers``); so is :class:`ReductionChecks` (its ``undefined``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cypressc.diagnostics import CypressError
+from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
 from cypressc.ir.origin import Origin, blame
 from cypressc.ir.shapes import static
@@ -25,7 +27,7 @@ from cypressc.mapping.tasktree import TaskNode
 from cypressc.passes.dependence_state import _Scope
 from cypressc.passes.levels import here
 
-__all__ = ["MappingChecks"]
+__all__ = ["MappingChecks", "ReductionChecks"]
 
 
 @dataclass
@@ -269,4 +271,41 @@ class MappingChecks:
             breaks=here(first.node, f"it breaks this {first.stmt.fn}()"),
             hint=hint,
             notes=others,
+        )
+
+
+class ReductionChecks:
+    """E052 (a part of :class:`cypressc.passes.dependence_analysis._DA`): ``undefined`` maps
+    the fresh tensor of each ``reduces=`` argument nothing has written yet to (the launch
+    that made it, the parameter, the callee variant)."""
+
+    undefined: dict[str, tuple[S.Launch, str, str]]
+
+    def touch(self, root: str, reads: bool, loc: Loc, how: str) -> None:
+        """An access to ``root``: E052 if it reads the still-undefined private copy of a
+        ``reduces=`` argument (its first access must write it without reading it, as
+        ``clear`` does: nothing gives it a value, and the reduction adds all of it)."""
+        if root not in self.undefined:
+            return
+        if not reads:
+            del self.undefined[root]
+            return
+        s, pname, variant = self.undefined[root]
+        raise CypressError(
+            "E052",
+            f"'{variant}' reduces into '{pname}', and {how} before anything writes it",
+            loc,
+            notes=((f"'{pname}' is a private copy of this argument, undefined at first", s.loc),),
+            hint=f"write '{pname}' without reading it first (launch a clear of it), then "
+            "accumulate into it",
+        )
+
+    def _never_written(self, name: str) -> None:
+        s, pname, variant = self.undefined.pop(name)
+        raise CypressError(
+            "E052",
+            f"'{variant}' reduces into '{pname}' but never writes it: the reduction would add "
+            "an undefined value",
+            s.loc,
+            hint=f"write '{pname}' in '{variant}' (launch a clear of it, then accumulate into it)",
         )

@@ -15,7 +15,7 @@ from cypressc.ir.origin import Origin
 from cypressc.mapping.tasktree import TaskNode
 from cypressc.passes.levels import here
 
-__all__ = ["DerivedAtom", "Namer", "TState"]
+__all__ = ["DerivedAtom", "Namer", "TState", "READ", "REDUCE", "WRITE"]
 
 
 class Namer:
@@ -41,10 +41,18 @@ class Namer:
 
 @dataclass
 class TState:
-    """Events of one allocation: its last writers, and its readers since then."""
+    """Events of one allocation: its last writers, its readers since then, and its reducers
+    since then (``copy.add``: reductions commute, so a reducer waits for the writers and
+    readers but not for the other reducers; a read or a write waits for them all)."""
 
     writes: list[N.EvRef] = field(default_factory=list)
     reads: list[N.EvRef] = field(default_factory=list)
+    reducers: list[N.EvRef] = field(default_factory=list)
+
+
+# how a block touched an outer allocation: read, reduced into, or written (a read and a
+# reduction together count as a write: the loop's event stands for both)
+READ, REDUCE, WRITE = "r", "x", "w"
 
 
 class _Frame:
@@ -58,9 +66,9 @@ class _Frame:
         self.state: dict[str, TState] = {}
         self.outer = outer
         self.needs: list[N.EvRef] = []
-        self.touched: dict[str, bool] = {}  # outer allocation -> written here?
+        self.touched: dict[str, str] = {}  # outer allocation -> READ, REDUCE or WRITE
         self.local: set[str] = set()
-        self.pulled: dict[str, str] = {}
+        self.pulled: dict[str, set[str]] = {}
 
     def _outer(self, root: str) -> TState | None:
         f = self.outer
@@ -70,47 +78,69 @@ class _Frame:
             f = f.outer
         return None
 
-    def _outer_deps(self, root: str, st: TState, write: bool) -> list[N.EvRef]:
+    def _outer_deps(self, root: str, st: TState, kind: str) -> list[N.EvRef]:
         if self.outer is None or root in self.local or st.writes:
             return []
         o = self._outer(root)
         if o is None:
             return []
-        return list(o.writes) + (list(o.reads) if write else [])
+        return (
+            list(o.writes)
+            + (list(o.reads) if kind != READ else [])
+            + (list(o.reducers) if kind != REDUCE else [])
+        )
 
-    def _local(self, root: str, write: bool) -> tuple[TState, list[N.EvRef]]:
-        """The local state of ``root`` and the outer events this access must wait for.
+    def _local(self, root: str, kind: str) -> tuple[TState, list[N.EvRef]]:
+        """The local state of ``root`` and the outer events this access (``kind``: READ,
+        REDUCE or WRITE) must wait for.
 
         In a ``pfor`` body they go straight onto the op (iterations are independent); in
         a ``for`` body they join the loop's precondition (paper Fig. 8, ``for … {e6}``)."""
         st = self.state.setdefault(root, TState())
-        outer = self._outer_deps(root, st, write)
+        outer = self._outer_deps(root, st, kind)
         if self.sequential:
-            lvl = self.pulled.get(root)
-            if lvl != "w" and (write or lvl is None):
+            got = self.pulled.setdefault(root, set())
+            if WRITE not in got and kind not in got:
                 self.needs += outer
-                self.pulled[root] = "w" if write else "r"
+                got.add(kind)
             return st, []
         return st, outer
 
     def read_deps(self, root: str) -> list[N.EvRef]:
-        st, outer = self._local(root, False)
-        return outer + list(st.writes)
+        st, outer = self._local(root, READ)
+        return outer + list(st.writes) + list(st.reducers)
 
     def write_deps(self, root: str) -> list[N.EvRef]:
-        st, outer = self._local(root, True)
+        st, outer = self._local(root, WRITE)
+        return outer + list(st.writes) + list(st.reads) + list(st.reducers)
+
+    def reduce_deps(self, root: str) -> list[N.EvRef]:
+        """What a reduction into ``root`` waits for: the writers and readers, not the
+        other reducers (reductions commute)."""
+        st, outer = self._local(root, REDUCE)
         return outer + list(st.writes) + list(st.reads)
+
+    def _touch(self, root: str, kind: str) -> None:
+        if root in self.local:
+            return
+        had = self.touched.get(root)
+        if had is None or had == kind:
+            self.touched[root] = kind
+        elif kind == WRITE or had == WRITE or {had, kind} == {READ, REDUCE}:
+            self.touched[root] = WRITE
 
     def did_read(self, root: str, ev: N.EvRef) -> None:
         self.state.setdefault(root, TState()).reads.append(ev)
-        if root not in self.local:
-            self.touched.setdefault(root, False)
+        self._touch(root, READ)
 
     def did_write(self, root: str, ev: N.EvRef) -> None:
         st = self.state.setdefault(root, TState())
-        st.writes, st.reads = [ev], []
-        if root not in self.local:
-            self.touched[root] = True
+        st.writes, st.reads, st.reducers = [ev], [], []
+        self._touch(root, WRITE)
+
+    def did_reduce(self, root: str, ev: N.EvRef) -> None:
+        self.state.setdefault(root, TState()).reducers.append(ev)
+        self._touch(root, REDUCE)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,11 @@ import pytest
 
 from cypressc.backend import plan as P
 from cypressc.backend.cexpr import cexpr
-from cypressc.backend.lower import cuda_lowering
+from cypressc.backend.lower import _Lower, cuda_lowering
+from cypressc.backend.refusal import Refuse
 from cypressc.diagnostics import CypressError
 from cypressc.ir import nodes as N
+from cypressc.ir.analysis import Symbols
 from cypressc.lang.checker import check_program
 from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
@@ -134,3 +136,35 @@ def test_a_parameter_nothing_touches_keeps_its_declared_privilege(tmp_path):
         "B1": (True, False),
         "B2": (True, False),
     }
+
+
+def _reduce_y(m: N.Module) -> N.Module:
+    """``m`` with the leaf copy that writes y (in every column tile j) turned into a
+    reduction, ``copy.add`` of the same registers into the same piece."""
+    hl = _host_loop(m)
+    sym = Symbols(m)
+
+    def red(o):
+        if isinstance(o, N.Call) and o.fn == "copy" and sym.root(o.args[1]) == "y":
+            return N.Copy(o.ev, o.args[0], o.args[1], o.pre, o.dims, reduce="add")
+        return o
+
+    ops = [red(o) for o in hl.body.ops]
+    assert sum(isinstance(o, N.Copy) and o.reduce == "add" for o in ops) == 1
+    return _with_host_body(m, ops)
+
+
+def test_iterations_reducing_into_one_tensor_run_as_parallel_blocks(reduction):
+    """Reductions (copy.add) into y from every j commute: y is neither last-only nor a
+    read-write conflict (issue #38); a read of it in the loop still keeps the loop
+    sequential."""
+    m = _reduce_y(reduction)
+    low = _Lower(m)
+    low._host_loop(_host_loop(m))
+    assert low.host_var == "j" and "y" not in low.last_only
+    reader = N.Copy("ev#read_y", N.TRef("y"), N.TRef("y"))
+    m2 = _with_host_body(m, [reader, *_host_loop(m).body.ops])
+    with pytest.raises(Refuse, match="read y, which iterations write"):
+        _Lower(m2)._host_loop(_host_loop(m2))
+    # the backend itself refuses reductions for now, at the copy
+    assert "a reduce copy (copy.add" in _refusal(m)
