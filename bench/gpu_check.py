@@ -7,7 +7,8 @@
 Targets: every (program, mapping) pair, built with ``cypressc build programs/P.cyp -m
 mappings/P/M.yaml -o build/gpu_check/P-M`` (a mapping may also be a path to a .yaml; the
 programs of ``SOURCES`` live elsewhere: ``tutorial_gemm`` and ``tutorial_attention`` are
-docs/tutorial.md's, mapping ``h100`` meaning the tutorial's own .yaml); with
+docs/tutorial.md's, mapping ``h100`` meaning the tutorial's own .yaml, ``gemm_at`` is
+tests/programs/gemm_at.cyp under tests/mappings/gemm_at.yaml); with
 ``--proto``, bench/proto's hand-written GEMM wrapped in the same layout (<name>.cu launcher
 with the cypressc ABI + the generated harness), as a reference point and to test this
 script before the emitter exists; with ``--build DIR``, an already-built directory.
@@ -202,6 +203,26 @@ PROGRAMS: dict[str, Program] = {
         ref=lambda t: {"C": _mm(t["A"], t["B"].T)},
         check=GEMM_CHECK,
         small=GEMM_SMALL,
+        run=dict(M=4096, N=4096, K=4096),
+    ),
+    # tests/programs/gemm_at.cyp: C = Aᵀ @ B with A stored K x M (an MN-major wgmma A operand);
+    # A's rows are M long, so M must be a multiple of 8 (TMA's 16-byte strides): M = 129 is
+    # refused, and K = 0 (A and B empty)
+    "gemm_at": Program(
+        ref=lambda t: {"C": _mm(t["A"].T, t["B"])},
+        check=[
+            dict(M=4096, N=4096, K=4096),
+            dict(M=1000, N=1000, K=1000),
+            dict(M=136, N=264, K=72),
+            dict(M=304, N=520, K=1000),
+            dict(M=8, N=8, K=8),
+            dict(M=2056, N=8, K=4104),
+            dict(M=776, N=1304, K=64),
+            dict(M=3000, N=4104, K=4040),
+            dict(M=129, N=264, K=72),
+            dict(M=64, N=64, K=0),
+        ],
+        small=[dict(M=256, N=256, K=256), dict(M=136, N=264, K=72)],
         run=dict(M=4096, N=4096, K=4096),
     ),
     "batched_gemm": Program(
@@ -421,10 +442,13 @@ PROGRAMS["tutorial_attention"] = Program(
     ],
     run=dict(M=8192, D=64, N=8192, scale=0.125, cap=30.0),
 )
-# Programs outside programs/: (the program, the mapping `--mappings h100` means), from the root
+# Programs outside programs/: (the program, the mapping `--mappings h100` means), from the root;
+# docs/tutorial.md shows a PyTorch snippet for those of TUTORIAL (an ``api`` row runs it)
+TUTORIAL = ("tutorial_gemm", "tutorial_attention")
 SOURCES = {
     "tutorial_gemm": ("docs/tutorial/fused_gemm.cyp", "docs/tutorial/fused_gemm.yaml"),
     "tutorial_attention": ("docs/tutorial/attention.cyp", "docs/tutorial/attention.yaml"),
+    "gemm_at": ("tests/programs/gemm_at.cyp", "tests/mappings/gemm_at.yaml"),
 }
 
 
@@ -1070,7 +1094,7 @@ def child(outdir: str, program: str, label: str) -> None:
             res["api"].append(
                 {"case": "PyTorch op", "ok": False, "msg": f"{type(e).__name__}: {e}"[:300]}
             )
-    if program in SOURCES and kern.info.params[0].dtype == "bf16":  # the snippets are bf16
+    if program in TUTORIAL and kern.info.params[0].dtype == "bf16":  # the snippets are bf16
         res["api"].append(tutorial_snippet(program))
     for a in res["api"]:
         print(

@@ -71,7 +71,9 @@ class Convert:
 @dataclass(frozen=True)
 class Mma:
     """``acc += A @ B`` over one stage: A from register fragment ``a_frag``, or K-major
-    rows ``a_row`` (expr) of ``a_buf`` from column ``a_col`` (expr, a multiple of 16: a K slice of a wider resident tile),
+    rows ``a_row`` (expr) of ``a_buf`` from column ``a_col`` (expr, a multiple of 16: a K slice of a wider resident tile)
+    (or MN-major, ``a_mnmajor``: A stored K x M, the product's rows from column ``a_col`` of
+    ``a_buf``, a multiple of its chunk's columns; ``a_row`` 0),
     B MN-major columns from chunk ``b_chunk`` of ``b_buf`` (or K-major: ``b_kmajor``), K extent ``k``."""
 
     event: str
@@ -93,6 +95,7 @@ class Mma:
     b_row: IExpr = IConst(0)
     b_col: IExpr = IConst(0)
     zero_fill: str | None = None  # the fill of acc folded in: scale-d off on the first k16 step
+    a_mnmajor: bool = False  # A stored K x M (M contiguous): read MN-major, tnspA = MN
 
 
 @dataclass(frozen=True)

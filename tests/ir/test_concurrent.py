@@ -39,11 +39,12 @@ PAIRS = sorted(
 )
 # test programs (tests/programs, by path): a GLOBAL->SHARED copy before the main loop; two
 # wgmmas per step, the second's A operand converted from the first's result in registers; two
-# pipelined main loops in one block
+# pipelined main loops in one block; an A operand stored K x M, read MN-major
 PAIRS += [
     ("tests/programs/gemm_resident_a.cyp", "tests/mappings/gemm_resident_a.yaml"),
     ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml"),
     ("tests/programs/gemm_two_loops.cyp", "tests/mappings/gemm_two_loops_small.yaml"),
+    ("tests/programs/gemm_at.cyp", "tests/mappings/gemm_at.yaml"),
 ]
 
 # Sync ops the interpreter cannot see missing, and why; each must still be refused by the verifier.

@@ -86,6 +86,10 @@ def ref_flash_attention2(sizes):
 FA2_SIZES = dict(B=1, H=2, HK=1, M=40, N=48, D=12, causal=1, scale=0.3)
 
 
+def ref_gemm_at(a):
+    return {"C": _f64(a["A"]).T @ _f64(a["B"])}
+
+
 def ref_two_loops(a):
     return {"C": _f64(a["A"]) @ _f64(a["B"]) + _f64(a["D"]) @ _f64(a["E"])}
 
@@ -153,6 +157,15 @@ CASES = {
         ref_flash_attention2(FA2_SIZES),
         ["O", "LSE"],
         pick(2, 4),
+    ),
+    # a test program: C = Aᵀ @ B with A stored K x M, read MN-major (warpgroup_mma_at); two
+    # warpgroups, each its 64 columns of A's tile (one block: fewer random schedules)
+    "tests/programs/gemm_at.cyp": (
+        "tests/mappings/gemm_at_small.yaml",
+        dict(M=100, N=12, K=40),
+        ref_gemm_at,
+        ["C"],
+        pick(1, 4),
     ),
     # a test program: two pipelined loops per block accumulating into one accumulator
     "tests/programs/gemm_two_loops.cyp": (
