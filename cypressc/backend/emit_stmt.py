@@ -296,6 +296,32 @@ def _stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
     _done(w, f.rows // 64)
 
 
+def _write_shared(w, p: P.KernelPlan, op: P.WriteShared) -> None:
+    """Each accumulator pair (two adjacent columns: one 4-byte word) at its place in the
+    stage buffer: chunk ``col / chunk_cols``, then the SW-byte swizzle of (row, column in the
+    chunk), as the TMA would have written the tile and a wgmma descriptor reads it."""
+    f = _frag(p, op.acc)
+    b = next(x for x in p.buffers if x.name == op.buf)
+    base = _stage_base(b, op.stage)
+    w(
+        f"// {op.event}: copy %{op.acc} -> %{op.buf}[{_c(op.row)}.., {_c(op.col)}..] "
+        f"(f32 -> {op.dtype}, swizzled as a wgmma reads it)"
+    )
+    a = _each(w, "a", f.rows // 64)
+    w("#pragma unroll")
+    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    w("const int2 rc = cypress::acc_coord(j);")
+    row = f"({_c(op.row)}) + rc.x" if a == "0" else f"({_c(op.row)}) + a * 64 + rc.x"
+    w(f"const int row = {row}, col = ({_c(op.col)}) + rc.y;")
+    w(
+        f"*reinterpret_cast<uint32_t*>({base} + (col / {b.chunk_cols}) * {_n(b.name)}_CHUNK + "
+        f"cypress::sw_offset<{b.swizzle}>(row, col % {b.chunk_cols})) = "
+        f"cypress::pack2<{CTYPE[op.dtype]}>({_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]);"
+    )
+    w.close()
+    _done(w, f.rows // 64)
+
+
 def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
     f = _frag(p, op.acc)
     m = op.map
@@ -417,6 +443,7 @@ _PRINT = {
     P.External: _external,
     P.StoreDirect: _store_direct,
     P.StageWrite: _stage_write,
+    P.WriteShared: _write_shared,
     P.TmaStore: _tma_store,
     P.StoreVector: _store_vector,
     P.RowOp: _row_op,

@@ -27,6 +27,7 @@ __all__ = [
     "External",
     "StoreDirect",
     "StageWrite",
+    "WriteShared",
     "TmaStore",
     "Sync",
     "RowOp",
@@ -164,6 +165,23 @@ class StageWrite:
     tensor: str
     offset: int
     dtype: str
+
+
+@dataclass(frozen=True)
+class WriteShared:
+    """Inside the main loop, each thread converts its f32 fragment ``acc`` to ``dtype`` and
+    writes it into stage ``stage`` of the swizzled shared tile ``buf`` (a
+    :class:`~cypressc.backend.plan_decl.StageBuffer`, laid out as a wgmma reads it) from row
+    ``row`` and column ``col`` (kernel expressions: the warpgroup's tile); a later wgmma of the
+    step reads it (the IR's proxy fence and named barrier order them)."""
+
+    event: str
+    acc: str
+    buf: str
+    row: IExpr
+    col: IExpr
+    dtype: str
+    stage: IExpr = IConst(0)
 
 
 @dataclass(frozen=True)
