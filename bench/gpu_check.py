@@ -1454,7 +1454,7 @@ def main() -> int:
         "--programs",
         default="gemm",
         help="comma-separated programs/<name>.cyp (default gemm), or tutorial_gemm and "
-        "tutorial_attention (docs/tutorial/)",
+        "tutorial_attention (docs/tutorial/), gemm_at and chain_stage (tests/programs/)",
     )
     ap.add_argument(
         "--mappings",
