@@ -7,7 +7,8 @@
 Targets: every (program, mapping) pair, built with ``cypressc build programs/P.cyp -m
 mappings/P/M.yaml -o build/gpu_check/P-M`` (a mapping may also be a path to a .yaml; the
 programs of ``SOURCES`` live elsewhere: ``tutorial_gemm`` and ``tutorial_attention`` are
-docs/tutorial.md's, mapping ``h100`` meaning the tutorial's own .yaml); with
+docs/tutorial.md's, mapping ``h100`` meaning the tutorial's own .yaml, ``gemm_at`` and
+``chain_stage`` are tests/programs/P.cyp under tests/mappings/P.yaml); with
 ``--proto``, bench/proto's hand-written GEMM wrapped in the same layout (<name>.cu launcher
 with the cypressc ABI + the generated harness), as a reference point and to test this
 script before the emitter exists; with ``--build DIR``, an already-built directory.
@@ -207,6 +208,26 @@ PROGRAMS: dict[str, Program] = {
         small=GEMM_SMALL,
         run=dict(M=4096, N=4096, K=4096),
     ),
+    # tests/programs/gemm_at.cyp: C = Aᵀ @ B with A stored K x M (an MN-major wgmma A operand);
+    # A's rows are M long, so M must be a multiple of 8 (TMA's 16-byte strides): M = 129 is
+    # refused, and K = 0 (A and B empty)
+    "gemm_at": Program(
+        ref=lambda t: {"C": _mm(t["A"].T, t["B"])},
+        check=[
+            dict(M=4096, N=4096, K=4096),
+            dict(M=1000, N=1000, K=1000),
+            dict(M=136, N=264, K=72),
+            dict(M=304, N=520, K=1000),
+            dict(M=8, N=8, K=8),
+            dict(M=2056, N=8, K=4104),
+            dict(M=776, N=1304, K=64),
+            dict(M=3000, N=4104, K=4040),
+            dict(M=129, N=264, K=72),
+            dict(M=64, N=64, K=0),
+        ],
+        small=[dict(M=256, N=256, K=256), dict(M=136, N=264, K=72)],
+        run=dict(M=4096, N=4096, K=4096),
+    ),
     "batched_gemm": Program(
         ref=lambda t: {"C": _mm(t["A"], t["B"])},  # matmul broadcasts over the batch
         check=[
@@ -296,6 +317,22 @@ PROGRAMS: dict[str, Program] = {
         ],
         small=[dict(M=256, E=64, D=64, N=256), dict(M=129, E=72, D=64, N=200)],
         run=dict(M=8192, E=128, D=64, N=8192),
+    ),
+    # tests/programs/chain_stage.cyp: O = T(Q[:, :64] @ K[:, :64]ᵀ)ᵀ @ V, the first product rounded to T
+    # into a shared tile inside the loop, read back MN-major as the second's A operand (issue #38 S5)
+    "chain_stage": Program(
+        ref=lambda t: {"O": _mm(_mm(t["Q"][:, :64], t["K"][:, :64].T).to(t["Q"].dtype).T, t["V"])},
+        check=[
+            dict(N=4096, E=128, M=4096, D=64),
+            dict(N=200, E=136, M=129, D=64),
+            dict(N=1000, E=64, M=1000, D=64),
+            dict(N=8, E=520, M=300, D=48),
+            dict(N=8, E=8, M=1, D=8),
+            dict(N=4096, E=256, M=16384, D=64),
+            dict(N=64, E=63, M=64, D=64),
+        ],
+        small=[dict(N=256, E=128, M=256, D=64), dict(N=200, E=136, M=129, D=64)],
+        run=dict(N=8192, E=128, M=8192, D=64),
     ),
     # tests/programs/chain_gemm_softcap.cyp: chain_gemm with the user's C++ softcap (s = 30 tanh(s / 30),
     # programs/ops/scores.cuh) on S inside the main loop, before the rounding to T (build it with --build)
@@ -545,6 +582,8 @@ SOURCES = {
         "tests/programs/attn_bwd_post.cyp",
         "tests/mappings/attn_bwd_post/h100_d128.yaml",
     ),
+    "gemm_at": ("tests/programs/gemm_at.cyp", "tests/mappings/gemm_at.yaml"),
+    "chain_stage": ("tests/programs/chain_stage.cyp", "tests/mappings/chain_stage.yaml"),
 }
 TUTORIALS = ("tutorial_gemm", "tutorial_attention")  # SOURCES with a docs/tutorial.md snippet
 
@@ -1545,7 +1584,7 @@ def main() -> int:
         "--programs",
         default="gemm",
         help="comma-separated programs/<name>.cyp (default gemm), or tutorial_gemm and "
-        "tutorial_attention (docs/tutorial/)",
+        "tutorial_attention (docs/tutorial/), gemm_at and chain_stage (tests/programs/)",
     )
     ap.add_argument(
         "--mappings",

@@ -68,6 +68,23 @@ def _k_major_addr(buf: P.StageBuffer, base: str, col, row: str | None) -> str:
     return f"{base} + {k_off}{at_row}{in_row}"
 
 
+def _mn_major_a_desc(buf: P.StageBuffer, base: str, col, atoms: int) -> str:
+    """The descriptor of an MN-major A operand (stored K x M, ``warpgroup_mma_at``) for k16
+    step ``kk`` and 64-row atom ``a``: columns ``col + 64a`` of ``buf`` (a whole chunk), rows
+    ``16kk``...  The canonical MN-major layout is the same for A and B (CUTLASS
+    cute/atom/mma_traits_sm90_gmma.hpp, ``make_gmma_desc<Major::MN>``: ``Swizzle<3,4,3> o
+    ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))`` for 128 B; PTX ISA 8.x §9.7.15.5.1.2 "Shared
+    Memory Matrix Layout", imm-trans-a = 1 selects M-major for A): LBO = the next chunk of
+    SW / 2 columns along M (``_CHUNK``), SBO = the next 8 K-rows (8 x SW B), which
+    ``cypress::desc_mn_sw`` sets as for B."""
+    m = f"({_c(col)})" if atoms == 1 else f"(({_c(col)}) + a * 64)"
+    chunk = f"{_n(buf.name)}_CHUNK"
+    return (
+        f"cypress::desc_mn_sw{buf.swizzle}({base} + ({m} / {buf.chunk_cols}) * {chunk} + "
+        f"kk * 16 * {buf.swizzle}, {chunk})"
+    )
+
+
 def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     f = _frag(p, mm.acc)
     b_buf = next(x for x in p.buffers if x.name == mm.b_buf)
@@ -77,7 +94,8 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
         f" (fill {mm.zero_fill} folded in: scale-d off on the first step)" if mm.zero_fill else ""
     )
     kmajor = ", B K-major" if mm.b_kmajor else ""
-    w(f"// {mm.event}: warpgroup_mma, {src}{mm.k // 16} k16 step(s){kmajor}{fill}")
+    mn = ", A MN-major" if mm.a_mnmajor else ""
+    w(f"// {mm.event}: warpgroup_mma, {src}{mm.k // 16} k16 step(s){mn}{kmajor}{fill}")
     w("#pragma unroll")
     w.open(f"for (int kk = 0; kk < {mm.k // 16}; ++kk)")
     # MN-major B: a k16 step is 16 swizzled rows; K-major A: 32 B along a swizzled row, so
@@ -108,15 +126,22 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
         return
     a_buf = next(x for x in p.buffers if x.name == mm.a_buf)
     a_base = _stage_base(a_buf, mm.a_stage)
-    row = f"({_c(mm.a_row)})" if atoms == 1 else f"(({_c(mm.a_row)}) + a * 64)"
     acc = f"{_n(f.name)}[0]" if atoms == 1 else f"{_n(f.name)}[a]"
     if atoms > 1:
         w("#pragma unroll")
         w.open(f"for (int a = 0; a < {atoms}; ++a)")
-    w(
-        f"const uint64_t da = cypress::desc_k_sw{a_buf.swizzle}({_k_major_addr(a_buf, a_base, mm.a_col, row)});"
-    )
-    majors = ", cypress::Major::K, cypress::Major::K" if mm.b_kmajor else ""
+    if mm.a_mnmajor:
+        w(f"const uint64_t da = {_mn_major_a_desc(a_buf, a_base, mm.a_col, atoms)};")
+    else:
+        row = f"({_c(mm.a_row)})" if atoms == 1 else f"(({_c(mm.a_row)}) + a * 64)"
+        w(
+            f"const uint64_t da = cypress::desc_k_sw{a_buf.swizzle}({_k_major_addr(a_buf, a_base, mm.a_col, row)});"
+        )
+    if mm.a_mnmajor:
+        mb = "K" if mm.b_kmajor else "MN"
+        majors = f", cypress::Major::MN, cypress::Major::{mb}"
+    else:
+        majors = ", cypress::Major::K, cypress::Major::K" if mm.b_kmajor else ""
     w(f"cypress::wgmma<{mm.n}, {CTYPE[mm.dtype]}{majors}>(da, db, {acc}{zero});")
     if atoms > 1:
         w.close()
@@ -311,6 +336,32 @@ def _stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
     _done(w, f.rows // 64)
 
 
+def _write_shared(w, p: P.KernelPlan, op: P.WriteShared) -> None:
+    """Each accumulator pair (two adjacent columns: one 4-byte word) at its place in the
+    stage buffer: chunk ``col / chunk_cols``, then the SW-byte swizzle of (row, column in the
+    chunk), as the TMA would have written the tile and a wgmma descriptor reads it."""
+    f = _frag(p, op.acc)
+    b = next(x for x in p.buffers if x.name == op.buf)
+    base = _stage_base(b, op.stage)
+    w(
+        f"// {op.event}: copy %{op.acc} -> %{op.buf}[{_c(op.row)}.., {_c(op.col)}..] "
+        f"(f32 -> {op.dtype}, swizzled as a wgmma reads it)"
+    )
+    a = _each(w, "a", f.rows // 64)
+    w("#pragma unroll")
+    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    w("const int2 rc = cypress::acc_coord(j);")
+    row = f"({_c(op.row)}) + rc.x" if a == "0" else f"({_c(op.row)}) + a * 64 + rc.x"
+    w(f"const int row = {row}, col = ({_c(op.col)}) + rc.y;")
+    w(
+        f"*reinterpret_cast<uint32_t*>({base} + (col / {b.chunk_cols}) * {_n(b.name)}_CHUNK + "
+        f"cypress::sw_offset<{b.swizzle}>(row, col % {b.chunk_cols})) = "
+        f"cypress::pack2<{CTYPE[op.dtype]}>({_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]);"
+    )
+    w.close()
+    _done(w, f.rows // 64)
+
+
 def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
     f = _frag(p, op.acc)
     m = op.map
@@ -434,6 +485,7 @@ _PRINT = {
     P.External: _external,
     P.StoreDirect: _store_direct,
     P.StageWrite: _stage_write,
+    P.WriteShared: _write_shared,
     P.TmaStore: _tma_store,
     P.StoreVector: _store_vector,
     P.RowOp: _row_op,

@@ -370,6 +370,8 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
                 return self._simt(plan, o, sec == "before", smem)
             if kind is K.ROW_SUM:
                 return self._row_sum(plan, o)
+            if kind is K.COPY and self.sym.mem(o.args[1]) == Mem.SHARED:
+                return self._write_shared(plan, o, smem)
             if kind in (K.FILL, K.COPY) and not self._is_vector(o.args[0]):
                 return self._simt_loop(plan, o)
             if not leaf_of(o).asynchronous:

@@ -270,7 +270,9 @@ class KernelInterface:
         shapes = {a.name: a.shape for a in self.m.params}
         total: N.IExpr | None = None
         # a register-sourced A (a converted accumulator) has the rows of the block's other products
-        rows = next((shapes[src[mm.a_buf]] for mm in plan.body if not mm.a_frag), None)
+        rows = next(
+            (_a_shape(shapes[src[mm.a_buf]], mm) for mm in plan.body if not mm.a_frag), None
+        )
         seen: set = set()  # a product whose steps are peeled off the loop (a prologue) counts once
         for mm in plan.body:
             if mm.b_buf not in src or not mm.a_frag and mm.a_buf not in src:
@@ -279,7 +281,7 @@ class KernelInterface:
             if mm.b_kmajor:  # B stored N x K: its K is the last dimension
                 b = (*b[:-2], b[-1], b[-2])
             if not mm.a_frag:
-                a = shapes[src[mm.a_buf]]
+                a = _a_shape(shapes[src[mm.a_buf]], mm)
             elif rows is not None:
                 a = (*rows[:-1], b[-2])
             else:
@@ -319,3 +321,9 @@ class KernelInterface:
 
     def _writes(self, name: str) -> bool:
         return self._access(name, writes=True)
+
+
+def _a_shape(shape: tuple, mm: P.Mma) -> tuple:
+    """The global shape of a wgmma's shared A operand as the product's M x K (an A stored
+    K x M, read MN-major, swaps its last two dimensions)."""
+    return (*shape[:-2], shape[-1], shape[-2]) if mm.a_mnmajor else shape

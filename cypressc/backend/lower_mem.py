@@ -16,7 +16,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir.kinds import Role
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
-from cypressc.lang.kinds import Mem
+from cypressc.lang.kinds import Mem, Proc
 
 __all__ = ["MemoryLowering"]
 
@@ -25,7 +25,8 @@ ISSUER = KVar("issuer")  # the thread that issues TMA without a producer warpgro
 
 class MemoryLowering:
     """Buffers, loads and stores (needs ``self.sym``, ``self.k``, ``self.pos``, ``self.en``,
-    ``self.origin``, ``self._fragment``, ``self._when``, ``self.persistent``,
+    ``self.origin``, ``self._fragment``, ``self._wg_tile``, ``self._whole_warpgroups``,
+    ``self.shape2``, ``self._when``, ``self.persistent``,
     ``self.warpspecialize`` and ``self.last_only`` of :class:`_Lower`)."""
 
     def _buffer(self, plan: P.KernelPlan, v: N.View, smem) -> tuple[P.StageBuffer, list[N.IExpr]]:
@@ -142,6 +143,44 @@ class MemoryLowering:
         st = P.StageWrite(self.en(o.ev), f.name, root, smem.get(root, (0, 0, 1))[0], dt)
         plan.epilogue.append(st)
         return st
+
+    def _write_shared(self, plan: P.KernelPlan, o: N.Call, smem) -> P.WriteShared:
+        """``copy`` of an f32 accumulator fragment into a 16-bit shared tile inside the main
+        loop (the attention backward's Pᵀ staged for the next wgmma): each thread writes its
+        fragment's elements, converted, where the tile's stage buffer keeps them (:meth:`_buffer`:
+        the swizzled chunks a wgmma descriptor reads, MN- or K-major)."""
+        self._whole_warpgroups(o)
+        f = self._fragment(plan, o.args[0])
+        root, _, _, mmas = self.origin(o.args[1])
+        dt = self.sym.allocs[root].dtype
+        if (
+            f.dtype != "f32"
+            or dt not in ("f16", "bf16")
+            or not mmas
+            or mmas[0][0].params[1] != Proc.WARP
+            or mmas[0][0].params[2] not in ("A", "C")
+        ):
+            _refuse(
+                f"copy of register fragment %{f.name} into {fmt_view(o.args[1])} inside the main "
+                "loop: the backend writes f32 fragments into 16-bit shared tiles split like them "
+                '(partition_by_mma(..., WARP, "C"))'
+            )
+        tile = self._wg_tile(o.args[1])
+        if self.shape2(tile) != (f.rows, f.cols):
+            _refuse(
+                f"copy of the {f.rows}x{f.cols} fragment %{f.name} into the "
+                f"{'x'.join(map(str, self.shape2(tile)))} shared tile {fmt_view(tile)}"
+            )
+        buf, org = self._buffer(plan, tile, smem)
+        return P.WriteShared(
+            self.en(o.ev),
+            f.name,
+            buf.name,
+            self.k(org[-2]),
+            self.k(org[-1]),
+            dt,
+            self._stage(buf, org),
+        )
 
     def _batch(self, root: str, org: list[N.IExpr], keep: list[bool]) -> N.IExpr | None:
         """The linear index of the dimensions a view sliced off ``root`` (None: none), which

@@ -119,17 +119,25 @@ class MmaLowering:
         a = self._wg_tile(a)
         abuf, aorg = self._buffer(plan, a, {})
         ma, ka = self.shape2(a)
+        if leaf_of(o).a_mnmajor:  # A stored K x M: its rows are the product's K
+            ma, ka = ka, ma
         if ka != kb or nb != f.cols or ma != f.rows:
             _refuse(
                 f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
                 f"{f.rows}x{f.cols} accumulator"
             )
-        if (not kmajor and static(borg[-2]) != 0) or (static(aorg[-1]) != 0 and abuf.stages > 1):
-            _refuse(_K_SUBTILE.format("operand"))
         if ka % 16:
             _refuse(f"a K tile of {ka}: wgmma consumes K in steps of 16")
-        a_col = self._k_slice(abuf, aorg[-1], ka)
-        a_row = self.k(aorg[-2])
+        if leaf_of(o).a_mnmajor:
+            if not kmajor and static(borg[-2]) != 0 or static(aorg[-2]) != 0:
+                _refuse(_K_SUBTILE.format("operand"))
+            a_row, a_col, mn = N.IConst(0), self._a_mn_col(abuf, aorg[-1]), dict(a_mnmajor=True)
+        else:
+            if (not kmajor and static(borg[-2]) != 0) or (
+                static(aorg[-1]) != 0 and abuf.stages > 1
+            ):
+                _refuse(_K_SUBTILE.format("operand"))
+            a_col, a_row, mn = self._k_slice(abuf, aorg[-1], ka), self.k(aorg[-2]), {}
         b_chunk = 0 if kmajor else self._b_chunk(bbuf, borg)
         dt = self.sym.allocs[abuf.name].dtype
         mm = P.Mma(
@@ -146,9 +154,22 @@ class MmaLowering:
             self._stage(bbuf, borg),
             a_col,
             **bk,
+            **mn,
         )
         plan.body.append(mm)
         return mm
+
+    def _a_mn_col(self, abuf: P.StageBuffer, col: N.IExpr) -> N.IExpr:
+        """The first column (M; a kernel expression) of an MN-major A operand
+        (``warpgroup_mma_at``: A stored K x M, M contiguous) in its shared tile: a warpgroup's
+        slice of the tile, which must start on a swizzle chunk (``chunk_cols`` columns), since
+        the descriptor's start address cannot enter a chunk's swizzled rows along M."""
+        if not _multiple(col, abuf.chunk_cols):
+            _refuse(
+                f"an MN-major wgmma A operand at column {cexpr(self.k(col))} of %{abuf.name}: it must "
+                f"start on a {abuf.chunk_cols}-column chunk of the {abuf.swizzle}-byte-swizzled tile"
+            )
+        return self.k(col)
 
     def _b_kmajor(self, bbuf: P.StageBuffer, borg: list[N.IExpr], k: int) -> dict:
         """The K-major B operand's place in its shared tile (``warpgroup_mma_bt``: B stored
@@ -219,3 +240,15 @@ class MmaLowering:
                 f"{o.fn}() runs on {inner or 'no'} warps/threads of a warpgroup; the backend "
                 "needs all 4 warps x 32 threads"
             )
+
+
+def _multiple(e: N.IExpr, n: int) -> bool:
+    """Whether index expression ``e`` is provably a multiple of ``n`` for every value of its
+    variables (sums and differences of multiples, products with a multiple)."""
+    if isinstance(e, N.IConst):
+        return isinstance(e.value, int) and e.value % n == 0
+    if isinstance(e, N.IBin) and e.op in ("+", "-"):
+        return _multiple(e.a, n) and _multiple(e.b, n)
+    if isinstance(e, N.IBin) and e.op == "*":
+        return _multiple(e.a, n) or _multiple(e.b, n)
+    return False

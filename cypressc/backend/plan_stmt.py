@@ -29,6 +29,7 @@ __all__ = [
     "StoreDirect",
     "LoadDirect",
     "StageWrite",
+    "WriteShared",
     "TmaStore",
     "Sync",
     "RowOp",
@@ -73,7 +74,9 @@ class Convert:
 @dataclass(frozen=True)
 class Mma:
     """``acc += A @ B`` over one stage: A from register fragment ``a_frag``, or K-major
-    rows ``a_row`` (expr) of ``a_buf`` from column ``a_col`` (expr, a multiple of 16: a K slice of a wider resident tile),
+    rows ``a_row`` (expr) of ``a_buf`` from column ``a_col`` (expr, a multiple of 16: a K slice of a wider resident tile)
+    (or MN-major, ``a_mnmajor``: A stored K x M, the product's rows from column ``a_col`` of
+    ``a_buf``, a multiple of its chunk's columns; ``a_row`` 0),
     B MN-major columns from chunk ``b_chunk`` of ``b_buf`` (or K-major: ``b_kmajor``), K extent ``k``."""
 
     event: str
@@ -95,6 +98,7 @@ class Mma:
     b_row: IExpr = IConst(0)
     b_col: IExpr = IConst(0)
     zero_fill: str | None = None  # the fill of acc folded in: scale-d off on the first k16 step
+    a_mnmajor: bool = False  # A stored K x M (M contiguous): read MN-major, tnspA = MN
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,23 @@ class StageWrite:
     tensor: str
     offset: int
     dtype: str
+
+
+@dataclass(frozen=True)
+class WriteShared:
+    """Inside the main loop, each thread converts its f32 fragment ``acc`` to ``dtype`` and
+    writes it into stage ``stage`` of the swizzled shared tile ``buf`` (a
+    :class:`~cypressc.backend.plan_decl.StageBuffer`, laid out as a wgmma reads it) from row
+    ``row`` and column ``col`` (kernel expressions: the warpgroup's tile); a later wgmma of the
+    step reads it (the IR's proxy fence and named barrier order them)."""
+
+    event: str
+    acc: str
+    buf: str
+    row: IExpr
+    col: IExpr
+    dtype: str
+    stage: IExpr = IConst(0)
 
 
 @dataclass(frozen=True)

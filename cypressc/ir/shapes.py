@@ -13,7 +13,8 @@ A for ``.m64nNk16`` is, per k16 step, the accumulator layout of a 64 x 16 tile, 
 what lets a converted accumulator feed the next wgmma as its A operand, FlashAttention's
 P·V).  A wgmma reads A and B as the warpgroup's whole tiles (:func:`collective_base`);
 B is only ever read from shared memory, so its "pieces" at WARP and THREAD are the whole
-tile (replicated).
+tile (replicated), and so are those of an A stored K x M (operand "At", read MN-major from
+shared memory only: the backward pass's Pᵀ·dO).
 """
 
 from __future__ import annotations
@@ -82,9 +83,11 @@ def mma_piece_shape(
     rows, cols = s
     if operand == "A" and cols % atom.k:
         raise fail(f"the A tile's K extent {cols} is not a multiple of {atom.k}", shape[1])
-    if operand in ("B", "Bt"):
-        # "Bt": the B operand stored N x K (warpgroup_mma_bt), so K runs along the columns
-        k_dim = 0 if operand == "B" else 1
+    if operand in ("B", "Bt", "At"):
+        # "Bt": the B operand stored N x K (warpgroup_mma_bt), so K runs along the columns;
+        # "At": the A operand stored K x M (warpgroup_mma_at), read MN-major from shared
+        # memory as a whole tile like B, K along the rows
+        k_dim = 1 if operand == "Bt" else 0
         if s[k_dim] % atom.k:
             raise fail(
                 f"the {operand} tile's K extent {s[k_dim]} is not a multiple of {atom.k}",
@@ -127,7 +130,7 @@ def mma_coords(
     if len(shape) == 1:
         return mma_coords((shape[0], 8), proc, operand, index)[:1]
     rows, cols = shape
-    if operand in ("B", "Bt"):
+    if operand in ("B", "Bt", "At"):
         return np.arange(rows), np.arange(cols)
     if proc == Proc.WARP:
         r = np.array([64 * q + 16 * index + x for q in range(rows // 64) for x in range(16)])

@@ -141,7 +141,8 @@ class LeafFn:
     the GPU, and copy back equal values).  ``asynchronous`` marks the Tensor Core
     leaves (``wgmma.mma_async``): they complete later, behind a ``wait_group``.  ``kind``
     says what it computes (:class:`IntrinsicKind`); ``b_kmajor`` marks a Tensor Core product
-    whose B operand is stored N x K (K contiguous: a K-major wgmma B).
+    whose B operand is stored N x K (K contiguous: a K-major wgmma B), ``a_mnmajor`` one whose
+    A operand is stored K x M (M contiguous: an MN-major wgmma A, PTX ISA imm-trans-a = 1).
     """
 
     name: str
@@ -155,6 +156,7 @@ class LeafFn:
     external: object = None  # the syntax.External of a user C++ function (call-external)
     kind: IntrinsicKind = IntrinsicKind.EXTERNAL
     b_kmajor: bool = False
+    a_mnmajor: bool = False
 
     @property
     def over_rows(self) -> bool:
@@ -178,6 +180,11 @@ def _mma(atom_name: str, c: Operand, a: Operand, b: Operand) -> dict[int, np.nda
 def _mma_bt(atom_name: str, c: Operand, a: Operand, b: Operand) -> dict[int, np.ndarray]:
     # B arrives as the N x K tile it is stored as (K contiguous: a K-major wgmma B operand)
     return _mma(atom_name, c, a, Operand(b.value.T, tuple(reversed(b.coords))))
+
+
+def _mma_at(atom_name: str, c: Operand, a: Operand, b: Operand) -> dict[int, np.ndarray]:
+    # A arrives as the K x M tile it is stored as (M contiguous: an MN-major wgmma A operand)
+    return _mma(atom_name, c, Operand(a.value.T, tuple(reversed(a.coords))), b)
 
 
 def _fill(c: Operand, v: float) -> dict[int, np.ndarray]:
@@ -261,13 +268,15 @@ _FLOAT = ("f16", "bf16", "f32")
 _MMA_IN = ("f16", "bf16")
 
 
-def _mma_operands(b: str) -> tuple[OperandRule, ...]:
-    """The operands of a wgmma leaf: the atom, the f32 accumulator C (registers), A (shared
-    or registers) and the B operand named ``b`` (shared)."""
+def _mma_operands(b: str, a: str = "A") -> tuple[OperandRule, ...]:
+    """The operands of a wgmma leaf: the atom, the f32 accumulator C (registers), the A
+    operand named ``a`` (shared or registers; an ``"At"`` stored K x M: shared only) and the
+    B operand named ``b`` (shared)."""
+    a_mems = (Mem.SHARED,) if a == "At" else (Mem.SHARED, Mem.REGISTER)
     return (
         OperandRule("atom", kind=OperandKind.ATOM),
         OperandRule("C", writes=True, mems=(Mem.REGISTER,), dtypes=("f32",), rank=2),
-        OperandRule("A", mems=(Mem.SHARED, Mem.REGISTER), dtypes=_MMA_IN, rank=2),
+        OperandRule(a, mems=a_mems, dtypes=_MMA_IN, rank=2),
         OperandRule(b, mems=(Mem.SHARED,), dtypes=_MMA_IN, rank=2),
     )
 
@@ -326,6 +335,20 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             doc="C += A @ Bt^T on the Tensor Core: as warpgroup_mma, with B given as the N x K tile "
             "it is stored as (K contiguous, a K-major wgmma B operand; attention's S = Q @ K^T "
             "with K stored row-major).",
+        ),
+        LeafFn(
+            "warpgroup_mma_at",
+            "cypress::warpgroup_mma_at",
+            _mma_operands("B", "At"),
+            Proc.THREAD,
+            _mma_at,
+            collective=Proc.WARPGROUP,
+            asynchronous=True,
+            kind=IntrinsicKind.MMA,
+            a_mnmajor=True,
+            doc="C += At^T @ B on the Tensor Core: as warpgroup_mma, with A given as the K x M tile "
+            "it is stored as (M contiguous, an MN-major wgmma A operand read from shared memory; "
+            "attention's backward dV += P^T @ dO with P stored as the scores are).",
         ),
         LeafFn(
             "fill",

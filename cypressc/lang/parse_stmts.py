@@ -201,14 +201,16 @@ class StmtParser:
             if len(rest) != 3:
                 raise self.err(
                     "E010",
-                    'partition_by_mma(T, ATOM, PROC, "A"|"B"|"Bt"|"C") takes 4 arguments',
+                    'partition_by_mma(T, ATOM, PROC, "A"|"At"|"B"|"Bt"|"C") takes 4 arguments',
                     call,
                 )
             args = (self.expr(rest[0]), self.expr(rest[1]), self.expr(rest[2]))
             op = args[2]
-            if not (isinstance(op, S.Str) and op.value in ("A", "B", "Bt", "C")):
+            if not (isinstance(op, S.Str) and op.value in ("A", "At", "B", "Bt", "C")):
                 raise self.err(
-                    "E010", 'the operand of partition_by_mma must be "A", "B", "Bt" or "C"', rest[2]
+                    "E010",
+                    'the operand of partition_by_mma must be "A", "At", "B", "Bt" or "C"',
+                    rest[2],
                 )
         elif kind == PartKind.SLICES:
             if len(rest) != 1 or not (

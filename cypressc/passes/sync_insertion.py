@@ -76,7 +76,7 @@ from cypressc.passes.sync_placement import Ins as _Ins
 from cypressc.passes.sync_placement import Refuse as _Refuse
 from cypressc.passes.sync_placement import Side
 from cypressc.passes.sync_placement import count_instances as _count
-from cypressc.passes.sync_prune import merge_wgmma_fences, prune_wait_groups
+from cypressc.passes.sync_prune import fold_far_barriers, merge_wgmma_fences, prune_wait_groups
 from cypressc.passes.sync_turns import place_turns
 
 __all__ = ["SyncInsertion", "sync_insertion"]
@@ -255,7 +255,7 @@ class _Insert(TmaChannels):
                 )
             self.covered.append(d)
         body, _ = prune_wait_groups(self._rebuild(self.m.body), {})
-        body = merge_wgmma_fences(body)
+        body = fold_far_barriers(merge_wgmma_fences(body))
         if self.cfg.pingpong:
             body, self.next_id = place_turns(body, self.prog, self.next_id)
         return replace(self.m, body=body, synchronized=True)

@@ -1,7 +1,8 @@
 """Dropping the ``wait_group N`` ops that sync-insertion placed but an earlier wait made
 redundant: at most N wgmma (or bulk) groups can be in flight there on any path, e.g. the wait
-after a loop whose every step ends waiting for 0; and merging a ``fence wgmma`` into the one
-before the same role's previous wgmma when only wgmma issues lie between them."""
+after a loop whose every step ends waiting for 0; merging a ``fence wgmma`` into the one
+before the same role's previous wgmma when only wgmma issues lie between them; and folding a
+named barrier that only orders iterations two or more apart into another one of its loop."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from dataclasses import replace
 
 from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
-from cypressc.ir.kinds import FenceKind
+from cypressc.ir.kinds import FenceKind, GroupUnit, Via
 from cypressc.lang.intrinsics import leaf_of
 
-__all__ = ["prune_wait_groups", "merge_wgmma_fences"]
+__all__ = ["prune_wait_groups", "merge_wgmma_fences", "fold_far_barriers"]
 
 _MANY = 1 << 16  # "any number of groups may be in flight"
 
@@ -99,3 +100,62 @@ def merge_wgmma_fences(b: N.Block) -> N.Block:
             last.clear()
         ops.append(op)
     return N.Block(tuple(ops), b.yields)
+
+
+def fold_far_barriers(b: N.Block) -> N.Block:
+    """Fold each named barrier of a loop body whose edges all join thread code (or a wgmma)
+    to thread code two or more iterations later into another named barrier of the same role
+    and threads in that body: a whole iteration runs between the two ends of such an edge, and
+    the other barrier meets every thread in it.  An edge from a wgmma needs the wgmma retired
+    before the threads meet, so the other barrier must follow a ``wait_group 0`` of the role
+    in the body.  (A stage tile written by the threads each step and read by a wgmma: the
+    write two steps later waits for the previous step's barrier, not one of its own.)  The
+    other barrier takes over the edges."""
+    ops = []
+    for op in b.ops:
+        if isinstance(op, (N.For, N.PFor)):
+            body = fold_far_barriers(op.body)
+            op = replace(op, body=_fold_in_body(body) if isinstance(op, N.For) else body)
+        ops.append(op)
+    return N.Block(tuple(ops), b.yields)
+
+
+def _fold_in_body(body: N.Block) -> N.Block:
+    evs = {o.ev: o for o in body.ops if isinstance(o, N.Call)}
+
+    def far(e: S.Edge) -> bool:
+        return (
+            e.via == Via.CARRIED
+            and e.distance >= 2
+            and e.src in evs
+            and e.dst in evs
+            and not leaf_of(evs[e.dst]).asynchronous
+        )
+
+    ops = list(body.ops)
+    bars = [i for i, o in enumerate(ops) if isinstance(o, S.BarSync)]
+    into: dict[int, int] = {}
+    for i in bars:
+        o = ops[i]
+        if not o.edges or i in into.values() or not all(far(e) for e in o.edges):
+            continue
+        retire = any(leaf_of(evs[e.src]).asynchronous for e in o.edges)
+        for j in bars:
+            q = ops[j]
+            if j == i or j in into or (q.threads, q.role) != (o.threads, o.role):
+                continue
+            if isinstance(q.id, N.IConst) != isinstance(o.id, N.IConst):
+                continue  # one barrier per warpgroup, or one for the block: not the same meeting
+            if retire and not any(
+                isinstance(w, S.WaitGroup)
+                and w.unit == GroupUnit.WGMMA
+                and w.pending == 0
+                and w.role == o.role
+                for w in ops[:j]
+            ):
+                continue
+            into[i] = j
+            break
+    for i, j in into.items():
+        ops[j] = replace(ops[j], edges=tuple(dict.fromkeys(ops[j].edges + ops[i].edges)))
+    return N.Block(tuple(o for k, o in enumerate(ops) if k not in into), body.yields)

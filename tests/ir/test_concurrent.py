@@ -39,11 +39,16 @@ PAIRS = sorted(
 )
 # test programs (tests/programs, by path): a GLOBAL->SHARED copy before the main loop; two
 # wgmmas per step, the second's A operand converted from the first's result in registers; two
-# pipelined main loops in one block
+# pipelined main loops in one block; an A operand stored K x M, read MN-major; a wgmma's
+# result written by the threads into a shared tile that a later wgmma of the step reads (one
+# warpgroup, and two that write and read across each other)
 PAIRS += [
     ("tests/programs/gemm_resident_a.cyp", "tests/mappings/gemm_resident_a.yaml"),
     ("tests/programs/chain_gemm.cyp", "tests/mappings/chain_gemm.yaml"),
     ("tests/programs/gemm_two_loops.cyp", "tests/mappings/gemm_two_loops_small.yaml"),
+    ("tests/programs/gemm_at.cyp", "tests/mappings/gemm_at.yaml"),
+    ("tests/programs/chain_stage.cyp", "tests/mappings/chain_stage.yaml"),
+    ("tests/programs/chain_stage.cyp", "tests/mappings/chain_stage_wgs2.yaml"),
 ]
 
 # Sync ops the interpreter cannot see missing, and why; each must still be refused by the verifier.

@@ -86,6 +86,17 @@ def ref_flash_attention2(sizes):
 FA2_SIZES = dict(B=1, H=2, HK=1, M=40, N=48, D=12, causal=1, scale=0.3)
 
 
+def ref_gemm_at(a):
+    return {"C": _f64(a["A"]).T @ _f64(a["B"])}
+
+
+def ref_chain_stage(a):
+    s = (_f64(a["Q"])[:, :64] @ _f64(a["K"])[:, :64].T).astype(
+        a["Q"].dtype
+    )  # the program rounds S to T (into shared memory)
+    return {"O": _f64(s).T @ _f64(a["V"])}
+
+
 def ref_two_loops(a):
     return {"C": _f64(a["A"]) @ _f64(a["B"]) + _f64(a["D"]) @ _f64(a["E"])}
 
@@ -153,6 +164,24 @@ CASES = {
         ref_flash_attention2(FA2_SIZES),
         ["O", "LSE"],
         pick(2, 4),
+    ),
+    # a test program: C = Aᵀ @ B with A stored K x M, read MN-major (warpgroup_mma_at); two
+    # warpgroups, each its 64 columns of A's tile (one block: fewer random schedules)
+    "tests/programs/gemm_at.cyp": (
+        "tests/mappings/gemm_at_small.yaml",
+        dict(M=100, N=12, K=40),
+        ref_gemm_at,
+        ["C"],
+        pick(1, 4),
+    ),
+    # a test program: the first wgmma's result converted into a shared tile inside the loop and
+    # read back by the second as its A operand stored K x M (warpgroup_mma_at)
+    "tests/programs/chain_stage.cyp": (
+        "tests/mappings/chain_stage_small.yaml",
+        dict(N=40, E=12, D=64, M=100),
+        ref_chain_stage,
+        ["O"],
+        pick(1, 4),
     ),
     # a test program: two pipelined loops per block accumulating into one accumulator
     "tests/programs/gemm_two_loops.cyp": (

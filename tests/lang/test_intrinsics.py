@@ -51,6 +51,7 @@ def test_registry_entries():
     assert set(LEAF_FUNCTIONS) == {
         "warpgroup_mma",
         "warpgroup_mma_bt",
+        "warpgroup_mma_at",
         "fill",
         "copy",
         "add",
@@ -188,5 +189,34 @@ def test_warpgroup_mma_bt_reads_b_as_the_n_by_k_tile_it_is_stored_as():
         c,
         Operand(a, (np.arange(64), np.arange(32))),
         Operand(b.T.copy(), (np.arange(32), np.arange(16))),
+    )[1]
+    assert np.array_equal(out, plain)
+
+
+def test_warpgroup_mma_at_reads_a_as_the_k_by_m_tile_it_is_stored_as():
+    """C += Atᵀ @ B: the same instruction as warpgroup_mma with A given K x M (MN-major, shared
+    memory only); a thread's accumulator piece is placed by its coordinates."""
+    from cypressc.lang.intrinsics import Operand
+
+    at = LEAF_FUNCTIONS["warpgroup_mma_at"]
+    assert at.collective == "WARPGROUP" and at.a_mnmajor and not at.b_kmajor
+    assert [r.name for r in at.operands] == ["atom", "C", "At", "B"]
+    assert at.operands[2].mems == ("SHARED",)  # wgmma reads a register A K-major only
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((32, 64)), rng.standard_normal((32, 16))  # At: K x M, B: K x N
+    rows, cols = np.array([1, 9]), np.array([2, 3, 10, 11])
+    c = Operand(np.ones((2, 4), np.float32), (rows, cols))
+    out = at.semantics(
+        "WGMMA_64x16x16",
+        c,
+        Operand(a, (np.arange(32), np.arange(64))),
+        Operand(b, (np.arange(32), np.arange(16))),
+    )[1]
+    assert np.allclose(out, 1 + (a.T @ b)[np.ix_(rows, cols)], atol=1e-5)
+    plain = LEAF_FUNCTIONS["warpgroup_mma"].semantics(
+        "WGMMA_64x16x16",
+        c,
+        Operand(a.T.copy(), (np.arange(64), np.arange(32))),
+        Operand(b, (np.arange(32), np.arange(16))),
     )[1]
     assert np.array_equal(out, plain)
