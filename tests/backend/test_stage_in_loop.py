@@ -95,7 +95,7 @@ def test_gpu_check_reference_is_what_the_program_computes(gc):
     """bench/gpu_check.py's float32 reference for ``chain_stage`` equals the sequential
     interpreter on the program's IR, and its table's sizes fit the kernel's ABI."""
     torch = pytest.importorskip("torch")
-    assert gc.SOURCES["chain_stage"] == (PROG, MAP) and "chain_stage" not in gc.TUTORIAL
+    assert gc.SOURCES["chain_stage"] == (PROG, MAP) and "chain_stage" not in gc.TUTORIALS
     m = compiled.modules(PROG, MAP)["warp-specialization"]
     sizes = small_sizes(m)
     arrays = random_inputs(m, sizes, seed=1)
