@@ -472,6 +472,13 @@ def _two_kernels_ref(t: dict) -> dict:
 
 # two GEMM kernels in one program (issue #38): the second reads what the first wrote; sizes
 # with N, K, P multiples of 8 (TMA strides), ragged against the 128 x 256 tiles, K = 0 (C = 0)
+# a GEMM whose block tile is split among its two warpgroups by columns (issue #38)
+PROGRAMS["gemm_cols"] = Program(
+    ref=lambda t: {"C": _mm(t["A"], t["B"])},
+    check=GEMM_CHECK,
+    small=GEMM_SMALL,
+    run=dict(M=4096, N=4096, K=4096),
+)
 PROGRAMS["two_kernels"] = Program(
     ref=_two_kernels_ref,
     check=[
@@ -572,6 +579,7 @@ PROGRAMS["attn_bwd_post"] = Program(
 SOURCES = {
     "attn_bwd_dkdv": ("tests/programs/attn_bwd_dkdv.cyp", "tests/mappings/attn_bwd_dkdv.yaml"),
     "two_kernels": ("tests/programs/two_kernels.cyp", "tests/mappings/two_kernels.yaml"),
+    "gemm_cols": ("tests/programs/gemm_cols.cyp", "tests/mappings/gemm_cols.yaml"),
     "tutorial_gemm": ("docs/tutorial/fused_gemm.cyp", "docs/tutorial/fused_gemm.yaml"),
     "tutorial_attention": ("docs/tutorial/attention.cyp", "docs/tutorial/attention.yaml"),
     "attn_bwd_prep": (

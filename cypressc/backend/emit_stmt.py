@@ -106,7 +106,8 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
             f"({_k_major_addr(b_buf, b_base, mm.b_col, None if is_zero(mm.b_row) else f'({_c(mm.b_row)})')});"
         )
     else:
-        chunk = "" if mm.b_chunk == 0 else f"{mm.b_chunk} * {_n(b_buf.name)}_CHUNK + "
+        bc = mm.b_chunk if isinstance(mm.b_chunk, int) else f"({_c(mm.b_chunk, top=True)})"
+        chunk = "" if bc == 0 else f"{bc} * {_n(b_buf.name)}_CHUNK + "
         w(
             f"const uint64_t db = cypress::desc_mn_sw{b_buf.swizzle}({b_base} + {chunk}kk * 16 * {b_buf.swizzle}, "
             f"{_n(b_buf.name)}_CHUNK);"

@@ -9,6 +9,7 @@ from cypressc.backend import plan as P
 from cypressc.backend.cexpr import cexpr
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
+from cypressc.ir.analysis import free_vars, proc_names
 from cypressc.ir.hazards import evaluate
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
@@ -104,7 +105,7 @@ class MmaLowering:
                 "",
                 zero,
                 bbuf.name,
-                0 if kmajor else self._b_chunk(bbuf, borg),
+                0 if kmajor else self._b_chunk(plan, bbuf, borg),
                 kb,
                 atom.n,
                 fa.dtype,
@@ -138,7 +139,7 @@ class MmaLowering:
             ):
                 _refuse(_K_SUBTILE.format("operand"))
             a_col, a_row, mn = self._k_slice(abuf, aorg[-1], ka), self.k(aorg[-2]), {}
-        b_chunk = 0 if kmajor else self._b_chunk(bbuf, borg)
+        b_chunk = 0 if kmajor else self._b_chunk(plan, bbuf, borg)
         dt = self.sym.allocs[abuf.name].dtype
         mm = P.Mma(
             self.en(o.ev),
@@ -191,17 +192,37 @@ class MmaLowering:
             _refuse(f"a K tile of {k}: wgmma consumes K in steps of 16")
         return dict(b_kmajor=True, b_row=self.k(borg[-2]), b_col=self._k_slice(bbuf, borg[-1], k))
 
-    @staticmethod
-    def _b_chunk(bbuf: P.StageBuffer, borg: list[N.IExpr]) -> int:
-        """The swizzle chunk of ``bbuf`` a wgmma B operand starts at (its first column must be
-        a static chunk boundary)."""
-        b_col = static(borg[-1])
-        if b_col is None or b_col % bbuf.chunk_cols:
+    def _b_chunk(
+        self, plan: P.KernelPlan, bbuf: P.StageBuffer, borg: list[N.IExpr]
+    ) -> int | N.IExpr:
+        """The swizzle chunk of ``bbuf`` a wgmma B operand starts at: a static chunk boundary,
+        or, where each consumer warpgroup reads its own columns of the tile (a block tile whose
+        warpgroups split the product's columns), a column that depends on the warpgroup index
+        alone and is a chunk boundary inside the tile for every consumer warpgroup (then the
+        chunk as a kernel expression over ``cw``)."""
+        col = borg[-1]
+        where = f"a chunk of the {bbuf.swizzle}-byte-swizzled %{bbuf.name}"
+        b_col = static(col)
+        if b_col is not None:
+            if b_col % bbuf.chunk_cols:
+                _refuse(
+                    f"B operand columns must start on a {bbuf.chunk_cols}-column boundary ({where})"
+                )
+            return b_col // bbuf.chunk_cols
+        if free_vars(col) or proc_names(col) != {Proc.WARPGROUP}:
             _refuse(
-                f"B operand columns must start on a {bbuf.chunk_cols}-column boundary (a chunk of "
-                f"the {bbuf.swizzle}-byte-swizzled %{bbuf.name})"
+                f"B operand columns at {cexpr(self.k(col))}: a wgmma B operand starts at a static "
+                f"column, or one that depends on the warpgroup index only ({where})"
             )
-        return b_col // bbuf.chunk_cols
+        for w in range(plan.consumers):
+            c0 = static(_at_warpgroup(col, w))
+            if c0 is None or c0 % bbuf.chunk_cols or not 0 <= c0 < bbuf.cols:
+                _refuse(
+                    f"B operand columns at {c0} for consumer warpgroup {w}: each warpgroup's "
+                    f"columns must start on a {bbuf.chunk_cols}-column boundary inside the "
+                    f"{bbuf.cols}-column tile ({where})"
+                )
+        return self.k(N.ibin("//", col, N.IConst(bbuf.chunk_cols)))
 
     def _k_slice(self, buf: P.StageBuffer, col: N.IExpr, k: int) -> N.IExpr:
         """The first column (a kernel expression) of a K-major wgmma operand (A, or a
@@ -252,3 +273,12 @@ def _multiple(e: N.IExpr, n: int) -> bool:
     if isinstance(e, N.IBin) and e.op == "*":
         return _multiple(e.a, n) or _multiple(e.b, n)
     return False
+
+
+def _at_warpgroup(e: N.IExpr, w: int) -> N.IExpr:
+    """``e`` with the WARPGROUP index bound to ``w``, folded."""
+    if isinstance(e, N.IProc) and e.proc == Proc.WARPGROUP:
+        return N.IConst(w)
+    if isinstance(e, N.IBin):
+        return N.ibin(e.op, _at_warpgroup(e.a, w), _at_warpgroup(e.b, w))
+    return e

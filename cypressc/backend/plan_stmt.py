@@ -84,7 +84,7 @@ class Mma:
     a_buf: str
     a_row: IExpr
     b_buf: str
-    b_chunk: int
+    b_chunk: int | IExpr  # an expression over ``cw`` where each warpgroup reads its own columns
     k: int
     n: int
     dtype: str

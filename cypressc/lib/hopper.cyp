@@ -16,8 +16,8 @@ copy:    D (T) = C (f32) converted: the epilogue from the accumulator to shared/
 convert: the same as copy, a separate task (FlashAttention's P = T(S), a register tile)
 store:   the same as copy, a separate task (FlashAttention's O)
 
-K-major Bᵀ (B stored N x K): hopper_bt.cyp's mma.  Online softmax: softmax.cyp.  Row sums:
-reduction.cyp.  A user C++ function over the accumulator: epilogue.cyp.
+K-major Bᵀ: hopper_bt.cyp's mma.  Tiles split by columns: hopper_cols.cyp.  Online softmax:
+softmax.cyp.  Row sums: reduction.cyp.  A user C++ function over the accumulator: epilogue.cyp.
 """
 
 T = dtype(f16, bf16)  # the 16-bit element type of the operands: bound by the importing program

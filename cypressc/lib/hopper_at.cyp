@@ -5,7 +5,8 @@ mma_at_thread): C (f32) += Aᵀ @ B (T) where A is stored K x M, contiguous alon
 attention backward's dV += Pᵀ·dO and dK += dSᵀ·Q, P and dS kept as the scores are), read
 MN-major by the Tensor Core (`warpgroup_mma_at`, PTX ISA imm-trans-a = 1), and B is stored
 K x N as hopper.cyp's mma reads it.  The block's accumulator is split among WGS warpgroups
-by rows, so A's tile is split among them by columns (M).  A task of its own name, so that a
+by rows, so A's tile is split among them by columns (M); variant mma_at_cols splits it by
+columns instead (A whole, B by columns; the mapping template `wgmma_cols`).  A task of its own name, so that a
 program may import it beside hopper's `mma` (imports have no `as`).  The importing program
 declares the dtype parameter `T` (e.g. `T = dtype(f16, bf16)`); the module shares its binding.
 """
@@ -21,6 +22,16 @@ def mma_at_tile(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
     Ap = partition_by_blocks(A, (A.shape[0], M / WGS))
     for i in prange(WGS):
         launch("mma_at", Cp[i, 0], Ap[0, i], B)
+
+
+@task("mma_at", Inner, reads=["A", "B", "C"], writes=["C"])
+def mma_at_cols(C: tensor[2, f32], A: tensor[2, T], B: tensor[2, T]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M, N / WGS))
+    Bp = partition_by_blocks(B, (B.shape[0], N / WGS))
+    for i in prange(WGS):
+        launch("mma_at", Cp[0, i], A, Bp[0, i])
 
 
 @task("mma_at", Inner, reads=["A", "B", "C"], writes=["C"])
