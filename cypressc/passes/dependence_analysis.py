@@ -312,6 +312,11 @@ class _DA(MappingChecks, ReductionChecks, AtomDerivation):
                 continue
             v = self.view(arg, sc)
             self._check_piece_level(s, sc, child, arg, v)
+            if p.name in cv.reduces and _passes_through(child, p.name):
+                # no private copy: adding the children's sums into a zero copy, then that into
+                # the view, adds what adding them into the view does (reductions commute)
+                env[p.name] = ("tensor", v)
+                continue
             mem = child.mems[p.name]
             # step 1: a fresh allocation in the memory the mapping names
             inst = child.instance.instance
@@ -480,6 +485,33 @@ class _DA(MappingChecks, ReductionChecks, AtomDerivation):
             size_aliases=aliases,
             sites=self.sites,
         )
+
+
+def _passes_through(node, pname: str) -> bool:
+    """Whether ``node``'s variant only hands its ``reduces=`` parameter ``pname`` (or pieces
+    of it) on to launches that reduce into it: then it needs no private copy of its own (Legion
+    starts a reduction instance at the identity; here the children's ``copy.add`` go straight
+    into the caller's view).  A leaf call on it, or a launch that reads or writes it, needs
+    the private copy (and writes it first, E052)."""
+    names = {pname}
+
+    def named(a: S.Expr) -> bool:
+        return (isinstance(a, S.Name) and a.id in names) or (
+            isinstance(a, S.Piece) and a.partition in names
+        )
+
+    for st in S.walk(node.variant.body):
+        if isinstance(st, S.PartitionDecl) and st.tensor in names:
+            names.add(st.name)
+        elif isinstance(st, S.Launch):
+            callee = node.child(st).variant
+            if any(
+                named(a) and q.name not in callee.reduces for a, q in zip(st.args, callee.params)
+            ):
+                return False
+        elif isinstance(st, S.LeafCall) and any(named(a) for a in st.args):
+            return False
+    return True
 
 
 def _top_blocks(st: S.Stmt, node) -> list:
