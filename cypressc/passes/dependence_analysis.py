@@ -356,8 +356,8 @@ class _DA(MappingChecks, ReductionChecks, AtomDerivation):
                 continue
             root = self.root(v)
             self.touch(root, reduce, s.loc, f"'{s.task}' reduces into it")
-            if reduce and name in self.undefined:
-                self._never_written(name)
+            # a private copy exists only where the callee reads or writes it (else it hands
+            # the argument on, _passes_through), and a write comes first (E052 at a read)
             own = f.state[name]  # the copy reads the fresh tensor: after its writers and reducers
             deps = (
                 list(own.writes)

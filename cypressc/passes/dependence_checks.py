@@ -4,7 +4,7 @@
 its leaf function cannot read (E043), and wgmma atoms whose N is not the accumulator
 tile's width, gathered over the walk and reported together (E040).  And one program
 error only the walk sees: a task's private copy of a ``reduces=`` argument read before it
-is written, or never written (E052, :class:`ReductionChecks`).
+is written (E052, :class:`ReductionChecks`).
 
 :class:`MappingChecks` is a part of :class:`cypressc.passes.dependence_analysis._DA` (it
 reads its ``tree``, ``parts``, ``allocs``, ``sites``, ``part_procs``, ``misfits`` and
@@ -298,14 +298,4 @@ class ReductionChecks:
             notes=((f"'{pname}' is a private copy of this argument, undefined at first", s.loc),),
             hint=f"write '{pname}' without reading it first (launch a clear of it), then "
             "accumulate into it",
-        )
-
-    def _never_written(self, name: str) -> None:
-        s, pname, variant = self.undefined.pop(name)
-        raise CypressError(
-            "E052",
-            f"'{variant}' reduces into '{pname}' but never writes it: the reduction would add "
-            "an undefined value",
-            s.loc,
-            hint=f"write '{pname}' in '{variant}' (launch a clear of it, then accumulate into it)",
         )
