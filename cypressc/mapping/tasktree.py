@@ -374,18 +374,28 @@ def unused_knobs(root: TaskNode, lm: LoadedMapping) -> list[Warning_]:
     The passes read ``pipeline`` on the srange loops of the variant of the BLOCK
     instance it is set on (dependence analysis marks those loops, warp specialization
     stages them), so it has no effect on a variant without an srange.  Every other knob
-    configures the kernel's block — the outermost BLOCK instance of the tree, which
-    resource allocation, warp specialization and the CUDA lowering consult — so on any
-    other BLOCK instance (a copy- or clear-only block launched from the kernel's body,
-    say) it has no effect.
+    configures a kernel's block — an outermost BLOCK instance of the tree (a program of
+    several kernels has one per kernel), which resource allocation, warp specialization and
+    the CUDA lowering consult — so on any other BLOCK instance (a copy- or clear-only block
+    launched from the kernel's body, say) it has no effect.
     """
-    nodes = list(root.walk())
-    kernel = next((n.instance for n in nodes if n.proc == Proc.BLOCK), None)
+    # each BLOCK node with the kernel block above it (itself for a kernel's block: a program
+    # of several kernels has one per kernel)
+    below: list[tuple[TaskNode, Instance]] = []
+
+    def visit(n: TaskNode, kernel: Instance | None) -> None:
+        if n.proc == Proc.BLOCK:
+            kernel = kernel or n.instance
+            below.append((n, kernel))
+        for _, c in n.children:
+            visit(c, kernel)
+
+    visit(root, None)
     out: list[Warning_] = []
     seen: set[int] = set()
-    for n in nodes:
+    for n, kernel in below:
         inst = n.instance
-        if n.proc != Proc.BLOCK or id(inst) in seen:
+        if id(inst) in seen:
             continue
         seen.add(id(inst))
         for knob in BLOCK_KNOBS:
@@ -407,7 +417,6 @@ def unused_knobs(root: TaskNode, lm: LoadedMapping) -> list[Warning_]:
                         )
                     )
             elif inst is not kernel:
-                assert kernel is not None
                 out.append(
                     Warning_(
                         "W002",

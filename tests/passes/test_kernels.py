@@ -134,3 +134,46 @@ def test_a_statement_launching_two_kernels_is_e051(tmp_path):
         e.value.loc.line
         == p.read_text().splitlines().index('    launch("gemm", C, A, B)  # kernel 1') + 1
     )
+
+
+FAB = ROOT / "tests" / "programs" / "flash_attention_bwd.cyp"
+FAB_MAP = ROOT / "tests" / "mappings" / "flash_attention_bwd" / "h100_d128.yaml"
+
+
+def test_the_attention_backward_is_three_kernels_each_with_its_knobs():
+    t = tree(FAB, FAB_MAP)
+    assert not t.warnings  # W002 per kernel: each kernel's BLOCK instance takes its own knobs
+    ks = compile_program(t, until="dependence-analysis")
+    names = [k[0][1].name for k in ks]
+    assert names == [f"flash_attention_bwd_{b}" for b in ("prep_block", "dkdv_block", "post_block")]
+    knobs = [k[0][1].target.block for k in ks]
+    assert [b.warpspecialize for b in knobs] == [False, True, False]
+    assert knobs[1].consumer_registers == 240 and knobs[1].pipeline == 2
+
+
+def test_the_attention_backward_gives_the_gradients():
+    """The whole program (its three kernels one after another) in the interpreter, latest
+    first, against NumPy: dQ, dK, dV of softmax(Q Kᵀ · scale) V for B = 1, H = 2, ragged."""
+    whole = dependence_analysis(tree(FAB, FAB_MAP))
+    sizes = {
+        s: {"B": 1, "H": 2, "M": 130, "N": 192, "D": 64}[s.split("_")[0]] for s in whole.scalars
+    }
+    sc = sizes["scale"] = 0.125
+    a = random_inputs(whole, sizes, seed=1)
+    q, k, v, do = (a[n].astype(np.float64) for n in ("Q", "K", "V", "dO"))
+    s = q @ np.swapaxes(k, -1, -2) * sc
+    lse = np.log(np.exp(s).sum(-1))
+    p = np.exp(s - lse[..., None])
+    a["LSE"][...], a["O"][...] = lse, p @ v
+    for n in ("dQ", "dK", "dV", "Dsum", "dQacc"):
+        a[n][...] = np.nan
+    ds = p * (do @ np.swapaxes(v, -1, -2) - (do * a["O"]).sum(-1)[..., None])
+    want = {
+        "dV": np.swapaxes(p, -1, -2) @ do,
+        "dK": sc * np.swapaxes(ds, -1, -2) @ q,
+        "dQ": sc * ds @ k,
+    }
+    interp.run(whole, sizes, a, seed=interp.LATEST_FIRST)
+    for n, w in want.items():
+        err = np.linalg.norm(a[n].astype(np.float64) - w) / np.linalg.norm(w)
+        assert err < 3e-3, (n, err)

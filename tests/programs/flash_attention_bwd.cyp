@@ -1,0 +1,276 @@
+"""FlashAttention backward (issue #38): three kernels, launched in order — the preprocess
+(Dsum = rowsum(dO ∘ O), dQacc = 0; tests/programs/attn_bwd_prep.cyp), the main kernel (per
+block of keys: dK, dV and the dQ sums added into dQacc; tests/programs/attn_bwd_main.cyp) and
+the postprocess (dQ = T(scale · dQacc); tests/programs/attn_bwd_post.cyp).  Q, O, dO, dQ:
+B x H x M x D, K, V, dK, dV: B x H x N x D (T), LSE: B x H x M f32 (the forward's, natural log),
+Dsum: B x H x M f32 and dQacc: B x H x M x D f32 (scratch the caller allocates, as
+FlashAttention-3's Python side does), ``scale`` a float.  No GQA and no causal mask yet: the
+dK/dV kernel's (tests/programs/attn_bwd_dkdv.cyp) come next.  The CUDA backend does not lower
+the main kernel's reduction yet (E050); the interpreters run all three kernels.
+"""
+
+include("ops/attn_bwd.cuh")
+
+T = dtype(f16, bf16)
+
+from hopper_bt import mma
+from hopper import mma_rs, clear, convert, store
+from hopper_cols import clear
+from hopper_at import mma_at
+from elementwise import load, load_f32, mul, copy_f32, scale
+from reduction import store_sums
+
+
+@external("cypress_ops::probs_t", writes=["s"])
+def probs_t(s: tensor[2, f32], lse: tensor[1, f32], scale: float):
+    """s = exp(s * scale - lse[c]), lse per column."""
+
+
+@external("cypress_ops::dscores_t", writes=["ds"])
+def dscores_t(ds: tensor[2, f32], p: tensor[2, f32], d: tensor[1, f32]):
+    """ds = p * (ds - d[c]), d per column."""
+
+
+@task("attention_bwd", Inner, reads=["Q", "K", "V", "O", "dO", "LSE", "Dsum", "dQacc"],
+      writes=["dQ", "dK", "dV", "Dsum", "dQacc"])
+def attention_bwd(dQ: tensor[(B, H, M, D), T], dK: tensor[(B, H, N, D), T],
+                  dV: tensor[(B, H, N, D), T], Dsum: tensor[(B, H, M), f32],
+                  dQacc: tensor[(B, H, M, D), f32], Q: tensor[(B, H, M, D), T],
+                  K: tensor[(B, H, N, D), T], V: tensor[(B, H, N, D), T],
+                  O: tensor[(B, H, M, D), T], dO: tensor[(B, H, M, D), T],
+                  LSE: tensor[(B, H, M), f32], scale: float):
+    Ds, Zs = partition_by_slices(Dsum, 0), partition_by_slices(dQacc, 0)
+    Os, dOs = partition_by_slices(O, 0), partition_by_slices(dO, 0)
+    Qs, Ks, Vs, Ls = partition_by_slices(Q, 0), partition_by_slices(K, 0), partition_by_slices(V, 0), partition_by_slices(LSE, 0)
+    dQs, dKs, dVs = partition_by_slices(dQ, 0), partition_by_slices(dK, 0), partition_by_slices(dV, 0)
+    for b in prange(B):
+        launch("prep_heads", Ds[b], Zs[b], Os[b], dOs[b])
+    for b in prange(B):
+        launch("main_heads", dKs[b], dVs[b], Zs[b], Qs[b], Ks[b], Vs[b], dOs[b], Ls[b], Ds[b], scale)
+    for b in prange(B):
+        launch("post_heads", dQs[b], Zs[b], scale)
+
+
+@task("main_heads", Inner, reads=["Q", "K", "V", "dO", "LSE", "Dsum"], writes=["dK", "dV"], reduces=["dQacc"])
+def main_heads(dK: tensor[3, T], dV: tensor[3, T], dQacc: tensor[3, f32], Q: tensor[3, T],
+               K: tensor[3, T], V: tensor[3, T], dO: tensor[3, T], LSE: tensor[2, f32],
+               Dsum: tensor[2, f32], scale: float):
+    dKs, dVs, Zs = partition_by_slices(dK, 0), partition_by_slices(dV, 0), partition_by_slices(dQacc, 0)
+    Qs, Ks, Vs = partition_by_slices(Q, 0), partition_by_slices(K, 0), partition_by_slices(V, 0)
+    dOs, Ls, Ds = partition_by_slices(dO, 0), partition_by_slices(LSE, 0), partition_by_slices(Dsum, 0)
+    for h in prange(Q.shape[0]):
+        launch("dkdv", dKs[h], dVs[h], Zs[h], Qs[h], Ks[h], Vs[h], dOs[h], Ls[h], Ds[h], scale)
+
+
+@task("dkdv", Inner, reads=["Q", "K", "V", "dO", "LSE", "Dsum"], writes=["dK", "dV"], reduces=["dQacc"])
+def dkdv_keys(dK: tensor[2, T], dV: tensor[2, T], dQacc: tensor[2, f32], Q: tensor[2, T],
+              K: tensor[2, T], V: tensor[2, T], dO: tensor[2, T], LSE: tensor[1, f32],
+              Dsum: tensor[1, f32], scale: float):
+    W, E = tunable(int), tunable(int)
+    dKp = partition_by_blocks(dK, (W, E))
+    dVp = partition_by_blocks(dV, (W, E))
+    Kp = partition_by_blocks(K, (W, E))
+    Vp = partition_by_blocks(V, (W, E))
+    for j in prange(cdiv(K.shape[0], W)):
+        launch("dkdv", dKp[j, 0], dVp[j, 0], dQacc, Q, Kp[j, 0], Vp[j, 0], dO, LSE, Dsum, scale)
+
+
+@task("dkdv", Inner, reads=["Q", "K", "V", "dO", "LSE", "Dsum"], writes=["dK", "dV"], reduces=["dQacc"])
+def dkdv_block(dK: tensor[2, T], dV: tensor[2, T], dQacc: tensor[2, f32], Q: tensor[2, T], K: tensor[2, T],
+               V: tensor[2, T], dO: tensor[2, T], LSE: tensor[1, f32], Dsum: tensor[1, f32],
+               scale: float):
+    U = tunable(int)
+    W, E, M = dV.shape[0], dV.shape[1], Q.shape[0]
+    Qp = partition_by_blocks(Q, (U, E))
+    dOp = partition_by_blocks(dO, (U, E))
+    Lp = partition_by_blocks(LSE, (U,))
+    Dp = partition_by_blocks(Dsum, (U,))
+    dQp = partition_by_blocks(dQacc, (U, E))
+    dKacc: tensor[2, f32] = make_tensor(W, E)
+    dVacc: tensor[2, f32] = make_tensor(W, E)
+    launch("clear", dKacc)
+    launch("clear", dVacc)
+    for i in srange(cdiv(M, U)):
+        St: tensor[2, f32] = make_tensor(W, U)
+        dPt: tensor[2, f32] = make_tensor(W, U)
+        Pt: tensor[2, T] = make_tensor(W, U)
+        dSt: tensor[2, T] = make_tensor(W, U)
+        dSs: tensor[2, T] = make_tensor(W, U)
+        launch("clear", St)
+        launch("mma", St, K, Qp[i, 0])
+        launch("clear", dPt)
+        launch("mma", dPt, V, dOp[i, 0])
+        launch("probs", St, Lp[i], scale)
+        launch("convert", St, Pt)
+        launch("mma_rs", dVacc, Pt, dOp[i, 0])
+        launch("dscores", dPt, St, Dp[i])
+        launch("convert", dPt, dSt)
+        launch("mma_rs", dKacc, dSt, Qp[i, 0])
+        launch("stage", dPt, dSs)
+        launch("dq", dQp[i, 0], dSs, K)
+    launch("scale", dKacc, scale)
+    launch("store", dKacc, dK)
+    launch("store", dVacc, dV)
+
+
+@task("probs", Inner, reads=["S", "lse"], writes=["S"])
+def probs_tile(S: tensor[2, f32], lse: tensor[1, f32], scale: float):
+    WGS = tunable(int)
+    Sp = partition_by_blocks(S, (S.shape[0] / WGS, S.shape[1]))
+    for i in prange(WGS):
+        launch("probs", Sp[i, 0], lse, scale)
+
+
+@task("probs", Inner, reads=["S", "lse"], writes=["S"])
+def probs_inner(S: tensor[2, f32], lse: tensor[1, f32], scale: float):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Sp = partition_by_mma(S, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("probs", Sp[i], lse, scale)
+
+
+@task("probs", Leaf, reads=["S", "lse"], writes=["S"])
+def probs_thread(S: tensor[2, f32], lse: tensor[1, f32], scale: float):
+    probs_t(S, lse, scale)
+
+
+@task("dscores", Inner, reads=["dS", "P", "d"], writes=["dS"])
+def dscores_tile(dS: tensor[2, f32], P: tensor[2, f32], d: tensor[1, f32]):
+    WGS = tunable(int)
+    R, C = dS.shape[0] / WGS, dS.shape[1]
+    dSp = partition_by_blocks(dS, (R, C))
+    Pp = partition_by_blocks(P, (R, C))
+    for i in prange(WGS):
+        launch("dscores", dSp[i, 0], Pp[i, 0], d)
+
+
+@task("dscores", Inner, reads=["dS", "P", "d"], writes=["dS"])
+def dscores_inner(dS: tensor[2, f32], P: tensor[2, f32], d: tensor[1, f32]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    dSp = partition_by_mma(dS, MMA, PROC, "C")
+    Pp = partition_by_mma(P, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("dscores", dSp[i], Pp[i], d)
+
+
+@task("dscores", Leaf, reads=["dS", "P", "d"], writes=["dS"])
+def dscores_thread(dS: tensor[2, f32], P: tensor[2, f32], d: tensor[1, f32]):
+    dscores_t(dS, P, d)
+
+
+@task("dq", Inner, reads=["dS", "K"], reduces=["dQ"])
+def dq_block(dQ: tensor[2, f32], dS: tensor[2, T], K: tensor[2, T]):
+    dQi: tensor[2, f32] = make_tensor(dQ.shape[0], dQ.shape[1])
+    launch("clear", dQi)
+    launch("mma_at", dQi, dS, K)
+    launch("red", dQi, dQ)
+
+
+@task("red", Inner, reads=["C"], reduces=["D"])
+def red_cols(C: tensor[2, f32], D: tensor[2, f32]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M, N / WGS))
+    Dp = partition_by_blocks(D, (M, N / WGS))
+    for i in prange(WGS):
+        launch("red", Cp[0, i], Dp[0, i])
+
+
+@task("red", Inner, reads=["C"], reduces=["D"])
+def red_inner(C: tensor[2, f32], D: tensor[2, f32]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    Dp = partition_by_mma(D, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("red", Cp[i], Dp[i])
+
+
+@task("red", Leaf, reads=["C"], reduces=["D"])
+def red_thread(C: tensor[2, f32], D: tensor[2, f32]):
+    copy(C, D)
+
+
+@task("stage", Inner, reads=["C"], writes=["D"])
+def stage_tile(C: tensor[2, f32], D: tensor[2, T]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    Dp = partition_by_blocks(D, (M / WGS, N))
+    for i in prange(WGS):
+        launch("stage", Cp[i, 0], Dp[i, 0])
+
+
+@task("stage", Inner, reads=["C"], writes=["D"])
+def stage_inner(C: tensor[2, f32], D: tensor[2, T]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    Dp = partition_by_mma(D, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("stage", Cp[i], Dp[i])
+
+
+@task("stage", Leaf, reads=["C"], writes=["D"])
+def stage_thread(C: tensor[2, f32], D: tensor[2, T]):
+    copy(C, D)
+
+
+@task("prep_heads", Inner, reads=["O", "dO"], writes=["Dsum", "dQacc"])
+def prep_heads(Dsum: tensor[2, f32], dQacc: tensor[3, f32], O: tensor[3, T], dO: tensor[3, T]):
+    Ds, Zs = partition_by_slices(Dsum, 0), partition_by_slices(dQacc, 0)
+    Os, dOs = partition_by_slices(O, 0), partition_by_slices(dO, 0)
+    for h in prange(O.shape[0]):
+        launch("prep_rows", Ds[h], Zs[h], Os[h], dOs[h])
+
+
+# ---- one head: U-row blocks
+@task("prep_rows", Inner, reads=["O", "dO"], writes=["Dsum", "dQacc"])
+def prep_rows(Dsum: tensor[1, f32], dQacc: tensor[2, f32], O: tensor[2, T], dO: tensor[2, T]):
+    U, E = tunable(int), tunable(int)
+    M = O.shape[0]
+    Dp = partition_by_blocks(Dsum, (U,))
+    Zp = partition_by_blocks(dQacc, (U, E))
+    Op = partition_by_blocks(O, (U, E))
+    dOp = partition_by_blocks(dO, (U, E))
+    for i in prange(cdiv(M, U)):
+        launch("prep_block", Dp[i], Zp[i, 0], Op[i, 0], dOp[i, 0])
+
+
+@task("prep_block", Inner, reads=["O", "dO"], writes=["Dsum", "dQacc"])
+def prep_block(Dsum: tensor[1, f32], dQacc: tensor[2, f32], O: tensor[2, T], dO: tensor[2, T]):
+    U, E = O.shape[0], O.shape[1]
+    Of: tensor[2, f32] = make_tensor(U, E)
+    dOf: tensor[2, f32] = make_tensor(U, E)
+    Z: tensor[2, f32] = make_tensor(U, E)
+    launch("clear", Z)
+    launch("copy_f32", Z, dQacc)
+    launch("load", O, Of)
+    launch("load", dO, dOf)
+    launch("mul", Of, dOf)
+    launch("store_sums", Of, Dsum)
+
+
+@task("post_heads", Inner, reads=["dQacc"], writes=["dQ"])
+def post_heads(dQ: tensor[3, T], dQacc: tensor[3, f32], scale: float):
+    Qs, As = partition_by_slices(dQ, 0), partition_by_slices(dQacc, 0)
+    for h in prange(dQ.shape[0]):
+        launch("post_rows", Qs[h], As[h], scale)
+
+
+# ---- one head: U-row blocks
+@task("post_rows", Inner, reads=["dQacc"], writes=["dQ"])
+def post_rows(dQ: tensor[2, T], dQacc: tensor[2, f32], scale: float):
+    U, E = tunable(int), tunable(int)
+    M = dQ.shape[0]
+    Qp = partition_by_blocks(dQ, (U, E))
+    Ap = partition_by_blocks(dQacc, (U, E))
+    for i in prange(cdiv(M, U)):
+        launch("post_block", Qp[i, 0], Ap[i, 0], scale)
+
+
+@task("post_block", Inner, reads=["dQacc"], writes=["dQ"])
+def post_block(dQ: tensor[2, T], dQacc: tensor[2, f32], scale: float):
+    U, E = dQ.shape[0], dQ.shape[1]
+    X: tensor[2, f32] = make_tensor(U, E)
+    launch("load_f32", dQacc, X)
+    launch("scale", X, scale)
+    launch("store", X, dQ)
