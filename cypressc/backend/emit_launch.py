@@ -62,7 +62,7 @@ def emit_launcher(w, p: P.KernelPlan, paired: bool, namespaced: bool = False) ->
     w(f"if (({ptrs}) & 15) return cudaErrorInvalidValue;  // TMA needs 16-byte aligned tensors")
     for t in p.tensors:
         if t.name in p.pointer_reads:
-            pairs = any(isinstance(s, P.LoadDirect) and s.tensor == t.name for s in p.epilogue)
+            pairs = p.read_in_pairs(t.name)
             w(
                 f"if (reinterpret_cast<uintptr_t>({sym(t.name)}) & {DTYPES[t.dtype].itemsize * (1 + pairs) - 1}) "
                 f"return cudaErrorInvalidValue;  // {t.name} is read {'in pairs of elements' if pairs else 'element by element'}"

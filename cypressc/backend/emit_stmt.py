@@ -212,7 +212,7 @@ def _convert(w, p: P.KernelPlan, op: P.Convert) -> None:
 
 def _add(w, p: P.KernelPlan, op: P.Add) -> None:
     f = _frag(p, op.acc)
-    w(f"// {op.event}: {'add' if op.op == '+' else 'mul'}")
+    w(f"// {op.event}: {dict(zip('+*', ('add', 'mul'))).get(op.op, 'copy')}")
     a = _each(w, "a", f.rows // 64, unroll=False)
     w(
         f"for (int i = 0; i < {f.cols // 2}; ++i) {_n(op.acc)}[{a}][i] {op.op}= {_n(op.other)}[{a}][i];"
@@ -293,7 +293,10 @@ def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
         if op.batch is None
         else f"({_n(op.tensor)} + size_t({_c(op.batch)}) * {rows} * {cols})"
     )
-    w(f"// {op.event}: copy %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment")
+    what = "add" if op.reduce else "copy"
+    w(
+        f"// {op.event}: {what} %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment"
+    )
     if op.when is not None:
         w.open(f"if ({_cond(op.when)})  // last host-loop iteration only")
     a = _each(w, "a", f.rows // 64)
@@ -303,7 +306,9 @@ def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
     w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
     w(f"if (r < {rows} && c < {cols})")
     pair = f"{_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]"
-    if op.dtype == "f32":
+    if op.reduce:
+        w(f"  cypress::red_add2({base} + size_t(r) * {cols} + c, {pair});")
+    elif op.dtype == "f32":
         w(f"  *reinterpret_cast<float2*>({base} + size_t(r) * {cols} + c) = make_float2({pair});")
     else:
         w(

@@ -13,9 +13,11 @@ from cypressc.backend import plan as P
 from cypressc.backend.cexpr import KVar
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
+from cypressc.ir.analysis import reduces, views_of
 from cypressc.ir.kinds import Role
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
+from cypressc.ir.subst import walk_ops
 from cypressc.lang.kinds import Mem, Proc
 
 __all__ = ["MemoryLowering"]
@@ -201,8 +203,43 @@ class MemoryLowering:
 
     def _store_direct(self, plan: P.KernelPlan, o: N.Call) -> P.StoreDirect:
         """``copy`` of an accumulator straight into its global tile, each thread its fragment."""
-        f = self._fragment(plan, o.args[0])
-        dst = o.args[1]
+        return self._direct_out(plan, self.en(o.ev), o.args[0], o.args[1])
+
+    def _reduce_direct(self, plan: P.KernelPlan, o: N.Copy) -> P.StoreDirect:
+        """``copy.add`` of an f32 register fragment into its global tile (laid out like it,
+        ``partition_by_mma(..., "C")`` of both), each thread its fragment, a pair of adjacent
+        elements per ``red.global.v2.f32.add``: FlashAttention-3's dQ atomics.  Anywhere in
+        the block: after the main loop, or inside it (once per step).  The kernel must only
+        add into the tensor (no copy or leaf reads or writes it), so nothing in the kernel
+        waits for a reduction; the kernel's end completes them for what runs after it."""
+        where = f"copy.{o.reduce} {fmt_view(o.src)} -> {fmt_view(o.dst)}"
+        root = self.sym.root(o.dst)
+        if any(
+            self.sym.root(v) == root and not reduces(x)
+            for x in walk_ops(self.m.body)
+            for v, _, _ in views_of(x)
+        ):
+            _refuse(
+                f"{where}: the kernel also reads or writes %{root}; a kernel that adds into a "
+                "tensor from registers may only add into it"
+            )
+        inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in (Proc.WARP, Proc.THREAD)]
+        if inner != [(Proc.WARP, 4), (Proc.THREAD, 32)]:
+            _refuse(
+                f"{where} runs on {inner or 'no'} warps/threads of a warpgroup; the backend "
+                "needs all 4 warps x 32 threads"
+            )
+        f = self._fragment(plan, o.src)
+        if o.reduce != "add" or f.dtype != "f32" or self.sym.allocs[root].dtype != "f32":
+            _refuse(f"{where}: the backend adds f32 register fragments into f32 tensors")
+        st = self._direct_out(plan, self.en(o.ev), o.src, o.dst, reduce=True)
+        plan.pointer_reads.add(root)  # read by the reductions themselves, never through TMA
+        return st
+
+    def _direct_out(
+        self, plan: P.KernelPlan, ev: str, src: N.View, dst: N.View, reduce: bool = False
+    ) -> P.StoreDirect:
+        f = self._fragment(plan, src)
         root, org, keep, mmas = self.origin(dst)
         if not mmas:
             _refuse(
@@ -219,7 +256,7 @@ class MemoryLowering:
             _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
         if mem != Mem.GLOBAL:
             _refuse(f"copy into {mem}")
-        st = P.StoreDirect(self.en(o.ev), f.name, root, row0, col0, batch, dt, self._when(root))
+        st = P.StoreDirect(ev, f.name, root, row0, col0, batch, dt, self._when(root), reduce)
         plan.epilogue.append(st)
         return st
 

@@ -239,6 +239,17 @@ class KernelPlan:
         loads element by element (an external leaf function's per-column vector)."""
         return [t for t in self.tensors if t.writes or t.name in self.pointer_reads]
 
+    def read_in_pairs(self, tensor: str) -> bool:
+        """Whether the kernel reads ``tensor`` by pointer two adjacent elements at a time (a
+        fragment's direct load, or its reduction, ``red.global.v2.f32.add``): its innermost
+        extent must be even and its address aligned to two elements."""
+        return any(
+            isinstance(s, (LoadDirect, StoreDirect))
+            and s.tensor == tensor
+            and (isinstance(s, LoadDirect) or s.reduce)
+            for s in self.epilogue
+        )
+
     def summary(self) -> list[str]:
         """The ``// kernel: …`` lines ``cypressc explain`` prints after cuda-lowering (the IR
         printer calls this: it does not know the plan's types)."""

@@ -110,7 +110,8 @@ class Fill:
 
 @dataclass(frozen=True)
 class Add:
-    """``acc op= other`` element by element: ``op`` ``+`` (add) or ``*`` (mul)."""
+    """``acc op= other`` element by element: ``op`` ``+`` (add), ``*`` (mul) or ``""`` (a copy
+    of one f32 fragment into another of the same shape: ``acc = other``)."""
 
     event: str
     acc: str
@@ -157,7 +158,10 @@ class External:
 
 @dataclass(frozen=True)
 class StoreDirect:
-    """Each thread stores its fragment to ``tensor`` at tile origin (``row0``, ``col0``)."""
+    """Each thread stores its fragment to ``tensor`` at tile origin (``row0``, ``col0``);
+    ``reduce`` (a ``copy.add`` of the fragment, f32 only): it adds each pair of elements into
+    the tensor with one ``red.global.v2.f32.add`` instead (elements past the tensor's rows or
+    columns are skipped either way)."""
 
     event: str
     acc: str
@@ -167,6 +171,7 @@ class StoreDirect:
     batch: IExpr | None
     dtype: str
     when: IExpr | None = None  # only where this holds (a last-iteration write of a host loop)
+    reduce: bool = False
 
 
 @dataclass(frozen=True)

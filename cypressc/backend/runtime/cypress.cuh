@@ -323,6 +323,13 @@ template <> __device__ __forceinline__ float2 load2<__nv_bfloat16>(const __nv_bf
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
 
+// Add two adjacent f32 values into global memory (p 8-byte aligned), atomically per element,
+// without returning the old values: one vector reduction, `red.global.v2.f32.add` (PTX ISA
+// §9.7.13.6 "red": vector types since PTX ISA 8.1, sm_90; .v2/.v4 of .f32 support .add).
+__device__ __forceinline__ void red_add2(float* p, float lo, float hi) {
+  asm volatile("red.global.v2.f32.add [%0], {%1, %2};" ::"l"(p), "f"(lo), "f"(hi) : "memory");
+}
+
 // An f32 accumulator fragment (64 x K, C layout) rounded to the A fragment of a register-sourced
 // wgmma: register i of k16 step s packs accumulator pair 4s + i, because the PTX A layout of
 // m64nNk16 (rows lane/4 and +8, columns 2*(lane%4) and +8) is the C layout of 16 columns.
