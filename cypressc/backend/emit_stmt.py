@@ -322,21 +322,31 @@ def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
 
 
 def _stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
+    """Each pair into its 128-byte-swizzled box of 64 rows: 64 columns of 16-bit elements
+    (packed), or 32 of f32 (a float2; ``sw128_offset`` counts 16-bit columns)."""
     f = _frag(p, op.acc)
-    boxes = f.cols // 64
+    bc = P.box_cols(op.dtype)
+    boxes = f.cols // bc
     w(
-        f"// {op.event}: copy %{op.acc} -> %{op.tensor} (this warpgroup's tile, swizzled 64x64 boxes)"
+        f"// {op.event}: copy %{op.acc} -> %{op.tensor} (this warpgroup's tile, swizzled 64x{bc} boxes)"
     )
     a = _each(w, "a", f.rows // 64)
     w("#pragma unroll")
     w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
     w("const int2 rc = cypress::acc_coord(j);")
-    box = "rc.y / 64" if a == "0" else f"a * {boxes} + rc.y / 64"
+    box = f"rc.y / {bc}" if a == "0" else f"a * {boxes} + rc.y / {bc}"
     w(f"uint8_t* box = {_staging(op.tensor)} + ({box}) * 8192;")
-    w(
-        f"*reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = "
-        f"cypress::pack2<{CTYPE[op.dtype]}>({_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]);"
-    )
+    pair = f"{_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]"
+    if op.dtype == "f32":
+        w(
+            "*reinterpret_cast<float2*>(box + cypress::sw128_offset(rc.x, 2 * (rc.y % 32))) = "
+            f"make_float2({pair});"
+        )
+    else:
+        w(
+            f"*reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = "
+            f"cypress::pack2<{CTYPE[op.dtype]}>({pair});"
+        )
     w.close()
     _done(w, f.rows // 64)
 
@@ -370,9 +380,13 @@ def _write_shared(w, p: P.KernelPlan, op: P.WriteShared) -> None:
 def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
     f = _frag(p, op.acc)
     m = op.map
-    boxes = f.cols // 64
-    w(f"// {op.event}: copy %{op.tensor} -> global (TMA store, 64x64 boxes)")
-    w.open("if (leader)")
+    bc = m.box[-1]
+    boxes = f.cols // bc
+    what = "add %s into global (TMA reduce-add" if op.reduce else "copy %s -> global (TMA store"
+    w(f"// {op.event}: {what % ('%' + op.tensor)}, 64x{bc} boxes)")
+    w.open("if (leader && cw == 0)" if op.whole else "if (leader)")
+    if op.whole:  # every warpgroup's tile, from the first one's leader
+        w.open(f"for (int g = 0; g < {p.consumers}; ++g)")
     atoms = f.rows // 64
     a = _each(w, "a", atoms, unroll=False)
     b = _each(w, "b", boxes, unroll=False)
@@ -380,16 +394,21 @@ def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
         " + ".join(t for t in (f"{a} * {boxes}" if a != "0" else "", b if b != "0" else "") if t)
         or "0"
     )
-    src = _staging(op.tensor) + (
+    src = _staging(op.tensor, "g" if op.whole else "cw") + (
         "" if box == "0" else f" + ({box}) * 8192" if " " in box else f" + {box} * 8192"
     )
-    col, row = f"({_c(op.col0)}){_times(64, b)}", f"({_c(op.row0)}){_times(64, a)}"
+    col, row = f"({_c(op.col0)}){_times(bc, b)}", f"({_c(op.row0)}){_times(64, a)}"
+    if op.whole:
+        row += f" + g * {f.rows}"
+    fn = "tma_reduce_add" if op.reduce else "tma_store"
     if len(m.box) == 2:
-        w(f"cypress::tma_store_2d(&{_n(m.name)}, {src}, {col}, {row});")
+        w(f"cypress::{fn}_2d(&{_n(m.name)}, {src}, {col}, {row});")
     else:
-        w(f"cypress::tma_store_3d(&{_n(m.name)}, {src}, {col}, {row}, {_c(op.batch)});")
+        w(f"cypress::{fn}_3d(&{_n(m.name)}, {src}, {col}, {row}, {_c(op.batch)});")
     _done(w, boxes)
     _done(w, atoms)
+    if op.whole:
+        w.close()
     w.close()
 
 

@@ -416,15 +416,19 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
 
 
 def _refuse_reductions(m: N.Module) -> None:
-    """E050 at the first ``copy.add`` that does not add a register fragment (the lowering of
-    a TMA reduce-add from shared memory is not written yet; one from registers becomes
-    ``red.global.add``: :meth:`MemoryLowering._reduce_direct`)."""
+    """E050 at the first ``copy.add`` that adds neither a register fragment (lowered to
+    ``red.global.add``: :meth:`MemoryLowering._reduce_direct`) nor a shared tile (a TMA
+    reduce-add: :meth:`MemoryLowering._store`) into global memory."""
     sym = Symbols(m)
     red = next(
         (
             o
             for o in walk_ops(m.body)
-            if isinstance(o, N.Copy) and o.reduce and sym.mem(o.src) != Mem.REGISTER
+            if isinstance(o, N.Copy)
+            and o.reduce
+            and (
+                sym.mem(o.src) not in (Mem.REGISTER, Mem.SHARED) or sym.mem(o.dst) != Mem.GLOBAL
+            )
         ),
         None,
     )
@@ -437,8 +441,7 @@ def _refuse_reductions(m: N.Module) -> None:
         f"into {fmt_view(red.dst)}) of a reduces= argument",
         site.loc if site is not None else (m.target or Target.default(m.name)).loc,
         hint="the IR passes, the interpreters and `cypressc explain` still work; the backend "
-        "lowers reductions of register fragments (map the private copy to NONE above the "
-        "threads and REGISTER at THREAD)",
+        "adds register fragments or shared tiles into global memory",
     )
 
 

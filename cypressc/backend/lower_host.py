@@ -159,13 +159,14 @@ class KernelInterface:
             if t.reads or any(
                 isinstance(s, P.TmaStore) and s.map.tensor == t.name for s in plan.epilogue
             ):
+                per16 = 4 if t.dtype == "f32" else 8  # elements in 16 bytes
                 reqs.append(
                     self._require(
-                        N.IBin("%", inner, N.IConst(8)),
+                        N.IBin("%", inner, N.IConst(per16)),
                         "==",
                         zero,
                         f"the innermost extent of {t.name} ({t.dims[-1]}) must be a "
-                        "multiple of 8: TMA needs 16-byte row strides",
+                        f"multiple of {per16}: TMA needs 16-byte row strides",
                     )
                 )
             elif t.writes and (

@@ -60,6 +60,7 @@ from cypressc.backend.plan_stmt import (
     StoreVector,
     Sync,
     TmaStore,
+    box_cols,
 )
 from cypressc.ir.nodes import IBin, IConst, IExpr, IProc, IVar
 
@@ -83,6 +84,7 @@ __all__ = [
     "StageWrite",
     "WriteShared",
     "TmaStore",
+    "box_cols",
     "Barrier",
     "Sync",
     "RoleCode",

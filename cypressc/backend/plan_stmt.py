@@ -27,6 +27,7 @@ __all__ = [
     "ExtArg",
     "External",
     "StoreDirect",
+    "box_cols",
     "LoadDirect",
     "StageWrite",
     "WriteShared",
@@ -188,6 +189,12 @@ class LoadDirect:
     dtype: str
 
 
+def box_cols(dtype: str) -> int:
+    """Columns of one staged epilogue box: a 128-byte swizzled row (64 16-bit elements, or
+    32 f32), 64 rows deep (8192 bytes), as the TMA store's box reads it."""
+    return 32 if dtype == "f32" else 64
+
+
 @dataclass(frozen=True)
 class StageWrite:
     """Each thread writes its fragment ``acc`` into the swizzled 64x64 shared boxes of the
@@ -221,7 +228,8 @@ class WriteShared:
 class TmaStore:
     """The staging tile ``tensor`` (``acc``'s shape per consumer warpgroup) at ``offset`` ->
     global at (``row0``, ``col0``) through TMA map ``map`` (whose ``tensor`` is the global
-    tensor written), issued by the warpgroup's leader thread."""
+    tensor written), issued by the warpgroup's leader thread; ``reduce`` (a ``copy.add``):
+    added into global instead (``cp.reduce.async.bulk.tensor ... .add``), completing alike."""
 
     event: str
     acc: str
@@ -231,6 +239,10 @@ class TmaStore:
     row0: IExpr
     col0: IExpr
     batch: IExpr | None
+    reduce: bool = False
+    # a copy of the block's whole tile (no warpgroup dimension): the first warpgroup's leader
+    # sends every warpgroup's tile, warpgroup w's at row0 + w * (its rows)
+    whole: bool = False
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ product into another row tile of C: FlashAttention-3's dQ).  Copy elimination fo
 (passes/copy_reduce.py), inside the loop for reduce_steps; every snapshot equals NumPy,
 schedules and happens-before are clean; a loop that writes one piece again each step is not
 forwarded (teeth: that would add it once per step).  The Hopper builds compile with ptxas
-(no spills).  The GPU check: ``reduce_rows`` and ``reduce_steps`` in bench/gpu_check.py."""
+(no spills).  A private copy in shared memory (tests/mappings/reduce_rows_smem.yaml) is staged
+as f32 boxes and added with TMA reduce-adds.  The GPU check: ``reduce_rows`` (mappings
+``h100`` and ``reduce_rows_smem``) and ``reduce_steps`` in bench/gpu_check.py."""
 
 from __future__ import annotations
 
@@ -140,6 +142,39 @@ def test_hopper_build_adds_fragments_with_red_and_compiles(name, tmp_path):
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
 
 
+SMEM = ("tests/programs/reduce_rows.cyp", "tests/mappings/reduce_rows_smem.yaml")
+
+
+def test_a_shared_private_copy_is_added_with_tma_reduce_adds(tmp_path):
+    """The private copy in shared memory: the threads stage their f32 fragments in 64 x 32
+    boxes (128-byte swizzled rows), then the first warpgroup's leader adds every warpgroup's
+    boxes into C through an f32 TMA map, committed and waited for as a store."""
+    built = rendered(*SMEM)
+    cu = built.files["reduce_rows.cu"]
+    kernel = cu[cu.index("regs_alloc") : cu.index('extern "C"')]
+    assert (
+        "*reinterpret_cast<float2*>(box + cypress::sw128_offset(rc.x, 2 * (rc.y % 32)))" in kernel
+    )
+    add = kernel[kernel.index("TMA reduce-add") :]
+    assert add.index("if (leader && cw == 0) {") < add.index("for (int g = 0; g < 2; ++g) {")
+    assert (
+        "cypress::tma_reduce_add_2d(&tm_C_64x32, smem + C_smem_SMEM + g * C_smem_TILE + b * 8192, "
+        "((b1 * 128)) + 32 * b, ((b0 * 128)) + g * 64);" in add
+    )
+    assert (
+        add.index("tma_reduce_add_2d")
+        < add.index("tma_store_commit")
+        < add.index("tma_store_wait<0>")
+    )
+    launcher = cu[cu.index('extern "C"') :]
+    assert "make_tma_map(&tm_C_64x32, C, false, N, M, 1, 32, 64, 2, 128, 4)" in launcher
+    assert "if (!(N % 4 == 0)) return cudaErrorInvalidValue;" in launcher  # 16-byte f32 rows
+    (tmp_path / "reduce_rows.cu").write_text(cu)
+    report = ptxas_report(tmp_path / "reduce_rows.cu", tmp_path / "reduce_rows.o")
+    spills = [ln for ln in report.splitlines() if "spill stores" in ln]
+    assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
+
+
 @pytest.fixture(scope="module")
 def gc():
     bench = str(ROOT / "bench")
@@ -165,11 +200,15 @@ def test_gpu_check_reference_and_sizes_fit(gc, name):
     assert gc.PROGRAMS[name].atomic and gc.SOURCES[name] == HOPPER[name]
     assert gc.program_path(name) == ROOT / HOPPER[name][0]
     assert gc.resolve_mapping(name, "h100") == ROOT / HOPPER[name][1]
-    info = rendered(*HOPPER[name]).info
-    _, check, small, run, why = gc.program_for(name, info)
-    assert not why and all(list(s) == list(info.sizes) for s in check + small + [run])
-    assert sum(bool(info.failed_requires(s)) for s in check) == 2
-    assert not info.failed_requires(run) and not any(info.failed_requires(s) for s in small)
+    builds = [HOPPER[name]] + [SMEM] * (name == "reduce_rows")
+    if name == "reduce_rows":  # `--mappings reduce_rows_smem`: the .yaml beside the h100 one
+        assert gc.resolve_mapping(name, "reduce_rows_smem") == ROOT / SMEM[1]
+    for build in builds:
+        info = rendered(*build).info
+        _, check, small, run, why = gc.program_for(name, info)
+        assert not why and all(list(s) == list(info.sizes) for s in check + small + [run])
+        assert sum(bool(info.failed_requires(s)) for s in check) == 2
+        assert not info.failed_requires(run) and not any(info.failed_requires(s) for s in small)
 
 
 def test_gpu_check_compares_atomic_outputs_within_rounding(gc):
