@@ -19,7 +19,9 @@ process with a timeout (a hang or a broken context costs one target, not the run
 ``cypressc.runtime`` on fresh ``torch.randn`` data in the program's dtype: several sizes
 (tile multiples, ragged edges, tiny, K = 0), outputs poisoned with NaN first, compared with
 a float32 PyTorch reference (TF32 off; ``||out - ref|| / ||ref|| < 1e-2``, no NaN, a second
-launch bitwise equal); shapes the kernel's ``requires`` refuse must raise ``KernelError`` in
+launch bitwise equal, or within rounding for a program that adds with atomics); a tensor
+the kernel reads and writes (a ``reduces=`` target) starts from random values, restored
+before each launch; shapes the kernel's ``requires`` refuse must raise ``KernelError`` in
 Python and make the launcher return cudaErrorInvalidValue with the outputs untouched; the
 loader's argument checks on real CUDA tensors; for ``gemm`` targets also the kernel as a PyTorch op
 under ``torch.compile(fullgraph=True)`` and in a replayed CUDA graph (bench/op_checks.py; two rows

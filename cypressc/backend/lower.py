@@ -426,9 +426,7 @@ def _refuse_reductions(m: N.Module) -> None:
             for o in walk_ops(m.body)
             if isinstance(o, N.Copy)
             and o.reduce
-            and (
-                sym.mem(o.src) not in (Mem.REGISTER, Mem.SHARED) or sym.mem(o.dst) != Mem.GLOBAL
-            )
+            and (sym.mem(o.src) not in (Mem.REGISTER, Mem.SHARED) or sym.mem(o.dst) != Mem.GLOBAL)
         ),
         None,
     )
