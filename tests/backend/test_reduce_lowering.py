@@ -32,7 +32,7 @@ from cypressc.ir.schedule_check import check_schedules
 from cypressc.ir.subst import walk_ops
 from cypressc.lang.kinds import Mem
 from cypressc.pipeline import compile_module
-from tests.compiled import ROOT, modules, ptxas_report, rendered
+from tests.compiled import ROOT, modules, ptxas_report, rendered, snapshots
 
 ROWS = ("tests/programs/reduce_rows.cyp", "tests/mappings/reduce_rows_regs_small.yaml")
 STEPS = ("tests/programs/reduce_steps.cyp", "tests/mappings/reduce_steps_small.yaml")
@@ -190,6 +190,10 @@ def test_gpu_check_reference_and_sizes_fit(gc, name):
     """bench/gpu_check.py's float32 reference (C plus the product) is what the program
     computes, and its sizes fit the Hopper build's ABI (K = 0 and odd N refused)."""
     torch = pytest.importorskip("torch")
+    from cypressc.backend.emit import build_info
+    from cypressc.backend.harness import RUNTIME_DIR
+    from cypressc.runtime import KernelInfo
+
     case = ROWS if name == "reduce_rows" else STEPS
     m = _snaps(case)["dependence-analysis"]
     arrays = random_inputs(m, SIZES[case], seed=5)
@@ -204,7 +208,8 @@ def test_gpu_check_reference_and_sizes_fit(gc, name):
     if name == "reduce_rows":  # `--mappings reduce_rows_smem`: the .yaml beside the h100 one
         assert gc.resolve_mapping(name, "reduce_rows_smem") == ROOT / SMEM[1]
     for build in builds:
-        info = rendered(*build).info
+        plan = snapshots(*build)[-1][1].kernel
+        info = KernelInfo.from_dict(build_info(plan, str(RUNTIME_DIR)))
         _, check, small, run, why = gc.program_for(name, info)
         assert not why and all(list(s) == list(info.sizes) for s in check + small + [run])
         assert sum(bool(info.failed_requires(s)) for s in check) == 2
