@@ -224,3 +224,33 @@ def test_gpu_check_compares_atomic_outputs_within_rounding(gc):
     assert gc._same(torch, prog, a, b) and not gc._same(torch, gc.PROGRAMS["gemm"], a, b)
     assert not gc._same(torch, prog, a, a + 1e-3)
     assert not gc._same(torch, prog, a, torch.tensor([1.0, float("nan"), 3.0]))
+
+
+class _FakeReduce:
+    """Stands in for the reduce_rows kernel on CPU tensors: C += A @ B with a rounding
+    difference from launch to launch (atomics add in any order)."""
+
+    def __init__(self, info):
+        self.info, self.name, self.launches = info, "reduce_rows", 0
+
+    def __call__(self, C, A, B):
+        self.launches += 1
+        C += (A.float() @ B.float()) * (1 + 1e-7 * self.launches)
+
+
+def test_gpu_check_logic_with_a_fake_reduction(gc, monkeypatch):
+    """check_size starts C from random values, compares with C + A·B, restores C before the
+    second launch and accepts a rounding difference between launches (not bitwise)."""
+    torch = pytest.importorskip("torch")
+    from cypressc.backend.emit import build_info
+    from cypressc.backend.harness import RUNTIME_DIR
+    from cypressc.runtime import KernelInfo
+
+    monkeypatch.setattr(gc, "DEVICE", "cpu")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    plan = snapshots(*HOPPER["reduce_rows"])[-1][1].kernel
+    info = KernelInfo.from_dict(build_info(plan, str(RUNTIME_DIR)))
+    r = gc.check_size(torch, _FakeReduce(info), gc.PROGRAMS["reduce_rows"], dict(M=9, N=8, K=8))
+    assert r["ok"] and r["det"] and r["rel"]["C"] < 1e-5, r
+    bitwise = gc.check_size(torch, _FakeReduce(info), gc.PROGRAMS["gemm"], dict(M=9, N=8, K=8))
+    assert not bitwise["det"]  # teeth: a program without atomics compares bitwise
