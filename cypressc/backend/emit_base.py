@@ -63,7 +63,7 @@ class StagedTile:
 
     @property
     def tile_bytes(self) -> int:
-        return self.rows * self.cols * 2
+        return self.rows * self.cols * (4 if self.dtype == "f32" else 2)
 
 
 def staged_tiles(p: P.KernelPlan) -> list[StagedTile]:
@@ -128,7 +128,8 @@ def times(k: int | str, i: str) -> str:
     return "" if i == "0" else f" + {k} * {i}"
 
 
-def staging(tensor: str) -> str:
-    """The consumer warpgroup's tile of staging tile ``tensor`` (:func:`staged_tiles`; offsets,
-    not a pointer like a stage buffer's: a pointer variable changes ptxas's schedule)."""
-    return f"smem + {sym(tensor)}_SMEM + cw * {sym(tensor)}_TILE"
+def staging(tensor: str, wg: str = "cw") -> str:
+    """Consumer warpgroup ``wg``'s tile (a C expression; default this thread's) of staging
+    tile ``tensor`` (:func:`staged_tiles`; offsets, not a pointer like a stage buffer's: a
+    pointer variable changes ptxas's schedule)."""
+    return f"smem + {sym(tensor)}_SMEM + {wg} * {sym(tensor)}_TILE"

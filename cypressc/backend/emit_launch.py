@@ -62,7 +62,7 @@ def emit_launcher(w, p: P.KernelPlan, paired: bool, namespaced: bool = False) ->
     w(f"if (({ptrs}) & 15) return cudaErrorInvalidValue;  // TMA needs 16-byte aligned tensors")
     for t in p.tensors:
         if t.name in p.pointer_reads:
-            pairs = any(isinstance(s, P.LoadDirect) and s.tensor == t.name for s in p.epilogue)
+            pairs = p.read_in_pairs(t.name)
             w(
                 f"if (reinterpret_cast<uintptr_t>({sym(t.name)}) & {DTYPES[t.dtype].itemsize * (1 + pairs) - 1}) "
                 f"return cudaErrorInvalidValue;  // {t.name} is read {'in pairs of elements' if pairs else 'element by element'}"
@@ -87,6 +87,8 @@ def emit_launcher(w, p: P.KernelPlan, paired: bool, namespaced: bool = False) ->
         bf16 = "true" if t.dtype == "bf16" else "false"
         w(f"CUtensorMap {sym(m.name)};")
         sw = "" if m.swizzle == 128 else f", {m.swizzle}"  # 128: the runtime's default
+        if t.dtype == "f32":  # 4-byte elements (a TMA reduce-add's target)
+            sw = f", {m.swizzle}, 4"
         w(
             f"if ((e = cypress::make_tma_map(&{sym(m.name)}, {sym(t.name)}, {bf16}, {inner}, {outer}, {batch}, "
             f"{m.box[-1]}, {m.box[-2]}, {len(m.box)}{sw})) != cudaSuccess) return e;"

@@ -16,10 +16,11 @@ from dataclasses import replace
 
 from cypressc.backend import plan as P
 from cypressc.backend.cexpr import is_true, is_zero
-from cypressc.backend.emit_base import CTYPE, frag as _frag, staging as _staging
+from cypressc.backend.emit_base import CTYPE, frag as _frag
 from cypressc.backend.emit_base import atom as _atom, c as _c, cond as _cond, dim as _dim
 from cypressc.backend.emit_base import done as _done, each as _each, per_atom as _per_atom
 from cypressc.backend.emit_base import stage_base as _stage_base, times as _times
+from cypressc.backend.emit_epilogue import load_direct, stage_write, store_direct, tma_store
 from cypressc.backend.emit_sync import emit_sync
 from cypressc.backend.names import sym as _n
 
@@ -213,7 +214,7 @@ def _convert(w, p: P.KernelPlan, op: P.Convert) -> None:
 
 def _add(w, p: P.KernelPlan, op: P.Add) -> None:
     f = _frag(p, op.acc)
-    w(f"// {op.event}: {'add' if op.op == '+' else 'mul'}")
+    w(f"// {op.event}: {dict(zip('+*', ('add', 'mul'))).get(op.op, 'copy')}")
     a = _each(w, "a", f.rows // 64, unroll=False)
     w(
         f"for (int i = 0; i < {f.cols // 2}; ++i) {_n(op.acc)}[{a}][i] {op.op}= {_n(op.other)}[{a}][i];"
@@ -226,32 +227,6 @@ def _scale(w, p: P.KernelPlan, op: P.Scale) -> None:
     w(f"// {op.event}: scale")
     a = _each(w, "a", f.rows // 64, unroll=False)
     w(f"for (int i = 0; i < {f.cols // 2}; ++i) {_n(op.acc)}[{a}][i] *= {_c(op.value)};")
-    _done(w, f.rows // 64)
-
-
-def _load_direct(w, p: P.KernelPlan, op: P.LoadDirect) -> None:
-    """Each thread's fragment from global memory, a pair of columns per load (0 past the
-    tensor's rows or columns): a quad reads 8 contiguous columns of a row."""
-    f = _frag(p, op.acc)
-    t = next(x for x in p.tensors if x.name == op.tensor)
-    rows, cols = _dim(t.dims[-2], p), _dim(t.dims[-1], p)
-    base = (
-        _n(op.tensor)
-        if op.batch is None
-        else f"({_n(op.tensor)} + size_t({_c(op.batch)}) * {rows} * {cols})"
-    )
-    w(f"// {op.event}: copy {op.tensor} -> %{op.acc} ({op.dtype} -> f32), each thread its fragment")
-    a = _each(w, "a", f.rows // 64)
-    w("#pragma unroll")
-    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
-    w("const int2 rc = cypress::acc_coord(j);")
-    w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
-    w(
-        f"const float2 v = r < {rows} && c < {cols} ? cypress::load2<{CTYPE[op.dtype]}>({base} + "
-        f"size_t(r) * {cols} + c) : make_float2(0.f, 0.f);"
-    )
-    w(f"{_n(op.acc)}[{a}][2 * j] = v.x, {_n(op.acc)}[{a}][2 * j + 1] = v.y;")
-    w.close()
     _done(w, f.rows // 64)
 
 
@@ -285,58 +260,6 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
     _done(w, f.rows // 64)
 
 
-def _store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
-    f = _frag(p, op.acc)
-    t = next(x for x in p.tensors if x.name == op.tensor)
-    rows, cols = _dim(t.dims[-2], p), _dim(t.dims[-1], p)
-    base = (
-        _n(op.tensor)
-        if op.batch is None
-        else f"({_n(op.tensor)} + size_t({_c(op.batch)}) * {rows} * {cols})"
-    )
-    w(f"// {op.event}: copy %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment")
-    if op.when is not None:
-        w.open(f"if ({_cond(op.when)})  // last host-loop iteration only")
-    a = _each(w, "a", f.rows // 64)
-    w("#pragma unroll")
-    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
-    w("const int2 rc = cypress::acc_coord(j);")
-    w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
-    w(f"if (r < {rows} && c < {cols})")
-    pair = f"{_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]"
-    if op.dtype == "f32":
-        w(f"  *reinterpret_cast<float2*>({base} + size_t(r) * {cols} + c) = make_float2({pair});")
-    else:
-        w(
-            f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
-            f"cypress::pack2<{CTYPE[op.dtype]}>({pair});"
-        )
-    w.close()
-    _done(w, f.rows // 64)
-    if op.when is not None:
-        w.close()
-
-
-def _stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
-    f = _frag(p, op.acc)
-    boxes = f.cols // 64
-    w(
-        f"// {op.event}: copy %{op.acc} -> %{op.tensor} (this warpgroup's tile, swizzled 64x64 boxes)"
-    )
-    a = _each(w, "a", f.rows // 64)
-    w("#pragma unroll")
-    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
-    w("const int2 rc = cypress::acc_coord(j);")
-    box = "rc.y / 64" if a == "0" else f"a * {boxes} + rc.y / 64"
-    w(f"uint8_t* box = {_staging(op.tensor)} + ({box}) * 8192;")
-    w(
-        f"*reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = "
-        f"cypress::pack2<{CTYPE[op.dtype]}>({_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]);"
-    )
-    w.close()
-    _done(w, f.rows // 64)
-
-
 def _write_shared(w, p: P.KernelPlan, op: P.WriteShared) -> None:
     """Each accumulator pair (two adjacent columns: one 4-byte word) at its place in the
     stage buffer: chunk ``col / chunk_cols``, then the SW-byte swizzle of (row, column in the
@@ -361,32 +284,6 @@ def _write_shared(w, p: P.KernelPlan, op: P.WriteShared) -> None:
     )
     w.close()
     _done(w, f.rows // 64)
-
-
-def _tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
-    f = _frag(p, op.acc)
-    m = op.map
-    boxes = f.cols // 64
-    w(f"// {op.event}: copy %{op.tensor} -> global (TMA store, 64x64 boxes)")
-    w.open("if (leader)")
-    atoms = f.rows // 64
-    a = _each(w, "a", atoms, unroll=False)
-    b = _each(w, "b", boxes, unroll=False)
-    box = (
-        " + ".join(t for t in (f"{a} * {boxes}" if a != "0" else "", b if b != "0" else "") if t)
-        or "0"
-    )
-    src = _staging(op.tensor) + (
-        "" if box == "0" else f" + ({box}) * 8192" if " " in box else f" + {box} * 8192"
-    )
-    col, row = f"({_c(op.col0)}){_times(64, b)}", f"({_c(op.row0)}){_times(64, a)}"
-    if len(m.box) == 2:
-        w(f"cypress::tma_store_2d(&{_n(m.name)}, {src}, {col}, {row});")
-    else:
-        w(f"cypress::tma_store_3d(&{_n(m.name)}, {src}, {col}, {row}, {_c(op.batch)});")
-    _done(w, boxes)
-    _done(w, atoms)
-    w.close()
 
 
 def _store_vector(w, p: P.KernelPlan, op: P.StoreVector) -> None:
@@ -482,12 +379,12 @@ _PRINT = {
     P.Convert: _convert,
     P.Add: _add,
     P.Scale: _scale,
-    P.LoadDirect: _load_direct,
+    P.LoadDirect: load_direct,
     P.External: _external,
-    P.StoreDirect: _store_direct,
-    P.StageWrite: _stage_write,
+    P.StoreDirect: store_direct,
+    P.StageWrite: stage_write,
     P.WriteShared: _write_shared,
-    P.TmaStore: _tma_store,
+    P.TmaStore: tma_store,
     P.StoreVector: _store_vector,
     P.RowOp: _row_op,
     P.RowStore: _row_store,

@@ -335,6 +335,8 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         if isinstance(o, (N.Partition, N.Alloc, N.Let)):
             return None
         if isinstance(o, N.Copy):
+            if o.reduce and self.sym.mem(o.src) == Mem.REGISTER:
+                return self._reduce_direct(plan, o)
             if sec == "loop":
                 return self._load(plan, o, smem)
             if sec == "after" and not self._issues_loads(o):
@@ -414,19 +416,30 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
 
 
 def _refuse_reductions(m: N.Module) -> None:
-    """E050 at the first ``copy.add``: the lowering of a reduction (a TMA reduce-add from
-    shared memory, or ``red.global.add`` from registers) is not written yet."""
-    red = next((o for o in walk_ops(m.body) if isinstance(o, N.Copy) and o.reduce), None)
+    """E050 at the first ``copy.add`` that adds neither a register fragment (lowered to
+    ``red.global.add``: :meth:`MemoryLowering._reduce_direct`) nor a shared tile (a TMA
+    reduce-add: :meth:`MemoryLowering._store`) into global memory."""
+    sym = Symbols(m)
+    red = next(
+        (
+            o
+            for o in walk_ops(m.body)
+            if isinstance(o, N.Copy)
+            and o.reduce
+            and (sym.mem(o.src) not in (Mem.REGISTER, Mem.SHARED) or sym.mem(o.dst) != Mem.GLOBAL)
+        ),
+        None,
+    )
     if red is None:
         return
-    site = m.sites.tensors.get(N.view_root(red.src, Symbols(m).parts)) if m.sites else None
+    site = m.sites.tensors.get(N.view_root(red.src, sym.parts)) if m.sites else None
     raise CypressError(
         REFUSAL_CODE,
         f"the CUDA backend cannot lower this program yet: a reduce copy (copy.{red.reduce} "
         f"into {fmt_view(red.dst)}) of a reduces= argument",
         site.loc if site is not None else (m.target or Target.default(m.name)).loc,
-        hint="the IR passes, the interpreters and `cypressc explain` still work; reductions "
-        "are lowered in a later step",
+        hint="the IR passes, the interpreters and `cypressc explain` still work; the backend "
+        "adds register fragments or shared tiles into global memory",
     )
 
 

@@ -146,8 +146,8 @@ class KernelInterface:
         for t in plan.tensors:
             inner = shapes[t.name][-1]
             if t.name in plan.pointer_reads:  # loaded by pointer, never by TMA
-                if any(isinstance(s, P.LoadDirect) and s.tensor == t.name for s in plan.epilogue):
-                    reqs.append(  # a fragment loads its elements in pairs
+                if plan.read_in_pairs(t.name):
+                    reqs.append(  # a fragment loads (or adds) its elements in pairs
                         self._require(
                             N.IBin("%", inner, N.IConst(2)),
                             "==",
@@ -159,13 +159,14 @@ class KernelInterface:
             if t.reads or any(
                 isinstance(s, P.TmaStore) and s.map.tensor == t.name for s in plan.epilogue
             ):
+                per16 = 4 if t.dtype == "f32" else 8  # elements in 16 bytes
                 reqs.append(
                     self._require(
-                        N.IBin("%", inner, N.IConst(8)),
+                        N.IBin("%", inner, N.IConst(per16)),
                         "==",
                         zero,
                         f"the innermost extent of {t.name} ({t.dims[-1]}) must be a "
-                        "multiple of 8: TMA needs 16-byte row strides",
+                        f"multiple of {per16}: TMA needs 16-byte row strides",
                     )
                 )
             elif t.writes and (
@@ -311,6 +312,8 @@ class KernelInterface:
         whose entry task declares it but never passes it on) keeps its declared privilege: the
         kernel takes it and leaves it alone."""
         reads, writes = self._reads(name), self._writes(name)
+        if any(reduces(o) and self.sym.root(o.dst) == name for o in walk_ops(self.m.body)):
+            reads = True  # a reduction adds into the value the tensor holds
         if not (reads or writes):
             declared_reads, writes = self.target.declared.get(name, (True, False))
             reads = not writes or declared_reads

@@ -13,10 +13,12 @@ from cypressc.backend import plan as P
 from cypressc.backend.cexpr import KVar
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
+from cypressc.ir.analysis import reduces, views_of
 from cypressc.ir.kinds import Role
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
-from cypressc.lang.kinds import Mem, Proc
+from cypressc.ir.subst import walk_ops
+from cypressc.lang.kinds import Mem, PartKind, Proc
 
 __all__ = ["MemoryLowering"]
 
@@ -128,15 +130,16 @@ class MemoryLowering:
         f = self._fragment(plan, o.args[0])
         root, _, _, mmas = self.origin(o.args[1])
         dt = self.sym.allocs[root].dtype
-        if not mmas or dt not in ("f16", "bf16"):
+        if not mmas or dt not in ("f16", "bf16", "f32"):
             _refuse(
                 f"copy of a register fragment into {fmt_view(o.args[1])}: the backend stages "
-                "16-bit tiles laid out like the fragment"
+                "16-bit or f32 tiles laid out like the fragment"
             )
-        if f.cols % 64:  # emit_stmt writes and TMA-stores 64 x 64 boxes (128-byte swizzled rows)
+        bc = P.box_cols(dt)
+        if f.cols % bc:  # emit_stmt writes and TMA-stores 64-row boxes of 128-byte swizzled rows
             _refuse(
                 f"a staged epilogue tile of {f.cols} columns ({fmt_view(o.args[1])}): the backend stages "
-                "boxes of 64 columns; make the tile's columns a multiple of 64, or store it from "
+                f"boxes of {bc} columns; make the tile's columns a multiple of {bc}, or store it from "
                 "registers (GLOBAL instead of SHARED in the mems of the store's instances)"
             )
         self._pending_stage = (o, f, root, dt)
@@ -201,8 +204,43 @@ class MemoryLowering:
 
     def _store_direct(self, plan: P.KernelPlan, o: N.Call) -> P.StoreDirect:
         """``copy`` of an accumulator straight into its global tile, each thread its fragment."""
-        f = self._fragment(plan, o.args[0])
-        dst = o.args[1]
+        return self._direct_out(plan, self.en(o.ev), o.args[0], o.args[1])
+
+    def _reduce_direct(self, plan: P.KernelPlan, o: N.Copy) -> P.StoreDirect:
+        """``copy.add`` of an f32 register fragment into its global tile (laid out like it,
+        ``partition_by_mma(..., "C")`` of both), each thread its fragment, a pair of adjacent
+        elements per ``red.global.v2.f32.add``: FlashAttention-3's dQ atomics.  Anywhere in
+        the block: after the main loop, or inside it (once per step).  The kernel must only
+        add into the tensor (no copy or leaf reads or writes it), so nothing in the kernel
+        waits for a reduction; the kernel's end completes them for what runs after it."""
+        where = f"copy.{o.reduce} {fmt_view(o.src)} -> {fmt_view(o.dst)}"
+        root = self.sym.root(o.dst)
+        if any(
+            self.sym.root(v) == root and not reduces(x)
+            for x in walk_ops(self.m.body)
+            for v, _, _ in views_of(x)
+        ):
+            _refuse(
+                f"{where}: the kernel also reads or writes %{root}; a kernel that adds into a "
+                "tensor from registers may only add into it"
+            )
+        inner = [(d.proc, static(d.extent)) for d in o.dims if d.proc in (Proc.WARP, Proc.THREAD)]
+        if inner != [(Proc.WARP, 4), (Proc.THREAD, 32)]:
+            _refuse(
+                f"{where} runs on {inner or 'no'} warps/threads of a warpgroup; the backend "
+                "needs all 4 warps x 32 threads"
+            )
+        f = self._fragment(plan, o.src)
+        if o.reduce != "add" or f.dtype != "f32" or self.sym.allocs[root].dtype != "f32":
+            _refuse(f"{where}: the backend adds f32 register fragments into f32 tensors")
+        st = self._direct_out(plan, self.en(o.ev), o.src, o.dst, reduce=True)
+        plan.pointer_reads.add(root)  # read by the reductions themselves, never through TMA
+        return st
+
+    def _direct_out(
+        self, plan: P.KernelPlan, ev: str, src: N.View, dst: N.View, reduce: bool = False
+    ) -> P.StoreDirect:
+        f = self._fragment(plan, src)
         root, org, keep, mmas = self.origin(dst)
         if not mmas:
             _refuse(
@@ -219,7 +257,7 @@ class MemoryLowering:
             _refuse(f"{fmt_view(dst)}: a stored tile must span the two innermost dimensions")
         if mem != Mem.GLOBAL:
             _refuse(f"copy into {mem}")
-        st = P.StoreDirect(self.en(o.ev), f.name, root, row0, col0, batch, dt, self._when(root))
+        st = P.StoreDirect(ev, f.name, root, row0, col0, batch, dt, self._when(root), reduce)
         plan.epilogue.append(st)
         return st
 
@@ -246,9 +284,32 @@ class MemoryLowering:
         plan.epilogue.append(st)
         return st
 
+    def _warpgroup_rows(self, call: N.Call, sroot: str, f: P.Fragment) -> None:
+        """Refuse (E050) unless the staging write ``call`` gives consumer warpgroup ``w`` rows
+        ``[w * f.rows, (w + 1) * f.rows)`` of the whole tile ``sroot`` (a blocks partition by
+        warpgroup rows, as the store trees make): a copy of the whole tile (no WARPGROUP
+        dimension: the block's private copy) is then sent warpgroup tile by warpgroup tile."""
+        cols = self.sym.shape(N.TRef(sroot))[-1]
+        for piece in self.sym.chain(call.args[1]):
+            part = self.sym.parts[piece.partition]
+            if (
+                part.kind == PartKind.BLOCKS
+                and part.base == N.TRef(sroot)
+                and static(part.params[0]) == f.rows
+                and part.params[1] == cols
+                and piece.idx == (N.IProc(Proc.WARPGROUP, 0), N.IConst(0))
+            ):
+                return
+        _refuse(
+            f"a copy of the whole shared tile %{sroot} whose warpgroups' fragments are not its "
+            f"successive {f.rows}-row slices"
+        )
+
     def _store(self, plan: P.KernelPlan, o: N.Copy, smem) -> P.TmaStore:
         """A SHARED->GLOBAL copy after the main loop: the TMA store of the staging tile the
-        previous :meth:`_stage_write` filled."""
+        previous :meth:`_stage_write` filled; a ``copy.add`` (a private copy of a ``reduces=``
+        argument in shared memory) adds the tile into global with a TMA reduce-add, which
+        completes as a store does (FlashAttention-3's dQ through shared memory)."""
         pend = getattr(self, "_pending_stage", None)
         if pend is None or self.sym.mem(o.src) != Mem.SHARED or self.sym.mem(o.dst) != Mem.GLOBAL:
             _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} after the main loop")
@@ -258,12 +319,21 @@ class MemoryLowering:
         root, org, keep, _ = self.origin(o.dst)
         if root in self.last_only:
             _refuse(f"a last-iteration write of %{root} through a staged TMA store")
+        if o.reduce is not None and (o.reduce != "add" or dt != self.sym.allocs[root].dtype):
+            _refuse(
+                f"copy.{o.reduce} {fmt_view(o.src)} -> {fmt_view(o.dst)}: a TMA reduce-add adds a "
+                "staged tile into a tensor of its element type"
+            )
         kept = [d for d, k in enumerate(keep) if k]
         if kept != [len(keep) - 2, len(keep) - 1]:
             _refuse(f"{fmt_view(o.dst)}: a stored tile must span the two innermost dimensions")
         batch = self._batch(root, org, keep)
+        whole = not any(d.proc == Proc.WARPGROUP for d in o.dims)
+        if whole:
+            self._warpgroup_rows(call, sroot, f)
+        bc = P.box_cols(dt)
         tmap = self._tma_map(
-            plan, P.TmaMap(f"tm_{root}_64x64", root, (1,) * (batch is not None) + (64, 64))
+            plan, P.TmaMap(f"tm_{root}_64x{bc}", root, (1,) * (batch is not None) + (64, bc))
         )
         off = smem.get(sroot, (0, 0, 1))[0]
         st = P.TmaStore(
@@ -275,6 +345,8 @@ class MemoryLowering:
             self.k(org[kept[0]]),
             self.k(org[kept[1]]),
             batch,
+            o.reduce is not None,
+            whole,
         )
         plan.epilogue.append(st)
         self._pending_stage = None

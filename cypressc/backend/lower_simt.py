@@ -28,7 +28,8 @@ class SimtLowering:
 
     def _simt_loop(self, plan: P.KernelPlan, o: N.Call):
         """A SIMT leaf on register fragments inside the main loop, between the wgmmas of one
-        step: clearing an accumulator, or converting one into a wgmma A operand."""
+        step: clearing an accumulator, converting one into a wgmma A operand, or copying one
+        f32 fragment into another (the private copy a ``copy.add`` adds)."""
         self._whole_warpgroups(o)
         f = self._fragment(plan, o.args[0])
         if leaf_of(o).kind is K.FILL:
@@ -38,6 +39,8 @@ class SimtLowering:
                 f"copy of register fragment %{f.name} into {fmt_view(o.args[1])} inside the main loop"
             )
         g = self._fragment(plan, o.args[1])
+        if f.dtype == g.dtype == "f32" and (f.rows, f.cols) == (g.rows, g.cols):
+            return P.Add(self.en(o.ev), g.name, f.name, "")  # the fragment a reduction adds
         if (
             f.dtype != "f32"
             or g.dtype not in ("f16", "bf16")

@@ -60,6 +60,7 @@ from cypressc.backend.plan_stmt import (
     StoreVector,
     Sync,
     TmaStore,
+    box_cols,
 )
 from cypressc.ir.nodes import IBin, IConst, IExpr, IProc, IVar
 
@@ -83,6 +84,7 @@ __all__ = [
     "StageWrite",
     "WriteShared",
     "TmaStore",
+    "box_cols",
     "Barrier",
     "Sync",
     "RoleCode",
@@ -238,6 +240,17 @@ class KernelPlan:
         """The tensors the kernel gets as pointers: those it writes, and read-only ones it
         loads element by element (an external leaf function's per-column vector)."""
         return [t for t in self.tensors if t.writes or t.name in self.pointer_reads]
+
+    def read_in_pairs(self, tensor: str) -> bool:
+        """Whether the kernel reads ``tensor`` by pointer two adjacent elements at a time (a
+        fragment's direct load, or its reduction, ``red.global.v2.f32.add``): its innermost
+        extent must be even and its address aligned to two elements."""
+        return any(
+            isinstance(s, (LoadDirect, StoreDirect))
+            and s.tensor == tensor
+            and (isinstance(s, LoadDirect) or s.reduce)
+            for s in self.epilogue
+        )
 
     def summary(self) -> list[str]:
         """The ``// kernel: …`` lines ``cypressc explain`` prints after cuda-lowering (the IR

@@ -27,6 +27,7 @@ __all__ = [
     "ExtArg",
     "External",
     "StoreDirect",
+    "box_cols",
     "LoadDirect",
     "StageWrite",
     "WriteShared",
@@ -110,7 +111,8 @@ class Fill:
 
 @dataclass(frozen=True)
 class Add:
-    """``acc op= other`` element by element: ``op`` ``+`` (add) or ``*`` (mul)."""
+    """``acc op= other`` element by element: ``op`` ``+`` (add), ``*`` (mul) or ``""`` (a copy
+    of one f32 fragment into another of the same shape: ``acc = other``)."""
 
     event: str
     acc: str
@@ -157,7 +159,10 @@ class External:
 
 @dataclass(frozen=True)
 class StoreDirect:
-    """Each thread stores its fragment to ``tensor`` at tile origin (``row0``, ``col0``)."""
+    """Each thread stores its fragment to ``tensor`` at tile origin (``row0``, ``col0``);
+    ``reduce`` (a ``copy.add`` of the fragment, f32 only): it adds each pair of elements into
+    the tensor with one ``red.global.v2.f32.add`` instead (elements past the tensor's rows or
+    columns are skipped either way)."""
 
     event: str
     acc: str
@@ -167,6 +172,7 @@ class StoreDirect:
     batch: IExpr | None
     dtype: str
     when: IExpr | None = None  # only where this holds (a last-iteration write of a host loop)
+    reduce: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,6 +187,12 @@ class LoadDirect:
     col0: IExpr
     batch: IExpr | None
     dtype: str
+
+
+def box_cols(dtype: str) -> int:
+    """Columns of one staged epilogue box: a 128-byte swizzled row (64 16-bit elements, or
+    32 f32), 64 rows deep (8192 bytes), as the TMA store's box reads it."""
+    return 32 if dtype == "f32" else 64
 
 
 @dataclass(frozen=True)
@@ -216,7 +228,8 @@ class WriteShared:
 class TmaStore:
     """The staging tile ``tensor`` (``acc``'s shape per consumer warpgroup) at ``offset`` ->
     global at (``row0``, ``col0``) through TMA map ``map`` (whose ``tensor`` is the global
-    tensor written), issued by the warpgroup's leader thread."""
+    tensor written), issued by the warpgroup's leader thread; ``reduce`` (a ``copy.add``):
+    added into global instead (``cp.reduce.async.bulk.tensor ... .add``), completing alike."""
 
     event: str
     acc: str
@@ -226,6 +239,10 @@ class TmaStore:
     row0: IExpr
     col0: IExpr
     batch: IExpr | None
+    reduce: bool = False
+    # a copy of the block's whole tile (no warpgroup dimension): the first warpgroup's leader
+    # sends every warpgroup's tile, warpgroup w's at row0 + w * (its rows)
+    whole: bool = False
 
 
 @dataclass(frozen=True)

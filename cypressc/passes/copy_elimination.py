@@ -17,7 +17,10 @@ applied to a fixpoint in this order (synchronization-removing patterns first):
 4. **duplicate elimination** (Fig. 10c): a second copy of the same view into the same
    memory reuses the first;
 5. dead copies into NONE tensors (never read, or written again by a later copy-out of the
-   same source before any read) and unused pure ops are deleted.
+   same source before any read) and unused pure ops are deleted;
+6. **reduce forwarding** (issue #38): a ``copy.add`` out of a NONE private copy whose one
+   writer copies a materialized tensor into it becomes that writer, adding into the view
+   (:mod:`cypressc.passes.copy_reduce`).
 
 A tensor mapped to NONE that is still read or written by a copy or a leaf afterwards
 cannot be left unmaterialized: that is a located error (E044), at the ``mems`` entry that
@@ -36,6 +39,7 @@ from cypressc.passes.copy_index import _LAST
 from cypressc.passes.copy_none import _check_none
 from cypressc.passes.copy_patterns import _try_alias, _try_hoist, _try_spill
 from cypressc.passes.copy_redundant import _try_dead, _try_duplicate, _try_self
+from cypressc.passes.copy_reduce import _try_reduce_forward
 
 __all__ = ["copy_elimination", "rewrite_to_fixpoint", "NotConverged", "PATTERNS"]
 
@@ -50,6 +54,7 @@ PATTERNS = (
     _try_dead,
     _try_snapshot,
     _try_rotate,
+    _try_reduce_forward,
 )
 
 

@@ -4,8 +4,8 @@
 schedules; the concurrent interpreter (values, every block) and the happens-before check are
 clean; a plain write racing a reduction is reported as a race while two reductions commute
 (teeth); the hazard analysis keeps no edge between two reductions; dependence analysis
-refuses a private copy read before it is written (E052); the backend refuses a reduction
-(E050)."""
+refuses a private copy read before it is written (E052); the backend lowers a private copy in
+shared memory to a TMA reduce-add and refuses one in global memory (E050)."""
 
 from __future__ import annotations
 
@@ -161,8 +161,27 @@ def test_a_reduction_that_never_touches_its_argument_adds_nothing(tmp_path):
     assert not [o for o in walk_ops(m.body) if isinstance(o, N.Alloc) and o.name.startswith("C_")]
 
 
-def test_the_backend_refuses_a_reduction_at_its_launch():
-    tree = front_end(ROOT / PROG, ROOT / MAP, include_dirs=(ROOT / "programs",))
+def test_the_backend_lowers_a_shared_private_copy_to_a_tma_reduce_add():
+    from cypressc.backend.plan import TmaStore
+
+    plan = compile_module(front_end(ROOT / PROG, ROOT / MAP, include_dirs=(ROOT / "programs",)))
+    (st,) = [s for s in plan[-1][1].kernel.epilogue if isinstance(s, TmaStore)]
+    assert st.reduce and st.whole and st.map.box == (64, 32)  # f32 boxes of 128-byte rows
+
+
+def test_the_backend_refuses_a_reduction_from_global_memory_at_its_launch(tmp_path):
+    """A private copy in GLOBAL (a scratch tensor added global to global): E050."""
+    text = (ROOT / MAP).read_text()
+    for old, new in (
+        ("mems: [SHARED, GLOBAL, GLOBAL]", "mems: [GLOBAL, GLOBAL, GLOBAL]"),
+        ("mems: [NONE, SHARED]", "mems: [NONE, GLOBAL]"),
+        ("mems: [REGISTER, SHARED]}", "mems: [REGISTER, GLOBAL]}"),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    mapping = tmp_path / "reduce_rows_global.yaml"
+    mapping.write_text(text)
+    tree = front_end(ROOT / PROG, mapping, include_dirs=(ROOT / "programs",))
     with pytest.raises(CypressError) as ei:
         compile_module(tree)
     e = ei.value

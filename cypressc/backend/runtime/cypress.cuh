@@ -122,26 +122,31 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// Row-major [batch][outer][inner] 16-bit tensor, box {box_inner, box_outer, 1}, `swizzle`-byte
-// swizzle (128, 64 or 32; box_inner * 2 must be <= swizzle: the box's inner extent fits one
-// swizzled row), out-of-bounds elements read as zero. `rank` is 2 or 3 and must match the
-// tma_load_2d/3d calls on the map (a 3-D map of batch 1 is still 3-D).
+// Row-major [batch][outer][inner] tensor of 16-bit elements (f16, or bf16 when `bf16`), or of
+// f32 when `elem_bytes` is 4 (an f32 tensor a TMA reduce-add adds into), box {box_inner,
+// box_outer, 1}, `swizzle`-byte swizzle (128, 64 or 32; box_inner * elem_bytes must be <=
+// swizzle: the box's inner extent fits one swizzled row), out-of-bounds elements read as zero.
+// `rank` is 2 or 3 and must match the tma_load_2d/3d calls on the map (a 3-D map of batch 1 is
+// still 3-D).
 inline cudaError_t make_tma_map(CUtensorMap* map, const void* gptr, bool bf16, uint64_t inner, uint64_t outer,
                                 uint64_t batch, uint32_t box_inner, uint32_t box_outer, uint32_t rank = 0,
-                                uint32_t swizzle = 128) {
+                                uint32_t swizzle = 128, uint32_t elem_bytes = 2) {
   auto encode = tensor_map_encoder();
   const CUtensorMapSwizzle mode = swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
                                   : swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                   : CU_TENSOR_MAP_SWIZZLE_32B;
-  if (!encode || (swizzle != 128 && swizzle != 64 && swizzle != 32) || box_inner * 2 > swizzle ||
-      (reinterpret_cast<uintptr_t>(gptr) & 15) || (inner * 2) % 16)
+  if (!encode || (swizzle != 128 && swizzle != 64 && swizzle != 32) || (elem_bytes != 2 && elem_bytes != 4) ||
+      box_inner * elem_bytes > swizzle || (reinterpret_cast<uintptr_t>(gptr) & 15) || (inner * elem_bytes) % 16)
     return cudaErrorInvalidValue;
   if (rank == 0) rank = batch > 1 ? 3 : 2;
   cuuint64_t dims[3] = {inner, outer, batch};
-  cuuint64_t strides[2] = {inner * 2, inner * outer * 2};  // bytes, for dims 1..rank-1
+  cuuint64_t strides[2] = {inner * elem_bytes, inner * outer * elem_bytes};  // bytes, for dims 1..rank-1
   cuuint32_t box[3] = {box_inner, box_outer, 1};
   cuuint32_t elem_strides[3] = {1, 1, 1};
-  CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, cuuint32_t(rank),
+  const CUtensorMapDataType type = elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : bf16          ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                   : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  CUresult r = encode(map, type, cuuint32_t(rank),
                       const_cast<void*>(gptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                       mode, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE /* = zeros */);
@@ -167,6 +172,16 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
 // Batched store.
 __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
   cute::SM90_TMA_STORE_3D::copy(map, src, c0, c1, c2);
+}
+// Shared box added into global at (c0, c1), element by element (out-of-bounds parts clipped):
+// `cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.bulk_group` (PTX ISA 8.0, sm_90;
+// CuTe's SM90_TMA_REDUCE_ADD_2D); it completes like a store (commit / wait_group.read).
+__device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, const void* src, int c0, int c1) {
+  cute::SM90_TMA_REDUCE_ADD_2D::copy(map, src, c0, c1);
+}
+// Batched reduce-add.
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
+  cute::SM90_TMA_REDUCE_ADD_3D::copy(map, src, c0, c1, c2);
 }
 // Close the group of stores issued so far by this thread.
 __device__ __forceinline__ void tma_store_commit() { cute::tma_store_arrive(); }
@@ -321,6 +336,13 @@ template <> __device__ __forceinline__ float2 load2<__half>(const __half* p) {
 }
 template <> __device__ __forceinline__ float2 load2<__nv_bfloat16>(const __nv_bfloat16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+
+// Add two adjacent f32 values into global memory (p 8-byte aligned), atomically per element,
+// without returning the old values: one vector reduction, `red.global.v2.f32.add` (PTX ISA
+// §9.7.13.6 "red": vector types since PTX ISA 8.1, sm_90; .v2/.v4 of .f32 support .add).
+__device__ __forceinline__ void red_add2(float* p, float lo, float hi) {
+  asm volatile("red.global.v2.f32.add [%0], {%1, %2};" ::"l"(p), "f"(lo), "f"(hi) : "memory");
 }
 
 // An f32 accumulator fragment (64 x K, C layout) rounded to the A fragment of a register-sourced

@@ -1,0 +1,150 @@
+"""Print the epilogue's moves between register fragments and global memory (Cypress paper
+§4.2.6, the statements of :mod:`cypressc.backend.emit_stmt` that leave the registers): a
+fragment loaded from or stored straight to its global tile (each thread its elements, in
+pairs, ragged edges skipped), added into it with ``red.global.add.v2.f32`` (a ``reduces=``
+argument's private copy in registers), or staged in 128-byte-swizzled shared boxes and sent
+with a TMA store or reduce-add.  :mod:`cypressc.backend.emit_stmt` dispatches to these."""
+
+from __future__ import annotations
+
+from cypressc.backend import plan as P
+from cypressc.backend.emit_base import CTYPE, frag as _frag, staging as _staging
+from cypressc.backend.emit_base import c as _c, cond as _cond, dim as _dim
+from cypressc.backend.emit_base import done as _done, each as _each, times as _times
+from cypressc.backend.names import sym as _n
+
+__all__ = ["load_direct", "store_direct", "stage_write", "tma_store"]
+
+
+def load_direct(w, p: P.KernelPlan, op: P.LoadDirect) -> None:
+    """Each thread's fragment from global memory, a pair of columns per load (0 past the
+    tensor's rows or columns): a quad reads 8 contiguous columns of a row."""
+    f = _frag(p, op.acc)
+    t = next(x for x in p.tensors if x.name == op.tensor)
+    rows, cols = _dim(t.dims[-2], p), _dim(t.dims[-1], p)
+    base = (
+        _n(op.tensor)
+        if op.batch is None
+        else f"({_n(op.tensor)} + size_t({_c(op.batch)}) * {rows} * {cols})"
+    )
+    w(f"// {op.event}: copy {op.tensor} -> %{op.acc} ({op.dtype} -> f32), each thread its fragment")
+    a = _each(w, "a", f.rows // 64)
+    w("#pragma unroll")
+    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    w("const int2 rc = cypress::acc_coord(j);")
+    w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
+    w(
+        f"const float2 v = r < {rows} && c < {cols} ? cypress::load2<{CTYPE[op.dtype]}>({base} + "
+        f"size_t(r) * {cols} + c) : make_float2(0.f, 0.f);"
+    )
+    w(f"{_n(op.acc)}[{a}][2 * j] = v.x, {_n(op.acc)}[{a}][2 * j + 1] = v.y;")
+    w.close()
+    _done(w, f.rows // 64)
+
+
+def store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
+    """Each thread's fragment into its global tile, a pair of columns per store (converted to
+    16 bits and packed, or a float2), or added with ``red.global.add.v2.f32`` (``reduce``);
+    elements past the tensor's rows or columns are skipped; under ``when`` if any."""
+    f = _frag(p, op.acc)
+    t = next(x for x in p.tensors if x.name == op.tensor)
+    rows, cols = _dim(t.dims[-2], p), _dim(t.dims[-1], p)
+    base = (
+        _n(op.tensor)
+        if op.batch is None
+        else f"({_n(op.tensor)} + size_t({_c(op.batch)}) * {rows} * {cols})"
+    )
+    what = "add" if op.reduce else "copy"
+    w(
+        f"// {op.event}: {what} %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment"
+    )
+    if op.when is not None:
+        w.open(f"if ({_cond(op.when)})  // last host-loop iteration only")
+    a = _each(w, "a", f.rows // 64)
+    w("#pragma unroll")
+    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    w("const int2 rc = cypress::acc_coord(j);")
+    w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
+    w(f"if (r < {rows} && c < {cols})")
+    pair = f"{_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]"
+    if op.reduce:
+        w(f"  cypress::red_add2({base} + size_t(r) * {cols} + c, {pair});")
+    elif op.dtype == "f32":
+        w(f"  *reinterpret_cast<float2*>({base} + size_t(r) * {cols} + c) = make_float2({pair});")
+    else:
+        w(
+            f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
+            f"cypress::pack2<{CTYPE[op.dtype]}>({pair});"
+        )
+    w.close()
+    _done(w, f.rows // 64)
+    if op.when is not None:
+        w.close()
+
+
+def stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
+    """Each pair into its 128-byte-swizzled box of 64 rows: 64 columns of 16-bit elements
+    (packed), or 32 of f32 (a float2; ``sw128_offset`` counts 16-bit columns)."""
+    f = _frag(p, op.acc)
+    bc = P.box_cols(op.dtype)
+    boxes = f.cols // bc
+    w(
+        f"// {op.event}: copy %{op.acc} -> %{op.tensor} (this warpgroup's tile, swizzled 64x{bc} boxes)"
+    )
+    a = _each(w, "a", f.rows // 64)
+    w("#pragma unroll")
+    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    w("const int2 rc = cypress::acc_coord(j);")
+    box = f"rc.y / {bc}" if a == "0" else f"a * {boxes} + rc.y / {bc}"
+    w(f"uint8_t* box = {_staging(op.tensor)} + ({box}) * 8192;")
+    pair = f"{_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]"
+    if op.dtype == "f32":
+        w(
+            "*reinterpret_cast<float2*>(box + cypress::sw128_offset(rc.x, 2 * (rc.y % 32))) = "
+            f"make_float2({pair});"
+        )
+    else:
+        w(
+            f"*reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = "
+            f"cypress::pack2<{CTYPE[op.dtype]}>({pair});"
+        )
+    w.close()
+    _done(w, f.rows // 64)
+
+
+def tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
+    """The staged tile's 64-row boxes sent to global by TMA (stored, or added: ``reduce``),
+    by each warpgroup's leader for its own tile, or (``whole``) by the first warpgroup's
+    leader for every warpgroup's tile; the hardware clips the ragged edges."""
+    f = _frag(p, op.acc)
+    m = op.map
+    bc = m.box[-1]
+    boxes = f.cols // bc
+    what = "add %s into global (TMA reduce-add" if op.reduce else "copy %s -> global (TMA store"
+    w(f"// {op.event}: {what % ('%' + op.tensor)}, 64x{bc} boxes)")
+    w.open("if (leader && cw == 0)" if op.whole else "if (leader)")
+    if op.whole:  # every warpgroup's tile, from the first one's leader
+        w.open(f"for (int g = 0; g < {p.consumers}; ++g)")
+    atoms = f.rows // 64
+    a = _each(w, "a", atoms, unroll=False)
+    b = _each(w, "b", boxes, unroll=False)
+    box = (
+        " + ".join(t for t in (f"{a} * {boxes}" if a != "0" else "", b if b != "0" else "") if t)
+        or "0"
+    )
+    src = _staging(op.tensor, "g" if op.whole else "cw") + (
+        "" if box == "0" else f" + ({box}) * 8192" if " " in box else f" + {box} * 8192"
+    )
+    col, row = f"({_c(op.col0)}){_times(bc, b)}", f"({_c(op.row0)}){_times(64, a)}"
+    if op.whole:
+        row += f" + g * {f.rows}"
+    fn = "tma_reduce_add" if op.reduce else "tma_store"
+    if len(m.box) == 2:
+        w(f"cypress::{fn}_2d(&{_n(m.name)}, {src}, {col}, {row});")
+    else:
+        w(f"cypress::{fn}_3d(&{_n(m.name)}, {src}, {col}, {row}, {_c(op.batch)});")
+    _done(w, boxes)
+    _done(w, atoms)
+    if op.whole:
+        w.close()
+    w.close()
