@@ -613,11 +613,70 @@ for _name in ("reduce_rows", "reduce_steps"):
         run=dict(M=4096, N=4096, K=4096),
         atomic=True,
     )
+
+
+def _fab_prepare(t: dict, kw: dict) -> None:
+    """LSE and O of the forward (float32, from the random Q, K, V), per (b, h): what the
+    backward reads besides Q, K, V and dO."""
+    import torch
+
+    s = _mm(t["Q"], t["K"].transpose(-1, -2)) * float(kw["scale"])
+    t["LSE"].copy_(torch.logsumexp(s, dim=-1))
+    t["O"].copy_(torch.softmax(s, dim=-1) @ t["V"].float())
+
+
+def _fab_ref(t: dict) -> dict:
+    """tests/programs/flash_attention_bwd.cyp in float32, by the backward's formula from the
+    given LSE and O: P = exp(Q Kᵀ · scale − LSE), Dsum = rowsum(dO ∘ O), dS = P ∘ (dO Vᵀ − Dsum),
+    dV = Pᵀ dO, dK = scale · dSᵀ Q, dQ = scale · dS K (dQacc = dS K, the scratch as the kernels
+    leave it).  With the forward's LSE and O (``prepare``; the harness's --dump run has random
+    ones) it is autograd's dQ, dK, dV of softmax(Q Kᵀ · scale) V."""
+    sc = float(t["scale"])
+    kt = t["K"].float().transpose(-1, -2)
+    p = (_mm(t["Q"], kt) * sc - t["LSE"].float()[..., None]).exp()
+    do = t["dO"].float()
+    dsum = (do * t["O"].float()).sum(-1)
+    ds = p * (do @ t["V"].float().transpose(-1, -2) - dsum[..., None])
+    dqacc = ds @ t["K"].float()
+    return {
+        "dQ": sc * dqacc,
+        "dK": sc * (ds.transpose(-1, -2) @ t["Q"].float()),
+        "dV": p.transpose(-1, -2) @ do,
+        "Dsum": dsum,
+        "dQacc": dqacc,
+    }
+
+
+# the whole attention backward (issue #38): three kernels behind one launcher; ragged M and N,
+# D up to the build's E
+_FAB = dict(scale=0.08838834764831845)
+PROGRAMS["flash_attention_bwd"] = Program(
+    ref=_fab_ref,
+    check=[
+        dict(B=2, H=4, M=1024, N=1024, D=128, **_FAB),
+        dict(B=1, H=3, M=1000, N=777, D=128, **_FAB),
+        dict(B=1, H=1, M=64, N=130, D=64, scale=0.125),
+        dict(B=1, H=2, M=1, N=3, D=128, **_FAB),
+        dict(B=1, H=2, M=333, N=4100, D=128, scale=0.125),
+    ],
+    small=[
+        dict(B=1, H=2, M=256, N=256, D=128, **_FAB),
+        dict(B=1, H=1, M=129, N=130, D=64, scale=0.125),
+    ],
+    run=dict(B=4, H=16, M=4096, N=4096, D=128, **_FAB),
+    prepare=_fab_prepare,
+    atomic=True,
+)
 # Programs outside programs/: (the program, the mapping `--mappings h100` means), from the root;
 # another mapping name is a .yaml beside that one (tests/mappings/attn_bwd_prep/h100_d64.yaml)
 SOURCES = {
     "attn_bwd_dkdv": ("tests/programs/attn_bwd_dkdv.cyp", "tests/mappings/attn_bwd_dkdv.yaml"),
     "two_kernels": ("tests/programs/two_kernels.cyp", "tests/mappings/two_kernels.yaml"),
+    "flash_attention_bwd": (
+        "tests/programs/flash_attention_bwd.cyp",
+        "tests/mappings/flash_attention_bwd/h100_d128.yaml",
+    ),
+    "attn_bwd_main": ("tests/programs/attn_bwd_main.cyp", "tests/mappings/attn_bwd_main.yaml"),
     "gemm_cols": ("tests/programs/gemm_cols.cyp", "tests/mappings/gemm_cols.yaml"),
     "tutorial_gemm": ("docs/tutorial/fused_gemm.cyp", "docs/tutorial/fused_gemm.yaml"),
     "tutorial_attention": ("docs/tutorial/attention.cyp", "docs/tutorial/attention.yaml"),
