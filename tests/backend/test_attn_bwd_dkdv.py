@@ -10,19 +10,20 @@ without spilling.  The GPU check is ``attn_bwd_dkdv`` in bench/gpu_check.py."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from cypressc.build import render_build
 from cypressc.ir import interp
 from cypressc.ir.check import random_inputs
 from cypressc.ir.schedule_check import check_schedules
 from cypressc.lang.intrinsics import LEAF_FUNCTIONS, Operand
-from tests.compiled import ROOT, ptxas_report, snapshots, tree
+from tests.compiled import ROOT, ptxas_report, rendered, snapshots
 
 PROG = ROOT / "tests" / "programs" / "attn_bwd_dkdv.cyp"
 D64 = ROOT / "tests" / "mappings" / "attn_bwd_dkdv_d64.yaml"
@@ -59,7 +60,7 @@ def _case(m, seed: int, causal: int, M: int, N: int):
 
 # not causal, ragged M and N; causal, N > M: key block 1 starts in query block 2, whose ragged
 # tile (queries 128..139) holds the diagonal, and keys 140.. see no query
-CASES = [(0, 72, 130), (1, 140, 192)]
+CASES = [(0, 72, 100), (1, 140, 192)]
 
 
 @pytest.mark.parametrize("step", ["dependence-analysis", "sync-insertion"])
@@ -86,7 +87,7 @@ def test_concurrent_interpreter_is_clean():
 
 
 def test_d128_fits_the_register_split(tmp_path):
-    r = render_build(tree(PROG, D128))
+    r = rendered(PROG, D128)
     assert r.plan.consumer_registers == 240 and r.plan.producer_registers == 24
     for name, text in r.files.items():  # the .cu and its copy of the user's header
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -137,3 +138,41 @@ def test_mask_causal_t_helper_is_its_semantics(tmp_path):
         x = np.zeros((64, 64), np.float32)
         want = LEAF_FUNCTIONS["mask_causal_t"].semantics(Operand(x, (rows, cols)), d)[0]
         assert got == set(zip(*np.nonzero(np.isneginf(want)))), d
+
+
+@pytest.fixture(scope="module")
+def gc():
+    bench = str(ROOT / "bench")
+    sys.path.insert(0, bench)
+    try:
+        yield importlib.import_module("gpu_check")
+    finally:
+        sys.path.remove(bench)
+
+
+def test_gpu_check_prepare_and_reference_are_the_formula(gc):
+    """bench/gpu_check.py's ``prepare`` (LSE, Dsum per query head, causal-masked) and float32
+    reference (dK, dV summed over each key/value head's query heads) on the CPU give what the
+    NumPy formula above does; the table's sizes fit both builds' ABI, some refused."""
+    torch = pytest.importorskip("torch")
+    m = dict(snapshots(PROG, D64, until="dependence-analysis"))["dependence-analysis"]
+    for causal, M, N in CASES:
+        sizes, a, want = _case(m, seed=4, causal=causal, M=M, N=N)
+        t = {k: torch.from_numpy(v.copy()) for k, v in a.items() if k not in ("LSE", "Dsum")}
+        t |= {k: torch.full(a[k].shape, float("nan")) for k in ("LSE", "Dsum")}
+        kw = {"scale": SCALE, "causal": causal}
+        gc.PROGRAMS["attn_bwd_dkdv"].prepare(t, kw)
+        for k in ("LSE", "Dsum"):
+            np.testing.assert_allclose(t[k].double().numpy(), a[k], rtol=1e-4, atol=1e-4)
+        refs = gc.PROGRAMS["attn_bwd_dkdv"].reference(t | kw)
+        assert sorted(refs) == ["dK", "dV"]
+        for n, w in want.items():
+            err = np.linalg.norm(refs[n].double().numpy() - w) / np.linalg.norm(w)
+            assert err < 1e-4, (causal, n, err)
+    # d64: every D = 128 row and D = 256 refused; d128: D = 256 and H = 3 on HK = 2
+    for mapping, refused in ((D64, 9), (D128, 2)):
+        info = rendered(PROG, mapping).info
+        prog, check, small, run, why = gc.program_for("attn_bwd_dkdv", info)
+        assert not why and all(list(s) == [*info.sizes, *info.floats] for s in check + small)
+        assert sum(bool(info.failed_requires(s)) for s in check) == refused, mapping
+        assert not info.failed_requires(run)
