@@ -6,7 +6,7 @@ semantics on the host).  The sequential interpreter, after dependence analysis a
 sync-insertion, gives the formula's dK and dV on ragged sizes, causal or not; the concurrent
 interpreter is clean, with a key block that no query reaches; ptxas fits the
 head-dimension-128 kernel in FlashAttention-3's register split (240 per consumer thread)
-without spilling.  The GPU check is ``attn_bwd_dkdv`` in bench/gpu_check.py."""
+without spilling, and serializes none of the head-dimension-64 kernel's wgmmas.  The GPU check is ``attn_bwd_dkdv`` in bench/gpu_check.py."""
 
 from __future__ import annotations
 
@@ -104,6 +104,20 @@ def test_d128_fits_the_register_split(tmp_path):
         assert m and f"const int {m.group(1)} = kb / (" in text, v
     report = ptxas_report(cu, tmp_path / "k.o")
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report[-2000:]
+
+
+def test_d64_wgmmas_are_not_serialized(tmp_path):
+    """At head dimension 64 the registers suffice, and the step's query head and block
+    (divisions of the step by a run-time count) are computed before its wgmmas are issued,
+    so ptxas serializes none (C7512: registers; C7513: code between a wgmma's issue and its
+    wait defining its input registers)."""
+    r = rendered(PROG, D64)
+    for name, text in r.files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    report = ptxas_report(tmp_path / "attn_bwd_dkdv.cu", tmp_path / "k.o")
+    assert "0 bytes spill stores, 0 bytes spill loads" in report, report[-2000:]
+    assert "serialized" not in report, report[-2000:]
 
 
 @pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
