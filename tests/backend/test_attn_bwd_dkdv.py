@@ -6,7 +6,8 @@ semantics on the host).  The sequential interpreter, after dependence analysis a
 sync-insertion, gives the formula's dK and dV on ragged sizes, causal or not; the concurrent
 interpreter is clean, with a key block that no query reaches; ptxas fits the
 head-dimension-128 kernel in FlashAttention-3's register split (240 per consumer thread)
-without spilling, and serializes none of the head-dimension-64 kernel's wgmmas.  The GPU check is ``attn_bwd_dkdv`` in bench/gpu_check.py."""
+without spilling, and serializes none of the head-dimension-64 kernel's wgmmas.  The GPU check
+is ``attn_bwd_dkdv`` in bench/gpu_check.py."""
 
 from __future__ import annotations
 
