@@ -499,45 +499,84 @@ PROGRAMS["two_kernels"] = Program(
 )
 
 
-def _attn_bwd_stats(t: dict, kw: dict) -> None:
-    """LSE = logsumexp(Q Kᵀ · scale) and Dsum = rowsum(dO ∘ O) with O = softmax(Q Kᵀ · scale) V, in
-    float32 from the random Q, K, V, dO: what the forward and the preprocess give the backward."""
+def _attn_heads(t: dict):
+    """(b, h, key/value head of h, True above the causal diagonal or None) for every query head
+    of the attention backward's [B, H, M, D] Q and [B, HK, N, D] K (top-left aligned: query q
+    sees keys k <= q)."""
     import torch
 
-    s = _mm(t["Q"], t["K"].T) * float(kw["scale"])
-    t["LSE"].copy_(torch.logsumexp(s, dim=-1))
-    o = torch.softmax(s, dim=-1) @ t["V"].float()
-    t["Dsum"].copy_((t["dO"].float() * o).sum(-1))
+    q, k = t["Q"], t["K"]
+    g = q.shape[1] // k.shape[1]
+    M, N = q.shape[2], k.shape[2]
+    above = None
+    if bool(t["causal"]):
+        above = torch.ones(M, N, dtype=torch.bool, device=q.device).triu(1)
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            yield b, h, h // g, above
+
+
+def _attn_bwd_stats(t: dict, kw: dict) -> None:
+    """LSE = logsumexp(Q Kᵀ · scale) and Dsum = rowsum(dO ∘ O) with O = softmax(Q Kᵀ · scale) V,
+    per query head on its key/value head, the scores causal-masked when ``causal``, in float32
+    from the random Q, K, V, dO: what the forward and the preprocess give the backward."""
+    import torch
+
+    for b, h, hk, above in _attn_heads({**t, **kw}):
+        s = _mm(t["Q"][b, h], t["K"][b, hk].T) * float(kw["scale"])
+        if above is not None:
+            s.masked_fill_(above, float("-inf"))
+        t["LSE"][b, h].copy_(torch.logsumexp(s, dim=-1))
+        o = torch.softmax(s, dim=-1) @ t["V"][b, hk].float()
+        t["Dsum"][b, h].copy_((t["dO"][b, h].float() * o).sum(-1))
 
 
 def _attn_bwd_dkdv_ref(t: dict) -> dict:
-    """tests/programs/attn_bwd_dkdv.cyp in float32: P = exp(Q Kᵀ · scale − LSE), dV = Pᵀ dO,
-    dS = P ∘ (dO Vᵀ − Dsum), dK = scale · dSᵀ Q (the formula, for whatever LSE and Dsum)."""
+    """tests/programs/attn_bwd_dkdv.cyp in float32, per query head h on key/value head hk:
+    P = exp(Q Kᵀ · scale − LSE) (0 above the diagonal when causal), dV[hk] += Pᵀ dO,
+    dS = P ∘ (dO Vᵀ − Dsum), dK[hk] += scale · dSᵀ Q (the formula, for whatever LSE and Dsum)."""
+    import torch
+
     sc = float(t["scale"])
-    p = (_mm(t["Q"], t["K"].T) * sc - t["LSE"].float()[:, None]).exp()
-    ds = p * (_mm(t["dO"], t["V"].T) - t["Dsum"].float()[:, None])
-    return {"dV": p.T @ t["dO"].float(), "dK": sc * (ds.T @ t["Q"].float())}
+    dk = torch.zeros(t["K"].shape, dtype=torch.float32, device=t["K"].device)
+    dv = torch.zeros_like(dk)
+    for b, h, hk, above in _attn_heads(t):
+        q, do = t["Q"][b, h].float(), t["dO"][b, h].float()
+        p = (_mm(q, t["K"][b, hk].T) * sc - t["LSE"][b, h].float()[:, None]).exp()
+        if above is not None:
+            p.masked_fill_(above, 0.0)
+        ds = p * (_mm(do, t["V"][b, hk].T) - t["Dsum"][b, h].float()[:, None])
+        dv[b, hk] += p.T @ do
+        dk[b, hk] += sc * (ds.T @ q)
+    return {"dV": dv, "dK": dk}
 
 
-# the attention backward's dK, dV kernel (issue #38) for one head: ragged M and N; D the
-# mapping's E (64 or 128); LSE and Dsum consistent with the inputs (prepare)
+# the attention backward's dK, dV kernel (issue #38): batch, grouped-query heads (dK, dV of a
+# key/value head summed over its H / HK query heads), causal or not (top-left), ragged M and N,
+# N > M causal (key blocks no query reaches: dK = dV = 0), M > N; D up to the mapping's E (64 or
+# 128: D = 128 rows are refusals on a d64 build, D = 256 on both), H not a multiple of HK
+# refused; LSE and Dsum consistent with the inputs (prepare)
+_S128 = 0.08838834764831845
 _BWD = [
-    dict(M=4096, N=4096, D=128, scale=0.08838834764831845),
-    dict(M=1000, N=777, D=128, scale=0.08838834764831845),
-    dict(M=64, N=128, D=128, scale=0.5),
-    dict(
-        M=1, N=3, D=128, scale=0.08838834764831845
-    ),  # N = 1 makes dS = 0: dK has no scale to compare
-    dict(M=333, N=4100, D=128, scale=0.125),
+    dict(B=1, H=2, HK=1, M=4096, N=4096, D=128, causal=0, scale=_S128),
+    dict(B=2, H=8, HK=2, M=1000, N=777, D=128, causal=1, scale=_S128),
+    dict(B=1, H=4, HK=4, M=64, N=300, D=128, causal=1, scale=0.5),
+    # one query: causal it sees key 0 only and dS = 0 (dK has no scale to compare), so not causal
+    dict(B=1, H=1, HK=1, M=1, N=3, D=128, causal=0, scale=_S128),
+    dict(B=1, H=2, HK=1, M=333, N=4100, D=128, causal=1, scale=0.125),
+    dict(B=1, H=4, HK=1, M=4100, N=333, D=128, causal=1, scale=_S128),
+    dict(B=1, H=4, HK=2, M=8192, N=8192, D=128, causal=1, scale=_S128),
+    dict(B=1, H=3, HK=2, M=128, N=128, D=128, causal=0, scale=_S128),
+    dict(B=1, H=2, HK=1, M=128, N=128, D=256, causal=0, scale=0.0625),
 ]
 PROGRAMS["attn_bwd_dkdv"] = Program(
     ref=_attn_bwd_dkdv_ref,
-    check=_BWD + [{**s, "D": 64, "scale": 0.125} for s in _BWD[:3]],
+    check=_BWD + [{**s, "D": 64, "scale": 0.125} for s in _BWD[:3] + _BWD[5:6]],
     small=[
-        dict(M=256, N=256, D=128, scale=0.08838834764831845),
-        dict(M=129, N=130, D=64, scale=0.125),
+        dict(B=1, H=2, HK=1, M=256, N=256, D=128, causal=1, scale=_S128),
+        dict(B=1, H=2, HK=1, M=129, N=130, D=64, causal=0, scale=0.125),
     ],
-    run=dict(M=16384, N=16384, D=128, scale=0.08838834764831845),
+    run=dict(B=1, H=16, HK=4, M=8192, N=8192, D=128, causal=0, scale=_S128),
     prepare=_attn_bwd_stats,
 )
 

@@ -158,7 +158,12 @@ def cexpr(e, top: bool = False, var: Callable[[str], str] | None = None) -> str:
     elif isinstance(e, N.IBin):
         op = e.op
         if op in CALLS:
-            return f"{op}({cexpr(e.a, var=var)}, {cexpr(e.b, var=var)})"
+            args = [cexpr(x, var=var) for x in (e.a, e.b)]
+            if op != "cdiv" and _wide(e.a) != _wide(e.b):
+                # min(int, long long) matches several CUDA overloads: widen the int operand
+                n = 0 if _wide(e.b) else 1
+                args[n] = f"static_cast<long long>({cexpr((e.a, e.b)[n], top=True, var=var)})"
+            return f"{op}({args[0]}, {args[1]})"
         if op in ARITH:
             text = f"{cexpr(e.a, var=var)} {ARITH[op]} {cexpr(e.b, var=var)}"
         elif op in COMPARE:
@@ -177,6 +182,14 @@ def cexpr(e, top: bool = False, var: Callable[[str], str] | None = None) -> str:
     else:
         raise TypeError(f"not a kernel expression: {e!r}")
     return text if top else f"({text})"
+
+
+def _wide(e) -> bool:
+    """Whether ``e`` prints as a ``long long`` C expression: it has a ``cdiv`` (the kernel's
+    helper returns ``long long``) outside a ``min``/``max`` of two ``int`` operands."""
+    if not isinstance(e, N.IBin) or e.op not in ARITH and e.op not in CALLS:
+        return False
+    return e.op == "cdiv" or _wide(e.a) or _wide(e.b)
 
 
 def is_zero(e, *, exact: bool = True) -> bool:

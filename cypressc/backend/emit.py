@@ -22,6 +22,7 @@ from cypressc.backend.emit_base import c as _c
 from cypressc.backend.emit_launch import emit_launcher, launcher_args, launcher_signature
 from cypressc.backend.emit_stmt import emit_stmts
 from cypressc.backend.names import choose_names, sym
+from cypressc.backend.step_lets import hoist_step_divisions
 from cypressc.ir import nodes as N
 from cypressc.ir.kinds import Role
 
@@ -509,6 +510,9 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
         )  # the issuer runs ahead only with one main loop
         if loop or ahead_n:
             w.open(f"for (int kb = 0; kb < num_k{s}; ++kb)")
+            lets, loop = hoist_step_divisions(loop)
+            for name, value in lets:  # before the step's wgmmas are in flight (step_lets)
+                w(f"const int {name} = {_c(value, top=True)};")
             emit_stmts(w, p, loop)
             if ahead_n:
                 w.open("if (issuer && kb + STAGES - 1 < num_k)")

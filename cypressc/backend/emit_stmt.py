@@ -247,6 +247,8 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
                 calls[e].append(f"{_n(x.name)}[{a}][2 * j + {e}]")
         elif x.kind == "vec":
             ct, col, n, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + c", _n(x.name), _dim(x.extent, p)
+            if x.batch is not None:
+                n = f"({n} + size_t({_c(x.batch)}) * {ext})"
             w(f"const {ct} v{i}_0 = {col} < {ext} ? {n}[{col}] : {ct}{{}};")
             w(f"const {ct} v{i}_1 = {col} + 1 < {ext} ? {n}[{col} + 1] : {ct}{{}};")
             for e in (0, 1):
@@ -312,6 +314,7 @@ _ROW_CALLS = {
     "div_rows": ("div_rows", "div_vec"),
     "mask_columns": ("mask_columns", None),
     "mask_causal": ("mask_causal", None),
+    "mask_causal_t": ("mask_causal_t", None),
     "row_log_sum_exp": (None, "row_log_sum_exp"),
 }
 
@@ -332,9 +335,9 @@ def _row_op(w, p: P.KernelPlan, op: P.RowOp) -> None:
         if op.partial:
             call += "_partial"
         value = _c(op.value) if op.value is not None else None
-        if op.fn == "mask_causal":
+        if op.fn in ("mask_causal", "mask_causal_t"):
             # the helper counts rows from its atom's first: atom a's start 64·a rows further down
-            # the tile, so the diagonal offset (first row minus first key) grows by 64·a
+            # the tile, so the diagonal offset (first row minus first column) grows by 64·a
             value = f"{value}{_times(64, a)}"
         args = [f"{_n(n)}[{a}]" for _, n in op.args] + ([value] if value is not None else [])
         stmt = f"cypress::{call}({', '.join(args)});"

@@ -234,14 +234,21 @@ class SimtLowering:
                 acc = acc or f
                 args.append(P.ExtArg("frag", f.name))
                 continue
-            root, org, _, mmas = self.origin(a)
+            root, org, keep, mmas = self.origin(a)
             t = next((t for t in plan.tensors if t.name == root), None)
             if mem != Mem.GLOBAL or t is None or mmas or len(self.sym.shape(a)) != 1:
                 _refuse(
                     f"{o.fn}() reads {fmt_view(a)} in {mem}: external leaf functions read register "
                     "fragments and 1-D vectors in global memory"
                 )
-            args.append(P.ExtArg("vec", root, t.dtype, self.k(org[0]), t.dims[0]))
+            if not keep[-1]:
+                _refuse(
+                    f"{o.fn}() reads {fmt_view(a)}, a strided vector of %{root}: external leaf "
+                    "functions read vectors along a tensor's last dimension"
+                )
+            # a vector sliced off a [B, H, M] tensor is row b·H + h of it (``_batch``)
+            batch = self._batch(root, org, keep)
+            args.append(P.ExtArg("vec", root, t.dtype, self.k(org[-1]), t.dims[-1], batch=batch))
             vectors.append(a)
             plan.pointer_reads.add(root)
         if acc is None:

@@ -132,9 +132,10 @@ class Scale:
 @dataclass(frozen=True)
 class ExtArg:
     """One operand of an external leaf call: ``kind`` ``frag`` (register fragment ``name``,
-    element by element), ``vec`` (global 1-D tensor ``name`` of ``dtype``, element ``col0 +
-    c`` for the fragment's column c, zero at or past ``extent``) or ``scalar`` (``value``,
-    passed as a C++ ``dtype``: ``int`` or ``float``)."""
+    element by element), ``vec`` (a row of global tensor ``name`` of ``dtype``: element
+    ``col0 + c`` for the fragment's column c, zero at or past ``extent``, the row ``batch`` of
+    the tensor's leading dimensions flattened when it is sliced off a rank > 1 tensor) or
+    ``scalar`` (``value``, passed as a C++ ``dtype``: ``int`` or ``float``)."""
 
     kind: str
     name: str = ""
@@ -142,6 +143,7 @@ class ExtArg:
     col0: IExpr = IConst(0)
     extent: str = ""
     value: IExpr | None = None
+    batch: IExpr | None = None
 
 
 @dataclass(frozen=True)

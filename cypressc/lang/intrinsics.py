@@ -258,6 +258,11 @@ def _mask_causal(x: Operand, d: int) -> dict[int, np.ndarray]:
     return {0: np.where(cols[None, :] <= rows[:, None] + d, x.value.astype(np.float64), -np.inf)}
 
 
+def _mask_causal_t(x: Operand, d: int) -> dict[int, np.ndarray]:
+    rows, cols = x.coords
+    return {0: np.where(cols[None, :] >= rows[:, None] + d, x.value.astype(np.float64), -np.inf)}
+
+
 def _row_log_sum_exp(lse: Operand, m: Operand, l: Operand, scale: float) -> dict[int, np.ndarray]:
     mm, ll = m.value.astype(np.float64)[lse.coords[0]], l.value.astype(np.float64)[lse.coords[0]]
     with np.errstate(divide="ignore"):
@@ -480,6 +485,19 @@ LEAF_FUNCTIONS: dict[str, LeafFn] = {
             doc="X[r, c] = -inf where c > r + d (r, c the row and column in the warpgroup's "
             "accumulator tile X; d = the tile's first query row minus its first key column: "
             "a causal mask); nothing done when d >= the tile's columns - 1.",
+        ),
+        LeafFn(
+            "mask_causal_t",
+            "cypress::mask_causal_t",
+            _mask_operands("d"),
+            Proc.THREAD,
+            _mask_causal_t,
+            collective=Proc.WARPGROUP,
+            kind=IntrinsicKind.MASK,
+            doc="X[r, c] = -inf where c < r + d (r, c the row and column in the warpgroup's "
+            "accumulator tile X; d = the tile's first key row minus its first query column): "
+            "mask_causal on a key-major tile, Sᵀ = K·Qᵀ of the attention backward; nothing "
+            "done when d <= -(the tile's rows - 1).",
         ),
         LeafFn(
             "row_log_sum_exp",

@@ -42,6 +42,25 @@ def test_floor_division_prints_as_c_division_and_calls_print_as_calls():
     assert cexpr(B("max", C(0), B("%", a, C(2)))) == "max(0, (a % 2))"
 
 
+def test_min_and_max_of_an_int_and_a_cdiv_widen_the_int():
+    """The kernel's ``cdiv`` returns ``long long``: ``min(int, long long)`` matches several CUDA
+    overloads, so the int operand is widened; two ints or two cdivs print as before."""
+    q = B("cdiv", V("M"), C(64))
+    assert (
+        cexpr(B("min", B("/", K("b2"), C(2)), q))
+        == "min(static_cast<long long>(b2 / 2), cdiv(M, 64))"
+    )
+    assert (
+        cexpr(B("max", B("-", q, C(1)), V("N")))
+        == "max((cdiv(M, 64) - 1), static_cast<long long>(N))"
+    )
+    assert cexpr(B("min", q, q)) == "min(cdiv(M, 64), cdiv(M, 64))"
+    assert (
+        cexpr(B("cdiv", B("min", V("N"), q), C(2)))
+        == "cdiv(min(static_cast<long long>(N), cdiv(M, 64)), 2)"
+    )
+
+
 def test_the_printer_never_simplifies():
     """Folding is the IR builder's job (``ibin``): the printer shows what it is given, so a
     ``0 * x`` in the CUDA would mean an unfolded expression, not a printer quirk."""

@@ -65,6 +65,7 @@ def test_registry_entries():
         "div_rows",
         "mask_columns",
         "mask_causal",
+        "mask_causal_t",
         "row_log_sum_exp",
     }
     for name, fn in LEAF_FUNCTIONS.items():
@@ -220,3 +221,17 @@ def test_warpgroup_mma_at_reads_a_as_the_k_by_m_tile_it_is_stored_as():
         Operand(b, (np.arange(32), np.arange(16))),
     )[1]
     assert np.array_equal(out, plain)
+
+
+def test_mask_causal_t_is_mask_causal_on_the_transposed_tile():
+    """Key-major Sᵀ (rows keys, columns queries): a key after its query is -inf, the same
+    entries mask_causal masks on the query-major S with the opposite diagonal offset."""
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    keys, queries = np.array([0, 3, 8, 9]), np.array([1, 2, 3, 8, 10])
+    for d in (-12, -3, 0, 2, 7):
+        got = LEAF_FUNCTIONS["mask_causal_t"].semantics(Operand(x, (keys, queries)), d)[0]
+        # key r + d after query c: masked; a key at or before its query keeps its score
+        assert np.array_equal(np.isneginf(got), keys[:, None] + d > queries[None, :])
+        assert np.array_equal(got[~np.isneginf(got)], x[~np.isneginf(got)])
+        s = LEAF_FUNCTIONS["mask_causal"].semantics(Operand(x.T.copy(), (queries, keys)), -d)[0]
+        assert np.array_equal(np.isneginf(got), np.isneginf(s).T)

@@ -490,6 +490,15 @@ template <int R> __device__ __forceinline__ void mask_causal(float (&x)[R], int 
   for (int i = 0; i < R; ++i)
     if (8 * (i / 4) + c0 + i % 2 > r0 + 8 * ((i / 2) % 2)) x[i] = -INFINITY;
 }
+// the transposed tile (rows are keys, columns queries, d = first key row - first query column):
+// -inf where the column comes before the row's diagonal, c < r + d
+template <int R> __device__ __forceinline__ void mask_causal_t(float (&x)[R], int d) {
+  if (d <= -63) return;
+  const int lane = threadIdx.x % 32, r0 = 16 * ((threadIdx.x / 32) % 4) + lane / 4 + d, c0 = 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    if (8 * (i / 4) + c0 + i % 2 < r0 + 8 * ((i / 2) % 2)) x[i] = -INFINITY;
+}
 // lse = m * scale + ln(l): the natural log-sum-exp of a row from its max and its exp2 sum
 __device__ __forceinline__ void row_log_sum_exp(float (&lse)[2], const float (&m)[2], const float (&l)[2],
                                                 float scale) {
