@@ -686,6 +686,46 @@ def _fab_ref(t: dict) -> dict:
     }
 
 
+def _one_head_stats(t: dict, kw: dict) -> None:
+    """_attn_bwd_stats for one head (tensors without batch and head dimensions)."""
+    import torch
+
+    s = _mm(t["Q"], t["K"].T) * float(kw["scale"])
+    t["LSE"].copy_(torch.logsumexp(s, dim=-1))
+    t["Dsum"].copy_((t["dO"].float() * (torch.softmax(s, dim=-1) @ t["V"].float())).sum(-1))
+
+
+def _attn_bwd_main_ref(t: dict) -> dict:
+    """tests/programs/attn_bwd_main.cyp (one head) in float32: P = exp(Q Kᵀ · scale − LSE),
+    dS = P ∘ (dO Vᵀ − Dsum), dV = Pᵀ dO, dK = scale · dSᵀ Q, and dQacc + dS K (the kernel adds
+    into dQacc)."""
+    sc = float(t["scale"])
+    p = (_mm(t["Q"], t["K"].T) * sc - t["LSE"].float()[:, None]).exp()
+    ds = p * (_mm(t["dO"], t["V"].T) - t["Dsum"].float()[:, None])
+    return {
+        "dV": p.T @ t["dO"].float(),
+        "dK": sc * (ds.T @ t["Q"].float()),
+        "dQacc": t["dQacc"].float() + ds @ t["K"].float(),
+    }
+
+
+# the backward's main kernel for one head (issue #38): dQ's sums added into dQacc by atomics
+PROGRAMS["attn_bwd_main"] = Program(
+    ref=_attn_bwd_main_ref,
+    check=[
+        dict(M=4096, N=4096, D=128, scale=_S128),
+        dict(M=1000, N=777, D=128, scale=_S128),
+        dict(M=64, N=300, D=128, scale=0.5),
+        dict(M=1, N=3, D=128, scale=_S128),
+        dict(M=333, N=4100, D=128, scale=0.125),
+    ],
+    small=[dict(M=256, N=256, D=128, scale=_S128)],
+    run=dict(M=16384, N=16384, D=128, scale=_S128),
+    prepare=_one_head_stats,
+    atomic=True,
+)
+
+
 # the whole attention backward (issue #38): three kernels behind one launcher; ragged M and N,
 # D up to the build's E
 _FAB = dict(scale=0.08838834764831845)
