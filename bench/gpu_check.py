@@ -1201,12 +1201,12 @@ def check_size(torch, kern, prog: Program | None, sizes: dict) -> dict:
     res: dict[str, Any] = {"sizes": sizes}
     ts = make_tensors(torch, info, sizes)
     kw = scalar_args(info, sizes)
-    if prog is not None and prog.prepare is not None:
+    failed = info.failed_requires(sizes)
+    if prog is not None and prog.prepare is not None and not failed:
         prog.prepare(ts, kw)
     before = {p.name: ts[p.name].clone() for p in info.params if p.reads and p.writes}
     args = [ts[p.name] for p in info.params]
     outs = [p for p in info.params if p.writes]
-    failed = info.failed_requires(sizes)
     if failed:  # must be refused, outputs untouched
         res["expect"] = "refuse"
         try:
@@ -1273,7 +1273,11 @@ def _same(torch, prog: Program | None, a, b) -> bool:
         return torch.equal(a, b)
     if not torch.equal(torch.isnan(a), torch.isnan(b)):
         return False
-    return _rel(torch, torch.nan_to_num(a.float()), torch.nan_to_num(b.float())) < 1e-5
+    # f32 sums agree to ~1e-7 relative; a 16-bit output converted from them may round the
+    # other way in a few elements: one unit in its last place, 2^-8 (bf16) or 2^-11 (f16)
+    ulp = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}.get(a.dtype, 0.0)
+    tol = max(1e-5, ulp / 8)  # a few such elements in a norm stay far below one ulp
+    return _rel(torch, torch.nan_to_num(a.float()), torch.nan_to_num(b.float())) < tol
 
 
 def api_checks(torch, kern, sizes: dict) -> list[dict]:
@@ -1542,10 +1546,15 @@ def harness_checks(
         "sizes": run_sizes,
         "rc": rc,
         "json": line,
-        "ok": rc == 0
+        # a program whose inputs must agree with each other (``prepare``: the backward's LSE
+        # and O) gets the harness's unrelated random ones: 16-bit overflow there is no finding
+        "ok": rc in ((0, 3) if prog is not None and prog.prepare is not None else (0,))
         and bool(line)
         and line.get("ms") is not None
-        and not any((line.get("nan") or {}).values()),
+        and (
+            (prog is not None and prog.prepare is not None)
+            or not any((line.get("nan") or {}).values())
+        ),
     }
     if not res["run"]["ok"]:
         res["run"]["log"] = log[-1500:]

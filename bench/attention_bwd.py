@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""FlashAttention backward (issue #38): tests/programs/flash_attention_bwd.cyp (three kernels
+behind one launcher) against cuDNN and Flash SDPA's backward, in one process, on the same
+tensors.
+
+    PYTHONUNBUFFERED=1 python3 bench/attention_bwd.py --build DIR [--build DIR ...]
+        [--seqs 1024,2048,4096,8192,16384] [--tokens 16384] [--rounds 5] [--reps 10]
+
+Each ``--build`` is a ``cypressc build tests/programs/flash_attention_bwd.cyp -m … [--dtype
+T=bf16] -I programs`` directory (``make`` runs here; a no-op when built); D is the mapping's E
+(128, else 64 when the build refuses 128).  Per (build, seq): B = tokens // seq, H = 2048 / D,
+Q, K, V, dO ~ randn in the build's T, scale = 1/sqrt(D), not causal (the program has no causal
+mask yet).  O and LSE come from torch in float32 (the forward's), dQ, dK, dV are checked
+against float32 autograd of softmax(Q Kᵀ · scale) V (rel = ||x - ref|| / ||ref|| < 1e-2 for
+each, NaN-poisoned first); a wrong build is not timed.
+
+Rows timed, interleaved (cypressc.tuner.timing.interleaved, the median per call):
+* ``cypressc``: the build's launcher (preprocess, main kernel, postprocess; scratch Dsum
+  and dQacc allocated once outside the timing, as FlashAttention's Python side does);
+* ``cudnn`` / ``flash``: ``torch.autograd.grad`` of ``F.scaled_dot_product_attention`` under
+  ``sdpa_kernel(CUDNN_ATTENTION / FLASH_ATTENTION)`` on a graph built once (the backward alone;
+  retain_graph).
+TFLOP/s counts the backward's 2.5 × the forward's 4·B·H·seq²·D (FlashAttention's convention);
+the ratio is peer ms / cypressc ms (> 1: cypressc faster).  A markdown table prints last;
+JSON to $OUT/attention_bwd.json when OUT is set.  Exit 1 when a build is wrong, 2 without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from gemm import make  # noqa: E402
+
+from cypressc.tuner.timing import interleaved  # noqa: E402
+
+TOL = 1e-2
+
+
+def _rel(torch, x, ref) -> float:
+    x, ref = x.double(), ref.double()
+    return float((x - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def run_seq(torch, kern, d: int, seq: int, args) -> dict:
+    """Check the build at one sequence length, then time it and the SDPA backends."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dt = getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[kern.info.params[0].dtype])
+    B, H = max(1, args.tokens // seq), 2048 // d
+    g = torch.Generator(device="cuda").manual_seed(seq * 1000 + d)
+    q, k, v, do = (
+        torch.randn(B, H, seq, d, device="cuda", dtype=dt, generator=g) for _ in range(4)
+    )
+    sc = d**-0.5
+    lse = torch.empty(B, H, seq, device="cuda", dtype=torch.float32)
+    o = torch.empty_like(q)
+    ref = tuple(torch.empty(B, H, seq, d, device="cuda", dtype=torch.float32) for _ in range(3))
+    step = max(1, (1 << 28) // (seq * seq))  # heads per chunk: about 1 GiB of f32 scores
+    for b in range(B):
+        for h in range(0, H, step):
+            sl = (b, slice(h, h + step))
+            qf, kf, vf = (x[sl].float().requires_grad_() for x in (q, k, v))
+            s = qf @ kf.transpose(-1, -2) * sc
+            lse[sl] = torch.logsumexp(s.detach(), dim=-1)
+            of = torch.softmax(s, dim=-1) @ vf
+            for r, x in zip(ref, torch.autograd.grad(of, (qf, kf, vf), do[sl].float())):
+                r[sl] = x
+            o[sl] = of.detach().to(dt)
+            del s, of, qf, kf, vf
+    dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
+    dsum = torch.empty(B, H, seq, device="cuda", dtype=torch.float32)
+    dqacc = torch.empty(B, H, seq, d, device="cuda", dtype=torch.float32)
+    call = kern.bind(dq, dk, dv, dsum, dqacc, q, k, v, o, do, lse, scale=sc)
+    call()
+    torch.cuda.synchronize()
+    rels = {n: _rel(torch, x, r) for n, x, r in zip(("dQ", "dK", "dV"), (dq, dk, dv), ref)}
+    row: dict = {"seq": seq, "B": B, "H": H, "d": d, "rel": rels}
+    row["ok"] = all(r < TOL for r in rels.values())
+    del ref
+    fns = {"cypressc": call} if row["ok"] else {}
+    for name, backend in (
+        ("cudnn", SDPBackend.CUDNN_ATTENTION),
+        ("flash", SDPBackend.FLASH_ATTENTION),
+    ):
+        try:
+            qq, kk, vv = (x.detach().clone().requires_grad_() for x in (q, k, v))
+            with sdpa_kernel(backend):
+                out = F.scaled_dot_product_attention(qq, kk, vv, scale=sc)
+
+            def bwd(out=out, qq=qq, kk=kk, vv=vv):
+                return torch.autograd.grad(out, (qq, kk, vv), do, retain_graph=True)
+
+            g2 = bwd()
+            row[f"{name}_rel"] = _rel(torch, g2[0], dq.float())  # vs ours, a sanity number
+            fns[name] = bwd
+        except Exception as e:  # noqa: BLE001 - a peer that cannot run is n/a
+            row[f"{name}_error"] = f"{type(e).__name__}: {e}"[:300]
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    samples = interleaved(torch, fns, args.rounds, args.reps)
+    flop = 2.5 * 4.0 * B * H * seq * seq * d
+    for name, smp in samples.items():
+        ms = statistics.median(smp)
+        row[name] = {"ms": ms, "tflops": flop / ms / 1e9}
+    for name in ("cudnn", "flash"):
+        if name in row and "cypressc" in row:
+            row[f"vs_{name}"] = row[name]["ms"] / row["cypressc"]["ms"]
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", action="append", required=True)
+    ap.add_argument("--seqs", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("attention_bwd: no CUDA GPU", file=sys.stderr)
+        return 2
+    from cypressc.runtime import load
+
+    out, bad = [], 0
+    for b in args.build:
+        make(Path(b))
+        kern = load(b)
+        d = 128 if not kern.info.failed_requires(_sizes(kern, 128)) else 64
+        for seq in (int(x) for x in args.seqs.split(",")):
+            r = run_seq(torch, kern, d, seq, args)
+            r["build"], r["dtype"] = b, kern.info.params[0].dtype
+            bad += not r["ok"]
+            out.append(r)
+            print(json.dumps(r), flush=True)
+    print("\n## attention backward (not causal)")
+    print(
+        "| build | T | d | seq | cypressc TFLOP/s | cuDNN | Flash | vs cuDNN | vs Flash | rel dQ/dK/dV |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in out:
+        tf = lambda n: f"{r[n]['tflops']:.0f}" if n in r else "n/a"  # noqa: E731
+        ratio = lambda n: f"{r[f'vs_{n}']:.2f}" if f"vs_{n}" in r else "n/a"  # noqa: E731
+        rel = "/".join(f"{v:.1e}" for v in r["rel"].values())
+        print(
+            f"| {Path(r['build']).name} | {r['dtype']} | {r['d']} | {r['seq']} | {tf('cypressc')} | "
+            f"{tf('cudnn')} | {tf('flash')} | {ratio('cudnn')} | {ratio('flash')} | {rel} |"
+        )
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "attention_bwd.json").write_text(json.dumps(out, indent=1))
+    return 1 if bad else 0
+
+
+def _sizes(kern, d: int) -> dict:
+    return {"B": 1, "H": 1, "M": 128, "N": 128, "D": d}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
