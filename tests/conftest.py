@@ -162,3 +162,18 @@ def golden(request) -> Golden:
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def gc():
+    """bench/gpu_check.py, imported once (bench/ on ``sys.path`` while it loads): the tests that
+    check its tables, references and ``prepare`` hooks on the CPU."""
+    import importlib
+    import sys
+
+    bench = str(Path(__file__).resolve().parents[1] / "bench")
+    sys.path.insert(0, bench)
+    try:
+        yield importlib.import_module("gpu_check")
+    finally:
+        sys.path.remove(bench)

@@ -11,11 +11,9 @@ is ``attn_bwd_dkdv`` in bench/gpu_check.py."""
 
 from __future__ import annotations
 
-import importlib
 import re
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -158,16 +156,6 @@ def test_mask_causal_t_helper_is_its_semantics(tmp_path):
         x = np.zeros((64, 64), np.float32)
         want = LEAF_FUNCTIONS["mask_causal_t"].semantics(Operand(x, (rows, cols)), d)[0]
         assert got == set(zip(*np.nonzero(np.isneginf(want)))), d
-
-
-@pytest.fixture(scope="module")
-def gc():
-    bench = str(ROOT / "bench")
-    sys.path.insert(0, bench)
-    try:
-        yield importlib.import_module("gpu_check")
-    finally:
-        sys.path.remove(bench)
 
 
 def test_gpu_check_prepare_and_reference_are_the_formula(gc):

@@ -15,9 +15,7 @@ as f32 boxes and added with TMA reduce-adds.  The GPU check: ``reduce_rows`` (ma
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -173,16 +171,6 @@ def test_a_shared_private_copy_is_added_with_tma_reduce_adds(tmp_path):
     report = ptxas_report(tmp_path / "reduce_rows.cu", tmp_path / "reduce_rows.o")
     spills = [ln for ln in report.splitlines() if "spill stores" in ln]
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
-
-
-@pytest.fixture(scope="module")
-def gc():
-    bench = str(ROOT / "bench")
-    sys.path.insert(0, bench)
-    try:
-        yield importlib.import_module("gpu_check")
-    finally:
-        sys.path.remove(bench)
 
 
 @pytest.mark.parametrize("name", sorted(HOPPER))

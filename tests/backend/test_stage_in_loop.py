@@ -16,9 +16,7 @@ bench/gpu_check.py ``chain_stage``.
 
 from __future__ import annotations
 
-import importlib
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,16 +77,6 @@ def test_ptxas_compiles_the_staging_kernel(tmp_path):
     assert "C7517" not in stderr and "C7519" not in stderr, stderr[-2000:]
     spills = [ln for ln in stderr.splitlines() if "spill stores" in ln]
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
-
-
-@pytest.fixture(scope="module")
-def gc():
-    bench = str(ROOT / "bench")
-    sys.path.insert(0, bench)
-    try:
-        yield importlib.import_module("gpu_check")
-    finally:
-        sys.path.remove(bench)
 
 
 def test_gpu_check_reference_is_what_the_program_computes(gc):
