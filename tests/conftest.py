@@ -119,7 +119,15 @@ def pytest_unconfigure(config):
 
 def pytest_collection_modifyitems(config, items):
     """``--update-golden`` runs only the tests that read a golden file (``make golden``): the
-    rest of the suite has nothing to rewrite."""
+    rest of the suite has nothing to rewrite.  Without ``CYPRESSC_TEST_FULL`` the tests marked
+    ``full`` are deselected (``make test``'s ten minutes: compiles another test already covers)."""
+    from tests.budget import FULL
+
+    if not FULL:
+        full = [it for it in items if it.get_closest_marker("full")]
+        if full:
+            config.hook.pytest_deselected(items=full)
+            items[:] = [it for it in items if it not in full]
     if not config.getoption("--update-golden"):
         return
     keep = [it for it in items if "golden" in getattr(it, "fixturenames", ())]

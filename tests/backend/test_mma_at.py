@@ -63,6 +63,7 @@ def test_a_chunk_start_must_be_provable():
     assert not lower_mma._multiple(N.IBin("/", N.IBin("*", i, c(128)), c(2)), 64)
 
 
+@pytest.mark.full  # make test compiles it inside tests/programs/flash_attention_bwd.cyp
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_ptxas_compiles_the_mn_major_a_kernel(tmp_path):

@@ -70,6 +70,7 @@ def test_the_abi_is_the_entry_tasks(built):
     assert "two_kernels_launch(" in built.files["main.h"]
 
 
+@pytest.mark.full  # make test compiles flash_attention_bwd's three below
 def test_nvcc_compiles_both_kernels(built, tmp_path):
     cu = tmp_path / "two_kernels.cu"
     cu.write_text(built.files["two_kernels.cu"])
@@ -77,3 +78,27 @@ def test_nvcc_compiles_both_kernels(built, tmp_path):
     for k in KERNELS:
         assert f"{k}_kernel" in report, report[-2000:]
     assert "spill" not in report.replace("0 bytes spill", ""), report[-2000:]
+
+
+FAB = ROOT / "tests" / "programs" / "flash_attention_bwd.cyp"
+FAB_MAP = ROOT / "tests" / "mappings" / "flash_attention_bwd" / "h100_d128.yaml"
+
+
+def test_the_attention_backward_compiles_without_spills(tmp_path):
+    """The three kernels of the attention backward in one nvcc run (the emission of several
+    kernels, the SIMT kernels, the in-loop register→shared staging, the MN-major A and the
+    per-warpgroup B columns of dQ, its red.global.add in the main loop, the key-major causal
+    mask): each entry function without spills, the main kernel in FlashAttention-3's 240
+    registers."""
+    r = render_build(tree(FAB, FAB_MAP))
+    for name, text in r.files.items():  # the .cu and its copy of the user's header
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    report = ptxas_report(tmp_path / "flash_attention_bwd.cu", tmp_path / "k.o")
+    entries = [ln for ln in report.splitlines() if "Compiling entry function" in ln]
+    assert len(entries) == 3 and all(
+        k in report for k in ("prep_block", "dkdv_block", "post_block")
+    )
+    spills = [ln for ln in report.splitlines() if "spill stores" in ln]
+    assert len(spills) == 3 and all(" 0 bytes spill stores" in ln for ln in spills), spills
+    assert r.kernels[1].consumer_registers == 240 and r.kernels[1].producer_registers == 24

@@ -137,6 +137,7 @@ def test_a_block_without_a_main_loop_under_warp_specialization_is_refused(mappin
     assert "m.yaml:" in r.output and "Traceback" not in r.output
 
 
+@pytest.mark.full  # make test compiles it inside tests/programs/flash_attention_bwd.cyp
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_both_kernels_compile_for_sm90a_without_spills(tmp_path):

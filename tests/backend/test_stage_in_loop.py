@@ -68,6 +68,7 @@ def test_the_threads_write_the_stage_the_next_wgmma_reads():
     assert step.count("cypress::named_sync(") == 1
 
 
+@pytest.mark.full  # make test compiles it inside tests/programs/flash_attention_bwd.cyp
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_ptxas_compiles_the_staging_kernel(tmp_path):

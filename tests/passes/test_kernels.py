@@ -18,6 +18,7 @@ from cypressc.ir.check import random_inputs
 from cypressc.ir.schedule_check import check_schedules
 from cypressc.passes.dependence_analysis import dependence_analysis
 from cypressc.pipeline import compile_module, compile_program
+from tests.budget import pick
 from tests.compiled import tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,18 +152,21 @@ def test_the_attention_backward_is_three_kernels_each_with_its_knobs():
     assert knobs[1].consumer_registers == 240 and knobs[1].pipeline == 2
 
 
-def test_the_attention_backward_gives_the_gradients():
+@pytest.mark.parametrize("causal", pick([1], [0, 1]))
+def test_the_attention_backward_gives_the_gradients(causal):
     """The whole program (its three kernels one after another) in the interpreter, latest
-    first, against NumPy: dQ, dK, dV of softmax(Q Kᵀ · scale) V for one head, two ragged query
-    and key blocks."""
+    first, against NumPy: dQ, dK, dV of softmax(Q Kᵀ · scale) V, two query heads on one
+    key/value head (dK, dV summed over both), causal or not, two ragged query and key blocks."""
     whole = dependence_analysis(tree(FAB, FAB_MAP))
-    sizes = {
-        s: {"B": 1, "H": 1, "M": 70, "N": 130, "D": 64}[s.split("_")[0]] for s in whole.scalars
-    }
+    dims = {"B": 1, "H": 2, "HK": 1, "M": 70, "N": 130, "D": 64, "causal": causal}
+    sizes = {s: dims[s.rsplit("_", 1)[0] if s not in dims else s] for s in whole.scalars}
     sc = sizes["scale"] = 0.125
     a = random_inputs(whole, sizes, seed=1)
-    q, k, v, do = (a[n].astype(np.float64) for n in ("Q", "K", "V", "dO"))
+    q, do = (a[n].astype(np.float64) for n in ("Q", "dO"))
+    k, v = (np.repeat(a[n].astype(np.float64), 2, axis=1) for n in ("K", "V"))  # GQA: 2 per head
     s = q @ np.swapaxes(k, -1, -2) * sc
+    if causal:
+        s = np.where(np.arange(130)[None, :] <= np.arange(70)[:, None], s, -np.inf)
     lse = np.log(np.exp(s).sum(-1))
     p = np.exp(s - lse[..., None])
     a["LSE"][...], a["O"][...] = lse, p @ v
@@ -170,8 +174,8 @@ def test_the_attention_backward_gives_the_gradients():
         a[n][...] = np.nan
     ds = p * (do @ np.swapaxes(v, -1, -2) - (do * a["O"]).sum(-1)[..., None])
     want = {
-        "dV": np.swapaxes(p, -1, -2) @ do,
-        "dK": sc * np.swapaxes(ds, -1, -2) @ q,
+        "dV": (np.swapaxes(p, -1, -2) @ do).sum(1, keepdims=True),
+        "dK": (sc * np.swapaxes(ds, -1, -2) @ q).sum(1, keepdims=True),
         "dQ": sc * ds @ k,
     }
     interp.run(whole, sizes, a, seed=interp.LATEST_FIRST)

@@ -1,12 +1,19 @@
 """FlashAttention backward (issue #38): three kernels, launched in order — the preprocess
 (Dsum = rowsum(dO ∘ O), dQacc = 0; tests/programs/attn_bwd_prep.cyp), the main kernel (per
-block of keys: dK, dV and the dQ sums added into dQacc; tests/programs/attn_bwd_main.cyp) and
-the postprocess (dQ = T(scale · dQacc); tests/programs/attn_bwd_post.cyp).  Q, O, dO, dQ:
-B x H x M x D, K, V, dK, dV: B x H x N x D (T), LSE: B x H x M f32 (the forward's, natural log),
-Dsum: B x H x M f32 and dQacc: B x H x M x D f32 (scratch the caller allocates, as
-FlashAttention-3's Python side does), ``scale`` a float.  No GQA and no causal mask yet: the
-dK/dV kernel's (tests/programs/attn_bwd_dkdv.cyp) come next.  The CUDA backend does not lower
-the main kernel's reduction yet (E050); the interpreters run all three kernels.
+block of keys of one key/value head: dK and dV summed over the group's query heads, and the dQ
+sums added into dQacc; tests/programs/attn_bwd_dkdv.cyp plus attn_bwd_main.cyp's dQ) and the
+postprocess (dQ = T(scale · dQacc); tests/programs/attn_bwd_post.cyp).  Q, O, dO, dQ:
+B x H x M x D, K, V, dK, dV: B x HK x N x D (T; query head h reads key/value head
+h // (H / HK)), LSE: B x H x M f32 (the forward's, natural log), Dsum: B x H x M f32 and
+dQacc: B x H x M x D f32 (scratch the caller allocates, as FlashAttention-3's Python side does),
+``scale`` a float, ``causal`` 0 or 1 (top-left, as programs/flash_attention3.cyp).
+
+The main kernel's dQ: each step's dSᵀ (f32, keys on its rows) is converted to T into a shared
+tile (both warpgroups' halves) and read back as an MN-major A (``mma_at``: dS = (dSᵀ)ᵀ) against
+the block's K panel, the 64-query product split between the warpgroups by columns
+(``wgmma_cols``), and each warpgroup's f32 piece is added into dQacc (``reduces=``, handed on
+from the entry to the thread-level ``red``): every key block adds into the same rows, in any
+order.
 """
 
 include("ops/attn_bwd.cuh")
@@ -33,84 +40,143 @@ def dscores_t(ds: tensor[2, f32], p: tensor[2, f32], d: tensor[1, f32]):
 
 @task("attention_bwd", Inner, reads=["Q", "K", "V", "O", "dO", "LSE", "Dsum", "dQacc"],
       writes=["dQ", "dK", "dV", "Dsum", "dQacc"])
-def attention_bwd(dQ: tensor[(B, H, M, D), T], dK: tensor[(B, H, N, D), T],
-                  dV: tensor[(B, H, N, D), T], Dsum: tensor[(B, H, M), f32],
+def attention_bwd(dQ: tensor[(B, H, M, D), T], dK: tensor[(B, HK, N, D), T],
+                  dV: tensor[(B, HK, N, D), T], Dsum: tensor[(B, H, M), f32],
                   dQacc: tensor[(B, H, M, D), f32], Q: tensor[(B, H, M, D), T],
-                  K: tensor[(B, H, N, D), T], V: tensor[(B, H, N, D), T],
+                  K: tensor[(B, HK, N, D), T], V: tensor[(B, HK, N, D), T],
                   O: tensor[(B, H, M, D), T], dO: tensor[(B, H, M, D), T],
-                  LSE: tensor[(B, H, M), f32], scale: float):
+                  LSE: tensor[(B, H, M), f32], scale: float, causal: int):
     Ds, Zs = partition_by_slices(Dsum, 0), partition_by_slices(dQacc, 0)
     Os, dOs = partition_by_slices(O, 0), partition_by_slices(dO, 0)
-    Qs, Ks, Vs, Ls = partition_by_slices(Q, 0), partition_by_slices(K, 0), partition_by_slices(V, 0), partition_by_slices(LSE, 0)
-    dQs, dKs, dVs = partition_by_slices(dQ, 0), partition_by_slices(dK, 0), partition_by_slices(dV, 0)
+    dQs = partition_by_slices(dQ, 0)
     for b in prange(B):
         launch("prep_heads", Ds[b], Zs[b], Os[b], dOs[b])
-    for b in prange(B):
-        launch("main_heads", dKs[b], dVs[b], Zs[b], Qs[b], Ks[b], Vs[b], dOs[b], Ls[b], Ds[b], scale)
+    launch("dkdv", dK, dV, dQacc, Q, K, V, dO, LSE, Dsum, scale, causal)
     for b in prange(B):
         launch("post_heads", dQs[b], Zs[b], scale)
 
 
-@task("main_heads", Inner, reads=["Q", "K", "V", "dO", "LSE", "Dsum"], writes=["dK", "dV"], reduces=["dQacc"])
-def main_heads(dK: tensor[3, T], dV: tensor[3, T], dQacc: tensor[3, f32], Q: tensor[3, T],
-               K: tensor[3, T], V: tensor[3, T], dO: tensor[3, T], LSE: tensor[2, f32],
-               Dsum: tensor[2, f32], scale: float):
-    dKs, dVs, Zs = partition_by_slices(dK, 0), partition_by_slices(dV, 0), partition_by_slices(dQacc, 0)
-    Qs, Ks, Vs = partition_by_slices(Q, 0), partition_by_slices(K, 0), partition_by_slices(V, 0)
-    dOs, Ls, Ds = partition_by_slices(dO, 0), partition_by_slices(LSE, 0), partition_by_slices(Dsum, 0)
-    for h in prange(Q.shape[0]):
-        launch("dkdv", dKs[h], dVs[h], Zs[h], Qs[h], Ks[h], Vs[h], dOs[h], Ls[h], Ds[h], scale)
-
-
+# ---- the batch, the key/value heads, the key blocks: one block per (b, hk, j)
 @task("dkdv", Inner, reads=["Q", "K", "V", "dO", "LSE", "Dsum"], writes=["dK", "dV"], reduces=["dQacc"])
-def dkdv_keys(dK: tensor[2, T], dV: tensor[2, T], dQacc: tensor[2, f32], Q: tensor[2, T],
-              K: tensor[2, T], V: tensor[2, T], dO: tensor[2, T], LSE: tensor[1, f32],
-              Dsum: tensor[1, f32], scale: float):
+def dkdv_host(dK: tensor[4, T], dV: tensor[4, T], dQacc: tensor[4, f32], Q: tensor[4, T],
+              K: tensor[4, T], V: tensor[4, T], dO: tensor[4, T], LSE: tensor[3, f32],
+              Dsum: tensor[3, f32], scale: float, causal: int):
+    B = Q.shape[0]
+    Zs = partition_by_slices(dQacc, 0)
+    dKs, dVs, Qs = partition_by_slices(dK, 0), partition_by_slices(dV, 0), partition_by_slices(Q, 0)
+    Ks, Vs, dOs = partition_by_slices(K, 0), partition_by_slices(V, 0), partition_by_slices(dO, 0)
+    Ls, Ds = partition_by_slices(LSE, 0), partition_by_slices(Dsum, 0)
+    for b in prange(B):
+        launch("heads", dKs[b], dVs[b], Zs[b], Qs[b], Ks[b], Vs[b], dOs[b], Ls[b], Ds[b], scale, causal)
+
+
+@task("heads", Inner, reads=["Q", "K", "V", "dO", "LSE", "Dsum"], writes=["dK", "dV"], reduces=["dQacc"])
+def heads_host(dK: tensor[3, T], dV: tensor[3, T], dQacc: tensor[3, f32], Q: tensor[3, T], K: tensor[3, T], V: tensor[3, T],
+               dO: tensor[3, T], LSE: tensor[2, f32], Dsum: tensor[2, f32], scale: float, causal: int):
+    G = Q.shape[0] / K.shape[0]
+    dKs, dVs = partition_by_slices(dK, 0), partition_by_slices(dV, 0)
+    Ks, Vs = partition_by_slices(K, 0), partition_by_slices(V, 0)
+    for hk in prange(K.shape[0]):
+        launch("keys", dKs[hk], dVs[hk], dQacc, Q, Ks[hk], Vs[hk], dO, LSE, Dsum, scale, causal, hk * G, G)
+
+
+@task("keys", Inner, reads=["Q", "K", "V", "dO", "LSE", "Dsum"], writes=["dK", "dV"], reduces=["dQacc"])
+def keys_host(dK: tensor[2, T], dV: tensor[2, T], dQacc: tensor[3, f32], Q: tensor[3, T], K: tensor[2, T], V: tensor[2, T],
+              dO: tensor[3, T], LSE: tensor[2, f32], Dsum: tensor[2, f32], scale: float, causal: int,
+              h0: int, G: int):
     W, E = tunable(int), tunable(int)
     dKp = partition_by_blocks(dK, (W, E))
     dVp = partition_by_blocks(dV, (W, E))
     Kp = partition_by_blocks(K, (W, E))
     Vp = partition_by_blocks(V, (W, E))
     for j in prange(cdiv(K.shape[0], W)):
-        launch("dkdv", dKp[j, 0], dVp[j, 0], dQacc, Q, Kp[j, 0], Vp[j, 0], dO, LSE, Dsum, scale)
+        launch("dkdv_block", dKp[j, 0], dVp[j, 0], dQacc, Q, Kp[j, 0], Vp[j, 0], dO, LSE, Dsum, scale, causal,
+               h0, G, j * W)
 
 
-@task("dkdv", Inner, reads=["Q", "K", "V", "dO", "LSE", "Dsum"], writes=["dK", "dV"], reduces=["dQacc"])
-def dkdv_block(dK: tensor[2, T], dV: tensor[2, T], dQacc: tensor[2, f32], Q: tensor[2, T], K: tensor[2, T],
-               V: tensor[2, T], dO: tensor[2, T], LSE: tensor[1, f32], Dsum: tensor[1, f32],
-               scale: float):
+# ---- one block of W keys starting at key k0: the query heads h0 .. h0 + G - 1 of its key/value
+# head, each over its query blocks from the first one that reaches the diagonal when causal
+@task("dkdv_block", Inner, reads=["Q", "K", "V", "dO", "LSE", "Dsum"], writes=["dK", "dV"], reduces=["dQacc"])
+def dkdv_block(dK: tensor[2, T], dV: tensor[2, T], dQacc: tensor[3, f32], Q: tensor[3, T], K: tensor[2, T],
+               V: tensor[2, T], dO: tensor[3, T], LSE: tensor[2, f32], Dsum: tensor[2, f32],
+               scale: float, causal: int, h0: int, G: int, k0: int):
     U = tunable(int)
-    W, E, M = dV.shape[0], dV.shape[1], Q.shape[0]
+    W, E, M = dV.shape[0], dV.shape[1], Q.shape[1]
+    Qs, dOs = partition_by_slices(Q, 0), partition_by_slices(dO, 0)
+    Ls, Ds = partition_by_slices(LSE, 0), partition_by_slices(Dsum, 0)
+    Zs = partition_by_slices(dQacc, 0)
+    nq = (M + U - 1) // U  # cdiv(M, U), in the kernel's int arithmetic (its cdiv is 64-bit)
+    # causal: the query blocks before the one holding query k0 see none of these keys (k0 past
+    # the last query: none does)
+    i0 = causal * (min(k0, M + U - 1) // U)
+    n = nq - i0
+    dKacc: tensor[2, f32] = make_tensor(W, E)
+    dVacc: tensor[2, f32] = make_tensor(W, E)
+    launch("clear", dKacc)
+    launch("clear", dVacc)
+    for t in srange(G * n):
+        launch("step", dKacc, dVacc, Zs[h0 + t // n], Qs[h0 + t // n], K, V, dOs[h0 + t // n],
+               Ls[h0 + t // n], Ds[h0 + t // n], scale, causal, i0 + t % n, k0)
+    launch("scale", dKacc, scale)
+    launch("store", dKacc, dK)
+    launch("store", dVacc, dV)
+
+
+# ---- one step: query block i of one query head against the block's keys
+@task("step", Inner, reads=["dK", "dV", "Q", "K", "V", "dO", "LSE", "Dsum"], writes=["dK", "dV"],
+      reduces=["dQacc"])
+def dkdv_step(dK: tensor[2, f32], dV: tensor[2, f32], dQacc: tensor[2, f32], Q: tensor[2, T], K: tensor[2, T],
+              V: tensor[2, T], dO: tensor[2, T], LSE: tensor[1, f32], Dsum: tensor[1, f32],
+              scale: float, causal: int, i: int, k0: int):
+    U = tunable(int)
+    W, E = dV.shape[0], dV.shape[1]
     Qp = partition_by_blocks(Q, (U, E))
     dOp = partition_by_blocks(dO, (U, E))
     Lp = partition_by_blocks(LSE, (U,))
     Dp = partition_by_blocks(Dsum, (U,))
     dQp = partition_by_blocks(dQacc, (U, E))
-    dKacc: tensor[2, f32] = make_tensor(W, E)
-    dVacc: tensor[2, f32] = make_tensor(W, E)
-    launch("clear", dKacc)
-    launch("clear", dVacc)
-    for i in srange(cdiv(M, U)):
-        St: tensor[2, f32] = make_tensor(W, U)
-        dPt: tensor[2, f32] = make_tensor(W, U)
-        Pt: tensor[2, T] = make_tensor(W, U)
-        dSt: tensor[2, T] = make_tensor(W, U)
-        dSs: tensor[2, T] = make_tensor(W, U)
-        launch("clear", St)
-        launch("mma", St, K, Qp[i, 0])
-        launch("clear", dPt)
-        launch("mma", dPt, V, dOp[i, 0])
-        launch("probs", St, Lp[i], scale)
-        launch("convert", St, Pt)
-        launch("mma_rs", dVacc, Pt, dOp[i, 0])
-        launch("dscores", dPt, St, Dp[i])
-        launch("convert", dPt, dSt)
-        launch("mma_rs", dKacc, dSt, Qp[i, 0])
-        launch("stage", dPt, dSs)
-        launch("dq", dQp[i, 0], dSs, K)
-    launch("scale", dKacc, scale)
-    launch("store", dKacc, dK)
-    launch("store", dVacc, dV)
+    St: tensor[2, f32] = make_tensor(W, U)
+    dPt: tensor[2, f32] = make_tensor(W, U)
+    Pt: tensor[2, T] = make_tensor(W, U)
+    dSt: tensor[2, T] = make_tensor(W, U)
+    dSs: tensor[2, T] = make_tensor(W, U)
+    launch("clear", St)
+    launch("mma", St, K, Qp[i, 0])
+    launch("clear", dPt)
+    launch("mma", dPt, V, dOp[i, 0])
+    # keys after the query: -inf (d = the tile's first key minus its first query; not causal:
+    # -W, below every key row of the tile, masks nothing)
+    launch("mask_t", St, causal * (k0 - i * U) - (1 - causal) * W)
+    launch("probs", St, Lp[i], scale)
+    launch("convert", St, Pt)
+    launch("mma_rs", dV, Pt, dOp[i, 0])
+    launch("dscores", dPt, St, Dp[i])
+    launch("convert", dPt, dSt)
+    launch("mma_rs", dK, dSt, Qp[i, 0])
+    launch("stage", dPt, dSs)
+    launch("dq", dQp[i, 0], dSs, K)
+
+
+# ---- Sᵀ = -inf where the key (row) comes after the query (column): top-left causal, key-major
+@task("mask_t", Inner, reads=["S"], writes=["S"])
+def mask_t_tile(S: tensor[2, f32], d: int):
+    WGS = tunable(int)
+    Sp = partition_by_blocks(S, (S.shape[0] / WGS, S.shape[1]))
+    for i in prange(WGS):
+        launch("mask_t", Sp[i, 0], d + i * (S.shape[0] / WGS))
+
+
+@task("mask_t", Inner, reads=["S"], writes=["S"])
+def mask_t_inner(S: tensor[2, f32], d: int):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Sp = partition_by_mma(S, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("mask_t", Sp[i], d)
+
+
+@task("mask_t", Leaf, reads=["S"], writes=["S"])
+def mask_t_thread(S: tensor[2, f32], d: int):
+    mask_causal_t(S, d)
 
 
 @task("probs", Inner, reads=["S", "lse"], writes=["S"])
