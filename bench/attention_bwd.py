@@ -4,15 +4,15 @@ behind one launcher) against cuDNN and Flash SDPA's backward, in one process, on
 tensors.
 
     PYTHONUNBUFFERED=1 python3 bench/attention_bwd.py --build DIR [--build DIR ...]
-        [--seqs 1024,2048,4096,8192,16384] [--tokens 16384] [--rounds 5] [--reps 10]
+        [--seqs 1024,2048,4096,8192,16384] [--tokens 16384] [--causal both|0|1] [--rounds 5] [--reps 10]
 
 Each ``--build`` is a ``cypressc build tests/programs/flash_attention_bwd.cyp -m … [--dtype
 T=bf16] -I programs`` directory (``make`` runs here; a no-op when built); D is the mapping's E
 (128, else 64 when the build refuses 128).  Per (build, seq): B = tokens // seq, H = 2048 / D,
-Q, K, V, dO ~ randn in the build's T, scale = 1/sqrt(D), not causal (the program has no causal
-mask yet).  O and LSE come from torch in float32 (the forward's), dQ, dK, dV are checked
-against float32 autograd of softmax(Q Kᵀ · scale) V (rel = ||x - ref|| / ||ref|| < 1e-2 for
-each, NaN-poisoned first); a wrong build is not timed.
+Q, K, V, dO ~ randn in the build's T, scale = 1/sqrt(D), causal 0 and/or 1 (top-left).  O and
+LSE come from torch in float32 (the forward's), dQ, dK, dV are checked against float32 autograd
+of softmax(Q Kᵀ · scale) V (rel = ||x - ref|| / ||ref|| < 1e-2 for each, NaN-poisoned first); a
+wrong build is not timed.
 
 Rows timed, interleaved (cypressc.tuner.timing.interleaved, the median per call):
 * ``cypressc``: the build's launcher (preprocess, main kernel, postprocess; scratch Dsum
@@ -20,7 +20,8 @@ Rows timed, interleaved (cypressc.tuner.timing.interleaved, the median per call)
 * ``cudnn`` / ``flash``: ``torch.autograd.grad`` of ``F.scaled_dot_product_attention`` under
   ``sdpa_kernel(CUDNN_ATTENTION / FLASH_ATTENTION)`` on a graph built once (the backward alone;
   retain_graph).
-TFLOP/s counts the backward's 2.5 × the forward's 4·B·H·seq²·D (FlashAttention's convention);
+TFLOP/s counts the backward's 2.5 × the forward's 4·B·H·seq²·D, halved when causal
+(FlashAttention's convention);
 the ratio is peer ms / cypressc ms (> 1: cypressc faster).  A markdown table prints last;
 JSON to $OUT/attention_bwd.json when OUT is set.  Exit 1 when a build is wrong, 2 without a GPU.
 """
@@ -51,7 +52,7 @@ def _rel(torch, x, ref) -> float:
     return float((x - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-def run_seq(torch, kern, d: int, seq: int, args) -> dict:
+def run_seq(torch, kern, d: int, seq: int, causal: int, args) -> dict:
     """Check the build at one sequence length, then time it and the SDPA backends."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -72,6 +73,10 @@ def run_seq(torch, kern, d: int, seq: int, args) -> dict:
             sl = (b, slice(h, h + step))
             qf, kf, vf = (x[sl].float().requires_grad_() for x in (q, k, v))
             s = qf @ kf.transpose(-1, -2) * sc
+            if causal:
+                s = s.masked_fill(
+                    torch.ones(seq, seq, dtype=torch.bool, device="cuda").triu(1), float("-inf")
+                )
             lse[sl] = torch.logsumexp(s.detach(), dim=-1)
             of = torch.softmax(s, dim=-1) @ vf
             for r, x in zip(ref, torch.autograd.grad(of, (qf, kf, vf), do[sl].float())):
@@ -81,11 +86,11 @@ def run_seq(torch, kern, d: int, seq: int, args) -> dict:
     dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
     dsum = torch.empty(B, H, seq, device="cuda", dtype=torch.float32)
     dqacc = torch.empty(B, H, seq, d, device="cuda", dtype=torch.float32)
-    call = kern.bind(dq, dk, dv, dsum, dqacc, q, k, v, o, do, lse, scale=sc)
+    call = kern.bind(dq, dk, dv, dsum, dqacc, q, k, v, o, do, lse, scale=sc, causal=causal)
     call()
     torch.cuda.synchronize()
     rels = {n: _rel(torch, x, r) for n, x, r in zip(("dQ", "dK", "dV"), (dq, dk, dv), ref)}
-    row: dict = {"seq": seq, "B": B, "H": H, "d": d, "rel": rels}
+    row: dict = {"seq": seq, "B": B, "H": H, "d": d, "causal": causal, "rel": rels}
     row["ok"] = all(r < TOL for r in rels.values())
     del ref
     fns = {"cypressc": call} if row["ok"] else {}
@@ -96,7 +101,7 @@ def run_seq(torch, kern, d: int, seq: int, args) -> dict:
         try:
             qq, kk, vv = (x.detach().clone().requires_grad_() for x in (q, k, v))
             with sdpa_kernel(backend):
-                out = F.scaled_dot_product_attention(qq, kk, vv, scale=sc)
+                out = F.scaled_dot_product_attention(qq, kk, vv, scale=sc, is_causal=bool(causal))
 
             def bwd(out=out, qq=qq, kk=kk, vv=vv):
                 return torch.autograd.grad(out, (qq, kk, vv), do, retain_graph=True)
@@ -111,7 +116,7 @@ def run_seq(torch, kern, d: int, seq: int, args) -> dict:
             fn()
     torch.cuda.synchronize()
     samples = interleaved(torch, fns, args.rounds, args.reps)
-    flop = 2.5 * 4.0 * B * H * seq * seq * d
+    flop = 2.5 * 4.0 * B * H * seq * seq * d / (2 if causal else 1)
     for name, smp in samples.items():
         ms = statistics.median(smp)
         row[name] = {"ms": ms, "tflops": flop / ms / 1e9}
@@ -126,6 +131,7 @@ def main() -> int:
     ap.add_argument("--build", action="append", required=True)
     ap.add_argument("--seqs", default="1024,2048,4096,8192,16384")
     ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--causal", choices=("both", "0", "1"), default="both")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
@@ -141,23 +147,26 @@ def main() -> int:
         make(Path(b))
         kern = load(b)
         d = 128 if not kern.info.failed_requires(_sizes(kern, 128)) else 64
-        for seq in (int(x) for x in args.seqs.split(",")):
-            r = run_seq(torch, kern, d, seq, args)
+        causals = (0, 1) if args.causal == "both" else (int(args.causal),)
+        for seq, causal in ((int(x), c) for x in args.seqs.split(",") for c in causals):
+            r = run_seq(torch, kern, d, seq, causal, args)
             r["build"], r["dtype"] = b, kern.info.params[0].dtype
             bad += not r["ok"]
             out.append(r)
             print(json.dumps(r), flush=True)
-    print("\n## attention backward (not causal)")
+    print("\n## attention backward")
     print(
-        "| build | T | d | seq | cypressc TFLOP/s | cuDNN | Flash | vs cuDNN | vs Flash | rel dQ/dK/dV |"
+        "| build | T | d | seq | causal | cypressc TFLOP/s | cuDNN | Flash | vs cuDNN | vs Flash | "
+        "rel dQ/dK/dV |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in out:
         tf = lambda n: f"{r[n]['tflops']:.0f}" if n in r else "n/a"  # noqa: E731
         ratio = lambda n: f"{r[f'vs_{n}']:.2f}" if f"vs_{n}" in r else "n/a"  # noqa: E731
         rel = "/".join(f"{v:.1e}" for v in r["rel"].values())
         print(
-            f"| {Path(r['build']).name} | {r['dtype']} | {r['d']} | {r['seq']} | {tf('cypressc')} | "
+            f"| {Path(r['build']).name} | {r['dtype']} | {r['d']} | {r['seq']} | {r['causal']} | "
+            f"{tf('cypressc')} | "
             f"{tf('cudnn')} | {tf('flash')} | {ratio('cudnn')} | {ratio('flash')} | {rel} |"
         )
     if os.environ.get("OUT"):
@@ -166,7 +175,7 @@ def main() -> int:
 
 
 def _sizes(kern, d: int) -> dict:
-    return {"B": 1, "H": 1, "M": 128, "N": 128, "D": d}
+    return {"B": 1, "H": 1, "HK": 1, "M": 128, "N": 128, "D": d, "causal": 0}
 
 
 if __name__ == "__main__":

@@ -655,94 +655,65 @@ for _name in ("reduce_rows", "reduce_steps"):
 
 
 def _fab_prepare(t: dict, kw: dict) -> None:
-    """LSE and O of the forward (float32, from the random Q, K, V), per (b, h): what the
-    backward reads besides Q, K, V and dO."""
+    """LSE and O of the forward (float32, from the random Q, K, V), per query head on its
+    key/value head, causal-masked when ``causal``: what the backward reads besides Q, K, V, dO."""
     import torch
 
-    s = _mm(t["Q"], t["K"].transpose(-1, -2)) * float(kw["scale"])
-    t["LSE"].copy_(torch.logsumexp(s, dim=-1))
-    t["O"].copy_(torch.softmax(s, dim=-1) @ t["V"].float())
+    for b, h, hk, above in _attn_heads({**t, **kw}):
+        s = _mm(t["Q"][b, h], t["K"][b, hk].T) * float(kw["scale"])
+        if above is not None:
+            s.masked_fill_(above, float("-inf"))
+        t["LSE"][b, h].copy_(torch.logsumexp(s, dim=-1))
+        t["O"][b, h].copy_(torch.softmax(s, dim=-1) @ t["V"][b, hk].float())
 
 
 def _fab_ref(t: dict) -> dict:
     """tests/programs/flash_attention_bwd.cyp in float32, by the backward's formula from the
-    given LSE and O: P = exp(Q Kᵀ · scale − LSE), Dsum = rowsum(dO ∘ O), dS = P ∘ (dO Vᵀ − Dsum),
-    dV = Pᵀ dO, dK = scale · dSᵀ Q, dQ = scale · dS K (dQacc = dS K, the scratch as the kernels
-    leave it).  With the forward's LSE and O (``prepare``; the harness's --dump run has random
-    ones) it is autograd's dQ, dK, dV of softmax(Q Kᵀ · scale) V."""
-    sc = float(t["scale"])
-    kt = t["K"].float().transpose(-1, -2)
-    p = (_mm(t["Q"], kt) * sc - t["LSE"].float()[..., None]).exp()
-    do = t["dO"].float()
-    dsum = (do * t["O"].float()).sum(-1)
-    ds = p * (do @ t["V"].float().transpose(-1, -2) - dsum[..., None])
-    dqacc = ds @ t["K"].float()
-    return {
-        "dQ": sc * dqacc,
-        "dK": sc * (ds.transpose(-1, -2) @ t["Q"].float()),
-        "dV": p.transpose(-1, -2) @ do,
-        "Dsum": dsum,
-        "dQacc": dqacc,
-    }
-
-
-def _one_head_stats(t: dict, kw: dict) -> None:
-    """_attn_bwd_stats for one head (tensors without batch and head dimensions)."""
+    given LSE and O, per query head h on key/value head hk: P = exp(Q Kᵀ · scale − LSE) (0 above
+    the diagonal when causal), Dsum = rowsum(dO ∘ O), dS = P ∘ (dO Vᵀ − Dsum), dV[hk] += Pᵀ dO,
+    dK[hk] += scale · dSᵀ Q, dQ = scale · dS K (dQacc = dS K, the scratch as the kernels leave
+    it).  With the forward's LSE and O (``prepare``; the harness's --dump run has random ones)
+    it is autograd's dQ, dK, dV of softmax(Q Kᵀ · scale) V."""
     import torch
 
-    s = _mm(t["Q"], t["K"].T) * float(kw["scale"])
-    t["LSE"].copy_(torch.logsumexp(s, dim=-1))
-    t["Dsum"].copy_((t["dO"].float() * (torch.softmax(s, dim=-1) @ t["V"].float())).sum(-1))
-
-
-def _attn_bwd_main_ref(t: dict) -> dict:
-    """tests/programs/attn_bwd_main.cyp (one head) in float32: P = exp(Q Kᵀ · scale − LSE),
-    dS = P ∘ (dO Vᵀ − Dsum), dV = Pᵀ dO, dK = scale · dSᵀ Q, and dQacc + dS K (the kernel adds
-    into dQacc)."""
     sc = float(t["scale"])
-    p = (_mm(t["Q"], t["K"].T) * sc - t["LSE"].float()[:, None]).exp()
-    ds = p * (_mm(t["dO"], t["V"].T) - t["Dsum"].float()[:, None])
-    return {
-        "dV": p.T @ t["dO"].float(),
-        "dK": sc * (ds.T @ t["Q"].float()),
-        "dQacc": t["dQacc"].float() + ds @ t["K"].float(),
-    }
+    dk = torch.zeros(t["K"].shape, dtype=torch.float32, device=t["K"].device)
+    dv = torch.zeros_like(dk)
+    dqacc = torch.zeros(t["Q"].shape, dtype=torch.float32, device=t["Q"].device)
+    dsum = (t["dO"].float() * t["O"].float()).sum(-1)
+    for b, h, hk, above in _attn_heads(t):
+        q, do = t["Q"][b, h].float(), t["dO"][b, h].float()
+        p = (_mm(q, t["K"][b, hk].T) * sc - t["LSE"][b, h].float()[:, None]).exp()
+        if above is not None:
+            p.masked_fill_(above, 0.0)
+        ds = p * (_mm(do, t["V"][b, hk].T) - dsum[b, h][:, None])
+        dv[b, hk] += p.T @ do
+        dk[b, hk] += sc * (ds.T @ q)
+        dqacc[b, h] = ds @ t["K"][b, hk].float()
+    return {"dQ": sc * dqacc, "dK": dk, "dV": dv, "Dsum": dsum, "dQacc": dqacc}
 
 
-# the backward's main kernel for one head (issue #38): dQ's sums added into dQacc by atomics
-PROGRAMS["attn_bwd_main"] = Program(
-    ref=_attn_bwd_main_ref,
-    check=[
-        dict(M=4096, N=4096, D=128, scale=_S128),
-        dict(M=1000, N=777, D=128, scale=_S128),
-        dict(M=64, N=300, D=128, scale=0.5),
-        dict(M=1, N=3, D=128, scale=_S128),
-        dict(M=333, N=4100, D=128, scale=0.125),
-    ],
-    small=[dict(M=256, N=256, D=128, scale=_S128)],
-    run=dict(M=16384, N=16384, D=128, scale=_S128),
-    prepare=_one_head_stats,
-    atomic=True,
-)
-
-
-# the whole attention backward (issue #38): three kernels behind one launcher; ragged M and N,
-# D up to the build's E
+# the whole attention backward (issue #38): three kernels behind one launcher; GQA (H / HK
+# query heads per key/value head; H not a multiple of HK refused), causal or not, ragged M and
+# N (N > M and M > N causal), D up to the build's E
 _FAB = dict(scale=0.08838834764831845)
 PROGRAMS["flash_attention_bwd"] = Program(
     ref=_fab_ref,
     check=[
-        dict(B=2, H=4, M=1024, N=1024, D=128, **_FAB),
-        dict(B=1, H=3, M=1000, N=777, D=128, **_FAB),
-        dict(B=1, H=1, M=64, N=130, D=64, scale=0.125),
-        dict(B=1, H=2, M=1, N=3, D=128, **_FAB),
-        dict(B=1, H=2, M=333, N=4100, D=128, scale=0.125),
+        dict(B=2, H=4, HK=4, M=1024, N=1024, D=128, causal=0, **_FAB),
+        dict(B=1, H=4, HK=2, M=1000, N=777, D=128, causal=1, **_FAB),
+        dict(B=1, H=2, HK=1, M=64, N=300, D=64, causal=1, scale=0.125),
+        dict(B=1, H=2, HK=2, M=1, N=3, D=128, causal=0, **_FAB),
+        dict(B=1, H=4, HK=1, M=333, N=4100, D=128, causal=0, scale=0.125),
+        dict(B=1, H=4, HK=1, M=4100, N=333, D=128, causal=1, **_FAB),
+        dict(B=1, H=2, HK=1, M=4096, N=4096, D=128, causal=1, **_FAB),
+        dict(B=1, H=3, HK=2, M=128, N=128, D=128, causal=0, **_FAB),
     ],
     small=[
-        dict(B=1, H=2, M=256, N=256, D=128, **_FAB),
-        dict(B=1, H=1, M=129, N=130, D=64, scale=0.125),
+        dict(B=1, H=2, HK=1, M=256, N=256, D=128, causal=1, **_FAB),
+        dict(B=1, H=1, HK=1, M=129, N=130, D=64, causal=0, scale=0.125),
     ],
-    run=dict(B=4, H=16, M=4096, N=4096, D=128, **_FAB),
+    run=dict(B=4, H=16, HK=16, M=4096, N=4096, D=128, causal=0, **_FAB),
     prepare=_fab_prepare,
     atomic=True,
 )
