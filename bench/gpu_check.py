@@ -516,39 +516,65 @@ def _attn_heads(t: dict):
             yield b, h, h // g, above
 
 
-def _attn_bwd_stats(t: dict, kw: dict) -> None:
-    """LSE = logsumexp(Q Kᵀ · scale) and Dsum = rowsum(dO ∘ O) with O = softmax(Q Kᵀ · scale) V,
-    per query head on its key/value head, the scores causal-masked when ``causal``, in float32
-    from the random Q, K, V, dO: what the forward and the preprocess give the backward."""
+def _forward_heads(t: dict, kw: dict):
+    """(b, h, LSE, O) of every query head on its key/value head: the forward in float32 from
+    the random Q, K, V (scores causal-masked when ``causal``)."""
     import torch
 
     for b, h, hk, above in _attn_heads({**t, **kw}):
         s = _mm(t["Q"][b, h], t["K"][b, hk].T) * float(kw["scale"])
         if above is not None:
             s.masked_fill_(above, float("-inf"))
-        t["LSE"][b, h].copy_(torch.logsumexp(s, dim=-1))
-        o = torch.softmax(s, dim=-1) @ t["V"][b, hk].float()
+        yield b, h, torch.logsumexp(s, dim=-1), torch.softmax(s, dim=-1) @ t["V"][b, hk].float()
+
+
+def _attn_bwd_stats(t: dict, kw: dict) -> None:
+    """LSE = logsumexp(Q Kᵀ · scale) and Dsum = rowsum(dO ∘ O) with O = softmax(Q Kᵀ · scale) V,
+    per query head on its key/value head, the scores causal-masked when ``causal``, in float32
+    from the random Q, K, V, dO: what the forward and the preprocess give the backward."""
+    for b, h, lse, o in _forward_heads(t, kw):
+        t["LSE"][b, h].copy_(lse)
         t["Dsum"][b, h].copy_((t["dO"][b, h].float() * o).sum(-1))
 
 
-def _attn_bwd_dkdv_ref(t: dict) -> dict:
-    """tests/programs/attn_bwd_dkdv.cyp in float32, per query head h on key/value head hk:
-    P = exp(Q Kᵀ · scale − LSE) (0 above the diagonal when causal), dV[hk] += Pᵀ dO,
-    dS = P ∘ (dO Vᵀ − Dsum), dK[hk] += scale · dSᵀ Q (the formula, for whatever LSE and Dsum)."""
+def _backward_ref(t: dict, dsum) -> dict:
+    """The backward's formula in float32 from the given LSE and ``dsum`` (B x H x M), per query
+    head h on key/value head hk: P = exp(Q Kᵀ · scale − LSE) (0 above the diagonal when
+    causal), dS = P ∘ (dO Vᵀ − Dsum); dV[hk] += Pᵀ dO, dK[hk] += scale · dSᵀ Q, dQacc[h] = dS K."""
     import torch
 
     sc = float(t["scale"])
     dk = torch.zeros(t["K"].shape, dtype=torch.float32, device=t["K"].device)
     dv = torch.zeros_like(dk)
+    dqacc = torch.zeros(t["Q"].shape, dtype=torch.float32, device=t["Q"].device)
     for b, h, hk, above in _attn_heads(t):
         q, do = t["Q"][b, h].float(), t["dO"][b, h].float()
         p = (_mm(q, t["K"][b, hk].T) * sc - t["LSE"][b, h].float()[:, None]).exp()
         if above is not None:
             p.masked_fill_(above, 0.0)
-        ds = p * (_mm(do, t["V"][b, hk].T) - t["Dsum"][b, h].float()[:, None])
+        ds = p * (_mm(do, t["V"][b, hk].T) - dsum[b, h].float()[:, None])
         dv[b, hk] += p.T @ do
         dk[b, hk] += sc * (ds.T @ q)
-    return {"dV": dv, "dK": dk}
+        dqacc[b, h] = ds @ t["K"][b, hk].float()
+    return {"dV": dv, "dK": dk, "dQacc": dqacc}
+
+
+def _attn_bwd_dkdv_ref(t: dict) -> dict:
+    """tests/programs/attn_bwd_dkdv.cyp in float32: :func:`_backward_ref`'s dK and dV (the
+    formula, for whatever LSE and Dsum)."""
+    r = _backward_ref(t, t["Dsum"])
+    return {"dV": r["dV"], "dK": r["dK"]}
+
+
+def _one_head(t: dict) -> dict:
+    """The one-head tensors of tests/programs/attn_bwd_main.cyp as a batch of one head (views:
+    writes go to the originals), not causal."""
+    import torch
+
+    return {
+        **{k: v[None, None] if isinstance(v, torch.Tensor) else v for k, v in t.items()},
+        "causal": 0,
+    }
 
 
 # the attention backward's dK, dV kernel (issue #38): batch, grouped-query heads (dK, dV of a
@@ -657,40 +683,49 @@ for _name in ("reduce_rows", "reduce_steps"):
 def _fab_prepare(t: dict, kw: dict) -> None:
     """LSE and O of the forward (float32, from the random Q, K, V), per query head on its
     key/value head, causal-masked when ``causal``: what the backward reads besides Q, K, V, dO."""
-    import torch
-
-    for b, h, hk, above in _attn_heads({**t, **kw}):
-        s = _mm(t["Q"][b, h], t["K"][b, hk].T) * float(kw["scale"])
-        if above is not None:
-            s.masked_fill_(above, float("-inf"))
-        t["LSE"][b, h].copy_(torch.logsumexp(s, dim=-1))
-        t["O"][b, h].copy_(torch.softmax(s, dim=-1) @ t["V"][b, hk].float())
+    for b, h, lse, o in _forward_heads(t, kw):
+        t["LSE"][b, h].copy_(lse)
+        t["O"][b, h].copy_(o)
 
 
 def _fab_ref(t: dict) -> dict:
     """tests/programs/flash_attention_bwd.cyp in float32, by the backward's formula from the
-    given LSE and O, per query head h on key/value head hk: P = exp(Q Kᵀ · scale − LSE) (0 above
-    the diagonal when causal), Dsum = rowsum(dO ∘ O), dS = P ∘ (dO Vᵀ − Dsum), dV[hk] += Pᵀ dO,
-    dK[hk] += scale · dSᵀ Q, dQ = scale · dS K (dQacc = dS K, the scratch as the kernels leave
-    it).  With the forward's LSE and O (``prepare``; the harness's --dump run has random ones)
-    it is autograd's dQ, dK, dV of softmax(Q Kᵀ · scale) V."""
-    import torch
-
-    sc = float(t["scale"])
-    dk = torch.zeros(t["K"].shape, dtype=torch.float32, device=t["K"].device)
-    dv = torch.zeros_like(dk)
-    dqacc = torch.zeros(t["Q"].shape, dtype=torch.float32, device=t["Q"].device)
+    given LSE and O (:func:`_backward_ref` with Dsum = rowsum(dO ∘ O)): dQ = scale · dS K, dK,
+    dV, and the scratch as the kernels leave it.  With the forward's LSE and O (``prepare``;
+    the harness's --dump run has random ones) it is autograd's dQ, dK, dV of
+    softmax(Q Kᵀ · scale) V."""
     dsum = (t["dO"].float() * t["O"].float()).sum(-1)
-    for b, h, hk, above in _attn_heads(t):
-        q, do = t["Q"][b, h].float(), t["dO"][b, h].float()
-        p = (_mm(q, t["K"][b, hk].T) * sc - t["LSE"][b, h].float()[:, None]).exp()
-        if above is not None:
-            p.masked_fill_(above, 0.0)
-        ds = p * (_mm(do, t["V"][b, hk].T) - dsum[b, h][:, None])
-        dv[b, hk] += p.T @ do
-        dk[b, hk] += sc * (ds.T @ q)
-        dqacc[b, h] = ds @ t["K"][b, hk].float()
-    return {"dQ": sc * dqacc, "dK": dk, "dV": dv, "Dsum": dsum, "dQacc": dqacc}
+    r = _backward_ref(t, dsum)
+    return {**r, "dQ": float(t["scale"]) * r["dQacc"], "Dsum": dsum}
+
+
+def _attn_bwd_main_ref(t: dict) -> dict:
+    """tests/programs/attn_bwd_main.cyp (one head) in float32: :func:`_backward_ref`'s dK and
+    dV, and dQacc + dS K (the kernel adds into dQacc)."""
+    one = _one_head(t)
+    r = _backward_ref(one, one["Dsum"])
+    return {
+        "dV": r["dV"][0, 0],
+        "dK": r["dK"][0, 0],
+        "dQacc": t["dQacc"].float() + r["dQacc"][0, 0],
+    }
+
+
+# the backward's main kernel for one head (issue #38): dQ's sums added into dQacc by atomics
+PROGRAMS["attn_bwd_main"] = Program(
+    ref=_attn_bwd_main_ref,
+    check=[
+        dict(M=4096, N=4096, D=128, scale=_S128),
+        dict(M=1000, N=777, D=128, scale=_S128),
+        dict(M=64, N=300, D=128, scale=0.5),
+        dict(M=1, N=3, D=128, scale=_S128),
+        dict(M=333, N=4100, D=128, scale=0.125),
+    ],
+    small=[dict(M=256, N=256, D=128, scale=_S128)],
+    run=dict(M=16384, N=16384, D=128, scale=_S128),
+    prepare=lambda t, kw: _attn_bwd_stats(_one_head(t), {**kw, "causal": 0}),
+    atomic=True,
+)
 
 
 # the whole attention backward (issue #38): three kernels behind one launcher; GQA (H / HK

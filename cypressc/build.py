@@ -132,7 +132,7 @@ def _kernel_lines(plan, m, tree: TaskTree) -> list[str]:
         "producer warpgroup (TMA) + "
         if plan.warpspecialize
         else "no TMA, no wgmma; "
-        if not plan.loads and not plan.body
+        if plan.simt
         else "thread 0 issues TMA; "
     ) + f"{plan.consumers} consumer warpgroup(s)"
     grid = " x ".join(cexpr(g) for g in plan.grid)

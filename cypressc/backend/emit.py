@@ -134,18 +134,12 @@ COMMON_GMMA_N = frozenset({8, 16, 32, 64, 96, 128, 192, 256})
 """The wgmma N that cypress.cuh always declares; any other needs ``CYP_GMMA_ALL_N``."""
 
 
-def _simt(p: P.KernelPlan) -> bool:
-    """A kernel with no TMA loads and no wgmma (a block program without a main loop)."""
-    return not p.loads and not any(isinstance(s, P.Mma) for s in p.body)
-
-
 def _shape_line(p: P.KernelPlan) -> str:
-    simt = _simt(p)
     return (
         "// Warp-specialized Hopper kernel: warpgroup 0 is the TMA producer, warpgroups 1.. consume."
         if p.warpspecialize
         else "// SIMT kernel: each thread loads, computes and stores its elements (no TMA, no wgmma)."
-        if simt
+        if p.simt
         else "// Multistage Hopper kernel: thread 0 issues the TMA loads ahead of the wgmmas."
     )
 
@@ -211,7 +205,7 @@ def emit_program(prog: P.KernelPlan, plans: list[P.KernelPlan], avoid: tuple[str
 def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
     """Kernel ``p``'s constants, ``__global__`` function and launcher (``namespaced``: a
     ``check`` and a ``launch`` inside the kernel's namespace, :func:`emit_program`)."""
-    simt = _simt(p)
+    simt = p.simt
     w("namespace {")
     w(
         "__host__ __device__ constexpr long long cdiv(long long a, long long b) { return (a + b - 1) / b; }"

@@ -236,6 +236,12 @@ class KernelPlan:
     )  # other names of the sizes (entry_sizes)
 
     @property
+    def simt(self) -> bool:
+        """A kernel with no main loop: no TMA, no wgmma, each thread loads, computes and stores
+        its own elements (a block program without an ``srange``)."""
+        return not self.trips
+
+    @property
     def pointer_tensors(self) -> list[GlobalTensor]:
         """The tensors the kernel gets as pointers: those it writes, and read-only ones it
         loads element by element (an external leaf function's per-column vector)."""

@@ -74,6 +74,13 @@ class TaskNode:
         for _, c in self.children:
             yield from c.walk()
 
+    def kernel_blocks(self) -> list["TaskNode"]:
+        """The outermost BLOCK instances at or below this node, pre-order: the block program of
+        each kernel it launches (a program of several kernels has one per kernel)."""
+        if self.proc == Proc.BLOCK:
+            return [self]
+        return [b for _, c in self.children for b in c.kernel_blocks()]
+
 
 @dataclass
 class TaskTree:
@@ -87,10 +94,7 @@ class TaskTree:
 
     def block_node(self) -> TaskNode | None:
         """The outermost BLOCK-level instance (the kernel's body), if any."""
-        for n in self.root.walk():
-            if n.proc == Proc.BLOCK:
-                return n
-        return None
+        return next(iter(self.root.kernel_blocks()), None)
 
 
 class _Instantiator:
@@ -379,18 +383,10 @@ def unused_knobs(root: TaskNode, lm: LoadedMapping) -> list[Warning_]:
     the CUDA lowering consult — so on any other BLOCK instance (a copy- or clear-only block
     launched from the kernel's body, say) it has no effect.
     """
-    # each BLOCK node with the kernel block above it (itself for a kernel's block: a program
-    # of several kernels has one per kernel)
-    below: list[tuple[TaskNode, Instance]] = []
-
-    def visit(n: TaskNode, kernel: Instance | None) -> None:
-        if n.proc == Proc.BLOCK:
-            kernel = kernel or n.instance
-            below.append((n, kernel))
-        for _, c in n.children:
-            visit(c, kernel)
-
-    visit(root, None)
+    # each BLOCK node with its kernel's block (itself for a kernel's block)
+    below = [
+        (n, k.instance) for k in root.kernel_blocks() for n in k.walk() if n.proc == Proc.BLOCK
+    ]
     out: list[Warning_] = []
     seen: set[int] = set()
     for n, kernel in below:

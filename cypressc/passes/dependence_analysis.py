@@ -518,20 +518,11 @@ def _top_blocks(st: S.Stmt, node) -> list:
     """The BLOCK instances statement ``st`` of ``node``'s variant reaches first, each the
     block program of one kernel (a launch of a HOST task that launches two is two)."""
 
-    def below(n) -> list:
-        return [n] if n.proc == Proc.BLOCK else [b for _, c in n.children for b in below(c)]
-
     if isinstance(st, S.Launch):
-        return below(node.child(st))
+        return node.child(st).kernel_blocks()
     if isinstance(st, S.Loop):
         return [b for s in st.body for b in _top_blocks(s, node)]
     return []
-
-
-_ONE_KERNEL_HINT = (
-    "launch each kernel from the entry task's body, one statement per kernel (a HOST task "
-    "it launches may partition and prange over the blocks of one kernel)"
-)
 
 
 def _kernel_segment(st: S.Stmt, blocks: list, start: int, end: int) -> KernelSegment:
@@ -542,7 +533,8 @@ def _kernel_segment(st: S.Stmt, blocks: list, start: int, end: int) -> KernelSeg
             f"this statement launches {len(blocks)} kernels (block programs "
             f"{', '.join(repr(b.instance.instance) for b in blocks)}) in a program of several",
             st.loc,
-            hint=_ONE_KERNEL_HINT,
+            hint="launch each kernel from the entry task's body, one statement per kernel (a "
+            "HOST task it launches may partition and prange over the blocks of one kernel)",
         )
     return KernelSegment(start, end, blocks[0], st.loc)
 

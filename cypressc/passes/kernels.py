@@ -73,10 +73,6 @@ def _names(x: object, out: set[str]) -> set[str]:
     return out
 
 
-def _defined_events(ops) -> set[str]:
-    return {o.ev for b in ops for o in walk_ops(N.Block((b,))) if isinstance(o, N.AsyncOp)}
-
-
 def split_kernels(
     m: N.Module, segments: list[KernelSegment], names: list[str], targets: list
 ) -> list[N.Module]:
@@ -101,7 +97,7 @@ def split_kernels(
                 keep.append(op)
                 _names(op, used)
         ops = keep[::-1] + ops
-        own = _defined_events(ops)
+        own = {o.ev for o in walk_ops(N.Block(tuple(ops))) if isinstance(o, N.AsyncOp)}
 
         def refs(rs, own=own):
             return tuple(r for r in rs if r.name in own)
