@@ -7,7 +7,7 @@ tensors.
         [--seqs 1024,2048,4096,8192,16384] [--tokens 16384] [--causal both|0|1] [--rounds 5] [--reps 10]
 
 Each ``--build`` is a ``cypressc build tests/programs/flash_attention_bwd.cyp -m … [--dtype
-T=bf16] -I programs`` directory (``make`` runs here; a no-op when built); D is the mapping's E
+T=bf16]`` directory (``make`` runs here; a no-op when built); D is the mapping's E
 (128, else 64 when the build refuses 128).  Per (build, seq): B = tokens // seq, H = 2048 / D,
 Q, K, V, dO ~ randn in the build's T, scale = 1/sqrt(D), causal 0 and/or 1 (top-left).  O and
 LSE come from torch in float32 (the forward's), dQ, dK, dV are checked against float32 autograd

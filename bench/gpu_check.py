@@ -1016,8 +1016,6 @@ def cypressc_build(t: Target, mapping: Path) -> tuple[int, str, float]:
             "-m",
             str(mapping),
             *dt,
-            "-I",  # programs/ops/*.cuh for the test programs' user C++ leaves
-            str(ROOT / "programs"),
             "-o",
             str(t.outdir),
         ],

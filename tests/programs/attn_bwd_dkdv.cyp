@@ -19,33 +19,18 @@ which masks nothing).
 Keys past N and queries past M read as zeros (TMA): a padded query row has dO = 0 and adds
 nothing to dV; its dSᵀ column is Pᵀ·(0 − 0) = 0 and adds nothing to dK, masked or not.  Rows of
 dK and dV past N are never stored.  The per-column leaves are user C++ functions
-(programs/ops/attn_bwd.cuh).
+(tests/programs/ops/attn_bwd.cuh).
 
 Both 16-bit Q and dO tiles of a step are read twice by the Tensor Core, as a K-major B (Qᵀ,
 dOᵀ) and as an MN-major B (Q, dO): one shared tile, two descriptors.
 """
 
-include("ops/attn_bwd.cuh")
-
 T = dtype(f16, bf16)
 
 from hopper_bt import mma                      # Sᵀ += K Qᵀ, dPᵀ += V dOᵀ (K-major B operands)
 from hopper import mma_rs, clear, convert, store
-
-
-@external("cypress_ops::probs_t", writes=["s"])
-def probs_t(s: tensor[2, f32], lse: tensor[1, f32], scale: float):
-    """s = exp(s * scale - lse[c]), lse per column."""
-
-
-@external("cypress_ops::dscores_t", writes=["ds"])
-def dscores_t(ds: tensor[2, f32], p: tensor[2, f32], d: tensor[1, f32]):
-    """ds = p * (ds - d[c]), d per column."""
-
-
-@external("cypress_ops::scale_by", writes=["x"])
-def scale_by(x: tensor[2, f32], s: float):
-    """x = x * s."""
+from elementwise import scale
+from attn_bwd_trees import mask_t, probs, dscores  # tests/programs/attn_bwd_trees.cyp
 
 
 # ---- the batch, the key/value heads, the key blocks: one block per (b, hk, j)
@@ -139,91 +124,3 @@ def dkdv_step(dK: tensor[2, f32], dV: tensor[2, f32], Q: tensor[2, T], K: tensor
     launch("dscores", dPt, St, Dp[i])
     launch("convert", dPt, dSt)
     launch("mma_rs", dK, dSt, Qp[i, 0])
-
-
-# ---- Sᵀ = -inf where the key (row) comes after the query (column): top-left causal, key-major
-@task("mask_t", Inner, reads=["S"], writes=["S"])
-def mask_t_tile(S: tensor[2, f32], d: int):
-    WGS = tunable(int)
-    Sp = partition_by_blocks(S, (S.shape[0] / WGS, S.shape[1]))
-    for i in prange(WGS):
-        launch("mask_t", Sp[i, 0], d + i * (S.shape[0] / WGS))
-
-
-@task("mask_t", Inner, reads=["S"], writes=["S"])
-def mask_t_inner(S: tensor[2, f32], d: int):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Sp = partition_by_mma(S, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("mask_t", Sp[i], d)
-
-
-@task("mask_t", Leaf, reads=["S"], writes=["S"])
-def mask_t_thread(S: tensor[2, f32], d: int):
-    mask_causal_t(S, d)
-
-
-@task("probs", Inner, reads=["S", "lse"], writes=["S"])
-def probs_tile(S: tensor[2, f32], lse: tensor[1, f32], scale: float):
-    WGS = tunable(int)
-    Sp = partition_by_blocks(S, (S.shape[0] / WGS, S.shape[1]))
-    for i in prange(WGS):
-        launch("probs", Sp[i, 0], lse, scale)
-
-
-@task("probs", Inner, reads=["S", "lse"], writes=["S"])
-def probs_inner(S: tensor[2, f32], lse: tensor[1, f32], scale: float):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Sp = partition_by_mma(S, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("probs", Sp[i], lse, scale)
-
-
-@task("probs", Leaf, reads=["S", "lse"], writes=["S"])
-def probs_thread(S: tensor[2, f32], lse: tensor[1, f32], scale: float):
-    probs_t(S, lse, scale)
-
-
-@task("dscores", Inner, reads=["dS", "P", "d"], writes=["dS"])
-def dscores_tile(dS: tensor[2, f32], P: tensor[2, f32], d: tensor[1, f32]):
-    WGS = tunable(int)
-    R, C = dS.shape[0] / WGS, dS.shape[1]
-    dSp = partition_by_blocks(dS, (R, C))
-    Pp = partition_by_blocks(P, (R, C))
-    for i in prange(WGS):
-        launch("dscores", dSp[i, 0], Pp[i, 0], d)
-
-
-@task("dscores", Inner, reads=["dS", "P", "d"], writes=["dS"])
-def dscores_inner(dS: tensor[2, f32], P: tensor[2, f32], d: tensor[1, f32]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    dSp = partition_by_mma(dS, MMA, PROC, "C")
-    Pp = partition_by_mma(P, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("dscores", dSp[i], Pp[i], d)
-
-
-@task("dscores", Leaf, reads=["dS", "P", "d"], writes=["dS"])
-def dscores_thread(dS: tensor[2, f32], P: tensor[2, f32], d: tensor[1, f32]):
-    dscores_t(dS, P, d)
-
-
-@task("scale", Inner, reads=["X"], writes=["X"])
-def scale_tile(X: tensor[2, f32], s: float):
-    WGS = tunable(int)
-    Xp = partition_by_blocks(X, (X.shape[0] / WGS, X.shape[1]))
-    for i in prange(WGS):
-        launch("scale", Xp[i, 0], s)
-
-
-@task("scale", Inner, reads=["X"], writes=["X"])
-def scale_inner(X: tensor[2, f32], s: float):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Xp = partition_by_mma(X, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("scale", Xp[i], s)
-
-
-@task("scale", Leaf, reads=["X"], writes=["X"])
-def scale_thread(X: tensor[2, f32], s: float):
-    scale_by(X, s)

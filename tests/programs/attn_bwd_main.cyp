@@ -13,29 +13,14 @@ M x D, K, V N x D, LSE and Dsum M f32, dK and dV N x D, dQacc M x D f32 (added i
 preprocess clears it, the postprocess scales and converts it).
 """
 
-include("ops/attn_bwd.cuh")
-
 T = dtype(f16, bf16)
 
 from hopper_bt import mma                      # Sᵀ += K Qᵀ, dPᵀ += V dOᵀ (K-major B operands)
 from hopper import mma_rs, clear, convert, store
 from hopper_cols import clear
 from hopper_at import mma_at
-
-
-@external("cypress_ops::probs_t", writes=["s"])
-def probs_t(s: tensor[2, f32], lse: tensor[1, f32], scale: float):
-    """s = exp(s * scale - lse[c]), lse per column."""
-
-
-@external("cypress_ops::dscores_t", writes=["ds"])
-def dscores_t(ds: tensor[2, f32], p: tensor[2, f32], d: tensor[1, f32]):
-    """ds = p * (ds - d[c]), d per column."""
-
-
-@external("cypress_ops::scale_by", writes=["x"])
-def scale_by(x: tensor[2, f32], s: float):
-    """x = x * s."""
+from elementwise import scale
+from attn_bwd_trees import probs, dscores, red, stage  # tests/programs/attn_bwd_trees.cyp
 
 
 @task("dkdv", Inner, reads=["Q", "K", "V", "dO", "LSE", "Dsum"], writes=["dK", "dV"], reduces=["dQacc"])
@@ -89,123 +74,9 @@ def dkdv_block(dK: tensor[2, T], dV: tensor[2, T], dQacc: tensor[2, f32], Q: ten
     launch("store", dVacc, dV)
 
 
-@task("probs", Inner, reads=["S", "lse"], writes=["S"])
-def probs_tile(S: tensor[2, f32], lse: tensor[1, f32], scale: float):
-    WGS = tunable(int)
-    Sp = partition_by_blocks(S, (S.shape[0] / WGS, S.shape[1]))
-    for i in prange(WGS):
-        launch("probs", Sp[i, 0], lse, scale)
-
-
-@task("probs", Inner, reads=["S", "lse"], writes=["S"])
-def probs_inner(S: tensor[2, f32], lse: tensor[1, f32], scale: float):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Sp = partition_by_mma(S, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("probs", Sp[i], lse, scale)
-
-
-@task("probs", Leaf, reads=["S", "lse"], writes=["S"])
-def probs_thread(S: tensor[2, f32], lse: tensor[1, f32], scale: float):
-    probs_t(S, lse, scale)
-
-
-@task("dscores", Inner, reads=["dS", "P", "d"], writes=["dS"])
-def dscores_tile(dS: tensor[2, f32], P: tensor[2, f32], d: tensor[1, f32]):
-    WGS = tunable(int)
-    R, C = dS.shape[0] / WGS, dS.shape[1]
-    dSp = partition_by_blocks(dS, (R, C))
-    Pp = partition_by_blocks(P, (R, C))
-    for i in prange(WGS):
-        launch("dscores", dSp[i, 0], Pp[i, 0], d)
-
-
-@task("dscores", Inner, reads=["dS", "P", "d"], writes=["dS"])
-def dscores_inner(dS: tensor[2, f32], P: tensor[2, f32], d: tensor[1, f32]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    dSp = partition_by_mma(dS, MMA, PROC, "C")
-    Pp = partition_by_mma(P, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("dscores", dSp[i], Pp[i], d)
-
-
-@task("dscores", Leaf, reads=["dS", "P", "d"], writes=["dS"])
-def dscores_thread(dS: tensor[2, f32], P: tensor[2, f32], d: tensor[1, f32]):
-    dscores_t(dS, P, d)
-
-
-@task("scale", Inner, reads=["X"], writes=["X"])
-def scale_tile(X: tensor[2, f32], s: float):
-    WGS = tunable(int)
-    Xp = partition_by_blocks(X, (X.shape[0] / WGS, X.shape[1]))
-    for i in prange(WGS):
-        launch("scale", Xp[i, 0], s)
-
-
-@task("scale", Inner, reads=["X"], writes=["X"])
-def scale_inner(X: tensor[2, f32], s: float):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Xp = partition_by_mma(X, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("scale", Xp[i], s)
-
-
-@task("scale", Leaf, reads=["X"], writes=["X"])
-def scale_thread(X: tensor[2, f32], s: float):
-    scale_by(X, s)
-
-
 @task("dq", Inner, reads=["dS", "K"], reduces=["dQ"])
 def dq_block(dQ: tensor[2, f32], dS: tensor[2, T], K: tensor[2, T]):
     dQi: tensor[2, f32] = make_tensor(dQ.shape[0], dQ.shape[1])
     launch("clear", dQi)
     launch("mma_at", dQi, dS, K)
     launch("red", dQi, dQ)
-
-
-@task("red", Inner, reads=["C"], reduces=["D"])
-def red_cols(C: tensor[2, f32], D: tensor[2, f32]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M, N / WGS))
-    Dp = partition_by_blocks(D, (M, N / WGS))
-    for i in prange(WGS):
-        launch("red", Cp[0, i], Dp[0, i])
-
-
-@task("red", Inner, reads=["C"], reduces=["D"])
-def red_inner(C: tensor[2, f32], D: tensor[2, f32]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    Dp = partition_by_mma(D, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("red", Cp[i], Dp[i])
-
-
-@task("red", Leaf, reads=["C"], reduces=["D"])
-def red_thread(C: tensor[2, f32], D: tensor[2, f32]):
-    copy(C, D)
-
-
-@task("stage", Inner, reads=["C"], writes=["D"])
-def stage_tile(C: tensor[2, f32], D: tensor[2, T]):
-    WGS = tunable(int)
-    M, N = C.shape[0], C.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    Dp = partition_by_blocks(D, (M / WGS, N))
-    for i in prange(WGS):
-        launch("stage", Cp[i, 0], Dp[i, 0])
-
-
-@task("stage", Inner, reads=["C"], writes=["D"])
-def stage_inner(C: tensor[2, f32], D: tensor[2, T]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    Dp = partition_by_mma(D, MMA, PROC, "C")
-    for i in prange(PIECES):
-        launch("stage", Cp[i], Dp[i])
-
-
-@task("stage", Leaf, reads=["C"], writes=["D"])
-def stage_thread(C: tensor[2, f32], D: tensor[2, T]):
-    copy(C, D)

@@ -19,7 +19,4 @@ __device__ __forceinline__ void dscores_t(float& ds, float p, V d) {
   ds = p * (ds - static_cast<float>(d));
 }
 
-// x = x * s (dK's softmax scale, applied once to the accumulator)
-__device__ __forceinline__ void scale_by(float& x, float s) { x *= s; }
-
 }  // namespace cypress_ops

@@ -1,4 +1,4 @@
-"""NumPy reference of programs/ops/attn_bwd.cuh (what the cypressc interpreters run)."""
+"""NumPy reference of tests/programs/ops/attn_bwd.cuh (what the cypressc interpreters run)."""
 
 import numpy as np
 
@@ -9,7 +9,3 @@ def probs_t(s, lse, scale):
 
 def dscores_t(ds, p, d):
     return p * (ds - d)
-
-
-def scale_by(x, s):
-    return x * s
