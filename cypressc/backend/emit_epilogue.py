@@ -16,23 +16,34 @@ from cypressc.backend.names import sym as _n
 __all__ = ["load_direct", "store_direct", "stage_write", "tma_store"]
 
 
-def load_direct(w, p: P.KernelPlan, op: P.LoadDirect) -> None:
-    """Each thread's fragment from global memory, a pair of columns per load (0 past the
-    tensor's rows or columns): a quad reads 8 contiguous columns of a row."""
-    f = _frag(p, op.acc)
+def _global_tile(p: P.KernelPlan, op: P.LoadDirect | P.StoreDirect) -> tuple[str, str, str]:
+    """The rows, the columns and the base pointer (its batch slice) of the global tensor a
+    direct load or store reads or writes, as C."""
     t = next(x for x in p.tensors if x.name == op.tensor)
     rows, cols = _dim(t.dims[-2], p), _dim(t.dims[-1], p)
-    base = (
-        _n(op.tensor)
-        if op.batch is None
-        else f"({_n(op.tensor)} + size_t({_c(op.batch)}) * {rows} * {cols})"
-    )
-    w(f"// {op.event}: copy {op.tensor} -> %{op.acc} ({op.dtype} -> f32), each thread its fragment")
+    if op.batch is None:
+        return rows, cols, _n(op.tensor)
+    return rows, cols, f"({_n(op.tensor)} + size_t({_c(op.batch)}) * {rows} * {cols})"
+
+
+def _open_pairs(w, f, op: P.LoadDirect | P.StoreDirect) -> str:
+    """Open the loop over a thread's pairs of fragment ``f``: ``r``, ``c`` the pair's tensor
+    coordinates from the tile origin; the atom index's C name returned."""
     a = _each(w, "a", f.rows // 64)
     w("#pragma unroll")
     w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
     w("const int2 rc = cypress::acc_coord(j);")
     w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
+    return a
+
+
+def load_direct(w, p: P.KernelPlan, op: P.LoadDirect) -> None:
+    """Each thread's fragment from global memory, a pair of columns per load (0 past the
+    tensor's rows or columns): a quad reads 8 contiguous columns of a row."""
+    f = _frag(p, op.acc)
+    rows, cols, base = _global_tile(p, op)
+    w(f"// {op.event}: copy {op.tensor} -> %{op.acc} ({op.dtype} -> f32), each thread its fragment")
+    a = _open_pairs(w, f, op)
     w(
         f"const float2 v = r < {rows} && c < {cols} ? cypress::load2<{CTYPE[op.dtype]}>({base} + "
         f"size_t(r) * {cols} + c) : make_float2(0.f, 0.f);"
@@ -47,24 +58,14 @@ def store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
     16 bits and packed, or a float2), or added with ``red.global.add.v2.f32`` (``reduce``);
     elements past the tensor's rows or columns are skipped; under ``when`` if any."""
     f = _frag(p, op.acc)
-    t = next(x for x in p.tensors if x.name == op.tensor)
-    rows, cols = _dim(t.dims[-2], p), _dim(t.dims[-1], p)
-    base = (
-        _n(op.tensor)
-        if op.batch is None
-        else f"({_n(op.tensor)} + size_t({_c(op.batch)}) * {rows} * {cols})"
-    )
+    rows, cols, base = _global_tile(p, op)
     what = "add" if op.reduce else "copy"
     w(
         f"// {op.event}: {what} %{op.acc} -> {op.tensor} (f32 -> {op.dtype}), each thread its fragment"
     )
     if op.when is not None:
         w.open(f"if ({_cond(op.when)})  // last host-loop iteration only")
-    a = _each(w, "a", f.rows // 64)
-    w("#pragma unroll")
-    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
-    w("const int2 rc = cypress::acc_coord(j);")
-    w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
+    a = _open_pairs(w, f, op)
     w(f"if (r < {rows} && c < {cols})")
     pair = f"{_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]"
     if op.reduce:
