@@ -151,17 +151,22 @@ def rendered(program: str | Path, mapping: str | Path):
     return render_build(tree(program, mapping), snapshots(program, mapping))
 
 
-def ptxas_report(cu: Path, out: Path) -> str:
+def ptxas_report(cu: Path, out: Path, host: bool = False) -> str:
     """Compile CUDA file ``cu`` for sm_90a with cypressc's runtime and the CUTLASS headers, as a
-    kernel build does, ``-Xptxas -v``, into ``out`` (an object file, or a shared library when
-    it ends in ``.so``); return nvcc's stderr (ptxas's registers, spills, C75xx warnings).
-    Fails the calling test when nvcc does."""
+    kernel build does, ``-Xptxas -v``, into ``out``; return nvcc's stderr (ptxas's registers,
+    spills, C75xx warnings).  ``out`` is a shared library when it ends in ``.so``, an object
+    file with ``host`` (the launcher compiled too), else the device code alone (a cubin: a
+    third of the time, for the tests that read only ptxas).  Fails the calling test when nvcc
+    does."""
     import subprocess
 
     from cypressc.backend.harness import RUNTIME_DIR
     from cypressc.tuner.build import cutlass_include
 
-    kind = ["-Xcompiler", "-fPIC", "-shared"] if out.suffix == ".so" else ["-c"]
+    if out.suffix == ".so":
+        kind = ["-Xcompiler", "-fPIC", "-shared"]
+    else:
+        kind = ["-c"] if host else ["-cubin"]
     c = subprocess.run(
         [
             "nvcc",

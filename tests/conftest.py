@@ -5,8 +5,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import shutil
 import subprocess
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -65,16 +65,23 @@ def wall_clock():
 @pytest.fixture
 def clean_ptxas():
     """``check(build_dir, target)``: ``make target`` in a cypressc build directory with ptxas
-    verbose, asserting it builds, ptxas injects no wgmma waits (C7517/C7519) and nothing spills."""
+    verbose, asserting it builds, ptxas injects no wgmma waits (C7517/C7519) and nothing
+    spills.  For ``lib<name>.so`` only the device code is compiled (a cubin, a third of the
+    time: the launcher's host code is what the golden files' builds and the harness compile)."""
+    from tests.compiled import ptxas_report
 
     def check(out: Path, target: str) -> None:
-        r = subprocess.run(
-            ["make", "-C", str(out), target, "EXTRA_NVCCFLAGS=-Xptxas -v"],
-            capture_output=True,
-            text=True,
-        )
-        assert r.returncode == 0, r.stderr[-3000:]
-        log = r.stdout + r.stderr
+        if target.startswith("lib") and target.endswith(".so"):
+            name = target.removeprefix("lib").removesuffix(".so")
+            log = ptxas_report(out / f"{name}.cu", out / f"{name}.cubin")
+        else:
+            r = subprocess.run(
+                ["make", "-C", str(out), target, "EXTRA_NVCCFLAGS=-Xptxas -v"],
+                capture_output=True,
+                text=True,
+            )
+            assert r.returncode == 0, r.stderr[-3000:]
+            log = r.stdout + r.stderr
         assert "C7517" not in log and "C7519" not in log, log[-3000:]
         assert "0 bytes spill stores" in log
         assert not re.search(r"[1-9]\d* bytes spill stores", log)

@@ -217,6 +217,12 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
     )
     w(f"constexpr int RASTER = {p.raster};  // tile rows walked together for L2 reuse")
     for b in p.buffers:
+        if b.vector:
+            w(
+                f"constexpr int {sym(b.name)}_STAGE = {b.stage_bytes};  // {b.cols} {b.dtype}, "
+                f"copied from up to {b.slack} elements before (a 16-byte-aligned TMA box)"
+            )
+            continue
         w(
             f"constexpr int {sym(b.name)}_STAGE = {b.stage_bytes}, {sym(b.name)}_CHUNK = {b.chunk_bytes};  "
             f"// {b.rows}x{b.cols} {b.dtype}, {b.chunks} chunk(s) of {b.chunk_cols} columns"

@@ -81,6 +81,13 @@ def emit_launcher(w, p: P.KernelPlan, paired: bool, namespaced: bool = False) ->
     for m in p.maps:
         t = next(x for x in p.tensors if x.name == m.tensor)
         dims = [dim(d, p) for d in t.dims]
+        if len(m.box) == 1:  # a vector piece: the tensor flattened (lower_mem._load_vector)
+            w(f"CUtensorMap {sym(m.name)};")
+            w(
+                f"if ((e = cypress::make_tma_map_1d(&{sym(m.name)}, {sym(t.name)}, "
+                f"{' * '.join(dims)}, {m.box[0]}, {DTYPES[t.dtype].itemsize})) != cudaSuccess) return e;"
+            )
+            continue
         inner, outer = dims[-1], dims[-2]
         # the leading dimensions of a contiguous tensor fold into one TMA dimension (_batch)
         batch = " * ".join(f"{d}" for d in dims[:-2]) if len(dims) > 2 else "1"

@@ -37,7 +37,9 @@ def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
     tm = _n(m.name)
 
     def one(dst: str, inner: str) -> None:
-        if len(m.box) == 2:
+        if len(m.box) == 1:
+            w(f"cypress::tma_load_1d({dst}, &{tm}, {bar}, {inner});")
+        elif len(m.box) == 2:
             w(f"cypress::tma_load_2d({dst}, &{tm}, {bar}, {inner}, {coords[0]});")
         else:
             w(f"cypress::tma_load_3d({dst}, &{tm}, {bar}, {inner}, {coords[1]}, {coords[0]});")
@@ -232,10 +234,18 @@ def _scale(w, p: P.KernelPlan, op: P.Scale) -> None:
 
 def _external(w, p: P.KernelPlan, op: P.External) -> None:
     """The user's C++ once per element of ``op.acc``'s shape: fragments element by element,
-    per-column vectors loaded once per column pair (zero past their extent: those columns
-    are never stored), scalars as given."""
+    per-column vectors (global or shared) loaded once per column pair (zero past their
+    extent: those columns are never stored), scalars as given."""
     f = _frag(p, op.acc)
     w(f"// {op.event}: {op.fn}() — user C++ {op.cpp} ({op.header}), per element")
+    for i, x in enumerate(op.args):
+        if x.kind == "svec":
+            b = next(y for y in p.buffers if y.name == x.name)
+            ct = CTYPE[x.dtype]
+            w(
+                f"const {ct}* sv{i} = reinterpret_cast<const {ct}*>({_stage_base(b, x.stage)}) + "
+                f"{_c(x.value)};  // the piece, past the copy's aligned start"
+            )
     a = _each(w, "a", f.rows // 64)
     w("#pragma unroll")
     w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
@@ -245,6 +255,14 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
         if x.kind == "frag":
             for e in (0, 1):
                 calls[e].append(f"{_n(x.name)}[{a}][2 * j + {e}]")
+        elif x.kind == "svec":
+            # columns past the row's end hold the next row's elements (a flattened TMA map)
+            ct, col, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + c", _dim(x.extent, p)
+            got = (f"sv{i}[c]", f"sv{i}[c + 1]")
+            w(f"const {ct} v{i}_0 = {col} < {ext} ? {got[0]} : {ct}{{}};")
+            w(f"const {ct} v{i}_1 = {col} + 1 < {ext} ? {got[1]} : {ct}{{}};")
+            for e in (0, 1):
+                calls[e].append(f"v{i}_{e}")
         elif x.kind == "vec":
             ct, col, n, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + c", _n(x.name), _dim(x.extent, p)
             if x.batch is not None:

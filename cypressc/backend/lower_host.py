@@ -135,7 +135,8 @@ class KernelInterface:
 
     def _requires(self, plan: P.KernelPlan) -> list[P.Require]:
         """The launcher's conditions on the sizes: a tensor the TMA reads or stores needs
-        16-byte row strides (an innermost extent that is a multiple of 8 16-bit elements), a
+        16-byte row strides (an innermost extent that is a multiple of 8 16-bit elements;
+        not one that only vector pieces are read from, through a flattened map), a
         16-bit tensor stored from registers is written in pairs (an even extent), and a
         tensor read through TMA must not be empty along a dimension no output has (an empty
         output needs no launch; an empty reduction dimension has no TMA map)."""
@@ -156,8 +157,11 @@ class KernelInterface:
                         )
                     )
                 continue
-            if t.reads or any(
-                isinstance(s, P.TmaStore) and s.map.tensor == t.name for s in plan.epilogue
+            maps = [m for m in plan.maps if m.tensor == t.name]
+            flat = maps and all(len(m.box) == 1 for m in maps)  # vector pieces: no row stride
+            if not flat and (
+                t.reads
+                or any(isinstance(s, P.TmaStore) and s.map.tensor == t.name for s in plan.epilogue)
             ):
                 per16 = 4 if t.dtype == "f32" else 8  # elements in 16 bytes
                 reqs.append(

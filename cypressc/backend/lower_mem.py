@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from cypressc.abi.dtypes import DTYPES
 from cypressc.backend import plan as P
 from cypressc.backend.cexpr import KVar
 from cypressc.backend.refusal import refuse as _refuse
@@ -31,10 +32,35 @@ class MemoryLowering:
     ``self.shape2``, ``self._when``, ``self.persistent``,
     ``self.warpspecialize`` and ``self.last_only`` of :class:`_Lower`)."""
 
-    def _buffer(self, plan: P.KernelPlan, v: N.View, smem) -> tuple[P.StageBuffer, list[N.IExpr]]:
+    def _buffer(
+        self, plan: P.KernelPlan, v: N.View, smem, vector: bool = False
+    ) -> tuple[P.StageBuffer, list[N.IExpr]]:
+        """The stage buffer of shared view ``v`` (made the first time: a swizzled 2-D tile, or
+        with ``vector`` an unswizzled 1-D one) and ``v``'s origin in it."""
         root, org, keep, _ = self.origin(v)
         a = self.sym.allocs[root]
         existing = {b.name: b for b in plan.buffers}
+        if root not in existing and vector:
+            shape = [static(s) for s in a.shape]
+            if (
+                None in shape
+                or len(shape) not in (1, 2)
+                or (shape[-1] * DTYPES[a.dtype].itemsize) % 16
+            ):
+                _refuse(
+                    f"shared vector %{root} is not a static (stages x) length tile of a multiple "
+                    "of 16 bytes (TMA moves 16-byte units)"
+                )
+            existing[root] = P.StageBuffer(
+                root,
+                a.dtype,
+                1,
+                shape[-1],
+                shape[0] if len(shape) == 2 else 1,
+                smem.get(root, (0, 0, 1))[0],
+                0,
+            )
+            plan.buffers.append(existing[root])
         if root not in existing:
             shape = [static(s) for s in a.shape]
             if None in shape or len(shape) not in (2, 3):
@@ -56,6 +82,8 @@ class MemoryLowering:
                 root, a.dtype, rows, cols, st, smem.get(root, (0, 0, 1))[0], sw
             )
             plan.buffers.append(existing[root])
+        if existing[root].vector != vector:
+            _refuse(f"shared tensor %{root} is used both as a vector and as a 2-D tile")
         return existing[root], org
 
     @staticmethod
@@ -68,7 +96,8 @@ class MemoryLowering:
 
     def _stage(self, buf: P.StageBuffer, org: list[N.IExpr]) -> N.IExpr:
         """The stage index of a view of a pipelined buffer, as a pipeline position."""
-        return self.pos(org[0]) if buf.stages > 1 and len(org) == 3 else N.IConst(0)
+        staged = buf.stages > 1 and len(org) == (2 if buf.vector else 3)
+        return self.pos(org[0]) if staged else N.IConst(0)
 
     def _load_once(self, plan: P.KernelPlan, o: N.Copy, smem, role: str) -> P.Load:
         """A GLOBAL->SHARED copy before the main loop (a tile every step reads, like
@@ -89,13 +118,15 @@ class MemoryLowering:
     def _load(self, plan: P.KernelPlan, o: N.Copy, smem, where: str = "") -> P.Load:
         if self.sym.mem(o.src) != Mem.GLOBAL or self.sym.mem(o.dst) != Mem.SHARED:
             _refuse(where or f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} in the main loop")
-        buf, dorg = self._buffer(plan, o.dst, smem)
         if o.bar is None:
             _refuse(f"TMA copy {self.en(o.ev)} completes on no mbarrier")
         root, org, keep, mmas = self.origin(o.src)
         if mmas:
             _refuse("a TMA load of an mma partition")
         kept = [d for d, k in enumerate(keep) if k]
+        if kept == [len(keep) - 1]:
+            return self._load_vector(plan, o, smem)
+        buf, dorg = self._buffer(plan, o.dst, smem)
         if len(kept) != 2:
             _refuse(f"{fmt_view(o.src)} is not a 2-D tile")
         if kept != [len(keep) - 2, len(keep) - 1]:
@@ -123,6 +154,84 @@ class MemoryLowering:
         )
         plan.loads.append(ld)
         return ld
+
+    def _load_vector(self, plan: P.KernelPlan, o: N.Copy, smem) -> P.Load:
+        """A TMA copy of a piece of a tensor's last dimension into an unswizzled shared vector
+        (FlashAttention-3's LSE and dPsum pieces of a step).  The tensor is mapped flattened to
+        one dimension, so any row length works (a 2-D map would need 16-byte row strides), and
+        the box starts on the 16-byte boundary at or before the piece (TMA's rule for the
+        innermost coordinate) and spans :attr:`~P.StageBuffer.slack` elements more; readers
+        skip to the piece (:meth:`_vector_origin`) and mask the elements past its row's end,
+        which hold the next row's (past the tensor's end: zeros)."""
+        buf, dorg = self._buffer(plan, o.dst, smem, vector=True)
+        if static(self.sym.shape(o.src)[0]) != buf.cols:
+            _refuse(
+                f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)}: the vector and its buffer differ"
+            )
+        if buf.cols + buf.slack > 256:
+            _refuse(
+                f"a {buf.cols}-element shared vector: one TMA box spans at most 256 elements, "
+                f"{buf.slack} of them before the piece"
+            )
+        root, flat = self._flat(o.src)
+        start = N.ibin("*", N.ibin("//", flat, N.IConst(buf.slack)), N.IConst(buf.slack))
+        tmap = self._tma_map(
+            plan, P.TmaMap(f"tm_{root}_{buf.cols + buf.slack}", root, (buf.cols + buf.slack,), 0)
+        )
+        ld = P.Load(
+            self.en(o.ev),
+            tmap,
+            buf.name,
+            (self.k(start),),
+            1,
+            self._stage(buf, dorg),
+            o.bar.bar,
+            self.pos(o.bar.stage),
+        )
+        plan.loads.append(ld)
+        return ld
+
+    def _flat(self, v: N.View) -> tuple[str, N.IExpr]:
+        """Global vector view ``v`` (a piece of its tensor's last dimension, the leading ones
+        sliced off): the tensor and the element of the flattened tensor where ``v`` starts."""
+        root, org, keep, _ = self.origin(v)
+        shape = self.sym.allocs[root].shape
+        dropped = [d for d, k in enumerate(keep) if not k]
+        if dropped != list(range(len(dropped))):
+            _refuse(
+                f"%{root} is sliced along dimension(s) {dropped}; the backend slices leading dimensions"
+            )
+        flat = org[-1]
+        if dropped:
+            idx = org[0]
+            for d in dropped[1:]:
+                idx = N.ibin("+", N.ibin("*", idx, shape[d]), org[d])
+            flat = N.ibin("+", N.ibin("*", idx, shape[-1]), org[-1])
+        return root, flat
+
+    def _vector_origin(
+        self, plan: P.KernelPlan, v: N.View, buf: P.StageBuffer
+    ) -> tuple[N.IExpr, N.IExpr, str]:
+        """For shared vector view ``v`` of ``buf``: where the piece starts in the buffer (its
+        offset from the copy's aligned start), the element of its tensor's row it starts at,
+        and that row's length (a size name), from the one TMA copy that fills the buffer (E050
+        unless there is exactly one)."""
+        root = self.sym.root(v)
+        fills = [
+            x
+            for x in walk_ops(self.m.body)
+            if isinstance(x, N.Copy) and x.reduce is None and self.sym.root(x.dst) == root
+        ]
+        if len(fills) != 1 or self.sym.mem(fills[0].src) != Mem.GLOBAL:
+            _refuse(
+                f"shared vector %{root}: the backend reads a shared vector that one TMA copy "
+                f"from global memory fills ({len(fills)} copies into it)"
+            )
+        groot, flat = self._flat(fills[0].src)
+        _, gorg, _, _ = self.origin(fills[0].src)
+        t = next(t for t in plan.tensors if t.name == groot)
+        skip = self.k(N.ibin("%", flat, N.IConst(buf.slack)))
+        return skip, self.k(gorg[-1]), t.dims[-1]
 
     def _stage_write(self, plan: P.KernelPlan, o: N.Call, smem) -> P.StageWrite:
         """``copy`` of an accumulator into a shared staging tile after the main loop (a TMA

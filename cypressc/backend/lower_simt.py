@@ -212,7 +212,8 @@ class SimtLowering:
     def _external(self, plan: P.KernelPlan, o: N.Call) -> P.External:
         """A user C++ function (call-external, paper §3.2) over each thread's elements: its
         operands are f32 register fragments of one shape (the first one sets the loop),
-        per-column vectors in global memory, and scalars."""
+        per-column vectors in global memory or in shared memory (a TMA copy's whole buffer),
+        and scalars."""
         fn = leaf_of(o)
         ext = fn.external
         self._whole_warpgroups(o)
@@ -235,11 +236,32 @@ class SimtLowering:
                 args.append(P.ExtArg("frag", f.name))
                 continue
             root, org, keep, mmas = self.origin(a)
+            if mem == Mem.SHARED and not mmas and len(self.sym.shape(a)) == 1:
+                buf = next((b for b in plan.buffers if b.name == root and b.vector), None)
+                if buf is None or static(self.sym.shape(a)[0]) != buf.cols:
+                    _refuse(
+                        f"{o.fn}() reads {fmt_view(a)}, which is not a whole shared vector that "
+                        "a TMA copy fills"
+                    )
+                skip, col0, extent = self._vector_origin(plan, a, buf)
+                args.append(
+                    P.ExtArg(
+                        "svec",
+                        root,
+                        buf.dtype,
+                        col0,
+                        extent,
+                        value=skip,
+                        stage=self._stage(buf, org),
+                    )
+                )
+                vectors.append(a)
+                continue
             t = next((t for t in plan.tensors if t.name == root), None)
             if mem != Mem.GLOBAL or t is None or mmas or len(self.sym.shape(a)) != 1:
                 _refuse(
                     f"{o.fn}() reads {fmt_view(a)} in {mem}: external leaf functions read register "
-                    "fragments and 1-D vectors in global memory"
+                    "fragments and 1-D vectors in global or shared memory"
                 )
             if not keep[-1]:
                 _refuse(

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cypressc.abi.dtypes import DTYPES
+from cypressc.ir.target import TMA_VECTOR_SLACK, vector_buffer_bytes
+
 __all__ = [
     "SWIZZLES",
     "swizzle_for",
@@ -49,7 +52,9 @@ class GlobalTensor:
 @dataclass(frozen=True)
 class TmaMap:
     """A TMA descriptor over ``tensor`` with a box of ``box`` elements (outermost first),
-    landing ``swizzle``-byte-swizzled (the box's innermost extent spans at most that many bytes)."""
+    landing ``swizzle``-byte-swizzled (the box's innermost extent spans at most that many bytes;
+    0: unswizzled).  A one-element ``box`` maps the tensor flattened to one dimension (a vector
+    piece of a row: no row stride, so no 16-byte row-stride rule)."""
 
     name: str
     tensor: str
@@ -59,10 +64,12 @@ class TmaMap:
 
 @dataclass(frozen=True)
 class StageBuffer:
-    """A pipelined shared tile of 16-bit elements: ``stages`` x ``chunks`` x ``rows`` x
-    ``chunk_cols``, each chunk ``swizzle``-byte-swizzled as one TMA box writes it (rows of
-    ``swizzle`` bytes, the XOR pattern repeating every 8 rows).  ``swizzle`` is 128, 64 or
-    32 (:func:`swizzle_for`)."""
+    """A pipelined shared tile: ``stages`` x ``chunks`` x ``rows`` x ``chunk_cols``.  A 16-bit
+    tile's chunks are ``swizzle``-byte-swizzled as one TMA box writes them (rows of ``swizzle``
+    bytes, the XOR pattern repeating every 8 rows; 128, 64 or 32, :func:`swizzle_for`).  A
+    vector (``swizzle`` 0: one unswizzled row of ``cols`` elements of any dtype, like
+    FlashAttention-3's LSE piece of a step) is one chunk of :func:`vector_buffer_bytes` per stage:
+    its copy starts on the 16-byte boundary at or before the piece."""
 
     name: str
     dtype: str
@@ -73,9 +80,13 @@ class StageBuffer:
     swizzle: int = 128
 
     @property
+    def vector(self) -> bool:
+        return self.swizzle == 0
+
+    @property
     def chunk_cols(self) -> int:
-        """Columns of one chunk: one swizzle row of 16-bit elements."""
-        return self.swizzle // 2
+        """Columns of one chunk: one swizzle row of 16-bit elements (a vector: all)."""
+        return self.cols if self.vector else self.swizzle // 2
 
     @property
     def chunks(self) -> int:
@@ -83,11 +94,17 @@ class StageBuffer:
 
     @property
     def chunk_bytes(self) -> int:
-        return self.rows * self.swizzle
+        return self.stage_bytes if self.vector else self.rows * self.swizzle
 
     @property
     def stage_bytes(self) -> int:
-        return self.rows * self.cols * 2
+        n = self.rows * self.cols * DTYPES[self.dtype].itemsize
+        return vector_buffer_bytes(n) if self.vector else n
+
+    @property
+    def slack(self) -> int:
+        """Elements a vector's copy lands before the piece at most (its 16-byte-aligned start)."""
+        return TMA_VECTOR_SLACK // DTYPES[self.dtype].itemsize if self.vector else 0
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,10 @@ class ExtArg:
     element by element), ``vec`` (a row of global tensor ``name`` of ``dtype``: element
     ``col0 + c`` for the fragment's column c, zero at or past ``extent``, the row ``batch`` of
     the tensor's leading dimensions flattened when it is sliced off a rank > 1 tensor) or
-    ``scalar`` (``value``, passed as a C++ ``dtype``: ``int`` or ``float``)."""
+    ``scalar`` (``value``, passed as a C++ ``dtype``: ``int`` or ``float``) or ``svec`` (stage
+    ``stage`` of shared vector buffer ``name``, element ``value + c`` for the fragment's
+    column c, filled from a row at element ``col0``: zero where ``col0 + c`` is at or past
+    ``extent``)."""
 
     kind: str
     name: str = ""
@@ -144,6 +147,7 @@ class ExtArg:
     extent: str = ""
     value: IExpr | None = None
     batch: IExpr | None = None
+    stage: IExpr = IConst(0)
 
 
 @dataclass(frozen=True)

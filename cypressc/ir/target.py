@@ -21,9 +21,30 @@ from cypressc.mapping.machine import Machine, load_machine
 if TYPE_CHECKING:
     from cypressc.mapping.tasktree import TaskNode, TaskTree
 
-__all__ = ["BlockKnobs", "Target", "target_of", "DEFAULT_MACHINE"]
+__all__ = [
+    "BlockKnobs",
+    "Target",
+    "target_of",
+    "DEFAULT_MACHINE",
+    "TMA_VECTOR_SLACK",
+    "vector_buffer_bytes",
+]
 
 DEFAULT_MACHINE = "h100"  # a module written by hand names no mapping: the bundled Hopper model
+
+# A TMA tile copy starts its innermost dimension on a 16-byte boundary (an unaligned start faults
+# with an illegal instruction; measured on an H100, bench/NOTES.md session 26).  A copy of a
+# 1-D piece into a shared vector therefore starts at the boundary at or before the piece and
+# moves this many bytes more; the vector's buffer holds them (resource allocation) and its
+# readers skip the piece's offset (the CUDA lowering).
+TMA_VECTOR_SLACK = 16
+
+
+def vector_buffer_bytes(nbytes: int) -> int:
+    """Shared bytes of one stage of a vector of ``nbytes``: its copy's box
+    (:data:`TMA_VECTOR_SLACK` more), rounded up to the 128 bytes a TMA destination is aligned
+    to, so that every stage starts aligned."""
+    return -(-(nbytes + TMA_VECTOR_SLACK) // 128) * 128
 
 
 @dataclass(frozen=True, slots=True)

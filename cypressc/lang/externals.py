@@ -408,7 +408,8 @@ def _semantics(ext: S.External) -> Callable[..., dict[int, np.ndarray]]:
 
 def leaf_fn(ext: S.External) -> LeafFn:
     """The :class:`~cypressc.lang.intrinsics.LeafFn` of an external declaration (THREAD,
-    elementwise; written operands in registers, read ones in registers or global memory)."""
+    elementwise; written operands in registers, read ones in registers, global or shared
+    memory)."""
     rules = []
     for q in ext.params:
         if isinstance(q.type, S.TensorType):
@@ -418,7 +419,7 @@ def leaf_fn(ext: S.External) -> LeafFn:
                     q.name,
                     writes=w,
                     reads=q.name in ext.reads,
-                    mems=(Mem.REGISTER,) if w else (Mem.REGISTER, Mem.GLOBAL),
+                    mems=(Mem.REGISTER,) if w else (Mem.REGISTER, Mem.GLOBAL, Mem.SHARED),
                     dtypes=(q.type.dtype,),
                     rank=q.type.rank,
                 )

@@ -43,7 +43,7 @@ from cypressc.ir.analysis import Symbols, views_of
 from cypressc.ir.origin import Sites
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
-from cypressc.ir.target import Target
+from cypressc.ir.target import Target, vector_buffer_bytes
 from cypressc.lang.intrinsics import DTYPE_BYTES
 from cypressc.lang.kinds import Mem, Proc
 from cypressc.passes.base import ModulePass
@@ -61,8 +61,9 @@ REGISTER_OVERHEAD = 24
 
 
 def _bytes(a: N.Alloc, sites: Sites | None = None) -> int:
-    """Bytes of one copy of shared tensor ``a``; E045 at the ``mems`` entry that put it in
-    SHARED (dependence analysis' ``sites``) when an extent is only known at run time."""
+    """Bytes of one copy of shared tensor ``a`` (a vector: its copy's aligned box, rounded to
+    128 bytes: :func:`~cypressc.ir.target.vector_buffer_bytes`); E045 at the ``mems`` entry that put it in SHARED (dependence
+    analysis' ``sites``) when an extent is only known at run time."""
     n = DTYPE_BYTES[a.dtype]
     for s in a.shape:
         v = static(s)
@@ -80,7 +81,7 @@ def _bytes(a: N.Alloc, sites: Sites | None = None) -> int:
                 hint="partition by tunable block sizes",
             )
         n *= v
-    return n
+    return vector_buffer_bytes(n) if len(a.shape) == 1 else n
 
 
 def _replicas(a: N.Alloc) -> int:

@@ -94,7 +94,7 @@ def test_the_attention_backward_compiles_without_spills(tmp_path):
     for name, text in r.files.items():  # the .cu and its copy of the user's header
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    report = ptxas_report(tmp_path / "flash_attention_bwd.cu", tmp_path / "k.o")
+    report = ptxas_report(tmp_path / "flash_attention_bwd.cu", tmp_path / "k.o", host=True)
     entries = [ln for ln in report.splitlines() if "Compiling entry function" in ln]
     assert len(entries) == 3 and all(
         k in report for k in ("prep_block", "dkdv_block", "post_block")
@@ -102,3 +102,14 @@ def test_the_attention_backward_compiles_without_spills(tmp_path):
     spills = [ln for ln in report.splitlines() if "spill stores" in ln]
     assert len(spills) == 3 and all(" 0 bytes spill stores" in ln for ln in spills), spills
     assert r.kernels[1].consumer_registers == 240 and r.kernels[1].producer_registers == 24
+    # LSE and Dsum (SHARED in the mapping): each step's 64-element piece TMA-copied by the
+    # producer from the 16-byte boundary at or before it (68 elements, 272 bytes expected),
+    # through a flattened map (no 16-byte row stride asked of M), read past that start
+    cu = r.files["flash_attention_bwd.cu"]
+    for v in ("LSE", "Dsum"):
+        assert f"cypress::make_tma_map_1d(&tm_{v}_68, {v}, B * H * M, 68, 4)" in cu, v
+        assert f"cypress::arrive_expect_tx(&full_{v}_smem[pipe.index], 272);" in cu, v
+        assert cu.count(f"cypress::tma_load_1d(s_{v}_smem + pipe.index * {v}_smem_STAGE") == 1
+        assert f"constexpr int {v}_smem_STAGE = 384;" in cu, v
+    assert "M % 4" not in cu and "(LSE + size_t(" not in cu
+    assert cu.count("// the piece, past the copy's aligned start") == 2

@@ -152,6 +152,16 @@ def test_the_attention_backward_is_three_kernels_each_with_its_knobs():
     assert knobs[1].consumer_registers == 240 and knobs[1].pipeline == 2
 
 
+def test_the_attention_backward_main_kernel_passes_the_concurrent_interpreter():
+    """The main kernel with LSE and Dsum staged in shared memory (a vector piece per step from
+    the producer's TMA, the pipeline's 2 stages): two query heads of two ragged query blocks,
+    4 steps, two wraps of the pipeline."""
+    s = dict(compile_program(tree(FAB, FAB_MAP), until="sync-insertion")[1])
+    sizes = dict(B=1, H=2, HK=1, M=70, N=128, D=8, causal=0)
+    v = check_schedules(s["sync-insertion"], s["warp-specialization"], sizes=sizes, schedules=2)
+    assert v.finding is None, v.line("flash_attention_bwd")
+
+
 @pytest.mark.parametrize("causal", pick([1], [0, 1]))
 def test_the_attention_backward_gives_the_gradients(causal):
     """The whole program (its three kernels one after another) in the interpreter, latest

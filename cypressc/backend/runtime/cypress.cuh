@@ -153,10 +153,36 @@ inline cudaError_t make_tma_map(CUtensorMap* map, const void* gptr, bool bf16, u
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// A contiguous tensor of `n` elements of `elem_bytes` (4, 2 or 1) as one dimension, box
+// {box}: a vector piece of a row at any element offset (a 1-D map has no row stride, so rows of
+// any length work; a piece past the row's end reads the next row, past the tensor's end zeros).
+// box * elem_bytes must be a multiple of 16, the base 16-byte aligned.
+inline cudaError_t make_tma_map_1d(CUtensorMap* map, const void* gptr, uint64_t n, uint32_t box, uint32_t elem_bytes) {
+  auto encode = tensor_map_encoder();
+  if (!encode || (elem_bytes != 4 && elem_bytes != 2 && elem_bytes != 1) || (box * elem_bytes) % 16 || box > 256 ||
+      (reinterpret_cast<uintptr_t>(gptr) & 15))
+    return cudaErrorInvalidValue;
+  cuuint64_t dims[1] = {n};
+  cuuint64_t strides[1] = {0};  // unused at rank 1
+  cuuint32_t boxes[1] = {box};
+  cuuint32_t elem_strides[1] = {1};
+  const CUtensorMapDataType type = elem_bytes == 4   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+                                                     : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  CUresult r = encode(map, type, 1, const_cast<void*>(gptr), dims, strides, boxes, elem_strides,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE /* = zeros */);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 constexpr uint64_t kEvictNormal = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);  // default L2 policy
 
 // Pull the tensor map into the descriptor cache early (one thread, before the first copy).
 __device__ __forceinline__ void tma_prefetch(const CUtensorMap* map) { cute::prefetch_tma_descriptor(map); }
+// Box at element c0 of a 1-D map -> dst; completes its bytes on `bar`.
+__device__ __forceinline__ void tma_load_1d(void* dst, const CUtensorMap* map, bar_t* bar, int c0) {
+  cute::SM90_TMA_LOAD_1D::copy(map, bar, kEvictNormal, dst, c0);
+}
 // Box at element coords (c0 = inner, c1 = outer) -> dst; completes `bytes` on `bar`.
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, bar_t* bar, int c0, int c1) {
   cute::SM90_TMA_LOAD_2D::copy(map, bar, kEvictNormal, dst, c0, c1);
