@@ -65,22 +65,41 @@ def store_direct(w, p: P.KernelPlan, op: P.StoreDirect) -> None:
     )
     if op.when is not None:
         w.open(f"if ({_cond(op.when)})  // last host-loop iteration only")
+    if op.reduce:
+        # added once per step: a tile inside the tensor takes a copy of the loop without the
+        # per-pair test, whose branches would keep every reduction apart
+        w.open(f"if (({_c(op.row0)}) + {f.rows} <= {rows} && ({_c(op.col0)}) + {f.cols} <= {cols})")
+        _store_pairs(w, f, op, base, cols, None)
+        w.close("} else {")
+        w.ind += 1
+    _store_pairs(w, f, op, base, cols, f"r < {rows} && c < {cols}")
+    if op.reduce:
+        w.close()
+    if op.when is not None:
+        w.close()
+
+
+def _store_pairs(w, f, op: P.StoreDirect, base: str, cols: str, test: str | None) -> None:
+    """The loop over a thread's pairs of a direct store, each under ``test`` if any."""
     a = _open_pairs(w, f, op)
-    w(f"if (r < {rows} && c < {cols})")
+    pad = ""
+    if test is not None:
+        w(f"if ({test})")
+        pad = "  "
     pair = f"{_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]"
     if op.reduce:
-        w(f"  cypress::red_add2({base} + size_t(r) * {cols} + c, {pair});")
+        w(f"{pad}cypress::red_add2({base} + size_t(r) * {cols} + c, {pair});")
     elif op.dtype == "f32":
-        w(f"  *reinterpret_cast<float2*>({base} + size_t(r) * {cols} + c) = make_float2({pair});")
+        w(
+            f"{pad}*reinterpret_cast<float2*>({base} + size_t(r) * {cols} + c) = make_float2({pair});"
+        )
     else:
         w(
-            f"  *reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
+            f"{pad}*reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
             f"cypress::pack2<{CTYPE[op.dtype]}>({pair});"
         )
     w.close()
     _done(w, f.rows // 64)
-    if op.when is not None:
-        w.close()
 
 
 def stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:

@@ -235,7 +235,9 @@ def _scale(w, p: P.KernelPlan, op: P.Scale) -> None:
 def _external(w, p: P.KernelPlan, op: P.External) -> None:
     """The user's C++ once per element of ``op.acc``'s shape: fragments element by element,
     per-column vectors (global or shared) loaded once per column pair (zero past their
-    extent: those columns are never stored), scalars as given."""
+    extent: those columns are never stored), scalars as given.  (A second copy of the loop
+    without the tests, for a tile inside the vectors' rows, made ptxas spill the attention
+    backward's consumers at 240 registers: the tests stay.)"""
     f = _frag(p, op.acc)
     w(f"// {op.event}: {op.fn}() — user C++ {op.cpp} ({op.header}), per element")
     for i, x in enumerate(op.args):
@@ -255,20 +257,18 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
         if x.kind == "frag":
             for e in (0, 1):
                 calls[e].append(f"{_n(x.name)}[{a}][2 * j + {e}]")
-        elif x.kind == "svec":
-            # columns past the row's end hold the next row's elements (a flattened TMA map)
+        elif x.kind in ("vec", "svec"):
             ct, col, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + c", _dim(x.extent, p)
-            got = (f"sv{i}[c]", f"sv{i}[c + 1]")
+            if x.kind == "svec":
+                # columns past the row's end hold the next row's elements (a flattened TMA map)
+                got = (f"sv{i}[c]", f"sv{i}[c + 1]")
+            else:
+                n = _n(x.name)
+                if x.batch is not None:
+                    n = f"({n} + size_t({_c(x.batch)}) * {ext})"
+                got = (f"{n}[{col}]", f"{n}[{col} + 1]")
             w(f"const {ct} v{i}_0 = {col} < {ext} ? {got[0]} : {ct}{{}};")
             w(f"const {ct} v{i}_1 = {col} + 1 < {ext} ? {got[1]} : {ct}{{}};")
-            for e in (0, 1):
-                calls[e].append(f"v{i}_{e}")
-        elif x.kind == "vec":
-            ct, col, n, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + c", _n(x.name), _dim(x.extent, p)
-            if x.batch is not None:
-                n = f"({n} + size_t({_c(x.batch)}) * {ext})"
-            w(f"const {ct} v{i}_0 = {col} < {ext} ? {n}[{col}] : {ct}{{}};")
-            w(f"const {ct} v{i}_1 = {col} + 1 < {ext} ? {n}[{col} + 1] : {ct}{{}};")
             for e in (0, 1):
                 calls[e].append(f"v{i}_{e}")
         else:
