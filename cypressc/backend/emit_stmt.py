@@ -57,8 +57,8 @@ def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
         w.close()
 
 
-def _k_major_step(buf: P.StageBuffer, col) -> str:
-    """The byte offset of k16 step ``kk`` in a K-major operand tile from its first step: the
+def _k_major_addr(buf: P.StageBuffer, base: str, col, row: str | None) -> str:
+    """The shared address of k16 step ``kk`` of a K-major operand tile: row ``row`` (C), the
     step ``col / 16 + kk`` along K (``col``, a kernel expression: a K slice of a wider
     resident tile starts ``col`` columns in); 32 B along a swizzled row, ``swizzle / 32``
     steps per chunk, then the next chunk."""
@@ -66,31 +66,30 @@ def _k_major_step(buf: P.StageBuffer, col) -> str:
     ks = "kk" if is_zero(col) else f"(kk + ({_c(col)}) / 16)"
     chunk = f"{_n(buf.name)}_CHUNK"
     k_off = f"{ks} * {chunk}" if per == 1 else f"({ks} / {per}) * {chunk}"
-    return k_off if per == 1 else f"{k_off} + ({ks} % {per}) * 32"
+    in_row = "" if per == 1 else f" + ({ks} % {per}) * 32"
+    at_row = "" if row is None else f" + {row} * {buf.swizzle}"
+    return f"{base} + {k_off}{at_row}{in_row}"
 
 
-def _mn_major_a_step(buf: P.StageBuffer, atoms: int) -> str:
-    """The byte offset, from its first, of k16 step ``kk`` and 64-row atom ``a`` of an
-    MN-major A operand (stored K x M, ``warpgroup_mma_at``): the atom's columns ``64a`` chunks
-    further (a chunk holds ``chunk_cols`` columns), 16 K-rows per step.  The canonical MN-major
-    layout is the same for A and B (CUTLASS cute/atom/mma_traits_sm90_gmma.hpp,
-    ``make_gmma_desc<Major::MN>``: ``Swizzle<3,4,3> o ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))``
-    for 128 B; PTX ISA 8.x §9.7.15.5.1.2 "Shared Memory Matrix Layout", imm-trans-a = 1
-    selects M-major for A): LBO = the next chunk of SW / 2 columns along M (``_CHUNK``), SBO =
-    the next 8 K-rows (8 x SW B), which ``cypress::desc_mn_sw`` sets as for B."""
-    step = f"kk * 16 * {buf.swizzle}"
-    if atoms == 1:
-        return step
-    return f"a * {64 // buf.chunk_cols} * {_n(buf.name)}_CHUNK + {step}"
+def _mn_major_a_desc(buf: P.StageBuffer, base: str, col, atoms: int) -> str:
+    """The descriptor of an MN-major A operand (stored K x M, ``warpgroup_mma_at``) for k16
+    step ``kk`` and 64-row atom ``a``: columns ``col + 64a`` of ``buf`` (a whole chunk), rows
+    ``16kk``...  The canonical MN-major layout is the same for A and B (CUTLASS
+    cute/atom/mma_traits_sm90_gmma.hpp, ``make_gmma_desc<Major::MN>``: ``Swizzle<3,4,3> o
+    ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))`` for 128 B; PTX ISA 8.x §9.7.15.5.1.2 "Shared
+    Memory Matrix Layout", imm-trans-a = 1 selects M-major for A): LBO = the next chunk of
+    SW / 2 columns along M (``_CHUNK``), SBO = the next 8 K-rows (8 x SW B), which
+    ``cypress::desc_mn_sw`` sets as for B."""
+    m = f"({_c(col)})" if atoms == 1 else f"(({_c(col)}) + a * 64)"
+    chunk = f"{_n(buf.name)}_CHUNK"
+    return (
+        f"cypress::desc_mn_sw{buf.swizzle}({base} + ({m} / {buf.chunk_cols}) * {chunk} + "
+        f"kk * 16 * {buf.swizzle}, {chunk})"
+    )
 
 
 def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
-    """The k16 steps of one wgmma statement: each operand's descriptor built once from its
-    first step's address (``da8``, ``db8`` for event %e8), every step's that plus a constant
-    (``cypress::desc_add``)."""
     f = _frag(p, mm.acc)
-    ev = "".join(ch for ch in mm.event if ch.isalnum()).removeprefix("e")
-    da0, db0 = f"da{ev}", f"db{ev}"
     b_buf = next(x for x in p.buffers if x.name == mm.b_buf)
     b_base = _stage_base(b_buf, mm.b_stage)
     src = f"A from registers %{mm.a_frag}, " if mm.a_frag else ""
@@ -100,26 +99,25 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     kmajor = ", B K-major" if mm.b_kmajor else ""
     mn = ", A MN-major" if mm.a_mnmajor else ""
     w(f"// {mm.event}: warpgroup_mma, {src}{mm.k // 16} k16 step(s){mn}{kmajor}{fill}")
+    w("#pragma unroll")
+    w.open(f"for (int kk = 0; kk < {mm.k // 16}; ++kk)")
     # MN-major B: a k16 step is 16 swizzled rows; K-major A: 32 B along a swizzled row, so
     # swizzle / 32 steps per chunk (cypress.cuh explains both layouts)
     if mm.b_kmajor:  # B stored N x K: addressed like a K-major A tile, the instruction's tnspB = K
-        row = "" if is_zero(mm.b_row) else f" + ({_c(mm.b_row)}) * {b_buf.swizzle}"
-        w(f"const uint64_t {db0} = cypress::desc_k_sw{b_buf.swizzle}({b_base}{row});")
-        b_step = _k_major_step(b_buf, mm.b_col)
+        w(
+            f"const uint64_t db = cypress::desc_k_sw{b_buf.swizzle}"
+            f"({_k_major_addr(b_buf, b_base, mm.b_col, None if is_zero(mm.b_row) else f'({_c(mm.b_row)})')});"
+        )
     else:
         bc = mm.b_chunk if isinstance(mm.b_chunk, int) else f"({_c(mm.b_chunk, top=True)})"
-        chunk = "" if bc == 0 else f" + {bc} * {_n(b_buf.name)}_CHUNK"
+        chunk = "" if bc == 0 else f"{bc} * {_n(b_buf.name)}_CHUNK + "
         w(
-            f"const uint64_t {db0} = cypress::desc_mn_sw{b_buf.swizzle}({b_base}{chunk}, "
+            f"const uint64_t db = cypress::desc_mn_sw{b_buf.swizzle}({b_base} + {chunk}kk * 16 * {b_buf.swizzle}, "
             f"{_n(b_buf.name)}_CHUNK);"
         )
-        b_step = f"kk * 16 * {b_buf.swizzle}"
     atoms = f.rows // 64
     zero = ", kk == 0" if mm.zero_fill else ""
     if mm.a_frag:
-        w("#pragma unroll")
-        w.open(f"for (int kk = 0; kk < {mm.k // 16}; ++kk)")
-        w(f"const uint64_t db = cypress::desc_add({db0}, {b_step});")
         ai = _atom(atoms)
         mb = ", cypress::Major::K" if mm.b_kmajor else ""
         _per_atom(
@@ -132,31 +130,17 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
         return
     a_buf = next(x for x in p.buffers if x.name == mm.a_buf)
     a_base = _stage_base(a_buf, mm.a_stage)
-    if mm.a_mnmajor:
-        m = (
-            ""
-            if is_zero(mm.a_col)
-            else f" + ({_c(mm.a_col)}) / {a_buf.chunk_cols} * {_n(a_buf.name)}_CHUNK"
-        )
-        w(
-            f"const uint64_t {da0} = cypress::desc_mn_sw{a_buf.swizzle}({a_base}{m}, "
-            f"{_n(a_buf.name)}_CHUNK);"
-        )
-        a_step = _mn_major_a_step(a_buf, atoms)
-    else:
-        row = "" if is_zero(mm.a_row) else f" + ({_c(mm.a_row)}) * {a_buf.swizzle}"
-        w(f"const uint64_t {da0} = cypress::desc_k_sw{a_buf.swizzle}({a_base}{row});")
-        a_step = _k_major_step(a_buf, mm.a_col)
-        if atoms > 1:
-            a_step = f"a * 64 * {a_buf.swizzle} + {a_step}"
-    w("#pragma unroll")
-    w.open(f"for (int kk = 0; kk < {mm.k // 16}; ++kk)")
-    w(f"const uint64_t db = cypress::desc_add({db0}, {b_step});")
     acc = f"{_n(f.name)}[0]" if atoms == 1 else f"{_n(f.name)}[a]"
     if atoms > 1:
         w("#pragma unroll")
         w.open(f"for (int a = 0; a < {atoms}; ++a)")
-    w(f"const uint64_t da = cypress::desc_add({da0}, {a_step});")
+    if mm.a_mnmajor:
+        w(f"const uint64_t da = {_mn_major_a_desc(a_buf, a_base, mm.a_col, atoms)};")
+    else:
+        row = f"({_c(mm.a_row)})" if atoms == 1 else f"(({_c(mm.a_row)}) + a * 64)"
+        w(
+            f"const uint64_t da = cypress::desc_k_sw{a_buf.swizzle}({_k_major_addr(a_buf, a_base, mm.a_col, row)});"
+        )
     if mm.a_mnmajor:
         mb = "K" if mm.b_kmajor else "MN"
         majors = f", cypress::Major::MN, cypress::Major::{mb}"
@@ -266,15 +250,8 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
             )
     a = _each(w, "a", f.rows // 64)
     w("#pragma unroll")
-    # with shared vectors: once per column pair of the thread (pairs 2k and 2k + 1 share their
-    # columns, rows 8 apart), the vectors read once for both
-    shared = any(x.kind == "svec" for x in op.args)
-    if shared:
-        w.open(f"for (int k = 0; k < {f.cols // 8}; ++k)")
-        w("const int c = cypress::acc_coord(2 * k).y;")
-    else:
-        w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
-        w("const int c = cypress::acc_coord(j).y;")
+    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    w("const int c = cypress::acc_coord(j).y;")
     calls: list[list[str]] = [[], []]
     for i, x in enumerate(op.args):
         if x.kind == "frag":
@@ -297,13 +274,8 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
         else:
             for e in (0, 1):
                 calls[e].append(f"{x.dtype}({_c(x.value)})")
-    if shared:
-        w("#pragma unroll")
-        w.open("for (int j = 2 * k; j < 2 * k + 2; ++j)")
     for e in (0, 1):
         w(f"{op.cpp}({', '.join(calls[e])});")
-    if shared:
-        w.close()
     w.close()
     _done(w, f.rows // 64)
 

@@ -38,10 +38,9 @@ def test_each_warpgroup_reads_its_chunk_of_a_mn_major():
     assert "// %e5: warpgroup_mma, 4 k16 step(s), A MN-major" in cu
     # warpgroup cw's 64 columns are chunk cw of the 128-column tile; k16 step kk is 16 rows down
     assert (
-        "const uint64_t da5 = cypress::desc_mn_sw128(s_A_smem + pipe.index * A_smem_STAGE + "
-        "((cw * 64)) / 64 * A_smem_CHUNK, A_smem_CHUNK);"
+        "const uint64_t da = cypress::desc_mn_sw128(s_A_smem + pipe.index * A_smem_STAGE + "
+        "(((cw * 64)) / 64) * A_smem_CHUNK + kk * 16 * 128, A_smem_CHUNK);"
     ) in cu
-    assert "const uint64_t da = cypress::desc_add(da5, kk * 16 * 128);" in cu
     assert (
         "cypress::wgmma<256, __half, cypress::Major::MN, cypress::Major::MN>(da, db, Cacc_reg[0]);"
         in cu

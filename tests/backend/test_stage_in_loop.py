@@ -58,9 +58,8 @@ def test_the_threads_write_the_stage_the_next_wgmma_reads():
         "S_reg[0][2 * j + 1]);",
         "cypress::fence_proxy_async();  // %P ready (raw)",
         "cypress::named_sync(",
-        "const uint64_t da9 = cypress::desc_mn_sw128(s_P + pipe.index * P_STAGE + "
-        "((cw * 64)) / 64 * P_CHUNK, P_CHUNK);",
-        "const uint64_t da = cypress::desc_add(da9, kk * 16 * 128);",
+        "const uint64_t da = cypress::desc_mn_sw128(s_P + pipe.index * P_STAGE + "
+        "(((cw * 64)) / 64) * P_CHUNK + kk * 16 * 128, P_CHUNK);",
         "cypress::wgmma<128, __half, cypress::Major::MN, cypress::Major::MN>(da, db, Oacc_reg[0]);",
     ]
     at = [loop.find(x) for x in order]

@@ -40,8 +40,6 @@ using bar_t = uint64_t;                 // an mbarrier lives in one 8-byte word 
 // ------------------------------------------------------------------------------------------
 
 // Index of this thread's warpgroup (4 consecutive warps): selects producer / consumer role.
-// (A warp-uniform one through __shfl_sync, as CUTLASS's canonical_warp_group_idx, made ptxas
-// spill gemm_epilogue's consumers: nvcc 13.0, session 26.)
 __device__ __forceinline__ int warpgroup_idx() { return threadIdx.x / 128; }
 // Warp index inside the warpgroup, made warp-uniform so branches on it stay uniform.
 __device__ __forceinline__ int warp_in_warpgroup() { return __shfl_sync(0xffffffff, (threadIdx.x / 32) % 4, 0); }
@@ -259,11 +257,6 @@ template <int SW> __device__ __forceinline__ uint64_t desc_mn_sw(const void* til
   d.bitfield.layout_type_ = uint8_t(gmma_layout<SW>());
   return d.desc_;
 }
-// The descriptor of the tile `bytes` (a multiple of 16) further on: the start address is the
-// low 14 bits, in 16-byte units, and a shared address (< 2^18) never carries out of them.  A
-// k16 step's descriptor is its first step's plus a constant, as CuTe's GmmaDescriptorIterator
-// steps it, instead of one built from the address each step.
-__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 // The swizzle modes by name, as the generated code calls them (tile base aligned as above).
 __device__ __forceinline__ uint64_t desc_k_sw128(const void* tile) { return desc_k_sw<128>(tile); }
 __device__ __forceinline__ uint64_t desc_k_sw64(const void* tile) { return desc_k_sw<64>(tile); }

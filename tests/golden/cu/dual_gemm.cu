@@ -100,12 +100,10 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
         cypress::fence_acc(C1acc_reg[0]);
         cypress::wgmma_fence();
         // %e6: warpgroup_mma, 4 k16 step(s)
-        const uint64_t db6 = cypress::desc_mn_sw128(s_B1_smem + pipe.index * B1_smem_STAGE, B1_smem_CHUNK);
-        const uint64_t da6 = cypress::desc_k_sw128(s_A_smem + pipe.index * A_smem_STAGE + ((cw * 64)) * 128);
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_add(db6, kk * 16 * 128);
-          const uint64_t da = cypress::desc_add(da6, (kk / 4) * A_smem_CHUNK + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_mn_sw128(s_B1_smem + pipe.index * B1_smem_STAGE + kk * 16 * 128, B1_smem_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_smem + pipe.index * A_smem_STAGE + (kk / 4) * A_smem_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<128, __half>(da, db, C1acc_reg[0]);
         }
         cypress::wait(&full_B2_smem[pipe.index], pipe.phase);  // %B2_smem ready (raw)
@@ -113,12 +111,10 @@ dual_gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_c
         cypress::fence_acc(C2acc_reg[0]);
         cypress::wgmma_fence();
         // %e8: warpgroup_mma, 4 k16 step(s)
-        const uint64_t db8 = cypress::desc_mn_sw128(s_B2_smem + pipe.index * B2_smem_STAGE, B2_smem_CHUNK);
-        const uint64_t da8 = cypress::desc_k_sw128(s_A_smem + pipe.index * A_smem_STAGE + ((cw * 64)) * 128);
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_add(db8, kk * 16 * 128);
-          const uint64_t da = cypress::desc_add(da8, (kk / 4) * A_smem_CHUNK + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_mn_sw128(s_B2_smem + pipe.index * B2_smem_STAGE + kk * 16 * 128, B2_smem_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_smem + pipe.index * A_smem_STAGE + (kk / 4) * A_smem_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<128, __half>(da, db, C2acc_reg[0]);
         }
         cypress::commit();  // closes the group of %e6, %e8

@@ -136,12 +136,10 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         cypress::fence_acc(S_reg[0]);
         cypress::wgmma_fence();
         // %e8: warpgroup_mma, 8 k16 step(s), B K-major (fill %e6 folded in: scale-d off on the first step)
-        const uint64_t db8 = cypress::desc_k_sw128(s_K_smem + pipe.index * K_smem_STAGE);
-        const uint64_t da8 = cypress::desc_k_sw128(s_Q_smem + ((cw * 64)) * 128);
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-          const uint64_t db = cypress::desc_add(db8, (kk / 4) * K_smem_CHUNK + (kk % 4) * 32);
-          const uint64_t da = cypress::desc_add(da8, (kk / 4) * Q_smem_CHUNK + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_k_sw128(s_K_smem + pipe.index * K_smem_STAGE + (kk / 4) * K_smem_CHUNK + (kk % 4) * 32);
+          const uint64_t da = cypress::desc_k_sw128(s_Q_smem + (kk / 4) * Q_smem_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<128, __half, cypress::Major::K, cypress::Major::K>(da, db, S_reg[0], kk == 0);
         }
         cypress::commit();  // closes the group of %e8
@@ -181,10 +179,9 @@ flash_attention2_kernel(const __grid_constant__ CUtensorMap tm_Q_128x64, const _
         cypress::fence_acc(P_reg[0]);
         cypress::wgmma_fence();
         // %e20: warpgroup_mma, A from registers %P_reg, 8 k16 step(s)
-        const uint64_t db20 = cypress::desc_mn_sw128(s_V_smem + pipe.index * V_smem_STAGE, V_smem_CHUNK);
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-          const uint64_t db = cypress::desc_add(db20, kk * 16 * 128);
+          const uint64_t db = cypress::desc_mn_sw128(s_V_smem + pipe.index * V_smem_STAGE + kk * 16 * 128, V_smem_CHUNK);
           cypress::wgmma_rs<128, __half>(&P_reg[0][kk * 4], db, Oacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e20

@@ -83,12 +83,10 @@ gemm_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __grid_consta
         cypress::fence_acc(Cacc_reg[0]);
         cypress::wgmma_fence();
         // %e5: warpgroup_mma, 4 k16 step(s)
-        const uint64_t db5 = cypress::desc_mn_sw128(s_B_smem + pipe.index * B_smem_STAGE, B_smem_CHUNK);
-        const uint64_t da5 = cypress::desc_k_sw128(s_A_smem + pipe.index * A_smem_STAGE + ((cw * 64)) * 128);
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t db = cypress::desc_add(db5, kk * 16 * 128);
-          const uint64_t da = cypress::desc_add(da5, (kk / 4) * A_smem_CHUNK + (kk % 4) * 32);
+          const uint64_t db = cypress::desc_mn_sw128(s_B_smem + pipe.index * B_smem_STAGE + kk * 16 * 128, B_smem_CHUNK);
+          const uint64_t da = cypress::desc_k_sw128(s_A_smem + pipe.index * A_smem_STAGE + (kk / 4) * A_smem_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32);
           cypress::wgmma<256, __half>(da, db, Cacc_reg[0]);
         }
         cypress::commit();  // closes the group of %e5
