@@ -60,9 +60,10 @@ ALIGN = 1024  # 128-byte-swizzled tiles must start on a 1024-byte boundary
 REGISTER_OVERHEAD = 24
 
 
-def _bytes(a: N.Alloc, sites: Sites | None = None) -> int:
-    """Bytes of one copy of shared tensor ``a`` (a vector: its copy's aligned box, rounded to
-    128 bytes: :func:`~cypressc.ir.target.vector_buffer_bytes`); E045 at the ``mems`` entry that put it in SHARED (dependence
+def _bytes(a: N.Alloc, sites: Sites | None = None, tma_filled: bool = False) -> int:
+    """Bytes of one copy of shared tensor ``a`` (a vector that a TMA copy fills,
+    ``tma_filled``: its copy's aligned box, rounded to 128 bytes,
+    :func:`~cypressc.ir.target.vector_buffer_bytes`); E045 at the ``mems`` entry that put it in SHARED (dependence
     analysis' ``sites``) when an extent is only known at run time."""
     n = DTYPE_BYTES[a.dtype]
     for s in a.shape:
@@ -81,7 +82,7 @@ def _bytes(a: N.Alloc, sites: Sites | None = None) -> int:
                 hint="partition by tunable block sizes",
             )
         n *= v
-    return vector_buffer_bytes(n) if len(a.shape) == 1 else n
+    return vector_buffer_bytes(n) if tma_filled and len(a.shape) == 1 else n
 
 
 def _replicas(a: N.Alloc) -> int:
@@ -228,7 +229,16 @@ def resource_allocation(m: N.Module) -> N.Module:
         if isinstance(o, N.Alloc) and o.mem == Mem.SHARED and o.name not in joins
     }
     live, stages = _live(m, joins)
-    size = {n: _bytes(a, m.sites) * stages.get(n, 1) * _replicas(a) for n, a in allocs.items()}
+    sym = Symbols(m)
+    filled = {
+        sym.root(o.dst)
+        for o in walk_ops(m.body)
+        if isinstance(o, N.Copy) and o.reduce is None and sym.mem(o.src) == Mem.GLOBAL
+    }
+    size = {
+        n: _bytes(a, m.sites, n in filled) * stages.get(n, 1) * _replicas(a)
+        for n, a in allocs.items()
+    }
     pipe = max(stages.values(), default=1)
     barrier_bytes = 2 * 8 * pipe + ALIGN  # full/empty mbarriers + alignment slack
     g = nx.Graph()

@@ -159,7 +159,8 @@ def test_gpu_check_epilogue_bias_is_fresh_random(on_cpu):
         a = gc.make_tensors(torch, info, {"M": 4, "N": 256, "K": 8})
         b = gc.make_tensors(torch, info, {"M": 4, "N": 256, "K": 8})
         assert a["bias"].shape == (256,) and a["bias"].dtype == torch_dt
-        assert bool((a["bias"] != 0).all()) and not torch.equal(a["bias"], b["bias"])
+        # randn: (nearly) no zeros — a fresh draw may round one of 256 to 0 in 16 bits
+        assert int((a["bias"] == 0).sum()) <= 2 and not torch.equal(a["bias"], b["bias"])
         assert 0.5 < float(a["bias"].float().std()) < 2.0  # randn, not a constant
         assert bool(torch.isnan(a["C"].float()).all())  # the output is poisoned
 
