@@ -36,14 +36,14 @@ if [ -n "${PROFILE:-}" ]; then
   # opcodes of the main kernel (the function whose name holds dkdv), most frequent first
   awk '/Function : .*dkdv/{f=1; next} /Function :/{f=0} f && /\/\*[0-9a-f]{4}\*\//{
          s=$0; sub(/^[ \t]*\/\*[0-9a-f]+\*\/[ \t]*/, "", s); sub(/^@!?U?P[0-9T]+[ \t]+/, "", s);
-         split(s, w, /[ \t;]/); print w[1]}' "$OUT/sass.txt" | sort | uniq -c | sort -rn > "$OUT/sass_hist.txt"
-  echo "sass: $(awk '{n+=$1} END {print n}' "$OUT/sass_hist.txt") instructions in the main kernel"
+         split(s, w, /[ \t;]/); print w[1]}' "$OUT/sass.txt" | sort | uniq -c | sort -rn > /tmp/sass_hist.txt
+  echo "sass: $(awk '{n+=$1} END {print n}' /tmp/sass_hist.txt) instructions in the main kernel"
   timeout ${NCU_TIMEOUT:-200} ncu --clock-control none -k regex:dkdv_block_kernel --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats \
     --metrics sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,lts__t_sectors_op_red.sum \
     python3 bench/attention_bwd.py --build "$PROFILE" --seqs 4096 --causal 0 --rounds 1 --reps 1 > "$OUT/ncu.txt" 2>&1
   echo "ncu rc=$?"
   grep -E "Duration|Tensor|pipe_tensor|inst_executed|sectors_op_red|Stall|Warp Cycles Per Issued" "$OUT/ncu.txt" | head -30
-  head -45 "$OUT/sass_hist.txt" | paste - - - | column -t
+  head -45 /tmp/sass_hist.txt | paste - - -  # the device machine has no `column`
 fi
 sed -n '/## attention backward/,$p' "$OUT/bench_bwd.txt"
