@@ -743,6 +743,10 @@ PROGRAMS["flash_attention_bwd"] = Program(
         dict(B=1, H=4, HK=1, M=4100, N=333, D=128, causal=1, **_FAB),
         dict(B=1, H=2, HK=1, M=4096, N=4096, D=128, causal=1, **_FAB),
         dict(B=1, H=3, HK=2, M=128, N=128, D=128, causal=0, **_FAB),
+        # head dimension 64 (h100_d64: dQ split by keys), ragged, GQA, causal both, M = 1
+        dict(B=2, H=4, HK=2, M=1000, N=777, D=64, causal=1, scale=0.125),
+        dict(B=1, H=2, HK=2, M=1, N=3, D=64, causal=0, scale=0.125),
+        dict(B=1, H=4, HK=1, M=4100, N=333, D=64, causal=1, scale=0.125),
     ],
     small=[
         dict(B=1, H=2, HK=1, M=256, N=256, D=128, causal=1, **_FAB),

@@ -23,6 +23,7 @@ from cypressc.backend.emit_base import stage_base as _stage_base, times as _time
 from cypressc.backend.emit_epilogue import load_direct, stage_write, store_direct, tma_store
 from cypressc.backend.emit_sync import emit_sync
 from cypressc.backend.names import sym as _n
+from cypressc.ir.nodes import IConst
 
 __all__ = ["emit_stmt", "emit_stmts"]
 
@@ -71,7 +72,7 @@ def _k_major_addr(buf: P.StageBuffer, base: str, col, row: str | None) -> str:
     return f"{base} + {k_off}{at_row}{in_row}"
 
 
-def _mn_major_a_desc(buf: P.StageBuffer, base: str, col, atoms: int) -> str:
+def _mn_major_a_desc(buf: P.StageBuffer, base: str, col, atoms: int, row=IConst(0)) -> str:
     """The descriptor of an MN-major A operand (stored K x M, ``warpgroup_mma_at``) for k16
     step ``kk`` and 64-row atom ``a``: columns ``col + 64a`` of ``buf`` (a whole chunk), rows
     ``16kk``...  The canonical MN-major layout is the same for A and B (CUTLASS
@@ -84,8 +85,14 @@ def _mn_major_a_desc(buf: P.StageBuffer, base: str, col, atoms: int) -> str:
     chunk = f"{_n(buf.name)}_CHUNK"
     return (
         f"cypress::desc_mn_sw{buf.swizzle}({base} + ({m} / {buf.chunk_cols}) * {chunk} + "
-        f"kk * 16 * {buf.swizzle}, {chunk})"
+        f"{_k_rows(row, buf)}kk * 16 * {buf.swizzle}, {chunk})"
     )
+
+
+def _k_rows(row, buf: P.StageBuffer) -> str:
+    """The bytes an MN-major operand's first K row adds to its address (nothing at row 0): K
+    rows are ``swizzle`` bytes apart inside a chunk."""
+    return "" if is_zero(row) else f"({_c(row)}) * {buf.swizzle} + "
 
 
 def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
@@ -112,8 +119,8 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
         bc = mm.b_chunk if isinstance(mm.b_chunk, int) else f"({_c(mm.b_chunk, top=True)})"
         chunk = "" if bc == 0 else f"{bc} * {_n(b_buf.name)}_CHUNK + "
         w(
-            f"const uint64_t db = cypress::desc_mn_sw{b_buf.swizzle}({b_base} + {chunk}kk * 16 * {b_buf.swizzle}, "
-            f"{_n(b_buf.name)}_CHUNK);"
+            f"const uint64_t db = cypress::desc_mn_sw{b_buf.swizzle}({b_base} + {chunk}"
+            f"{_k_rows(mm.b_row, b_buf)}kk * 16 * {b_buf.swizzle}, {_n(b_buf.name)}_CHUNK);"
         )
     atoms = f.rows // 64
     zero = ", kk == 0" if mm.zero_fill else ""
@@ -135,7 +142,7 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
         w("#pragma unroll")
         w.open(f"for (int a = 0; a < {atoms}; ++a)")
     if mm.a_mnmajor:
-        w(f"const uint64_t da = {_mn_major_a_desc(a_buf, a_base, mm.a_col, atoms)};")
+        w(f"const uint64_t da = {_mn_major_a_desc(a_buf, a_base, mm.a_col, atoms, mm.a_row)};")
     else:
         row = f"({_c(mm.a_row)})" if atoms == 1 else f"(({_c(mm.a_row)}) + a * 64)"
         w(

@@ -96,8 +96,7 @@ class MmaLowering:
                     f"wgmma operand shapes {fa.rows}x{fa.cols} {fa.dtype} (registers) x {kb}x{nb} do not "
                     f"match the {f.rows}x{f.cols} accumulator"
                 )
-            if not kmajor and static(borg[-2]) != 0:
-                _refuse(_K_SUBTILE.format("B operand"))
+            b_krow = {} if kmajor else dict(b_row=self._mn_k_row(plan, bbuf, borg[-2], "B"))
             zero = N.IConst(0)
             mm = P.Mma(
                 self.en(o.ev),
@@ -114,6 +113,7 @@ class MmaLowering:
                 zero,
                 a_frag=fa.name,
                 **bk,
+                **b_krow,
             )
             plan.body.append(mm)
             return mm
@@ -130,9 +130,10 @@ class MmaLowering:
         if ka % 16:
             _refuse(f"a K tile of {ka}: wgmma consumes K in steps of 16")
         if leaf_of(o).a_mnmajor:
-            if not kmajor and static(borg[-2]) != 0 or static(aorg[-2]) != 0:
-                _refuse(_K_SUBTILE.format("operand"))
-            a_row, a_col, mn = N.IConst(0), self._a_mn_col(abuf, aorg[-1]), dict(a_mnmajor=True)
+            if not kmajor:
+                bk = dict(b_row=self._mn_k_row(plan, bbuf, borg[-2], "B"))
+            a_row = self._mn_k_row(plan, abuf, aorg[-2], "A")
+            a_col, mn = self._a_mn_col(abuf, aorg[-1]), dict(a_mnmajor=True)
         else:
             if (not kmajor and static(borg[-2]) != 0) or (
                 static(aorg[-1]) != 0 and abuf.stages > 1
@@ -159,6 +160,30 @@ class MmaLowering:
         )
         plan.body.append(mm)
         return mm
+
+    def _mn_k_row(
+        self, plan: P.KernelPlan, buf: P.StageBuffer, row: N.IExpr, which: str
+    ) -> N.IExpr:
+        """The first K row (a kernel expression) of an MN-major wgmma operand in its shared
+        tile (stored K x M or K x N: a K slice, as when the warpgroups split a product's K):
+        static, or depending on the warpgroup index alone, and for every consumer warpgroup a
+        whole 8-row swizzle atom inside an unstaged tile's rows or at row 0 of a stage, so the
+        descriptor's start moves by whole atoms (row x swizzle bytes, base offset 0)."""
+        r = static(row)
+        if r == 0:
+            return N.IConst(0)
+        where = f"an MN-major wgmma {which} operand at K row {cexpr(self.k(row))} of %{buf.name}"
+        if r is None and (free_vars(row) or proc_names(row) != {Proc.WARPGROUP}):
+            _refuse(
+                f"{where}: its first K row must be static or depend on the warpgroup index only"
+            )
+        rows = (
+            [r] if r is not None else [static(_at_warpgroup(row, w)) for w in range(plan.consumers)]
+        )
+        for r0 in rows:
+            if r0 is None or r0 % 8 or not 0 <= r0 < buf.rows:
+                _refuse(f"{where}: it must start on an 8-row swizzle atom inside the tile ({r0})")
+        return self.k(row)
 
     def _a_mn_col(self, abuf: P.StageBuffer, col: N.IExpr) -> N.IExpr:
         """The first column (M; a kernel expression) of an MN-major A operand

@@ -77,8 +77,9 @@ class Mma:
     """``acc += A @ B`` over one stage: A from register fragment ``a_frag``, or K-major
     rows ``a_row`` (expr) of ``a_buf`` from column ``a_col`` (expr, a multiple of 16: a K slice of a wider resident tile)
     (or MN-major, ``a_mnmajor``: A stored K x M, the product's rows from column ``a_col`` of
-    ``a_buf``, a multiple of its chunk's columns; ``a_row`` 0),
-    B MN-major columns from chunk ``b_chunk`` of ``b_buf`` (or K-major: ``b_kmajor``), K extent ``k``."""
+    ``a_buf``, a multiple of its chunk's columns, K from row ``a_row``, a whole 8-row atom),
+    B MN-major columns from chunk ``b_chunk`` of ``b_buf``, K from row ``b_row`` (or K-major:
+    ``b_kmajor``), K extent ``k``."""
 
     event: str
     acc: str
@@ -93,9 +94,7 @@ class Mma:
     b_stage: IExpr = IConst(0)
     a_col: IExpr = IConst(0)
     a_frag: str | None = None  # A from this register fragment (then a_buf, a_row are unused)
-    b_kmajor: bool = (
-        False  # B stored N x K (K contiguous): rows ``b_row``.., K from column ``b_col``
-    )
+    b_kmajor: bool = False  # B stored N x K (K contiguous): rows ``b_row``.., K from column ``b_col``;  # MN-major B (stored K x N): ``b_row`` is its first K row
     b_row: IExpr = IConst(0)
     b_col: IExpr = IConst(0)
     zero_fill: str | None = None  # the fill of acc folded in: scale-d off on the first k16 step

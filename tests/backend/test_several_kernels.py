@@ -113,3 +113,38 @@ def test_the_attention_backward_compiles_without_spills(tmp_path):
         assert f"constexpr int {v}_smem_STAGE = 384;" in cu, v
     assert "M % 4" not in cu and "(LSE + size_t(" not in cu
     assert cu.count("// the piece, past the copy's aligned start") == 2
+
+
+FAB_D64 = FAB_MAP.with_name("h100_d64.yaml")
+
+
+@pytest.fixture(scope="module")
+def d64():
+    return render_build(tree(FAB, FAB_D64))
+
+
+def test_at_head_dimension_64_each_warpgroup_multiplies_its_own_keys(d64):
+    """dQ split by keys (h100_d64.yaml, variant dq_keys): warpgroup cw reads K rows and staged
+    dSᵀ rows 64·cw.. (MN-major operands at a K row: the descriptor's start 64·cw rows of 128 B
+    on) and adds its whole 64 x 64 dQ piece; no column split, which a 64-column K tile's one
+    swizzle chunk could not give two warpgroups."""
+    cu = d64.files["flash_attention_bwd.cu"]
+    assert (
+        "cypress::desc_mn_sw128(s_K_smem + ((cw * 64)) * 128 + kk * 16 * 128, K_smem_CHUNK);" in cu
+    )
+    assert "((cw * 64)) * 128 + kk * 16 * 128, dSs_CHUNK);" in cu
+    assert (
+        "cypress::wgmma<64, __half, cypress::Major::MN, cypress::Major::MN>(da, db, dQi_reg[0]"
+        in cu
+    )
+    assert "if (!(D <= 64)) return cudaErrorInvalidValue;" in cu
+
+
+@pytest.mark.full  # make test compiles the d128 kernels above; the GPU check builds this one
+def test_at_head_dimension_64_the_kernels_compile_without_spills(d64, tmp_path):
+    for name, text in d64.files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    report = ptxas_report(tmp_path / "flash_attention_bwd.cu", tmp_path / "k.cubin")
+    spills = [ln for ln in report.splitlines() if "spill stores" in ln]
+    assert len(spills) == 3 and all(" 0 bytes spill stores" in ln for ln in spills), spills

@@ -152,22 +152,32 @@ def test_the_attention_backward_is_three_kernels_each_with_its_knobs():
     assert knobs[1].consumer_registers == 240 and knobs[1].pipeline == 2
 
 
-def test_the_attention_backward_main_kernel_passes_the_concurrent_interpreter():
+FAB_D64 = FAB_MAP.with_name("h100_d64.yaml")
+
+
+@pytest.mark.parametrize("mapping", [FAB_MAP, FAB_D64], ids=["d128", "d64"])
+def test_the_attention_backward_main_kernel_passes_the_concurrent_interpreter(mapping):
     """The main kernel with LSE and Dsum staged in shared memory (a vector piece per step from
     the producer's TMA, the pipeline's 2 stages): two query heads of two ragged query blocks,
-    4 steps, two wraps of the pipeline."""
-    s = dict(compile_program(tree(FAB, FAB_MAP), until="sync-insertion")[1])
+    4 steps, two wraps of the pipeline; at head dimension 64 with dQ split by keys (each
+    warpgroup its own rows of the staged dSᵀ and of K: MN-major operands at a K row)."""
+    s = dict(compile_program(tree(FAB, mapping), until="sync-insertion")[1])
     sizes = dict(B=1, H=2, HK=1, M=70, N=128, D=8, causal=0)
     v = check_schedules(s["sync-insertion"], s["warp-specialization"], sizes=sizes, schedules=2)
     assert v.finding is None, v.line("flash_attention_bwd")
 
 
-@pytest.mark.parametrize("causal", pick([1], [0, 1]))
-def test_the_attention_backward_gives_the_gradients(causal):
+@pytest.mark.parametrize(
+    ("mapping", "causal"),
+    [(FAB_MAP, 1), (FAB_D64, 0)] + pick([], [(FAB_MAP, 0), (FAB_D64, 1)]),
+    ids=lambda x: x.stem if isinstance(x, Path) else f"causal{x}",
+)
+def test_the_attention_backward_gives_the_gradients(mapping, causal):
     """The whole program (its three kernels one after another) in the interpreter, latest
     first, against NumPy: dQ, dK, dV of softmax(Q Kᵀ · scale) V, two query heads on one
-    key/value head (dK, dV summed over both), causal or not, two ragged query and key blocks."""
-    whole = dependence_analysis(tree(FAB, FAB_MAP))
+    key/value head (dK, dV summed over both), causal or not, two ragged query and key blocks;
+    at head dimension 64 dQ is split by keys (h100_d64.yaml: variant dq_keys)."""
+    whole = dependence_analysis(tree(FAB, mapping))
     dims = {"B": 1, "H": 2, "HK": 1, "M": 70, "N": 130, "D": 64, "causal": causal}
     sizes = {s: dims[s.rsplit("_", 1)[0] if s not in dims else s] for s in whole.scalars}
     sc = sizes["scale"] = 0.125

@@ -13,7 +13,9 @@ tile (both warpgroups' halves) and read back as an MN-major A (``mma_at``: dS = 
 the block's K panel, the 64-query product split between the warpgroups by columns
 (``wgmma_cols``), and each warpgroup's f32 piece is added into dQacc (``reduces=``, handed on
 from the entry to the thread-level ``red``): every key block adds into the same rows, in any
-order.
+order.  Variant ``dq_keys`` splits the product by keys instead (each warpgroup its own rows of
+dSᵀ and K, a whole U x E piece added): the head-dimension-64 mapping's, whose 64 columns are
+one swizzle chunk that two warpgroups could not split.
 """
 
 T = dtype(f16, bf16)
@@ -152,6 +154,19 @@ def dq_block(dQ: tensor[2, f32], dS: tensor[2, T], K: tensor[2, T]):
     launch("clear", dQi)
     launch("mma_at", dQi, dS, K)
     launch("red", dQi, dQ)
+
+
+# dQ split by keys instead: each of WGS warpgroups multiplies the dS rows of its own keys (the
+# rows of the staged tile it wrote) by those keys of K, and adds its whole U x E piece into dQacc
+# on its own (twice the additions of the column split, no exchange between warpgroups)
+@task("dq", Inner, reads=["dS", "K"], reduces=["dQ"])
+def dq_keys(dQ: tensor[2, f32], dS: tensor[2, T], K: tensor[2, T]):
+    WGS = tunable(int)
+    W = K.shape[0]
+    dSp = partition_by_blocks(dS, (W / WGS, dS.shape[1]))
+    Kp = partition_by_blocks(K, (W / WGS, K.shape[1]))
+    for w in prange(WGS):
+        launch("dq", dQ, dSp[w, 0], Kp[w, 0])
 
 
 @task("prep_heads", Inner, reads=["O", "dO"], writes=["Dsum", "dQacc"])
