@@ -37,6 +37,8 @@ GEMM = ROOT / "programs" / "gemm.cyp"
 H100 = ROOT / "tests/mappings/full" / "gemm" / "h100.yaml"
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+# one worker builds gemm_alpha (the module's `out`) once: split over two, each built it
+pytestmark = pytest.mark.xdist_group("gemm_alpha")
 
 
 @pytest.fixture(scope="module")
