@@ -16,6 +16,7 @@ from cypressc.backend.names import sym
 __all__ = [
     "CTYPE",
     "StagedTile",
+    "acc_pair",
     "atom",
     "c",
     "cond",
@@ -23,10 +24,12 @@ __all__ = [
     "done",
     "each",
     "frag",
+    "open_pairs",
     "per_atom",
     "stage_base",
     "staged_tiles",
     "staging",
+    "store_pair",
     "times",
 ]
 
@@ -126,6 +129,30 @@ def per_atom(w, n: int, stmt: str, *, unroll: bool = True) -> None:
 def times(k: int | str, i: str) -> str:
     """``k * i`` as a term of a sum: '' when the index ``i`` is the folded 0."""
     return "" if i == "0" else f" + {k} * {i}"
+
+
+def open_pairs(w, f: P.Fragment) -> str:
+    """Open the loop over a thread's accumulator pairs of fragment ``f`` (``rc``: pair j's
+    row and column in its 64-row atom; close with ``w.close()`` then :func:`done`) and return
+    the atom index's C name."""
+    a = each(w, "a", f.rows // 64)
+    w("#pragma unroll")
+    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    w("const int2 rc = cypress::acc_coord(j);")
+    return a
+
+
+def acc_pair(acc: str, a: str) -> str:
+    """Accumulator pair ``j`` of atom ``a`` of fragment ``acc``, as two C arguments."""
+    return f"{sym(acc)}[{a}][2 * j], {sym(acc)}[{a}][2 * j + 1]"
+
+
+def store_pair(dtype: str, addr: str, pair: str) -> str:
+    """Two adjacent f32 values ``pair`` stored at ``addr`` as ``dtype``: one float2, or one
+    4-byte word of two packed 16-bit elements."""
+    if dtype == "f32":
+        return f"*reinterpret_cast<float2*>({addr}) = make_float2({pair});"
+    return f"*reinterpret_cast<uint32_t*>({addr}) = cypress::pack2<{CTYPE[dtype]}>({pair});"
 
 
 def staging(tensor: str, wg: str = "cw") -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from cypressc.backend import plan as P
 from cypressc.backend.emit_base import CTYPE, frag as _frag, staging as _staging
+from cypressc.backend.emit_base import acc_pair as _acc_pair, store_pair as _store_pair
+from cypressc.backend.emit_base import open_pairs as _open_acc_pairs
 from cypressc.backend.emit_base import c as _c, cond as _cond, dim as _dim
 from cypressc.backend.emit_base import done as _done, each as _each, times as _times
 from cypressc.backend.names import sym as _n
@@ -29,10 +31,7 @@ def _global_tile(p: P.KernelPlan, op: P.LoadDirect | P.StoreDirect) -> tuple[str
 def _open_pairs(w, f, op: P.LoadDirect | P.StoreDirect) -> str:
     """Open the loop over a thread's pairs of fragment ``f``: ``r``, ``c`` the pair's tensor
     coordinates from the tile origin; the atom index's C name returned."""
-    a = _each(w, "a", f.rows // 64)
-    w("#pragma unroll")
-    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
-    w("const int2 rc = cypress::acc_coord(j);")
+    a = _open_acc_pairs(w, f)
     w(f"const int r = ({_c(op.row0)}){_times(64, a)} + rc.x, c = ({_c(op.col0)}) + rc.y;")
     return a
 
@@ -86,18 +85,11 @@ def _store_pairs(w, f, op: P.StoreDirect, base: str, cols: str, test: str | None
     if test is not None:
         w(f"if ({test})")
         pad = "  "
-    pair = f"{_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]"
+    pair, addr = _acc_pair(op.acc, a), f"{base} + size_t(r) * {cols} + c"
     if op.reduce:
-        w(f"{pad}cypress::red_add2({base} + size_t(r) * {cols} + c, {pair});")
-    elif op.dtype == "f32":
-        w(
-            f"{pad}*reinterpret_cast<float2*>({base} + size_t(r) * {cols} + c) = make_float2({pair});"
-        )
+        w(f"{pad}cypress::red_add2({addr}, {pair});")
     else:
-        w(
-            f"{pad}*reinterpret_cast<uint32_t*>({base} + size_t(r) * {cols} + c) = "
-            f"cypress::pack2<{CTYPE[op.dtype]}>({pair});"
-        )
+        w(pad + _store_pair(op.dtype, addr, pair))
     w.close()
     _done(w, f.rows // 64)
 
@@ -111,23 +103,11 @@ def stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
     w(
         f"// {op.event}: copy %{op.acc} -> %{op.tensor} (this warpgroup's tile, swizzled 64x{bc} boxes)"
     )
-    a = _each(w, "a", f.rows // 64)
-    w("#pragma unroll")
-    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
-    w("const int2 rc = cypress::acc_coord(j);")
+    a = _open_acc_pairs(w, f)
     box = f"rc.y / {bc}" if a == "0" else f"a * {boxes} + rc.y / {bc}"
     w(f"uint8_t* box = {_staging(op.tensor)} + ({box}) * 8192;")
-    pair = f"{_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]"
-    if op.dtype == "f32":
-        w(
-            "*reinterpret_cast<float2*>(box + cypress::sw128_offset(rc.x, 2 * (rc.y % 32))) = "
-            f"make_float2({pair});"
-        )
-    else:
-        w(
-            f"*reinterpret_cast<uint32_t*>(box + cypress::sw128_offset(rc.x, rc.y % 64)) = "
-            f"cypress::pack2<{CTYPE[op.dtype]}>({pair});"
-        )
+    col = "2 * (rc.y % 32)" if op.dtype == "f32" else "rc.y % 64"
+    w(_store_pair(op.dtype, f"box + cypress::sw128_offset(rc.x, {col})", _acc_pair(op.acc, a)))
     w.close()
     _done(w, f.rows // 64)
 

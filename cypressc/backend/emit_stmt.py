@@ -20,6 +20,8 @@ from cypressc.backend.emit_base import CTYPE, frag as _frag
 from cypressc.backend.emit_base import atom as _atom, c as _c, cond as _cond, dim as _dim
 from cypressc.backend.emit_base import done as _done, each as _each, per_atom as _per_atom
 from cypressc.backend.emit_base import stage_base as _stage_base, times as _times
+from cypressc.backend.emit_base import acc_pair as _acc_pair, store_pair as _store_pair
+from cypressc.backend.emit_base import open_pairs as _open_acc_pairs
 from cypressc.backend.emit_epilogue import load_direct, stage_write, store_direct, tma_store
 from cypressc.backend.emit_sync import emit_sync
 from cypressc.backend.names import sym as _n
@@ -298,17 +300,14 @@ def _write_shared(w, p: P.KernelPlan, op: P.WriteShared) -> None:
         f"// {op.event}: copy %{op.acc} -> %{op.buf}[{_c(op.row)}.., {_c(op.col)}..] "
         f"(f32 -> {op.dtype}, swizzled as a wgmma reads it)"
     )
-    a = _each(w, "a", f.rows // 64)
-    w("#pragma unroll")
-    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
-    w("const int2 rc = cypress::acc_coord(j);")
+    a = _open_acc_pairs(w, f)
     row = f"({_c(op.row)}) + rc.x" if a == "0" else f"({_c(op.row)}) + a * 64 + rc.x"
     w(f"const int row = {row}, col = ({_c(op.col)}) + rc.y;")
-    w(
-        f"*reinterpret_cast<uint32_t*>({base} + (col / {b.chunk_cols}) * {_n(b.name)}_CHUNK + "
-        f"cypress::sw_offset<{b.swizzle}>(row, col % {b.chunk_cols})) = "
-        f"cypress::pack2<{CTYPE[op.dtype]}>({_n(op.acc)}[{a}][2 * j], {_n(op.acc)}[{a}][2 * j + 1]);"
+    addr = (
+        f"{base} + (col / {b.chunk_cols}) * {_n(b.name)}_CHUNK + "
+        f"cypress::sw_offset<{b.swizzle}>(row, col % {b.chunk_cols})"
     )
+    w(_store_pair(op.dtype, addr, _acc_pair(op.acc, a)))
     w.close()
     _done(w, f.rows // 64)
 

@@ -195,19 +195,10 @@ class MemoryLowering:
         """Global vector view ``v`` (a piece of its tensor's last dimension, the leading ones
         sliced off): the tensor and the element of the flattened tensor where ``v`` starts."""
         root, org, keep, _ = self.origin(v)
-        shape = self.sym.allocs[root].shape
-        dropped = [d for d, k in enumerate(keep) if not k]
-        if dropped != list(range(len(dropped))):
-            _refuse(
-                f"%{root} is sliced along dimension(s) {dropped}; the backend slices leading dimensions"
-            )
-        flat = org[-1]
-        if dropped:
-            idx = org[0]
-            for d in dropped[1:]:
-                idx = N.ibin("+", N.ibin("*", idx, shape[d]), org[d])
-            flat = N.ibin("+", N.ibin("*", idx, shape[-1]), org[-1])
-        return root, flat
+        idx = self._batch_index(root, org, keep)
+        if idx is None:
+            return root, org[-1]
+        return root, N.ibin("+", N.ibin("*", idx, self.sym.allocs[root].shape[-1]), org[-1])
 
     def _vector_origin(
         self, plan: P.KernelPlan, v: N.View, buf: P.StageBuffer
@@ -298,6 +289,11 @@ class MemoryLowering:
         """The linear index of the dimensions a view sliced off ``root`` (None: none), which
         must be its leading ones: the tensor is contiguous, so a [B, H, M, D] tensor is
         addressed (and TMA-mapped) as [B·H, M, D] and piece [b][h] is batch b·H + h."""
+        idx = self._batch_index(root, org, keep)
+        return None if idx is None else self.k(idx)
+
+    def _batch_index(self, root: str, org: list[N.IExpr], keep: list[bool]) -> N.IExpr | None:
+        """:meth:`_batch` as an IR expression (E050 unless the sliced dimensions lead)."""
         dropped = [d for d, k in enumerate(keep) if not k]
         if not dropped:
             return None
@@ -309,7 +305,7 @@ class MemoryLowering:
         idx = org[0]
         for d in dropped[1:]:
             idx = N.ibin("+", N.ibin("*", idx, shape[d]), org[d])
-        return self.k(idx)
+        return idx
 
     def _store_direct(self, plan: P.KernelPlan, o: N.Call) -> P.StoreDirect:
         """``copy`` of an accumulator straight into its global tile, each thread its fragment."""

@@ -11,7 +11,7 @@ from cypressc.ir import nodes as N
 from cypressc.ir import sync as S
 from cypressc.ir.concurrent_state import Bar, RaceChecks, Thread, op_label
 from cypressc.ir.kinds import FenceKind, GroupUnit, TurnKind
-from cypressc.ir.target import TMA_VECTOR_SLACK
+from cypressc.ir.target import tma_copy_bytes
 from cypressc.lang.intrinsics import DTYPE_BYTES, leaf_of
 from cypressc.lang.kinds import Mem
 
@@ -227,9 +227,8 @@ class OpSemantics(RaceChecks):
     def _bytes(self, v: N.View, scope, env) -> int:
         shape = self.sym.shape(v)
         n = int(np.prod([int(self.vi.expr(x, scope, env)) for x in shape]))
-        n *= DTYPE_BYTES[self.sym.allocs[self.sym.root(v)].dtype]
-        # the GPU's bytes, what expect_tx counts: a vector's copy starts 16-byte aligned
-        return n + TMA_VECTOR_SLACK if len(shape) == 1 else n
+        # the GPU's bytes, what expect_tx counts
+        return tma_copy_bytes(n * DTYPE_BYTES[self.sym.allocs[self.sym.root(v)].dtype], len(shape))
 
     def do_copy(self, op: N.Copy, scope, env) -> None:
         src, dst = self.vi.view(op.src, scope, env), self.vi.view(op.dst, scope, env)

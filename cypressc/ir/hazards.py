@@ -50,7 +50,7 @@ from cypressc.ir.hazard_views import ViewQueries
 from cypressc.ir.intsets import AtLeast, IndexSpace, may_be_empty
 from cypressc.ir.kinds import Hazard, Need, OpKind, Role, Via
 from cypressc.ir.shapes import static
-from cypressc.ir.target import TMA_VECTOR_SLACK
+from cypressc.ir.target import tma_copy_bytes
 from cypressc.lang.intrinsics import DTYPE_BYTES, leaf_of
 from cypressc.lang.kinds import Mem, PartKind, Proc
 
@@ -175,16 +175,15 @@ class Program(ViewQueries, RingHazards, TileHazards, Realization):
         return N.IConst(0), 1
 
     def nbytes(self, v: N.View) -> int | None:
-        """Bytes a TMA copy into view ``v`` moves (a static shape, else None): its elements,
-        and for a 1-D view :data:`~cypressc.ir.target.TMA_VECTOR_SLACK` more (the copy starts
-        on the 16-byte boundary at or before the piece)."""
+        """Bytes a TMA copy into view ``v`` moves (a static shape, else None):
+        :func:`~cypressc.ir.target.tma_copy_bytes` of its elements."""
         shape = [static(s) for s in self.sym.shape(v)]
         if None in shape:
             return None
         n = DTYPE_BYTES.get(self.sym.allocs[self.sym.root(v)].dtype)
         for s in shape:
             n = None if n is None else n * s
-        return n if n is None or len(shape) != 1 else n + TMA_VECTOR_SLACK
+        return None if n is None else tma_copy_bytes(n, len(shape))
 
     # -- dependences ------------------------------------------------------------------------
     def _expand(self, ev: str, idx: tuple) -> list[tuple[str, tuple]]:

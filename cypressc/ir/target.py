@@ -40,6 +40,12 @@ DEFAULT_MACHINE = "h100"  # a module written by hand names no mapping: the bundl
 TMA_VECTOR_SLACK = 16
 
 
+def tma_copy_bytes(nbytes: int, rank: int) -> int:
+    """The bytes a TMA copy of ``nbytes`` into a view of ``rank`` moves (what its mbarrier's
+    expect-tx counts): a vector's box starts up to :data:`TMA_VECTOR_SLACK` bytes early."""
+    return nbytes + TMA_VECTOR_SLACK if rank == 1 else nbytes
+
+
 def vector_buffer_bytes(nbytes: int) -> int:
     """Shared bytes of one stage of a vector of ``nbytes``: its copy's box
     (:data:`TMA_VECTOR_SLACK` more), rounded up to the 128 bytes a TMA destination is aligned
