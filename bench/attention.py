@@ -5,6 +5,8 @@ against torch SDPA and Triton.
     PYTHONUNBUFFERED=1 python3 bench/attention.py --build DIR[:D] [--build DIR[:D] ...]
         [--program flash_attention2|flash_attention3] [--mapping h100_d64,h100_d128] [--mapping-dtypes f16,bf16] [--seqs 512,1024,2048,4096,8192,16384]
         [--tokens 16384] [--causal both|0|1] [--gqa G] [--scale S] [--rounds 5] [--reps 10] [--no-triton]
+    PYTHONUNBUFFERED=1 python3 bench/attention.py --backward [--op] [--build DIR] ...: the
+        backward and forward + backward (bench/attention_bwd.py's arguments)
 
 Each ``--build`` is a directory made by ``cypressc build programs/flash_attention2.cyp -m
 mappings/flash_attention2/<m>.yaml [--dtype T=bf16] -o DIR`` (``make`` is run on it here, a
@@ -611,4 +613,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if "--backward" in sys.argv[1:]:  # the backward and forward + backward: attention_bwd.py
+        import attention_bwd
+
+        sys.argv = [sys.argv[0]] + [a for a in sys.argv[1:] if a != "--backward"]
+        sys.exit(attention_bwd.main())
     sys.exit(main())

@@ -5,6 +5,8 @@ tensors.
 
     PYTHONUNBUFFERED=1 python3 bench/attention_bwd.py --build DIR [--build DIR ...]
         [--seqs 1024,2048,4096,8192,16384] [--tokens 16384] [--causal both|0|1] [--rounds 5] [--reps 10]
+    PYTHONUNBUFFERED=1 python3 bench/attention_bwd.py --op [--dtypes f16,bf16] [--dims 64,128] ...
+    (bench/attention.py --backward ... runs this script)
 
 Each ``--build`` is a ``cypressc build tests/programs/flash_attention_bwd.cyp -m … [--dtype
 T=bf16]`` directory (``make`` runs here; a no-op when built); D is the mapping's E
@@ -22,7 +24,14 @@ Rows timed, interleaved (cypressc.tuner.timing.interleaved, the median per call)
   retain_graph).
 TFLOP/s counts the backward's 2.5 × the forward's 4·B·H·seq²·D, halved when causal
 (FlashAttention's convention);
-the ratio is peer ms / cypressc ms (> 1: cypressc faster).  A markdown table prints last;
+the ratio is peer ms / cypressc ms (> 1: cypressc faster).
+
+``--op`` adds, per dtype, head dimension, seq and causal, the trainable op
+``cypressc.torch.flash_attention`` (the forward and backward builds it picks itself) against
+SDPA's cuDNN and Flash backends on the same Q, K, V, dO: its gradients checked against float32
+autograd first (as above), then ``<peer> bwd`` (``torch.autograd.grad`` on a graph built once)
+and ``<peer> fwd+bwd`` (the forward and ``torch.autograd.grad`` each call; 3.5 × the forward's
+FLOPs).  A markdown table prints last;
 JSON to $OUT/attention_bwd.json when OUT is set.  Exit 1 when a build is wrong, 2 without a GPU.
 """
 
@@ -52,18 +61,11 @@ def _rel(torch, x, ref) -> float:
     return float((x - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-def run_seq(torch, kern, d: int, seq: int, causal: int, args) -> dict:
-    """Check the build at one sequence length, then time it and the SDPA backends."""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    dt = getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[kern.info.params[0].dtype])
-    B, H = max(1, args.tokens // seq), 2048 // d
-    g = torch.Generator(device="cuda").manual_seed(seq * 1000 + d)
-    q, k, v, do = (
-        torch.randn(B, H, seq, d, device="cuda", dtype=dt, generator=g) for _ in range(4)
-    )
-    sc = d**-0.5
+def reference(torch, q, k, v, do, sc: float, causal: int):
+    """(O in q's dtype, LSE f32, float32 autograd's (dQ, dK, dV)) of softmax(Q Kᵀ·sc) V with
+    K, V of the same heads as Q, in chunks of heads (about 1 GiB of f32 scores each)."""
+    B, H, seq, d = q.shape
+    dt = q.dtype
     lse = torch.empty(B, H, seq, device="cuda", dtype=torch.float32)
     o = torch.empty_like(q)
     ref = tuple(torch.empty(B, H, seq, d, device="cuda", dtype=torch.float32) for _ in range(3))
@@ -83,6 +85,22 @@ def run_seq(torch, kern, d: int, seq: int, causal: int, args) -> dict:
                 r[sl] = x
             o[sl] = of.detach().to(dt)
             del s, of, qf, kf, vf
+    return o, lse, ref
+
+
+def run_seq(torch, kern, d: int, seq: int, causal: int, args) -> dict:
+    """Check the build at one sequence length, then time it and the SDPA backends."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dt = getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[kern.info.params[0].dtype])
+    B, H = max(1, args.tokens // seq), 2048 // d
+    g = torch.Generator(device="cuda").manual_seed(seq * 1000 + d)
+    q, k, v, do = (
+        torch.randn(B, H, seq, d, device="cuda", dtype=dt, generator=g) for _ in range(4)
+    )
+    sc = d**-0.5
+    o, lse, ref = reference(torch, q, k, v, do, sc, causal)
     dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
     dsum = torch.empty(B, H, seq, device="cuda", dtype=torch.float32)
     dqacc = torch.empty(B, H, seq, d, device="cuda", dtype=torch.float32)
@@ -126,15 +144,116 @@ def run_seq(torch, kern, d: int, seq: int, causal: int, args) -> dict:
     return row
 
 
+def run_op_seq(torch, dt, d: int, seq: int, causal: int, args) -> dict:
+    """``--op``: cypressc.torch.flash_attention (forward + backward ops) checked against float32
+    autograd, then timed against SDPA's cuDNN and Flash backends: the backward alone (a graph
+    built once, ``retain_graph``) and forward + backward (a fresh graph per call)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from cypressc.torch import flash_attention
+
+    B, H = max(1, args.tokens // seq), 2048 // d
+    g = torch.Generator(device="cuda").manual_seed(seq * 1000 + d + 7)
+    q, k, v, do = (
+        torch.randn(B, H, seq, d, device="cuda", dtype=dt, generator=g) for _ in range(4)
+    )
+    sc = d**-0.5
+    _, _, ref = reference(torch, q, k, v, do, sc, causal)
+    row: dict = {"seq": seq, "B": B, "H": H, "d": d, "causal": causal}
+    peers = {
+        "cypressc": lambda a, b, c: flash_attention(a, b, c, causal=bool(causal), scale=sc),
+    }
+    for name, backend in (
+        ("cudnn", SDPBackend.CUDNN_ATTENTION),
+        ("flash", SDPBackend.FLASH_ATTENTION),
+    ):
+
+        def sdpa(a, b, c, backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(a, b, c, scale=sc, is_causal=bool(causal))
+
+        peers[name] = sdpa
+    fns = {}
+    for name, attn in peers.items():
+        try:
+            qq, kk, vv = (x.detach().clone().requires_grad_() for x in (q, k, v))
+            out = attn(qq, kk, vv)
+
+            def bwd(out=out, qq=qq, kk=kk, vv=vv):
+                return torch.autograd.grad(out, (qq, kk, vv), do, retain_graph=True)
+
+            def fwd_bwd(attn=attn, qq=qq, kk=kk, vv=vv):
+                return torch.autograd.grad(attn(qq, kk, vv), (qq, kk, vv), do)
+
+            grads = fwd_bwd()
+            torch.cuda.synchronize()
+            rels = {n: _rel(torch, x, r) for n, x, r in zip(("dQ", "dK", "dV"), grads, ref)}
+            row[f"{name}_rel"] = rels
+            if name == "cypressc":
+                row["rel"], row["ok"] = rels, all(r < TOL for r in rels.values())
+                if not row["ok"]:
+                    continue
+            fns[f"{name} bwd"], fns[f"{name} fwd+bwd"] = bwd, fwd_bwd
+        except Exception as e:  # noqa: BLE001 - a peer that cannot run is n/a
+            row[f"{name}_error"] = f"{type(e).__name__}: {e}"[:300]
+    del ref
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    samples = interleaved(torch, fns, args.rounds, args.reps)
+    fwd_flop = 4.0 * B * H * seq * seq * d / (2 if causal else 1)
+    for name, smp in samples.items():
+        ms = statistics.median(smp)
+        flop = fwd_flop * (2.5 if name.endswith(" bwd") and "+" not in name else 3.5)
+        row[name] = {"ms": ms, "tflops": flop / ms / 1e9}
+    for part in ("bwd", "fwd+bwd"):
+        for peer in ("cudnn", "flash"):
+            a, b = f"{peer} {part}", f"cypressc {part}"
+            if a in row and b in row:
+                row[f"{part} vs_{peer}"] = row[a]["ms"] / row[b]["ms"]
+    return row
+
+
+def op_table(rows: list[dict]) -> list[str]:
+    """The markdown table of ``--op`` rows."""
+    out = [
+        "| T | d | seq | causal | bwd TFLOP/s | cuDNN | vs cuDNN | vs Flash | fwd+bwd TFLOP/s | "
+        "cuDNN | vs cuDNN | vs Flash | rel dQ/dK/dV |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        tf = lambda n: f"{r[n]['tflops']:.0f}" if n in r else "n/a"  # noqa: E731
+        ratio = lambda n: f"{r[n]:.2f}" if n in r else "n/a"  # noqa: E731
+        rel = "/".join(f"{v:.1e}" for v in r.get("rel", {}).values()) or "n/a"
+        out.append(
+            f"| {r['dtype']} | {r['d']} | {r['seq']} | {r['causal']} | {tf('cypressc bwd')} | "
+            f"{tf('cudnn bwd')} | {ratio('bwd vs_cudnn')} | {ratio('bwd vs_flash')} | "
+            f"{tf('cypressc fwd+bwd')} | {tf('cudnn fwd+bwd')} | {ratio('fwd+bwd vs_cudnn')} | "
+            f"{ratio('fwd+bwd vs_flash')} | {rel} |"
+        )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", action="append", required=True)
+    ap.add_argument("--build", action="append", default=[])
+    ap.add_argument(
+        "--op",
+        action="store_true",
+        help="also time cypressc.torch.flash_attention: backward alone and forward + backward",
+    )
+    ap.add_argument("--dtypes", default="f16,bf16", help="--op: the dtypes")
+    ap.add_argument("--dims", default="64,128", help="--op: the head dimensions")
     ap.add_argument("--seqs", default="1024,2048,4096,8192,16384")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--causal", choices=("both", "0", "1"), default="both")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
+    if not args.build and not args.op:
+        ap.error("give --build DIR (one or more) or --op")
     import torch
 
     if not torch.cuda.is_available():
@@ -154,6 +273,18 @@ def main() -> int:
             bad += not r["ok"]
             out.append(r)
             print(json.dumps(r), flush=True)
+    ops = []
+    if args.op:
+        causals = (0, 1) if args.causal == "both" else (int(args.causal),)
+        for t in args.dtypes.split(","):
+            dt = getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[t])
+            for d in (int(x) for x in args.dims.split(",")):
+                for seq, causal in ((int(x), c) for x in args.seqs.split(",") for c in causals):
+                    r = run_op_seq(torch, dt, d, seq, causal, args)
+                    r["dtype"] = t
+                    bad += not r["ok"]
+                    ops.append(r)
+                    print(json.dumps(r), flush=True)
     print("\n## attention backward")
     print(
         "| build | T | d | seq | causal | cypressc TFLOP/s | cuDNN | Flash | vs cuDNN | vs Flash | "
@@ -169,8 +300,11 @@ def main() -> int:
             f"{tf('cypressc')} | "
             f"{tf('cudnn')} | {tf('flash')} | {ratio('cudnn')} | {ratio('flash')} | {rel} |"
         )
+    if ops:
+        print("\n## cypressc.torch.flash_attention: backward alone and forward + backward")
+        print("\n".join(op_table(ops)))
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "attention_bwd.json").write_text(json.dumps(out, indent=1))
+        Path(os.environ["OUT"], "attention_bwd.json").write_text(json.dumps(out + ops, indent=1))
     return 1 if bad else 0
 
 

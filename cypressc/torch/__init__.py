@@ -40,7 +40,7 @@ import torch
 from cypressc.abi.errors import brief
 from cypressc.runtime import DTYPES, Kernel, KernelError, KernelInfo, Param
 
-__all__ = ["register", "op_signature"]
+__all__ = ["register", "op_signature", "flash_attention"]
 
 _LIBS: dict[str, torch.library.Library] = {}
 _REGISTERED: dict[str, str] = {}  # qualified op name -> the kernel identity it runs
@@ -305,3 +305,7 @@ def register(kernel: Kernel | KernelInfo, name: str | None = None, namespace: st
     torch.library.register_fake(qual, fake, lib=lib)
     _REGISTERED[qual] = ident
     return getattr(getattr(torch.ops, namespace), name)
+
+
+# the trainable attention op: its module defines the custom ops when imported
+from cypressc.torch.attention import flash_attention  # noqa: E402
