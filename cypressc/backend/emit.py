@@ -228,9 +228,11 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
             f"// {b.rows}x{b.cols} {b.dtype}, {b.chunks} chunk(s) of {b.chunk_cols} columns"
         )
     for t in staged_tiles(p):
+        stage = f", {sym(t.name)}_STAGE = {t.stage_bytes}" if t.stage_bytes else ""
         w(
-            f"constexpr int {sym(t.name)}_SMEM = {t.offset}, {sym(t.name)}_TILE = {t.tile_bytes};  "
-            f"// {t.rows}x{t.cols} {t.dtype} per consumer warpgroup, in 64x64 boxes"
+            f"constexpr int {sym(t.name)}_SMEM = {t.offset}, {sym(t.name)}_TILE = {t.tile_bytes}"
+            f"{stage};  // {t.rows}x{t.cols} {t.dtype} per consumer warpgroup, in 64x64 boxes"
+            + (", a stage per main-loop step" if stage else "")
         )
     w(f"constexpr int SMEM_BYTES = {p.smem_bytes};")
     w("}  // namespace")

@@ -63,6 +63,7 @@ class StagedTile:
     rows: int
     cols: int
     dtype: str
+    stage_bytes: int = 0  # a tile staged per main-loop step: the bytes of one stage
 
     @property
     def tile_bytes(self) -> int:
@@ -73,10 +74,12 @@ def staged_tiles(p: P.KernelPlan) -> list[StagedTile]:
     """The staging tiles the epilogue of ``p`` writes, in order (the kernel names their place:
     ``<name>_SMEM``, ``<name>_TILE``)."""
     out: dict[str, StagedTile] = {}
-    for st in p.epilogue:
+    for st in [*p.epilogue, *(x for sec in p.consumer.loops for x in sec)]:
         if isinstance(st, P.StageWrite) and st.tensor not in out:
             f = frag(p, st.acc)
-            out[st.tensor] = StagedTile(st.tensor, st.offset, f.rows, f.cols, st.dtype)
+            out[st.tensor] = StagedTile(
+                st.tensor, st.offset, f.rows, f.cols, st.dtype, st.stage_bytes
+            )
     return list(out.values())
 
 
@@ -155,8 +158,10 @@ def store_pair(dtype: str, addr: str, pair: str) -> str:
     return f"*reinterpret_cast<uint32_t*>({addr}) = cypress::pack2<{CTYPE[dtype]}>({pair});"
 
 
-def staging(tensor: str, wg: str = "cw") -> str:
+def staging(tensor: str, wg: str = "cw", stage=None) -> str:
     """Consumer warpgroup ``wg``'s tile (a C expression; default this thread's) of staging
     tile ``tensor`` (:func:`staged_tiles`; offsets, not a pointer like a stage buffer's: a
-    pointer variable changes ptxas's schedule)."""
-    return f"smem + {sym(tensor)}_SMEM + {wg} * {sym(tensor)}_TILE"
+    pointer variable changes ptxas's schedule), in stage ``stage`` (a kernel expression) of a
+    tile staged per main-loop step."""
+    at = "" if stage is None or is_zero(stage) else f" + ({c(stage)}) * {sym(tensor)}_STAGE"
+    return f"smem + {sym(tensor)}_SMEM{at} + {wg} * {sym(tensor)}_TILE"

@@ -105,7 +105,7 @@ def stage_write(w, p: P.KernelPlan, op: P.StageWrite) -> None:
     )
     a = _open_acc_pairs(w, f)
     box = f"rc.y / {bc}" if a == "0" else f"a * {boxes} + rc.y / {bc}"
-    w(f"uint8_t* box = {_staging(op.tensor)} + ({box}) * 8192;")
+    w(f"uint8_t* box = {_staging(op.tensor, stage=op.stage)} + ({box}) * 8192;")
     col = "2 * (rc.y % 32)" if op.dtype == "f32" else "rc.y % 64"
     w(_store_pair(op.dtype, f"box + cypress::sw128_offset(rc.x, {col})", _acc_pair(op.acc, a)))
     w.close()
@@ -132,11 +132,13 @@ def tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
         " + ".join(t for t in (f"{a} * {boxes}" if a != "0" else "", b if b != "0" else "") if t)
         or "0"
     )
-    src = _staging(op.tensor, "g" if op.whole else "cw") + (
+    src = _staging(op.tensor, "g" if op.whole else "cw", op.stage) + (
         "" if box == "0" else f" + ({box}) * 8192" if " " in box else f" + {box} * 8192"
     )
     col, row = f"({_c(op.col0)}){_times(bc, b)}", f"({_c(op.row0)}){_times(64, a)}"
-    if op.whole:
+    if op.by_cols:
+        col += f" + g * {f.cols}"
+    elif op.whole:
         row += f" + g * {f.rows}"
     fn = "tma_reduce_add" if op.reduce else "tma_store"
     if len(m.box) == 2:

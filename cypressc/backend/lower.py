@@ -337,6 +337,8 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         if isinstance(o, N.Copy):
             if o.reduce and self.sym.mem(o.src) == Mem.REGISTER:
                 return self._reduce_direct(plan, o)
+            if sec == "loop" and not self._issues_loads(o):
+                return self._store(plan, o, smem, in_loop=True)
             if sec == "loop":
                 return self._load(plan, o, smem)
             if sec == "after" and not self._issues_loads(o):
@@ -373,6 +375,8 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
             if kind is K.ROW_SUM:
                 return self._row_sum(plan, o)
             if kind is K.COPY and self.sym.mem(o.args[1]) == Mem.SHARED:
+                if self._staged_for_store(o.args[1]):
+                    return self._stage_write(plan, o, smem, in_loop=True)
                 return self._write_shared(plan, o, smem)
             if kind in (K.FILL, K.COPY) and not self._is_vector(o.args[0]):
                 return self._simt_loop(plan, o)

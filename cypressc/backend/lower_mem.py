@@ -224,11 +224,25 @@ class MemoryLowering:
         skip = self.k(N.ibin("%", flat, N.IConst(buf.slack)))
         return skip, self.k(gorg[-1]), t.dims[-1]
 
-    def _stage_write(self, plan: P.KernelPlan, o: N.Call, smem) -> P.StageWrite:
-        """``copy`` of an accumulator into a shared staging tile after the main loop (a TMA
-        store of that tile must follow: :meth:`_store`)."""
+    def _staged_for_store(self, v: N.View) -> bool:
+        """Whether the shared tensor under ``v`` is a staging tile: what reads it is a copy out
+        to global memory (a TMA store or reduce-add), not a wgmma."""
+        root = self.sym.root(v)
+        return any(
+            isinstance(x, N.Copy)
+            and self.sym.root(x.src) == root
+            and self.sym.mem(x.dst) == Mem.GLOBAL
+            for x in walk_ops(self.m.body)
+        )
+
+    def _stage_write(
+        self, plan: P.KernelPlan, o: N.Call, smem, in_loop: bool = False
+    ) -> P.StageWrite:
+        """``copy`` of an accumulator into a shared staging tile (a TMA store or reduce-add of
+        that tile must follow: :meth:`_store`): after the main loop, or inside it (once per
+        step, into the step's stage of the tile)."""
         f = self._fragment(plan, o.args[0])
-        root, _, _, mmas = self.origin(o.args[1])
+        root, org, keep, mmas = self.origin(o.args[1])
         dt = self.sym.allocs[root].dtype
         if not mmas or dt not in ("f16", "bf16", "f32"):
             _refuse(
@@ -242,9 +256,14 @@ class MemoryLowering:
                 f"boxes of {bc} columns; make the tile's columns a multiple of {bc}, or store it from "
                 "registers (GLOBAL instead of SHARED in the mems of the store's instances)"
             )
-        self._pending_stage = (o, f, root, dt)
-        st = P.StageWrite(self.en(o.ev), f.name, root, smem.get(root, (0, 0, 1))[0], dt)
-        plan.epilogue.append(st)
+        off, size, stages = smem.get(root, (0, 0, 1))
+        stage = self.pos(org[0]) if stages > 1 and not keep[0] else N.IConst(0)
+        st = P.StageWrite(
+            self.en(o.ev), f.name, root, off, dt, stage, size // stages if stages > 1 else 0
+        )
+        self._pending_stage = (o, f, root, dt, st)
+        if not in_loop:
+            plan.epilogue.append(st)
         return st
 
     def _write_shared(self, plan: P.KernelPlan, o: N.Call, smem) -> P.WriteShared:
@@ -389,36 +408,42 @@ class MemoryLowering:
         plan.epilogue.append(st)
         return st
 
-    def _warpgroup_rows(self, call: N.Call, sroot: str, f: P.Fragment) -> None:
-        """Refuse (E050) unless the staging write ``call`` gives consumer warpgroup ``w`` rows
+    def _warpgroup_split(self, call: N.Call, sroot: str, f: P.Fragment) -> str:
+        """``"rows"`` when the staging write ``call`` gives consumer warpgroup ``w`` rows
         ``[w * f.rows, (w + 1) * f.rows)`` of the whole tile ``sroot`` (a blocks partition by
-        warpgroup rows, as the store trees make): a copy of the whole tile (no WARPGROUP
-        dimension: the block's private copy) is then sent warpgroup tile by warpgroup tile."""
-        cols = self.sym.shape(N.TRef(sroot))[-1]
+        warpgroup rows, as the store trees make), ``"cols"`` when it gives it columns
+        ``[w * f.cols, (w + 1) * f.cols)`` (the ``_cols`` trees); E050 otherwise.  A copy of the
+        whole tile (no WARPGROUP dimension: the block's private copy) is then sent warpgroup
+        tile by warpgroup tile."""
+        rows, cols = self.sym.shape(N.TRef(sroot))[-2:]
+        wg = N.IProc(Proc.WARPGROUP, 0)
         for piece in self.sym.chain(call.args[1]):
             part = self.sym.parts[piece.partition]
-            if (
-                part.kind == PartKind.BLOCKS
-                and part.base == N.TRef(sroot)
-                and static(part.params[0]) == f.rows
-                and part.params[1] == cols
-                and piece.idx == (N.IProc(Proc.WARPGROUP, 0), N.IConst(0))
-            ):
-                return
+            if part.kind != PartKind.BLOCKS or self.sym.root(part.base) != sroot:
+                continue
+            if static(part.params[0]) == f.rows and part.params[1] == cols:
+                if piece.idx == (wg, N.IConst(0)):
+                    return "rows"
+            if part.params[0] == rows and static(part.params[1]) == f.cols:
+                if piece.idx == (N.IConst(0), wg):
+                    return "cols"
         _refuse(
             f"a copy of the whole shared tile %{sroot} whose warpgroups' fragments are not its "
-            f"successive {f.rows}-row slices"
+            f"successive {f.rows}-row or {f.cols}-column slices"
         )
+        return ""
 
-    def _store(self, plan: P.KernelPlan, o: N.Copy, smem) -> P.TmaStore:
-        """A SHARED->GLOBAL copy after the main loop: the TMA store of the staging tile the
-        previous :meth:`_stage_write` filled; a ``copy.add`` (a private copy of a ``reduces=``
-        argument in shared memory) adds the tile into global with a TMA reduce-add, which
-        completes as a store does (FlashAttention-3's dQ through shared memory)."""
+    def _store(self, plan: P.KernelPlan, o: N.Copy, smem, in_loop: bool = False) -> P.TmaStore:
+        """A SHARED->GLOBAL copy after the main loop, or inside it: the TMA store of the
+        staging tile the previous :meth:`_stage_write` filled; a ``copy.add`` (a private copy
+        of a ``reduces=`` argument in shared memory) adds the tile into global with a TMA
+        reduce-add, which completes as a store does (FlashAttention-3's dQ through shared
+        memory, once per step)."""
         pend = getattr(self, "_pending_stage", None)
+        where = "in" if in_loop else "after"
         if pend is None or self.sym.mem(o.src) != Mem.SHARED or self.sym.mem(o.dst) != Mem.GLOBAL:
-            _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} after the main loop")
-        call, f, sroot, dt = pend
+            _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} {where} the main loop")
+        call, f, sroot, dt, written = pend
         if self.sym.root(o.src) != sroot:
             _refuse("a shared staging tile stored from a different tensor")
         root, org, keep, _ = self.origin(o.dst)
@@ -434,8 +459,7 @@ class MemoryLowering:
             _refuse(f"{fmt_view(o.dst)}: a stored tile must span the two innermost dimensions")
         batch = self._batch(root, org, keep)
         whole = not any(d.proc == Proc.WARPGROUP for d in o.dims)
-        if whole:
-            self._warpgroup_rows(call, sroot, f)
+        by_cols = whole and self._warpgroup_split(call, sroot, f) == "cols"
         bc = P.box_cols(dt)
         tmap = self._tma_map(
             plan, P.TmaMap(f"tm_{root}_64x{bc}", root, (1,) * (batch is not None) + (64, bc))
@@ -452,7 +476,10 @@ class MemoryLowering:
             batch,
             o.reduce is not None,
             whole,
+            by_cols,
+            written.stage,
         )
-        plan.epilogue.append(st)
+        if not in_loop:
+            plan.epilogue.append(st)
         self._pending_stage = None
         return st

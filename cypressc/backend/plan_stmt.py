@@ -203,13 +203,16 @@ def box_cols(dtype: str) -> int:
 @dataclass(frozen=True)
 class StageWrite:
     """Each thread writes its fragment ``acc`` into the swizzled 64x64 shared boxes of the
-    staging tile ``tensor`` at byte ``offset`` (one tile per consumer warpgroup)."""
+    staging tile ``tensor`` at byte ``offset`` (one tile per consumer warpgroup); inside the
+    main loop, into stage ``stage`` (a kernel expression) of ``stage_bytes`` each (0: one)."""
 
     event: str
     acc: str
     tensor: str
     offset: int
     dtype: str
+    stage: IExpr = IConst(0)
+    stage_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -246,8 +249,11 @@ class TmaStore:
     batch: IExpr | None
     reduce: bool = False
     # a copy of the block's whole tile (no warpgroup dimension): the first warpgroup's leader
-    # sends every warpgroup's tile, warpgroup w's at row0 + w * (its rows)
+    # sends every warpgroup's tile, warpgroup w's at row0 + w * (its rows), or (``by_cols``)
+    # at col0 + w * (its columns)
     whole: bool = False
+    by_cols: bool = False
+    stage: IExpr = IConst(0)  # the stage of the staging tile it sends (StageWrite.stage)
 
 
 @dataclass(frozen=True)

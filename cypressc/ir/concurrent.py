@@ -18,7 +18,9 @@ Hardware semantics modelled (PTX ISA, mbarrier / wgmma / cp.async.bulk):
   then is its destination written and its bytes subtracted from the barrier;
 * a wgmma is issued asynchronously; its accumulator update lands when a ``wait_group``
   retires its (committed) group; TMA stores (``bulk`` groups) complete at a random later
-  step, ``wait_group bulk N`` blocks until at most N groups are in flight;
+  step (under odd seeds only once no thread can run: as late as the hardware may), ``wait_group
+  bulk N`` blocks until every group but the N most recent has completed (groups may complete
+  out of order);
 * ``bar_sync id, threads`` blocks until ``threads / 128`` warpgroups arrived, and releases
   the finished reads of each to the others (as an mbarrier arrival does);
   ``syncwarp`` is a no-op (lanes run in lockstep); fences clear the proxy/register marks
@@ -131,6 +133,7 @@ class _Concurrent(OpSemantics):
         happens_before: bool = False,
     ) -> None:
         self.m, self.values, self.rng = m, values, random.Random(seed)
+        self.late_bulk = seed % 2 == 1
         self.vi = I._Interp(m, sizes, arrays, None)  # value semantics (views, leaf calls)
         self.sym = Symbols(m)
         self.alias = alias_groups(m)
@@ -282,7 +285,12 @@ class _Concurrent(OpSemantics):
             t.gen = self.walk_tiles(t)
         while True:
             runnable = [t for t in self.threads if not t.done and (t.ready is None or t.ready())]
-            choices = [("t", t) for t in runnable] + [("a", a) for a in self.inflight]
+            # half the schedules keep TMA stores in flight while any thread can run (as long
+            # as the hardware may): a write that does not wait for a store's read then races
+            late = self.late_bulk and runnable
+            choices = [("t", t) for t in runnable] + [
+                ("a", a) for a in self.inflight if not (late and a[0] == "bulk")
+            ]
             if not choices:
                 live = [t for t in self.threads if not t.done]
                 if not live:

@@ -69,9 +69,12 @@ class OpSemantics(RaceChecks):
                         if self.hb is not None:
                             self.hb.on_retire(t, job)
             else:
-                live = lambda: sum(any(not j["done"] for j in g) for g in t.bulk_groups)  # noqa: E731
-                if live() > op.pending:
-                    t.ready = lambda: live() <= op.pending
+                # PTX: every group but the most recent `pending` complete (groups may complete
+                # out of order, so not "at most `pending` groups in flight")
+                older = t.bulk_groups[: max(0, len(t.bulk_groups) - op.pending)]
+                done = lambda: all(j["done"] for g in older for j in g)  # noqa: E731
+                if not done():
+                    t.ready = done
                     yield
                 if self.hb is not None:  # every group but the newest `pending` has completed
                     for g in t.bulk_groups[: max(0, len(t.bulk_groups) - op.pending)]:

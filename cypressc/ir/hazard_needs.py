@@ -79,6 +79,17 @@ class Realization:
                 if d.hazard == Hazard.WAR and d.via == Via.CARRIED
                 else (Need.IMPLIED,)
             )
+        if (
+            p.kind == OpKind.TMA_STORE
+            and c.kind == OpKind.THREAD
+            and p.role == c.role
+            and d.hazard == Hazard.WAR
+            and d.via == Via.CARRIED
+        ):
+            # a later iteration's threads write the shared tile a TMA store (or reduce-add) of
+            # an earlier one reads: the issuing thread retires the store's bulk group's reads
+            # (cp.async.bulk.wait_group.read), then a barrier hands that on to the writers
+            return (Need.BULK_READ,) + ((self.barrier(d),) if d.scope else ())
         if p.role != c.role or p.kind == OpKind.TMA_STORE:
             return (Need.IMPLIED,)
         out: list[Need] = []

@@ -75,7 +75,9 @@ class Need(Tag):
     ``full`` / ``empty`` mbarrier, ``chain`` (wgmmas on one accumulator retire in order),
     ``wait_group``, ``fence_wgmma``, ``proxy`` (fence.proxy.async), ``syncwarp`` /
     ``bar_sync`` (a broadcast over threads / warps), ``bulk`` (a TMA store's group),
-    ``none`` (program order in one thread) or ``implied`` (by other synchronized edges)."""
+    ``bulk_read`` (a TMA store's bulk group retired its reads of shared memory: its issuing
+    thread's ``wait_group bulk N``), ``none`` (program order in one thread) or ``implied``
+    (by other synchronized edges)."""
 
     FULL = "full"
     EMPTY = "empty"
@@ -86,6 +88,7 @@ class Need(Tag):
     SYNCWARP = "syncwarp"
     BAR_SYNC = "bar_sync"
     BULK = "bulk"
+    BULK_READ = "bulk_read"
     NONE = "none"
     IMPLIED = "implied"
 

@@ -194,6 +194,23 @@ def _waited(run: _Run, role: Role, a: int, b: int | None, what: str) -> int:
     raise _error(f"{what}: no wait_group retires the wgmma's group")
 
 
+def _bulk_retired(run: _Run, role: Role, a: int, b: int, what: str) -> int:
+    """The TMA store at position ``a`` is committed and its bulk group's reads retired before
+    position ``b``: the position of the ``wait_group bulk N`` that retires them (at most N
+    groups committed after its own)."""
+    is_commit = lambda o: isinstance(o, S.CommitGroup) and o.unit == GroupUnit.BULK  # noqa: E731
+    commit = run.between(role, a, b, is_commit)
+    if not commit:
+        raise _error(f"{what}: the TMA store's bulk group is never committed")
+    tr = run.traces[role]
+    for y in run.between(
+        role, commit[0], b, lambda o: isinstance(o, S.WaitGroup) and o.unit == GroupUnit.BULK
+    ):
+        if len(run.between(role, commit[0], y, is_commit)) >= tr[y][0].pending:
+            return y
+    raise _error(f"{what}: no wait_group bulk retires the TMA store's reads before it")
+
+
 def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> None:
     role, pa = a
     name = (
@@ -319,6 +336,13 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
         raise _error(f"{name}: crosses from {role} to {crole} with no barrier")
     if Need.WAIT_GROUP in needs:
         _waited(run, role, pa, pc, name)
+    if Need.BULK_READ in needs:
+        retired = _bulk_retired(run, role, pa, pc, name)
+        threads = 32 * (prog.warps(d) or 0)
+        if Need.BAR_SYNC in needs and not run.between(
+            role, retired, pc, lambda o: isinstance(o, S.BarSync) and o.threads == threads
+        ):
+            raise _error(f"{name}: no named barrier of {threads} threads after the bulk wait")
     for need, cls, kind in (
         (Need.FENCE_WGMMA, S.Fence, FenceKind.WGMMA),
         (Need.PROXY, S.Fence, FenceKind.PROXY_ASYNC),

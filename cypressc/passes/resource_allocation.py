@@ -53,6 +53,8 @@ from cypressc.passes.rings import ring_joins
 __all__ = ["resource_allocation", "DTYPE_BYTES", "REGISTER_OVERHEAD"]
 
 ALIGN = 1024  # 128-byte-swizzled tiles must start on a 1024-byte boundary
+# a vector has no swizzle; a TMA copy's shared-memory destination must be 128-byte aligned
+VECTOR_ALIGN = 128
 # Addresses, loop counters, descriptors, barrier phases.  ptxas -v (nvcc 13.0, sm_90a) with the
 # consumers' setmaxnreg budget B: FA3 d64 with three consumer warpgroups (accumulators 134) spills
 # at B = 152 and not at 160; the gemm h100 tile (accumulators 128) spills at none of 136-160.  24
@@ -183,7 +185,11 @@ def _tile_loaded(m: N.Module) -> set[str]:
     return out & copied
 
 
-def _assign(g: nx.Graph, size: dict[str, int], order: list[str]) -> tuple[dict[str, int], int]:
+def _assign(
+    g: nx.Graph, size: dict[str, int], order: list[str], align: dict[str, int]
+) -> tuple[dict[str, int], int]:
+    """First fit of each tensor, in ``order``, at an offset that is a multiple of its
+    ``align`` and overlaps no neighbour's bytes in ``g``: (offsets, bytes in all)."""
     off: dict[str, int] = {}
     for n in order:
         taken = sorted((off[x], off[x] + size[x]) for x in g.neighbors(n) if x in off)
@@ -191,7 +197,7 @@ def _assign(g: nx.Graph, size: dict[str, int], order: list[str]) -> tuple[dict[s
         for lo, hi in taken:
             if o + size[n] <= lo:
                 break
-            o = max(o, -(-hi // ALIGN) * ALIGN)
+            o = max(o, -(-hi // align[n]) * align[n])
         off[n] = o
     total = max((off[n] + size[n] for n in off), default=0)
     return off, total
@@ -243,8 +249,12 @@ def resource_allocation(m: N.Module) -> N.Module:
     barrier_bytes = 2 * 8 * pipe + ALIGN  # full/empty mbarriers + alignment slack
     g = nx.Graph()
     g.add_nodes_from(allocs)
-    # (a persistent block's tensors are placed in name order, as when none could share bytes)
-    names = sorted(allocs, key=lambda n: (0 if persistent else live.get(n, (0, 0))[0], n))
+    # (a persistent block's tensors are placed in name order, as when none could share bytes;
+    # vectors after the tiles that start with them: no 1024-byte padding after each)
+    align = {n: VECTOR_ALIGN if len(a.shape) == 1 else ALIGN for n, a in allocs.items()}
+    names = sorted(
+        allocs, key=lambda n: (0 if persistent else live.get(n, (0, 0))[0], -align[n], n)
+    )
     reloaded = _tile_loaded(m) if persistent else set()
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
@@ -265,10 +275,10 @@ def resource_allocation(m: N.Module) -> N.Module:
             -min(live[e[0]][0], live[e[1]][0]) if persistent else 0,
         ),
     )
-    off, total = _assign(g, size, names)
+    off, total = _assign(g, size, names, align)
     while total + barrier_bytes > limit and aux:
         g.remove_edge(*aux.pop(0))
-        off, total = _assign(g, size, names)
+        off, total = _assign(g, size, names, align)
     if total + barrier_bytes > limit:
         rows = "\n".join(
             f"  %{n:<24} {size[n]:>8} B  stages {stages.get(n, 1)}  live {live.get(n)}"

@@ -338,6 +338,18 @@ class _Insert(TmaChannels):
         if Need.WAIT_GROUP in needs:
             self._wait_group(d, p, c, e)
         where, side = self.anchor(d)
+        if Need.BULK_READ in needs:
+            self.put(
+                where,
+                side,
+                S.WaitGroup,
+                ("wait_group", GroupUnit.BULK, p.role),
+                lambda ins: S.WaitGroup(
+                    GroupUnit.BULK, ins.pending, p.role, tuple(ins.edges), p.op.dims
+                ),
+                [e],
+                pending=self._bulk_pending(d, p, c),
+            )
         if Need.FENCE_WGMMA in needs and c.kind == OpKind.WGMMA:
             # right before the wgmma, also for an edge into its loop: the fence of the accumulator
             # carried across iterations stands there and realizes both (one fence, not two)
@@ -436,6 +448,23 @@ class _Insert(TmaChannels):
                 pending=0,
             )
         self._meet(d, needs, p, c, e, blk, Side.END, prio=2, tag=(Via.TILE,))
+
+    def _bulk_pending(self, d: Dep, p: Leaf, c: Leaf) -> int:
+        """The bulk groups a ``wait_group bulk N`` before ``c`` may leave in flight and still
+        retire TMA store ``p``'s, ``d.distance`` iterations of ``d``'s loop earlier: the stores
+        of ``p``'s role committed between them (one group each).  0 (wait for all) when a store
+        of the role in that loop is in a nested loop, where that count is not static."""
+        lp = self.prog.loops[d.loop][0]
+        stores = [
+            lf
+            for lf in self.prog.leaves.values()
+            if lf.kind == OpKind.TMA_STORE and lf.role == p.role and lp in lf.loops
+        ]
+        if any(lf.loops[-1] is not lp for lf in stores):
+            return 0
+        after = sum(1 for lf in stores if lf.seq > p.seq)
+        before = sum(1 for lf in stores if lf.seq < c.seq)
+        return after + (d.distance - 1) * len(stores) + before
 
     def _bar_sync(self, ins: _Ins, role: Role, dims, per_wg: bool, threads: int) -> S.BarSync:
         base, n = self.next_id, 1

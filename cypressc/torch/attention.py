@@ -47,11 +47,11 @@ KERNELS: dict[tuple[str, int], tuple[str, str]] = {
     ),
     ("backward", 64): (
         "tests/programs/flash_attention_bwd.cyp",
-        "tests/mappings/flash_attention_bwd/h100_d64.yaml",
+        "tests/mappings/flash_attention_bwd/h100_d64_tma.yaml",
     ),
     ("backward", 128): (
         "tests/programs/flash_attention_bwd.cyp",
-        "tests/mappings/flash_attention_bwd/h100_d128.yaml",
+        "tests/mappings/flash_attention_bwd/h100_d128_tma.yaml",
     ),
 }
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}

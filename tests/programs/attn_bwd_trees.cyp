@@ -9,6 +9,7 @@ probs:   Pᵀ = exp(Sᵀ·scale − LSE[q]), LSE per column (a user C++ leaf, op
 dscores: dSᵀ = Pᵀ ∘ (dPᵀ − Dsum[q]), Dsum per column (likewise)
 stage:   a T copy of an f32 tile into shared memory, for a later wgmma to read
 red:     D += C, f32, a tile split among the warpgroups by columns (``reduces=``)
+put:     D = C, f32, split the same way
 
 The importing program declares the dtype parameter `T`.
 """
@@ -140,4 +141,29 @@ def stage_inner(C: tensor[2, f32], D: tensor[2, T]):
 
 @task("stage", Leaf, reads=["C"], writes=["D"])
 def stage_thread(C: tensor[2, f32], D: tensor[2, T]):
+    copy(C, D)
+
+
+# ---- D = C, f32, a tile split among the warpgroups by columns (as `red`, writing instead)
+@task("put", Inner, reads=["C"], writes=["D"])
+def put_cols(C: tensor[2, f32], D: tensor[2, f32]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M, N / WGS))
+    Dp = partition_by_blocks(D, (M, N / WGS))
+    for i in prange(WGS):
+        launch("put", Cp[0, i], Dp[0, i])
+
+
+@task("put", Inner, reads=["C"], writes=["D"])
+def put_inner(C: tensor[2, f32], D: tensor[2, f32]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    Dp = partition_by_mma(D, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("put", Cp[i], Dp[i])
+
+
+@task("put", Leaf, reads=["C"], writes=["D"])
+def put_thread(C: tensor[2, f32], D: tensor[2, f32]):
     copy(C, D)

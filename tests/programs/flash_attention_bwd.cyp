@@ -26,7 +26,7 @@ from hopper_cols import clear
 from hopper_at import mma_at
 from elementwise import load, load_f32, mul, copy_f32, scale
 from reduction import store_sums
-from attn_bwd_trees import mask_t, probs, dscores, red, stage  # tests/programs/attn_bwd_trees.cyp
+from attn_bwd_trees import mask_t, probs, dscores, red, stage, put  # tests/programs/attn_bwd_trees.cyp
 
 
 @task("attention_bwd", Inner, reads=["Q", "K", "V", "O", "dO", "LSE", "Dsum", "dQacc"],
@@ -167,6 +167,17 @@ def dq_keys(dQ: tensor[2, f32], dS: tensor[2, T], K: tensor[2, T]):
     Kp = partition_by_blocks(K, (W / WGS, K.shape[1]))
     for w in prange(WGS):
         launch("dq", dQ, dSp[w, 0], Kp[w, 0])
+
+
+# dQ through shared memory: the step's product written into the dq task's private copy of its
+# dQacc tile (a plain store, each element once) which the reduction privilege adds into dQacc;
+# where the mapping keeps that copy in SHARED, the add is a TMA reduce-add of the whole tile
+@task("dq", Inner, reads=["dS", "K"], reduces=["dQ"])
+def dq_staged(dQ: tensor[2, f32], dS: tensor[2, T], K: tensor[2, T]):
+    dQi: tensor[2, f32] = make_tensor(dQ.shape[0], dQ.shape[1])
+    launch("clear", dQi)
+    launch("mma_at", dQi, dS, K)
+    launch("put", dQi, dQ)
 
 
 @task("prep_heads", Inner, reads=["O", "dO"], writes=["Dsum", "dQacc"])
