@@ -237,6 +237,52 @@ class Kernel:
         run.sizes = got  # type: ignore[attr-defined]
         return run
 
+    def launcher(self, *tensors: Any, **keywords: Any) -> Callable[..., None]:
+        """Check the arguments once, as ``__call__`` does (without launching), and return
+        ``run(*tensors, stream=None)``: it launches on other tensors of the same dtypes,
+        shapes and device (fresh outputs each call, as an op allocates them) with the same
+        keywords, checking only that signature, contiguity and 16-byte alignment (a few
+        microseconds instead of the full checks), on ``stream`` or the device's current
+        stream at each call (CUDA-graph capturable).  ``run`` raises :class:`KernelError` for
+        tensors that differ from the first ones in any of those, :class:`LaunchError` as
+        ``__call__`` does."""
+        _, got, floats, _ = self._prepare(tensors, 0, keywords, True)
+        sig = [(t.dtype, tuple(t.shape), t.device) for t in tensors]
+        dev = self._device_of(tensors)
+        tail = (*got.values(), *floats.values())
+        fn, raise_, torch = self._fn, self._raise, _torch()
+
+        def run(*ts: Any, stream: Any = None) -> None:
+            if len(ts) != len(sig):
+                raise KernelError(f"{self.name}: expected {len(sig)} tensors, got {len(ts)}")
+            ptrs = []
+            for i, (t, s) in enumerate(zip(ts, sig)):
+                if (t.dtype, tuple(t.shape), t.device) != s:
+                    raise KernelError(
+                        f"{arg_label(self.info, i)}: {t.dtype} {list(t.shape)} on {t.device}, but "
+                        f"this launcher was checked for {s[0]} {list(s[1])} on {s[2]}"
+                    )
+                ptr = t.data_ptr()
+                if ptr % 16 or not t.is_contiguous():
+                    raise KernelError(
+                        f"{arg_label(self.info, i)}: must be contiguous and 16-byte aligned"
+                    )
+                ptrs.append(ptr)
+            if stream is None:
+                handle = torch.cuda.current_stream(dev).cuda_stream
+            else:
+                handle = stream if isinstance(stream, int) else stream.cuda_stream
+            if torch.cuda.current_device() == dev:
+                rc = fn(*ptrs, *tail, handle)
+            else:
+                with torch.cuda.device(dev):
+                    rc = fn(*ptrs, *tail, handle)
+            if rc:
+                raise_(rc, got)
+
+        run.sizes = got  # type: ignore[attr-defined]
+        return run
+
     def sizes_of(self, *tensors: Any, **keywords: Any) -> dict[str, int]:
         """The sizes the kernel would infer from these tensors (all checks except requires;
         float parameters may be passed, and are checked, but need not be)."""

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -57,6 +59,11 @@ KERNELS: dict[tuple[str, int], tuple[str, str]] = {
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 _BUILT: dict[tuple[str, int, str], Kernel] = {}
 _LOCK = threading.Lock()
+# (pass, each tensor's dtype / shape / device, scale, causal) -> the kernel's launcher checked
+# for them (Kernel.launcher): a training step calls the ops on a few shapes, and the full
+# argument checks cost a sizable share of a short sequence's kernel time
+_LAUNCHERS: OrderedDict[tuple, Callable[..., None]] = OrderedDict()
+_MAX_LAUNCHERS = 64
 
 
 def head_bucket(d: int) -> int:
@@ -92,6 +99,21 @@ def _kernel(which: str, d: int, dtype: torch.dtype) -> Kernel:
                 )
             _BUILT[key] = cypressc.compile(program, mapping, dtype=key[2])
     return _BUILT[key]
+
+
+def _launch(which: str, tensors: tuple[torch.Tensor, ...], scale: float, causal: bool) -> None:
+    """Launch the ``which`` kernel on ``tensors`` (in its parameter order; Q is the forward's
+    third and the backward's sixth) through a launcher checked once per signature."""
+    q = tensors[2] if which == "forward" else tensors[5]
+    key = (which, tuple((t.dtype, tuple(t.shape), t.device) for t in tensors), scale, causal)
+    run = _LAUNCHERS.get(key)
+    if run is None:
+        kern = _kernel(which, q.shape[3], q.dtype)
+        run = kern.launcher(*tensors, scale=scale, causal=int(causal))
+        _LAUNCHERS[key] = run
+        if len(_LAUNCHERS) > _MAX_LAUNCHERS:
+            _LAUNCHERS.popitem(last=False)
+    run(*tensors)
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -144,7 +166,7 @@ def _forward(
     B, H, M, D = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((B, H, M), dtype=torch.float32, device=q.device)
-    _kernel("forward", D, q.dtype)(o, lse, q, k, v, scale=scale, causal=int(causal))
+    _launch("forward", (o, lse, q, k, v), scale, causal)
     return o, lse
 
 
@@ -174,10 +196,8 @@ def _backward(
     # scratch the preprocess kernel fills (rowsum(dO ∘ O) and the zeroed f32 dQ sums)
     dsum = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
     dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-    kern = _kernel("backward", q.shape[3], q.dtype)
-    kern(
-        dq, dk, dv, dsum, dq_acc, q, k, v, o, do, lse.contiguous(), scale=scale, causal=int(causal)
-    )
+    tensors = (dq, dk, dv, dsum, dq_acc, q, k, v, o, do, lse.contiguous())
+    _launch("backward", tensors, scale, causal)
     return dq, dk, dv
 
 

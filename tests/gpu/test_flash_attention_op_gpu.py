@@ -174,3 +174,27 @@ def test_cuda_graph_of_forward_and_backward_replays():
         want = (ref, *torch.autograd.grad(ref, leaves, do.double()))
         for x, r in zip(outs, want):
             assert _rel(x, r) < 1e-2
+
+
+def test_a_launcher_refuses_tensors_of_another_signature():
+    """The op's launchers (Kernel.launcher) are checked once per signature; other shapes,
+    dtypes or a misaligned view are refused, not launched."""
+    from cypressc.runtime import KernelError
+    from cypressc.torch.attention import _kernel
+
+    kern = _kernel("forward", 64, torch.bfloat16)
+
+    def args(m: int):
+        q, k, v = (torch.randn(1, 2, m, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        return torch.empty_like(q), q.new_empty((1, 2, m), dtype=torch.float32), q, k, v
+
+    run = kern.launcher(*args(100), scale=0.125, causal=0)
+    o, lse, q, k, v = args(100)
+    run(o, lse, q, k, v)
+    ref, leaves = _reference(q, k, v, False, 0.125)
+    assert _rel(o, ref) < 1e-2
+    with pytest.raises(KernelError, match="this launcher was checked for"):
+        run(*args(101))
+    flat = torch.empty(1 * 2 * 100 * 64 + 1, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(KernelError, match="16-byte aligned"):
+        run(o, lse, flat[1:].view(1, 2, 100, 64), k, v)
