@@ -23,6 +23,11 @@ if [ "${CHECK:-1}" = 1 ]; then
     bash bench/gpu_all.sh > "$OUT/check.txt" 2>&1
   echo "gpu_check rc=$?"; grep -E "PASS|FAIL|refused|error" "$OUT/check.txt" | tail -12
 fi
+if [ ! -d /tmp/site ] && ! python3 -c "import pydantic, cutlass_library" 2>/dev/null; then
+  # CHECK=0 on a fresh machine: make's CUTLASS check needs the carried wheels too
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    || { echo "bwd_ab: installing .whl/*.whl failed" >&2; exit 1; }
+fi
 if [ -d /tmp/site ]; then export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}; fi
 args=()
 for b in $BUILDS; do args+=(--build "$b"); done
