@@ -270,8 +270,15 @@ class Kernel:
                 ptrs.append(ptr)
             if stream is None:
                 handle = torch.cuda.current_stream(dev).cuda_stream
+            elif isinstance(stream, int):
+                handle = stream
             else:
-                handle = stream if isinstance(stream, int) else stream.cuda_stream
+                sdev = getattr(stream, "device", None)
+                if sdev is not None and getattr(sdev, "index", dev) not in (None, dev):
+                    raise KernelError(
+                        f"{self.name}: stream is on {sdev} but the tensors on cuda:{dev}"
+                    )
+                handle = stream.cuda_stream
             if torch.cuda.current_device() == dev:
                 rc = fn(*ptrs, *tail, handle)
             else:

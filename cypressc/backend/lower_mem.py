@@ -225,15 +225,28 @@ class MemoryLowering:
         return skip, self.k(gorg[-1]), t.dims[-1]
 
     def _staged_for_store(self, v: N.View) -> bool:
-        """Whether the shared tensor under ``v`` is a staging tile: what reads it is a copy out
-        to global memory (a TMA store or reduce-add), not a wgmma."""
+        """Whether the shared tensor under ``v`` is a staging tile: a copy out to global memory
+        (a TMA store or reduce-add) reads it.  E050 when something else reads it too (a wgmma
+        reads another layout than the staging boxes')."""
         root = self.sym.root(v)
-        return any(
-            isinstance(x, N.Copy)
+        out = [
+            x
+            for x in walk_ops(self.m.body)
+            if isinstance(x, N.Copy)
             and self.sym.root(x.src) == root
             and self.sym.mem(x.dst) == Mem.GLOBAL
+        ]
+        if out and any(
+            reads and self.sym.root(w) == root
             for x in walk_ops(self.m.body)
-        )
+            if not any(x is y for y in out)
+            for w, reads, _ in views_of(x)
+        ):
+            _refuse(
+                f"%{root} is stored to global memory by TMA and also read by other code: the "
+                "backend lays a staging tile out for the TMA store only"
+            )
+        return bool(out)
 
     def _stage_write(
         self, plan: P.KernelPlan, o: N.Call, smem, in_loop: bool = False
@@ -444,6 +457,13 @@ class MemoryLowering:
         if pend is None or self.sym.mem(o.src) != Mem.SHARED or self.sym.mem(o.dst) != Mem.GLOBAL:
             _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} {where} the main loop")
         call, f, sroot, dt, written = pend
+        _, sorg, skeep, _ = self.origin(o.src)
+        stages = smem.get(sroot, (0, 0, 1))[2]
+        if stages > 1 and not skeep[0] and self.pos(sorg[0]) != written.stage:
+            _refuse(
+                f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} reads another stage of %{sroot} "
+                "than the write before it filled"
+            )
         if self.sym.root(o.src) != sroot:
             _refuse("a shared staging tile stored from a different tensor")
         root, org, keep, _ = self.origin(o.dst)

@@ -196,15 +196,22 @@ def _waited(run: _Run, role: Role, a: int, b: int | None, what: str) -> int:
 
 def _bulk_retired(run: _Run, role: Role, a: int, b: int, what: str) -> int:
     """The TMA store at position ``a`` is committed and its bulk group's reads retired before
-    position ``b``: the position of the ``wait_group bulk N`` that retires them (at most N
-    groups committed after its own)."""
-    is_commit = lambda o: isinstance(o, S.CommitGroup) and o.unit == GroupUnit.BULK  # noqa: E731
+    position ``b``, by the store's own issuing thread (commits and waits of the store's
+    processor dims): the position of the ``wait_group bulk N`` that retires them (at most N
+    of that thread's groups committed after its own)."""
+    dims = run.traces[role][a][0].dims
+    is_commit = lambda o: (  # noqa: E731
+        isinstance(o, S.CommitGroup) and o.unit == GroupUnit.BULK and o.dims == dims
+    )
     commit = run.between(role, a, b, is_commit)
     if not commit:
         raise _error(f"{what}: the TMA store's bulk group is never committed")
     tr = run.traces[role]
     for y in run.between(
-        role, commit[0], b, lambda o: isinstance(o, S.WaitGroup) and o.unit == GroupUnit.BULK
+        role,
+        commit[0],
+        b,
+        lambda o: isinstance(o, S.WaitGroup) and o.unit == GroupUnit.BULK and o.dims == dims,
     ):
         if len(run.between(role, commit[0], y, is_commit)) >= tr[y][0].pending:
             return y
@@ -343,6 +350,10 @@ def _check(run: _Run, prog: Program, d: Dep, needs: tuple[str, ...], a, b) -> No
             role, retired, pc, lambda o: isinstance(o, S.BarSync) and o.threads == threads
         ):
             raise _error(f"{name}: no named barrier of {threads} threads after the bulk wait")
+        if Need.SYNCWARP in needs and not run.between(
+            role, retired, pc, lambda o: isinstance(o, S.SyncWarp)
+        ):
+            raise _error(f"{name}: no syncwarp after the bulk wait")
     for need, cls, kind in (
         (Need.FENCE_WGMMA, S.Fence, FenceKind.WGMMA),
         (Need.PROXY, S.Fence, FenceKind.PROXY_ASYNC),

@@ -311,8 +311,8 @@ def resource_allocation(m: N.Module) -> N.Module:
         m,
         resources=N.Resources(
             smem={n: N.SmemSlot(off[n], size[n], stages.get(n, 1)) for n in names},
-            smem_bytes=total + barrier_bytes,
-            barrier_offset=total,
+            smem_bytes=-(-total // 16) * 16 + barrier_bytes,
+            barrier_offset=-(-total // 16) * 16,  # mbarriers are 8-byte objects
             barrier_bytes=barrier_bytes - ALIGN,
             smem_limit=limit,
             war=tuple(war),

@@ -237,7 +237,8 @@ class _Insert(TmaChannels):
                 empty.setdefault(d.dst, []).append(d)
             else:
                 self._direct(d, needs)
-            self.covered.append(d)
+            if Need.BULK_READ not in needs:  # it orders the store's reads only: no path step
+                self.covered.append(d)
         self._channels(full, empty, tile, ring)
         for ev, ds in sorted(freed.items(), key=lambda x: self.prog.leaves[x[0]].seq):
             self._freed_channel(self.prog.leaves[ev], ds)
@@ -318,7 +319,7 @@ class _Insert(TmaChannels):
                 p.op,
                 Side.AFTER,
                 S.CommitGroup,
-                (GroupUnit.BULK, p.role),
+                (GroupUnit.BULK, p.role, p.op.dims),
                 lambda ins: S.CommitGroup(GroupUnit.BULK, p.role, (p.op.ev,), p.op.dims),
             )
             top = p.loops[0] if p.loops else p.op
@@ -327,7 +328,7 @@ class _Insert(TmaChannels):
                 blk,
                 Side.END,
                 0,
-                ("bulkwait", p.role),
+                ("bulkwait", p.role, p.op.dims),
                 lambda ins: S.WaitGroup(GroupUnit.BULK, 0, p.role, tuple(ins.edges), p.op.dims),
                 [e],
             )
@@ -343,7 +344,7 @@ class _Insert(TmaChannels):
                 where,
                 side,
                 S.WaitGroup,
-                ("wait_group", GroupUnit.BULK, p.role),
+                ("wait_group", GroupUnit.BULK, p.role, p.op.dims),
                 lambda ins: S.WaitGroup(
                     GroupUnit.BULK, ins.pending, p.role, tuple(ins.edges), p.op.dims
                 ),
@@ -460,7 +461,9 @@ class _Insert(TmaChannels):
             for lf in self.prog.leaves.values()
             if lf.kind == OpKind.TMA_STORE and lf.role == p.role and lp in lf.loops
         ]
-        if any(lf.loops[-1] is not lp for lf in stores):
+        # a thread's bulk groups are its own: with another issuer in the loop the count is not
+        # this thread's (wait for all)
+        if any(lf.loops[-1] is not lp or lf.op.dims != p.op.dims for lf in stores):
             return 0
         after = sum(1 for lf in stores if lf.seq > p.seq)
         before = sum(1 for lf in stores if lf.seq < c.seq)

@@ -105,14 +105,17 @@ def _launch(which: str, tensors: tuple[torch.Tensor, ...], scale: float, causal:
     """Launch the ``which`` kernel on ``tensors`` (in its parameter order; Q is the forward's
     third and the backward's sixth) through a launcher checked once per signature."""
     q = tensors[2] if which == "forward" else tensors[5]
-    key = (which, tuple((t.dtype, tuple(t.shape), t.device) for t in tensors), scale, causal)
+    kern = _kernel(which, q.shape[3], q.dtype)
+    sig = tuple((t.dtype, tuple(t.shape), t.device) for t in tensors)
+    key = (str(kern.library), sig, scale, causal)
     run = _LAUNCHERS.get(key)
     if run is None:
-        kern = _kernel(which, q.shape[3], q.dtype)
         run = kern.launcher(*tensors, scale=scale, causal=int(causal))
         _LAUNCHERS[key] = run
         if len(_LAUNCHERS) > _MAX_LAUNCHERS:
-            _LAUNCHERS.popitem(last=False)
+            _LAUNCHERS.popitem(last=False)  # the least recently used
+    else:
+        _LAUNCHERS.move_to_end(key)
     run(*tensors)
 
 

@@ -69,12 +69,19 @@ def _snaps(program: str, mapping: str) -> dict[str, N.Module]:
 
 @functools.lru_cache(maxsize=None)
 def _signature(program: str, mapping: str) -> str:
-    """The synchronized block program with every number of 16 or more erased: tile extents,
-    sizes and byte offsets go, stage counts, wait_group depths, barrier ids, warpgroup and
-    warp counts, loop distances stay (and so does every op, edge, role and guard)."""
-    text = print_module(_snaps(program, mapping)["sync-insertion"])
-    text = re.sub(r"WGMMA_\w+", "ATOM", text)
-    return re.sub(r"\b\d+\b", lambda x: x.group() if int(x.group()) < 16 else "N", text)
+    """The synchronized block program with every number of 16 or more erased from its other
+    lines: tile extents, sizes, byte offsets and expected bytes go; every number on a named
+    barrier (its thread count), an mbarrier declaration (its arrival count) or an arrival
+    stays, and so do stage counts, wait_group depths, barrier ids, warpgroup and warp counts
+    and loop distances (and every op, edge, role and guard)."""
+    text = re.sub(r"WGMMA_\w+", "ATOM", print_module(_snaps(program, mapping)["sync-insertion"]))
+    keep = re.compile(r"^\s*(bar_sync|arrive |%\w+ = mbarrier)")
+    return "\n".join(
+        line
+        if keep.match(line)
+        else re.sub(r"\b\d+\b", lambda x: x.group() if int(x.group()) < 16 else "N", line)
+        for line in text.splitlines()
+    )
 
 
 def _twin(program: str, mapping: str) -> str | None:
