@@ -62,13 +62,18 @@ def _mutate(m: N.Module, fn) -> N.Module:
 
 @pytest.mark.parametrize(
     "mapping, pending, threads",
-    [("h100_d128_tma.yaml", 1, 256), ("h100_d64_tma.yaml", 1, 128)],
-    ids=["d128-block", "d64-per-warpgroup"],
+    [
+        ("h100_d128_tma.yaml", 1, 256),
+        ("h100_d64_tma.yaml", 1, 128),
+        ("h100_d128_tmawg.yaml", 1, 128),
+    ],
+    ids=["d128-block", "d64-per-warpgroup", "d128-per-warpgroup-columns"],
 )
 def test_the_staged_reduce_waits_for_the_reduce_of_two_steps_before(mapping, pending, threads):
     """Two stages of the staged tile: the wait leaves the previous step's reduce-add in flight
-    (N = 1); at d128 one reduce-add of the block's tile after a 256-thread barrier, at d64 one
-    per warpgroup of its own tile after its own 128-thread barrier.  Clean in the verifier and
+    (N = 1); at d128 one reduce-add of the block's tile after a 256-thread barrier, at d64 (dQ
+    split by keys) and under h100_d128_tmawg (dQ split by columns into a dq task per warpgroup)
+    one per warpgroup of its own tile after its own 128-thread barrier.  Clean in the verifier and
     under 4 schedules (two of them keeping the reduce-adds in flight)."""
     s = _main_kernel(mapping)
     m = s["sync-insertion"]

@@ -169,6 +169,19 @@ def dq_keys(dQ: tensor[2, f32], dS: tensor[2, T], K: tensor[2, T]):
         launch("dq", dQ, dSp[w, 0], Kp[w, 0])
 
 
+# dQ split by columns as separate tasks: each of WGS warpgroups multiplies the whole staged dSᵀ
+# by its own columns of K into its own columns of dQ (a dq task per warpgroup, whose private
+# copy, and its synchronization, is the warpgroup's own)
+@task("dq", Inner, reads=["dS", "K"], reduces=["dQ"])
+def dq_cols(dQ: tensor[2, f32], dS: tensor[2, T], K: tensor[2, T]):
+    WGS = tunable(int)
+    E = dQ.shape[1]
+    dQp = partition_by_blocks(dQ, (dQ.shape[0], E / WGS))
+    Kp = partition_by_blocks(K, (K.shape[0], E / WGS))
+    for w in prange(WGS):
+        launch("dq", dQp[0, w], dS, Kp[0, w])
+
+
 # dQ through shared memory: the step's product written into the dq task's private copy of its
 # dQacc tile (a plain store, each element once) which the reduction privilege adds into dQacc;
 # where the mapping keeps that copy in SHARED, the add is a TMA reduce-add of the whole tile
