@@ -170,18 +170,19 @@ class Kernel:
         dev = descs[0].device[1] if descs else None
         if dev is None:
             dev = torch.cuda.current_device()
+        return [d.ptr for d in descs], got, floats, self._stream_handle(stream, dev)
+
+    def _stream_handle(self, stream: Any, dev: int) -> int:
+        """The ``cudaStream_t`` of ``stream`` (None: device ``dev``'s current stream; an int:
+        itself); :class:`KernelError` for a stream on another device."""
         if stream is None:
-            handle = torch.cuda.current_stream(dev).cuda_stream
-        elif isinstance(stream, int):
-            handle = stream
-        else:
-            sdev = getattr(stream, "device", None)
-            if sdev is not None and getattr(sdev, "index", dev) not in (None, dev):
-                raise KernelError(
-                    f"{self.name}: stream is on {sdev} but the tensors are on cuda:{dev}"
-                )
-            handle = stream.cuda_stream
-        return [d.ptr for d in descs], got, floats, handle
+            return _torch().cuda.current_stream(dev).cuda_stream
+        if isinstance(stream, int):
+            return stream
+        sdev = getattr(stream, "device", None)
+        if sdev is not None and getattr(sdev, "index", dev) not in (None, dev):
+            raise KernelError(f"{self.name}: stream is on {sdev} but the tensors are on cuda:{dev}")
+        return stream.cuda_stream
 
     def _raise(self, rc: int, sizes: Mapping[str, int]) -> None:
         cname = cuda_error_name(rc)
@@ -268,17 +269,7 @@ class Kernel:
                         f"{arg_label(self.info, i)}: must be contiguous and 16-byte aligned"
                     )
                 ptrs.append(ptr)
-            if stream is None:
-                handle = torch.cuda.current_stream(dev).cuda_stream
-            elif isinstance(stream, int):
-                handle = stream
-            else:
-                sdev = getattr(stream, "device", None)
-                if sdev is not None and getattr(sdev, "index", dev) not in (None, dev):
-                    raise KernelError(
-                        f"{self.name}: stream is on {sdev} but the tensors on cuda:{dev}"
-                    )
-                handle = stream.cuda_stream
+            handle = self._stream_handle(stream, dev)
             if torch.cuda.current_device() == dev:
                 rc = fn(*ptrs, *tail, handle)
             else:
