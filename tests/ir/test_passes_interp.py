@@ -148,13 +148,14 @@ CASES = {
     ),
     # FlashAttention-2 (online softmax: row max, exp2, row sum, rescale; masks; LSE): two query
     # heads sharing one key/value head, causal, ragged M, N and D; fewer random schedules per
-    # snapshot (one schedule of this case costs what 5 of a GEMM's do)
+    # snapshot (one schedule of this case costs what 5 of a GEMM's do: under make test one
+    # besides the two fixed orders, FlashAttention-3's the same program reordered)
     "flash_attention2": (
         "tests/mappings/flash_attention2_small.yaml",
         FA2_SIZES,
         ref_flash_attention2(FA2_SIZES),
         ["O", "LSE"],
-        pick(2, 4),
+        pick(1, 4),
     ),
     # FlashAttention-3: the same program with step k + 1's scores issued beside step k's O += P V
     # (the peeled first step, the carried P, the last O += P V after the loop)
@@ -163,7 +164,7 @@ CASES = {
         FA2_SIZES,
         ref_flash_attention2(FA2_SIZES),
         ["O", "LSE"],
-        pick(2, 4),
+        pick(1, 4),
     ),
     # a test program: C = Aᵀ @ B with A stored K x M, read MN-major (warpgroup_mma_at); two
     # warpgroups, each its 64 columns of A's tile (one block: fewer random schedules)

@@ -74,7 +74,7 @@ def test_the_staged_reduce_waits_for_the_reduce_of_two_steps_before(mapping, pen
     (N = 1); at d128 one reduce-add of the block's tile after a 256-thread barrier, at d64 (dQ
     split by keys) and under h100_d128_tmawg (dQ split by columns into a dq task per warpgroup)
     one per warpgroup of its own tile after its own 128-thread barrier.  Clean in the verifier and
-    under 4 schedules (two of them keeping the reduce-adds in flight)."""
+    under 2 schedules (the second keeps the reduce-adds in flight), values compared."""
     s = _main_kernel(mapping)
     m = s["sync-insertion"]
     waits = [o for o in _walk(m.body) if _war_wait(o)]
@@ -82,7 +82,7 @@ def test_the_staged_reduce_waits_for_the_reduce_of_two_steps_before(mapping, pen
     bars = [o for o in _walk(m.body) if isinstance(o, S.BarSync) and waits[0].edges[0] in o.edges]
     assert [b.threads for b in bars] == [threads]
     verify_sync(m)
-    v = check_schedules(m, s["warp-specialization"], sizes=SIZES, schedules=4, value_every=4)
+    v = check_schedules(m, s["warp-specialization"], sizes=SIZES, schedules=2, value_every=2)
     assert v.finding is None, v.line("flash_attention_bwd")
 
 
