@@ -248,6 +248,11 @@ class MemoryLowering:
             )
         return bool(out)
 
+    def _staging_stage(self, stages: int, org: list[N.IExpr], keep: list[bool]) -> N.IExpr:
+        """The stage (a pipeline position) of a view of a staging tile of ``stages`` stages
+        (its leading dimension, sliced off) from the view's origin; 0 for one stage."""
+        return self.pos(org[0]) if stages > 1 and not keep[0] else N.IConst(0)
+
     def _stage_write(
         self, plan: P.KernelPlan, o: N.Call, smem, in_loop: bool = False
     ) -> P.StageWrite:
@@ -270,7 +275,7 @@ class MemoryLowering:
                 "registers (GLOBAL instead of SHARED in the mems of the store's instances)"
             )
         off, size, stages = smem.get(root, (0, 0, 1))
-        stage = self.pos(org[0]) if stages > 1 and not keep[0] else N.IConst(0)
+        stage = self._staging_stage(stages, org, keep)
         st = P.StageWrite(
             self.en(o.ev), f.name, root, off, dt, stage, size // stages if stages > 1 else 0
         )
@@ -458,8 +463,7 @@ class MemoryLowering:
             _refuse(f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} {where} the main loop")
         call, f, sroot, dt, written = pend
         _, sorg, skeep, _ = self.origin(o.src)
-        stages = smem.get(sroot, (0, 0, 1))[2]
-        if stages > 1 and not skeep[0] and self.pos(sorg[0]) != written.stage:
+        if self._staging_stage(smem.get(sroot, (0, 0, 1))[2], sorg, skeep) != written.stage:
             _refuse(
                 f"copy {fmt_view(o.src)} -> {fmt_view(o.dst)} reads another stage of %{sroot} "
                 "than the write before it filled"

@@ -94,7 +94,9 @@ class Mma:
     b_stage: IExpr = IConst(0)
     a_col: IExpr = IConst(0)
     a_frag: str | None = None  # A from this register fragment (then a_buf, a_row are unused)
-    b_kmajor: bool = False  # B stored N x K (K contiguous): rows ``b_row``.., K from column ``b_col``;  # MN-major B (stored K x N): ``b_row`` is its first K row
+    # B stored N x K (K contiguous): rows ``b_row``.., K from column ``b_col``; else MN-major
+    # (stored K x N): ``b_row`` is its first K row
+    b_kmajor: bool = False
     b_row: IExpr = IConst(0)
     b_col: IExpr = IConst(0)
     zero_fill: str | None = None  # the fill of acc folded in: scale-d off on the first k16 step

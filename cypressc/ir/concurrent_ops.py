@@ -77,7 +77,7 @@ class OpSemantics(RaceChecks):
                     t.ready = done
                     yield
                 if self.hb is not None:  # every group but the newest `pending` has completed
-                    for g in t.bulk_groups[: max(0, len(t.bulk_groups) - op.pending)]:
+                    for g in older:
                         for j in g:
                             if j["done"]:
                                 self.hb.on_retire(t, j)

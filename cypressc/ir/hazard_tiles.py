@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from cypressc.ir.analysis import views_of
 from cypressc.ir.hazard_deps import LEVELS, Dep, Leaf, implied
-from cypressc.ir.kinds import Hazard, OpKind, Via
+from cypressc.ir.kinds import Hazard, Need, OpKind, Via
 from cypressc.lang.kinds import Mem
 
 __all__ = ["TileHazards"]
@@ -249,7 +249,10 @@ class TileHazards:
     def is_implied(self, d: Dep, covered: list[Dep]) -> bool:
         """Whether ``d`` follows from the synchronized ``covered``: a path of them
         (:func:`implied`), or, for a ``tile`` edge into a copy, the synchronized ``tile`` edge
-        from the same reader into an earlier copy of the copy's role (:meth:`_earlier_load`)."""
+        from the same reader into an earlier copy of the copy's role (:meth:`_earlier_load`).
+        A ``bulk_read`` edge is no step of a path: it orders a TMA store's reads of shared
+        memory only, not its writes."""
+        covered = [c for c in covered if Need.BULK_READ not in self.needs(c)]
         if implied(d, covered):
             return True
         x = self._earlier_load(d) if d.via == Via.TILE else None

@@ -200,8 +200,7 @@ def _verify(m: N.Module, trips) -> None:
             elif Need.IMPLIED not in needs:
                 for a, b in run.instances(d):
                     _check(run, prog, d, needs, a, b)
-                if Need.BULK_READ not in needs:  # orders the store's reads only: no path step
-                    covered.append(d)
+                covered.append(d)
         for d in deps:
             if Need.IMPLIED in prog.needs(d) and not prog.is_implied(d, covered):
                 raise _error(

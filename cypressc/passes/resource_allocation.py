@@ -307,12 +307,13 @@ def resource_allocation(m: N.Module) -> N.Module:
             target.knob_loc("consumer_registers"),
             hint=_register_hint(m, target, regs, consumer, _max_consumer(m, target, producer)),
         )
+    bar_off = -(-total // 16) * 16  # mbarriers are 8-byte objects; a vector may end the layout
     return replace(
         m,
         resources=N.Resources(
             smem={n: N.SmemSlot(off[n], size[n], stages.get(n, 1)) for n in names},
-            smem_bytes=-(-total // 16) * 16 + barrier_bytes,
-            barrier_offset=-(-total // 16) * 16,  # mbarriers are 8-byte objects
+            smem_bytes=bar_off + barrier_bytes,
+            barrier_offset=bar_off,
             barrier_bytes=barrier_bytes - ALIGN,
             smem_limit=limit,
             war=tuple(war),

@@ -237,8 +237,7 @@ class _Insert(TmaChannels):
                 empty.setdefault(d.dst, []).append(d)
             else:
                 self._direct(d, needs)
-            if Need.BULK_READ not in needs:  # it orders the store's reads only: no path step
-                self.covered.append(d)
+            self.covered.append(d)
         self._channels(full, empty, tile, ring)
         for ev, ds in sorted(freed.items(), key=lambda x: self.prog.leaves[x[0]].seq):
             self._freed_channel(self.prog.leaves[ev], ds)
@@ -453,16 +452,15 @@ class _Insert(TmaChannels):
     def _bulk_pending(self, d: Dep, p: Leaf, c: Leaf) -> int:
         """The bulk groups a ``wait_group bulk N`` before ``c`` may leave in flight and still
         retire TMA store ``p``'s, ``d.distance`` iterations of ``d``'s loop earlier: the stores
-        of ``p``'s role committed between them (one group each).  0 (wait for all) when a store
-        of the role in that loop is in a nested loop, where that count is not static."""
+        ``p``'s issuing thread committed between them (one group each).  0 (wait for all) when
+        a store of the role in that loop is in a nested loop or issued by another thread, where
+        that count is not this thread's static one."""
         lp = self.prog.loops[d.loop][0]
         stores = [
             lf
             for lf in self.prog.leaves.values()
             if lf.kind == OpKind.TMA_STORE and lf.role == p.role and lp in lf.loops
         ]
-        # a thread's bulk groups are its own: with another issuer in the loop the count is not
-        # this thread's (wait for all)
         if any(lf.loops[-1] is not lp or lf.op.dims != p.op.dims for lf in stores):
             return 0
         after = sum(1 for lf in stores if lf.seq > p.seq)

@@ -119,8 +119,9 @@ def _launch(which: str, tensors: tuple[torch.Tensor, ...], scale: float, causal:
     run(*tensors)
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """The argument checks both implementations make, as :class:`KernelError`."""
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, on_gpu: bool = False) -> None:
+    """The argument checks both implementations make, as :class:`KernelError`; ``on_gpu``
+    (the CUDA implementations): the tensors must be on a CUDA device."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise KernelError(f"flash_attention: {name} must be [B, H, S, D], got {list(t.shape)}")
@@ -156,17 +157,17 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         ),
     )
     head_bucket(int(D))
+    if on_gpu and q.device.type != "cuda":
+        raise KernelError(f"flash_attention runs on CUDA tensors only (got {q.device})")
 
 
 @torch.library.custom_op("cypressc::flash_attention_forward", mutates_args=())
 def _forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    _check(q, k, v)
-    if q.device.type != "cuda":
-        raise KernelError(f"flash_attention runs on CUDA tensors only (got {q.device})")
+    _check(q, k, v, on_gpu=True)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    B, H, M, D = q.shape
+    B, H, M, _ = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((B, H, M), dtype=torch.float32, device=q.device)
     _launch("forward", (o, lse, q, k, v), scale, causal)
@@ -191,9 +192,7 @@ def _backward(
     causal: bool,
     scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _check(q, k, v)
-    if q.device.type != "cuda":
-        raise KernelError(f"flash_attention runs on CUDA tensors only (got {q.device})")
+    _check(q, k, v, on_gpu=True)
     do, q, k, v, o = (t.contiguous() for t in (do, q, k, v, o))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     # scratch the preprocess kernel fills (rowsum(dO ∘ O) and the zeroed f32 dQ sums)

@@ -20,9 +20,11 @@ import pytest
 from cypressc.build import render_build
 from cypressc.diagnostics import VerifyError
 from cypressc.ir import nodes as N
+from cypressc.ir.analysis import map_ops, remove_ops
 from cypressc.ir import sync as S
 from cypressc.ir.kinds import GroupUnit, Hazard
 from cypressc.ir.schedule_check import check_schedules
+from cypressc.ir.subst import walk_ops
 from cypressc.ir.sync_verify import verify_sync
 from cypressc.pipeline import compile_program
 from tests.compiled import tree
@@ -46,20 +48,6 @@ def _war_wait(o) -> bool:
     )
 
 
-def _mutate(m: N.Module, fn) -> N.Module:
-    def block(b: N.Block) -> N.Block:
-        ops = []
-        for o in b.ops:
-            if isinstance(o, (N.For, N.PFor)):
-                o = replace(o, body=block(o.body))
-            o = fn(o)
-            if o is not None:
-                ops.append(o)
-        return N.Block(tuple(ops), b.yields)
-
-    return replace(m, body=block(m.body))
-
-
 @pytest.mark.parametrize(
     "mapping, pending, threads",
     [
@@ -77,31 +65,26 @@ def test_the_staged_reduce_waits_for_the_reduce_of_two_steps_before(mapping, pen
     under 2 schedules (the second keeps the reduce-adds in flight), values compared."""
     s = _main_kernel(mapping)
     m = s["sync-insertion"]
-    waits = [o for o in _walk(m.body) if _war_wait(o)]
+    waits = [o for o in walk_ops(m.body) if _war_wait(o)]
     assert [w.pending for w in waits] == [pending]
-    bars = [o for o in _walk(m.body) if isinstance(o, S.BarSync) and waits[0].edges[0] in o.edges]
+    bars = [
+        o for o in walk_ops(m.body) if isinstance(o, S.BarSync) and waits[0].edges[0] in o.edges
+    ]
     assert [b.threads for b in bars] == [threads]
     verify_sync(m)
     v = check_schedules(m, s["warp-specialization"], sizes=SIZES, schedules=2, value_every=2)
     assert v.finding is None, v.line("flash_attention_bwd")
 
 
-def _walk(b: N.Block):
-    for o in b.ops:
-        yield o
-        if isinstance(o, (N.For, N.PFor)):
-            yield from _walk(o.body)
-
-
 @pytest.mark.parametrize("how", ["dropped", "too-lax"])
 def test_a_missing_or_lax_wait_is_caught_by_the_verifier_and_the_interpreter(how):
     s = _main_kernel("h100_d64_tma.yaml")
-    fn = (
-        (lambda o: None if _war_wait(o) else o)
+    m = s["sync-insertion"]
+    bad = (
+        remove_ops(m, _war_wait)
         if how == "dropped"
-        else (lambda o: replace(o, pending=2) if _war_wait(o) else o)
+        else map_ops(m, lambda o: replace(o, pending=2) if _war_wait(o) else o)
     )
-    bad = _mutate(s["sync-insertion"], fn)
     with pytest.raises(VerifyError, match="no wait_group bulk retires the TMA store's reads"):
         verify_sync(bad)
     v = check_schedules(
