@@ -6,7 +6,13 @@
 #
 #   run(command="bash bench/attention_op_gpu.sh", carry=[".whl"], timeout_s=600)
 # Environment: BENCH_ARGS (default "--seqs 2048,8192 --rounds 3 --reps 5"), KEYS (the
-# (pass, head bucket, dtype) builds, default all eight), TESTS (1; 0 skips the pytest step).
+# (pass, head bucket, dtype) builds, default all eight; empty: none, e.g. with a carried
+# CYPRESSC_CACHE_DIR), TESTS (1; 0 skips the pytest step), TEST_ARGS (pytest's, e.g.
+# "-k deterministic"), OP_BENCH (1; 0 skips the bench).  The deterministic backward (session 28):
+#   run(command="KEYS= TEST_ARGS='-k deterministic' OP_BENCH=0 CYPRESSC_CACHE_DIR=$PWD/build/cache \
+#     bash bench/attention_op_gpu.sh; CHECK=0 BUILDS='build/bwd/h100_d128_tma build/bwd/h100_d128_det' \
+#     BENCH_ARGS='--seqs 2048,8192 --rounds 3 --reps 5 --repeat 5' bash bench/bwd_ab.sh",
+#     carry=[".whl", "build/bwd", "build/cache"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/cyp_out}
@@ -19,7 +25,7 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export CYPRESSC_CACHE_DIR=${CYPRESSC_CACHE_DIR:-/tmp/cyp_cache}
 start=$(date +%s)
-keys=${KEYS:-"forward,64,bf16 forward,128,bf16 backward,64,bf16 backward,128,bf16 forward,64,f16 forward,128,f16 backward,64,f16 backward,128,f16"}
+keys=${KEYS-"forward,64,bf16 forward,128,bf16 backward,64,bf16 backward,128,bf16 forward,64,f16 forward,128,f16 backward,64,f16 backward,128,f16"}
 for k in $keys; do
   IFS=, read -r which d t <<< "$k"
   python3 -c "
@@ -35,6 +41,7 @@ if [ "${TESTS:-1}" = 1 ]; then
   timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:logging ${TEST_ARGS:-} tests/gpu/test_flash_attention_op_gpu.py > "$OUT/gpu_tests.txt" 2>&1
   echo "gpu tests rc=$?"; grep -E "^E |Error|passed|failed" "$OUT/gpu_tests.txt" | head -30
 fi
+[ "${OP_BENCH:-1}" = 1 ] || exit 0
 BENCH_ARGS=${BENCH_ARGS:-"--seqs 2048,8192 --rounds 3 --reps 5"}
 # shellcheck disable=SC2086
 timeout ${BENCH_TIMEOUT:-400} python3 bench/attention.py --backward --op $BENCH_ARGS \

@@ -31,8 +31,9 @@ fi
 if [ -d /tmp/site ]; then export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}; fi
 args=()
 for b in $BUILDS; do args+=(--build "$b"); done
+BENCH_ARGS=${BENCH_ARGS:-"--seqs 2048,8192 --rounds 3 --reps 5"}
 # shellcheck disable=SC2086
-timeout ${BENCH_TIMEOUT:-300} python3 bench/attention_bwd.py "${args[@]}" ${BENCH_ARGS:-"--seqs 2048,8192 --rounds 3 --reps 5"} \
+timeout ${BENCH_TIMEOUT:-300} python3 bench/attention_bwd.py "${args[@]}" $BENCH_ARGS \
   > "$OUT/bench_bwd.txt" 2>&1
 echo "bench rc=$?"
 if [ -n "${PROFILE:-}" ]; then

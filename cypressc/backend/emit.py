@@ -19,6 +19,7 @@ from cypressc.backend import plan as P
 from cypressc.backend.cexpr import KVar, mentions
 from cypressc.backend.emit_base import CTYPE, staged_tiles
 from cypressc.backend.emit_base import c as _c
+from cypressc.backend.emit_epilogue import order_finish
 from cypressc.backend.emit_launch import emit_launcher, launcher_args, launcher_signature
 from cypressc.backend.emit_stmt import emit_stmts
 from cypressc.backend.names import choose_names, sym
@@ -243,6 +244,8 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
         for t in p.pointer_tensors
     )
     sizes = ", ".join([f"int {sym(s)}" for s in p.sizes] + [f"float {sym(f)}" for f in p.floats])
+    if p.ordered:  # deterministic: true
+        sizes += ", long long* __restrict__ order"
     if _paired(p) is not None:
         w(
             "template <bool kPairs>  // the tile walk: pairs, or one tile per block (see the tile loop)"
@@ -291,7 +294,8 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
         for n, i in enumerate(reversed(others)):
             w(f"b{i} = u % tiles{i};" + ("" if n == len(others) - 1 else f" u /= tiles{i};"))
     elif nd == 1:
-        w("b0 = t;")
+        # an ordered reduction's blocks start from the last one (see emit_epilogue._order_pred)
+        w("b0 = tiles0 - 1 - t;" if p.ordered else "b0 = t;")
     else:
         r, c = nd - 2, nd - 1
         w(f"const int per = tiles{r} * tiles{c}, u = t % per;")
@@ -300,9 +304,16 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
         w(f"const int group = u / (RASTER * tiles{c}), first = group * RASTER;")
         w(f"const int rows = min(tiles{r} - first, RASTER), v = u % (RASTER * tiles{c});")
         w(f"b{r} = first + v % rows;")
-        w(
-            f"b{c} = {f'tiles{c} - 1 - v / rows;  // longest tiles first: the trip count grows with b{c}' if c in longest else 'v / rows;'}"
-        )
+        if c in longest:
+            w(
+                f"b{c} = tiles{c} - 1 - v / rows;  // longest tiles first: the trip count grows with b{c}"
+            )
+        elif p.ordered:
+            w(
+                f"b{c} = tiles{c} - 1 - v / rows;  // the order of the reduce-adds: from the last b{c} down"
+            )
+        else:
+            w(f"b{c} = v / rows;")
     w.close("};")
     if dealt is not None:
         # pairs only while the blocks are fewer than the tiles: with a block for every tile,
@@ -510,6 +521,9 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
             sfx[n] if n < len(sfx) else "",  # a block without a main loop: its statements only
             ahead if n == 0 else [],
         )  # the issuer runs ahead only with one main loop
+        if any(isinstance(x, P.TmaStore) and x.order for x in loop):
+            # a block with no step still marks itself done (the ordered add's last step does)
+            order_finish(w, p, f"leader && cw == 0 && num_k{s} <= 0")
         if loop or ahead_n:
             w.open(f"for (int kb = 0; kb < num_k{s}; ++kb)")
             lets, loop = hoist_step_divisions(loop)

@@ -15,7 +15,7 @@ from cypressc.backend.emit_base import c as _c, cond as _cond, dim as _dim
 from cypressc.backend.emit_base import done as _done, each as _each, times as _times
 from cypressc.backend.names import sym as _n
 
-__all__ = ["load_direct", "store_direct", "stage_write", "tma_store"]
+__all__ = ["load_direct", "store_direct", "stage_write", "tma_store", "order_finish"]
 
 
 def _global_tile(p: P.KernelPlan, op: P.LoadDirect | P.StoreDirect) -> tuple[str, str, str]:
@@ -123,6 +123,8 @@ def tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
     what = "add %s into global (TMA reduce-add" if op.reduce else "copy %s -> global (TMA store"
     w(f"// {op.event}: {what % ('%' + op.tensor)}, 64x{bc} boxes)")
     w.open("if (leader && cw == 0)" if op.whole else "if (leader)")
+    if op.order:
+        _order_enter(w, p, op)
     if op.whole:  # every warpgroup's tile, from the first one's leader
         w.open(f"for (int g = 0; g < {p.consumers}; ++g)")
     atoms = f.rows // 64
@@ -149,4 +151,59 @@ def tma_store(w, p: P.KernelPlan, op: P.TmaStore) -> None:
     _done(w, atoms)
     if op.whole:
         w.close()
+    if op.order:
+        # the block's last reduce-add marks it done here, not after the loop: a progress word's
+        # address kept live across the main loop costs the consumers a register they lack
+        last = "" if op.order_loop is None else f"kb == num_k{p.loop_suffix(op.order_loop)} - 1"
+        if last:
+            w.open(f"if ({last})")
+        w("cypress::tma_store_commit();  // the last group, so that order_finish waits for it")
+        order_finish(w, p, "")
+        if last:
+            w.close()
     w.close()
+
+
+def _order_word(p: P.KernelPlan) -> str:
+    """The tile's progress word (C): the workspace indexed by the block coordinates."""
+    slot = "b0"
+    for i in range(1, len(p.grid)):
+        slot = f"({slot} * tiles{i} + b{i})"
+    return f"order + {slot}"
+
+
+def _order_pred(p: P.KernelPlan) -> str:
+    """The progress word of the block before this one in the order (C; ``nullptr`` for the
+    first): the next one along the grid's last dimension.  The blocks add from the last one
+    down, as the tile walk starts them (``tile_coords``), so the one waited for is always
+    running or done; and in a causal attention backward the later key blocks, whose first
+    query tiles no earlier block reaches first, never wait for them."""
+    last = len(p.grid) - 1
+    return f"b{last} + 1 < tiles{last} ? {_order_word(p)} + 1 : nullptr"
+
+
+def _order_enter(w, p: P.KernelPlan, op: P.TmaStore) -> None:
+    """An ordered reduce-add's turn (``copy.add.ordered``): the tile's key, the row-major
+    offset of its origin in 64 bits, and ``cypress::order_enter`` on the block's progress
+    word (see :func:`order_finish`)."""
+    t = next(x for x in p.tensors if x.name == op.map.tensor)
+    key = f"(long long)({_c(op.order[0])})"
+    for d, x in zip(t.dims[1:], op.order[1:]):
+        key = f"({key} * {_dim(d, p)} + ({_c(x)}))"
+    last = f"b{len(p.grid) - 1}"
+    w(f"const long long key = {key};  // the tile's place in the order")
+    w(
+        f"cypress::order_enter({_order_word(p)}, {_order_pred(p)}, key);  // deterministic: the "
+        f"block after this one along {last} has added into the tile"
+    )
+
+
+def order_finish(w, p: P.KernelPlan, who: str = "leader && cw == 0") -> None:
+    """The end of an ordered tile (``deterministic: true``): the first warpgroup's leader
+    (``who``: the guard, '' inside its own block), which sent the reduce-adds, waits until
+    they landed and the block before it in the order (:func:`_order_pred`) is done, then
+    marks this one done."""
+    last = f"b{len(p.grid) - 1}"
+    call = f"cypress::order_finish({_order_word(p)}, {_order_pred(p)});"
+    note = f"  // deterministic: the block before this one along {last} may add into every tile"
+    w((f"if ({who}) " if who else "") + call + note)

@@ -129,12 +129,23 @@ def emit_launcher(w, p: P.KernelPlan, paired: bool, namespaced: bool = False) ->
         + [f"static_cast<int>({sym(s)})" for s in p.sizes]
         + [sym(f) for f in p.floats]
     )
+    if p.ordered:  # deterministic: true
+        w("long long* order;  // a progress word per tile: the blocks' order of reduce-adds")
+        w("if ((e = cypress::order_workspace(&order, tiles, stream)) != cudaSuccess) return e;")
+        args.append("order")
     launch = f"<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>({', '.join(args)});"
     if len(kernels) == 2:
         w(f"if (tiles > grid) {kernels[0]}{launch}")
         w(f"else {kernels[1]}{launch}")
     else:
         w(f"{kernels[0]}{launch}")
-    w("return cudaGetLastError();")
+    if p.ordered:
+        w("e = cudaGetLastError();")
+        w(
+            "const cudaError_t freed = cudaFreeAsync(order, stream);  // to the pool after the kernel"
+        )
+        w("return e != cudaSuccess ? e : freed;")
+    else:
+        w("return cudaGetLastError();")
     w.ind -= 1
     w("}")

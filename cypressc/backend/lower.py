@@ -268,6 +268,13 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
                     "shared tensors that share bytes in a persistent kernel, neither of them "
                     "loaded once per tile on an empty mbarrier"
                 )
+        if plan.ordered and plan.persistent:
+            # a persistent block may walk its tiles out of the order along the grid's last
+            # dimension (the long + short pairs) and then wait for a tile it has yet to run
+            _refuse(
+                "an ordered reduce-add (deterministic: true) in a persistent kernel; map the "
+                "block with `persistent: false`"
+            )
         guard_dead_row_sums(plan)
         defer_row_sums(plan)
         plan.requires = self._requires(plan)

@@ -11,9 +11,10 @@ from cypressc.backend.cexpr import KVar, mentions
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.backend.sync_lower import KBASE, at_step, counted
 from cypressc.ir import nodes as N
+from cypressc.ir.analysis import element_origin
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
-from cypressc.lang.kinds import Mem, PartKind, Proc
+from cypressc.lang.kinds import Mem, Proc
 
 __all__ = ["ExprLowering"]
 
@@ -101,25 +102,7 @@ class ExprLowering:
 
     def origin(self, v: N.View) -> tuple[str, list[N.IExpr], list[bool], list]:
         """Root, element origin per root dim, kept dims, and the mma partitions on the way."""
-        chain = self.sym.chain(v)
-        root = self.sym.root(v)
-        rank = len(self.sym.allocs[root].shape)
-        org: list[N.IExpr] = [N.IConst(0)] * rank
-        keep = [True] * rank
-        mmas = []
-        for piece in reversed(chain):
-            p = self.sym.parts[piece.partition]
-            logical = [d for d in range(rank) if keep[d]]
-            if p.kind == PartKind.BLOCKS:
-                for d, i, b in zip(logical, piece.idx, p.params):
-                    org[d] = N.ibin("+", org[d], N.ibin("*", i, b))
-            elif p.kind == PartKind.SLICES:
-                d = logical[int(p.params[0].value)]
-                org[d] = N.ibin("+", org[d], piece.idx[0])
-                keep[d] = False
-            else:
-                mmas.append((p, piece))
-        return root, org, keep, mmas
+        return element_origin(self.sym, v)
 
     def shape2(self, v: N.View) -> tuple[int, int]:
         s = [static(x) for x in self.sym.shape(v)]

@@ -375,9 +375,30 @@ class MemoryLowering:
         f = self._fragment(plan, o.src)
         if o.reduce != "add" or f.dtype != "f32" or self.sym.allocs[root].dtype != "f32":
             _refuse(f"{where}: the backend adds f32 register fragments into f32 tensors")
+        if o.ordered:
+            _refuse(
+                f"{where}: an ordered reduce-add (deterministic: true) from registers: each thread "
+                "would add in its own order; stage the tile in shared memory"
+            )
         st = self._direct_out(plan, self.en(o.ev), o.src, o.dst, reduce=True)
         plan.pointer_reads.add(root)  # read by the reductions themselves, never through TMA
         return st
+
+    def _order(
+        self, plan: P.KernelPlan, o: N.Copy, org: list[N.IExpr], whole: bool
+    ) -> tuple[N.IExpr, ...]:
+        """The element origin of an ordered reduce-add's tile (kernel expressions), after the
+        checks the order needs here: one issuer per block, the grid's last dimension a block
+        dimension (reduction-order proved the rest)."""
+        if not o.ordered:
+            return ()
+        if not (whole or plan.consumers == 1) or plan.host_loop is not None:
+            _refuse(
+                f"copy.add.ordered {fmt_view(o.src)} -> {fmt_view(o.dst)}: an ordered reduce-add "
+                "is sent by one thread per block, along a grid of block dimensions"
+            )
+        plan.ordered = True
+        return tuple(self.k(x) for x in org)
 
     def _direct_out(
         self, plan: P.KernelPlan, ev: str, src: N.View, dst: N.View, reduce: bool = False
@@ -502,6 +523,8 @@ class MemoryLowering:
             whole,
             by_cols,
             written.stage,
+            self._order(plan, o, org, whole),
+            self.loop_no if in_loop and o.ordered else None,
         )
         if not in_loop:
             plan.epilogue.append(st)

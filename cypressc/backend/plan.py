@@ -228,6 +228,9 @@ class KernelPlan:
     )  # ``grid`` over the sizes (cypressc tune's model)
     trip_expr: IExpr | None = None  # ``trip_count`` over the sizes and block indices
     host_loop: str | None = None  # a parallelized HOST loop: its variable, as the last grid dim
+    # deterministic: true: a reduce-add the blocks along the last grid dimension keep in order
+    # (a progress word per tile in a workspace the launcher allocates; TmaStore.order)
+    ordered: bool = False
     floats: list[str] = field(
         default_factory=list
     )  # float entry parameters: kernel arguments after the sizes

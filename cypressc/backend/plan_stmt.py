@@ -256,6 +256,13 @@ class TmaStore:
     whole: bool = False
     by_cols: bool = False
     stage: IExpr = IConst(0)  # the stage of the staging tile it sends (StageWrite.stage)
+    # ``copy.add.ordered`` (deterministic: true): the tile's element origin in ``map.tensor``
+    # (one kernel expression per dimension), whose row-major offset is the tile's place in
+    # the order the blocks along the grid's last dimension keep (cypress::order_enter)
+    order: tuple[IExpr, ...] = ()
+    # ... and the main loop it is sent in (None: after the main loops), whose last step marks
+    # the block done (cypress::order_finish)
+    order_loop: int | None = None
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ from dataclasses import fields, is_dataclass, replace
 from cypressc.ir import nodes as N
 from cypressc.ir.shapes import layout_key
 from cypressc.ir.subst import map_views, rename_events, walk_ops
-from cypressc.lang.kinds import Proc
+from cypressc.lang.kinds import PartKind, Proc
 
 __all__ = [
+    "element_origin",
     "Symbols",
     "views_of",
     "reduces",
@@ -78,6 +79,34 @@ def free_vars(e) -> set[str]:
     if isinstance(e, N.IBin):
         return free_vars(e.a) | free_vars(e.b)
     return set()
+
+
+def element_origin(
+    sym: Symbols, v: N.View
+) -> tuple[str, list[N.IExpr], list[bool], list[tuple[N.Partition, N.Piece]]]:
+    """Where view ``v`` starts in its root tensor: the root's name, the element origin per
+    root dimension (index expressions), which root dimensions ``v`` keeps (a slices
+    partition drops its dimension), and the mma partitions on the way (outermost first),
+    which lay out rather than offset."""
+    chain = sym.chain(v)
+    root = sym.root(v)
+    rank = len(sym.allocs[root].shape)
+    org: list[N.IExpr] = [N.IConst(0)] * rank
+    keep = [True] * rank
+    mmas = []
+    for piece in reversed(chain):
+        p = sym.parts[piece.partition]
+        logical = [d for d in range(rank) if keep[d]]
+        if p.kind == PartKind.BLOCKS:
+            for d, i, b in zip(logical, piece.idx, p.params):
+                org[d] = N.ibin("+", org[d], N.ibin("*", i, b))
+        elif p.kind == PartKind.SLICES:
+            d = logical[int(p.params[0].value)]
+            org[d] = N.ibin("+", org[d], piece.idx[0])
+            keep[d] = False
+        else:
+            mmas.append((p, piece))
+    return root, org, keep, mmas
 
 
 def shapeless_scalars(m: N.Module) -> list[str]:

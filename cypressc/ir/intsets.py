@@ -47,6 +47,8 @@ __all__ = [
     "AtLeast",
     "may_meet",
     "may_be_empty",
+    "blocks_may_share",
+    "always_increases",
     "Unsupported",
     "TIMEOUT_MS",
     "INT32_MAX",
@@ -54,6 +56,9 @@ __all__ = [
 ]
 
 TIMEOUT_MS = 2000  # per query; a timeout answers "may meet"
+# per order proof (:func:`blocks_may_share`, :func:`always_increases`): a few per kernel that
+# asks for `deterministic: true`; the attention backward's take under a second each
+ORDER_TIMEOUT_MS = 20000
 INT32_MAX = 2**31 - 1
 
 # queries asked / answered from the cache / answered apart / unknown (for tests and --timings)
@@ -116,19 +121,37 @@ class _Encoder:
         private: frozenset[str],
         shift: Mapping[str, int],
         shared: dict,
+        blocks_apart: bool = False,
+        named: bool = False,
+        ctx: z3.Context | None = None,
     ) -> None:
         self.space, self.facts, self.side = space, facts, side
         self.private, self.shift, self.shared = private, shift, shared
+        self.blocks_apart = blocks_apart
         self.memo: dict = {}
+        # ``named``: a Let is a variable of its own, equal to its value, and `a // b` and
+        # `a % b` share one quotient.  Z3's non-linear arithmetic reasons about `n` far better
+        # than about every copy of `nq - causal * q`, and need not rediscover that two
+        # quotients are one (the order proofs below are "unknown" without both).  Only the
+        # order proofs use it, so the edges the hazard queries keep do not move.
+        self.named = named
+        self.ctx = ctx  # None: Z3's main context
+        self.quotients: dict = shared.setdefault("//", {}) if named else {}
 
     def var(self, name: str):
         sp = self.space
-        if name in sp.lets:
+        if name in sp.lets and not self.named:
             return self.enc(sp.lets[name])
+        if name in sp.lets:
+            key = f"{name}={self.side}"
+            if key not in self.shared:
+                self.shared[key] = z3.Int(key, self.ctx)
+                self.facts.append(self.shared[key] == self.enc(sp.lets[name]))
+            return self.shared[key]
         private = name in self.private
         key = f"{name}@{self.side}" if private else name
         if key not in self.shared:
-            v = z3.Int(key)
+            v = z3.Int(key, self.ctx)
             self.shared[key] = v
             if name in sp.loops:
                 lo, hi = sp.loops[name]
@@ -142,7 +165,7 @@ class _Encoder:
         if d:
             lo, hi = sp.loops[name]
             if isinstance(d, AtLeast):
-                dist = self.shared.setdefault(f"{name}+", z3.Int(f"{name}+"))
+                dist = self.shared.setdefault(f"{name}+", z3.Int(f"{name}+", self.ctx))
                 self.facts.append(dist >= d.n)
                 d = dist
             shifted = v + d
@@ -159,8 +182,14 @@ class _Encoder:
         return out
 
     def _div(self, a, b):
-        """Floor quotient ``a // b`` (Python's) as a fresh variable with its definition."""
-        q = z3.FreshInt("q")
+        """Floor quotient ``a // b`` (Python's) as a fresh variable with its definition (one
+        per pair of terms)."""
+        key = (a.get_id(), b.get_id())
+        if key in self.quotients:
+            return self.quotients[key]
+        q = z3.FreshInt("q", self.ctx)
+        if self.named:
+            self.quotients[key] = q
         if z3.is_int_value(b):
             c = b.as_long()
             if c == 0:
@@ -178,15 +207,16 @@ class _Encoder:
         if isinstance(e, N.IConst):
             if not isinstance(e.value, int) or isinstance(e.value, bool):
                 raise Unsupported(f"non-integer constant {e.value!r}")
-            return z3.IntVal(e.value)
+            return z3.IntVal(e.value, self.ctx)
         if isinstance(e, N.IVar):
             return self.var(e.name)
         if isinstance(e, N.IProc):
             # one block: both sides run in it (edges across blocks are the grid's); below
             # BLOCK, the two sides may be different instances
-            key = f"{e.proc}.{e.dim}" + ("" if e.proc == Proc.BLOCK else f"@{self.side}")
+            own = e.proc != Proc.BLOCK or self.blocks_apart
+            key = f"{e.proc}.{e.dim}" + (f"@{self.side}" if own else "")
             if key not in self.shared:
-                self.shared[key] = z3.Int(key)
+                self.shared[key] = z3.Int(key, self.ctx)
                 self.facts.append(self.shared[key] >= 0)
             return self.shared[key]
         if not isinstance(e, N.IBin):
@@ -303,6 +333,78 @@ def _empty(lo: N.IExpr, hi: N.IExpr, space: IndexSpace) -> bool:
     s = z3.Solver()
     s.set("timeout", TIMEOUT_MS)
     s.add(*facts, cond)
+    try:
+        return s.check() != z3.unsat
+    except z3.Z3Exception:
+        return True
+
+
+def blocks_may_share(
+    index: Sequence[N.IExpr], space: IndexSpace, grid: Sequence[N.IExpr], free: int
+) -> bool:
+    """Whether two blocks of a grid that differ in some dimension other than ``free`` may
+    reach the same value of ``index`` (a tuple of index expressions over the block's
+    ``block_id`` dims, loop variables and sizes), each in an iteration of its own.
+
+    ``grid``: the grid's extent per dimension (``block_id`` dim d ranges over
+    ``[0, grid[d])``).  False only when Z3 proves it impossible; raises nothing.  Used by
+    :mod:`cypressc.passes.reduction_order`: the blocks that add into one tile differ only
+    along ``free``, so ordering them along it orders every tile's sum."""
+    with _z3_lock:
+        facts: list = []
+        shared: dict = {}
+        private = frozenset(space.loops)
+        ctx = z3.Context()  # a fresh one: how long Z3 takes must not depend on earlier queries
+        ea = _Encoder(space, facts, "a", private, {}, shared, True, True, ctx)
+        eb = _Encoder(space, facts, "b", private, {}, shared, True, True, ctx)
+        try:
+            eqs = [ea.enc(x) == eb.enc(x) for x in index]
+            ids = []
+            for d, ext in enumerate(grid):
+                pa, pb = ea.enc(N.IProc(Proc.BLOCK, d)), eb.enc(N.IProc(Proc.BLOCK, d))
+                facts += [pa < ea.enc(ext), pb < eb.enc(ext)]
+                ids.append((pa, pb))
+        except (Unsupported, z3.Z3Exception, RecursionError):
+            return True
+        # one query per dimension, and `<` for `!=`: the two sides are the same expressions,
+        # so a pair of blocks apart in dimension d is, one way round, a pair with a's index
+        # below b's.  Z3 answers these in well under a second where the disjunction of `!=`
+        # over the dimensions takes it from one second to past any timeout, depending on
+        # its search (measured on the attention backward's dQ tile)
+        return any(
+            _sat(facts + eqs + [pa < pb], ctx) for d, (pa, pb) in enumerate(ids) if d != free
+        )
+
+
+def always_increases(index: Sequence[N.IExpr], var: str, space: IndexSpace) -> bool:
+    """Whether ``index`` (a tuple of index expressions) is lexicographically greater at
+    iteration ``var + 1`` than at ``var`` whenever both are iterations of ``var``'s loop
+    (``space.loops[var]``): the tiles one block visits, in the order it visits them.  True only
+    when Z3 proves it; raises nothing."""
+    if var not in space.loops:
+        return False
+    with _z3_lock:
+        facts: list = []
+        shared: dict = {}
+        ctx = z3.Context()
+        ea = _Encoder(space, facts, "a", frozenset(), {}, shared, named=True, ctx=ctx)
+        eb = _Encoder(space, facts, "b", frozenset(), {var: 1}, shared, named=True, ctx=ctx)
+        try:
+            xs, ys = [ea.enc(x) for x in index], [eb.enc(x) for x in index]
+        except (Unsupported, z3.Z3Exception, RecursionError):
+            return False
+        later = z3.BoolVal(False, ctx)
+        for x, y in reversed(list(zip(xs, ys))):  # y > x lexicographically, outermost first
+            later = z3.Or(y > x, z3.And(y == x, later))
+        return not _sat(facts + [z3.Not(later)], ctx)
+
+
+def _sat(constraints: list, ctx: z3.Context) -> bool:
+    """Whether ``constraints`` (terms of ``ctx``) may hold: False only on *unsat*, within
+    :data:`ORDER_TIMEOUT_MS`."""
+    s = z3.Solver(ctx=ctx)
+    s.set("timeout", ORDER_TIMEOUT_MS)
+    s.add(*constraints)
     try:
         return s.check() != z3.unsat
     except z3.Z3Exception:

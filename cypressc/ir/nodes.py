@@ -259,7 +259,10 @@ class Copy:
 
     ``reduce`` = ``"add"`` makes it ``copy.add``: ``dst += src`` elementwise, one atomic
     reduction (Legion's reduction privilege: the copy-out of a ``reduces=`` argument); two
-    reductions into one view commute, so no edge orders them."""
+    reductions into one view commute, so no edge orders them.  ``ordered`` (``copy.add.ordered``,
+    the mapping's ``deterministic: true``; :mod:`cypressc.passes.reduction_order`): the blocks
+    along the grid's innermost dimension add into each tile in their order, so the sum is
+    the same bits on every run; an order across blocks, not an edge of the block's IR."""
 
     ev: str
     src: View
@@ -268,6 +271,7 @@ class Copy:
     dims: tuple[Dim, ...] = ()
     bar: BarIdx | None = None
     reduce: str | None = None
+    ordered: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,6 +160,7 @@ class _Printer:
         elif isinstance(op, N.Copy):
             bar = f" on %{op.bar.bar}[{fmt_expr(op.bar.stage)}]" if op.bar is not None else ""
             red = f".{op.reduce}" if op.reduce is not None else ""
+            red += ".ordered" if op.ordered else ""
             self.lines.append(
                 f"{pad}{self.ev(op.ev)}: {self.ty(op.dims)} = copy{red} {fmt_view(op.src)} -> "
                 f"{fmt_view(op.dst)} {self.pre(op.pre)}{bar}{self.role(op.ev)}"

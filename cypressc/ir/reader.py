@@ -320,12 +320,17 @@ class _Reader:
             red = rt.text if rt is not None else None
             if red not in (None, "add"):
                 raise c.error(f"unknown reduction copy.{red}", rt, "the one reduction is copy.add")
+            ordered = red is not None and c.accept(".") is not None
+            if ordered:
+                ot = c.kind("name", "ordered")
+                if ot.text != "ordered":
+                    raise c.error(f"unknown copy.add.{ot.text}", ot, "write copy.add.ordered")
             src = self.view(c)
             c.expect("->")
             dst = self.view(c)
             pre = self.pre(c)
             bar = S.BarIdx(*self.bar(c)) if c.accept("on") else None
-            op: N.Op = N.Copy(ev, src, dst, pre, dims, bar, red)
+            op: N.Op = N.Copy(ev, src, dst, pre, dims, bar, red, ordered)
         elif kw.text == "call":
             op = self.call(c, ev, dims)
         elif kw.text in ("for", "pfor"):

@@ -69,6 +69,7 @@ class BlockKnobs:
     raster: int | None = None
     persistent: bool | None = None
     pingpong: bool | None = None
+    deterministic: bool | None = None
 
 
 KNOBS = tuple(f.name for f in fields(BlockKnobs) if f.name != "instance")

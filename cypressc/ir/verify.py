@@ -86,6 +86,8 @@ def verify(m: N.Module) -> None:
                 check_refs(op.pre, where)
                 if op.reduce is not None:
                     check_reduce(op, where)
+                elif op.ordered:
+                    raise VerifyError(f"{where}: an ordered copy that is not a reduction")
             if isinstance(op, N.Call):
                 try:
                     arity = len(leaf_of(op).operands)

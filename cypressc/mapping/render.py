@@ -29,6 +29,7 @@ def _label(n: TaskNode, color: bool) -> str:
             "persistent",
             "raster",
             "pingpong",
+            "deterministic",
         )
         if getattr(n.instance, k) is not None
     ]

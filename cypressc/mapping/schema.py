@@ -115,6 +115,10 @@ class Instance(BaseModel):
     pingpong: bool | None = Field(
         default=None, description="BLOCK: consumer warpgroups take turns on the Tensor Core"
     )
+    deterministic: bool | None = Field(
+        default=None,
+        description="BLOCK: each tile's reduce-adds in the order of the grid's innermost dimension",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -39,6 +39,7 @@ BLOCK_KNOBS = (
     "raster",
     "persistent",
     "pingpong",
+    "deterministic",
 )
 
 

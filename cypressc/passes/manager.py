@@ -40,6 +40,9 @@ PASSES: list[PassInfo] = [
     PassInfo(
         "warp-specialization", "§4.2.5", "cypressc.passes.warp_specialization", "WarpSpecialization"
     ),
+    PassInfo(
+        "reduction-order", "beyond the paper", "cypressc.passes.reduction_order", "ReductionOrder"
+    ),
     PassInfo("sync-insertion", "§4.2.6", "cypressc.passes.sync_insertion", "SyncInsertion"),
 ]
 

@@ -55,6 +55,16 @@ KERNELS: dict[tuple[str, int], tuple[str, str]] = {
         "tests/programs/flash_attention_bwd.cyp",
         "tests/mappings/flash_attention_bwd/h100_d128_tma.yaml",
     ),
+    # deterministic=True: the key blocks add into each dQ tile in their order (the mappings'
+    # `deterministic: true`), so the gradients are the same bits on every run
+    ("deterministic backward", 64): (
+        "tests/programs/flash_attention_bwd.cyp",
+        "tests/mappings/flash_attention_bwd/h100_d64_det.yaml",
+    ),
+    ("deterministic backward", 128): (
+        "tests/programs/flash_attention_bwd.cyp",
+        "tests/mappings/flash_attention_bwd/h100_d128_det.yaml",
+    ),
 }
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 _BUILT: dict[tuple[str, int, str], Kernel] = {}
@@ -163,8 +173,15 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, on_gpu: bool = Fal
 
 @torch.library.custom_op("cypressc::flash_attention_forward", mutates_args=())
 def _forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    # deterministic picks the backward's kernel (it travels to it through the autograd
+    # context); the forward's result is the same bits either way
     _check(q, k, v, on_gpu=True)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     B, H, M, _ = q.shape
@@ -175,7 +192,7 @@ def _forward(
 
 
 @_forward.register_fake
-def _forward_fake(q, k, v, causal, scale):
+def _forward_fake(q, k, v, causal, scale, deterministic):
     _check(q, k, v)
     B, H, M, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, H, M), dtype=torch.float32)
@@ -191,6 +208,7 @@ def _backward(
     lse: torch.Tensor,
     causal: bool,
     scale: float,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _check(q, k, v, on_gpu=True)
     do, q, k, v, o = (t.contiguous() for t in (do, q, k, v, o))
@@ -199,28 +217,28 @@ def _backward(
     dsum = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
     dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     tensors = (dq, dk, dv, dsum, dq_acc, q, k, v, o, do, lse.contiguous())
-    _launch("backward", tensors, scale, causal)
+    _launch("deterministic backward" if deterministic else "backward", tensors, scale, causal)
     return dq, dk, dv
 
 
 @_backward.register_fake
-def _backward_fake(do, q, k, v, o, lse, causal, scale):
+def _backward_fake(do, q, k, v, o, lse, causal, scale, deterministic):
     _check(q, k, v)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, causal, scale = inputs
+    q, k, v, causal, scale, deterministic = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
-    ctx.causal, ctx.scale = causal, scale
+    ctx.causal, ctx.scale, ctx.deterministic = causal, scale, deterministic
     ctx.mark_non_differentiable(lse)
 
 
 def _grad(ctx, do, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None
+    dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.deterministic)
+    return dq, dk, dv, None, None, None
 
 
 _forward.register_autograd(_grad, setup_context=_setup_context)
@@ -232,6 +250,7 @@ def flash_attention(
     v: torch.Tensor,
     causal: bool = False,
     scale: float | None = None,
+    deterministic: bool = False,
 ) -> torch.Tensor:
     """``softmax(q·kᵀ·scale)·v`` per (batch, head), differentiable in q, k and v.
 
@@ -239,7 +258,11 @@ def flash_attention(
     (query head ``h`` attends with key/value head ``h // (H // HK)``, as SDPA's
     ``enable_gqa``); float16 or bfloat16, one CUDA device; any ``M``, ``N``; ``D`` ≤ 128.
     ``causal``: the top-left aligned mask of SDPA's ``is_causal`` (query ``i`` sees keys
-    ``j ≤ i``).  ``scale`` defaults to ``1 / sqrt(D)``.  Returns O, ``[B, H, M, D]`` in q's
+    ``j ≤ i``).  ``scale`` defaults to ``1 / sqrt(D)``.  ``deterministic``: the backward adds
+    each key block's share of dQ in the order of the key blocks (FlashAttention-3's
+    deterministic mode; its own mappings, a little slower), so the gradients are the same
+    bits on every run; by default the blocks add in whatever order they finish, so dQ's
+    last bits may differ from run to run.  Returns O, ``[B, H, M, D]`` in q's
     dtype.  The forward kernel is FlashAttention-3's (programs/flash_attention3.cyp), the
     backward FlashAttention-2/3's algorithm (tests/programs/flash_attention_bwd.cyp): dQ, dK and
     dV, dK and dV summed over the query heads of each key/value head.
@@ -252,5 +275,5 @@ def flash_attention(
     d = q.shape[-1] if q.dim() == 4 else 0
     if scale is None:
         scale = 1.0 / math.sqrt(d) if d else 1.0
-    o, _ = _forward(q, k, v, bool(causal), float(scale))
+    o, _ = _forward(q, k, v, bool(causal), float(scale), bool(deterministic))
     return o

@@ -67,6 +67,36 @@ def test_gradients_match_float64_autograd(dtype, d, causal):
         assert _rel(x, r) < 1e-2, (name, _rel(x, r))
 
 
+@pytest.mark.parametrize(
+    "dtype, d, causal",
+    [(torch.float16, 128, False), (torch.bfloat16, 64, True), (torch.bfloat16, 128, True)],
+    ids=["f16-d128", "bf16-d64-causal", "bf16-d128-causal"],
+)
+def test_deterministic_gradients_are_the_same_bits_every_run(dtype, d, causal):
+    """``deterministic=True`` (the mappings' ``deterministic: true``): five backward passes on
+    the same inputs give dQ, dK, dV equal bit for bit, and right against float64 autograd
+    (ragged, GQA 4, many key blocks adding into each dQ tile)."""
+    gen = torch.Generator(device="cuda").manual_seed(d + causal)
+    B, H, HK, M, N = 2, 8, 2, 333, 1200
+    q = torch.randn(B, H, M, d, device="cuda", dtype=dtype, generator=gen).requires_grad_()
+    k = torch.randn(B, HK, N, d, device="cuda", dtype=dtype, generator=gen).requires_grad_()
+    v = torch.randn(B, HK, N, d, device="cuda", dtype=dtype, generator=gen).requires_grad_()
+    do = torch.randn(B, H, M, d, device="cuda", dtype=dtype, generator=gen)
+    o = flash_attention(q, k, v, causal=causal, deterministic=True)
+    runs = []
+    for _ in range(5):
+        _poison(q, k, q.float(), q.float())
+        runs.append(torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
+    for name, *xs in zip(("dQ", "dK", "dV"), *runs):
+        bits = [x.view(torch.int16) for x in xs]
+        assert all(torch.equal(bits[0], b) for b in bits[1:]), f"{name} differs between runs"
+    ref, leaves = _reference(q, k, v, causal, d**-0.5)
+    grads = torch.autograd.grad(ref, leaves, do.double())
+    for name, x, r in zip(("dQ", "dK", "dV"), runs[0], grads):
+        assert torch.isfinite(x).all(), f"{name} has NaN or inf (unwritten elements?)"
+        assert _rel(x, r) < 1e-2, (name, _rel(x, r))
+
+
 class _Attention(torch.nn.Module):
     """x [B, S, 256] -> x + out(attention(q, k, v)): 4 query heads, 2 key/value heads, d 64;
     the attention in bf16, the rest in f32."""
@@ -146,14 +176,17 @@ def test_compile_fullgraph_matches_eager():
         assert _rel(a, b) < 1e-3
 
 
-def test_cuda_graph_of_forward_and_backward_replays():
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
+def test_cuda_graph_of_forward_and_backward_replays(deterministic):
+    """Deterministic: the launcher's stream-ordered workspace becomes a memory node of the
+    graph."""
     q, k, v, do = (
         torch.randn(1, 8, 256, 128, device="cuda", dtype=torch.float16) for _ in range(4)
     )
     q, k, v = (t.requires_grad_() for t in (q, k, v))
 
     def step():
-        o = flash_attention(q, k, v)
+        o = flash_attention(q, k, v, deterministic=deterministic)
         return (o, *torch.autograd.grad(o, (q, k, v), do))
 
     s = torch.cuda.Stream()

@@ -88,6 +88,7 @@ ORDER = {  # the tensors in the order the op passes them to each kernel
     "forward": ["O", "LSE", "Q", "K", "V"],
     "backward": ["dQ", "dK", "dV", "Dsum", "dQacc", "Q", "K", "V", "O", "dO", "LSE"],
 }
+ORDER["deterministic backward"] = ORDER["backward"]
 
 
 @pytest.mark.parametrize("key", sorted(KERNELS), ids=lambda k: f"{k[0]}-d{k[1]}")

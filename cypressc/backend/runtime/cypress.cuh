@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <utility>
 #include <cuda.h>          // CUtensorMap and its enums (types only)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
@@ -213,6 +214,71 @@ __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const 
 __device__ __forceinline__ void tma_store_commit() { cute::tma_store_arrive(); }
 // Wait until at most N store groups still read their shared source (then it may be reused).
 template <int N> __device__ __forceinline__ void tma_store_wait() { cute::tma_store_wait<N>(); }
+
+// ------------------------------------------------------------------------------------------
+// Ordered reductions (deterministic: true; pass reduction-order): the blocks along the grid's
+// last dimension add into each tile in their order (from the last one down, as the tile walk
+// starts them), as FlashAttention-3's deterministic backward does with a semaphore per dQ
+// tile.  Each tile (block) of the grid has a progress word in a zeroed workspace: P = x means
+// every reduce-add of this block and of the blocks before it in that order into a tile whose
+// key (the row-major offset of its origin) is below x has landed in global memory.  A block visits its tiles in increasing key order
+// (proved by the pass), so one number says how far it has come.
+// ------------------------------------------------------------------------------------------
+constexpr long long ORDER_DONE = 0x7fffffffffffffffLL;  // the block has added everything
+__device__ __forceinline__ long long order_load(const long long* p) {
+  long long v;
+  asm volatile("ld.acquire.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void order_store(long long* p, long long v) {
+  // the bulk adds' writes (async proxy) before the release of the word (generic proxy)
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+  asm volatile("st.release.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+// Before the reduce-add of the tile with `key` (the issuing thread): this block's earlier adds
+// have landed (`cp.async.bulk.wait_group 0`, writes done, not only the shared reads), the
+// block before it in the order (`pred`, null for the first) has passed the tile, and so
+// everything below `key` is done by this block and those before it.
+__device__ __forceinline__ void order_enter(long long* mine, const long long* pred, long long key) {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  if (pred)
+    while (order_load(pred) <= key) {
+    }
+  order_store(mine, key);
+  asm volatile("fence.proxy.async.global;" ::: "memory");  // the adds that follow see the sums
+}
+// After the block's last reduce-add of its tile: every one has landed, the block before it is
+// done, so this one is.
+__device__ __forceinline__ void order_finish(long long* mine, const long long* pred) {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  if (pred)
+    while (order_load(pred) != ORDER_DONE) {
+    }
+  order_store(mine, ORDER_DONE);
+}
+// The launcher's workspace of `n` progress words, zeroed on `stream`, from a pool of its own
+// that keeps its memory (stream-ordered: CUDA-graph capture records it as a memory node).
+inline cudaError_t order_workspace(long long** words, long long n, cudaStream_t stream) {
+  static cudaMemPool_t pools[64];
+  static std::mutex made;  // two threads' first launches on one device make one pool
+  int dev;
+  cudaError_t e;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+  std::lock_guard<std::mutex> hold(made);
+  if (!pools[dev]) {
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = dev;
+    if ((e = cudaMemPoolCreate(&pools[dev], &props)) != cudaSuccess) return e;
+    uint64_t keep = UINT64_MAX;
+    if ((e = cudaMemPoolSetAttribute(pools[dev], cudaMemPoolAttrReleaseThreshold, &keep)) != cudaSuccess) return e;
+  }
+  const size_t bytes = size_t(n) * sizeof(long long);
+  if ((e = cudaMallocFromPoolAsync(reinterpret_cast<void**>(words), bytes, pools[dev], stream)) != cudaSuccess) return e;
+  return cudaMemsetAsync(*words, 0, bytes, stream);
+}
 
 // ------------------------------------------------------------------------------------------
 // wgmma: shared-memory descriptors, fences, and the m64nNk16 f32-accumulate call
