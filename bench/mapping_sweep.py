@@ -4,7 +4,9 @@
     python3 bench/mapping_sweep.py --out DIR [--count 24] [--seed 1] [--programs gemm,flash_attention3,...]
     PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --programs P --mappings DIR/P/a.yaml,DIR/P/b.yaml,...
 
-Starts from every committed mapping of each program and turns the knobs ``cypressc tune``
+Starts from every committed mapping of each program (programs/P.cyp and mappings/P/, or
+tests/programs/P.cyp and tests/mappings/P/ for a program not yet under programs/, such as
+flash_attention_bwd) and turns the knobs ``cypressc tune``
 turns (:mod:`cypressc.tuner.space`): each tunable bound to one value everywhere (tiles ``U``,
 ``V``, ``W``, consumer warpgroups ``WGS``), tied atoms, epilogue staging and the BLOCK knobs
 (``pipeline``, ``persistent``, ``pingpong``, ``raster``, …).  The candidates are the tuner's
@@ -119,8 +121,11 @@ def main_(argv=None) -> int:
     rng = random.Random(a.seed)
     cands = []
     for prog in a.programs.split(","):
-        program = ROOT / "programs" / f"{prog}.cyp"
-        for mapping in sorted((ROOT / "mappings" / prog).glob("*.yaml")):
+        # a program under tests/ (the attention backward, until it moves to programs/): its
+        # mappings are tests/mappings/<program>/
+        base = ROOT if (ROOT / "programs" / f"{prog}.cyp").is_file() else ROOT / "tests"
+        program = base / "programs" / f"{prog}.cyp"
+        for mapping in sorted((base / "mappings" / prog).glob("*.yaml")):
             space = space_of(program, mapping)
             for _ in range(a.tries):
                 vals = draw(space, rng)

@@ -189,6 +189,17 @@ def ptxas_report(cu: Path, out: Path, host: bool = False) -> str:
     return c.stderr
 
 
+def spill_lines(files: dict[str, str], folder: Path, cu: str) -> list[str]:
+    """Write a build's ``files`` (name -> text, as :func:`cypressc.build.render_build` gives
+    them) under ``folder``, compile its ``cu`` to a cubin with :func:`ptxas_report`, and return
+    ptxas's "spill stores" line of each entry function."""
+    for name, text in files.items():  # the .cu and its copy of the user's header
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    report = ptxas_report(folder / cu, folder / "k.cubin")
+    return [ln for ln in report.splitlines() if "spill stores" in ln]
+
+
 def ring_joins_off(mp) -> None:
     """Compile with no ring joins (:mod:`cypressc.passes.rings`) while ``mp`` is active."""
     import cypressc.passes.resource_allocation as ra

@@ -49,6 +49,7 @@ __all__ = [
     "may_be_empty",
     "blocks_may_share",
     "always_increases",
+    "stays_inside",
     "Unsupported",
     "TIMEOUT_MS",
     "INT32_MAX",
@@ -56,9 +57,11 @@ __all__ = [
 ]
 
 TIMEOUT_MS = 2000  # per query; a timeout answers "may meet"
-# per order proof (:func:`blocks_may_share`, :func:`always_increases`): a few per kernel that
-# asks for `deterministic: true`; the attention backward's take under a second each
-ORDER_TIMEOUT_MS = 20000
+# per order proof (:func:`blocks_may_share`, :func:`always_increases`, :func:`stays_inside`):
+# Z3's resource limit, not a wall-clock one, so that a loaded machine gets the same answer.  The
+# attention backward's proofs take at most 1.1e6 (about half a second); "unknown" at the limit
+# refuses the knob
+ORDER_RLIMIT = 50_000_000
 INT32_MAX = 2**31 - 1
 
 # queries asked / answered from the cache / answered apart / unknown (for tests and --timings)
@@ -399,11 +402,38 @@ def always_increases(index: Sequence[N.IExpr], var: str, space: IndexSpace) -> b
         return not _sat(facts + [z3.Not(later)], ctx)
 
 
+def stays_inside(
+    index: Sequence[N.IExpr],
+    extents: Sequence[N.IExpr],
+    space: IndexSpace,
+    grid: Sequence[N.IExpr],
+) -> bool:
+    """Whether every coordinate of ``index`` but the first stays within ``[0, extent)`` of its
+    dimension (``extents``, one per coordinate) whenever that extent is positive, in every
+    iteration of every block of ``grid`` (``block_id`` dim d in ``[0, grid[d])``).  Then the
+    row-major offset of ``index`` orders tiles as ``index`` does lexicographically (what
+    :func:`always_increases` proves).  True only when Z3 proves it; raises nothing."""
+    with _z3_lock:
+        ctx = z3.Context()
+        facts: list = []
+        enc = _Encoder(space, facts, "a", frozenset(), {}, {}, named=True, ctx=ctx)
+        try:
+            xs = [enc.enc(x) for x in index]
+            ns = [enc.enc(n) for n in extents]
+            for d, ext in enumerate(grid):
+                facts.append(enc.enc(N.IProc(Proc.BLOCK, d)) < enc.enc(ext))
+        except (Unsupported, z3.Z3Exception, RecursionError):
+            return False
+        return not any(
+            _sat(facts + [n >= 1, z3.Or(x < 0, x >= n)], ctx) for x, n in zip(xs[1:], ns[1:])
+        )
+
+
 def _sat(constraints: list, ctx: z3.Context) -> bool:
     """Whether ``constraints`` (terms of ``ctx``) may hold: False only on *unsat*, within
-    :data:`ORDER_TIMEOUT_MS`."""
+    :data:`ORDER_RLIMIT`."""
     s = z3.Solver(ctx=ctx)
-    s.set("timeout", ORDER_TIMEOUT_MS)
+    s.set("rlimit", ORDER_RLIMIT)
     s.add(*constraints)
     try:
         return s.check() != z3.unsat

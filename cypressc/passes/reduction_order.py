@@ -24,7 +24,10 @@ refusing the knob (E064) when either is not proven:
   either order);
 * **each block visits its tiles in increasing order** (lexicographic in the tile's element
   origin, outermost dimension first) from one iteration of the loop around the add to the
-  next: a block that passes a tile never comes back to it, so "passed τ" is one number.
+  next: a block that passes a tile never comes back to it, so "passed τ" is one number.  That
+  number is the row-major offset of the origin, which orders tiles as the lexicographic order
+  does when the origin starts inside the tensor along every dimension but the first: proved
+  too (:func:`~cypressc.ir.intsets.stays_inside`).
 
 Neither fact is needed for the sum to be right or for the wait to end: a block only ever waits
 for the block of its row that the tile walk started just before it.  The
@@ -43,7 +46,7 @@ from cypressc.diagnostics import CypressError
 from cypressc.ir import nodes as N
 from cypressc.ir.analysis import element_origin, map_ops
 from cypressc.ir.hazards import Program
-from cypressc.ir.intsets import always_increases, blocks_may_share
+from cypressc.ir.intsets import always_increases, blocks_may_share, stays_inside
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
 from cypressc.lang.kinds import Mem, Proc
@@ -122,6 +125,14 @@ class ReductionOrder(ModulePass):
                 "they never do)",
                 "make the innermost HOST prange the one whose blocks share tiles (the key "
                 "blocks of an attention backward), or drop the knob",
+            )
+        root = prog.sym.root(op.dst)
+        if not stays_inside(tile, prog.sym.allocs[root].shape, prog.space, grid):
+            raise refuse(
+                f"the compiler could not prove that the tile the block adds into "
+                f"({fmt_view(op.dst)}) starts inside {root} along every dimension but the "
+                "first, so its row-major offset need not order the tiles",
+                "add only into tiles that start inside the tensor, or drop the knob",
             )
         if lf.loops and not always_increases(tile, lf.loops[0].var, prog.space):
             raise refuse(

@@ -15,7 +15,7 @@ import pytest
 
 from cypressc.abi.info import KernelInfo
 from cypressc.build import render_build
-from tests.compiled import ptxas_report, tree
+from tests.compiled import ptxas_report, spill_lines, tree
 
 ROOT = Path(__file__).resolve().parents[2]
 PROG = ROOT / "tests" / "programs" / "two_kernels.cyp"
@@ -142,9 +142,5 @@ def test_at_head_dimension_64_each_warpgroup_multiplies_its_own_keys(d64):
 
 @pytest.mark.full  # make test compiles the d128 kernels above; the GPU check builds this one
 def test_at_head_dimension_64_the_kernels_compile_without_spills(d64, tmp_path):
-    for name, text in d64.files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    report = ptxas_report(tmp_path / "flash_attention_bwd.cu", tmp_path / "k.cubin")
-    spills = [ln for ln in report.splitlines() if "spill stores" in ln]
+    spills = spill_lines(d64.files, tmp_path, "flash_attention_bwd.cu")
     assert len(spills) == 3 and all(" 0 bytes spill stores" in ln for ln in spills), spills

@@ -19,13 +19,13 @@ import pytest
 from cypressc.build import render_build
 from cypressc.diagnostics import CypressError
 from cypressc.ir import nodes as N
-from cypressc.ir.intsets import IndexSpace, always_increases, blocks_may_share
+from cypressc.ir.intsets import IndexSpace, always_increases, blocks_may_share, stays_inside
 from cypressc.ir.printer import print_module
 from cypressc.ir.reader import parse_module
 from cypressc.ir.subst import walk_ops
 from cypressc.lang.kinds import Proc
 from cypressc.pipeline import compile_program
-from tests.compiled import tree
+from tests.compiled import spill_lines, tree
 
 ROOT = Path(__file__).resolve().parents[2]
 RR = ROOT / "tests" / "programs" / "reduce_rows.cyp"
@@ -120,6 +120,17 @@ def test_the_attention_backward_adds_each_dq_tile_in_the_order_of_the_key_blocks
     assert cu.count("cypress::order_workspace(") == 1  # the main kernel's launch only
 
 
+def test_the_deterministic_backward_compiles_without_spills(tmp_path):
+    """The waits and the progress words cost the consumers no spill: the block is marked done
+    by its last step, so no word's address stays live across the main loop (one did, and
+    spilled 24 bytes, before)."""
+    _, cu = _bwd("h100_d128_det.yaml")
+    r = render_build(tree(FAB, MAPS / "h100_d128_det.yaml"))
+    assert r.files["flash_attention_bwd.cu"] == cu
+    spills = spill_lines(r.files, tmp_path, "flash_attention_bwd.cu")
+    assert len(spills) == 3 and all(" 0 bytes spill stores" in ln for ln in spills), spills
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [
@@ -198,3 +209,20 @@ def test_blocks_may_share_only_along_the_free_dimension():
     assert not blocks_may_share((own,), space, grid, free=1)
     wide = N.IBin("+", N.IBin("*", x, N.IConst(4)), _T)  # t < n: into the next blocks' tiles
     assert blocks_may_share((wide,), _SPACE, grid, free=1)
+
+
+def test_stays_inside_keeps_the_row_major_order_honest():
+    """(t // (n + 1), (t % (n + 1)) * 64) increases lexicographically, but its second
+    coordinate runs past an extent of n * 64, where the row-major offset of the next tile is no
+    larger: the order proof alone would accept it."""
+    n = N.IVar("n")
+    index = (
+        N.IBin("//", _T, N.IBin("+", n, N.IConst(1))),
+        N.IBin("*", N.IBin("%", _T, N.IBin("+", n, N.IConst(1))), N.IConst(64)),
+    )
+    extents = (n, N.IBin("*", n, N.IConst(64)))
+    space = IndexSpace({"t": (N.IConst(0), N.IBin("*", n, n))}, {}, frozenset({"n"}))
+    assert always_increases(index, "t", space)
+    assert not stays_inside(index, extents, space, ())
+    inside = (N.IBin("//", _T, n), N.IBin("*", N.IBin("%", _T, n), N.IConst(64)))
+    assert stays_inside(inside, extents, space, ())

@@ -271,13 +271,19 @@ inline cudaError_t order_workspace(long long** words, long long n, cudaStream_t 
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;
     props.location.id = dev;
-    if ((e = cudaMemPoolCreate(&pools[dev], &props)) != cudaSuccess) return e;
+    cudaMemPool_t pool;
+    if ((e = cudaMemPoolCreate(&pool, &props)) != cudaSuccess) return e;
     uint64_t keep = UINT64_MAX;
-    if ((e = cudaMemPoolSetAttribute(pools[dev], cudaMemPoolAttrReleaseThreshold, &keep)) != cudaSuccess) return e;
+    if ((e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep)) != cudaSuccess) {
+      cudaMemPoolDestroy(pool);
+      return e;
+    }
+    pools[dev] = pool;  // only a pool that keeps its memory
   }
   const size_t bytes = size_t(n) * sizeof(long long);
   if ((e = cudaMallocFromPoolAsync(reinterpret_cast<void**>(words), bytes, pools[dev], stream)) != cudaSuccess) return e;
-  return cudaMemsetAsync(*words, 0, bytes, stream);
+  if ((e = cudaMemsetAsync(*words, 0, bytes, stream)) != cudaSuccess) cudaFreeAsync(*words, stream);
+  return e;
 }
 
 // ------------------------------------------------------------------------------------------
