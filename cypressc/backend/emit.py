@@ -304,16 +304,14 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
         w(f"const int group = u / (RASTER * tiles{c}), first = group * RASTER;")
         w(f"const int rows = min(tiles{r} - first, RASTER), v = u % (RASTER * tiles{c});")
         w(f"b{r} = first + v % rows;")
-        if c in longest:
-            w(
-                f"b{c} = tiles{c} - 1 - v / rows;  // longest tiles first: the trip count grows with b{c}"
-            )
-        elif p.ordered:
-            w(
-                f"b{c} = tiles{c} - 1 - v / rows;  // the order of the reduce-adds: from the last b{c} down"
-            )
-        else:
-            w(f"b{c} = v / rows;")
+        why = (
+            f"longest tiles first: the trip count grows with b{c}"
+            if c in longest
+            else f"the order of the reduce-adds: from the last b{c} down"
+            if p.ordered
+            else ""
+        )
+        w(f"b{c} = tiles{c} - 1 - v / rows;  // {why}" if why else f"b{c} = v / rows;")
     w.close("};")
     if dealt is not None:
         # pairs only while the blocks are fewer than the tiles: with a block for every tile,

@@ -194,7 +194,7 @@ def _order_enter(w, p: P.KernelPlan, op: P.TmaStore) -> None:
     w(f"const long long key = {key};  // the tile's place in the order")
     w(
         f"cypress::order_enter({_order_word(p)}, {_order_pred(p)}, key);  // deterministic: the "
-        f"block after this one along {last} has added into the tile"
+        f"block before this one in the order ({last} + 1) has added into the tile"
     )
 
 
@@ -205,5 +205,5 @@ def order_finish(w, p: P.KernelPlan, who: str = "leader && cw == 0") -> None:
     marks this one done."""
     last = f"b{len(p.grid) - 1}"
     call = f"cypress::order_finish({_order_word(p)}, {_order_pred(p)});"
-    note = f"  // deterministic: the block before this one along {last} may add into every tile"
+    note = f"  // deterministic: the next block in the order ({last} - 1) may add into every tile"
     w((f"if ({who}) " if who else "") + call + note)

@@ -191,7 +191,7 @@ class _Encoder:
         if key in self.quotients:
             return self.quotients[key]
         q = z3.FreshInt("q", self.ctx)
-        if self.named:
+        if self.named:  # the hazard queries keep one quotient per occurrence, as before
             self.quotients[key] = q
         if z3.is_int_value(b):
             c = b.as_long()
@@ -362,11 +362,7 @@ def blocks_may_share(
         eb = _Encoder(space, facts, "b", private, {}, shared, True, True, ctx)
         try:
             eqs = [ea.enc(x) == eb.enc(x) for x in index]
-            ids = []
-            for d, ext in enumerate(grid):
-                pa, pb = ea.enc(N.IProc(Proc.BLOCK, d)), eb.enc(N.IProc(Proc.BLOCK, d))
-                facts += [pa < ea.enc(ext), pb < eb.enc(ext)]
-                ids.append((pa, pb))
+            ids = list(zip(_in_grid(ea, grid), _in_grid(eb, grid)))
         except (Unsupported, z3.Z3Exception, RecursionError):
             return True
         # one query per dimension, and `<` for `!=`: the two sides are the same expressions,
@@ -420,13 +416,20 @@ def stays_inside(
         try:
             xs = [enc.enc(x) for x in index]
             ns = [enc.enc(n) for n in extents]
-            for d, ext in enumerate(grid):
-                facts.append(enc.enc(N.IProc(Proc.BLOCK, d)) < enc.enc(ext))
+            _in_grid(enc, grid)
         except (Unsupported, z3.Z3Exception, RecursionError):
             return False
         return not any(
             _sat(facts + [n >= 1, z3.Or(x < 0, x >= n)], ctx) for x, n in zip(xs[1:], ns[1:])
         )
+
+
+def _in_grid(enc: _Encoder, grid: Sequence[N.IExpr]) -> list:
+    """The ``block_id`` of each grid dimension on ``enc``'s side, each bounded by its extent
+    (facts added to ``enc``'s list)."""
+    ids = [enc.enc(N.IProc(Proc.BLOCK, d)) for d in range(len(grid))]
+    enc.facts += [i < enc.enc(ext) for i, ext in zip(ids, grid)]
+    return ids
 
 
 def _sat(constraints: list, ctx: z3.Context) -> bool:

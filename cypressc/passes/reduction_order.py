@@ -15,9 +15,9 @@ add in that order; before adding tile τ a block waits until the one started bef
 passed τ, and it publishes how far it has come (``cypressc/backend/runtime/cypress.cuh``,
 ``order_enter`` / ``order_finish``).
 
-The order is only as deterministic as two facts the pass proves with Z3
-(:func:`cypressc.ir.intsets.blocks_may_share`, :func:`~cypressc.ir.intsets.always_increases`),
-refusing the knob (E064) when either is not proven:
+The order is only as deterministic as three facts the pass proves with Z3
+(:func:`cypressc.ir.intsets.blocks_may_share`, :func:`~cypressc.ir.intsets.always_increases`,
+:func:`~cypressc.ir.intsets.stays_inside`), refusing the knob (E064) when one is not proven:
 
 * **the blocks that add into one tile differ only along the innermost dimension**: two blocks
   that differ elsewhere never reach the same tile (otherwise two chains would add into it in
@@ -29,7 +29,7 @@ refusing the knob (E064) when either is not proven:
   does when the origin starts inside the tensor along every dimension but the first: proved
   too (:func:`~cypressc.ir.intsets.stays_inside`).
 
-Neither fact is needed for the sum to be right or for the wait to end: a block only ever waits
+No fact is needed for the sum to be right or for the wait to end: a block only ever waits
 for the block of its row that the tile walk started just before it.  The
 pass changes no edge of the block's IR (the order is across blocks); it only marks the copy.
 
@@ -100,17 +100,18 @@ class ReductionOrder(ModulePass):
             )
         lf = reds[0]
         op = lf.op
+        root = prog.sym.root(op.dst)
         below = [d for d in op.dims if d.proc != Proc.BLOCK and static(d.extent) != 1]
         if below:
             raise refuse(
-                f"the reduce-add into {prog.sym.root(op.dst)} ({fmt_view(op.dst)}) runs per "
+                f"the reduce-add into {root} ({fmt_view(op.dst)}) runs per "
                 f"{below[0].proc}: they would add in either order",
                 "stage the block's whole tile in shared memory and add it once (a BLOCK-level "
                 "copy.add: TMA reduce-add of the tile, as a `put` into one shared tile does)",
             )
         if lf.hosts or len(lf.loops) > 1:
             raise refuse(
-                f"the reduce-add into {prog.sym.root(op.dst)} stands in "
+                f"the reduce-add into {root} stands in "
                 f"{len(lf.loops) + len(lf.hosts)} loops; the order is kept across the steps of one",
                 "add into the tensor from the block's main loop or after it",
             )
@@ -121,12 +122,11 @@ class ReductionOrder(ModulePass):
         if blocks_may_share(tile, prog.space, grid, len(grid) - 1):
             raise refuse(
                 f"blocks that differ in a grid dimension other than the innermost may add into "
-                f"the same tile of {prog.sym.root(op.dst)} (or the compiler could not prove "
+                f"the same tile of {root} (or the compiler could not prove "
                 "they never do)",
                 "make the innermost HOST prange the one whose blocks share tiles (the key "
                 "blocks of an attention backward), or drop the knob",
             )
-        root = prog.sym.root(op.dst)
         if not stays_inside(tile, prog.sym.allocs[root].shape, prog.space, grid):
             raise refuse(
                 f"the compiler could not prove that the tile the block adds into "

@@ -63,7 +63,7 @@ def test_split_k_adds_in_the_order_of_the_k_slices(tmp_path):
     ordered; the CUDA waits for the slice before, adds, marks the block done, and the launcher
     brings a zeroed word per tile; without the knob nothing of it is there."""
     mapping = _write(tmp_path, "det.yaml", _deterministic(RR_SMEM))
-    ((_, m),) = [compile_program(tree(RR, mapping), until="reduction-order")[0][-1]]
+    _, m = compile_program(tree(RR, mapping), until="reduction-order")[0][-1]
     (red,) = _ordered(m)
     assert red.reduce == "add"
     assert "copy.add.ordered" in print_module(m)

@@ -221,8 +221,9 @@ template <int N> __device__ __forceinline__ void tma_store_wait() { cute::tma_st
 // starts them), as FlashAttention-3's deterministic backward does with a semaphore per dQ
 // tile.  Each tile (block) of the grid has a progress word in a zeroed workspace: P = x means
 // every reduce-add of this block and of the blocks before it in that order into a tile whose
-// key (the row-major offset of its origin) is below x has landed in global memory.  A block visits its tiles in increasing key order
-// (proved by the pass), so one number says how far it has come.
+// key (the row-major offset of its origin) is below x has landed in global memory.  A block
+// visits its tiles in increasing key order (proved by the pass), so one number says how far
+// it has come.
 // ------------------------------------------------------------------------------------------
 constexpr long long ORDER_DONE = 0x7fffffffffffffffLL;  // the block has added everything
 __device__ __forceinline__ long long order_load(const long long* p) {
