@@ -33,7 +33,14 @@ __all__ = [
     "times",
 ]
 
-CTYPE = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "i32": "int"}
+CTYPE = {
+    "f16": "__half",
+    "bf16": "__nv_bfloat16",
+    "f32": "float",
+    "i32": "int",
+    "f8e4m3": "__nv_fp8_e4m3",
+    "f8e5m2": "__nv_fp8_e5m2",
+}
 
 
 def c(e, top: bool = False) -> str:

@@ -94,8 +94,9 @@ def emit_launcher(w, p: P.KernelPlan, paired: bool, namespaced: bool = False) ->
         bf16 = "true" if t.dtype == "bf16" else "false"
         w(f"CUtensorMap {sym(m.name)};")
         sw = "" if m.swizzle == 128 else f", {m.swizzle}"  # 128: the runtime's default
-        if t.dtype == "f32":  # 4-byte elements (a TMA reduce-add's target)
-            sw = f", {m.swizzle}, 4"
+        isz = DTYPES[t.dtype].itemsize
+        if isz != 2:  # f32 (a TMA reduce-add's target) or FP8 (moved as bytes)
+            sw = f", {m.swizzle}, {isz}"
         w(
             f"if ((e = cypress::make_tma_map(&{sym(m.name)}, {sym(t.name)}, {bf16}, {inner}, {outer}, {batch}, "
             f"{m.box[-1]}, {m.box[-2]}, {len(m.box)}{sw})) != cudaSuccess) return e;"

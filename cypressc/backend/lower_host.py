@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from cypressc.abi.dtypes import DTYPES
 from cypressc.backend import plan as P
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
@@ -163,7 +164,7 @@ class KernelInterface:
                 t.reads
                 or any(isinstance(s, P.TmaStore) and s.map.tensor == t.name for s in plan.epilogue)
             ):
-                per16 = 4 if t.dtype == "f32" else 8  # elements in 16 bytes
+                per16 = 16 // DTYPES[t.dtype].itemsize  # elements in 16 bytes
                 reqs.append(
                     self._require(
                         N.IBin("%", inner, N.IConst(per16)),

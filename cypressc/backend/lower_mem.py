@@ -66,12 +66,13 @@ class MemoryLowering:
             if None in shape or len(shape) not in (2, 3):
                 _refuse(f"shared tensor %{root} is not a static (stages x) rows x cols tile")
             rows, cols = shape[-2], shape[-1]
-            sw = P.swizzle_for(cols)
+            isz = DTYPES[a.dtype].itemsize
+            sw = P.swizzle_for(cols, isz)
             if sw is None:
                 _refuse(
-                    f"shared tile %{root} has {cols} columns ({2 * cols}-byte rows); TMA and wgmma "
-                    "swizzle rows of 128, 64 or 32 bytes, so a tile needs a multiple of 16 columns "
-                    "(16-bit elements)"
+                    f"shared tile %{root} has {cols} columns ({isz * cols}-byte rows); TMA and "
+                    "wgmma swizzle rows of 128, 64 or 32 bytes, so a tile needs a multiple of "
+                    f"{32 // isz} columns ({8 * isz}-bit elements)"
                 )
             if rows % 8:
                 _refuse(

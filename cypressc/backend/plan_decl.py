@@ -85,8 +85,8 @@ class StageBuffer:
 
     @property
     def chunk_cols(self) -> int:
-        """Columns of one chunk: one swizzle row of 16-bit elements (a vector: all)."""
-        return self.cols if self.vector else self.swizzle // 2
+        """Columns of one chunk: one swizzle row (a vector: all)."""
+        return self.cols if self.vector else self.swizzle // DTYPES[self.dtype].itemsize
 
     @property
     def chunks(self) -> int:

@@ -35,11 +35,36 @@ __all__ = [
     "leaf_of",
 ]
 
-NUMPY_DTYPES = {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "i32": np.int32}
-"""NumPy storage per dtype.  bf16 has no NumPy type: it is stored in f32 and rounded to
-bf16's 8-bit mantissa whenever a value is stored (:func:`round_to`)."""
-DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
+NUMPY_DTYPES = {
+    "f16": np.float16,
+    "bf16": np.float32,
+    "f32": np.float32,
+    "i32": np.int32,
+    "f8e4m3": np.float32,
+    "f8e5m2": np.float32,
+}
+"""NumPy storage per dtype.  bf16 and the FP8 types have no NumPy type: they are stored in f32
+and rounded to their mantissa whenever a value is stored (:func:`round_to`)."""
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4, "f8e4m3": 1, "f8e5m2": 1}
 """Bytes per element on the GPU (not NumPy's storage: bf16 is 2 bytes there, 4 here)."""
+
+# FP8 formats (OCP 8-bit floating point, the PTX ISA's e4m3 and e5m2): mantissa bits, the
+# exponent of the smallest normal, the largest finite value
+_FP8 = {"f8e4m3": (3, -6, 448.0), "f8e5m2": (2, -14, 57344.0)}
+
+
+def _round_fp8(x: np.ndarray, dtype: str) -> np.ndarray:
+    """``x`` rounded to nearest even in an FP8 format, saturating to its largest finite value
+    as CUDA's ``__nv_fp8_e4m3(float)`` does (``__NV_SATFINITE``); NaN stays NaN."""
+    man, emin, top = _FP8[dtype]
+    f = np.asarray(x, dtype=np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # the spacing of the representable values around |x|: subnormals share emin's
+        e = np.maximum(np.floor(np.log2(np.abs(f))), emin)
+        q = np.exp2(e - man).astype(np.float32)
+        r = np.rint(f / q) * q  # np.rint rounds half to even
+    r = np.where(f == 0, f, r)
+    return np.clip(r, -top, top).astype(np.float32)
 
 
 def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -50,6 +75,8 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
         bits += np.uint32(0x7FFF) + ((bits >> 16) & 1)  # round to nearest even
         bits &= np.uint32(0xFFFF0000)
         return f
+    if dtype in _FP8:
+        return _round_fp8(x, dtype)
     return np.asarray(x).astype(NUMPY_DTYPES[dtype])
 
 

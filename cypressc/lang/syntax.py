@@ -10,7 +10,7 @@ Grammar (ASDL-like; every node ends with ``loc``)::
     Variant    = (name, task, kind: inner|leaf, reads: str*, writes: str*,
                   params: Param*, body: Stmt*)
     Param      = (name, type: TensorType | ScalarType)
-    TensorType = (rank: int, dtype: f16|bf16|f32|i32, dims: str*?)
+    TensorType = (rank: int, dtype: f16|bf16|f32|i32|f8e4m3|f8e5m2, dims: str*?)
     ScalarType = (kind: int|float)                      -- ``float`` only in @external
     Stmt       = Tunable(name, kind: int|processor|atom)
                | Let(name, value: Expr)                 -- scalar index arithmetic
@@ -47,7 +47,7 @@ CXX_KEYWORDS = frozenset(
     __managed__ __restrict__""".split()
 )
 
-DTYPES = ("f16", "bf16", "f32", "i32")
+DTYPES = ("f16", "bf16", "f32", "i32", "f8e4m3", "f8e5m2")
 PROCESSORS = tuple(Proc)
 TUNABLE_KINDS = ("int", "processor", "atom")
 

@@ -151,6 +151,8 @@ def test_numpy_dtypes_and_rounding():
         "bf16": np.float32,
         "f32": np.float32,
         "i32": np.int32,
+        "f8e4m3": np.float32,
+        "f8e5m2": np.float32,
     }
     assert round_to(np.array([1.0005]), "f16").dtype == np.float16
     # bf16 keeps 8 mantissa bits: 1 + 2**-8 is a tie and rounds to even (1.0); 1 + 3*2**-8 rounds up
@@ -160,6 +162,21 @@ def test_numpy_dtypes_and_rounding():
     np.testing.assert_array_equal(r[:4], [1.0, 1.0, 1 + 2**-6, -2.5])
     assert (r.view(np.uint32) & 0xFFFF == 0).all()
     assert round_to(np.array([1.7]), "i32")[0] == 1
+
+
+def test_fp8_rounding_matches_the_formats():
+    """e4m3 keeps 3 mantissa bits, normals from 2**-6 and saturates at 448 (CUDA's satfinite
+    conversion); e5m2 keeps 2, normals from 2**-14; ties go to even; subnormals are evenly
+    spaced; NaN stays NaN.  Each value below is worked out by hand from the format."""
+    x = np.array([1 + 2**-4, 1 + 3 * 2**-4, 2**-9, 3 * 2**-10, 500.0, -1000.0, 0.0, np.nan], np.float32)
+    e4 = round_to(x, "f8e4m3")
+    assert e4.dtype == np.float32
+    # 1 + 2**-4 is a tie between 1 and 1.125 -> 1; 1 + 3 * 2**-4 a tie -> 1.25 (even);
+    # 2**-9 is e4m3's smallest subnormal; 3 * 2**-10 a tie between 2**-9 and 2**-8 -> 2**-8
+    np.testing.assert_array_equal(e4[:7], [1.0, 1.25, 2**-9, 2**-8, 448.0, -448.0, 0.0])
+    assert np.isnan(e4[7])
+    e5 = round_to(np.array([1 + 2**-3, 1 + 3 * 2**-3, 2**-16, 60000.0], np.float32), "f8e5m2")
+    np.testing.assert_array_equal(e5, [1.0, 1.5, 2**-16, 57344.0])
 
 
 def test_warpgroup_mma_bt_reads_b_as_the_n_by_k_tile_it_is_stored_as():

@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cute/arch/cluster_sm90.hpp>   // cute::elect_one_sync
 #include <cute/arch/copy_sm90_desc.hpp> // TMA::CacheHintSm90, prefetch_tma_descriptor
@@ -123,8 +124,9 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// Row-major [batch][outer][inner] tensor of 16-bit elements (f16, or bf16 when `bf16`), or of
-// f32 when `elem_bytes` is 4 (an f32 tensor a TMA reduce-add adds into), box {box_inner,
+// Row-major [batch][outer][inner] tensor of 16-bit elements (f16, or bf16 when `bf16`), of
+// f32 when `elem_bytes` is 4 (an f32 tensor a TMA reduce-add adds into), or of FP8 when it is 1
+// (moved as bytes: TMA never converts, and its out-of-bounds zero is +0 in e4m3 and e5m2), box {box_inner,
 // box_outer, 1}, `swizzle`-byte swizzle (128, 64 or 32; box_inner * elem_bytes must be <=
 // swizzle: the box's inner extent fits one swizzled row), out-of-bounds elements read as zero.
 // `rank` is 2 or 3 and must match the tma_load_2d/3d calls on the map (a 3-D map of batch 1 is
@@ -136,7 +138,7 @@ inline cudaError_t make_tma_map(CUtensorMap* map, const void* gptr, bool bf16, u
   const CUtensorMapSwizzle mode = swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
                                   : swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                   : CU_TENSOR_MAP_SWIZZLE_32B;
-  if (!encode || (swizzle != 128 && swizzle != 64 && swizzle != 32) || (elem_bytes != 2 && elem_bytes != 4) ||
+  if (!encode || (swizzle != 128 && swizzle != 64 && swizzle != 32) || (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4) ||
       box_inner * elem_bytes > swizzle || (reinterpret_cast<uintptr_t>(gptr) & 15) || (inner * elem_bytes) % 16)
     return cudaErrorInvalidValue;
   if (rank == 0) rank = batch > 1 ? 3 : 2;
@@ -145,6 +147,7 @@ inline cudaError_t make_tma_map(CUtensorMap* map, const void* gptr, bool bf16, u
   cuuint32_t box[3] = {box_inner, box_outer, 1};
   cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUtensorMapDataType type = elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : bf16          ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                    : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUresult r = encode(map, type, cuuint32_t(rank),

@@ -22,12 +22,13 @@
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 // ---- the vocabulary main.h's tables are written in ------------------------------------------
 
 // The element types a parameter may have (cypressc.abi.dtypes.DTYPES); cyp_typed maps each to
 // its C++ type.
-enum class CypType { f16, bf16, f32, i32 };
+enum class CypType { f16, bf16, f32, i32, f8e4m3, f8e5m2 };
 
 // One tensor parameter of the launcher, in the launcher's order.
 struct CypParam {
@@ -35,7 +36,7 @@ struct CypParam {
   const char* dtype;   // cypressc's name of the element type (f16, bf16, f32, i32)
   CypType type;        // the same, for cyp_typed
   const char* ctype;   // its C++ spelling, for error messages
-  const char* npy;     // the NumPy descr --dump writes (bf16: raw bits, '<u2')
+  const char* npy;     // the NumPy descr --dump writes (bf16, fp8: raw bits, '<u2', '|u1')
   int itemsize;        // bytes per element
   bool floating;       // NaN-poisoned and NaN-counted when written only
   bool reads, writes;
@@ -104,6 +105,8 @@ template <class F> cudaError_t cyp_typed(CypType t, F&& f) {
     case CypType::bf16: return f(static_cast<__nv_bfloat16*>(nullptr));
     case CypType::f32: return f(static_cast<float*>(nullptr));
     case CypType::i32: return f(static_cast<int32_t*>(nullptr));
+    case CypType::f8e4m3: return f(static_cast<__nv_fp8_e4m3*>(nullptr));
+    case CypType::f8e5m2: return f(static_cast<__nv_fp8_e5m2*>(nullptr));
   }
   return cudaErrorInvalidValue;
 }
@@ -369,7 +372,7 @@ int main(int argc, char** argv) {
       std::string meta = std::string("{\"name\": \"") + CYP_NAME + "\", \"dtypes\": {";
       for (int i = 0; i < kNumParams; ++i)
         meta += std::string(i ? ", " : "") + "\"" + kParams[i].name + "\": \"" + kParams[i].dtype + "\"";
-      meta += "}, \"note\": \"bf16 arrays hold raw bits ('<u2'): (a.astype(np.uint32) << 16).view(np.float32)\"";
+      meta += "}, \"note\": \"bf16 arrays hold raw bits ('<u2'): (a.astype(np.uint32) << 16).view(np.float32); fp8 arrays too ('|u1'): torch.from_numpy(a).view(torch.float8_e4m3fn)\"";
       const std::string path = std::string(dump) + "/meta.json";
       FILE* f = fopen(path.c_str(), "w");
       if (!f) { fprintf(stderr, "%s: error: cannot write %s\n", argv[0], path.c_str()); return 1; }
