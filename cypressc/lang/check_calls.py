@@ -13,6 +13,7 @@ variant may write (E033).
 
 from __future__ import annotations
 
+from cypressc.abi.dtypes import DTYPES
 from cypressc.lang import syntax as S
 from cypressc.lang.check_env import VariantEnv, signature
 from cypressc.lang.kinds import OperandKind, PartKind
@@ -196,7 +197,12 @@ class CallChecks:
                         f"'{rule.name}' of {s.fn}() must be "
                         f"{' or '.join(rule.dtypes)}, got {ty.dtype}",
                         arg.loc,
+                        rule.dtype_hint
+                        if ty.dtype in DTYPES and DTYPES[ty.dtype].itemsize == 1
+                        else None,
                     )
+                elif rule.same_width:
+                    self._same_width(s, fn, rule, ty.dtype, arg.loc, env)
                 if rule.rank and ty.rank != rule.rank:
                     self.error(
                         "E032",
@@ -220,3 +226,20 @@ class CallChecks:
                         arg.loc,
                         f'add "{root}" to reads=',
                     )
+
+    def _same_width(self, s: S.LeafCall, fn, rule, dtype: str, loc, env: VariantEnv) -> None:
+        """E032 when operand ``rule`` (of ``dtype``) and the one it names in ``same_width``
+        cannot meet in one wgmma: f16 by f16, bf16 by bf16, FP8 by FP8 (PTX ISA §9.7.15.5)."""
+        names = [r.name for r in fn.operands]
+        other = self.tensor_arg(s.args[names.index(rule.same_width)], env)
+        if other is None or other[0].dtype not in DTYPES or dtype not in DTYPES:
+            return
+        mine, theirs = DTYPES[dtype].itemsize, DTYPES[other[0].dtype].itemsize
+        if mine != theirs or (mine != 1 and dtype != other[0].dtype):
+            self.error(
+                "E032",
+                f"'{rule.name}' of {s.fn}() is {dtype} but '{rule.same_width}' is "
+                f"{other[0].dtype}: a wgmma multiplies one 16-bit type, or FP8 by FP8 "
+                "(e4m3 and e5m2 mix)",
+                loc,
+            )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from cypressc.lang import syntax as S
 from cypressc.lang.check_env import Binding, VariantEnv, _const_value
-from cypressc.lang.atoms import is_atom_name
+from cypressc.lang.atoms import ATOM_FORMS, is_atom_name
 from cypressc.lang.kinds import PartKind
 
 __all__ = ["ExprChecks"]
@@ -143,7 +143,7 @@ class ExprChecks:
                     "E036",
                     f"unknown instruction atom '{e.name}'",
                     e.loc,
-                    "atoms are WGMMA_64xNx16() with N a multiple of 8 from 8 to 256",
+                    f"atoms are {ATOM_FORMS}, written as a call: WGMMA_64x256x16()",
                 )
         elif isinstance(e, S.Name):
             b = env.get(e.id)

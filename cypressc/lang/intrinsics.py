@@ -95,7 +95,9 @@ class OperandRule:
 
     ``kind`` (:class:`OperandKind`) is a tensor, a scalar or an atom; ``writes`` says the
     leaf writes it (its variant must hold the write privilege); ``mems``/``dtypes`` restrict
-    placement (empty = any); ``rank`` 0 means any rank.
+    placement (empty = any); ``rank`` 0 means any rank.  ``same_width`` names another operand
+    whose elements must be as wide as this one's (a wgmma's A and B); ``dtype_hint`` is what
+    a refused dtype's error suggests.
     """
 
     name: str
@@ -105,6 +107,8 @@ class OperandRule:
     mems: tuple[Mem, ...] = ()
     dtypes: tuple[str, ...] = ()
     rank: int = 0
+    same_width: str = ""
+    dtype_hint: str = ""
 
 
 class IntrinsicKind(enum.Enum):
@@ -298,18 +302,27 @@ def _row_log_sum_exp(lse: Operand, m: Operand, l: Operand, scale: float) -> dict
 
 _FLOAT = ("f16", "bf16", "f32")
 _MMA_IN = ("f16", "bf16")
+_FP8_IN = ("f8e4m3", "f8e5m2")
+_FP8_K_MAJOR = (
+    "an FP8 wgmma reads both operands K-major (PTX has no transposed FP8 operand): store B as "
+    "the N x K tile and call warpgroup_mma_bt (C += A @ Bt^T)"
+)
 
 
 def _mma_operands(b: str, a: str = "A") -> tuple[OperandRule, ...]:
     """The operands of a wgmma leaf: the atom, the f32 accumulator C (registers), the A
     operand named ``a`` (shared or registers; an ``"At"`` stored K x M: shared only) and the
-    B operand named ``b`` (shared)."""
+    B operand named ``b`` (shared).  FP8 operands (k32 atoms) only where both are K-major:
+    ``A`` and ``Bt``; e4m3 and e5m2 mix, 16-bit ones do not mix with them."""
     a_mems = (Mem.SHARED,) if a == "At" else (Mem.SHARED, Mem.REGISTER)
+    kmajor = a == "A" and b == "Bt"
+    ins = _MMA_IN + _FP8_IN if kmajor else _MMA_IN
+    why = "" if kmajor else _FP8_K_MAJOR
     return (
         OperandRule("atom", kind=OperandKind.ATOM),
         OperandRule("C", writes=True, mems=(Mem.REGISTER,), dtypes=("f32",), rank=2),
-        OperandRule(a, mems=a_mems, dtypes=_MMA_IN, rank=2),
-        OperandRule(b, mems=(Mem.SHARED,), dtypes=_MMA_IN, rank=2),
+        OperandRule(a, mems=a_mems, dtypes=ins, rank=2, dtype_hint=why),
+        OperandRule(b, mems=(Mem.SHARED,), dtypes=ins, rank=2, same_width=a, dtype_hint=why),
     )
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from cypressc.diagnostics import CypressError, CypressErrors, Warning_
 from cypressc.lang import syntax as S
 from cypressc.lang.externals import leaf_functions
-from cypressc.lang.atoms import AUTO_ATOM, AutoAtom, is_atom_name
+from cypressc.lang.atoms import ATOM_FORMS, AUTO_ATOM, AutoAtom, is_atom_name
 from cypressc.lang.kinds import Mem, Proc
 from cypressc.mapping.loader import LoadedMapping
 from cypressc.mapping.machine import Machine, load_machine, machine_names
@@ -252,7 +252,7 @@ class _Instantiator:
                     name,
                     "tunables",
                     t,
-                    hint="atoms: WGMMA_64xNx16 with N a multiple of 8 from 8 to 256",
+                    hint=f"atoms: {ATOM_FORMS}",
                 )
         for t in inst.tunables:
             if t not in declared:

@@ -8,7 +8,8 @@ in the task tree ("derive it").  Dependence analysis fixes its value, in this or
    and thread-level rows of an mma tree take their warpgroup's atom;
 2. **derived from the tile** — otherwise, at its first use, which must be
    ``partition_by_mma(T, ATOM, PROC, "C")`` of a rank-2 tile ``T`` with a static column
-   count ``cols``: the atom is ``WGMMA_64x<cols>x16`` (:func:`~cypressc.lang.atoms.atom_name`),
+   count ``cols``: the atom is ``WGMMA_64x<cols>x<k>`` (:func:`~cypressc.lang.atoms.atom_name`;
+   ``k`` is 16 for 16-bit operands and 32 for FP8, :meth:`AtomDerivation._operand_k`),
    exactly what a mapping that binds it must write for the wgmma to fit (``E040``, paper
    §3.4 and §5.2: a wgmma's N is its warpgroup's accumulator tile width).
 
@@ -29,13 +30,14 @@ from __future__ import annotations
 
 from math import gcd
 
+from cypressc.abi.dtypes import DTYPES
 from cypressc.diagnostics import CypressError
 from cypressc.ir import nodes as N
 from cypressc.ir.origin import Origin, origins_of
 from cypressc.ir.shapes import static
 from cypressc.lang import syntax as S
-from cypressc.lang.atoms import AUTO_ATOM, atom_name, is_atom_name
-from cypressc.lang.kinds import OperandKind
+from cypressc.lang.atoms import AUTO_ATOM, atom, atom_k, atom_name, is_atom_name
+from cypressc.lang.kinds import OperandKind, PartKind
 from cypressc.passes.dependence_state import DerivedAtom, _Scope
 
 __all__ = ["AtomDerivation"]
@@ -68,7 +70,7 @@ class AtomDerivation:
 
     def partition_atom(self, s: S.PartitionDecl, sc: _Scope, shape: tuple[N.IExpr, ...]) -> str:
         """The atom of ``partition_by_mma`` statement ``s`` over a tile of ``shape``: the
-        bound one, or, for an atom tunable still to derive, ``WGMMA_64x<cols>x16`` of this
+        bound one, or, for an atom tunable still to derive, ``WGMMA_64x<cols>x<k>`` of this
         ``"C"`` tile, which then binds the tunable for the rest of the task (and the tasks it
         launches).  Raises a located ``E040`` when the atom cannot be derived here."""
         e = s.args[0]
@@ -104,7 +106,7 @@ class AtomDerivation:
                 f"its first use partitions '{s.tensor}', whose column count "
                 "is not a compile-time constant",
             )
-        name = atom_name(64, cols, 16)
+        name = atom_name(64, cols, self._operand_k(e.id, sc))
         if not is_atom_name(name):
             raise self._underivable(
                 e.id,
@@ -121,6 +123,25 @@ class AtomDerivation:
         sc.derived[e.id] = DerivedAtom(origins_of(shape[1]) or (here,), inst, s.tensor, cols, s.loc)
         return name
 
+    def _operand_k(self, name: str, sc: _Scope) -> int:
+        """The K of atom tunable ``name``: 32 bytes of the elements of the first tensor the
+        task partitions with it as an ``"A"``/``"B"``/``"Bt"``/``"At"`` operand (16 when it
+        partitions none: an accumulator alone gives no width, and its layout is the same)."""
+        stack = list(sc.node.variant.body)
+        while stack:
+            st = stack.pop(0)
+            stack[:0] = getattr(st, "body", ())
+            if (
+                isinstance(st, S.PartitionDecl)
+                and st.kind == PartKind.MMA
+                and isinstance(st.args[0], S.Name)
+                and st.args[0].id == name
+                and st.args[2].value != "C"  # type: ignore[union-attr]
+            ):
+                v = sc.env[st.tensor][1]
+                return atom_k(DTYPES[self.dtype(v)].itemsize)  # type: ignore[attr-defined]
+        return 16
+
     def explain_derived(
         self, err: CypressError, s: S.PartitionDecl, sc: _Scope, shape: tuple[N.IExpr, ...]
     ) -> CypressError:
@@ -133,13 +154,14 @@ class AtomDerivation:
         n = d.cols if d is not None else 0
         if d is None or s.args[2].value != "C" or cols is None or not (cols % n and n % cols):  # type: ignore[union-attr]
             return err  # not the derived N against this tile's width: nothing to add
+        k = atom(sc.env[e.id][1]).k  # type: ignore[arg-type]
         note = (
-            f"{e.id} = {atom_name(64, d.cols, 16)} was derived from the {d.cols} columns of "
+            f"{e.id} = {atom_name(64, d.cols, k)} was derived from the {d.cols} columns of "
             f"'{d.tensor}' here (instance '{d.instance}' leaves {e.id} unbound)",
             d.loc,
         )
         both = gcd(d.cols, cols)
-        fit = atom_name(64, both, 16) if both and is_atom_name(atom_name(64, both, 16)) else None
+        fit = atom_name(64, both, k) if both and is_atom_name(atom_name(64, both, k)) else None
         hint = (
             f"bind {e.id} in instance '{d.instance}' to an atom whose N divides every tile it "
             "partitions" + (f", e.g. `{e.id}: {fit}`" if fit else "")
@@ -170,7 +192,8 @@ class AtomDerivation:
                 else None
             )
             cols = static(tile[1]) if tile is not None and len(tile) == 2 else None
-            fit = atom_name(64, cols, 16) if cols is not None else None
+            k = atom_k(DTYPES[self.dtype(args[names.index("A")])].itemsize) if "A" in names else 16  # type: ignore[attr-defined]
+            fit = atom_name(64, cols, k) if cols is not None else None
             raise self._underivable(
                 a.id,
                 sc,

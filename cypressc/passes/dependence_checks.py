@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cypressc.abi.dtypes import DTYPES
 from cypressc.diagnostics import CypressError, Loc
 from cypressc.ir import nodes as N
 from cypressc.ir.origin import Origin, blame
 from cypressc.ir.shapes import static
 from cypressc.lang import syntax as S
 from cypressc.lang.atoms import atom as lookup_atom
-from cypressc.lang.atoms import atom_name, is_atom_name
+from cypressc.lang.atoms import atom_k, atom_name, is_atom_name
 from cypressc.lang.kinds import OperandKind, PartKind, Proc
 from cypressc.mapping.tasktree import TaskNode
 from cypressc.passes.dependence_state import _Scope
@@ -187,6 +188,7 @@ class MappingChecks:
             return
         rows, cols = (static(x) for x in tile)
         atom_name = args[k].name
+        self._check_atom_k(s, sc, fn, args, k)
         if cols is None or lookup_atom(atom_name).n == cols:
             return
         a = s.args[k]
@@ -202,6 +204,30 @@ class MappingChecks:
                 self.origin(a, sc),
                 (a.id, derived.instance) if derived and isinstance(a, S.Name) else None,
             )
+        )
+
+    def _check_atom_k(self, s: S.LeafCall, sc: _Scope, fn, args, k: int) -> None:
+        """E040 when the atom's K is not what its operands' width needs: one wgmma reads 32
+        bytes of each row, so 16-bit operands take ``WGMMA_64xNx16`` and FP8 ``WGMMA_64xNx32``
+        (PTX ISA §9.7.15.5).  Located at the mapping value that bound the atom."""
+        names = [r.name for r in fn.operands]
+        if "A" not in names:
+            return
+        dt = self.dtype(args[names.index("A")])
+        have = lookup_atom(args[k].name)
+        want = atom_k(DTYPES[dt].itemsize)
+        if have.k == want:
+            return
+        a = s.args[k]
+        origins = self.origin(a, sc)
+        fit = atom_name(have.m, have.n, want)
+        raise CypressError(
+            "E040",
+            f"atom {have.name} is a k{have.k} wgmma, but {s.fn}()'s operands are {dt}: one "
+            f"wgmma reads 32 bytes of a row, k{want} elements of {dt}",
+            origins[0].loc if origins else s.loc,
+            notes=((sc.here(f"{s.fn}() issues it on {dt} operands"), s.loc),),
+            hint=f"use `{fit}`" if is_atom_name(fit) else None,
         )
 
     def _raise_misfits(self) -> None:

@@ -22,7 +22,7 @@ A **knob** is one performance decision of a mapping, read off the mapping and it
     staged in shared memory and stored by the TMA, GLOBAL = stored from registers).
 
 Default candidates (docs/tuning.md): powers of two from half to twice an int tunable's value
-(at most 256, the largest wgmma N and TMA box), atoms ``WGMMA_64xNx16`` with N from half to
+(at most 256, the largest wgmma N and TMA box), atoms ``WGMMA_64xNx16`` (or ``x32``) with N from half to
 twice the mapping's, pipeline depths 2–5, both settings of each flag, raster 16 and 8,
 ``mma_in_flight`` 1 and 0, both memories of a staging knob; register split as written.  The
 mapping's optional ``tune:`` section replaces a knob's candidates (a list, or one value to
@@ -42,7 +42,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cypressc.diagnostics import CypressError, CypressErrors
-from cypressc.lang.atoms import AUTO_ATOM, is_atom_name
+from cypressc.lang.atoms import ATOM_FORMS, AUTO_ATOM, is_atom_name
 from cypressc.lang.kinds import Mem, Proc
 from cypressc.lang.syntax import Program
 from cypressc.mapping.loader import LoadedMapping, load_mapping_source
@@ -57,7 +57,7 @@ TUNE_CODE = "M024"  # the tune: section names no knob, or a candidate does not f
 
 # (knob, search group, default candidates given the current value; None = unset)
 _FLAG_KNOBS = ("warpspecialize", "persistent")
-_ATOM = re.compile(r"^WGMMA_64x(\d+)x16$")
+_ATOM = re.compile(r"^WGMMA_64x(\d+)x(16|32)$")
 _TILE_MAX = 256
 # what the compiler does with an unset BLOCK knob (cypressc/backend/lower.py)
 _DEFAULTS = {
@@ -109,9 +109,11 @@ def _pow2_around(v: int) -> list[int]:
 
 
 def _atoms_around(name: str) -> list[str]:
-    n = int(_ATOM.match(name).group(1))  # type: ignore[union-attr]
+    """The atom ``name`` and those of half and twice its N, of the same K (the operands' width)."""
+    m = _ATOM.match(name)
+    n, k = int(m.group(1)), m.group(2)  # type: ignore[union-attr]
     cands = {n} | {x for x in (n // 2, 2 * n) if 8 <= x <= _TILE_MAX and x % 8 == 0}
-    return [f"WGMMA_64x{x}x16" for x in sorted(cands)]
+    return [f"WGMMA_64x{x}x{k}" for x in sorted(cands)]
 
 
 def _block_defaults(knob: str, cur: Any) -> list[Any]:
@@ -467,7 +469,7 @@ def _bad_value(space: Space, knob: Knob, v: Any) -> str | None:
     if knob.kind == "tunable" and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
         return "an int tunable takes positive integers"
     if knob.kind == "atom" and not (isinstance(v, str) and is_atom_name(v)):
-        return "atoms are WGMMA_64xNx16 with N a multiple of 8 from 8 to 256"
+        return f"atoms are {ATOM_FORMS}"
     if knob.kind == "mem" and v not in (Mem.SHARED, Mem.GLOBAL):
         return "a staging knob is SHARED (staged, TMA store) or GLOBAL (stored from registers)"
     if knob.kind == "block":

@@ -25,6 +25,8 @@ def test_every_wgmma_n_is_an_atom(n):
     assert is_atom_name(name)
     a = atom(name)
     assert a == MmaAtom(name, 64, n, 16) and a.threads == 128
+    fp8 = f"WGMMA_64x{n}x32"  # m64nNk32: FP8 operands, 32 bytes of a row per instruction
+    assert is_atom_name(fp8) and atom(fp8) == MmaAtom(fp8, 64, n, 32)
 
 
 @pytest.mark.parametrize(
@@ -33,7 +35,8 @@ def test_every_wgmma_n_is_an_atom(n):
         "WGMMA_64x0x16",
         "WGMMA_64x12x16",
         "WGMMA_64x264x16",
-        "WGMMA_64x256x32",
+        "WGMMA_64x256x8",
+        "WGMMA_64x256x64",
         "WGMMA_128x256x16",
         "wgmma_64x256x16",
         "WGMMA_64x256x16 ",
