@@ -16,6 +16,8 @@
 #   STEPS="check epilogue" GPU_TEST_ARGS="--programs gemm,gemm_epilogue --mappings h100 --no-sanitizer" bash bench/gpu_all.sh
 #                                         # bench/epilogue.py (issue #14) on every gemm_epilogue-* (--build) and gemm-*
 #                                         # (--gemm-build) gpu_check built; or EPILOGUE_ARGS="--build DIR --sizes 4096"
+#   STEPS="check fp8" GPU_TEST_ARGS="--programs gemm_fp8 --dtypes bf16" bash bench/gpu_all.sh
+#                                         # bench/fp8.py (issue #39) on every gemm_fp8-* gpu_check built (or FP8_BUILDS)
 #   STEPS=attention ATTN_BUILDS="build/fa64 build/fa128:128" bash bench/gpu_all.sh
 #                                         # bench/attention.py (issues #11, #12) on those flash_attention2/3 builds (DIR
 #                                         # or DIR:D); without ATTN_BUILDS every flash_attention[23]-* gpu_check built, else
@@ -39,7 +41,7 @@ B=${GPU_CHECK_OUT:-build/gpu_check}   # several lanes at once (bench/gpu_lanes.s
 GPU_TEST_ARGS=${GPU_TEST_ARGS:---programs gemm --mappings h100 --proto f16}
 
 t0=$(date +%s)
-STEPS=${STEPS:-check bench}   # any of: check (gpu_check.py), bench (gemm.py), variants (variants.py), tune (tune_gpu.py), oldnew (old_new.py), epilogue (epilogue.py), attention (attention.py)
+STEPS=${STEPS:-check bench}   # any of: check (gpu_check.py), bench (gemm.py), variants (variants.py), tune (tune_gpu.py), oldnew (old_new.py), epilogue (epilogue.py), attention (attention.py), fp8 (fp8.py)
 rc1=0; rc2=0; rc3=0; rc4=0; rc5=0; rc6=0; rc7=0
 if [[ " $STEPS " == *" check "* ]]; then
   # shellcheck disable=SC2086
@@ -99,6 +101,14 @@ if [[ " $STEPS " == *" attention "* ]]; then   # FlashAttention-2/3 forward vs S
   timeout $((590 - ($(date +%s) - t0))) python3 bench/attention.py $ATTN_CMD ${ATTN_ARGS:-} 2>&1 | tee "$OUT/attention.txt"
   rc7=${PIPESTATUS[0]}
 fi
+rc8=0
+if [[ " $STEPS " == *" fp8 "* ]]; then   # FP8 GEMM vs torch._scaled_mm (#39): every gemm_fp8-* gpu_check built
+  FP8_CMD=""
+  for d in ${FP8_BUILDS:-$B/gemm_fp8-*}; do [ -f "$d/libgemm_fp8.so" ] && FP8_CMD="$FP8_CMD --build $d"; done
+  # shellcheck disable=SC2086
+  timeout $((590 - ($(date +%s) - t0))) python3 bench/fp8.py $FP8_CMD ${FP8_ARGS:-} 2>&1 | tee "$OUT/fp8.txt"
+  rc8=${PIPESTATUS[0]}
+fi
 
 echo
 echo "==================== summaries ($(( $(date +%s) - t0 ))s)"
@@ -109,5 +119,6 @@ echo "==================== summaries ($(( $(date +%s) - t0 ))s)"
 [ -f "$OUT/old_new.txt" ] && sed -n '/^## old vs new/,$p' "$OUT/old_new.txt"
 [ -f "$OUT/epilogue.txt" ] && sed -n '/^## GEMM + epilogue/,$p' "$OUT/epilogue.txt"
 [ -f "$OUT/attention.txt" ] && sed -n '/^## attention/,$p' "$OUT/attention.txt"
-echo "gpu-test rc=$rc1   bench rc=$rc2   variants rc=$rc3   tune rc=$rc4   oldnew rc=$rc5   epilogue rc=$rc6   attention rc=$rc7 (124 = timed out)"
-[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ] && [ "$rc6" = 0 ] && [ "$rc7" = 0 ]
+[ -f "$OUT/fp8.txt" ] && sed -n '/^| M x N x K/,$p' "$OUT/fp8.txt"
+echo "gpu-test rc=$rc1   bench rc=$rc2   variants rc=$rc3   tune rc=$rc4   oldnew rc=$rc5   epilogue rc=$rc6   attention rc=$rc7   fp8 rc=$rc8 (124 = timed out)"
+[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ] && [ "$rc6" = 0 ] && [ "$rc7" = 0 ] && [ "$rc8" = 0 ]

@@ -184,6 +184,34 @@ def scalar_args(info: KernelInfo, sizes: dict) -> dict:
     }
 
 
+def _bindings(spec: str) -> list[str]:
+    """``--dtype`` values of one --dtypes entry: ``bf16`` binds T, ``T=bf16+F8=f8e5m2`` both."""
+    return [b if "=" in b else f"T={b}" for b in spec.split("+")]
+
+
+def _scaled_mm(t: dict) -> dict:
+    """programs/gemm_fp8.cyp in float32: scale_a * scale_b * (A @ Bᵀ) of the FP8 inputs as they
+    are (their exact values, upcast), so only the kernel's accumulation and C's rounding differ."""
+    return {"C": _mm(t["A"], t["B"].T) * (float(t["scale_a"]) * float(t["scale_b"]))}
+
+
+# FP8 rows are K bytes: TMA's 16-byte row strides need K % 16 == 0 (K = 0: A and B empty)
+FP8_CHECK = [
+    dict(M=4096, N=4096, K=4096, scale_a=0.5, scale_b=0.25),
+    dict(M=8192, N=8192, K=8192, scale_a=0.01, scale_b=0.02),
+    dict(M=1000, N=1000, K=1008, scale_a=1.0, scale_b=1.0),
+    dict(M=129, N=264, K=80, scale_a=2.0, scale_b=0.5),
+    dict(M=300, N=520, K=1008, scale_a=0.125, scale_b=3.0),
+    dict(M=1, N=8, K=16, scale_a=1.0, scale_b=1.0),
+    dict(M=2056, N=8, K=4112, scale_a=1.0, scale_b=0.0625),
+    dict(M=777, N=1304, K=64, scale_a=0.3, scale_b=0.7),
+    dict(M=3000, N=4104, K=4048, scale_a=0.05, scale_b=0.05),
+    dict(M=64, N=64, K=0, scale_a=1.0, scale_b=1.0),
+    dict(M=129, N=257, K=80, scale_a=1.5, scale_b=1.0),
+    dict(M=128, N=256, K=48, scale_a=1.0, scale_b=2.0),
+]
+
+
 GEMM_CHECK = [
     dict(M=4096, N=4096, K=4096),
     dict(M=8192, N=8192, K=8192),
@@ -213,6 +241,17 @@ PROGRAMS: dict[str, Program] = {
         check=GEMM_CHECK,
         small=GEMM_SMALL,
         run=dict(M=4096, N=4096, K=4096),
+    ),
+    # C = scale_a * scale_b * (A @ Bᵀ), A and B FP8 (K-major), C bf16/f16
+    "gemm_fp8": Program(
+        ref=_scaled_mm,
+        check=FP8_CHECK,
+        small=[
+            dict(M=256, N=256, K=256, scale_a=0.5, scale_b=2.0),
+            dict(M=129, N=264, K=80, scale_a=1.0, scale_b=1.0),
+        ],
+        run=dict(M=4096, N=4096, K=4096, scale_a=1.0, scale_b=1.0),
+        note="FP8 inputs randn rounded to the format; the reference upcasts them exactly",
     ),
     # tests/programs/gemm_at.cyp: C = Aᵀ @ B with A stored K x M (an MN-major wgmma A operand);
     # A's rows are M long, so M must be a multiple of 8 (TMA's 16-byte strides): M = 129 is
@@ -1009,7 +1048,7 @@ def make_target(outdir: Path, name: str, target: str, extra: str = "", timeout: 
 
 def cypressc_build(t: Target, mapping: Path) -> tuple[int, str, float]:
     prog = program_path(t.program)
-    dt = ["--dtype", f"T={t.dtype}"] if t.dtype else []
+    dt = [x for b in _bindings(t.dtype) for x in ("--dtype", b)] if t.dtype else []
     return run(
         [
             sys.executable,
@@ -1193,7 +1232,8 @@ def make_tensors(torch, info: KernelInfo, sizes: dict) -> dict:
         shape = info.shape(p, sizes)
         if p.reads:
             ts[p.name] = (
-                torch.randn(shape, dtype=dt, device=DEVICE)
+                # FP8 has no randn: drawn in f32, then rounded (e4m3 saturates at 448)
+                torch.randn(shape, dtype=torch.float32, device=DEVICE).to(dt)
                 if DTYPES[p.dtype].floating
                 else torch.randint(-8, 8, shape, dtype=dt, device=DEVICE)
             )
@@ -1325,6 +1365,8 @@ def api_checks(torch, kern, sizes: dict) -> list[dict]:
         "bf16": torch.float16,
         "f32": torch.float16,
         "i32": torch.float32,
+        "f8e4m3": torch.float8_e5m2,
+        "f8e5m2": torch.float8_e4m3fn,
     }[p0.dtype]
     expect(
         f"dtype of {p0.name}",
@@ -1535,6 +1577,12 @@ def _load_npy(path: Path, dtype: str):
     a = np.load(path)
     if dtype == "bf16":
         a = (a.astype(np.uint32) << 16).view(np.float32)
+    if DTYPES[dtype].itemsize == 1:  # FP8: raw bits ('|u1')
+        return (
+            torch.from_numpy(np.ascontiguousarray(a))
+            .view(getattr(torch, DTYPES[dtype].torch))
+            .float()
+        )
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
@@ -1813,8 +1861,9 @@ def main() -> int:
     ap.add_argument(
         "--dtypes",
         default="f16",
-        help="comma-separated bindings of the programs' dtype parameter T (f16,bf16); "
-        "f16 targets are named <program>-<mapping>, others get -<dtype> appended",
+        help="comma-separated bindings of the programs' dtype parameter T (f16,bf16), or of "
+        "several parameters joined by '+' (T=bf16+F8=f8e5m2); f16 targets are named "
+        "<program>-<mapping>, others get -<binding> appended",
     )
     ap.add_argument(
         "--proto", default="", help="also check bench/proto's GEMM in the same layout: f16,bf16"
@@ -1848,7 +1897,8 @@ def main() -> int:
     for prog in [p for p in a.programs.split(",") if p]:
         for m in expand_mappings(prog, a.mappings):
             for dt in [d for d in a.dtypes.split(",") if d]:
-                label = f"{prog}-{Path(m).stem}" + ("" if dt == "f16" else f"-{dt}")
+                tag = dt.replace("+", "-").replace("=", "")
+                label = f"{prog}-{Path(m).stem}" + ("" if dt == "f16" else f"-{tag}")
                 targets.append(Target(label, prog, out / label, mapping=m, dtype=dt))
     for dt in [d for d in a.proto.split(",") if d]:
         targets.append(Target(f"proto-{dt}", "gemm", out / f"proto-{dt}", proto_dtype=dt))

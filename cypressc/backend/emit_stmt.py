@@ -26,6 +26,8 @@ from cypressc.backend.emit_epilogue import load_direct, stage_write, store_direc
 from cypressc.backend.emit_sync import emit_sync
 from cypressc.backend.names import sym as _n
 from cypressc.ir.nodes import IConst
+from cypressc.abi.dtypes import DTYPES
+from cypressc.lang.atoms import atom_k
 
 __all__ = ["emit_stmt", "emit_stmts"]
 
@@ -61,17 +63,24 @@ def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
 
 
 def _k_major_addr(buf: P.StageBuffer, base: str, col, row: str | None) -> str:
-    """The shared address of k16 step ``kk`` of a K-major operand tile: row ``row`` (C), the
-    step ``col / 16 + kk`` along K (``col``, a kernel expression: a K slice of a wider
-    resident tile starts ``col`` columns in); 32 B along a swizzled row, ``swizzle / 32``
-    steps per chunk, then the next chunk."""
+    """The shared address of wgmma step ``kk`` of a K-major operand tile: row ``row`` (C), the
+    step ``col / k + kk`` along K (``col``, a kernel expression: a K slice of a wider
+    resident tile starts ``col`` columns in; ``k`` = :func:`k_step`); 32 B along a swizzled
+    row (k16 of 16-bit elements, k32 of FP8), ``swizzle / 32`` steps per chunk, then the next
+    chunk."""
     per = buf.swizzle // 32
-    ks = "kk" if is_zero(col) else f"(kk + ({_c(col)}) / 16)"
+    ks = "kk" if is_zero(col) else f"(kk + ({_c(col)}) / {k_step(buf.dtype)})"
     chunk = f"{_n(buf.name)}_CHUNK"
     k_off = f"{ks} * {chunk}" if per == 1 else f"({ks} / {per}) * {chunk}"
     in_row = "" if per == 1 else f" + ({ks} % {per}) * 32"
     at_row = "" if row is None else f" + {row} * {buf.swizzle}"
     return f"{base} + {k_off}{at_row}{in_row}"
+
+
+def k_step(dtype: str) -> int:
+    """The K of one wgmma on ``dtype`` operands: 32 bytes of a row (16 for f16/bf16, 32 for
+    FP8), as :func:`cypressc.lang.atoms.atom_k`."""
+    return atom_k(DTYPES[dtype].itemsize)
 
 
 def _mn_major_a_desc(buf: P.StageBuffer, base: str, col, atoms: int, row=IConst(0)) -> str:
@@ -107,9 +116,10 @@ def _mma(w, p: P.KernelPlan, mm: P.Mma) -> None:
     )
     kmajor = ", B K-major" if mm.b_kmajor else ""
     mn = ", A MN-major" if mm.a_mnmajor else ""
-    w(f"// {mm.event}: warpgroup_mma, {src}{mm.k // 16} k16 step(s){mn}{kmajor}{fill}")
+    ks = k_step(mm.dtype)
+    w(f"// {mm.event}: warpgroup_mma, {src}{mm.k // ks} k{ks} step(s){mn}{kmajor}{fill}")
     w("#pragma unroll")
-    w.open(f"for (int kk = 0; kk < {mm.k // 16}; ++kk)")
+    w.open(f"for (int kk = 0; kk < {mm.k // ks}; ++kk)")
     # MN-major B: a k16 step is 16 swizzled rows; K-major A: 32 B along a swizzled row, so
     # swizzle / 32 steps per chunk (cypress.cuh explains both layouts)
     if mm.b_kmajor:  # B stored N x K: addressed like a K-major A tile, the instruction's tnspB = K

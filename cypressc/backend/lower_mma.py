@@ -5,6 +5,7 @@ register fragments it accumulates into or reads A from.  Mixed into
 
 from __future__ import annotations
 
+from cypressc.abi.dtypes import DTYPES
 from cypressc.backend import plan as P
 from cypressc.backend.cexpr import cexpr
 from cypressc.backend.refusal import refuse as _refuse
@@ -83,7 +84,7 @@ class MmaLowering:
         kb, nb = self.shape2(b)
         if kmajor:
             kb, nb = nb, kb
-        bk = self._b_kmajor(bbuf, borg, kb) if kmajor else {}
+        bk = self._b_kmajor(bbuf, borg, kb, atom.k) if kmajor else {}
         if self.sym.mem(a) == Mem.REGISTER:
             fa = self._fragment(plan, a)
             if (
@@ -127,8 +128,11 @@ class MmaLowering:
                 f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
                 f"{f.rows}x{f.cols} accumulator"
             )
-        if ka % 16:
-            _refuse(f"a K tile of {ka}: wgmma consumes K in steps of 16")
+        if ka % atom.k:
+            _refuse(f"a K tile of {ka}: {atom.name} consumes K in steps of {atom.k}")
+        fp8 = DTYPES[self.sym.allocs[abuf.name].dtype].itemsize == 1
+        if fp8 and (leaf_of(o).a_mnmajor or not kmajor):
+            _refuse(f"{o.fn}: an FP8 wgmma reads both operands K-major (warpgroup_mma_bt)")
         if leaf_of(o).a_mnmajor:
             if not kmajor:
                 bk = dict(b_row=self._mn_k_row(plan, bbuf, borg[-2], "B"))
@@ -139,7 +143,7 @@ class MmaLowering:
                 static(aorg[-1]) != 0 and abuf.stages > 1
             ):
                 _refuse(_K_SUBTILE.format("operand"))
-            a_col, a_row, mn = self._k_slice(abuf, aorg[-1], ka), self.k(aorg[-2]), {}
+            a_col, a_row, mn = self._k_slice(abuf, aorg[-1], ka, atom.k), self.k(aorg[-2]), {}
         b_chunk = 0 if kmajor else self._b_chunk(plan, bbuf, borg)
         dt = self.sym.allocs[abuf.name].dtype
         mm = P.Mma(
@@ -197,10 +201,11 @@ class MmaLowering:
             )
         return self.k(col)
 
-    def _b_kmajor(self, bbuf: P.StageBuffer, borg: list[N.IExpr], k: int) -> dict:
+    def _b_kmajor(self, bbuf: P.StageBuffer, borg: list[N.IExpr], k: int, step: int) -> dict:
         """The K-major B operand's place in its shared tile (``warpgroup_mma_bt``: B stored
         N x K, K contiguous, read like a K-major A): its first row (N; a whole 8-row swizzle
-        atom) and its first column (K; a k16 step of an unstaged tile, as for A)."""
+        atom) and its first column (K; a whole wgmma step of ``step`` columns of an unstaged
+        tile, as for A)."""
         row = static(borg[-2])
         if row is None:
             _refuse(
@@ -213,9 +218,11 @@ class MmaLowering:
             )
         if static(borg[-1]) != 0 and bbuf.stages > 1:
             _refuse(_K_SUBTILE.format("operand"))
-        if k % 16:
-            _refuse(f"a K tile of {k}: wgmma consumes K in steps of 16")
-        return dict(b_kmajor=True, b_row=self.k(borg[-2]), b_col=self._k_slice(bbuf, borg[-1], k))
+        if k % step:
+            _refuse(f"a K tile of {k}: wgmma consumes K in steps of {step}")
+        return dict(
+            b_kmajor=True, b_row=self.k(borg[-2]), b_col=self._k_slice(bbuf, borg[-1], k, step)
+        )
 
     def _b_chunk(
         self, plan: P.KernelPlan, bbuf: P.StageBuffer, borg: list[N.IExpr]
@@ -249,30 +256,31 @@ class MmaLowering:
                 )
         return self.k(N.ibin("//", col, N.IConst(bbuf.chunk_cols)))
 
-    def _k_slice(self, buf: P.StageBuffer, col: N.IExpr, k: int) -> N.IExpr:
+    def _k_slice(self, buf: P.StageBuffer, col: N.IExpr, k: int, step: int) -> N.IExpr:
         """The first column (a kernel expression) of a K-major wgmma operand (A, or a
         ``warpgroup_mma_bt`` B) in an unstaged shared tile: a K slice of a tile every step reads
         (a panel copied in before the main loop).  At every step of
-        the main loop the slice must start on a k16 step and end inside the tile."""
+        the main loop the slice must start on a wgmma step (``step`` columns: 32 bytes) and end
+        inside the tile."""
         if static(col) == 0:
             return N.IConst(0)
         lp = self.lp
         lo, hi = (static(lp.lo), static(lp.hi)) if lp is not None else (None, None)
-        for step in (
+        for i in (
             range(lo, hi) if lo is not None and hi is not None and hi - lo <= 1 << 16 else (None,)
         ):
             try:
-                c0 = evaluate(col, {lp.var: step} if step is not None else {}, self.lets)
+                c0 = evaluate(col, {lp.var: i} if i is not None else {}, self.lets)
             except (KeyError, ZeroDivisionError):
                 _refuse(
                     f"a K-major wgmma operand at column {cexpr(self.k(col))} of %{buf.name}: a K slice of a shared "
                     "tile needs a column that depends only on the main loop's variable, over a "
                     "static trip count"
                 )
-            if not isinstance(c0, int) or c0 % 16 or not 0 <= c0 <= buf.cols - k:
+            if not isinstance(c0, int) or c0 % step or not 0 <= c0 <= buf.cols - k:
                 _refuse(
-                    f"a K-major wgmma operand at column {c0} (step {step}) of the {buf.cols}-column "
-                    f"%{buf.name}: a {k}-column K slice must start on a multiple of 16 inside the tile"
+                    f"a K-major wgmma operand at column {c0} (loop step {i}) of the {buf.cols}-column "
+                    f"%{buf.name}: a {k}-column K slice must start on a multiple of {step} inside the tile"
                 )
         return self.k(col)
 

@@ -229,17 +229,16 @@ class CallChecks:
 
     def _same_width(self, s: S.LeafCall, fn, rule, dtype: str, loc, env: VariantEnv) -> None:
         """E032 when operand ``rule`` (of ``dtype``) and the one it names in ``same_width``
-        cannot meet in one wgmma: f16 by f16, bf16 by bf16, FP8 by FP8 (PTX ISA §9.7.15.5)."""
+        differ in element type: cypressc's wgmma multiplies f16 by f16, bf16 by bf16, e4m3 by
+        e4m3 or e5m2 by e5m2 (PTX ISA §9.7.15.5 also mixes e4m3 with e5m2; not yet here)."""
         names = [r.name for r in fn.operands]
         other = self.tensor_arg(s.args[names.index(rule.same_width)], env)
         if other is None or other[0].dtype not in DTYPES or dtype not in DTYPES:
             return
-        mine, theirs = DTYPES[dtype].itemsize, DTYPES[other[0].dtype].itemsize
-        if mine != theirs or (mine != 1 and dtype != other[0].dtype):
+        if dtype != other[0].dtype:
             self.error(
                 "E032",
                 f"'{rule.name}' of {s.fn}() is {dtype} but '{rule.same_width}' is "
-                f"{other[0].dtype}: a wgmma multiplies one 16-bit type, or FP8 by FP8 "
-                "(e4m3 and e5m2 mix)",
+                f"{other[0].dtype}: a wgmma's operands have one element type",
                 loc,
             )

@@ -313,7 +313,7 @@ def _mma_operands(b: str, a: str = "A") -> tuple[OperandRule, ...]:
     """The operands of a wgmma leaf: the atom, the f32 accumulator C (registers), the A
     operand named ``a`` (shared or registers; an ``"At"`` stored K x M: shared only) and the
     B operand named ``b`` (shared).  FP8 operands (k32 atoms) only where both are K-major:
-    ``A`` and ``Bt``; e4m3 and e5m2 mix, 16-bit ones do not mix with them."""
+    ``A`` and ``Bt``; A and B of one element type."""
     a_mems = (Mem.SHARED,) if a == "At" else (Mem.SHARED, Mem.REGISTER)
     kmajor = a == "A" and b == "Bt"
     ins = _MMA_IN + _FP8_IN if kmajor else _MMA_IN

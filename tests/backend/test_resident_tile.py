@@ -172,7 +172,7 @@ def test_a_k_slice_past_the_panel_is_refused(tmp_path, mapping_variant):
     assert r.exit_code == 1, r.output
     assert (
         "error[E050]" in r.stderr
-        and "a K-major wgmma operand at column 96 (step 2) of the 128-column "
+        and "a K-major wgmma operand at column 96 (loop step 2) of the 128-column "
         "%A_smem: a 48-column K slice must start on a multiple of 16 inside the tile"
         in r.stderr
     ), r.stderr

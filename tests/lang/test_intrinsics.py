@@ -171,7 +171,9 @@ def test_fp8_rounding_matches_the_formats():
     """e4m3 keeps 3 mantissa bits, normals from 2**-6 and saturates at 448 (CUDA's satfinite
     conversion); e5m2 keeps 2, normals from 2**-14; ties go to even; subnormals are evenly
     spaced; NaN stays NaN.  Each value below is worked out by hand from the format."""
-    x = np.array([1 + 2**-4, 1 + 3 * 2**-4, 2**-9, 3 * 2**-10, 500.0, -1000.0, 0.0, np.nan], np.float32)
+    x = np.array(
+        [1 + 2**-4, 1 + 3 * 2**-4, 2**-9, 3 * 2**-10, 500.0, -1000.0, 0.0, np.nan], np.float32
+    )
     e4 = round_to(x, "f8e4m3")
     assert e4.dtype == np.float32
     # 1 + 2**-4 is a tie between 1 and 1.125 -> 1; 1 + 3 * 2**-4 a tie -> 1.25 (even);

@@ -291,7 +291,7 @@ inline cudaError_t order_workspace(long long** words, long long n, cudaStream_t 
 }
 
 // ------------------------------------------------------------------------------------------
-// wgmma: shared-memory descriptors, fences, and the m64nNk16 f32-accumulate call
+// wgmma: shared-memory descriptors, fences, and the m64nNk16 (m64nNk32 for FP8) f32-accumulate call
 // ------------------------------------------------------------------------------------------
 // Layouts: what a TMA box with SW-byte swizzle (SW = 128, 64 or 32) writes: rows of SW bytes
 // (SW / 2 16-bit elements), the XOR pattern repeating every 8 rows (an 8 x SW-byte atom), tile
@@ -300,7 +300,7 @@ inline cudaError_t order_workspace(long long** words, long long n, cudaStream_t 
 // (CuTe's make_gmma_desc: Layout_{K,MN}_SW{128,64,32}_Atom).
 //  * K-major tile  (rows along K, e.g. A: BM x SW/2 per chunk):
 //      SBO = 8 * SW B (next group of 8 rows), LBO unused for swizzled K-major (1). A k16 step
-//      is 32 B along the row: +32 B on the start address inside a chunk (SW / 32 steps per
+//      (k32 of FP8) is 32 B along the row: +32 B on the start address inside a chunk (SW / 32 steps per
 //      chunk: 4, 2 or 1), the next chunk after that.
 //  * MN-major tile (rows along N, one row per k, e.g. B read from row-major K x N):
 //      stored as chunks of SW / 2 columns, each chunk `chunk_bytes` apart (= rows_k * SW B):
@@ -387,6 +387,18 @@ CYP_GMMA_N(152) CYP_GMMA_N(160) CYP_GMMA_N(168) CYP_GMMA_N(176) CYP_GMMA_N(184) 
 CYP_GMMA_N(208) CYP_GMMA_N(216) CYP_GMMA_N(224) CYP_GMMA_N(232) CYP_GMMA_N(240) CYP_GMMA_N(248)
 #endif
 #undef CYP_GMMA_N
+// FP8 (m64nNk32): both operands K-major only (PTX has no transposed FP8 operand), so any other
+// Major leaves gmma_atom undefined and the build fails.  A and B have one type (T).
+#define CYP_GMMA_F8(N, T, E)                                                                       \
+  template <> struct gmma_atom<N, T, Major::K, Major::K> {                                         \
+    using SS = cute::SM90::GMMA::MMA_64x##N##x32_F32##E##E##_SS_TN<>;                               \
+    using RS = cute::SM90::GMMA::MMA_64x##N##x32_F32##E##E##_RS_TN<>;                               \
+  };
+#define CYP_GMMA_F8_N(N) CYP_GMMA_F8(N, __nv_fp8_e4m3, E4M3) CYP_GMMA_F8(N, __nv_fp8_e5m2, E5M2)
+CYP_GMMA_F8_N(8) CYP_GMMA_F8_N(16) CYP_GMMA_F8_N(32) CYP_GMMA_F8_N(64)
+CYP_GMMA_F8_N(96) CYP_GMMA_F8_N(128) CYP_GMMA_F8_N(192) CYP_GMMA_F8_N(256)
+#undef CYP_GMMA_F8_N
+#undef CYP_GMMA_F8
 
 namespace detail {
 template <class Op, int R, size_t... I>

@@ -1,0 +1,122 @@
+"""FP8 GEMM (issue #39): programs/gemm_fp8.cyp (C = scale_a * scale_b * A @ Bᵀ, A and B e4m3 or
+e5m2) compiles to k32 wgmmas on K-major 128-byte shared tiles loaded by 1-byte TMA maps, and the
+compiler refuses, located, what an FP8 wgmma cannot do: an MN-major FP8 operand, a k16 atom on
+FP8 operands, A and B of different types.  The GPU check is bench/gpu_check.py (``gemm_fp8``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cypressc.build import render_build
+from cypressc.diagnostics import CypressError, CypressErrors
+from cypressc.lang.checker import check_program
+from cypressc.lang.parser import parse_source
+from tests import compiled
+
+ROOT = Path(__file__).resolve().parents[2]
+MAP = "mappings/gemm_fp8/h100.yaml"
+
+
+def _cuda(dtypes: dict[str, str] | None = None) -> str:
+    files = render_build(
+        compiled.tree("gemm_fp8", MAP, dtypes), compiled.snapshots("gemm_fp8", MAP, dtypes=dtypes)
+    ).files
+    return files["gemm_fp8.cu"]
+
+
+@pytest.mark.parametrize(
+    "dtypes, ctype, out",
+    [
+        (None, "__nv_fp8_e4m3", "__nv_bfloat16"),
+        ({"F8": "f8e5m2", "T": "f16"}, "__nv_fp8_e5m2", "__half"),
+    ],
+)
+def test_k32_wgmma_on_k_major_byte_tiles(dtypes, ctype, out):
+    cu = _cuda(dtypes)
+    # a 128-column FP8 K tile is one 128-byte swizzled row: four k32 steps of 32 bytes
+    assert "A_smem_STAGE = 16384, A_smem_CHUNK = 16384;  // 128x128" in cu
+    assert "// %e5: warpgroup_mma, 4 k32 step(s), B K-major" in cu
+    assert "(kk / 4) * A_smem_CHUNK + ((cw * 64)) * 128 + (kk % 4) * 32" in cu
+    assert (
+        f"cypress::wgmma<256, {ctype}, cypress::Major::K, cypress::Major::K>(da, db, Cacc_reg[0])"
+        in cu
+    )
+    # 1-byte TMA maps of 128 x 128 and 256 x 128 boxes; C stays 16-bit
+    assert "make_tma_map(&tm_A_128x128, A, false, K, M, 1, 128, 128, 2, 128, 1)" in cu
+    assert "make_tma_map(&tm_B_256x128, B, false, K, N, 1, 128, 256, 2, 128, 1)" in cu
+    assert f"{out}* __restrict__ C" in cu and f"const {ctype}*" not in cu.split("extern")[0]
+    # the per-tensor scales on the accumulator, before the epilogue converts it
+    scale = cu.index("Cacc_reg[0][i] *= (scale_a * scale_b)")
+    assert scale < cu.index("cypress::tma_store_2d")
+    # the 16-byte row rule of a 1-byte tensor: K % 16
+    assert "if (!(K % 16 == 0)) return cudaErrorInvalidValue;" in cu
+
+
+MN_MAJOR = """
+@task("mma", Leaf, reads=["A", "B", "C"], writes=["C"])
+def mma_thread(C: tensor[2, f32], A: tensor[2, f8e4m3], B: tensor[2, f8e4m3]):
+    warpgroup_mma(WGMMA_64x256x32(), C, A, B)
+"""
+
+
+def _errors(src: str) -> list[CypressError]:
+    with pytest.raises(CypressErrors) as ei:
+        check_program(parse_source(src, "c.cyp"))
+    return ei.value.errors
+
+
+def test_mn_major_fp8_operand_is_refused_with_the_reason():
+    errs = _errors(MN_MAJOR)
+    assert [(e.code, e.loc.line) for e in errs] == [("E032", 4), ("E032", 4)]
+    assert errs[1].message == "'B' of warpgroup_mma() must be f16 or bf16, got f8e4m3"
+    assert "K-major" in errs[1].hint and "warpgroup_mma_bt" in errs[1].hint
+
+
+def test_operands_of_one_type():
+    src = MN_MAJOR.replace("warpgroup_mma(", "warpgroup_mma_bt(").replace(
+        "B: tensor[2, f8e4m3]", "B: tensor[2, f8e5m2]"
+    )
+    (e,) = _errors(src)
+    assert e.code == "E032" and e.loc.line == 4
+    assert (
+        e.message
+        == "'Bt' of warpgroup_mma_bt() is f8e5m2 but 'A' is f8e4m3: a wgmma's operands have one element type"
+    )
+    (e,) = _errors(
+        MN_MAJOR.replace("warpgroup_mma(", "warpgroup_mma_bt(").replace(
+            "A: tensor[2, f8e4m3]", "A: tensor[2, f16]"
+        )
+    )
+    assert "is f8e4m3 but 'A' is f16" in e.message
+
+
+def test_k16_atom_on_fp8_operands_is_refused_at_the_mapping(tmp_path):
+    """The full mapping binds the atoms; a k16 one on FP8 operands is an E040 at its YAML value."""
+    text = (ROOT / "tests/mappings/full/gemm_fp8/h100.yaml").read_text()
+    bad = tmp_path / "k16.yaml"
+    bad.write_text(text.replace("WGMMA_64x256x32", "WGMMA_64x256x16"))
+    with pytest.raises(CypressError) as ei:
+        compiled.snapshots(
+            ROOT / "tests/programs/full/gemm_fp8.cyp", bad, until="dependence-analysis"
+        )
+    e = ei.value
+    assert e.code == "E040" and e.loc.file.endswith("k16.yaml")
+    assert "WGMMA_64x256x16" in bad.read_text().splitlines()[e.loc.line - 1]
+    assert e.message.startswith(
+        "atom WGMMA_64x256x16 is a k16 wgmma, but warpgroup_mma_bt()'s operands are f8e4m3"
+    )
+    assert e.hint == "use `WGMMA_64x256x32`"
+
+
+def test_unbound_atom_derives_k32_from_the_operands():
+    """The sugared mapping leaves MMA unbound: dependence analysis derives the k32 atom for
+    the mma tree (FP8 operands) and the k16 one for the trees that touch the accumulator only."""
+    from cypressc.ir.printer import print_module
+
+    text = print_module(
+        compiled.modules("gemm_fp8", MAP, until="dependence-analysis")["dependence-analysis"]
+    )
+    assert "warpgroup_mma_bt(WGMMA_64x256x32" in text
+    assert "x16" not in text.split("warpgroup_mma_bt")[1].split("\n")[0]
