@@ -51,6 +51,22 @@ def test_signature_and_fake_shapes():
             op(torch.empty(8, 16, dtype=torch.bfloat16), torch.empty(16, 8, dtype=torch.bfloat16))
 
 
+def test_fp8_operands_and_float_scales():
+    """programs/gemm_fp8.cyp as an op: FP8 tensors in (torch.float8_e4m3fn), the per-tensor
+    scales as floats, C in the bound output type; another FP8 format is refused by name."""
+    op = ctorch.register(info_of("gemm_fp8", "h100"), name="gemm_fp8_info")
+    assert str(op.default._schema) == (
+        "cypressc::gemm_fp8_info(Tensor A, Tensor B, float scale_a, float scale_b) -> Tensor"
+    )
+    f8 = torch.float8_e4m3fn
+    with FakeTensorMode():
+        C = op(torch.empty(300, 64, dtype=f8), torch.empty(520, 64, dtype=f8), 0.5, 2.0)
+        assert C.shape == (300, 520) and C.dtype == torch.bfloat16
+        with pytest.raises(KernelError, match="must be torch.float8_e4m3fn"):
+            e5 = torch.float8_e5m2
+            op(torch.empty(8, 16, dtype=e5), torch.empty(8, 16, dtype=e5), 1.0, 1.0)
+
+
 def test_two_outputs_and_bf16():
     op = ctorch.register(info_of("gemm_reduction", "h100", T="bf16"), name="gemm_reduction_bf16")
     assert str(op.default._schema).endswith("(Tensor A, Tensor B) -> (Tensor, Tensor)")
