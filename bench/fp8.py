@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""FP8 GEMM speed (issue #39): cypressc's programs/gemm_fp8.cyp vs cuBLASLt through
-``torch._scaled_mm``, in one process on the same inputs.
+"""FP8 GEMM speed (issue #39): cypressc's programs/gemm_fp8.cyp (per-tensor scales) and
+gemm_fp8_rowwise.cyp (a scale per row of A and per column of C) vs cuBLASLt through
+``torch._scaled_mm`` in the same mode, in one process on the same inputs.
 
     PYTHONUNBUFFERED=1 python3 bench/fp8.py --build DIR [--build DIR ...]
         [--shapes 4096,8192,4096x7168x16384,16384,8192x8192x1024] [--rounds 5] [--reps 10]
 
 C = scale_a * scale_b * (A @ Bᵀ): A M x K and B N x K e4m3 (row-major, K contiguous: the
 layout FP8 wgmma and ``_scaled_mm(A, B.t())`` both want), per-tensor f32 scales, C bf16.
-Peers: ``_scaled_mm`` with ``use_fast_accum=True`` (the whole K in the Tensor Core's FP8
-accumulator, as the cypressc kernel does) and ``False`` (cuBLASLt's default, which promotes
-partial sums to f32), and cuBLAS f16 (``torch.matmul`` on the same values in f16) for scale.
+Peers: ``_scaled_mm`` per-tensor and row-wise (scale_a M x 1, scale_b 1 x N, in [0.5, 1.5)),
+each with ``use_fast_accum=True`` (the whole K in the Tensor Core's FP8 accumulator, as the
+cypressc kernels do) and ``False`` (cuBLASLt's default, which promotes partial sums to f32),
+and cuBLAS f16 (``torch.matmul`` on the same values in f16) for scale.
 Each output is checked against a float32 reference from the same FP8 values
 (rel = ||C - ref|| / ||ref||, flagged above 1e-2).  Timing: ``cypressc.tuner.timing.interleaved``
 (each peer in turn, CUDA events, behind a GPU sleep), median per call, TFLOP/s = 2MNK / time,
-ratio to ``_scaled_mm`` fast-accum (> 1 is faster).  A markdown table is printed last; the
+ratio to ``_scaled_mm`` fast-accum of the same scaling mode (> 1 is faster).  A markdown table is printed last; the
 numbers go to $OUT/bench_fp8.json when OUT is set.
 """
 
@@ -43,7 +45,9 @@ def parse_shapes(s: str) -> list[tuple[int, int, int]]:
 
 
 def bench_shape(torch, M: int, N: int, K: int, kernels: dict, args) -> dict:
-    """Times every peer on one shape; returns {peer: {ms, tflops, rel, ratio}}."""
+    """Times every peer on one shape; returns {peer: {ms, tflops, rel, ratio}}: a per-tensor
+    kernel's ratio is to ``scaled_mm fast``, a row-wise one's (params C, A, B, scale_a,
+    scale_b) to ``rowwise fast``."""
     from cypressc.abi.dtypes import DTYPES
     from cypressc.tuner.timing import interleaved
 
@@ -53,21 +57,35 @@ def bench_shape(torch, M: int, N: int, K: int, kernels: dict, args) -> dict:
     sa, sb = 0.5, 0.25
     ta = torch.tensor(sa, device="cuda")
     tb = torch.tensor(sb, device="cuda")
-    ref = (A.float() @ B.float().T) * (sa * sb)
+    ra = torch.rand(M, 1, device="cuda") + 0.5  # row-wise scales: scale_a M x 1, scale_b 1 x N
+    rb = torch.rand(1, N, device="cuda") + 0.5
+    prod = A.float() @ B.float().T
+    refs = {"tensor": prod * (sa * sb), "row": prod * ra * rb}
+    del prod
     A16, B16 = A.half(), B.half()
-    outs, fns = {}, {}
+    outs, fns, mode = {}, {}, {}
     for fast in (True, False):
-        name = "scaled_mm fast" if fast else "scaled_mm"
-        fns[name] = lambda fast=fast: torch._scaled_mm(
+        tag = " fast" if fast else ""
+        fns["scaled_mm" + tag] = lambda fast=fast: torch._scaled_mm(
             A, B.t(), scale_a=ta, scale_b=tb, out_dtype=torch.bfloat16, use_fast_accum=fast
         )
+        fns["rowwise" + tag] = lambda fast=fast: torch._scaled_mm(
+            A, B.t(), scale_a=ra, scale_b=rb, out_dtype=torch.bfloat16, use_fast_accum=fast
+        )
+        mode["scaled_mm" + tag], mode["rowwise" + tag] = "tensor", "row"
     C16 = torch.empty(M, N, dtype=torch.float16, device="cuda")
     fns["cuBLAS f16"] = lambda: torch.matmul(A16, B16.t(), out=C16)
+    mode["cuBLAS f16"] = "tensor"
     for label, k in kernels.items():
         ct = getattr(torch, DTYPES[k.info.params[0].dtype].torch)
         C = torch.full((M, N), float("nan"), dtype=ct, device="cuda")
         outs[label] = C
-        fns[label] = k.bind(C, A, B, scale_a=sa, scale_b=sb)
+        if len(k.info.params) == 5:  # row-wise: the scale vectors are tensors
+            mode[label] = "row"
+            fns[label] = k.bind(C, A, B, ra.view(M), rb.view(N))
+        else:
+            mode[label] = "tensor"
+            fns[label] = k.bind(C, A, B, scale_a=sa, scale_b=sb)
     res: dict = {"M": M, "N": N, "K": K, "peers": {}}
     live = {}
     for name, fn in fns.items():
@@ -77,18 +95,19 @@ def bench_shape(torch, M: int, N: int, K: int, kernels: dict, args) -> dict:
             out = outs.get(name, got)
             if name == "cuBLAS f16":
                 out = C16.float() * (sa * sb)
+            ref = refs[mode[name]]
             rel = float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
             live[name] = fn
             res["peers"][name] = {"rel": rel}
         except Exception as e:  # a peer that fails is reported, the others still run
             res["peers"][name] = {"error": f"{type(e).__name__}: {e}"[:300]}
-    del ref
+    del refs
     samples = interleaved(torch, live, args.rounds, args.reps)
     for name in live:
         ms = statistics.median(samples[name])
         res["peers"][name].update(ms=ms, tflops=2.0 * M * N * K / ms / 1e9)
-    base = res["peers"].get(BASE, {}).get("ms")
-    for r in res["peers"].values():
+    for name, r in res["peers"].items():
+        base = res["peers"].get(BASE if mode[name] == "tensor" else "rowwise fast", {}).get("ms")
         if base and "ms" in r:
             r["ratio"] = base / r["ms"]
     return res
@@ -108,8 +127,11 @@ def main() -> int:
     kernels = {}
     for d in args.build:
         k = runtime.load(Path(d))
-        if [p.name for p in k.info.params] != ["C", "A", "B"]:
-            raise SystemExit(f"{d}: not a gemm_fp8 build (params C, A, B): {k!r}")
+        if [p.name for p in k.info.params] not in (
+            ["C", "A", "B"],
+            ["C", "A", "B", "scale_a", "scale_b"],
+        ):
+            raise SystemExit(f"{d}: not a gemm_fp8 or gemm_fp8_rowwise build: {k!r}")
         if k.info.params[1].dtype != "f8e4m3":  # cuBLASLt has no e5m2 x e5m2: not comparable
             print(f"[skip] {d}: A and B are {k.info.params[1].dtype}; the peers take e4m3")
             continue
@@ -129,7 +151,9 @@ def main() -> int:
             if "ms" not in p:
                 cells.append("FAIL")
                 continue
-            c = f"{p['tflops']:.0f}" + (f" ({p['ratio']:.3f})" if n != BASE else "")
+            c = f"{p['tflops']:.0f}" + (
+                f" ({p['ratio']:.3f})" if n not in (BASE, "rowwise fast") else ""
+            )
             cells.append(c + (f" rel={p['rel']:.1e}!" if p["rel"] > 1e-2 else ""))
         print(f"| {r['M']}x{r['N']}x{r['K']} | {' | '.join(cells)} |")
     print(

@@ -195,6 +195,13 @@ def _scaled_mm(t: dict) -> dict:
     return {"C": _mm(t["A"], t["B"].T) * (float(t["scale_a"]) * float(t["scale_b"]))}
 
 
+def _rowwise(t: dict) -> dict:
+    """programs/gemm_fp8_rowwise.cyp in float32: (A @ Bᵀ) * scale_a[r] * scale_b[c]."""
+    return {
+        "C": _mm(t["A"], t["B"].T) * t["scale_a"].float()[:, None] * t["scale_b"].float()[None, :]
+    }
+
+
 # FP8 rows are K bytes: TMA's 16-byte row strides need K % 16 == 0 (K = 0: A and B empty)
 FP8_CHECK = [
     dict(M=4096, N=4096, K=4096, scale_a=0.5, scale_b=0.25),
@@ -252,6 +259,14 @@ PROGRAMS: dict[str, Program] = {
         ],
         run=dict(M=4096, N=4096, K=4096, scale_a=1.0, scale_b=1.0),
         note="FP8 inputs randn rounded to the format; the reference upcasts them exactly",
+    ),
+    # C = (A @ Bᵀ) * scale_a[r] * scale_b[c]: FP8 with a scale per row of A and per column of C
+    "gemm_fp8_rowwise": Program(
+        ref=_rowwise,
+        check=[{k: v for k, v in c.items() if k in "MNK"} for c in FP8_CHECK],
+        small=[dict(M=256, N=256, K=256), dict(M=129, N=264, K=80)],
+        run=dict(M=4096, N=4096, K=4096),
+        note="FP8 inputs randn rounded to the format, f32 scale vectors randn",
     ),
     # tests/programs/gemm_at.cyp: C = Aᵀ @ B with A stored K x M (an MN-major wgmma A operand);
     # A's rows are M long, so M must be a multiple of 8 (TMA's 16-byte strides): M = 129 is

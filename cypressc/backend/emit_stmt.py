@@ -253,8 +253,8 @@ def _scale(w, p: P.KernelPlan, op: P.Scale) -> None:
 
 def _external(w, p: P.KernelPlan, op: P.External) -> None:
     """The user's C++ once per element of ``op.acc``'s shape: fragments element by element,
-    per-column vectors (global or shared) loaded once per column pair (zero past their
-    extent: those columns are never stored), scalars as given.  (A second copy of the loop
+    per-column vectors (global or shared) loaded once per column pair, per-row ones once per
+    pair (zero past their extent: those elements are never stored), scalars as given.  (A second copy of the loop
     without the tests, for a tile inside the vectors' rows, made ptxas spill the attention
     backward's consumers at 240 registers: the tests stay.)"""
     f = _frag(p, op.acc)
@@ -271,11 +271,25 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
     w("#pragma unroll")
     w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
     w("const int c = cypress::acc_coord(j).y;")
+    if any(x.row for x in op.args):  # a pair's two elements share their row
+        w("const int r = cypress::acc_coord(j).x" + ("" if a == "0" else f" + {a} * 64") + ";")
     calls: list[list[str]] = [[], []]
     for i, x in enumerate(op.args):
         if x.kind == "frag":
             for e in (0, 1):
                 calls[e].append(f"{_n(x.name)}[{a}][2 * j + {e}]")
+        elif x.kind in ("vec", "svec") and x.row:
+            ct, row, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + r", _dim(x.extent, p)
+            if x.kind == "svec":
+                got = f"sv{i}[r]"
+            else:
+                n = _n(x.name)
+                if x.batch is not None:
+                    n = f"({n} + size_t({_c(x.batch)}) * {ext})"
+                got = f"{n}[{row}]"
+            w(f"const {ct} v{i} = {row} < {ext} ? {got} : {ct}{{}};")
+            for e in (0, 1):
+                calls[e].append(f"v{i}")
         elif x.kind in ("vec", "svec"):
             ct, col, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + c", _dim(x.extent, p)
             if x.kind == "svec":

@@ -212,8 +212,8 @@ class SimtLowering:
     def _external(self, plan: P.KernelPlan, o: N.Call) -> P.External:
         """A user C++ function (call-external, paper §3.2) over each thread's elements: its
         operands are f32 register fragments of one shape (the first one sets the loop),
-        per-column vectors in global memory or in shared memory (a TMA copy's whole buffer),
-        and scalars."""
+        per-column or per-row vectors in global memory or in shared memory (a TMA copy's
+        whole buffer), and scalars."""
         fn = leaf_of(o)
         ext = fn.external
         self._whole_warpgroups(o)
@@ -253,6 +253,7 @@ class SimtLowering:
                         extent,
                         value=skip,
                         stage=self._stage(buf, org),
+                        row=ext.per_row(prm.name),
                     )
                 )
                 vectors.append(a)
@@ -270,16 +271,27 @@ class SimtLowering:
                 )
             # a vector sliced off a [B, H, M] tensor is row b·H + h of it (``_batch``)
             batch = self._batch(root, org, keep)
-            args.append(P.ExtArg("vec", root, t.dtype, self.k(org[-1]), t.dims[-1], batch=batch))
+            args.append(
+                P.ExtArg(
+                    "vec",
+                    root,
+                    t.dtype,
+                    self.k(org[-1]),
+                    t.dims[-1],
+                    batch=batch,
+                    row=ext.per_row(prm.name),
+                )
+            )
             vectors.append(a)
             plan.pointer_reads.add(root)
         if acc is None:
             _refuse(f"{o.fn}() has no register fragment operand to run over")
-        for a in vectors:
-            if (n := static(self.sym.shape(a)[0])) != acc.cols:
+        for a, x in zip(vectors, [x for x in args if x.kind in ("vec", "svec")]):
+            want, what = (acc.rows, "rows") if x.row else (acc.cols, "columns")
+            if (n := static(self.sym.shape(a)[0])) != want:
                 _refuse(
-                    f"{o.fn}(): the per-column vector {fmt_view(a)} has {n} element(s), the "
-                    f"{acc.rows}x{acc.cols} fragment's tile {acc.cols} columns"
+                    f"{o.fn}(): the per-{what[:-1]} vector {fmt_view(a)} has {n} element(s), the "
+                    f"{acc.rows}x{acc.cols} fragment's tile {want} {what}"
                 )
         plan.headers[ext.header] = ext.header_path or ext.header
         return P.External(self.en(o.ev), o.fn, ext.cpp, ext.header, acc.name, tuple(args))

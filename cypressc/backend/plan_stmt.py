@@ -139,7 +139,8 @@ class ExtArg:
     ``scalar`` (``value``, passed as a C++ ``dtype``: ``int`` or ``float``) or ``svec`` (stage
     ``stage`` of shared vector buffer ``name``, element ``value + c`` for the fragment's
     column c, filled from a row at element ``col0``: zero where ``col0 + c`` is at or past
-    ``extent``)."""
+    ``extent``).  A ``vec`` or ``svec`` with ``row`` is read per row: the fragment's row r
+    instead of its column c."""
 
     kind: str
     name: str = ""
@@ -149,6 +150,7 @@ class ExtArg:
     value: IExpr | None = None
     batch: IExpr | None = None
     stage: IExpr = IConst(0)
+    row: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ function once per element of the thread's piece, written operands by reference, 
 by value, in parameter order (``void bias_gelu(float& x, float bias)``).  Every tensor
 operand has the shape of the first one, except that a rank-1 operand of a rank-2 call is
 a per-column vector: element (r, c) reads its element c (c counted in the tile that
-``partition_by_mma`` split).  Scalars are ``int`` or ``float`` arguments.
+``partition_by_mma`` split), or a per-row vector, element r, when the declaration names its
+dimension like the first operand's rows (``x: tensor[(R, C), f32], s: tensor[(R,), f32]``:
+:meth:`~cypressc.lang.syntax.External.per_row`).  Scalars are ``int`` or ``float`` arguments.
 
 The NumPy reference (what the CPU interpreters run) is the function of the same name in
 ``<header stem>.py`` next to the header; it takes the operands as float64 arrays (vectors
@@ -208,7 +210,7 @@ def parse_external(
                 f"operand '{q.name}' of external '{fn.name}' has rank {t.rank}{vs}",
                 next(x.annotation or x for x in a.args if x.arg == q.name),
                 "an elementwise external's operands all have the first one's rank (1 or 2), "
-                "except that a rank-2 call may read rank-1 per-column vectors",
+                "except that a rank-2 call may read rank-1 per-column (or per-row) vectors",
             )
     header = _declaring_header(p, fn, cpp, includes)
     ref = header.with_suffix(".py") if header is not None else None
@@ -363,7 +365,7 @@ def check_choices(p: ParserHost, choices: list[S.ChoiceParam], externals: list[S
 # ----------------------------------------------------------------------------- leaf table
 def _semantics(ext: S.External) -> Callable[..., dict[int, np.ndarray]]:
     """The interpreter semantics of an external: its NumPy reference applied to the
-    operands (vectors gathered by the first operand's column coordinates), or, without a
+    operands (vectors gathered by the first operand's column, or row, coordinates), or, without a
     reference, no writes at all."""
     tensor_idx = [i for i, q in enumerate(ext.params) if isinstance(q.type, S.TensorType)]
     written = [i for i in tensor_idx if ext.params[i].name in ext.writes]
@@ -381,13 +383,15 @@ def _semantics(ext: S.External) -> Callable[..., dict[int, np.ndarray]]:
                 continue
             v = o.value.astype(np.float64)
             if v.ndim == 1 and x0.value.ndim == 2:
-                cols = x0.coords[-1]
-                if len(cols) and int(cols.max()) >= v.shape[0]:
+                row = ext.per_row(ext.params[i].name)
+                at = x0.coords[0 if row else -1]
+                what = "row" if row else "column"
+                if len(at) and int(at.max()) >= v.shape[0]:
                     raise ValueError(
-                        f"{ext.name}(): the per-column vector '{ext.params[i].name}' has "
-                        f"{v.shape[0]} element(s), the tile {int(cols.max()) + 1}+ columns"
+                        f"{ext.name}(): the per-{what} vector '{ext.params[i].name}' has "
+                        f"{v.shape[0]} element(s), the tile {int(at.max()) + 1}+ {what}s"
                     )
-                v = np.broadcast_to(v[cols], x0.value.shape)
+                v = np.broadcast_to(v[at][:, None] if row else v[at], x0.value.shape)
             args.append(v)
         out = fn(*args)
         outs = out if isinstance(out, tuple) else (out,)

@@ -292,6 +292,22 @@ class External:
     loc: Loc = _L
     header_path: str | None = None  # the header's absolute path (None: parsed from a string)
 
+    def per_row(self, name: str) -> bool:
+        """Whether rank-1 operand ``name`` of a rank-2 call is read per row (element (r, c)
+        reads its element r): its one dimension is named like the first operand's first,
+        ``c: tensor[(R, C), f32]`` and ``s: tensor[(R,), f32]``.  Any other rank-1 operand
+        of a rank-2 call is per column."""
+        ts = [q.type for q in self.params if isinstance(q.type, TensorType)]
+        t = next(q.type for q in self.params if q.name == name)
+        return (
+            isinstance(t, TensorType)
+            and t.rank == 1
+            and ts[0].rank == 2
+            and t.dims is not None
+            and ts[0].dims is not None
+            and t.dims[0] == ts[0].dims[0]
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ChoiceParam:

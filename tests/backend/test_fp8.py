@@ -120,3 +120,20 @@ def test_unbound_atom_derives_k32_from_the_operands():
     )
     assert "warpgroup_mma_bt(WGMMA_64x256x32" in text
     assert "x16" not in text.split("warpgroup_mma_bt")[1].split("\n")[0]
+
+
+def test_per_row_vectors_of_an_external():
+    """A rank-1 operand named like the first operand's rows is read per row, any other per
+    column (programs/gemm_fp8_rowwise.cyp's scale_rows_cols: scale_a by r, scale_b by c)."""
+    from cypressc.lang.parser import parse_file
+
+    prog = parse_file(ROOT / "programs/gemm_fp8_rowwise.cyp")
+    ext = next(e for e in prog.externals if e.name == "scale_rows_cols")
+    assert [ext.per_row(n) for n in ("c", "sa", "sb")] == [False, True, False]
+    cu = render_build(
+        compiled.tree("gemm_fp8_rowwise", "mappings/gemm_fp8_rowwise/h100.yaml"),
+        compiled.snapshots("gemm_fp8_rowwise", "mappings/gemm_fp8_rowwise/h100.yaml"),
+    ).files["gemm_fp8_rowwise.cu"]
+    # one row scale per accumulator pair (both elements share the row), a column scale each
+    assert "const float v1 = (((b0 * 128) + (cw * 64))) + r < M ? scale_a[" in cu
+    assert "cypress_ops::scale_rows_cols(Cacc_reg[0][2 * j + 1], v1, v2_1);" in cu

@@ -101,6 +101,13 @@ def ref_two_loops(a):
     return {"C": _f64(a["A"]) @ _f64(a["B"]) + _f64(a["D"]) @ _f64(a["E"])}
 
 
+def ref_fp8_rowwise(a):
+    """programs/gemm_fp8_rowwise.cyp: the FP8 inputs (already rounded to e4m3) multiplied in
+    float64, scale_a per row and scale_b per column."""
+    c = _f64(a["A"]) @ _f64(a["B"]).T
+    return {"C": c * _f64(a["scale_a"])[:, None] * _f64(a["scale_b"])[None, :]}
+
+
 # program -> (small mapping, sizes, reference, outputs); sizes leave partial tiles everywhere
 CASES = {
     "gemm": ("tests/mappings/gemm_small.yaml", dict(M=50, N=24, K=40), ref_gemm, ["C"]),
@@ -182,6 +189,15 @@ CASES = {
         dict(N=40, E=12, D=64, M=100),
         ref_chain_stage,
         ["O"],
+        pick(1, 4),
+    ),
+    # FP8 operands (k32 wgmmas, the interpreter rounds A and B to e4m3) and a user C++ leaf
+    # reading a per-row and a per-column vector (M != N: the two cannot be confused)
+    "gemm_fp8_rowwise": (
+        "tests/mappings/gemm_fp8_rowwise_small.yaml",
+        dict(M=100, N=40, K=72),
+        ref_fp8_rowwise,
+        ["C"],
         pick(1, 4),
     ),
     # a test program: two pipelined loops per block accumulating into one accumulator

@@ -1,0 +1,14 @@
+// Dequantization scales of FP8 GEMMs, applied to the f32 accumulator in the epilogue
+// (programs/gemm_fp8_rowwise.cyp).  NumPy reference: scales.py.
+#pragma once
+
+namespace cypress_ops {
+
+// c = c * sa * sb: A's scale of this element's row and B's of its column (torch._scaled_mm's
+// row-wise mode: scale_a of shape M x 1, scale_b of shape 1 x N)
+template <class SA, class SB>
+__device__ __forceinline__ void scale_rows_cols(float& c, SA sa, SB sb) {
+  c *= static_cast<float>(sa) * static_cast<float>(sb);
+}
+
+}  // namespace cypress_ops

@@ -1,0 +1,6 @@
+"""NumPy references of programs/ops/scales.cuh (float64 operands, vectors already broadcast)."""
+
+
+def scale_rows_cols(c, sa, sb):
+    """c * sa[r] * sb[c]: the row-wise dequantization of an FP8 GEMM's accumulator."""
+    return c * sa * sb
