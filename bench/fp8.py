@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""FP8 GEMM speed (issue #39): cypressc's programs/gemm_fp8.cyp (per-tensor scales) and
-gemm_fp8_rowwise.cyp (a scale per row of A and per column of C) vs cuBLASLt through
-``torch._scaled_mm`` in the same mode, in one process on the same inputs.
+"""FP8 GEMM speed (issue #39): cypressc's programs/gemm_fp8.cyp (per-tensor scales),
+gemm_fp8_rowwise.cyp (a scale per row of A and per column of C) and gemm_fp8_blockwise.cyp (1 x
+128 scales, two-level accumulation) vs cuBLASLt through ``torch._scaled_mm`` (per-tensor and
+row-wise), in one process on the same inputs.
 
     PYTHONUNBUFFERED=1 python3 bench/fp8.py --build DIR [--build DIR ...]
         [--shapes 4096,8192,4096x7168x16384,16384,8192x8192x1024] [--rounds 5] [--reps 10]
@@ -62,6 +63,15 @@ def bench_shape(torch, M: int, N: int, K: int, kernels: dict, args) -> dict:
     prod = A.float() @ B.float().T
     refs = {"tensor": prod * (sa * sb), "row": prod * ra * rb}
     del prod
+    kb = -(-K // 128)
+    if any(len(k.info.params) == 5 and k.info.params[3].name == "SA" for k in kernels.values()):
+        SA = torch.rand(kb, M, device="cuda") + 0.5  # 1 x 128 scales of A, KB x M
+        SB = torch.rand(kb, N, device="cuda") + 0.5  # of B's rows, KB x N
+        ref = torch.zeros(M, N, device="cuda")
+        for k in range(kb):
+            blk = slice(128 * k, 128 * k + 128)
+            ref += (A[:, blk].float() @ B[:, blk].float().T) * SA[k][:, None] * SB[k][None, :]
+        refs["block"] = ref
     A16, B16 = A.half(), B.half()
     outs, fns, mode = {}, {}, {}
     for fast in (True, False):
@@ -80,7 +90,10 @@ def bench_shape(torch, M: int, N: int, K: int, kernels: dict, args) -> dict:
         ct = getattr(torch, DTYPES[k.info.params[0].dtype].torch)
         C = torch.full((M, N), float("nan"), dtype=ct, device="cuda")
         outs[label] = C
-        if len(k.info.params) == 5:  # row-wise: the scale vectors are tensors
+        if len(k.info.params) == 5 and k.info.params[3].name == "SA":  # 1 x 128 block scales
+            mode[label] = "block"
+            fns[label] = k.bind(C, A, B, SA, SB)
+        elif len(k.info.params) == 5:  # row-wise: the scale vectors are tensors
             mode[label] = "row"
             fns[label] = k.bind(C, A, B, ra.view(M), rb.view(N))
         else:
@@ -108,6 +121,8 @@ def bench_shape(torch, M: int, N: int, K: int, kernels: dict, args) -> dict:
         res["peers"][name].update(ms=ms, tflops=2.0 * M * N * K / ms / 1e9)
     for name, r in res["peers"].items():
         base = res["peers"].get(BASE if mode[name] == "tensor" else "rowwise fast", {}).get("ms")
+        # a block-scaled kernel's ratio is to the row-wise fast peer too (no block-scaled
+        # cuBLASLt on Hopper through torch): its extra work is the per-block promotion
         if base and "ms" in r:
             r["ratio"] = base / r["ms"]
     return res
@@ -130,8 +145,9 @@ def main() -> int:
         if [p.name for p in k.info.params] not in (
             ["C", "A", "B"],
             ["C", "A", "B", "scale_a", "scale_b"],
+            ["C", "A", "B", "SA", "SB"],
         ):
-            raise SystemExit(f"{d}: not a gemm_fp8 or gemm_fp8_rowwise build: {k!r}")
+            raise SystemExit(f"{d}: not a gemm_fp8[_rowwise|_blockwise] build: {k!r}")
         if k.info.params[1].dtype != "f8e4m3":  # cuBLASLt has no e5m2 x e5m2: not comparable
             print(f"[skip] {d}: A and B are {k.info.params[1].dtype}; the peers take e4m3")
             continue

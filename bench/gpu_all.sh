@@ -104,7 +104,7 @@ fi
 rc8=0
 if [[ " $STEPS " == *" fp8 "* ]]; then   # FP8 GEMM vs torch._scaled_mm (#39): every gemm_fp8[_rowwise]-* gpu_check built
   FP8_CMD=""
-  for d in ${FP8_BUILDS:-$B/gemm_fp8-* $B/gemm_fp8_rowwise-*}; do ls "$d"/lib*.so >/dev/null 2>&1 && FP8_CMD="$FP8_CMD --build $d"; done
+  for d in ${FP8_BUILDS:-$B/gemm_fp8-* $B/gemm_fp8_rowwise-* $B/gemm_fp8_blockwise-*}; do ls "$d"/lib*.so >/dev/null 2>&1 && FP8_CMD="$FP8_CMD --build $d"; done
   # shellcheck disable=SC2086
   timeout $((590 - ($(date +%s) - t0))) python3 bench/fp8.py $FP8_CMD ${FP8_ARGS:-} 2>&1 | tee "$OUT/fp8.txt"
   rc8=${PIPESTATUS[0]}

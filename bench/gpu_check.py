@@ -202,6 +202,25 @@ def _rowwise(t: dict) -> dict:
     }
 
 
+def _blockwise(t: dict) -> dict:
+    """programs/gemm_fp8_blockwise.cyp in float32: Σ_k (A_k @ B_kᵀ) * SA[k][r] * SB[k][c] over
+    the 128-wide K blocks (the last one partial)."""
+    a, b, sa, sb = t["A"].float(), t["B"].float(), t["SA"].float(), t["SB"].float()
+    c = torch_zeros_like_mm(a, b)
+    for k in range(0, a.shape[1], 128):
+        c += (
+            (a[:, k : k + 128] @ b[:, k : k + 128].T)
+            * sa[k // 128][:, None]
+            * sb[k // 128][None, :]
+        )
+    return {"C": c}
+
+
+def torch_zeros_like_mm(a, b):
+    """A float32 zero matrix of the product's shape, on the operands' device."""
+    return a.new_zeros(a.shape[0], b.shape[0])
+
+
 # FP8 rows are K bytes: TMA's 16-byte row strides need K % 16 == 0 (K = 0: A and B empty)
 FP8_CHECK = [
     dict(M=4096, N=4096, K=4096, scale_a=0.5, scale_b=0.25),
@@ -267,6 +286,18 @@ PROGRAMS: dict[str, Program] = {
         small=[dict(M=256, N=256, K=256), dict(M=129, N=264, K=80)],
         run=dict(M=4096, N=4096, K=4096),
         note="FP8 inputs randn rounded to the format, f32 scale vectors randn",
+    ),
+    # C = Σ_k (A_k @ B_kᵀ) * SA[k][r] * SB[k][c]: FP8 with 1 x 128 scales, two-level accumulation
+    # (KB = cdiv(K, 128) scale rows)
+    "gemm_fp8_blockwise": Program(
+        ref=_blockwise,
+        check=[
+            {**{k: v for k, v in c.items() if k in "MNK"}, "KB": -(-c["K"] // 128)}
+            for c in FP8_CHECK
+        ],
+        small=[dict(M=256, N=256, K=256, KB=2), dict(M=129, N=264, K=80, KB=1)],
+        run=dict(M=4096, N=4096, K=4096, KB=32),
+        note="FP8 inputs randn rounded to the format, f32 scales randn",
     ),
     # tests/programs/gemm_at.cyp: C = Aᵀ @ B with A stored K x M (an MN-major wgmma A operand);
     # A's rows are M long, so M must be a multiple of 8 (TMA's 16-byte strides): M = 129 is

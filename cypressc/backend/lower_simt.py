@@ -238,12 +238,16 @@ class SimtLowering:
             root, org, keep, mmas = self.origin(a)
             if mem == Mem.SHARED and not mmas and len(self.sym.shape(a)) == 1:
                 buf = next((b for b in plan.buffers if b.name == root and b.vector), None)
-                if buf is None or static(self.sym.shape(a)[0]) != buf.cols:
+                n = static(self.sym.shape(a)[0])
+                if buf is None or n is None or n > buf.cols:
                     _refuse(
-                        f"{o.fn}() reads {fmt_view(a)}, which is not a whole shared vector that "
-                        "a TMA copy fills"
+                        f"{o.fn}() reads {fmt_view(a)}, which is not a shared vector that a TMA "
+                        "copy fills"
                     )
                 skip, col0, extent = self._vector_origin(plan, a, buf)
+                if n != buf.cols:  # a piece of the vector (a warpgroup's rows): from its start
+                    off = self.k(org[-1])
+                    skip, col0 = N.ibin("+", skip, off), N.ibin("+", col0, off)
                 args.append(
                     P.ExtArg(
                         "svec",

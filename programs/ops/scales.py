@@ -4,3 +4,8 @@
 def scale_rows_cols(c, sa, sb):
     """c * sa[r] * sb[c]: the row-wise dequantization of an FP8 GEMM's accumulator."""
     return c * sa * sb
+
+
+def promote(c, t, sa, sb):
+    """c + t * sa[r] * sb[c]: one K block's product promoted into the accumulator."""
+    return c + t * (sa * sb)

@@ -1,0 +1,157 @@
+"""C = Σ_k diag(SA[k]) · (A_k @ B_kᵀ) · diag(SB[k]) on FP8 operands, A_k and B_k the k-th 128-wide
+K blocks: block-scaled FP8 (DeepSeek-V3 / DeepGEMM's 1 x 128 scales of A) with two-level
+accumulation.
+
+A: M x K and B: N x K in F8 (e4m3 or e5m2), K-major; C: M x N in T (bf16 or f16).  SA: KB x M
+f32, SA[k, i] the scale of row i of A's K block k (M contiguous, as DeepGEMM stores it for
+TMA); SB: KB x N f32, SB[k, j] the scale of row j of B's K block k (a 128 x 128 block scale of
+B is this with each value repeated over its 128 rows); KB = cdiv(K, 128).
+
+Each K block's product goes into its own accumulator Tmp (cleared per block: the wgmma's
+scale-d), whose sum the Tensor Core keeps to about 14 bits, and the CUDA cores promote it into
+the f32 accumulator with both scales (programs/ops/scales.cuh's promote).  The K block is the
+scales' block, so it is written here (128), not a tunable: a mapping cannot change it.
+"""
+
+include("ops/scales.cuh")
+
+F8 = dtype(f8e4m3, f8e5m2)  # the element type of A and B: --dtype F8=f8e5m2
+T = dtype(bf16, f16)  # the element type of C: --dtype T=f16
+
+
+@external("cypress_ops::promote", writes=["c"])
+def promote(c: tensor[(R, S), f32], t: tensor[(R, S), f32], sa: tensor[(R,), f32],
+            sb: tensor[(S,), f32]):
+    """c += t * sa[r] * sb[s]: sa per row, sb per column."""
+
+
+@task("gemm", Inner, reads=["A", "B", "SA", "SB"], writes=["C"])
+def gemm_host(C: tensor[(M, N), T], A: tensor[(M, K), F8], B: tensor[(N, K), F8],
+              SA: tensor[(KB, M), f32], SB: tensor[(KB, N), f32]):
+    U, V = tunable(int), tunable(int)
+    Cp = partition_by_blocks(C, (U, V))
+    Ap = partition_by_blocks(A, (U, K))
+    Bp = partition_by_blocks(B, (V, K))
+    SAp = partition_by_blocks(SA, (KB, U))
+    SBp = partition_by_blocks(SB, (KB, V))
+    for i, j in prange(cdiv(M, U), cdiv(N, V)):
+        launch("gemm", Cp[i, j], Ap[i, 0], Bp[j, 0], SAp[0, i], SBp[0, j])
+
+
+@task("gemm", Inner, reads=["A", "B", "SA", "SB"], writes=["C"])
+def gemm_block(C: tensor[2, T], A: tensor[2, F8], B: tensor[2, F8], SA: tensor[2, f32],
+               SB: tensor[2, f32]):
+    M, N, K = C.shape[0], C.shape[1], A.shape[1]
+    Ap = partition_by_blocks(A, (M, 128))
+    Bp = partition_by_blocks(B, (N, 128))
+    SAs = partition_by_slices(SA, 0)
+    SBs = partition_by_slices(SB, 0)
+    Cacc: tensor[2, f32] = make_tensor(M, N)
+    launch("clear", Cacc)
+    for k in srange(cdiv(K, 128)):
+        Tmp: tensor[2, f32] = make_tensor(M, N)  # this K block's product: a step's own tensor
+        launch("clear", Tmp)
+        launch("mma", Tmp, Ap[0, k], Bp[0, k])
+        launch("promote", Cacc, Tmp, SAs[k], SBs[k])
+    launch("copy", Cacc, C)
+
+
+# ---- C += Tmp * sa[r] * sb[c]: the warpgroups split the rows (and sa with them)
+@task("promote", Inner, reads=["C", "Tmp", "sa", "sb"], writes=["C"])
+def promote_tile(C: tensor[2, f32], Tmp: tensor[2, f32], sa: tensor[1, f32], sb: tensor[1, f32]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    Tp = partition_by_blocks(Tmp, (M / WGS, N))
+    sap = partition_by_blocks(sa, (M / WGS,))
+    for i in prange(WGS):
+        launch("promote", Cp[i, 0], Tp[i, 0], sap[i], sb)
+
+
+@task("promote", Inner, reads=["C", "Tmp", "sa", "sb"], writes=["C"])
+def promote_inner(C: tensor[2, f32], Tmp: tensor[2, f32], sa: tensor[1, f32], sb: tensor[1, f32]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    Tp = partition_by_mma(Tmp, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("promote", Cp[i], Tp[i], sa, sb)
+
+
+@task("promote", Leaf, reads=["C", "Tmp", "sa", "sb"], writes=["C"])
+def promote_thread(C: tensor[2, f32], Tmp: tensor[2, f32], sa: tensor[1, f32], sb: tensor[1, f32]):
+    promote(C, Tmp, sa, sb)
+
+
+# ---- C += A @ Bᵀ on the Tensor Core: block -> warpgroups -> warps -> threads
+@task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
+def mma_tile(C: tensor[2, f32], A: tensor[2, F8], B: tensor[2, F8]):
+    WGS = tunable(int)
+    M, N, K = C.shape[0], C.shape[1], A.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    Ap = partition_by_blocks(A, (M / WGS, K))
+    for i in prange(WGS):
+        launch("mma", Cp[i, 0], Ap[i, 0], B)
+
+
+@task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
+def mma_inner(C: tensor[2, f32], A: tensor[2, F8], B: tensor[2, F8]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    Ap = partition_by_mma(A, MMA, PROC, "A")
+    Bp = partition_by_mma(B, MMA, PROC, "B")
+    for i in prange(PIECES):
+        launch("mma", Cp[i], Ap[i], Bp[i])
+
+
+@task("mma", Leaf, reads=["A", "B", "C"], writes=["C"])
+def mma_thread(C: tensor[2, f32], A: tensor[2, F8], B: tensor[2, F8]):
+    MMA = tunable(atom)
+    warpgroup_mma_bt(MMA, C, A, B)
+
+
+# ---- C = 0 for the f32 accumulator
+@task("clear", Inner, writes=["C"])
+def clear_tile(C: tensor[2, f32]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    for i in prange(WGS):
+        launch("clear", Cp[i, 0])
+
+
+@task("clear", Inner, writes=["C"])
+def clear_inner(C: tensor[2, f32]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("clear", Cp[i])
+
+
+@task("clear", Leaf, writes=["C"])
+def clear_thread(C: tensor[2, f32]):
+    fill(C, 0)
+
+
+# ---- D = C converted to T: the epilogue
+@task("copy", Inner, reads=["C"], writes=["D"])
+def copy_tile(C: tensor[2, f32], D: tensor[2, T]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    Dp = partition_by_blocks(D, (M / WGS, N))
+    for i in prange(WGS):
+        launch("copy", Cp[i, 0], Dp[i, 0])
+
+
+@task("copy", Inner, reads=["C"], writes=["D"])
+def copy_inner(C: tensor[2, f32], D: tensor[2, T]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    Dp = partition_by_mma(D, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("copy", Cp[i], Dp[i])
+
+
+@task("copy", Leaf, reads=["C"], writes=["D"])
+def copy_thread(C: tensor[2, f32], D: tensor[2, T]):
+    copy(C, D)
