@@ -14,6 +14,7 @@ F8 = dtype(f8e4m3, f8e5m2)  # the element type of A and B: --dtype F8=f8e5m2
 T = dtype(bf16, f16)  # the element type of C: --dtype T=f16
 
 from hopper import clear, copy  # block -> warpgroups -> warps -> threads
+from hopper_fp8 import mma  # C += A @ Bᵀ on FP8 operands (k32 wgmma, both K-major)
 from elementwise import scale
 
 @task("gemm", Inner, reads=["A", "B"], writes=["C"])
@@ -40,30 +41,3 @@ def gemm_block(C: tensor[2, T], A: tensor[2, F8], B: tensor[2, F8], scale_a: flo
         launch("mma", Cacc, Ap[0, k], Bp[0, k])
     launch("scale", Cacc, scale_a * scale_b)
     launch("copy", Cacc, C)
-
-
-# ---- C += A @ Bᵀ on the Tensor Core: block -> warpgroups -> warps -> threads
-@task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_tile(C: tensor[2, f32], A: tensor[2, F8], B: tensor[2, F8]):
-    WGS = tunable(int)
-    M, N, K = C.shape[0], C.shape[1], A.shape[1]
-    Cp = partition_by_blocks(C, (M / WGS, N))
-    Ap = partition_by_blocks(A, (M / WGS, K))
-    for i in prange(WGS):
-        launch("mma", Cp[i, 0], Ap[i, 0], B)
-
-
-@task("mma", Inner, reads=["A", "B", "C"], writes=["C"])
-def mma_inner(C: tensor[2, f32], A: tensor[2, F8], B: tensor[2, F8]):
-    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
-    Cp = partition_by_mma(C, MMA, PROC, "C")
-    Ap = partition_by_mma(A, MMA, PROC, "A")
-    Bp = partition_by_mma(B, MMA, PROC, "B")
-    for i in prange(PIECES):
-        launch("mma", Cp[i], Ap[i], Bp[i])
-
-
-@task("mma", Leaf, reads=["A", "B", "C"], writes=["C"])
-def mma_thread(C: tensor[2, f32], A: tensor[2, F8], B: tensor[2, F8]):
-    MMA = tunable(atom)
-    warpgroup_mma_bt(MMA, C, A, B)

@@ -26,7 +26,8 @@ def promote(c: tensor[(R, S), f32], t: tensor[(R, S), f32], sa: tensor[(R,), f32
 
 
 from hopper import clear, copy  # block -> warpgroups -> warps -> threads
-from gemm_fp8 import mma  # C += A @ Bᵀ on FP8 operands (k32 wgmma, both K-major)
+from elementwise import copy_f32  # D = C, f32 (gemm_block_overlap's carried product)
+from hopper_fp8 import mma  # C += A @ Bᵀ on FP8 operands (k32 wgmma, both K-major)
 
 
 @task("gemm", Inner, reads=["A", "B", "SA", "SB"], writes=["C"])
@@ -57,6 +58,34 @@ def gemm_block(C: tensor[2, T], A: tensor[2, F8], B: tensor[2, F8], SA: tensor[2
         launch("clear", Tmp)
         launch("mma", Tmp, Ap[0, k], Bp[0, k])
         launch("promote", Cacc, Tmp, SAs[k], SBs[k])
+    launch("copy", Cacc, C)
+
+
+# The same result software-pipelined, as flash_attention3.cyp's key loop: step k issues K block
+# k's product, then promotes block k - 1's (carried in Prev) while that wgmma runs, so
+# sync-insertion can leave the wgmma in flight across the promotion.  Step 0 promotes the
+# cleared Prev (adding zeros), so no step is peeled.  A mapping picks it with
+# `variant: gemm_block_overlap`.
+@task("gemm", Inner, reads=["A", "B", "SA", "SB"], writes=["C"])
+def gemm_block_overlap(C: tensor[2, T], A: tensor[2, F8], B: tensor[2, F8], SA: tensor[2, f32],
+                       SB: tensor[2, f32]):
+    M, N, K = C.shape[0], C.shape[1], A.shape[1]
+    Ap = partition_by_blocks(A, (M, 128))
+    Bp = partition_by_blocks(B, (N, 128))
+    SAs = partition_by_slices(SA, 0)
+    SBs = partition_by_slices(SB, 0)
+    nk = cdiv(K, 128)
+    Cacc: tensor[2, f32] = make_tensor(M, N)
+    Prev: tensor[2, f32] = make_tensor(M, N)  # the previous K block's product
+    launch("clear", Cacc)
+    launch("clear", Prev)
+    for k in srange(nk):
+        Tmp: tensor[2, f32] = make_tensor(M, N)
+        launch("clear", Tmp)
+        launch("mma", Tmp, Ap[0, k], Bp[0, k])
+        launch("promote", Cacc, Prev, SAs[max(k - 1, 0)], SBs[max(k - 1, 0)])
+        launch("copy_f32", Tmp, Prev)
+    launch("promote", Cacc, Prev, SAs[nk - 1], SBs[nk - 1])
     launch("copy", Cacc, C)
 
 

@@ -21,7 +21,7 @@ def scale_rows_cols(c: tensor[(R, S), f32], sa: tensor[(R,), f32], sb: tensor[(S
 
 
 from hopper import clear, copy  # block -> warpgroups -> warps -> threads
-from gemm_fp8 import mma  # C += A @ Bᵀ on FP8 operands (k32 wgmma, both K-major)
+from hopper_fp8 import mma  # C += A @ Bᵀ on FP8 operands (k32 wgmma, both K-major)
 
 
 @task("gemm", Inner, reads=["A", "B", "scale_a", "scale_b"], writes=["C"])

@@ -137,3 +137,27 @@ def test_per_row_vectors_of_an_external():
     # one row scale per accumulator pair (both elements share the row), a column scale each
     assert "const float v1 = (((b0 * 128) + (cw * 64))) + r < M ? scale_a[" in cu
     assert "cypress_ops::scale_rows_cols(Cacc_reg[0][2 * j + 1], v1, v2_1);" in cu
+
+
+def test_block_scaled_promotion_overlaps_the_next_wgmma():
+    """programs/gemm_fp8_blockwise.cyp's software-pipelined variant: sync-insertion finds that
+    the promotion of block k - 1 touches nothing block k's wgmma writes, so it runs between the
+    commit and the wait (the inference that overlaps FlashAttention-3's softmax); the plain
+    variant waits first.  Both are GPU-checked in bench/gpu_check.py."""
+    mp = "tests/mappings/gemm_fp8_blockwise_overlap.yaml"
+    cu = render_build(
+        compiled.tree("gemm_fp8_blockwise", mp), compiled.snapshots("gemm_fp8_blockwise", mp)
+    ).files["gemm_fp8_blockwise.cu"]
+    loop = cu[cu.index("float Tmp_reg[1][64];") :]
+    order = [
+        loop.index(s)
+        for s in (
+            "cypress::commit();",
+            "cypress_ops::promote(Cacc_reg[0][2 * j + 0], Prev_reg[0][2 * j + 0]",
+            "cypress::wait<0>();  // %Tmp_reg ready (raw)",
+            "Prev_reg[0][i] = Tmp_reg[0][i];",
+        )
+    ]
+    assert order == sorted(order)
+    plain = (ROOT / "tests/golden/cu/gemm_fp8_blockwise.cu").read_text()
+    assert plain.index("cypress::wait<0>();") < plain.index("cypress_ops::promote(")

@@ -56,6 +56,34 @@ def gemm_block(C: tensor[2, T], A: tensor[2, F8], B: tensor[2, F8], SA: tensor[2
     launch("copy", Cacc, C)
 
 
+# The same result software-pipelined, as flash_attention3.cyp's key loop: step k issues K block
+# k's product, then promotes block k - 1's (carried in Prev) while that wgmma runs, so
+# sync-insertion can leave the wgmma in flight across the promotion.  Step 0 promotes the
+# cleared Prev (adding zeros), so no step is peeled.  A mapping picks it with
+# `variant: gemm_block_overlap`.
+@task("gemm", Inner, reads=["A", "B", "SA", "SB"], writes=["C"])
+def gemm_block_overlap(C: tensor[2, T], A: tensor[2, F8], B: tensor[2, F8], SA: tensor[2, f32],
+                       SB: tensor[2, f32]):
+    M, N, K = C.shape[0], C.shape[1], A.shape[1]
+    Ap = partition_by_blocks(A, (M, 128))
+    Bp = partition_by_blocks(B, (N, 128))
+    SAs = partition_by_slices(SA, 0)
+    SBs = partition_by_slices(SB, 0)
+    nk = cdiv(K, 128)
+    Cacc: tensor[2, f32] = make_tensor(M, N)
+    Prev: tensor[2, f32] = make_tensor(M, N)  # the previous K block's product
+    launch("clear", Cacc)
+    launch("clear", Prev)
+    for k in srange(nk):
+        Tmp: tensor[2, f32] = make_tensor(M, N)
+        launch("clear", Tmp)
+        launch("mma", Tmp, Ap[0, k], Bp[0, k])
+        launch("promote", Cacc, Prev, SAs[max(k - 1, 0)], SBs[max(k - 1, 0)])
+        launch("copy_f32", Tmp, Prev)
+    launch("promote", Cacc, Prev, SAs[nk - 1], SBs[nk - 1])
+    launch("copy", Cacc, C)
+
+
 # ---- C += Tmp * sa[r] * sb[c]: the warpgroups split the rows (and sa with them)
 @task("promote", Inner, reads=["C", "Tmp", "sa", "sb"], writes=["C"])
 def promote_tile(C: tensor[2, f32], Tmp: tensor[2, f32], sa: tensor[1, f32], sb: tensor[1, f32]):
@@ -154,4 +182,29 @@ def copy_inner(C: tensor[2, f32], D: tensor[2, T]):
 
 @task("copy", Leaf, reads=["C"], writes=["D"])
 def copy_thread(C: tensor[2, f32], D: tensor[2, T]):
+    copy(C, D)
+
+
+# ---- D = C (f32 -> f32)
+@task("copy_f32", Inner, reads=["C"], writes=["D"])
+def copy_f32_tile(C: tensor[2, f32], D: tensor[2, f32]):
+    WGS = tunable(int)
+    M, N = C.shape[0], C.shape[1]
+    Cp = partition_by_blocks(C, (M / WGS, N))
+    Dp = partition_by_blocks(D, (M / WGS, N))
+    for i in prange(WGS):
+        launch("copy_f32", Cp[i, 0], Dp[i, 0])
+
+
+@task("copy_f32", Inner, reads=["C"], writes=["D"])
+def copy_f32_inner(C: tensor[2, f32], D: tensor[2, f32]):
+    PIECES, PROC, MMA = tunable(int), tunable(processor), tunable(atom)
+    Cp = partition_by_mma(C, MMA, PROC, "C")
+    Dp = partition_by_mma(D, MMA, PROC, "C")
+    for i in prange(PIECES):
+        launch("copy_f32", Cp[i], Dp[i])
+
+
+@task("copy_f32", Leaf, reads=["C"], writes=["D"])
+def copy_f32_thread(C: tensor[2, f32], D: tensor[2, f32]):
     copy(C, D)
