@@ -5,7 +5,7 @@ accumulation.
 A: M x K and B: N x K in F8 (e4m3 or e5m2), K-major; C: M x N in T (bf16 or f16).  SA: KB x M
 f32, SA[k, i] the scale of row i of A's K block k (M contiguous, as DeepGEMM stores it for
 TMA); SB: KB x N f32, SB[k, j] the scale of row j of B's K block k (a 128 x 128 block scale of
-B is this with each value repeated over its 128 rows); KB = cdiv(K, 128).
+B is this with each value repeated over its 128 rows); KB >= cdiv(K, 128) (the launcher checks it).
 
 Each K block's product goes into its own accumulator Tmp (cleared per block: the wgmma's
 scale-d), whose sum the Tensor Core keeps to about 14 bits, and the CUDA cores promote it into

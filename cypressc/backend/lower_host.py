@@ -16,6 +16,7 @@ from cypressc.ir import nodes as N
 from cypressc.backend.cexpr import KVar, cexpr
 from cypressc.ir.analysis import exprs_of, free_vars, reduces, views_of
 from cypressc.ir.printer import fmt_view
+from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
 from cypressc.lang.kinds import PartKind
 
@@ -196,7 +197,7 @@ class KernelInterface:
                             f"tensor ({r.c})",
                         )
                     )
-        reqs += self._exact_divisions(plan) + self._covered(plan)
+        reqs += self._exact_divisions(plan) + self._covered(plan) + self._sliced(plan)
         return list(dict.fromkeys(reqs))
 
     def _exact_divisions(self, plan: P.KernelPlan) -> list[P.Require]:
@@ -222,6 +223,43 @@ class KernelInterface:
         for o in walk_ops(self.m.body):
             for e in exprs_of(o):
                 visit(self._sized(e))
+        return out
+
+    def _sliced(self, plan: P.KernelPlan) -> list[P.Require]:
+        """A parameter sliced by a loop's counter (``SAs[k]`` in ``for k in srange(n)``) along
+        a dimension of run-time extent ``E`` reads slices 0 … n - 1: the launcher checks
+        ``n <= E`` (else the TMA reads zeros past the tensor, a silently wrong result;
+        gemm_fp8_blockwise's KB scale rows against its cdiv(K, 128) K blocks)."""
+        params = {a.name for a in self.m.params}
+        out, seen = [], set()
+        for lp in walk_ops(self.m.body):
+            if not isinstance(lp, N.For) or static(lp.lo) != 0:
+                continue
+            for o in walk_ops(lp.body):
+                for v, _, _ in views_of(o):
+                    if self.sym.root(v) not in params:
+                        continue
+                    for piece in self.sym.chain(v):
+                        part = self.sym.parts[piece.partition]
+                        idx = piece.idx[0] if piece.idx else None
+                        if part.kind != PartKind.SLICES or idx != N.IVar(lp.var):
+                            continue
+                        extent = self.sym.shape(part.base)[int(part.params[0].value)]
+                        if not free_vars(self._sized(extent)) <= set(plan.sizes):
+                            continue
+                        r = self._require(lp.hi, "<=", extent, "")
+                        if (r.lhs, r.rhs) in seen:
+                            continue
+                        seen.add((r.lhs, r.rhs))
+                        out.append(
+                            replace(
+                                r,
+                                why=f"{self.sym.root(v)} is sliced by the loop's step along "
+                                f"dimension {int(part.params[0].value)}: its "
+                                f"{cexpr(self._sized(extent))} slices must cover the "
+                                f"{cexpr(r.lhs)} steps",
+                            )
+                        )
         return out
 
     def _covered(self, plan: P.KernelPlan) -> list[P.Require]:

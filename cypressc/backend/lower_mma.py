@@ -15,6 +15,7 @@ from cypressc.ir.hazards import evaluate
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
 from cypressc.lang.atoms import atom as lookup_atom
+from cypressc.lang.atoms import atom_k
 from cypressc.lang.intrinsics import leaf_of
 from cypressc.lang.kinds import Mem, PartKind, Proc
 
@@ -89,6 +90,8 @@ class MmaLowering:
             fa = self._fragment(plan, a)
             if (
                 fa.dtype not in ("f16", "bf16")
+                or fa.dtype != self.sym.allocs[bbuf.name].dtype
+                or atom.k != 16
                 or fa.rows != f.rows
                 or fa.cols != kb
                 or nb != f.cols
@@ -128,9 +131,16 @@ class MmaLowering:
                 f"wgmma operand shapes {self.shape2(a)} x {self.shape2(b)} do not match the "
                 f"{f.rows}x{f.cols} accumulator"
             )
+        adt, bdt = self.sym.allocs[abuf.name].dtype, self.sym.allocs[bbuf.name].dtype
+        # the front end refuses these (E032, E040); hand-written IR reaches here unchecked
+        if adt != bdt or atom.k != atom_k(DTYPES[adt].itemsize):
+            _refuse(
+                f"{o.fn}: {atom.name} on {adt} x {bdt} operands: a wgmma takes one element "
+                "type, k16 for 16-bit and k32 for FP8"
+            )
         if ka % atom.k:
             _refuse(f"a K tile of {ka}: {atom.name} consumes K in steps of {atom.k}")
-        fp8 = DTYPES[self.sym.allocs[abuf.name].dtype].itemsize == 1
+        fp8 = DTYPES[adt].itemsize == 1
         if fp8 and (leaf_of(o).a_mnmajor or not kmajor):
             _refuse(f"{o.fn}: an FP8 wgmma reads both operands K-major (warpgroup_mma_bt)")
         if leaf_of(o).a_mnmajor:

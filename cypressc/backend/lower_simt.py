@@ -5,6 +5,7 @@ operand).  Mixed into :class:`cypressc.backend.lower._Lower`."""
 
 from __future__ import annotations
 
+from cypressc.abi.dtypes import DTYPES
 from cypressc.backend import plan as P
 from cypressc.backend.cexpr import KVar
 from cypressc.backend.refusal import refuse as _refuse
@@ -236,6 +237,11 @@ class SimtLowering:
                 args.append(P.ExtArg("frag", f.name))
                 continue
             root, org, keep, mmas = self.origin(a)
+            if DTYPES[self.sym.allocs[root].dtype].itemsize == 1:
+                _refuse(
+                    f"{o.fn}() reads {fmt_view(a)}, an FP8 vector: external leaf functions read "
+                    "16- or 32-bit vectors (convert it to f32 first)"
+                )
             if mem == Mem.SHARED and not mmas and len(self.sym.shape(a)) == 1:
                 buf = next((b for b in plan.buffers if b.name == root and b.vector), None)
                 n = static(self.sym.shape(a)[0])

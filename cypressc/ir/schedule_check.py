@@ -15,8 +15,9 @@ import numpy as np
 from cypressc.ir import concurrent as C
 from cypressc.ir import interp as I
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import Symbols, binary_exprs, dim_procs
+from cypressc.ir.analysis import Symbols, binary_exprs, dim_procs, views_of
 from cypressc.ir.check import random_inputs
+from cypressc.ir.hazards import evaluate
 from cypressc.ir.subst import walk_ops
 from cypressc.lang.intrinsics import leaf_of
 from cypressc.lang.kinds import PartKind, Proc
@@ -77,7 +78,33 @@ def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
             for name in _bounding(h.a):
                 if name in out:
                     out[name] = max(out[name], (trips + peeled) * int(h.b.value))
+    _cover_sliced_extents(m, out, lets)
     return out
+
+
+def _cover_sliced_extents(m: N.Module, out: dict[str, int], lets: dict) -> None:
+    """A size that is the extent of a sliced dimension indexed inside a loop gets at least the
+    loop's trip count (so every index the loop forms is a slice: gemm_fp8_blockwise's scales
+    SA: KB x M, sliced per K block of its ``cdiv(K, 128)`` steps)."""
+    sym = Symbols(m)
+    for lp in walk_ops(m.body):
+        if not isinstance(lp, N.For):
+            continue
+        try:
+            trips = int(evaluate(lp.hi, out, lets)) - int(evaluate(lp.lo, out, lets))
+        except (KeyError, ZeroDivisionError):
+            continue
+        for op in walk_ops(lp.body):
+            for v, _, _ in views_of(op):
+                for piece in sym.chain(v):
+                    part = sym.parts[piece.partition]
+                    if part.kind != PartKind.SLICES:
+                        continue
+                    ext = sym.shape(part.base)[int(part.params[0].value)]
+                    while isinstance(ext, N.IVar) and ext.name in lets:
+                        ext = lets[ext.name]
+                    if isinstance(ext, N.IVar) and ext.name in out:
+                        out[ext.name] = max(out[ext.name], trips)
 
 
 def _bounding(e: N.IExpr) -> list[str]:

@@ -201,8 +201,8 @@ class CallChecks:
                         if ty.dtype in DTYPES and DTYPES[ty.dtype].itemsize == 1
                         else None,
                     )
-                elif rule.same_width:
-                    self._same_width(s, fn, rule, ty.dtype, arg.loc, env)
+                elif rule.same_dtype:
+                    self._same_dtype(s, fn, rule, ty.dtype, arg.loc, env)
                 if rule.rank and ty.rank != rule.rank:
                     self.error(
                         "E032",
@@ -227,18 +227,18 @@ class CallChecks:
                         f'add "{root}" to reads=',
                     )
 
-    def _same_width(self, s: S.LeafCall, fn, rule, dtype: str, loc, env: VariantEnv) -> None:
-        """E032 when operand ``rule`` (of ``dtype``) and the one it names in ``same_width``
+    def _same_dtype(self, s: S.LeafCall, fn, rule, dtype: str, loc, env: VariantEnv) -> None:
+        """E032 when operand ``rule`` (of ``dtype``) and the one it names in ``same_dtype``
         differ in element type: cypressc's wgmma multiplies f16 by f16, bf16 by bf16, e4m3 by
         e4m3 or e5m2 by e5m2 (PTX ISA §9.7.15.5 also mixes e4m3 with e5m2; not yet here)."""
         names = [r.name for r in fn.operands]
-        other = self.tensor_arg(s.args[names.index(rule.same_width)], env)
+        other = self.tensor_arg(s.args[names.index(rule.same_dtype)], env)
         if other is None or other[0].dtype not in DTYPES or dtype not in DTYPES:
             return
         if dtype != other[0].dtype:
             self.error(
                 "E032",
-                f"'{rule.name}' of {s.fn}() is {dtype} but '{rule.same_width}' is "
+                f"'{rule.name}' of {s.fn}() is {dtype} but '{rule.same_dtype}' is "
                 f"{other[0].dtype}: a wgmma's operands have one element type",
                 loc,
             )

@@ -212,6 +212,19 @@ def parse_external(
                 "an elementwise external's operands all have the first one's rank (1 or 2), "
                 "except that a rank-2 call may read rank-1 per-column (or per-row) vectors",
             )
+    if first.rank == 2 and first.dims is not None and first.dims[0] == first.dims[1]:
+        for q in tensors[1:]:
+            t = q.type
+            if t.rank == 1 and t.dims is not None and t.dims[0] == first.dims[0]:  # type: ignore[union-attr]
+                raise p.err(
+                    "E014",
+                    f"operand '{q.name}' of external '{fn.name}' names its dimension "
+                    f"'{first.dims[0]}', which is both the rows and the columns of "
+                    f"'{tensors[0].name}': per row or per column?",
+                    next(x.annotation or x for x in a.args if x.arg == q.name),
+                    "name the first operand's dimensions apart, e.g. tensor[(R, C), f32], and "
+                    "the vector's like the rows (R) to read it per row, else per column",
+                )
     header = _declaring_header(p, fn, cpp, includes)
     ref = header.with_suffix(".py") if header is not None else None
     ref_path = str(ref.resolve()) if ref is not None and ref.is_file() else None

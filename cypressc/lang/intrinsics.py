@@ -63,7 +63,7 @@ def _round_fp8(x: np.ndarray, dtype: str) -> np.ndarray:
         e = np.maximum(np.floor(np.log2(np.abs(f))), emin)
         q = np.exp2(e - man).astype(np.float32)
         r = np.rint(f / q) * q  # np.rint rounds half to even
-    r = np.where(f == 0, f, r)
+    r = np.where((f == 0) | np.isinf(f), f, r)  # ±inf saturates below, as zero stays zero
     return np.clip(r, -top, top).astype(np.float32)
 
 
@@ -95,8 +95,8 @@ class OperandRule:
 
     ``kind`` (:class:`OperandKind`) is a tensor, a scalar or an atom; ``writes`` says the
     leaf writes it (its variant must hold the write privilege); ``mems``/``dtypes`` restrict
-    placement (empty = any); ``rank`` 0 means any rank.  ``same_width`` names another operand
-    whose elements must be as wide as this one's (a wgmma's A and B); ``dtype_hint`` is what
+    placement (empty = any); ``rank`` 0 means any rank.  ``same_dtype`` names another operand
+    that must have this one's element type (a wgmma's A and B); ``dtype_hint`` is what
     a refused dtype's error suggests.
     """
 
@@ -107,7 +107,7 @@ class OperandRule:
     mems: tuple[Mem, ...] = ()
     dtypes: tuple[str, ...] = ()
     rank: int = 0
-    same_width: str = ""
+    same_dtype: str = ""
     dtype_hint: str = ""
 
 
@@ -322,7 +322,7 @@ def _mma_operands(b: str, a: str = "A") -> tuple[OperandRule, ...]:
         OperandRule("atom", kind=OperandKind.ATOM),
         OperandRule("C", writes=True, mems=(Mem.REGISTER,), dtypes=("f32",), rank=2),
         OperandRule(a, mems=a_mems, dtypes=ins, rank=2, dtype_hint=why),
-        OperandRule(b, mems=(Mem.SHARED,), dtypes=ins, rank=2, same_width=a, dtype_hint=why),
+        OperandRule(b, mems=(Mem.SHARED,), dtypes=ins, rank=2, same_dtype=a, dtype_hint=why),
     )
 
 

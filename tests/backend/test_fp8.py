@@ -161,3 +161,19 @@ def test_block_scaled_promotion_overlaps_the_next_wgmma():
     assert order == sorted(order)
     plain = (ROOT / "tests/golden/cu/gemm_fp8_blockwise.cu").read_text()
     assert plain.index("cypress::wait<0>();") < plain.index("cypress_ops::promote(")
+
+
+def test_a_vector_named_like_both_dimensions_is_refused():
+    """``c: tensor[(R, R), f32]`` with ``s: tensor[(R,), f32]``: per row or per column is
+    ambiguous, so the declaration is refused (E014 at the vector's type) instead of guessed."""
+    src = (
+        'include("ops/scales.cuh")\n\n'
+        '@external("cypress_ops::scale_rows_cols", writes=["c"])\n'
+        "def f(c: tensor[(R, R), f32], sa: tensor[(R,), f32], sb: tensor[(R,), f32]):\n"
+        '    """x"""\n'
+    )
+    with pytest.raises(CypressErrors) as ei:
+        parse_source(src, "amb.cyp")
+    (e,) = ei.value.errors
+    assert e.code == "E014" and (e.loc.line, e.loc.col) == (4, 35)
+    assert "both the rows and the columns of 'c'" in e.message

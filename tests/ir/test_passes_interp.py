@@ -195,7 +195,7 @@ CASES = {
     # reading a per-row and a per-column vector (M != N: the two cannot be confused)
     "gemm_fp8_rowwise": (
         "tests/mappings/gemm_fp8_rowwise_small.yaml",
-        dict(M=100, N=40, K=72),
+        dict(M=70, N=40, K=48),
         ref_fp8_rowwise,
         ["C"],
         pick(1, 4),

@@ -182,6 +182,10 @@ def test_fp8_rounding_matches_the_formats():
     assert np.isnan(e4[7])
     e5 = round_to(np.array([1 + 2**-3, 1 + 3 * 2**-3, 2**-16, 60000.0], np.float32), "f8e5m2")
     np.testing.assert_array_equal(e5, [1.0, 1.5, 2**-16, 57344.0])
+    # infinities saturate too (satfinite), in both formats
+    inf = np.array([np.inf, -np.inf], np.float32)
+    np.testing.assert_array_equal(round_to(inf, "f8e4m3"), [448.0, -448.0])
+    np.testing.assert_array_equal(round_to(inf, "f8e5m2"), [57344.0, -57344.0])
 
 
 def test_warpgroup_mma_bt_reads_b_as_the_n_by_k_tile_it_is_stored_as():

@@ -161,6 +161,7 @@ extern "C" int gemm_fp8_blockwise_launch(void* C, const void* A, const void* B, 
   if (!(K > 0)) return cudaErrorInvalidValue;  // B is read through TMA, which needs a non-empty tensor (K > 0)
   if (!(KB > 0)) return cudaErrorInvalidValue;  // SA is read through TMA, which needs a non-empty tensor (KB > 0)
   if (!(KB > 0)) return cudaErrorInvalidValue;  // SB is read through TMA, which needs a non-empty tensor (KB > 0)
+  if (!(cdiv(K, 128) <= KB)) return cudaErrorInvalidValue;  // SA is sliced by the loop's step along dimension 0: its KB slices must cover the cdiv(K, 128) steps
   if ((reinterpret_cast<uintptr_t>(C) | reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) | reinterpret_cast<uintptr_t>(SA) | reinterpret_cast<uintptr_t>(SB)) & 15) return cudaErrorInvalidValue;  // TMA needs 16-byte aligned tensors
   if (M == 0 || N == 0) return cudaSuccess;  // nothing to write
   cudaError_t e;
