@@ -15,7 +15,7 @@ import numpy as np
 from cypressc.ir import concurrent as C
 from cypressc.ir import interp as I
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import Symbols, binary_exprs, dim_procs, views_of
+from cypressc.ir.analysis import Symbols, binary_exprs, dim_procs, free_vars, views_of
 from cypressc.ir.check import random_inputs
 from cypressc.ir.hazards import evaluate
 from cypressc.ir.subst import walk_ops
@@ -83,12 +83,12 @@ def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
 
 
 def _cover_sliced_extents(m: N.Module, out: dict[str, int], lets: dict) -> None:
-    """A size that is the extent of a sliced dimension indexed inside a loop gets at least the
-    loop's trip count (so every index the loop forms is a slice: gemm_fp8_blockwise's scales
+    """A size that is the extent of a sliced dimension indexed inside a pipelined loop gets at
+    least the loop's trip count (so every index the loop forms is a slice: gemm_fp8_blockwise's scales
     SA: KB x M, sliced per K block of its ``cdiv(K, 128)`` steps)."""
     sym = Symbols(m)
     for lp in walk_ops(m.body):
-        if not isinstance(lp, N.For):
+        if not isinstance(lp, N.For) or not lp.pipeline:  # a main loop, not a tile loop
             continue
         try:
             trips = int(evaluate(lp.hi, out, lets)) - int(evaluate(lp.lo, out, lets))
@@ -98,8 +98,8 @@ def _cover_sliced_extents(m: N.Module, out: dict[str, int], lets: dict) -> None:
             for v, _, _ in views_of(op):
                 for piece in sym.chain(v):
                     part = sym.parts[piece.partition]
-                    if part.kind != PartKind.SLICES:
-                        continue
+                    if part.kind != PartKind.SLICES or lp.var not in free_vars(piece.idx[0]):
+                        continue  # not a slice the loop's counter picks
                     ext = sym.shape(part.base)[int(part.params[0].value)]
                     while isinstance(ext, N.IVar) and ext.name in lets:
                         ext = lets[ext.name]
