@@ -26,6 +26,7 @@ from cypressc.lang.parser import parse_file
 from cypressc.mapping.loader import load_mapping
 from cypressc.mapping.tasktree import instantiate
 from cypressc.pipeline import compile_module
+from tests.budget import pick
 from tests.compiled import rendered
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,7 +162,7 @@ def test_flash_attention2_and_3_agree_on_the_same_inputs(causal):
     m2 = _final("flash_attention2", "tests/mappings/flash_attention2_small.yaml")
     m3 = _final("flash_attention3", "tests/mappings/flash_attention3_small.yaml")
     inputs = random_inputs(m2, sizes, seed=5)
-    for seed in (None, 1):
+    for seed in pick((None,), (None, 1)):  # a random order too under make test-full
         o2 = run_module(m2, sizes, inputs, ["O", "LSE"], seed)
         o3 = run_module(m3, sizes, inputs, ["O", "LSE"], seed)
         for k in ("O", "LSE"):
