@@ -206,7 +206,7 @@ def _blockwise(t: dict) -> dict:
     """programs/gemm_fp8_blockwise.cyp in float32: Σ_k (A_k @ B_kᵀ) * SA[k][r] * SB[k][c] over
     the 128-wide K blocks (the last one partial)."""
     a, b, sa, sb = t["A"].float(), t["B"].float(), t["SA"].float(), t["SB"].float()
-    c = torch_zeros_like_mm(a, b)
+    c = a.new_zeros(a.shape[0], b.shape[0])
     for k in range(0, a.shape[1], 128):
         c += (
             (a[:, k : k + 128] @ b[:, k : k + 128].T)
@@ -214,11 +214,6 @@ def _blockwise(t: dict) -> dict:
             * sb[k // 128][None, :]
         )
     return {"C": c}
-
-
-def torch_zeros_like_mm(a, b):
-    """A float32 zero matrix of the product's shape, on the operands' device."""
-    return a.new_zeros(a.shape[0], b.shape[0])
 
 
 # FP8 rows are K bytes: TMA's 16-byte row strides need K % 16 == 0 (K = 0: A and B empty)

@@ -280,13 +280,7 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
                 calls[e].append(f"{_n(x.name)}[{a}][2 * j + {e}]")
         elif x.kind in ("vec", "svec") and x.row:
             ct, row, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + r", _dim(x.extent, p)
-            if x.kind == "svec":
-                got = f"sv{i}[r]"
-            else:
-                n = _n(x.name)
-                if x.batch is not None:
-                    n = f"({n} + size_t({_c(x.batch)}) * {ext})"
-                got = f"{n}[{row}]"
+            got = f"sv{i}[r]" if x.kind == "svec" else f"{_vec_row(x, ext)}[{row}]"
             w(f"const {ct} v{i} = {row} < {ext} ? {got} : {ct}{{}};")
             for e in (0, 1):
                 calls[e].append(f"v{i}")
@@ -296,9 +290,7 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
                 # columns past the row's end hold the next row's elements (a flattened TMA map)
                 got = (f"sv{i}[c]", f"sv{i}[c + 1]")
             else:
-                n = _n(x.name)
-                if x.batch is not None:
-                    n = f"({n} + size_t({_c(x.batch)}) * {ext})"
+                n = _vec_row(x, ext)
                 got = (f"{n}[{col}]", f"{n}[{col} + 1]")
             w(f"const {ct} v{i}_0 = {col} < {ext} ? {got[0]} : {ct}{{}};")
             w(f"const {ct} v{i}_1 = {col} + 1 < {ext} ? {got[1]} : {ct}{{}};")
@@ -311,6 +303,13 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
         w(f"{op.cpp}({', '.join(calls[e])});")
     w.close()
     _done(w, f.rows // 64)
+
+
+def _vec_row(x: P.ExtArg, extent: str) -> str:
+    """The C++ pointer to the row a global vector operand reads: the tensor, or its row
+    ``batch`` of ``extent`` elements when it is sliced off a rank > 1 tensor."""
+    n = _n(x.name)
+    return n if x.batch is None else f"({n} + size_t({_c(x.batch)}) * {extent})"
 
 
 def _write_shared(w, p: P.KernelPlan, op: P.WriteShared) -> None:
