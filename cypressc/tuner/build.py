@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -147,18 +148,24 @@ def make_library(d: Path, name: str, timeout: float = 900) -> float:
     return time.perf_counter() - t0
 
 
+# The compiler is not thread-safe (its Z3 queries use Z3's default context): threads take
+# turns compiling, and only nvcc, the slow part, runs in parallel.
+_COMPILER = threading.Lock()
+
+
 def build_kernel(tree, root: Path | None = None) -> Built:
     """Compile ``tree`` (a :class:`~cypressc.mapping.tasktree.TaskTree`) to a loadable kernel
     directory under ``root`` (default ``<cache>/kernels``), reusing an identical earlier
     build.  Raises the compiler's :class:`~cypressc.diagnostics.CypressError` for a refused
-    mapping and :class:`BuildError` when nvcc fails."""
+    mapping and :class:`BuildError` when nvcc fails.  Safe to call from several threads."""
     from cypressc.build import write_build
 
     root = Path(root) if root is not None else cache_dir() / "kernels"
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     try:
-        write_build(tree, tmp / "k")
+        with _COMPILER:
+            write_build(tree, tmp / "k")
         d = tmp / "k"
         name = next(d.glob("*.json")).stem
         key = _key(d, name)
@@ -191,7 +198,9 @@ def build_many(
     out: list[Built | BaseException | None] = [None] * len(jobs)
 
     def one(i: int) -> Built:
-        return build_kernel(jobs[i](), root)
+        with _COMPILER:  # the job runs the front end
+            tree = jobs[i]()
+        return build_kernel(tree, root)
 
     pool = cf.ThreadPoolExecutor(max(1, min(workers, len(jobs))))
     try:
