@@ -148,8 +148,8 @@ def make_library(d: Path, name: str, timeout: float = 900) -> float:
     return time.perf_counter() - t0
 
 
-# The compiler is not thread-safe (its Z3 queries use Z3's default context): threads take
-# turns compiling, and only nvcc, the slow part, runs in parallel.
+# The passes are not thread-safe (their Z3 queries use Z3's default context): threads take
+# turns running them; the front end and nvcc, the slow part, run in parallel.
 _COMPILER = threading.Lock()
 
 
@@ -198,9 +198,7 @@ def build_many(
     out: list[Built | BaseException | None] = [None] * len(jobs)
 
     def one(i: int) -> Built:
-        with _COMPILER:  # the job runs the front end
-            tree = jobs[i]()
-        return build_kernel(tree, root)
+        return build_kernel(jobs[i](), root)
 
     pool = cf.ThreadPoolExecutor(max(1, min(workers, len(jobs))))
     try:

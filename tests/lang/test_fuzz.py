@@ -167,7 +167,7 @@ def work(tmp_path_factory) -> Path:
 
 # make test-full runs the long fuzz (tests/budget.py)
 FUZZ = settings(
-    max_examples=pick(30, 600), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=pick(20, 600), deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 
