@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from cypressc.abi.dtypes import DTYPES
 from cypressc.lang.kinds import Mem, OperandKind, Proc
 
 __all__ = [
@@ -45,7 +46,7 @@ NUMPY_DTYPES = {
 }
 """NumPy storage per dtype.  bf16 and the FP8 types have no NumPy type: they are stored in f32
 and rounded to their mantissa whenever a value is stored (:func:`round_to`)."""
-DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4, "f8e4m3": 1, "f8e5m2": 1}
+DTYPE_BYTES = {name: d.itemsize for name, d in DTYPES.items()}
 """Bytes per element on the GPU (not NumPy's storage: bf16 is 2 bytes there, 4 here)."""
 
 # FP8 formats (OCP 8-bit floating point, the PTX ISA's e4m3 and e5m2): mantissa bits, the

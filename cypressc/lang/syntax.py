@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
+from cypressc.abi.dtypes import DTYPES as _ABI_DTYPES
 from cypressc.diagnostics import Loc
 from cypressc.lang.kinds import PartKind, Proc
 
@@ -47,7 +48,7 @@ CXX_KEYWORDS = frozenset(
     __managed__ __restrict__""".split()
 )
 
-DTYPES = ("f16", "bf16", "f32", "i32", "f8e4m3", "f8e5m2")
+DTYPES = tuple(_ABI_DTYPES)  # the element types a kernel parameter may have (cypressc.abi)
 PROCESSORS = tuple(Proc)
 TUNABLE_KINDS = ("int", "processor", "atom")
 

@@ -34,7 +34,6 @@ mapping keeps the original's comments and layout.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +41,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cypressc.diagnostics import CypressError, CypressErrors
-from cypressc.lang.atoms import ATOM_FORMS, AUTO_ATOM, is_atom_name
+from cypressc.lang.atoms import ATOM_FORMS, AUTO_ATOM, atom, atom_name, is_atom_name
 from cypressc.lang.kinds import Mem, Proc
 from cypressc.lang.syntax import Program
 from cypressc.mapping.loader import LoadedMapping, load_mapping_source
@@ -57,7 +56,6 @@ TUNE_CODE = "M024"  # the tune: section names no knob, or a candidate does not f
 
 # (knob, search group, default candidates given the current value; None = unset)
 _FLAG_KNOBS = ("warpspecialize", "persistent")
-_ATOM = re.compile(r"^WGMMA_64x(\d+)x(16|32)$")
 _TILE_MAX = 256
 # what the compiler does with an unset BLOCK knob (cypressc/backend/lower.py)
 _DEFAULTS = {
@@ -110,10 +108,9 @@ def _pow2_around(v: int) -> list[int]:
 
 def _atoms_around(name: str) -> list[str]:
     """The atom ``name`` and those of half and twice its N, of the same K (the operands' width)."""
-    m = _ATOM.match(name)
-    n, k = int(m.group(1)), m.group(2)  # type: ignore[union-attr]
-    cands = {n} | {x for x in (n // 2, 2 * n) if 8 <= x <= _TILE_MAX and x % 8 == 0}
-    return [f"WGMMA_64x{x}x{k}" for x in sorted(cands)]
+    a = atom(name)
+    cands = {a.n} | {x for x in (a.n // 2, 2 * a.n) if 8 <= x <= _TILE_MAX and x % 8 == 0}
+    return [atom_name(a.m, x, a.k) for x in sorted(cands)]
 
 
 def _block_defaults(knob: str, cur: Any) -> list[Any]:
@@ -383,7 +380,7 @@ def derive_space(tree: TaskTree, text: str) -> Space:
             _pow2_around(cur)
             if kind == "int"
             else _atoms_around(cur)
-            if _ATOM.match(str(cur))
+            if is_atom_name(str(cur))
             else [cur]
         )
         knobs.append(
