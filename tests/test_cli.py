@@ -39,7 +39,7 @@ def test_check_ok(name):
     variants, tasks, nodes, used = PROGRAMS[name]
     assert r.stdout == (
         f"ok: {prog} with {mapping}: {variants} variants of {tasks} tasks, {nodes} instantiated "
-        f"task(s) over {used} task(s) on h100; 8 passes and the CUDA backend accept it "
+        f"task(s) over {used} task(s) on h100; 9 passes and the CUDA backend accept it "
         f"(6 files of build/{name}, none written)\n"
     )
     assert r.stderr == ""

@@ -13,6 +13,7 @@ file is complete (:mod:`cypressc.backend.names`).
 from __future__ import annotations
 
 from dataclasses import replace
+from math import prod
 from pathlib import PurePosixPath
 
 from cypressc.backend import plan as P
@@ -217,6 +218,13 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
         f"THREADS = 128 * ({producers} + CONSUMERS);"
     )
     w(f"constexpr int RASTER = {p.raster};  // tile rows walked together for L2 reuse")
+    if p.cluster:
+        shape = " x ".join(map(str, p.cluster))
+        axes = ", ".join(f"b{i}" for i in range(len(p.cluster)))
+        w(
+            f"constexpr int CLUSTER = {prod(p.cluster)};  // blocks per thread-block cluster: "
+            f"{shape} along {axes}"
+        )
     for b in p.buffers:
         if b.vector:
             w(
@@ -250,7 +258,8 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
         w(
             "template <bool kPairs>  // the tile walk: pairs, or one tile per block (see the tile loop)"
         )
-    w("__global__ void __launch_bounds__(THREADS, 1)")
+    cluster = " __cluster_dims__(CLUSTER, 1, 1)" if p.cluster else ""
+    w(f"__global__ void{cluster} __launch_bounds__(THREADS, 1)")
     w(f"{p.name}_kernel({', '.join(x for x in (maps, ptrs, sizes) if x)}) {{")
     w.ind += 1
     w("// ---- prologue: shared memory and the mbarriers of the pipeline's channels")
@@ -265,8 +274,13 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
         )
     nd = len(p.grid)
     for i, g in enumerate(p.grid):
-        w(f"const int tiles{i} = {_c(g)};")
+        if p.cluster and p.cluster[i] > 1:  # the walk below is over cluster tiles
+            w(f"const int tiles{i} = cdiv({_c(g)}, {p.cluster[i]});  // cluster tiles along b{i}")
+        else:
+            w(f"const int tiles{i} = {_c(g)};")
     w(f"const int num_tiles = {' * '.join(f'tiles{i}' for i in range(nd))};")
+    if p.cluster:
+        _cluster_ranks(w, p.cluster)
     _trip_counts(w, p, per_tile=False)
     longest = _growing_trips(p)
     w("// linear tile index -> block coordinates; the last two walk RASTER rows at a time")
@@ -312,6 +326,9 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
             else ""
         )
         w(f"b{c} = tiles{c} - 1 - v / rows;  // {why}" if why else f"b{c} = v / rows;")
+    for i, n in enumerate(p.cluster or ()):
+        if n > 1:  # a cluster tile's blocks: this block's rank along b{i}
+            w(f"b{i} = b{i} * {n} + cr{i};")
     w.close("};")
     if dealt is not None:
         # pairs only while the blocks are fewer than the tiles: with a block for every tile,
@@ -326,7 +343,13 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
             w(f"for (int i = 0; i < {b.stages}; ++i) cypress::init(&{sym(b.name)}[i], {b.count});")
         w("cypress::fence_barrier_init();")
         w.close()
-        w("__syncthreads();  // every thread sees the initialized mbarriers")
+        if p.cluster:
+            w(
+                "cypress::cluster_sync();  // every thread of the cluster sees the initialized "
+                "mbarriers (multicast copies and arrivals reach them)"
+            )
+        else:
+            w("__syncthreads();  // every thread sees the initialized mbarriers")
     w("const int wg = cypress::warpgroup_idx();")
     if p.warpspecialize:
         w.open("if (wg == 0)")
@@ -386,7 +409,7 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
             "(this thread's 2 rows per atom)"
         )
     if (Role.CONSUMER, "more") in p.counters:
-        first = "(blockIdx.x << P)" if _paired(p) is not None else "blockIdx.x"
+        first = "(blockIdx.x << P)" if _paired(p) is not None else _first_tile(p)
         w(
             f"bool more = {first} < num_tiles;  // this block has a tile: before each tile, the one that follows"
         )
@@ -394,9 +417,37 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
     _tiles(w, p, p.consumer, p.issue_ahead, Role.CONSUMER)
     emit_stmts(w, p, p.exit)
     w.close()
+    if p.cluster:
+        w(
+            "cypress::cluster_sync();  // no block leaves while another may multicast into its "
+            "shared memory or arrive on its mbarriers"
+        )
     w.close()
     w()
     emit_launcher(w, p, paired=_paired(p) is not None, namespaced=namespaced)
+
+
+def _first_tile(p: P.KernelPlan) -> str:
+    """The block's first (cluster) tile: its cluster's index in a kernel of clusters."""
+    return "blockIdx.x / CLUSTER" if p.cluster else "blockIdx.x"
+
+
+def _tile_stride(p: P.KernelPlan) -> str:
+    """The (cluster) tiles a persistent block steps over: the grid's blocks, or clusters."""
+    return "gridDim.x / CLUSTER" if p.cluster else "gridDim.x"
+
+
+def _cluster_ranks(w: _W, shape: tuple[int, ...]) -> None:
+    """This block's rank in its cluster along each grid dimension it spans (``cr0``, …),
+    from its rank in the cluster, the dimensions row-major (the last one fastest), as the
+    multicast masks (:func:`cypressc.backend.emit_stmt.multicast_mask`) count them."""
+    w("const int crank = cypress::cluster_rank();  // this block's rank in its cluster")
+    stride = 1
+    for i in reversed(range(len(shape))):
+        if shape[i] > 1:
+            q = "crank" if stride == 1 else f"crank / {stride}"
+            w(f"const int cr{i} = {q} % {shape[i]};  // its rank along b{i}")
+        stride *= shape[i]
 
 
 def _paired(p: P.KernelPlan) -> int | None:
@@ -497,12 +548,13 @@ def _tiles(w: _W, p: P.KernelPlan, code: P.RoleCode, ahead: list, role: str) -> 
         w.open(f"for (int k = 0, t = blockIdx.x << P; t < num_tiles; ++k, t = {_paired_tile('k')})")
     else:
         w.open(
-            f"for (int t = blockIdx.x; t < num_tiles; t += {'gridDim.x' if p.persistent else 'num_tiles'})"
+            f"for (int t = {_first_tile(p)}; t < num_tiles; "
+            f"t += {_tile_stride(p) if p.persistent else 'num_tiles'})"
         )
     w(f"int {bdecl};")
     w(f"tile_coords(t, {bdecl});")
     if "more" in uses:
-        nxt = _paired_tile("(k + 1)") if _paired(p) is not None else "t + gridDim.x"
+        nxt = _paired_tile("(k + 1)") if _paired(p) is not None else f"t + {_tile_stride(p)}"
         w(f"more = {nxt} < num_tiles;  // this block goes on to another tile")
     _trip_counts(w, p, per_tile=True)
     emit_stmts(w, p, code.before)

@@ -101,7 +101,7 @@ def emit_launcher(w, p: P.KernelPlan, paired: bool, namespaced: bool = False) ->
             f"if ((e = cypress::make_tma_map(&{sym(m.name)}, {sym(t.name)}, {bf16}, {inner}, {outer}, {batch}, "
             f"{m.box[-1]}, {m.box[-2]}, {len(m.box)}{sw})) != cudaSuccess) return e;"
         )
-    w("static int configured_device = -1, sms = 0;")
+    w(f"static int configured_device = -1, sms = 0{', clusters = 0' if p.cluster else ''};")
     w("int dev;")
     w("if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;")
     w.open("if (dev != configured_device)")
@@ -117,10 +117,25 @@ def emit_launcher(w, p: P.KernelPlan, paired: bool, namespaced: bool = False) ->
     w(
         "if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;"
     )
+    if p.cluster:  # how many clusters fit at once (GPCs need not split into whole clusters)
+        w(
+            f"if ((e = cypress::max_active_clusters(&clusters, {kernels[0]}, CLUSTER, THREADS, "
+            "SMEM_BYTES)) != cudaSuccess) return e;"
+        )
     w("configured_device = dev;")
     w.close()
-    w(f"const long long tiles = {' * '.join(f'({c(g)})' for g in p.grid)};")
-    w(f"const long long grid = {'tiles < sms ? tiles : sms' if p.persistent else 'tiles'};")
+    if p.cluster:
+        ctiles = " * ".join(
+            f"cdiv({c(g)}, {n})" if n > 1 else f"({c(g)})" for g, n in zip(p.grid, p.cluster)
+        )
+        w(f"const long long tiles = {ctiles};  // cluster tiles")
+        w(
+            "const long long grid = CLUSTER * "
+            + ("(tiles < clusters ? tiles : clusters);" if p.persistent else "tiles;")
+        )
+    else:
+        w(f"const long long tiles = {' * '.join(f'({c(g)})' for g in p.grid)};")
+        w(f"const long long grid = {'tiles < sms ? tiles : sms' if p.persistent else 'tiles'};")
     args = (
         [sym(m.name) for m in p.maps]
         + [

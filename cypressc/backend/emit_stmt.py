@@ -13,6 +13,8 @@ its C++ spelling is chosen when the file is complete.
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import product
+from math import prod
 
 from cypressc.backend import plan as P
 from cypressc.backend.cexpr import is_true, is_zero
@@ -29,7 +31,7 @@ from cypressc.ir.nodes import IConst
 from cypressc.abi.dtypes import DTYPES
 from cypressc.lang.atoms import atom_k
 
-__all__ = ["emit_stmt", "emit_stmts"]
+__all__ = ["emit_stmt", "emit_stmts", "multicast_mask"]
 
 
 def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
@@ -41,14 +43,25 @@ def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
     coords = [_c(x) for x in ld.coords]
     tm = _n(m.name)
 
+    mc = ""
+    if ld.multicast:
+        mask = multicast_mask(p.cluster, ld.multicast)
+        mc = "_multicast"
+        bar = f"{bar}, uint16_t({mask:#x} << crank)"
+
     def one(dst: str, inner: str) -> None:
         if len(m.box) == 1:
-            w(f"cypress::tma_load_1d({dst}, &{tm}, {bar}, {inner});")
+            w(f"cypress::tma_load_1d{mc}({dst}, &{tm}, {bar}, {inner});")
         elif len(m.box) == 2:
-            w(f"cypress::tma_load_2d({dst}, &{tm}, {bar}, {inner}, {coords[0]});")
+            w(f"cypress::tma_load_2d{mc}({dst}, &{tm}, {bar}, {inner}, {coords[0]});")
         else:
-            w(f"cypress::tma_load_3d({dst}, &{tm}, {bar}, {inner}, {coords[1]}, {coords[0]});")
+            w(f"cypress::tma_load_3d{mc}({dst}, &{tm}, {bar}, {inner}, {coords[1]}, {coords[0]});")
 
+    if ld.multicast:  # the tile is the same in the blocks along these dims: one loads it for all
+        first = " && ".join(f"cr{d} == 0" for d in ld.multicast)
+        axes = ", ".join(f"b{d}" for d in ld.multicast)
+        w(f"// the same tile in the cluster's blocks along {axes}: the first one multicasts it")
+        w.open(f"if ({first})")
     if ld.who is not None:
         w.open(f"if ({_cond(ld.who)})")
     if ld.chunks == 1:
@@ -60,6 +73,21 @@ def _load(w, p: P.KernelPlan, ld: P.Load) -> None:
         w.close()
     if ld.who is not None:
         w.close()
+    if ld.multicast:
+        w.close()
+
+
+def multicast_mask(shape: tuple[int, ...], dims: tuple[int, ...]) -> int:
+    """The ``.multicast::cluster`` CTA mask of a tile shared along grid dimensions ``dims``
+    by a cluster of ``shape`` blocks per grid dimension, for the block of rank 0 (shifted
+    left by the issuing block's rank: its rank along ``dims`` is 0): a bit per block whose
+    ranks differ from the issuer's only along ``dims``.  Ranks are row-major over the grid
+    dimensions, the last one fastest (``emit._cluster_ranks``)."""
+    strides = [prod(shape[i + 1 :]) for i in range(len(shape))]
+    mask = 0
+    for ranks in product(*(range(shape[d]) for d in dims)):
+        mask |= 1 << sum(r * strides[d] for r, d in zip(ranks, dims))
+    return mask
 
 
 def _k_major_addr(buf: P.StageBuffer, base: str, col, row: str | None) -> str:

@@ -37,6 +37,8 @@ def emit_sync(w, p: P.KernelPlan, st: P.Sync) -> None:
         _line(w, f"cypress::wait({bar}, {c(st.parity, top=True)});", st.who, st.note)
     elif isinstance(op, S.ArriveExpectTx):
         _line(w, f"cypress::arrive_expect_tx({bar}, {op.bytes});", st.who, st.note)
+    elif isinstance(op, S.Arrive) and op.cluster:  # the stage of every block of the cluster
+        _line(w, f"cypress::arrive_cluster<CLUSTER>({bar});", st.who, st.note)
     elif isinstance(op, S.Arrive):
         _line(w, f"cypress::arrive({bar});", st.who, st.note)
     elif isinstance(op, S.Fence) and op.kind == FenceKind.WGMMA:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cypressc.backend import plan as P
-from cypressc.backend.cexpr import cexpr
+from cypressc.backend.cexpr import cexpr, mentions
 from cypressc.backend.lower_expr import ExprLowering
 from cypressc.backend.lower_host import KernelInterface
 from cypressc.backend.lower_mem import MemoryLowering
@@ -275,11 +275,30 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
                 "an ordered reduce-add (deterministic: true) in a persistent kernel; map the "
                 "block with `persistent: false`"
             )
+        self._cluster(plan)
         guard_dead_row_sums(plan)
         defer_row_sums(plan)
         plan.requires = self._requires(plan)
         plan.flops = self._flops(plan)
         return plan
+
+    def _cluster(self, plan: P.KernelPlan) -> None:
+        """The mapping's ``cluster`` when a copy is multicast (cluster-multicast), and what
+        the tile walk of a cluster cannot do: the clusters walk their tiles together, one
+        cluster tile at a time, so every block of a cluster runs the same pipeline steps."""
+        shape = self.m.target.block.cluster if self.m.target is not None else None
+        if not any(ld.multicast for ld in plan.loads):
+            return
+        if plan.ordered:
+            _refuse("an ordered reduce-add (deterministic: true) in a kernel of clusters")
+        if plan.host_loop is not None:
+            _refuse("a HOST loop run as a grid dimension in a kernel of clusters")
+        if any(mentions(t, f"b{i}") for t in plan.trips for i in range(len(plan.grid))):
+            _refuse(
+                "a kernel of clusters with a main loop whose trip count depends on the block "
+                "(the blocks of a cluster run the same pipeline steps); drop `cluster:`"
+            )
+        plan.cluster = tuple(shape)
 
     @staticmethod
     def _grid_dims(body: list) -> list[N.Dim]:

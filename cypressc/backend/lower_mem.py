@@ -152,6 +152,7 @@ class MemoryLowering:
             self._stage(buf, dorg),
             o.bar.bar,
             self.pos(o.bar.stage),
+            multicast=o.multicast,
         )
         plan.loads.append(ld)
         return ld
@@ -188,6 +189,7 @@ class MemoryLowering:
             self._stage(buf, dorg),
             o.bar.bar,
             self.pos(o.bar.stage),
+            multicast=o.multicast,
         )
         plan.loads.append(ld)
         return ld

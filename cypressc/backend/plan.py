@@ -231,6 +231,9 @@ class KernelPlan:
     # deterministic: true: a reduce-add the blocks along the last grid dimension keep in order
     # (a progress word per tile in a workspace the launcher allocates; TmaStore.order)
     ordered: bool = False
+    # blocks per thread-block cluster along each grid dimension (the mapping's ``cluster``,
+    # when some copy is multicast), else None
+    cluster: tuple[int, ...] | None = None
     floats: list[str] = field(
         default_factory=list
     )  # float entry parameters: kernel arguments after the sizes

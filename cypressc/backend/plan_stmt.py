@@ -48,7 +48,9 @@ class Load:
     ``coords`` -> stage ``stage`` of a stage buffer, completing on ``bar[bar_stage]`` (the
     copy's mbarrier stage from ``sync-insertion``); ``who``: the condition selecting the
     thread that issues it where its role's every thread runs the statement (``issuer``
-    before the main loop without a producer warpgroup), else None."""
+    before the main loop without a producer warpgroup), else None; ``multicast``: the grid
+    dimensions along which the blocks of the cluster share the tile (the IR copy's
+    ``multicast``): the first block along them issues it into every one of them."""
 
     event: str
     map: TmaMap
@@ -59,6 +61,7 @@ class Load:
     bar: str = ""
     bar_stage: IExpr = IConst(0)
     who: IExpr | None = None
+    multicast: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from cypressc.ir.subst import map_views, rename_events, walk_ops
 from cypressc.lang.kinds import PartKind, Proc
 
 __all__ = [
+    "block_dims",
     "element_origin",
     "Symbols",
     "views_of",
@@ -79,6 +80,27 @@ def free_vars(e) -> set[str]:
     if isinstance(e, N.IBin):
         return free_vars(e.a) | free_vars(e.b)
     return set()
+
+
+def block_dims(e: N.IExpr, lets: dict[str, N.IExpr]) -> set[int]:
+    """The grid dimensions (``block_id`` dims) index expression ``e`` depends on, through the
+    Lets it names (``lets``: name -> value).  Syntactic, so sound for independence: an
+    expression that names no ``block_id.d`` has the same value in blocks that differ only
+    along ``d``."""
+    out: set[int] = set()
+    seen: set[str] = set()
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, N.IProc):
+            if x.proc == Proc.BLOCK:
+                out.add(x.dim)
+        elif isinstance(x, N.IBin):
+            todo += [x.a, x.b]
+        elif isinstance(x, N.IVar) and x.name in lets and x.name not in seen:
+            seen.add(x.name)
+            todo.append(lets[x.name])
+    return out
 
 
 def element_origin(

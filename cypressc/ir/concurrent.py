@@ -346,9 +346,18 @@ def run_block(
     Returns the first deadlock or race :class:`Finding`, or None.  With ``values=False``
     copies and leaf calls are not evaluated (only the synchronization is checked); with
     ``happens_before`` every pair of conflicting accesses must also be ordered by a chain of
-    synchronization (:mod:`cypressc.ir.happens_before`).
+    synchronization (:mod:`cypressc.ir.happens_before`).  A module whose copies are
+    ``multicast`` (a cluster, :mod:`cypressc.passes.cluster_multicast`) is a ValueError: a
+    whole cluster is not simulated (the pass adds no edge; the sync verifier counts its
+    cross-block arrivals).
     """
     tiles = block if isinstance(block, list) else [block]
+    if any(isinstance(o, N.Copy) and o.multicast for o in block_ops(m.body)):
+        # one block's view cannot run another block's multicast copies or arrivals
+        raise ValueError(
+            "run_block runs one block; this module's copies are multicast across a cluster "
+            "(cluster-multicast): run the module before that pass, whose edges are the same"
+        )
     try:
         c = _Concurrent(m, sizes, arrays, tiles, seed, values, happens_before)
         if len(tiles) > 1:

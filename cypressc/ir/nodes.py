@@ -262,7 +262,11 @@ class Copy:
     reductions into one view commute, so no edge orders them.  ``ordered`` (``copy.add.ordered``,
     the mapping's ``deterministic: true``; :mod:`cypressc.passes.reduction_order`): the blocks
     along the grid's innermost dimension add into each tile in their order, so the sum is
-    the same bits on every run; an order across blocks, not an edge of the block's IR."""
+    the same bits on every run; an order across blocks, not an edge of the block's IR.
+    ``multicast`` (``… on %full[s] multicast(block_id.x)``, the mapping's ``cluster``;
+    :mod:`cypressc.passes.cluster_multicast`): the grid dimensions along which the blocks of
+    a cluster read the same tile; the first block of them issues the TMA copy once for all,
+    into each one's stage and onto each one's ``bar``."""
 
     ev: str
     src: View
@@ -272,6 +276,7 @@ class Copy:
     bar: BarIdx | None = None
     reduce: str | None = None
     ordered: bool = False
+    multicast: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

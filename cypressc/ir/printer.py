@@ -159,6 +159,9 @@ class _Printer:
             )
         elif isinstance(op, N.Copy):
             bar = f" on %{op.bar.bar}[{fmt_expr(op.bar.stage)}]" if op.bar is not None else ""
+            if op.multicast:
+                axes = ", ".join(fmt_expr(N.IProc(Proc.BLOCK, d)) for d in op.multicast)
+                bar += f" multicast({axes})"
             red = f".{op.reduce}" if op.reduce is not None else ""
             red += ".ordered" if op.ordered else ""
             self.lines.append(
@@ -361,7 +364,8 @@ def sync_line(op, ev, ty, grid: tuple[N.Dim, ...] = ()) -> str:
     guard = getattr(op, "when", None)
     when = f" if {fmt_expr(guard.a)} >= {fmt_expr(guard.b)}" if guard is not None else ""
     if isinstance(op, S.Arrive):
-        return f"arrive {at(op.bar, op.stage)}{when}{per}  @{op.role}{frm}"
+        kw = "arrive.cluster" if op.cluster else "arrive"
+        return f"{kw} {at(op.bar, op.stage)}{when}{per}  @{op.role}{frm}"
     if isinstance(op, S.CommitGroup):
         return f"commit_group {op.unit}{per}  @{op.role}  closes the group of {', '.join(ev(e) for e in op.events)}"
     if isinstance(op, S.WaitGroup):

@@ -307,6 +307,23 @@ class _Reader:
     def shape_of(self, v: N.View) -> tuple:
         return self.shapes[v.name if isinstance(v, N.TRef) else v.partition]
 
+    def multicast(self, c: Cursor) -> tuple[int, ...]:
+        """``(block_id.x, …)`` after ``multicast``: the grid dimensions a copy is shared along."""
+        c.expect("(")
+        out = []
+        while True:
+            tok = c.peek()
+            e = c.expr()
+            if not (isinstance(e, N.IProc) and e.proc == Proc.BLOCK):
+                raise c.error(
+                    "a multicast names grid dimensions", tok, "write multicast(block_id.x)"
+                )
+            out.append(e.dim)
+            if not c.accept(","):
+                break
+        c.expect(")")
+        return tuple(out)
+
     def async_op(self, c: Cursor, name: Tok, indent: int):
         if name.name in self.events:
             raise c.error(f"event %{name.name} is defined twice", name)
@@ -330,7 +347,8 @@ class _Reader:
             dst = self.view(c)
             pre = self.pre(c)
             bar = S.BarIdx(*self.bar(c)) if c.accept("on") else None
-            op: N.Op = N.Copy(ev, src, dst, pre, dims, bar, red, ordered)
+            multicast = self.multicast(c) if bar is not None and c.accept("multicast") else ()
+            op: N.Op = N.Copy(ev, src, dst, pre, dims, bar, red, ordered, multicast)
         elif kw.text == "call":
             op = self.call(c, ev, dims)
         elif kw.text in ("for", "pfor"):

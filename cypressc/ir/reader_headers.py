@@ -15,7 +15,10 @@ from cypressc.ir.target import BlockKnobs, Target
 
 __all__ = ["attrs", "target", "external", "schedule", "resources"]
 
-_KNOB_TYPES = {f.name: "bool" if "bool" in str(f.type) else "int" for f in fields(BlockKnobs)}
+_KNOB_TYPES = {
+    f.name: "bool" if "bool" in str(f.type) else "tuple" if "tuple" in str(f.type) else "int"
+    for f in fields(BlockKnobs)
+}
 _RESOURCE_KEYS = ("smem_bytes", "smem_limit", "barrier_offset", "barrier_bytes")
 
 
@@ -38,7 +41,9 @@ def target(c: Cursor, loc) -> Target:
             known = ", ".join(k for k in _KNOB_TYPES if k != "instance")
             raise c.error(f"'{key}' is not a BLOCK knob", tok, f"the knobs: {known}")
         if _KNOB_TYPES[key] != type(value).__name__:
-            kind = "an int" if _KNOB_TYPES[key] == "int" else "a bool (true or false)"
+            kind = {"int": "an int", "tuple": "a list of ints, (2, 1)"}.get(
+                _KNOB_TYPES[key], "a bool (true or false)"
+            )
             raise c.error(f"{key} is {kind}", tok)
         knobs[key], locs[key] = value, loc(c.line, tok)
     c.end()

@@ -170,9 +170,14 @@ def sync_op(c: Cursor, refs: list[Tok]):
         dims = _per(c)
         return S.Wait(bar, stage, parity, c.role(), _from(c, refs), dims)
     if kw == "arrive":
+        cluster = c.accept(".") is not None
+        if cluster:
+            t = c.kind("name", "cluster")
+            if t.text != "cluster":
+                raise c.error(f"unknown arrive.{t.text}", t, "write arrive.cluster")
         bar, stage = _bar(c)
         when, dims = _when(c), _per(c)
-        return S.Arrive(bar, stage, c.role(), when, _from(c, refs), dims)
+        return S.Arrive(bar, stage, c.role(), when, _from(c, refs), dims, cluster)
     if kw == "commit_group":
         unit = c.tag(GroupUnit, "a group unit")
         dims = _per(c)

@@ -11,7 +11,9 @@ They are small frozen value types, like the rest of the IR (:mod:`cypressc.ir.no
     SyncOp  = MBarrier(name, kind, stages, count, arrive_role, wait_role, channel: event*)
             | ArriveExpectTx(bar, stage, bytes, role)  -- the producer's arrival + TMA bytes
             | Wait(bar, stage, parity, role)           -- try_wait.parity on one stage
-            | Arrive(bar, stage, role, when: Guard?)   -- a consumer's release of one stage
+            | Arrive(bar, stage, role, when: Guard?, cluster)
+                                                       -- a consumer's release of one stage
+                                                       -- (in every block of the cluster)
             | CommitGroup(unit, role, events)          -- wgmma / bulk (TMA store) group
             | WaitGroup(unit, pending, role)           -- wait until <= pending groups in flight
             | SyncWarp(role, when: Guard?)             -- __syncwarp
@@ -187,7 +189,9 @@ class Wait:
 
 @dataclass(frozen=True, slots=True)
 class Arrive:
-    """One arrival per instance of ``dims`` on ``bar[stage]`` (where ``when`` holds)."""
+    """One arrival per instance of ``dims`` on ``bar[stage]`` (where ``when`` holds);
+    ``cluster`` (``arrive.cluster``): on ``bar[stage]`` of every block of the thread-block
+    cluster, the release of a stage that a multicast copy of another block fills."""
 
     bar: str
     stage: N.IExpr
@@ -195,6 +199,7 @@ class Arrive:
     when: Guard | None = None
     edges: tuple[Edge, ...] = ()
     dims: tuple[N.Dim, ...] = ()
+    cluster: bool = False
 
 
 @dataclass(frozen=True, slots=True)

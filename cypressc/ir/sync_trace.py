@@ -14,6 +14,7 @@ from cypressc.ir import sync as S
 from cypressc.ir.hazard_deps import Dep, instances
 from cypressc.ir.hazards import Program
 from cypressc.ir.kinds import BarrierKind, Role, Via
+from cypressc.ir.target import cluster_blocks
 from cypressc.lang.kinds import Proc
 
 __all__ = ["_Run"]
@@ -40,6 +41,7 @@ class _Run:
         self.his: list[tuple[N.IExpr, int]] = []
         self.phase: dict[tuple, int] = {}  # a trace item -> the phase it waits for / arrives in
         self.trips: dict[str, int] = {}  # loop event -> iterations in this run
+        self.cluster = cluster_blocks(m)  # the blocks an arrive.cluster arrives from
         self.walk(m.body, {})
 
     # -- evaluation -----------------------------------------------------------------------------
@@ -135,7 +137,9 @@ class _Run:
                     )
                     if bar.kind != want:
                         raise _error(f"{type(op).__name__} on the {bar.kind} barrier %{op.bar}")
-                    k = _inst(op.dims)
+                    # an arrive.cluster arrives from each block of the cluster, which all run
+                    # this trace (cluster-multicast: the same pipeline steps)
+                    k = _inst(op.dims) * (self.cluster if getattr(op, "cluster", False) else 1)
                     if bar.count % k:
                         raise _error(
                             f"{k} arrivals per op on %{op.bar}, whose phases need {bar.count}"

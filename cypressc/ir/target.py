@@ -11,6 +11,7 @@ error about a knob still points at the YAML that set it.
 
 from __future__ import annotations
 
+from math import prod
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,7 @@ class BlockKnobs:
     persistent: bool | None = None
     pingpong: bool | None = None
     deterministic: bool | None = None
+    cluster: tuple[int, ...] | None = None  # blocks per cluster along each grid dimension
 
 
 KNOBS = tuple(f.name for f in fields(BlockKnobs) if f.name != "instance")
@@ -110,6 +112,18 @@ class Target:
         return Target(load_machine(DEFAULT_MACHINE), loc=Loc(where))
 
 
+def cluster_blocks(m) -> int:
+    """Blocks per thread-block cluster of module ``m``'s kernel (its target's ``cluster``
+    knob; 1 without one)."""
+    shape = m.target.block.cluster if m.target is not None else None
+    return prod(shape) if shape else 1
+
+
+def _knob(v):
+    """A knob's value as the IR keeps it: a list (``cluster: [2, 1]``) as a tuple."""
+    return tuple(v) if isinstance(v, list) else v
+
+
 def target_of(tree: TaskTree, block: TaskNode | None = None) -> Target:
     """The target the task tree ``tree`` was mapped for: the knobs of ``block`` (a BLOCK
     :class:`~cypressc.mapping.tasktree.TaskNode`, one kernel's block program), by default the
@@ -120,7 +134,10 @@ def target_of(tree: TaskTree, block: TaskNode | None = None) -> Target:
     if block is None:
         return Target(tree.machine, loc=Loc(tree.mapping.path), declared=declared)
     inst = block.instance
-    knobs = BlockKnobs(inst.instance, **{k: getattr(inst, k) for k in KNOBS})
+    knobs = BlockKnobs(
+        inst.instance,
+        **{k: _knob(getattr(inst, k)) for k in KNOBS},
+    )
     locs = {
         k: tree.mapping.instance_loc(inst.instance, k)
         for k in KNOBS

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from cypressc.diagnostics import VerifyError
 from cypressc.ir import nodes as N
+from cypressc.ir.analysis import Symbols, block_dims, element_origin
+from cypressc.ir.subst import walk_ops
 from cypressc.ir.sync import SYNC_OPS
 from cypressc.ir.sync_verify import verify_sync
 from cypressc.lang.intrinsics import leaf_of
@@ -113,5 +115,31 @@ def verify(m: N.Module) -> None:
         scope.pop()
 
     block(m.body)
+    _verify_multicast(m)
     if m.synchronized:
         verify_sync(m)
+
+
+def _verify_multicast(m: N.Module) -> None:
+    """A ``multicast`` copy (:mod:`cypressc.passes.cluster_multicast`) reads the same tile in
+    the blocks it is shared by: its tile names none of the grid dimensions it is multicast
+    along (through the module's Lets), the target's cluster spans them, and it completes on
+    an mbarrier (VerifyError otherwise: hand-written IR could claim a tile shared that is not,
+    and the other block would compute with this block's tile)."""
+    copies = [o for o in walk_ops(m.body) if isinstance(o, N.Copy) and o.multicast]
+    if not copies:
+        return
+    shape = m.target.block.cluster if m.target is not None else None
+    lets = {o.name: o.value for o in walk_ops(m.body) if isinstance(o, N.Let)}
+    sym = Symbols(m)
+    for o in copies:
+        if o.bar is None:
+            raise VerifyError(f"{o.ev}: a multicast copy that completes on no mbarrier")
+        if shape is None or any(d >= len(shape) or shape[d] < 2 for d in o.multicast):
+            raise VerifyError(f"{o.ev}: multicast along a grid dimension the cluster does not span")
+        _, org, _, _ = element_origin(sym, o.src)
+        shared = set(o.multicast) & set().union(*(block_dims(x, lets) for x in org))
+        if shared:
+            raise VerifyError(
+                f"{o.ev}: multicast along block_id.{'xyz'[min(shared)]}, but its tile depends on it"
+            )

@@ -30,6 +30,7 @@ def _label(n: TaskNode, color: bool) -> str:
             "raster",
             "pingpong",
             "deterministic",
+            "cluster",
         )
         if getattr(n.instance, k) is not None
     ]

@@ -119,6 +119,13 @@ class Instance(BaseModel):
         default=None,
         description="BLOCK: each tile's reduce-adds in the order of the grid's innermost dimension",
     )
+    cluster: list[Annotated[int, Field(ge=1, le=8)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=3,
+        description="BLOCK: blocks per thread-block cluster along each grid dimension (block_id.x "
+        "first); a tile the blocks of a cluster share is loaded once and multicast",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -207,21 +214,26 @@ Entry = Annotated[
 ]
 
 
-def _tune_values(v: object) -> list[bool | int | str]:
+def _tune_values(v: object) -> list[bool | int | str | list[int]]:
     """A knob's candidates in the ``tune:`` section: one value (the knob is fixed) or a
-    non-empty list of scalars.  Whether each fits its knob is checked against the program
+    non-empty list of scalars; a list-valued knob's (``cluster``) candidates are lists of
+    integers (``cluster: [[1, 1], [2, 1]]``; one list of integers is read by the tuner as one
+    shape).  Whether each fits its knob is checked against the program
     (:mod:`cypressc.tuner.space`, M024)."""
     values = v if isinstance(v, list) else [v]
     if not values:
         raise ValueError("lists no values; write at least one, or drop the key")
     for x in values:
-        if not isinstance(x, (bool, int, str)):
+        shape = isinstance(x, list) and x and all(type(i) is int for i in x)
+        if not (isinstance(x, (bool, int, str)) or shape):
             what = {type(None): "null", list: "a list", dict: "a mapping"}.get(type(x), repr(x))
-            raise ValueError(f"a candidate is an integer, a bool or a name, not {what}")
+            raise ValueError(
+                f"a candidate is an integer, a bool, a name or a list of integers, not {what}"
+            )
     return values
 
 
-TuneValues = Annotated[list[bool | int | str], PlainValidator(_tune_values)]
+TuneValues = Annotated[list[bool | int | str | list[int]], PlainValidator(_tune_values)]
 
 
 class MappingSpec(BaseModel):

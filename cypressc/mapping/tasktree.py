@@ -40,6 +40,7 @@ BLOCK_KNOBS = (
     "persistent",
     "pingpong",
     "deterministic",
+    "cluster",
 )
 
 

@@ -44,6 +44,12 @@ PASSES: list[PassInfo] = [
         "reduction-order", "beyond the paper", "cypressc.passes.reduction_order", "ReductionOrder"
     ),
     PassInfo("sync-insertion", "§4.2.6", "cypressc.passes.sync_insertion", "SyncInsertion"),
+    PassInfo(
+        "cluster-multicast",
+        "beyond the paper",
+        "cypressc.passes.cluster_multicast",
+        "ClusterMulticast",
+    ),
 ]
 
 

@@ -64,6 +64,7 @@ _DEFAULTS = {
     "raster": 16,
     "mma_in_flight": 1,
     "pingpong": False,
+    "cluster": None,
 }
 
 
@@ -124,6 +125,13 @@ def _block_defaults(knob: str, cur: Any) -> list[Any]:
         return list(dict.fromkeys([cur or 16, 16, 8]))
     if knob == "mma_in_flight":
         return list(dict.fromkeys([1 if cur is None else cur, 1, 0]))
+    if knob == "cluster":  # none, or 2 blocks sharing B (along M) or A (along N); a grid of
+        # another rank refuses these (E065) and the search drops them
+        out: list[Any] = []
+        for c in (cur, None, [2, 1], [1, 2]):
+            if c not in out:
+                out.append(c)
+        return out
     return [cur]  # register split: as written unless tune: lists values
 
 
@@ -136,6 +144,7 @@ _BLOCK_KNOBS = {
     "producer_registers": "block",
     "consumer_registers": "block",
     "pingpong": "block",
+    "cluster": "block",
 }
 
 
@@ -174,6 +183,8 @@ class Space:
             vals = {**base, **dict(zip(names, combo))}
             for n, v in vals.items():
                 k = self.by_name[n]
+                if isinstance(v, list) and all(x == 1 for x in v):
+                    vals[n] = v = None  # a cluster of one block: none (the same kernel)
                 if k.kind == "block" and k.current is None and _DEFAULTS.get(n, ...) == v:
                     vals[n] = None
             yield vals
@@ -260,8 +271,8 @@ class Space:
         out = []
         for k in self.knobs:
             v = values.get(k.name)
-            if not k.searched and v == k.current:
-                continue
+            if (not k.searched and v == k.current) or (k.name == "cluster" and v is None):
+                continue  # (no cluster: said by saying nothing, as before clusters)
             if isinstance(v, bool):
                 out.append(k.name if v else f"no-{k.name}")
             elif isinstance(v, str) and v.startswith("WGMMA_"):
@@ -443,6 +454,10 @@ def _apply_tune_section(space: Space, tied: dict) -> Space:
                 )
             )
             continue
+        if isinstance(knob.current, list) or knob.name == "cluster":
+            # a list-valued knob: one list of integers is one candidate ([2, 1]), a list of
+            # lists several ([[1, 1], [2, 1]])
+            values = [values] if all(type(x) is int for x in values) else values
         for j, v in enumerate(values):
             why = _bad_value(space, knob, v)
             if why:
@@ -453,8 +468,9 @@ def _apply_tune_section(space: Space, tied: dict) -> Space:
                         space.lm.loc("tune", name, j),
                     )
                 )
+        unique = [x for i, x in enumerate(values) if x not in values[:i]]  # lists: no hashing
         knobs[knobs.index(knob)] = Knob(
-            knob.name, knob.kind, knob.group, knob.sites, knob.current, tuple(dict.fromkeys(values))
+            knob.name, knob.kind, knob.group, knob.sites, knob.current, tuple(unique)
         )
         space = Space(space.lm, space.text, knobs, space.program)
     if errors:

@@ -19,7 +19,7 @@ def snapshots(program: str):
     mapping = ROOT / "tests/mappings/full" / program / "h100.yaml"
     out = []
     try:
-        out += compiled.snapshots(program, mapping, until="sync-insertion")
+        out += compiled.snapshots(program, mapping, until="cluster-multicast")
         out += compiled.snapshots(program, mapping)[-1:]
     except CypressError as e:  # a program the backend refuses (E050) keeps its IR goldens
         assert e.code == "E050" and program not in (

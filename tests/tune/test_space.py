@@ -45,6 +45,7 @@ def test_gemm_knobs_and_default_candidates():
         "producer_registers",
         "consumer_registers",
         "pingpong",
+        "cluster",
     ]
     assert k["U"].candidates == (64, 128, 256) and k["W"].candidates == (32, 64, 128)
     assert k["WGS"].candidates == (1, 2, 4) and len(k["WGS"].sites) == 3  # mma, clear, copy blocks
@@ -62,6 +63,7 @@ def test_gemm_knobs_and_default_candidates():
         k["pingpong"].current is None and not k["pingpong"].searched
     )  # unset: GEMM loops refuse it
     assert "PIECES" not in k and "PROC" not in k  # bound to different values / a processor
+    assert k["cluster"].current is None and k["cluster"].candidates == (None, [2, 1], [1, 2])
 
 
 def test_reduction_has_two_staging_knobs_and_shared_stays_fixed():
@@ -195,3 +197,22 @@ def test_static_score_prefers_the_hand_tuned_shape_at_scale():
     assert score("tests/mappings/full/gemm/h100.yaml", 4096) > score(
         "tests/mappings/full/gemm/h100_nows.yaml", 4096
     )
+
+
+def test_cluster_shapes_render_as_lists_and_a_one_block_cluster_is_none(tmp_path):
+    """``cluster`` candidates are lists: rendered as a flow list after ``proc:``, loaded back
+    to the same spec; ``tune: {cluster: [2, 1]}`` is one shape, ``[[1, 1], [2, 1]]`` two, and
+    ``[1, 1]`` (one block per cluster) is the mapping without the knob."""
+    sp = space_of("programs/gemm.cyp", "tests/mappings/full/gemm/h100_plain.yaml")
+    vals = dict(sp.base, cluster=[2, 1])
+    text = sp.render(vals)
+    assert "    proc: BLOCK\n    cluster: [2, 1]\n" in text
+    assert load_mapping_source(text).spec == sp.spec(vals)
+    base = (ROOT / "tests/mappings/full/gemm/h100_plain.yaml").read_text()
+    one = space_of("programs/gemm.cyp", "", base + "tune:\n  cluster: [2, 1]\n", tmp_path)
+    assert one.by_name["cluster"].candidates == ([2, 1],)
+    two = space_of("programs/gemm.cyp", "", base + "tune:\n  cluster: [[1, 1], [2, 1]]\n", tmp_path)
+    assert two.by_name["cluster"].candidates == ([1, 1], [2, 1])
+    pts = list(two.product(["cluster"], two.base))
+    assert [p["cluster"] for p in pts] == [None, [2, 1]]
+    assert two.render(pts[0]) == two.text

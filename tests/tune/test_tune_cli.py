@@ -26,6 +26,7 @@ SPACE = """tune:
   persistent: true
   raster: 16
   mma_in_flight: 1
+  cluster: [1, 1]
 """
 SIZES = ["--size", "M=4096", "--size", "N=4096", "--size", "K=4096"]
 
@@ -234,6 +235,7 @@ def test_sizes_named_after_shapes_are_one_size_by_any_of_their_names(tmp_path, t
         + "tune:\n  U: 128\n  V: 128\n"
         "  W: 64\n  WGS: 2\n  MMA: WGMMA_64x128x16\n  copy_block.D: GLOBAL\n  pipeline: 3\n"
         "  warpspecialize: false\n  persistent: false\n  raster: 16\n  mma_in_flight: 1\n"
+        "  cluster: [1, 1]\n"
     )
     prog = str(ROOT / "tests/programs/gemm_shapes.cyp")
 

@@ -26,6 +26,7 @@ SECTION = """tune:
   persistent: true
   raster: 16
   mma_in_flight: 1
+  cluster: [1, 1]
 """
 
 pytestmark = [

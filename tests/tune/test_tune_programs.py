@@ -47,6 +47,8 @@ def small_space(program: Path, mapping: Path) -> tuple[str, str]:
         if k.kind == "tunable" and bad is None:
             bad = k.name
             lines.append(f"  {k.name}: [{v}, 3]")
+        elif v is None:  # a knob without a value (no cluster): its one-block-per-cluster value
+            lines.append(f"  {k.name}: [1, 1]")
         else:
             lines.append(f"  {k.name}: {str(v).lower() if isinstance(v, bool) else v}")
     assert bad is not None, f"{mapping}: no int tunable to search"

@@ -58,6 +58,11 @@ __device__ __forceinline__ void named_sync(uint32_t id, uint32_t nthreads) { cut
 // Arrive at a named barrier without waiting (the producer side of a named-barrier handoff).
 __device__ __forceinline__ void named_arrive(uint32_t id, uint32_t nthreads) { cutlass::arch::NamedBarrier::arrive(nthreads, id); }
 
+// This block's rank in its thread-block cluster (%cluster_ctarank).
+__device__ __forceinline__ int cluster_rank() { return int(cute::block_rank_in_cluster()); }
+// Every thread of every block of the cluster meets (barrier.cluster arrive.release + wait.acquire).
+__device__ __forceinline__ void cluster_sync() { cute::cluster_sync(); }
+
 // Orders this thread's generic-proxy shared writes before later async-proxy (TMA/wgmma) reads.
 __device__ __forceinline__ void fence_proxy_async() { cutlass::arch::fence_view_async_shared(); }
 // Makes mbarrier.init visible to the async proxy (TMA completes on it) before the block syncs.
@@ -74,6 +79,12 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) { return cute::cast_
 __device__ __forceinline__ void init(bar_t* bar, uint32_t count) { cutlass::arch::ClusterBarrier::init(bar, count); }
 // Plain arrival (consumer releasing a stage).
 __device__ __forceinline__ void arrive(bar_t* bar) { cutlass::arch::ClusterBarrier::arrive(bar); }
+// Arrival on `bar`'s stage in every block of the thread-block cluster (blocks 0..N-1): the
+// release of a stage that a multicast copy of another block fills (mapa + remote arrive).
+template <int N> __device__ __forceinline__ void arrive_cluster(bar_t* bar) {
+  #pragma unroll
+  for (int i = 0; i < N; ++i) cutlass::arch::ClusterBarrier::arrive(bar, i, 1);
+}
 // Arrival that also announces `bytes` of TMA traffic the phase must wait for (producer).
 __device__ __forceinline__ void arrive_expect_tx(bar_t* bar, uint32_t bytes) {
   cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, bytes);
@@ -195,6 +206,17 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, b
 __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, bar_t* bar, int c0, int c1, int c2) {
   cute::SM90_TMA_LOAD_3D::copy(map, bar, kEvictNormal, dst, c0, c1, c2);
 }
+// The same, multicast: the box lands at `dst` and completes on `bar` in every block of the
+// cluster whose bit `mask` sets (the same shared offsets in each; .multicast::cluster).
+__device__ __forceinline__ void tma_load_1d_multicast(void* dst, const CUtensorMap* map, bar_t* bar, uint16_t mask, int c0) {
+  cute::SM90_TMA_LOAD_MULTICAST_1D::copy(map, bar, mask, kEvictNormal, dst, c0);
+}
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, bar_t* bar, uint16_t mask, int c0, int c1) {
+  cute::SM90_TMA_LOAD_MULTICAST_2D::copy(map, bar, mask, kEvictNormal, dst, c0, c1);
+}
+__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const CUtensorMap* map, bar_t* bar, uint16_t mask, int c0, int c1, int c2) {
+  cute::SM90_TMA_LOAD_MULTICAST_3D::copy(map, bar, mask, kEvictNormal, dst, c0, c1, c2);
+}
 // Shared box -> global at (c0, c1); out-of-bounds parts are clipped by the hardware.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int c0, int c1) {
   cute::SM90_TMA_STORE_2D::copy(map, src, c0, c1);
@@ -217,6 +239,27 @@ __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const 
 __device__ __forceinline__ void tma_store_commit() { cute::tma_store_arrive(); }
 // Wait until at most N store groups still read their shared source (then it may be reused).
 template <int N> __device__ __forceinline__ void tma_store_wait() { cute::tma_store_wait<N>(); }
+
+// How many clusters of `cluster` blocks (`threads` threads, `smem` dynamic shared bytes each)
+// of `kernel` the device runs at once: a persistent kernel of clusters launches no more (a
+// GPC's SMs need not split into whole clusters, so this can be below SMs / cluster).
+template <class Kernel>
+inline cudaError_t max_active_clusters(int* n, Kernel kernel, int cluster, int threads, int smem) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(cluster, 1, 1);
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  const cudaError_t e = cudaOccupancyMaxActiveClusters(n, reinterpret_cast<const void*>(kernel), &cfg);
+  if (e != cudaSuccess) return e;
+  return *n > 0 ? cudaSuccess : cudaErrorInvalidConfiguration;  // not one cluster fits
+}
 
 // ------------------------------------------------------------------------------------------
 // Ordered reductions (deterministic: true; pass reduction-order): the blocks along the grid's
