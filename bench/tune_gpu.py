@@ -64,6 +64,10 @@ def ref_gemm_reduction(t):
     return PROGRAMS["gemm_reduction"].ref(t)
 
 
+def ref_gemm_fp8(t):
+    return PROGRAMS["gemm_fp8"].ref(t)
+
+
 T0 = time.time()
 
 

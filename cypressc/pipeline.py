@@ -61,7 +61,8 @@ def dump_snapshots(out, snaps: list[tuple[str, N.Module]], prefix: str = "") -> 
 
 def run_step(name: str, step: Callable, m: N.Module | None, *, verify: bool = True) -> N.Module:
     """``step(m)``, the module verified after it (:mod:`cypressc.ir.verify`; after
-    ``sync-insertion`` also the independent happens-before check) unless ``verify`` is off.
+    ``sync-insertion`` also the independent happens-before check) unless ``verify`` is off
+    or the step returned ``m`` itself (verified after the step before).
     User errors (:class:`CypressError`, :class:`CypressErrors`) propagate unchanged; anything
     else, a step that breaks or IR that no longer verifies, is a :class:`PassError` naming
     ``name``."""
@@ -69,8 +70,10 @@ def run_step(name: str, step: Callable, m: N.Module | None, *, verify: bool = Tr
     from cypressc.ir.verify import verify as verify_module
 
     try:
-        m = step(m)
-        if verify:
+        before, m = m, step(m)
+        # a step that returned its input unchanged (a knob's pass without the knob) leaves
+        # the module the previous step's verification passed
+        if verify and m is not before:
             verify_module(m)
             if name == "sync-insertion":  # independent of the analysis sync-insertion used
                 verify_happens_before(m)

@@ -293,8 +293,8 @@ def test_build_suggests_a_run_that_fits(name, sizes, tmp_path):
 
 
 def test_explain_shows_every_pass_before_the_one_that_refuses(tmp_path):
-    """A 24-column B tile (no swizzle mode divides its 48-byte rows): sync-insertion still runs
-    (and is printed), cuda-lowering refuses (a warning in explain, an error when it is asked
+    """A 24-column B tile (no swizzle mode divides its 48-byte rows): sync-insertion and
+    cluster-multicast still run (and are printed), cuda-lowering refuses (a warning in explain, an error when it is asked
     for with --after)."""
     m = tmp_path / "v24.yaml"
     m.write_text(
@@ -306,7 +306,7 @@ def test_explain_shows_every_pass_before_the_one_that_refuses(tmp_path):
     r = cli("explain", "programs/gemm.cyp", "-m", str(m), "--no-tree")
     assert r.exit_code == 0, r.stderr
     shown = re.findall(r"^// ---- after (\S+)", r.stdout, re.MULTILINE)
-    assert shown[-1] == "sync-insertion" and "cuda-lowering" not in shown
+    assert shown[-2:] == ["sync-insertion", "cluster-multicast"] and "cuda-lowering" not in shown
     assert "warning[E050]" in r.stderr and "24 columns" in r.stderr
     r = cli("explain", "programs/gemm.cyp", "-m", str(m), "--no-tree", "--after", "cuda-lowering")
     assert r.exit_code == 1 and "error[E050]" in r.stderr

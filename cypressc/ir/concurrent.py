@@ -74,6 +74,8 @@ __all__ = [
     "Finding",
     "ScheduleFailure",
     "run_block",
+    "run_cluster",
+    "cluster_tiles",
     "block_ops",
     "op_label",
     "pipeline_ring",
@@ -131,8 +133,15 @@ class _Concurrent(OpSemantics):
         seed: int,
         values: bool,
         happens_before: bool = False,
+        rank: tuple[int, ...] | None = None,
     ) -> None:
         self.m, self.values, self.rng = m, values, random.Random(seed)
+        # a block of a cluster (run_cluster): its rank per grid dimension; its mbarriers are
+        # keyed by it too, so that an observation of one block's barrier never stands for
+        # another's; ``cluster`` (all blocks, rank order) is set by run_cluster
+        self.rank = rank
+        self.cluster: list[_Concurrent] = [self]
+        self.scope_paths: dict[int, tuple] = {}
         self.late_bulk = seed % 2 == 1
         self.vi = I._Interp(m, sizes, arrays, None)  # value semantics (views, leaf calls)
         self.sym = Symbols(m)
@@ -163,8 +172,9 @@ class _Concurrent(OpSemantics):
         producer = any(r == Role.PRODUCER for r in self.roles.values()) or any(
             getattr(o, "role", "") == Role.PRODUCER for o in block_ops(m.body)
         )
-        self.threads = ([Thread("producer", Role.PRODUCER, 0)] if producer else []) + [
-            Thread(f"consumer wg{w}", Role.CONSUMER, w) for w in range(nwg)
+        who = "" if rank is None else f"block {rank} "
+        self.threads = ([Thread(f"{who}producer", Role.PRODUCER, 0)] if producer else []) + [
+            Thread(f"{who}consumer wg{w}", Role.CONSUMER, w) for w in range(nwg)
         ]
         self.hb = HappensBefore(self) if happens_before else None
 
@@ -177,7 +187,23 @@ class _Concurrent(OpSemantics):
                 sc.vars[var] = k
             self._define(sc, block)
             self.scopes[(parent.uid,) + key] = sc
+            self.scope_paths[sc.uid] = self.scope_paths.get(parent.uid, ()) + (
+                (key, block, var, k),
+            )
         return sc
+
+    def scope_like(self, other: _Concurrent, sc: _Scope) -> _Scope:
+        """This block's scope at the loop position of ``other``'s scope ``sc`` (a multicast
+        copy of ``other`` lands in this block's storage of the same iteration)."""
+        out = self.vi.root
+        for key, block, var, k in other.scope_paths.get(sc.uid, ()):
+            out = self.scope_for(out, key, block, var, k)
+        return out
+
+    def bar_key(self, name: str, stage: int) -> tuple:
+        """The key of stage ``stage`` of mbarrier ``name`` of this block (a block of a
+        cluster: with its rank)."""
+        return (name, stage) if self.rank is None else (name, stage, self.rank)
 
     @staticmethod
     def _define(sc: _Scope, block: N.Block) -> None:
@@ -208,7 +234,7 @@ class _Concurrent(OpSemantics):
             if isinstance(op, S.MBarrier):
                 st = op.stages
                 for s in range(st):
-                    self.bars.setdefault((op.name, s), Bar(op.count))
+                    self.bars.setdefault(self.bar_key(op.name, s), Bar(op.count))
                 continue
             if isinstance(op, (N.For, N.PFor)):
                 lo = int(self.vi.expr(op.lo, scope, env0))
@@ -281,10 +307,14 @@ class _Concurrent(OpSemantics):
 
     # -- the scheduler ----------------------------------------------------------------
     def run(self) -> None:
-        for t in self.threads:
-            t.gen = self.walk_tiles(t)
+        """Run the threads of every block of the cluster (one block: this one) under one
+        seeded scheduler, with their asynchronous completions, until all end or none can."""
+        owner = {id(t): c for c in self.cluster for t in c.threads}
+        threads = [t for c in self.cluster for t in c.threads]
+        for t in threads:
+            t.gen = owner[id(t)].walk_tiles(t)
         while True:
-            runnable = [t for t in self.threads if not t.done and (t.ready is None or t.ready())]
+            runnable = [t for t in threads if not t.done and (t.ready is None or t.ready())]
             # half the schedules keep TMA stores in flight while any thread can run (as long
             # as the hardware may): a write that does not wait for a store's read then races
             late = self.late_bulk and runnable
@@ -292,9 +322,9 @@ class _Concurrent(OpSemantics):
                 ("a", a) for a in self.inflight if not (late and a[0] == "bulk")
             ]
             if not choices:
-                live = [t for t in self.threads if not t.done]
+                live = [t for t in threads if not t.done]
                 if not live:
-                    left = {b: st[0] for b, st in self.turns.items() if st[0]}
+                    left = {b: st[0] for c in self.cluster for b, st in c.turns.items() if st[0]}
                     if left:  # a persistent block's next tile would find these phases half-full
                         self.fail(
                             "deadlock",
@@ -323,6 +353,76 @@ class _Concurrent(OpSemantics):
                     )
 
 
+def run_cluster(
+    m: N.Module,
+    sizes: dict[str, int],
+    arrays: dict[str, np.ndarray],
+    tiles: list[list[dict]],
+    seed: int,
+    values: bool = True,
+) -> Finding | None:
+    """Run one thread-block cluster of the synchronized module ``m`` (its target's
+    ``cluster`` shape; :mod:`cypressc.passes.cluster_multicast`) under the random schedule
+    ``seed``, in place on ``arrays``: each block as :func:`run_block` runs one, all under one
+    scheduler.  ``tiles``: the cluster's tiles in order, each a list of its blocks' indices
+    (``IProc`` → index) in rank order (row-major over the grid dimensions, the last one
+    fastest, as the kernel ranks them): block ``r`` of the cluster runs the ``r``-th block of
+    every tile, as the kernel's cluster walk does.
+
+    Cross-block semantics (PTX ``.multicast::cluster``, ``mbarrier.arrive.shared::cluster``):
+    a ``multicast`` copy is issued by the first block of its group only, lands in every block
+    of the group (its storage, its regions' race checks) and completes on each one's barrier;
+    ``arrive.cluster`` arrives on the stage of every block; every block's mbarriers are
+    initialized before any thread runs (the kernel's cluster sync after initialization).  A
+    block's barriers are its own (an observation of one never stands for another's).  Returns
+    the first deadlock or race :class:`Finding`, or None; ValueError for tiles that do not
+    match the cluster's shape."""
+    shape = m.target.block.cluster if m.target is not None else None
+    if not shape or not tiles or any(len(tl) != len(tiles[0]) for tl in tiles):
+        raise ValueError("run_cluster: a module with a cluster, and the same blocks per tile")
+    n = 1
+    for x in shape:
+        n *= x
+    if len(tiles[0]) != n:
+        raise ValueError(f"run_cluster: {len(tiles[0])} blocks per tile for a cluster of {n}")
+    ranks = list(itertools.product(*(range(x) for x in shape)))
+    try:
+        blocks = [
+            _Concurrent(m, sizes, arrays, [tl[r] for tl in tiles], seed, values, rank=rk)
+            for r, rk in enumerate(ranks)
+        ]
+        inflight: list[tuple] = []
+        for b in blocks:
+            b.cluster, b.inflight, b.rng = blocks, inflight, blocks[0].rng
+            for op in block_ops(m.body):  # initialized, then the cluster syncs
+                if isinstance(op, S.MBarrier):
+                    for s in range(op.stages):
+                        b.bars.setdefault(b.bar_key(op.name, s), Bar(op.count))
+            if len(tiles) > 1:
+                b.check_positions_carry()
+        blocks[0].run()
+    except ScheduleFailure as f:
+        return f.finding
+    return None
+
+
+def cluster_tiles(m: N.Module, blocks: list[dict]) -> list[list[dict]]:
+    """``blocks`` (a grid's block indices, :func:`cypressc.ir.schedule_check.grid_blocks`)
+    grouped into the tiles of ``m``'s clusters, each tile's blocks in rank order; ValueError
+    where the grid is not a whole number of clusters along a dimension (the kernel runs the
+    blocks past the edge on zero-filled tiles; the interpreter has no such blocks)."""
+    shape = m.target.block.cluster
+    procs = sorted({p for b in blocks for p in b}, key=lambda p: p.dim)
+    ext = {p: max(b[p] for b in blocks) + 1 for p in procs}
+    if any(ext[p] % shape[p.dim] for p in procs):
+        raise ValueError("the grid is not a whole number of clusters at these sizes")
+    out: dict[tuple, list] = {}
+    for b in sorted(blocks, key=lambda b: tuple(b[p] for p in procs)):
+        tile = tuple(b[p] // shape[p.dim] for p in procs)
+        out.setdefault(tile, []).append(b)
+    return list(out.values())
+
+
 def run_block(
     m: N.Module,
     sizes: dict[str, int],
@@ -347,16 +447,15 @@ def run_block(
     copies and leaf calls are not evaluated (only the synchronization is checked); with
     ``happens_before`` every pair of conflicting accesses must also be ordered by a chain of
     synchronization (:mod:`cypressc.ir.happens_before`).  A module whose copies are
-    ``multicast`` (a cluster, :mod:`cypressc.passes.cluster_multicast`) is a ValueError: a
-    whole cluster is not simulated (the pass adds no edge; the sync verifier counts its
-    cross-block arrivals).
+    ``multicast`` (a cluster, :mod:`cypressc.passes.cluster_multicast`) is a ValueError: its
+    blocks run together, :func:`run_cluster`.
     """
     tiles = block if isinstance(block, list) else [block]
     if any(isinstance(o, N.Copy) and o.multicast for o in block_ops(m.body)):
         # one block's view cannot run another block's multicast copies or arrivals
         raise ValueError(
             "run_block runs one block; this module's copies are multicast across a cluster "
-            "(cluster-multicast): run the module before that pass, whose edges are the same"
+            "(cluster-multicast): run it with run_cluster"
         )
     try:
         c = _Concurrent(m, sizes, arrays, tiles, seed, values, happens_before)

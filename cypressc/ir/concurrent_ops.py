@@ -30,7 +30,7 @@ class OpSemantics(RaceChecks):
     def execute(self, t: Thread, op, scope, envs):
         vi = self.vi
         if isinstance(op, S.Wait):
-            bar = (op.bar, int(vi.expr(op.stage, scope, envs[0])))
+            bar = self.bar_key(op.bar, int(vi.expr(op.stage, scope, envs[0])))
             par = int(vi.expr(op.parity, scope, envs[0])) % 2
             if op.bar in self.tile_bars:
                 par ^= t.tile % 2
@@ -42,18 +42,22 @@ class OpSemantics(RaceChecks):
             if self.hb is not None:
                 self.hb.on_wait(t, bar, b.phase)
         elif isinstance(op, (S.Arrive, S.ArriveExpectTx)):
+            # arrive.cluster: on the stage of every block of the cluster (run_cluster)
+            blocks = self.cluster if getattr(op, "cluster", False) else [self]
             for e in envs:
-                bar = (op.bar, int(vi.expr(op.stage, scope, e)))
-                b = self.bars[bar]
-                if isinstance(op, S.ArriveExpectTx):
-                    b.tx += op.bytes
-                for r in self.regions.values():  # this thread's finished reads: released
-                    for rd in r.readers:
-                        if rd["thread"] is t and rd["retired"]:
-                            rd["tokens"].add((bar, b.phase))
-                if self.hb is not None:
-                    self.hb.on_arrive(t, bar, b.phase)
-                self.arrive(op, bar, b, 1)
+                stage = int(vi.expr(op.stage, scope, e))
+                for blk in blocks:
+                    bar = blk.bar_key(op.bar, stage)
+                    b = blk.bars[bar]
+                    if isinstance(op, S.ArriveExpectTx):
+                        b.tx += op.bytes
+                    for r in self.regions.values():  # this thread's finished reads: released
+                        for rd in r.readers:
+                            if rd["thread"] is t and rd["retired"]:
+                                rd["tokens"].add((bar, b.phase))
+                    if self.hb is not None:
+                        self.hb.on_arrive(t, bar, b.phase)
+                    blk.arrive(op, bar, b, 1)
         elif isinstance(op, S.CommitGroup):
             if op.unit == GroupUnit.WGMMA:
                 t.mma_groups.append(t.open_mma)
@@ -160,29 +164,23 @@ class OpSemantics(RaceChecks):
             b.arrivals = 0
 
     def copy(self, t: Thread, op: N.Copy, scope, envs) -> None:
+        if op.multicast and op.bar is not None and self.rank is not None:
+            # the group's first block issues it for every block of the group, into each one's
+            # storage and onto each one's barrier; the others issue nothing
+            if any(self.rank[d] for d in op.multicast):
+                return
+            for blk in self.cluster:
+                if all(blk.rank[d] == r for d, r in enumerate(self.rank) if d not in op.multicast):
+                    sc = blk.scope_like(self, scope)
+                    envs_b = [{**e, **blk.tiles[t.tile]} for e in envs]
+                    blk.tma_load(t, op, sc, envs_b)
+            return
+        if op.bar is not None:
+            self.tma_load(t, op, scope, envs)
+            return
         for e in envs:
             src, dst = self.regions_of(op.src, scope, e), self.regions_of(op.dst, scope, e)
-            if op.bar is not None:  # TMA load: async, completes on the barrier
-                bar = (op.bar.bar, int(self.vi.expr(op.bar.stage, scope, e)))
-                nbytes = self._bytes(op.dst, scope, e)
-                job = {
-                    "kind": "tma",
-                    "op": op_label(op, self.names),
-                    "done": False,
-                    "bar": bar,
-                    "phase": None,
-                    "bytes": nbytes,
-                    "run": (op, scope, e),
-                }
-                for _, key in dst:
-                    self.check_overwrite(t, op, key).writer = job
-                if self.hb is not None:
-                    lbl = op_label(op, self.names)
-                    self.hb.on_issue(
-                        t, job, [(op.src, scope, e, False, lbl), (op.dst, scope, e, True, lbl)]
-                    )
-                self.inflight.append(("tma", t, job))
-            elif src and src[0][0] == Mem.SHARED and not dst:  # TMA store: bulk group
+            if src and src[0][0] == Mem.SHARED and not dst:  # TMA store: bulk group
                 recs = []
                 for _, key in src:
                     if key in t.dirty:
@@ -199,6 +197,7 @@ class OpSemantics(RaceChecks):
                     "done": False,
                     "run": (op, scope, e),
                     "recs": recs,
+                    "block": self,
                 }
                 if self.hb is not None:  # a copy.add from shared: a TMA reduce-add, as a store
                     lbl = op_label(op, self.names)
@@ -226,6 +225,33 @@ class OpSemantics(RaceChecks):
                     self.hb.thread_access(t, op.dst, scope, e, True, lbl, op.reduce is not None)
                 if self.values:
                     self.do_copy(op, scope, e)
+
+    def tma_load(self, t: Thread, op: N.Copy, scope, envs) -> None:
+        """A TMA load of thread ``t`` (of this block, or of the first block of a multicast
+        group, :meth:`copy`) into this block's storage: in flight until the scheduler completes
+        it on this block's barrier."""
+        for e in envs:
+            dst = self.regions_of(op.dst, scope, e)
+            bar = self.bar_key(op.bar.bar, int(self.vi.expr(op.bar.stage, scope, e)))
+            nbytes = self._bytes(op.dst, scope, e)
+            job = {
+                "kind": "tma",
+                "op": op_label(op, self.names),
+                "done": False,
+                "bar": bar,
+                "phase": None,
+                "bytes": nbytes,
+                "run": (op, scope, e),
+                "block": self,
+            }
+            for _, key in dst:
+                self.check_overwrite(t, op, key).writer = job
+            if self.hb is not None:
+                lbl = op_label(op, self.names)
+                self.hb.on_issue(
+                    t, job, [(op.src, scope, e, False, lbl), (op.dst, scope, e, True, lbl)]
+                )
+            self.inflight.append(("tma", t, job))
 
     def _bytes(self, v: N.View, scope, env) -> int:
         shape = self.sym.shape(v)
@@ -329,6 +355,9 @@ class OpSemantics(RaceChecks):
             rec["retired"] = True
 
     def complete(self, kind: str, t: Thread, job) -> None:
+        if job.get("block", self) is not self:  # a multicast copy's share of another block
+            job["block"].complete(kind, t, job)
+            return
         op, scope, e = job["run"]
         if kind == "tma":
             b = self.bars[job["bar"]]

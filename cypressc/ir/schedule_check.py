@@ -256,7 +256,10 @@ def check_schedules(
     that neither vanishes nor leaves what it scales unchanged).  With ``persistent``, raises
     ValueError where :func:`cypressc.ir.concurrent.run_block` does (a main loop whose steps
     per tile are not a whole number of wraps of a barrier's stages, or ping-pong turns not in
-    the shape :func:`cypressc.ir.sync.carried_turns` expects)."""
+    the shape :func:`cypressc.ir.sync.carried_turns` expects).  A module of clusters (multicast
+    copies) runs every cluster of the grid as a whole (:func:`cypressc.ir.concurrent.run_cluster`;
+    ``persistent``: its cluster tiles back to back on one cluster); ``max_blocks`` does not
+    apply, and the grid must be a whole number of clusters (ValueError)."""
     sizes = sizes or small_sizes(m_sync)
     sizes = {**sizes, **{f: 0.75 for f in m_sync.floats if f not in sizes}}
     inputs = random_inputs(m_ref, sizes, seed=seed)
@@ -264,14 +267,30 @@ def check_schedules(
     poison = written_params(m_ref, overwritten=True)
     want = _reference(m_ref, sizes, seed, inputs, outs) if value_every > 0 else None
     blocks = grid_blocks(m_sync, sizes)[:max_blocks]
+    # a kernel of clusters (multicast copies): every cluster of the grid, each as a whole
+    # (run_cluster), or the grid's cluster tiles as the tiles of one cluster (persistent)
+    clusters = (
+        C.cluster_tiles(m_sync, grid_blocks(m_sync, sizes))
+        if any(isinstance(o, N.Copy) and o.multicast for o in C.block_ops(m_sync.body))
+        else None
+    )
+    if clusters is not None:
+        blocks = [b for tile in clusters for b in tile]
     for n in range(schedules):
         s = seed + n
         values = value_every > 0 and n % value_every == 0
         got = {k: v.copy() for k, v in inputs.items()}
         for o in poison:
             got[o][...] = np.nan
-        for b in [blocks] if persistent else blocks:
-            f = C.run_block(m_sync, sizes, got, b, s, values=values)
+        if clusters is not None:
+            runs = [
+                (C.run_cluster, tl)
+                for tl in ([clusters] if persistent else [[c] for c in clusters])
+            ]
+        else:
+            runs = [(C.run_block, b) for b in ([blocks] if persistent else blocks)]
+        for run, b in runs:
+            f = run(m_sync, sizes, got, b, s, values=values)
             if f is not None:
                 return Verdict(f, s, n + 1, sizes)
         if values and len(blocks) == len(grid_blocks(m_sync, sizes)):

@@ -27,6 +27,11 @@ What changes with it follows from the copy's events, not from a new edge:
   multicast into its shared memory or arrive on its barriers); it walks the tiles a cluster
   at a time, so the blocks of a cluster run the same pipeline steps.
 
+The sync verifier counts an ``arrive.cluster`` once per block of the cluster (all run the
+same steps); the concurrent interpreter runs each cluster as a whole
+(:func:`cypressc.ir.concurrent.run_cluster`), and the IR verifier refuses a ``multicast``
+copy whose tile depends on a dimension it is multicast along.
+
 Refused (E065, at the knob, with what to change): a cluster whose length is not the grid's
 rank; a cluster beyond 8 blocks (the portable limit) or along a grid dimension other than the
 last two (the tile walk's); no copy that the cluster's blocks share; a shared copy in a loop

@@ -12,10 +12,23 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["compare", "failure", "failure_text", "TOLERANCE", "ELEMENT_TOLERANCE", "FAILURE_KINDS"]
+__all__ = [
+    "compare",
+    "failure",
+    "failure_text",
+    "TOLERANCE",
+    "ELEMENT_TOLERANCE",
+    "FP8_ELEMENT_TOLERANCE",
+    "FAILURE_KINDS",
+]
 
 TOLERANCE = 1e-2  # ||out - ref|| / ||ref||
 ELEMENT_TOLERANCE = 0.05  # an element is wrong when off by more than this x the reference's RMS
+# ... for a kernel that reads FP8 tensors: the FP8 wgmma adds its products into a narrower
+# accumulator than f32 (DeepSeek-V3 §3.3.2: about 14 bits), so an element's error grows with
+# K; cuBLASLt's fast accumulation (torch._scaled_mm) is off by 0.07 x RMS at 16384³ on randn
+# inputs, as the kernels are (bench/NOTES.md session 30); the norm tolerance stays 1e-2
+FP8_ELEMENT_TOLERANCE = 0.25
 FAILURE_KINDS = (
     "refused",
     "launch_error",

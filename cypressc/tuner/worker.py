@@ -34,8 +34,14 @@ import sys
 import time
 from typing import Any
 
+from cypressc.abi.dtypes import DTYPES
 from cypressc.tuner.timing import interleaved, load_reference
-from cypressc.tuner.verdicts import compare, failure
+from cypressc.tuner.verdicts import (
+    ELEMENT_TOLERANCE,
+    FP8_ELEMENT_TOLERANCE,
+    compare,
+    failure,
+)
 
 _POLL_S = 0.0005
 
@@ -172,7 +178,15 @@ class _State:
             return failure("timeout", e, label=label, fatal=True)
         except Exception as e:  # noqa: BLE001 - classified by failure()
             return failure(None, e, label=label, fatal=not _healthy(torch))
-        verdict = compare(torch, self.outs, self.ref or {})
+        fp8 = any(  # an FP8 operand: a one-byte float
+            DTYPES[q.dtype].floating and DTYPES[q.dtype].itemsize == 1 for q in kernel.info.params
+        )
+        verdict = compare(
+            torch,
+            self.outs,
+            self.ref or {},
+            elem_tol=FP8_ELEMENT_TOLERANCE if fp8 else ELEMENT_TOLERANCE,
+        )
         if not verdict["ok"]:
             return failure(
                 "wrong", None, label=label, **{k: v for k, v in verdict.items() if k != "ok"}

@@ -10,6 +10,7 @@ are bench/cluster_gpu.sh, bench/NOTES.md session 30."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,10 @@ from cypressc.build import render_build
 from cypressc.diagnostics import CypressError
 from cypressc.ir import concurrent as C
 from cypressc.ir import nodes as N
+from cypressc.ir import sync as S
+from cypressc.ir.analysis import map_ops
+from cypressc.ir.kinds import BarrierKind
+from cypressc.ir.schedule_check import check_schedules
 from cypressc.ir.subst import walk_ops
 from cypressc.pipeline import compile_program
 from tests.compiled import spill_lines, tree
@@ -150,8 +155,54 @@ def test_a_one_block_cluster_changes_nothing(tmp_path):
 def test_the_one_block_interpreter_refuses_a_cluster_module():
     m = compile_program(tree("gemm", CLUSTER / "gemm_c2x1.yaml"))[0][-1][1]
     assert any(isinstance(o, N.Copy) and o.multicast for o in walk_ops(m.body))
-    with pytest.raises(ValueError, match="multicast across a cluster"):
+    with pytest.raises(ValueError, match="run it with run_cluster"):
         C.run_block(m, {"M": 256, "N": 256, "K": 128}, {}, {}, seed=0)
+
+
+def _small(tmp_path: Path, shape: str) -> dict:
+    """tests/mappings/gemm_small.yaml (64 x 32 tiles, 2 stages) in clusters of ``shape``: the
+    warp-specialized and the cluster-multicast modules."""
+    text = (ROOT / "tests/mappings/gemm_small.yaml").read_text()
+    out = text.replace("pipeline: 2}", f"pipeline: 2, cluster: {shape}}}", 1)
+    assert out != text
+    p = tmp_path / "m.yaml"
+    p.write_text(out)
+    return dict(compile_program(tree("gemm", p), until="cluster-multicast")[0])
+
+
+@pytest.mark.parametrize("shape", ["[2, 1]", "[1, 2]", "[2, 2]"])
+def test_the_concurrent_interpreter_runs_whole_clusters(tmp_path, shape):
+    """Each cluster of the grid runs as a whole (run_cluster): a multicast copy issued by the
+    group's first block lands in each block's storage and on each one's barrier, arrive.cluster
+    reaches every block; random schedules find no race or deadlock and C matches the sequential
+    interpreter.  A 128 x 64 C is one 2 x 2 cluster, or two of 2 blocks; persistent: the
+    cluster tiles run back to back on one cluster's barriers."""
+    snaps = _small(tmp_path, shape)
+    m, ref = snaps["cluster-multicast"], snaps["warp-specialization"]
+    sizes = {"M": 128, "N": 64, "K": 64}
+    v = check_schedules(m, ref, sizes=sizes, schedules=4, value_every=2)
+    assert v.finding is None and v.schedules == 4, v.line("gemm")
+    if shape == "[2, 1]":
+        v = check_schedules(m, ref, sizes=sizes, schedules=2, value_every=1, persistent=True)
+        assert v.finding is None, v.line("gemm")
+
+
+def test_teeth_a_multicast_that_waits_for_its_own_block_only_races(tmp_path):
+    """The same IR with the releases local again (arrive, the empty barrier's count of one
+    block): the first block refills a stage of the second one that its consumers may still
+    read, which the cluster interpreter reports."""
+    m = _small(tmp_path, "[2, 1]")["cluster-multicast"]
+
+    def local(o):
+        if isinstance(o, S.Arrive) and o.cluster:
+            return replace(o, cluster=False)
+        if isinstance(o, S.MBarrier) and o.kind == BarrierKind.EMPTY:
+            return replace(o, count=o.count // 2)
+        return o
+
+    v = check_schedules(map_ops(m, local), m, sizes={"M": 128, "N": 32, "K": 64}, value_every=0)
+    assert v.finding is not None and v.finding.kind == "race", v.line("gemm")
+    assert "overwrites %B_smem" in v.finding.message and "before the release" in v.finding.message
 
 
 @pytest.mark.nvcc
