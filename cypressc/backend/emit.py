@@ -344,6 +344,7 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
         w("cypress::fence_barrier_init();")
         w.close()
         if p.cluster:
+            w("__syncwarp();  // barrier.cluster is .aligned: each warp's lanes arrive together")
             w(
                 "cypress::cluster_sync();  // every thread of the cluster sees the initialized "
                 "mbarriers (multicast copies and arrivals reach them)"
@@ -418,6 +419,7 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
     emit_stmts(w, p, p.exit)
     w.close()
     if p.cluster:
+        w("__syncwarp();  // barrier.cluster is .aligned: each warp's lanes arrive together")
         w(
             "cypress::cluster_sync();  // no block leaves while another may multicast into its "
             "shared memory or arrive on its mbarriers"

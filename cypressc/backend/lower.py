@@ -41,7 +41,7 @@ from cypressc.backend.sync_lower import (
 from cypressc.diagnostics import CypressError
 from cypressc.ir import nodes as N
 from cypressc.passes.base import ModulePass
-from cypressc.ir.target import Target
+from cypressc.ir.target import Target, cluster_shape
 from cypressc.ir.analysis import Symbols
 from cypressc.ir.printer import event_names, fmt_view
 from cypressc.ir.shapes import static
@@ -286,7 +286,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         """The mapping's ``cluster`` when a copy is multicast (cluster-multicast), and what
         the tile walk of a cluster cannot do: the clusters walk their tiles together, one
         cluster tile at a time, so every block of a cluster runs the same pipeline steps."""
-        shape = self.m.target.block.cluster if self.m.target is not None else None
+        shape = cluster_shape(self.m)
         if not any(ld.multicast for ld in plan.loads):
             return
         if plan.ordered:

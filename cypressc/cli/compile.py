@@ -65,27 +65,30 @@ def _check_schedule(t, program: str, seed: int, schedules: int, kernel: int = 1)
     """``explain --check-schedule``: one verdict line; exit status 1 on a finding."""
     from cypressc.backend.lower import REFUSAL_CODE
     from cypressc.backend.sizes import check_sizes, shown
-    from cypressc.ir.schedule_check import check_schedules, small_sizes
+    from cypressc.ir.schedule_check import check_schedules, cluster_sizes, small_sizes
+    from cypressc.ir.target import cluster_shape
     from cypressc.lang.syntax import LeafCall, walk
     from cypressc.backend.lower import CudaLowering
-    from cypressc.pipeline import BACKEND, compile_program, run_step
+    from cypressc.pipeline import BACKEND, compile_program, pass_names, run_step
 
-    kernels = compile_program(t, until="sync-insertion")
+    last = pass_names()[-1]  # the synchronized IR the CUDA lowering takes
+    kernels = compile_program(t, until=last)
     snaps = dict(kernels[_kernel_index(kernel, kernels)])
     try:  # the CUDA lowering, for the launcher's `requires` on the sizes
-        snaps[BACKEND] = run_step(BACKEND, CudaLowering().apply, snaps["sync-insertion"])
+        snaps[BACKEND] = run_step(BACKEND, CudaLowering().apply, snaps[last])
     except CypressError as e:
         if e.code != REFUSAL_CODE:
             raise
     plan = getattr(snaps.get("cuda-lowering"), "kernel", None)
     requires = [{"tree": r.tree(), "why": r.why} for r in plan.requires] if plan is not None else []
-    m = snaps["sync-insertion"]
-    sizes = check_sizes(m, requires, small_sizes(m))
+    m = snaps[last]
+    sizes = check_sizes(m, requires, cluster_sizes(m, small_sizes(m)))
     sizes = {**sizes, **{f: 0.75 for f in m.floats}}
+    unit = "one cluster" if cluster_shape(m) else "one block"
     stderr(
         f"checking {program}: {schedules} random schedule(s) (seeds {seed}..{seed + schedules - 1}) of the "
-        f"IR after sync-insertion in the concurrent interpreter, one block at a time, at {shown(sizes)} "
-        "(one block, two trips around each pipeline, sizes the launcher accepts); this can take a minute"
+        f"IR after {last} in the concurrent interpreter, {unit} at a time, at {shown(sizes)} "
+        f"({unit}, two trips around each pipeline, sizes the launcher accepts); this can take a minute"
     )
     v = check_schedules(
         m, snaps["warp-specialization"], sizes=sizes, seed=seed, schedules=schedules

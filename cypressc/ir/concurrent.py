@@ -69,6 +69,7 @@ from cypressc.ir.concurrent_state import (
 from cypressc.ir.interp_views import _Scope
 from cypressc.ir.kinds import Role
 from cypressc.ir.printer import _Printer
+from cypressc.ir.target import cluster_blocks, cluster_shape
 
 __all__ = [
     "Finding",
@@ -377,12 +378,10 @@ def run_cluster(
     block's barriers are its own (an observation of one never stands for another's).  Returns
     the first deadlock or race :class:`Finding`, or None; ValueError for tiles that do not
     match the cluster's shape."""
-    shape = m.target.block.cluster if m.target is not None else None
+    shape = cluster_shape(m)
     if not shape or not tiles or any(len(tl) != len(tiles[0]) for tl in tiles):
         raise ValueError("run_cluster: a module with a cluster, and the same blocks per tile")
-    n = 1
-    for x in shape:
-        n *= x
+    n = cluster_blocks(m)
     if len(tiles[0]) != n:
         raise ValueError(f"run_cluster: {len(tiles[0])} blocks per tile for a cluster of {n}")
     ranks = list(itertools.product(*(range(x) for x in shape)))
@@ -411,7 +410,7 @@ def cluster_tiles(m: N.Module, blocks: list[dict]) -> list[list[dict]]:
     grouped into the tiles of ``m``'s clusters, each tile's blocks in rank order; ValueError
     where the grid is not a whole number of clusters along a dimension (the kernel runs the
     blocks past the edge on zero-filled tiles; the interpreter has no such blocks)."""
-    shape = m.target.block.cluster
+    shape = cluster_shape(m)
     procs = sorted({p for b in blocks for p in b}, key=lambda p: p.dim)
     ext = {p: max(b[p] for b in blocks) + 1 for p in procs}
     if any(ext[p] % shape[p.dim] for p in procs):

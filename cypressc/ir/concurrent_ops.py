@@ -173,7 +173,8 @@ class OpSemantics(RaceChecks):
                 if all(blk.rank[d] == r for d, r in enumerate(self.rank) if d not in op.multicast):
                     sc = blk.scope_like(self, scope)
                     envs_b = [{**e, **blk.tiles[t.tile]} for e in envs]
-                    blk.tma_load(t, op, sc, envs_b)
+                    # the issuer's tile lands in each block (the source at the issuer's indices)
+                    blk.tma_load(t, op, sc, envs_b, [(self, scope, e) for e in envs])
             return
         if op.bar is not None:
             self.tma_load(t, op, scope, envs)
@@ -226,11 +227,12 @@ class OpSemantics(RaceChecks):
                 if self.values:
                     self.do_copy(op, scope, e)
 
-    def tma_load(self, t: Thread, op: N.Copy, scope, envs) -> None:
+    def tma_load(self, t: Thread, op: N.Copy, scope, envs, sources=None) -> None:
         """A TMA load of thread ``t`` (of this block, or of the first block of a multicast
-        group, :meth:`copy`) into this block's storage: in flight until the scheduler completes
-        it on this block's barrier."""
-        for e in envs:
+        group, :meth:`copy`: ``sources``, per instance, the issuing block, scope and indices
+        its source is read at) into this block's storage: in flight until the scheduler
+        completes it on this block's barrier."""
+        for i, e in enumerate(envs):
             dst = self.regions_of(op.dst, scope, e)
             bar = self.bar_key(op.bar.bar, int(self.vi.expr(op.bar.stage, scope, e)))
             nbytes = self._bytes(op.dst, scope, e)
@@ -243,6 +245,7 @@ class OpSemantics(RaceChecks):
                 "bytes": nbytes,
                 "run": (op, scope, e),
                 "block": self,
+                "source": sources[i] if sources else None,
             }
             for _, key in dst:
                 self.check_overwrite(t, op, key).writer = job
@@ -259,8 +262,11 @@ class OpSemantics(RaceChecks):
         # the GPU's bytes, what expect_tx counts
         return tma_copy_bytes(n * DTYPE_BYTES[self.sym.allocs[self.sym.root(v)].dtype], len(shape))
 
-    def do_copy(self, op: N.Copy, scope, env) -> None:
-        src, dst = self.vi.view(op.src, scope, env), self.vi.view(op.dst, scope, env)
+    def do_copy(self, op: N.Copy, scope, env, source=None) -> None:
+        """``op`` at ``scope``/``env`` (``source``: the block, scope and indices its source is
+        read at instead, a multicast copy's issuer)."""
+        at, s_scope, s_env = source if source is not None else (self, scope, env)
+        src, dst = at.vi.view(op.src, s_scope, s_env), self.vi.view(op.dst, scope, env)
         value = src.read().reshape(dst.shape)
         if op.reduce == "add":  # copy.add: an atomic dst += src when the copy completes
             value = dst.read().reshape(dst.shape) + value
@@ -366,7 +372,7 @@ class OpSemantics(RaceChecks):
             if self.hb is not None:
                 self.hb.on_complete_tma(job, job["bar"], b.phase)
             if self.values:
-                self.do_copy(op, scope, e)
+                self.do_copy(op, scope, e, job.get("source"))
             b.tx -= job["bytes"]
             self.settle(b)
         else:

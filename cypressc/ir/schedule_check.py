@@ -15,7 +15,15 @@ import numpy as np
 from cypressc.ir import concurrent as C
 from cypressc.ir import interp as I
 from cypressc.ir import nodes as N
-from cypressc.ir.analysis import Symbols, binary_exprs, dim_procs, free_vars, views_of
+from cypressc.ir.analysis import (
+    Symbols,
+    binary_exprs,
+    dim_procs,
+    free_vars,
+    free_vars_through,
+    views_of,
+)
+from cypressc.ir.target import cluster_shape
 from cypressc.ir.check import random_inputs
 from cypressc.ir.hazards import evaluate
 from cypressc.ir.subst import walk_ops
@@ -151,6 +159,33 @@ def grid_blocks(m: N.Module, sizes: dict[str, int]) -> list[dict]:
                 ext[p] = int(vi.expr(d.extent, vi.root, {}))
     keys = sorted(ext, key=lambda p: p.dim)
     return [dict(zip(keys, c)) for c in itertools.product(*[range(ext[k]) for k in keys])]
+
+
+def cluster_sizes(m: N.Module, sizes: dict[str, int]) -> dict[str, int]:
+    """``sizes`` grown until ``m``'s grid is a whole number of its clusters along every grid
+    dimension (a module without ``cluster``: ``sizes``): each size an extent that does not
+    divide depends on is multiplied by the cluster's count along it (a 128-row tile grid of
+    ``cdiv(M, 128)`` at M = 128 and a cluster of 2 along it: M = 256).  ValueError when a few
+    rounds do not get there."""
+    shape = cluster_shape(m)
+    if not shape:
+        return sizes
+    out = dict(sizes)
+    exts: dict = {}
+    for op in C.block_ops(m.body):
+        for p, d in zip(dim_procs(getattr(op, "dims", ())), getattr(op, "dims", ())):
+            if p.proc == Proc.BLOCK:
+                exts[p.dim] = d.extent
+    lets = {o.name: o.value for o in C.block_ops(m.body) if isinstance(o, N.Let)}
+    for _ in range(4):
+        vi = I._Interp(m, out, {p.name: None for p in m.params}, None)
+        bad = [d for d, e in exts.items() if int(vi.expr(e, vi.root, {})) % shape[d]]
+        if not bad:
+            return out
+        for d in bad:
+            for v in free_vars_through(exts[d], lets) & set(out):
+                out[v] *= shape[d]
+    raise ValueError(f"no sizes near {sizes} make the grid a whole number of clusters")
 
 
 @dataclass

@@ -26,6 +26,8 @@ __all__ = [
     "BlockKnobs",
     "Target",
     "target_of",
+    "cluster_shape",
+    "cluster_blocks",
     "DEFAULT_MACHINE",
     "TMA_VECTOR_SLACK",
     "vector_buffer_bytes",
@@ -112,10 +114,15 @@ class Target:
         return Target(load_machine(DEFAULT_MACHINE), loc=Loc(where))
 
 
+def cluster_shape(m) -> tuple[int, ...] | None:
+    """The thread-block cluster of module ``m``'s kernel: blocks along each grid dimension
+    (its target's ``cluster`` knob), or None without one."""
+    return m.target.block.cluster if m.target is not None else None
+
+
 def cluster_blocks(m) -> int:
-    """Blocks per thread-block cluster of module ``m``'s kernel (its target's ``cluster``
-    knob; 1 without one)."""
-    shape = m.target.block.cluster if m.target is not None else None
+    """Blocks per thread-block cluster of module ``m``'s kernel (1 without a cluster)."""
+    shape = cluster_shape(m)
     return prod(shape) if shape else 1
 
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from cypressc.diagnostics import VerifyError
 from cypressc.ir import nodes as N
+from cypressc.ir import sync as S
+from cypressc.ir.kinds import BarrierKind
 from cypressc.ir.analysis import Symbols, block_dims, element_origin
 from cypressc.ir.subst import walk_ops
+from cypressc.ir.target import cluster_shape
 from cypressc.ir.sync import SYNC_OPS
 from cypressc.ir.sync_verify import verify_sync
 from cypressc.lang.intrinsics import leaf_of
@@ -123,13 +126,35 @@ def verify(m: N.Module) -> None:
 def _verify_multicast(m: N.Module) -> None:
     """A ``multicast`` copy (:mod:`cypressc.passes.cluster_multicast`) reads the same tile in
     the blocks it is shared by: its tile names none of the grid dimensions it is multicast
-    along (through the module's Lets), the target's cluster spans them, and it completes on
-    an mbarrier (VerifyError otherwise: hand-written IR could claim a tile shared that is not,
-    and the other block would compute with this block's tile)."""
+    along (through the module's Lets), the target's cluster spans them, it completes on an
+    mbarrier, the loops around it run the same steps in every block, and every release of
+    its stages is ``arrive.cluster``; an ``arrive.cluster`` needs a multicast copy.
+    VerifyError otherwise: hand-written IR could claim a tile shared that is not (the other
+    block would compute with this block's tile) or release a shared stage in one block only
+    (the issuing block would overwrite it while the other still reads it)."""
     copies = [o for o in walk_ops(m.body) if isinstance(o, N.Copy) and o.multicast]
+    cluster_arrives = [o for o in walk_ops(m.body) if isinstance(o, S.Arrive) and o.cluster]
     if not copies:
+        if cluster_arrives:
+            raise VerifyError(
+                f"arrive.cluster on %{cluster_arrives[0].bar} without a multicast copy"
+            )
         return
-    shape = m.target.block.cluster if m.target is not None else None
+    shape = cluster_shape(m)
+    # a stage a multicast copy fills is released in every block: each arrive on its empty
+    # barrier is arrive.cluster (a local one would let the issuing block overwrite it early)
+    shared = {o.ev for o in copies}
+    empties = {
+        o.name
+        for o in walk_ops(m.body)
+        if isinstance(o, S.MBarrier) and o.kind == BarrierKind.EMPTY and shared & set(o.channel)
+    }
+    for o in walk_ops(m.body):
+        if isinstance(o, S.Arrive) and o.bar in empties and not o.cluster:
+            raise VerifyError(
+                f"a local arrive on %{o.bar}, which releases stages a multicast copy fills"
+            )
+    _same_steps(m, shared)
     lets = {o.name: o.value for o in walk_ops(m.body) if isinstance(o, N.Let)}
     sym = Symbols(m)
     for o in copies:
@@ -138,8 +163,27 @@ def _verify_multicast(m: N.Module) -> None:
         if shape is None or any(d >= len(shape) or shape[d] < 2 for d in o.multicast):
             raise VerifyError(f"{o.ev}: multicast along a grid dimension the cluster does not span")
         _, org, _, _ = element_origin(sym, o.src)
-        shared = set(o.multicast) & set().union(*(block_dims(x, lets) for x in org))
-        if shared:
+        along = set(o.multicast) & set().union(*(block_dims(x, lets) for x in org))
+        if along:
             raise VerifyError(
-                f"{o.ev}: multicast along block_id.{'xyz'[min(shared)]}, but its tile depends on it"
+                f"{o.ev}: multicast along block_id.{'xyz'[min(along)]}, but its tile depends on it"
             )
+
+
+def _same_steps(m: N.Module, shared: set[str]) -> None:
+    """The loops around a multicast copy run the same steps in every block (bounds that name
+    no ``block_id``): the blocks of a cluster meet on its stages step by step."""
+    lets = {o.name: o.value for o in walk_ops(m.body) if isinstance(o, N.Let)}
+
+    def walk(b: N.Block, loops: tuple) -> None:
+        for o in b.ops:
+            if isinstance(o, N.Copy) and o.ev in shared:
+                for lp in loops:
+                    if block_dims(lp.lo, lets) | block_dims(lp.hi, lets):
+                        raise VerifyError(
+                            f"{o.ev}: multicast in loop %{lp.var}, whose steps differ per block"
+                        )
+            if isinstance(o, (N.For, N.PFor)):
+                walk(o.body, loops + (o,))
+
+    walk(m.body, ())

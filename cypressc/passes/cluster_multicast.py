@@ -51,6 +51,7 @@ from cypressc.ir.analysis import block_dims, element_origin, map_ops
 from cypressc.ir.hazards import Program
 from cypressc.ir.kinds import BarrierKind, Role
 from cypressc.ir.subst import walk_ops
+from cypressc.ir.target import cluster_shape
 from cypressc.lang.kinds import Mem, Proc
 from cypressc.passes.base import ModulePass
 
@@ -72,7 +73,7 @@ class ClusterMulticast(ModulePass):
 
     def apply(self, m: N.Module) -> N.Module:
         t = m.target
-        shape = t.block.cluster if t is not None else None
+        shape = cluster_shape(m)
         if not shape or prod(shape) == 1:
             return m
         loc = t.knob_loc("cluster")
@@ -140,20 +141,17 @@ class ClusterMulticast(ModulePass):
                         "drop the knob for this kernel (a causal loop's trip count depends on "
                         "its block)",
                     )
-        bars = {prog.leaves[ev].op.bar.bar for ev in shared}
-        empties = {
-            op.name
-            for op in walk_ops(m.body)
-            if isinstance(op, S.MBarrier)
-            and op.kind == BarrierKind.EMPTY
-            and not op.same_tile
-            and set(op.channel) & set(shared)
-        }
-        if not empties or not bars:
-            raise refuse(
-                "the shared copies have no full/empty barrier pair to multicast on",
-                "drop the knob (the copies are not in a pipelined loop)",
-            )
+        bars = [op for op in walk_ops(m.body) if isinstance(op, S.MBarrier)]
+        empties = set()
+        for ev in shared:  # each shared copy's stages are released by one cross-block barrier
+            mine = [b for b in bars if b.kind == BarrierKind.EMPTY and ev in b.channel]
+            if len(mine) != 1 or mine[0].same_tile:
+                raise refuse(
+                    f"the shared copy of {prog.sym.root(prog.leaves[ev].op.src)} has no "
+                    "pipeline empty barrier of its own to release it across the cluster",
+                    "drop the knob (the copy is not in a pipelined main loop)",
+                )
+            empties.add(mine[0].name)
         blocks = prod(shape)
 
         def mark(o: N.Op) -> N.Op:

@@ -275,6 +275,8 @@ class Space:
                 continue  # (no cluster: said by saying nothing, as before clusters)
             if isinstance(v, bool):
                 out.append(k.name if v else f"no-{k.name}")
+            elif isinstance(v, list):  # a cluster shape: cluster=2x1
+                out.append(f"{k.name}={'x'.join(map(str, v))}")
             elif isinstance(v, str) and v.startswith("WGMMA_"):
                 out.append(f"{k.name}={v.removeprefix('WGMMA_').removesuffix('x16')}")
             else:

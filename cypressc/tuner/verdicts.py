@@ -27,8 +27,9 @@ ELEMENT_TOLERANCE = 0.05  # an element is wrong when off by more than this x the
 # ... for a kernel that reads FP8 tensors: the FP8 wgmma adds its products into a narrower
 # accumulator than f32 (DeepSeek-V3 §3.3.2: about 14 bits), so an element's error grows with
 # K; cuBLASLt's fast accumulation (torch._scaled_mm) is off by 0.07 x RMS at 16384³ on randn
-# inputs, as the kernels are (bench/NOTES.md session 30); the norm tolerance stays 1e-2
-FP8_ELEMENT_TOLERANCE = 0.25
+# inputs, as the kernels are (bench/NOTES.md session 30); the norm tolerance stays 1e-2.  Kept
+# as tight as that allows: a stale stage (one K step's product missing) is off by more
+FP8_ELEMENT_TOLERANCE = 0.1
 FAILURE_KINDS = (
     "refused",
     "launch_error",

@@ -178,8 +178,9 @@ class _State:
             return failure("timeout", e, label=label, fatal=True)
         except Exception as e:  # noqa: BLE001 - classified by failure()
             return failure(None, e, label=label, fatal=not _healthy(torch))
-        fp8 = any(  # an FP8 operand: a one-byte float
-            DTYPES[q.dtype].floating and DTYPES[q.dtype].itemsize == 1 for q in kernel.info.params
+        fp8 = any(  # an FP8 operand: a one-byte float the kernel reads
+            q.reads and DTYPES[q.dtype].floating and DTYPES[q.dtype].itemsize == 1
+            for q in kernel.info.params
         )
         verdict = compare(
             torch,

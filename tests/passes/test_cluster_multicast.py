@@ -64,6 +64,7 @@ def test_a_2x2_cluster_multicasts_both_operands_from_the_first_block_along_each(
     assert cu.count("cypress::arrive_cluster<CLUSTER>(&empty_A_smem_B_smem[") == 2
     assert "cypress::arrive(&empty" not in cu
     assert cu.count("cypress::cluster_sync();") == 2 and "__syncthreads()" not in cu
+    assert cu.count("__syncwarp();  // barrier.cluster is .aligned") == 2
     assert cu.index("cypress::fence_barrier_init();") < cu.index("cypress::cluster_sync();")
     tail = cu[: cu.index('extern "C"')].rstrip()
     assert tail.endswith(
