@@ -14,9 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from cypressc.backend.emit_stmt import multicast_mask
 from cypressc.build import render_build
+from cypressc.cli import main
 from cypressc.diagnostics import CypressError
 from cypressc.ir import concurrent as C
 from cypressc.ir import nodes as N
@@ -212,3 +214,26 @@ def test_a_cluster_kernel_compiles_without_spills(tmp_path):
     r = render_build(tree("gemm", CLUSTER / "gemm_c2x2.yaml"))
     spills = spill_lines(r.files, tmp_path, "gemm.cu")
     assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
+
+
+def test_explain_check_schedule_runs_one_whole_cluster(monkeypatch):
+    """``explain --check-schedule`` checks the IR after the last pass: a mapping of 2-block
+    clusters runs one cluster at a time, at sizes grown to a whole cluster (M = 256: two 128-row
+    tiles), not the single blocks of the IR before cluster-multicast."""
+    monkeypatch.chdir(ROOT)
+    r = CliRunner().invoke(
+        main,
+        [
+            "explain",
+            "programs/gemm.cyp",
+            "-m",
+            str(CLUSTER / "gemm_c2x1.yaml"),
+            "--check-schedule",
+            "--schedules",
+            "1",
+        ],
+        catch_exceptions=False,
+    )
+    assert r.exit_code == 0, r.output
+    assert "of the IR after cluster-multicast" in r.stderr and "one cluster at a time" in r.stderr
+    assert r.stdout.strip() == "programs/gemm.cyp: clean (1 schedule(s), sizes M=256 N=256 K=384)"
