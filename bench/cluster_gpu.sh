@@ -7,14 +7,8 @@
 # STEPS (default "check base bench fp8"), GEMM_SHAPES, FP8_SHAPES, SAN ("" = --no-sanitizer).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export OUT=${OUT:-/tmp/cyp_out}
-mkdir -p "$OUT"
-if ! python3 -c "import pydantic, cutlass_library, z3" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "cluster_gpu: installing .whl/*.whl failed" >&2; exit 1; }
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONUNBUFFERED=1
+# shellcheck source=bench/device_env.sh
+source bench/device_env.sh
 B=build/gpu_check
 C=tests/mappings/cluster
 STEPS=${STEPS:-check base bench fp8}

@@ -1,10 +1,12 @@
-// How many thread-block clusters of 1, 2 and 4 blocks (384 threads, ~209 KiB of shared memory
-// each: one block per SM, as cypressc's GEMM kernels) fit at once on this GPU
-// (cudaOccupancyMaxActiveClusters), beside its SM count: a persistent kernel of clusters runs
-// on clusters x size SMs (issue #39, bench/NOTES.md session 30).
-//   nvcc -std=c++17 -arch=sm_90a -o /tmp/occ bench/cluster_occupancy.cu && /tmp/occ
+// How many thread-block clusters of 1, 2 and 4 blocks (384 threads, 214064 or 100000 bytes of
+// shared memory each: one or two blocks per SM) fit at once on this GPU, as the launcher of a
+// kernel of clusters asks it (cypress::max_active_clusters), beside the SM count: a persistent
+// kernel of clusters runs on clusters x size SMs (issue #39, bench/NOTES.md session 30).
+//   nvcc -std=c++17 -arch=sm_90a -Icypressc/backend/runtime \
+//     -I$(python3 -c 'import cutlass_library, os; print(os.path.dirname(cutlass_library.__file__))')/source/include \
+//     -o /tmp/occ bench/cluster_occupancy.cu && /tmp/occ
 #include <cstdio>
-#include <cuda_runtime.h>
+#include "cypress.cuh"
 
 template <int N>
 __global__ void __cluster_dims__(N, 1, 1) __launch_bounds__(384, 1) k(int* p) {
@@ -15,19 +17,8 @@ __global__ void __cluster_dims__(N, 1, 1) __launch_bounds__(384, 1) k(int* p) {
 template <int N>
 static void report(int smem, int sms) {
   cudaFuncSetAttribute(k<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(N, 1, 1);
-  cfg.blockDim = dim3(384, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = N;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
   int n = -1;
-  cudaError_t e = cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(k<N>), &cfg);
+  const cudaError_t e = cypress::max_active_clusters(&n, k<N>, N, 384, smem);
   printf("cluster %d, smem %d: %d clusters at once = %d of %d SMs (%s)\n", N, smem, n, n * N, sms,
          cudaGetErrorString(e));
 }

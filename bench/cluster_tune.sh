@@ -7,14 +7,9 @@
 # TUNES: "program MxNxK ..." (default below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export OUT=${OUT:-/tmp/cyp_out}
-mkdir -p "$OUT"
-if ! python3 -c "import pydantic, cutlass_library, z3" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "cluster_tune: installing .whl/*.whl failed" >&2; exit 1; }
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# shellcheck source=bench/device_env.sh
+source bench/device_env.sh
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export CYPRESSC_CACHE_DIR=${CYPRESSC_CACHE_DIR:-build/tune_cache}
 TUNES=${TUNES:-"gemm:8192x8192x8192 gemm_fp8:16384x16384x16384 gemm_fp8:8192x8192x1024 gemm_fp8:4096x4096x4096"}
 rc=0
