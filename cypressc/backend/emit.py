@@ -344,10 +344,10 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
         w("cypress::fence_barrier_init();")
         w.close()
         if p.cluster:
-            w("__syncwarp();  // barrier.cluster is .aligned: each warp's lanes arrive together")
-            w(
-                "cypress::cluster_sync();  // every thread of the cluster sees the initialized "
-                "mbarriers (multicast copies and arrivals reach them)"
+            _cluster_sync(
+                w,
+                "every thread of the cluster sees the initialized mbarriers (multicast copies "
+                "and arrivals reach them)",
             )
         else:
             w("__syncthreads();  // every thread sees the initialized mbarriers")
@@ -419,14 +419,21 @@ def _kernel(w: _W, p: P.KernelPlan, namespaced: bool) -> None:
     emit_stmts(w, p, p.exit)
     w.close()
     if p.cluster:
-        w("__syncwarp();  // barrier.cluster is .aligned: each warp's lanes arrive together")
-        w(
-            "cypress::cluster_sync();  // no block leaves while another may multicast into its "
-            "shared memory or arrive on its mbarriers"
+        _cluster_sync(
+            w,
+            "no block leaves while another may multicast into its shared memory or arrive on "
+            "its mbarriers",
         )
     w.close()
     w()
     emit_launcher(w, p, paired=_paired(p) is not None, namespaced=namespaced)
+
+
+def _cluster_sync(w: _W, why: str) -> None:
+    """Every thread of the cluster meets (``barrier.cluster``, which is ``.aligned``: each
+    warp's lanes reconverged first); ``why``: the statement's comment."""
+    w("__syncwarp();  // barrier.cluster is .aligned: each warp's lanes arrive together")
+    w(f"cypress::cluster_sync();  // {why}")
 
 
 def _first_tile(p: P.KernelPlan) -> str:

@@ -124,17 +124,17 @@ def emit_launcher(w, p: P.KernelPlan, paired: bool, namespaced: bool = False) ->
         )
     w("configured_device = dev;")
     w.close()
+    shape = p.cluster or (1,) * len(p.grid)
+    tiles = " * ".join(
+        f"cdiv({c(g)}, {n})" if n > 1 else f"({c(g)})" for g, n in zip(p.grid, shape)
+    )
+    w(f"const long long tiles = {tiles};" + ("  // cluster tiles" if p.cluster else ""))
     if p.cluster:
-        ctiles = " * ".join(
-            f"cdiv({c(g)}, {n})" if n > 1 else f"({c(g)})" for g, n in zip(p.grid, p.cluster)
-        )
-        w(f"const long long tiles = {ctiles};  // cluster tiles")
         w(
             "const long long grid = CLUSTER * "
             + ("(tiles < clusters ? tiles : clusters);" if p.persistent else "tiles;")
         )
     else:
-        w(f"const long long tiles = {' * '.join(f'({c(g)})' for g in p.grid)};")
         w(f"const long long grid = {'tiles < sms ? tiles : sms' if p.persistent else 'tiles'};")
     args = (
         [sym(m.name) for m in p.maps]

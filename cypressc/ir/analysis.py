@@ -87,20 +87,17 @@ def block_dims(e: N.IExpr, lets: dict[str, N.IExpr]) -> set[int]:
     Lets it names (``lets``: name -> value).  Syntactic, so sound for independence: an
     expression that names no ``block_id.d`` has the same value in blocks that differ only
     along ``d``."""
-    out: set[int] = set()
-    seen: set[str] = set()
-    todo = [e]
-    while todo:
-        x = todo.pop()
-        if isinstance(x, N.IProc):
-            if x.proc == Proc.BLOCK:
-                out.add(x.dim)
-        elif isinstance(x, N.IBin):
-            todo += [x.a, x.b]
-        elif isinstance(x, N.IVar) and x.name in lets and x.name not in seen:
-            seen.add(x.name)
-            todo.append(lets[x.name])
-    return out
+    exprs = [e, *(lets[v] for v in free_vars_through(e, lets) if v in lets)]
+    return {p.dim for x in exprs for p in _iprocs(x) if p.proc == Proc.BLOCK}
+
+
+def _iprocs(e) -> list[N.IProc]:
+    """The processor indices ``e`` names (Lets not expanded)."""
+    if isinstance(e, N.IProc):
+        return [e]
+    if isinstance(e, N.IBin):
+        return _iprocs(e.a) + _iprocs(e.b)
+    return []
 
 
 def element_origin(

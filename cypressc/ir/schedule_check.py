@@ -149,14 +149,20 @@ def written_params(m: N.Module, overwritten: bool = False) -> list[str]:
     return sorted(out & params)
 
 
-def grid_blocks(m: N.Module, sizes: dict[str, int]) -> list[dict]:
-    """Every block index of ``m`` at ``sizes``, as processor environments (``IProc`` → int)."""
-    vi = I._Interp(m, sizes, {p.name: None for p in m.params}, None)
+def _grid(m: N.Module) -> dict:
+    """``m``'s grid: each ``block_id`` dimension (``IProc``) with its extent (an expression)."""
     ext: dict = {}
     for op in C.block_ops(m.body):
         for p, d in zip(dim_procs(getattr(op, "dims", ())), getattr(op, "dims", ())):
             if p.proc == Proc.BLOCK:
-                ext[p] = int(vi.expr(d.extent, vi.root, {}))
+                ext[p] = d.extent
+    return ext
+
+
+def grid_blocks(m: N.Module, sizes: dict[str, int]) -> list[dict]:
+    """Every block index of ``m`` at ``sizes``, as processor environments (``IProc`` → int)."""
+    vi = I._Interp(m, sizes, {p.name: None for p in m.params}, None)
+    ext = {p: int(vi.expr(e, vi.root, {})) for p, e in _grid(m).items()}
     keys = sorted(ext, key=lambda p: p.dim)
     return [dict(zip(keys, c)) for c in itertools.product(*[range(ext[k]) for k in keys])]
 
@@ -171,11 +177,7 @@ def cluster_sizes(m: N.Module, sizes: dict[str, int]) -> dict[str, int]:
     if not shape:
         return sizes
     out = dict(sizes)
-    exts: dict = {}
-    for op in C.block_ops(m.body):
-        for p, d in zip(dim_procs(getattr(op, "dims", ())), getattr(op, "dims", ())):
-            if p.proc == Proc.BLOCK:
-                exts[p.dim] = d.extent
+    exts = {p.dim: e for p, e in _grid(m).items()}
     lets = {o.name: o.value for o in C.block_ops(m.body) if isinstance(o, N.Let)}
     for _ in range(4):
         vi = I._Interp(m, out, {p.name: None for p in m.params}, None)

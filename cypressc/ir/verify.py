@@ -154,8 +154,8 @@ def _verify_multicast(m: N.Module) -> None:
             raise VerifyError(
                 f"a local arrive on %{o.bar}, which releases stages a multicast copy fills"
             )
-    _same_steps(m, shared)
     lets = {o.name: o.value for o in walk_ops(m.body) if isinstance(o, N.Let)}
+    _same_steps(m, shared, lets)
     sym = Symbols(m)
     for o in copies:
         if o.bar is None:
@@ -170,10 +170,10 @@ def _verify_multicast(m: N.Module) -> None:
             )
 
 
-def _same_steps(m: N.Module, shared: set[str]) -> None:
+def _same_steps(m: N.Module, shared: set[str], lets: dict[str, N.IExpr]) -> None:
     """The loops around a multicast copy run the same steps in every block (bounds that name
-    no ``block_id``): the blocks of a cluster meet on its stages step by step."""
-    lets = {o.name: o.value for o in walk_ops(m.body) if isinstance(o, N.Let)}
+    no ``block_id``, through ``lets``): the blocks of a cluster meet on its stages step by
+    step."""
 
     def walk(b: N.Block, loops: tuple) -> None:
         for o in b.ops:

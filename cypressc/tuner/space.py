@@ -135,6 +135,8 @@ def _block_defaults(knob: str, cur: Any) -> list[Any]:
     return [cur]  # register split: as written unless tune: lists values
 
 
+_LIST_KNOBS = ("cluster",)  # a candidate is a list (a cluster shape); unset: none
+
 _BLOCK_KNOBS = {
     "pipeline": "tiles",
     "warpspecialize": "block",
@@ -271,7 +273,7 @@ class Space:
         out = []
         for k in self.knobs:
             v = values.get(k.name)
-            if (not k.searched and v == k.current) or (k.name == "cluster" and v is None):
+            if (not k.searched and v == k.current) or (k.name in _LIST_KNOBS and v is None):
                 continue  # (no cluster: said by saying nothing, as before clusters)
             if isinstance(v, bool):
                 out.append(k.name if v else f"no-{k.name}")
@@ -456,7 +458,7 @@ def _apply_tune_section(space: Space, tied: dict) -> Space:
                 )
             )
             continue
-        if isinstance(knob.current, list) or knob.name == "cluster":
+        if knob.name in _LIST_KNOBS:
             # a list-valued knob: one list of integers is one candidate ([2, 1]), a list of
             # lists several ([[1, 1], [2, 1]])
             values = [values] if all(type(x) is int for x in values) else values
