@@ -21,7 +21,7 @@ if [[ " $STEPS " == *" check "* ]]; then
   python3 bench/gpu_check.py --out $B --jobs 8 $SAN --programs gemm_fp8 --dtypes bf16 \
     --mappings $C/gemm_fp8_c2x1.yaml,$C/gemm_fp8_c1x2.yaml 2>&1 | tee "$OUT/check_fp8.txt" || rc=1
   python3 bench/gpu_check.py --out $B --jobs 8 $SAN --programs gemm_fp8_blockwise --dtypes bf16 \
-    --mappings $C/gemm_fp8_blockwise_c2x1.yaml 2>&1 | tee "$OUT/check_blockwise.txt" || rc=1
+    --mappings $C/gemm_fp8_blockwise_c1x2.yaml 2>&1 | tee "$OUT/check_blockwise.txt" || rc=1
 fi
 if [[ " $STEPS " == *" base "* ]]; then
   python3 bench/gpu_check.py --out $B --jobs 8 --no-sanitizer --programs gemm --dtypes f16 --mappings h100 2>&1 | tail -5

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """FP8 GEMM speed (issue #39): cypressc's programs/gemm_fp8.cyp (per-tensor scales),
 gemm_fp8_rowwise.cyp (a scale per row of A and per column of C) and gemm_fp8_blockwise.cyp (1 x
-128 scales, two-level accumulation) vs cuBLASLt through ``torch._scaled_mm`` (per-tensor and
+128 scales of A, 128 x 128 of B, two-level accumulation) vs cuBLASLt through ``torch._scaled_mm`` (per-tensor and
 row-wise), in one process on the same inputs.
 
     PYTHONUNBUFFERED=1 python3 bench/fp8.py --build DIR [--build DIR ...]
@@ -66,11 +66,12 @@ def bench_shape(torch, M: int, N: int, K: int, kernels: dict, args) -> dict:
     kb = -(-K // 128)
     if any(len(k.info.params) == 5 and k.info.params[3].name == "SA" for k in kernels.values()):
         SA = torch.rand(kb, M, device="cuda") + 0.5  # 1 x 128 scales of A, KB x M
-        SB = torch.rand(kb, N, device="cuda") + 0.5  # of B's rows, KB x N
+        SB = torch.rand(-(-N // 128), kb, device="cuda") + 0.5  # 128 x 128 of B, NB x KB
+        sbk = SB.repeat_interleave(128, dim=0)[:N]  # each column's scale per K block: N x KB
         ref = torch.zeros(M, N, device="cuda")
         for k in range(kb):
             blk = slice(128 * k, 128 * k + 128)
-            ref += (A[:, blk].float() @ B[:, blk].float().T) * SA[k][:, None] * SB[k][None, :]
+            ref += (A[:, blk].float() @ B[:, blk].float().T) * SA[k][:, None] * sbk[:, k][None, :]
         refs["block"] = ref
     A16, B16 = A.half(), B.half()
     outs, fns, mode = {}, {}, {}
@@ -92,7 +93,10 @@ def bench_shape(torch, M: int, N: int, K: int, kernels: dict, args) -> dict:
         outs[label] = C
         if len(k.info.params) == 5 and k.info.params[3].name == "SA":  # 1 x 128 block scales
             mode[label] = "block"
-            fns[label] = k.bind(C, A, B, SA, SB)
+            # SB: NB x KB (a 128 x 128 block's scale); a build before it took KB x N (a scale per
+            # column per K block): the same values repeated over each block's columns
+            old = tuple(k.info.params[4].dims) == ("KB", "N")
+            fns[label] = k.bind(C, A, B, SA, sbk.T.contiguous() if old else SB)
         elif len(k.info.params) == 5:  # row-wise: the scale vectors are tensors
             mode[label] = "row"
             fns[label] = k.bind(C, A, B, ra.view(M), rb.view(N))

@@ -203,15 +203,16 @@ def _rowwise(t: dict) -> dict:
 
 
 def _blockwise(t: dict) -> dict:
-    """programs/gemm_fp8_blockwise.cyp in float32: Σ_k (A_k @ B_kᵀ) * SA[k][r] * SB[k][c] over
-    the 128-wide K blocks (the last one partial)."""
+    """programs/gemm_fp8_blockwise.cyp in float32: Σ_k (A_k @ B_kᵀ) * SA[k][r] * SB[c // 128][k]
+    over the 128-wide K blocks (the last one partial)."""
     a, b, sa, sb = t["A"].float(), t["B"].float(), t["SA"].float(), t["SB"].float()
+    sb = sb.repeat_interleave(128, dim=0)[: b.shape[0]]  # column c's scale per K block
     c = a.new_zeros(a.shape[0], b.shape[0])
     for k in range(0, a.shape[1], 128):
         c += (
             (a[:, k : k + 128] @ b[:, k : k + 128].T)
             * sa[k // 128][:, None]
-            * sb[k // 128][None, :]
+            * sb[:, k // 128][None, :]
         )
     return {"C": c}
 
@@ -282,16 +283,20 @@ PROGRAMS: dict[str, Program] = {
         run=dict(M=4096, N=4096, K=4096),
         note="FP8 inputs randn rounded to the format, f32 scale vectors randn",
     ),
-    # C = Σ_k (A_k @ B_kᵀ) * SA[k][r] * SB[k][c]: FP8 with 1 x 128 scales, two-level accumulation
-    # (KB = cdiv(K, 128) scale rows)
+    # C = Σ_k (A_k @ B_kᵀ) * SA[k][r] * SB[c // 128][k]: FP8 with 1 x 128 scales of A and
+    # 128 x 128 of B, two-level accumulation (KB = cdiv(K, 128), NB = cdiv(N, 128))
     "gemm_fp8_blockwise": Program(
         ref=_blockwise,
         check=[
-            {**{k: v for k, v in c.items() if k in "MNK"}, "KB": -(-c["K"] // 128)}
+            {
+                **{k: v for k, v in c.items() if k in "MNK"},
+                "KB": -(-c["K"] // 128),
+                "NB": -(-c["N"] // 128),
+            }
             for c in FP8_CHECK
         ],
-        small=[dict(M=256, N=256, K=256, KB=2), dict(M=129, N=264, K=80, KB=1)],
-        run=dict(M=4096, N=4096, K=4096, KB=32),
+        small=[dict(M=256, N=256, K=256, KB=2, NB=2), dict(M=129, N=264, K=80, KB=1, NB=3)],
+        run=dict(M=4096, N=4096, K=4096, KB=32, NB=32),
         note="FP8 inputs randn rounded to the format, f32 scales randn",
     ),
     # tests/programs/gemm_at.cyp: C = Aᵀ @ B with A stored K x M (an MN-major wgmma A operand);

@@ -281,14 +281,21 @@ def _scale(w, p: P.KernelPlan, op: P.Scale) -> None:
 
 def _external(w, p: P.KernelPlan, op: P.External) -> None:
     """The user's C++ once per element of ``op.acc``'s shape: fragments element by element,
-    per-column vectors (global or shared) loaded once per column pair, per-row ones once per
-    pair (zero past their extent: those elements are never stored), scalars as given.  (A second copy of the loop
-    without the tests, for a tile inside the vectors' rows, made ptxas spill the attention
-    backward's consumers at 240 registers: the tests stay.)"""
+    per-row vectors (global or shared) loaded once per row of the thread (two per 64-row
+    atom), per-column ones once per column pair, one-element operands once before the loop
+    (each zero past its extent: those elements are never stored), scalars as given.  Each
+    value is loaded where it is first needed and only once, so the loop is the calls' own
+    arithmetic.  (A second copy of the loop without the tests, for a tile inside the vectors'
+    rows, made ptxas spill the attention backward's consumers at 240 registers: the tests
+    stay.)"""
     f = _frag(p, op.acc)
     w(f"// {op.event}: {op.fn}() — user C++ {op.cpp} ({op.header}), per element")
     for i, x in enumerate(op.args):
-        if x.kind == "svec":
+        if x.broadcast:  # one element for the whole call: loaded once
+            ct = CTYPE[x.dtype]
+            inside = " && ".join(f"({_c(i)}) < {_dim(e, p)}" for i, e in x.bounds)
+            w(f"const {ct} v{i} = {inside} ? {_n(x.name)}[{_c(x.col0)}] : {ct}{{}};")
+        elif x.kind == "svec":
             b = next(y for y in p.buffers if y.name == x.name)
             ct = CTYPE[x.dtype]
             w(
@@ -296,39 +303,57 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
                 f"{_c(x.value)};  // the piece, past the copy's aligned start"
             )
     a = _each(w, "a", f.rows // 64)
+    vecs = [(i, x) for i, x in enumerate(op.args) if x.kind in ("vec", "svec") and not x.broadcast]
+    for i, x in vecs:
+        if not x.row:
+            continue
+        # a thread's elements lie in two rows of the atom (acc_coord: row 8 * (j % 2) on)
+        ct, row, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + r", _dim(x.extent, p)
+        got = f"sv{i}[r]" if x.kind == "svec" else f"{_vec_row(x, ext)}[{row}]"
+        w(f"{ct} v{i}[2];")
+        w("#pragma unroll")
+        w.open("for (int h = 0; h < 2; ++h)")
+        w("const int r = cypress::acc_coord(h).x" + ("" if a == "0" else f" + {a} * 64") + ";")
+        w(f"v{i}[h] = {row} < {ext} ? {got} : {ct}{{}};")
+        w.close()
+    cols = any(not x.row for _, x in vecs)
     w("#pragma unroll")
-    w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
-    w("const int c = cypress::acc_coord(j).y;")
-    if any(x.row for x in op.args):  # a pair's two elements share their row
-        w("const int r = cypress::acc_coord(j).x" + ("" if a == "0" else f" + {a} * 64") + ";")
+    if cols:  # a column pair's values serve pairs 2 jc and 2 jc + 1 (its two rows)
+        w.open(f"for (int jc = 0; jc < {f.cols // 8}; ++jc)")
+        w("const int c = cypress::acc_coord(2 * jc).y;")
+    else:
+        w.open(f"for (int j = 0; j < {f.cols // 4}; ++j)")
+    for i, x in vecs:
+        if x.row:
+            continue
+        ct, col, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + c", _dim(x.extent, p)
+        if x.kind == "svec":
+            # columns past the row's end hold the next row's elements (a flattened TMA map)
+            got = (f"sv{i}[c]", f"sv{i}[c + 1]")
+        else:
+            n = _vec_row(x, ext)
+            got = (f"{n}[{col}]", f"{n}[{col} + 1]")
+        w(f"const {ct} v{i}_0 = {col} < {ext} ? {got[0]} : {ct}{{}};")
+        w(f"const {ct} v{i}_1 = {col} + 1 < {ext} ? {got[1]} : {ct}{{}};")
     calls: list[list[str]] = [[], []]
     for i, x in enumerate(op.args):
-        if x.kind == "frag":
-            for e in (0, 1):
+        for e in (0, 1):
+            if x.kind == "frag":
                 calls[e].append(f"{_n(x.name)}[{a}][2 * j + {e}]")
-        elif x.kind in ("vec", "svec") and x.row:
-            ct, row, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + r", _dim(x.extent, p)
-            got = f"sv{i}[r]" if x.kind == "svec" else f"{_vec_row(x, ext)}[{row}]"
-            w(f"const {ct} v{i} = {row} < {ext} ? {got} : {ct}{{}};")
-            for e in (0, 1):
+            elif x.broadcast:
                 calls[e].append(f"v{i}")
-        elif x.kind in ("vec", "svec"):
-            ct, col, ext = CTYPE[x.dtype], f"({_c(x.col0)}) + c", _dim(x.extent, p)
-            if x.kind == "svec":
-                # columns past the row's end hold the next row's elements (a flattened TMA map)
-                got = (f"sv{i}[c]", f"sv{i}[c + 1]")
+            elif x.kind in ("vec", "svec"):
+                calls[e].append(f"v{i}[{'h' if cols else 'j % 2'}]" if x.row else f"v{i}_{e}")
             else:
-                n = _vec_row(x, ext)
-                got = (f"{n}[{col}]", f"{n}[{col} + 1]")
-            w(f"const {ct} v{i}_0 = {col} < {ext} ? {got[0]} : {ct}{{}};")
-            w(f"const {ct} v{i}_1 = {col} + 1 < {ext} ? {got[1]} : {ct}{{}};")
-            for e in (0, 1):
-                calls[e].append(f"v{i}_{e}")
-        else:
-            for e in (0, 1):
                 calls[e].append(f"{x.dtype}({_c(x.value)})")
+    if cols:
+        w("#pragma unroll")
+        w.open("for (int h = 0; h < 2; ++h)")
+        w("const int j = 2 * jc + h;")
     for e in (0, 1):
         w(f"{op.cpp}({', '.join(calls[e])});")
+    if cols:
+        w.close()
     w.close()
     _done(w, f.rows // 64)
 

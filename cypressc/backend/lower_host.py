@@ -14,11 +14,11 @@ from cypressc.backend import plan as P
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
 from cypressc.backend.cexpr import KVar, cexpr
-from cypressc.ir.analysis import exprs_of, free_vars, reduces, views_of
+from cypressc.ir.analysis import dim_procs, exprs_of, free_vars, reduces, slices_of, views_of
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
-from cypressc.lang.kinds import PartKind
+from cypressc.lang.kinds import PartKind, Proc
 
 __all__ = ["KernelInterface"]
 
@@ -226,40 +226,46 @@ class KernelInterface:
         return out
 
     def _sliced(self, plan: P.KernelPlan) -> list[P.Require]:
-        """A parameter sliced by a loop's counter (``SAs[k]`` in ``for k in srange(n)``) along
-        a dimension of run-time extent ``E`` reads slices 0 … n - 1: the launcher checks
-        ``n <= E`` (else the TMA reads zeros past the tensor, a silently wrong result;
-        gemm_fp8_blockwise's KB scale rows against its cdiv(K, 128) K blocks)."""
+        """A parameter sliced by a loop's counter (``SAs[k]`` in ``for k in srange(n)``) or by
+        a grid index (a host ``prange`` over ``j < n`` reading ``SBp[j, 0]`` of blocks of one
+        row) along a dimension of run-time extent ``E`` reads slices 0 … n - 1: the launcher
+        checks ``n <= E`` (else the kernel reads zeros past the tensor, a silently wrong
+        result: gemm_fp8_blockwise's KB scale rows against its cdiv(K, 128) K blocks, its NB
+        block scales of B against its cdiv(N, 128) column tiles).  A slice is a
+        ``partition_by_slices`` piece or a ``partition_by_blocks`` piece one element wide."""
         params = {a.name for a in self.m.params}
+        steps: dict[N.IExpr, N.IExpr] = {}  # a counter or a grid index -> how many values
+        for o in walk_ops(self.m.body):
+            dims = getattr(o, "dims", ())
+            for pr, d in zip(dim_procs(dims), dims):
+                if pr.proc == Proc.BLOCK:
+                    steps[pr] = d.extent
+            if isinstance(o, N.For) and static(o.lo) == 0:
+                steps[N.IVar(o.var)] = o.hi
         out, seen = [], set()
-        for lp in walk_ops(self.m.body):
-            if not isinstance(lp, N.For) or static(lp.lo) != 0:
-                continue
-            for o in walk_ops(lp.body):
-                for v, _, _ in views_of(o):
-                    if self.sym.root(v) not in params:
+        for o in walk_ops(self.m.body):
+            for v, _, _ in views_of(o):
+                if self.sym.root(v) not in params:
+                    continue
+                for part, d, idx in slices_of(self.sym, v):
+                    if idx not in steps:
                         continue
-                    for piece in self.sym.chain(v):
-                        part = self.sym.parts[piece.partition]
-                        idx = piece.idx[0] if piece.idx else None
-                        if part.kind != PartKind.SLICES or idx != N.IVar(lp.var):
-                            continue
-                        extent = self.sym.shape(part.base)[int(part.params[0].value)]
-                        if not free_vars(self._sized(extent)) <= set(plan.sizes):
-                            continue
-                        r = self._require(lp.hi, "<=", extent, "")
-                        if (r.lhs, r.rhs) in seen:
-                            continue
-                        seen.add((r.lhs, r.rhs))
-                        out.append(
-                            replace(
-                                r,
-                                why=f"{self.sym.root(v)} is sliced by the loop's step along "
-                                f"dimension {int(part.params[0].value)}: its "
-                                f"{cexpr(self._sized(extent))} slices must cover the "
-                                f"{cexpr(r.lhs)} steps",
-                            )
+                    extent = self.sym.shape(part.base)[d]
+                    if not free_vars(self._sized(extent)) <= set(plan.sizes):
+                        continue
+                    r = self._require(steps[idx], "<=", extent, "")
+                    if (r.lhs, r.rhs) in seen or r.lhs == r.rhs:
+                        continue
+                    seen.add((r.lhs, r.rhs))
+                    by = "loop's step" if isinstance(idx, N.IVar) else "grid's blocks"
+                    out.append(
+                        replace(
+                            r,
+                            why=f"{self.sym.root(v)} is sliced by the {by} along dimension "
+                            f"{d}: its {cexpr(self._sized(extent))} slices must cover the "
+                            f"{cexpr(r.lhs)} steps",
                         )
+                    )
         return out
 
     def _covered(self, plan: P.KernelPlan) -> list[P.Require]:

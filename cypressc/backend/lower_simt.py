@@ -242,6 +242,12 @@ class SimtLowering:
                     f"{o.fn}() reads {fmt_view(a)}, an FP8 vector: external leaf functions read "
                     "16- or 32-bit vectors (convert it to f32 first)"
                 )
+            if ext.broadcast(prm.name) and mem != Mem.GLOBAL:
+                _refuse(
+                    f"{o.fn}() reads {fmt_view(a)} in {mem} as its one-element operand "
+                    f"'{prm.name}': a tensor[(1,), ...] operand is read from global memory (map "
+                    "it GLOBAL)"
+                )
             if mem == Mem.SHARED and not mmas and len(self.sym.shape(a)) == 1:
                 buf = next((b for b in plan.buffers if b.name == root and b.vector), None)
                 n = static(self.sym.shape(a)[0])
@@ -274,6 +280,26 @@ class SimtLowering:
                     f"{o.fn}() reads {fmt_view(a)} in {mem}: external leaf functions read register "
                     "fragments and 1-D vectors in global or shared memory"
                 )
+            if ext.broadcast(prm.name):
+                # one element: its row-major index, each coordinate guarded (zero past the
+                # tensor, like every read past its extent), whichever dimensions the piece keeps
+                shape = self.sym.allocs[root].shape
+                flat = org[0]
+                for d in range(1, len(org)):
+                    flat = N.ibin("+", N.ibin("*", flat, shape[d]), org[d])
+                args.append(
+                    P.ExtArg(
+                        "vec",
+                        root,
+                        t.dtype,
+                        self.k(flat),
+                        broadcast=True,
+                        bounds=tuple((self.k(i), e) for i, e in zip(org, t.dims)),
+                    )
+                )
+                vectors.append(a)
+                plan.pointer_reads.add(root)
+                continue
             if not keep[-1]:
                 _refuse(
                     f"{o.fn}() reads {fmt_view(a)}, a strided vector of %{root}: external leaf "
@@ -297,8 +323,17 @@ class SimtLowering:
         if acc is None:
             _refuse(f"{o.fn}() has no register fragment operand to run over")
         for a, x in zip(vectors, [x for x in args if x.kind in ("vec", "svec")]):
+            n = static(self.sym.shape(a)[0])
+            if x.broadcast:
+                if n != 1:
+                    many = "a run-time number of" if n is None else str(n)
+                    _refuse(
+                        f"{o.fn}(): {fmt_view(a)} has {many} element(s) for a tensor[(1,), ...] "
+                        "operand (one element that every element of the call reads)"
+                    )
+                continue
             want, what = (acc.rows, "rows") if x.row else (acc.cols, "columns")
-            if (n := static(self.sym.shape(a)[0])) != want:
+            if n != want:
                 _refuse(
                     f"{o.fn}(): the per-{what[:-1]} vector {fmt_view(a)} has {n} element(s), the "
                     f"{acc.rows}x{acc.cols} fragment's tile {want} {what}"

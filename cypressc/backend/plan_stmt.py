@@ -143,7 +143,9 @@ class ExtArg:
     ``stage`` of shared vector buffer ``name``, element ``value + c`` for the fragment's
     column c, filled from a row at element ``col0``: zero where ``col0 + c`` is at or past
     ``extent``).  A ``vec`` or ``svec`` with ``row`` is read per row: the fragment's row r
-    instead of its column c."""
+    instead of its column c; a ``vec`` with ``broadcast`` is one element of the tensor, at
+    row-major index ``col0``, read once per call for every element (zero unless each
+    (coordinate, extent) of ``bounds`` is in range)."""
 
     kind: str
     name: str = ""
@@ -154,6 +156,8 @@ class ExtArg:
     batch: IExpr | None = None
     stage: IExpr = IConst(0)
     row: bool = False
+    broadcast: bool = False
+    bounds: tuple[tuple[IExpr, str], ...] = ()
 
 
 @dataclass(frozen=True)

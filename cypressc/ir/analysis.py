@@ -7,7 +7,7 @@ import functools
 from dataclasses import fields, is_dataclass, replace
 
 from cypressc.ir import nodes as N
-from cypressc.ir.shapes import layout_key
+from cypressc.ir.shapes import layout_key, static
 from cypressc.ir.subst import map_views, rename_events, walk_ops
 from cypressc.lang.kinds import PartKind, Proc
 
@@ -222,6 +222,25 @@ def canon(v: N.View, sym: Symbols) -> tuple:
         chain.append((layout_key(p.kind, p.params), v.idx))
         v = p.base
     return (v.name, tuple(reversed(chain)))
+
+
+def slices_of(sym: Symbols, v: N.View) -> list[tuple[N.Partition, int, N.IExpr]]:
+    """The slices view ``v`` takes on its way down from its tensor: (partition, dimension of
+    the partition's base, index) for each ``partition_by_slices`` piece and each one-element
+    block dimension of a ``partition_by_blocks`` piece (``SBp[j, 0]`` of blocks ``(1, KB)``)
+    in its chain."""
+    out = []
+    for piece in sym.chain(v):
+        part = sym.parts[piece.partition]
+        if part.kind == PartKind.SLICES:
+            out.append((part, int(part.params[0].value), piece.idx[0]))
+        elif part.kind == PartKind.BLOCKS:
+            out += [
+                (part, d, i)
+                for d, (b, i) in enumerate(zip(part.params, piece.idx))
+                if static(b) == 1
+            ]
+    return out
 
 
 def dim_procs(dims: tuple[N.Dim, ...]) -> tuple[N.IProc, ...]:

@@ -21,6 +21,7 @@ from cypressc.ir.analysis import (
     dim_procs,
     free_vars,
     free_vars_through,
+    slices_of,
     views_of,
 )
 from cypressc.ir.target import cluster_shape
@@ -91,28 +92,38 @@ def small_sizes(m: N.Module, wraps: int = 2) -> dict[str, int]:
 
 
 def _cover_sliced_extents(m: N.Module, out: dict[str, int], lets: dict) -> None:
-    """A size that is the extent of a sliced dimension indexed inside a pipelined loop gets at
-    least the loop's trip count (so every index the loop forms is a slice: gemm_fp8_blockwise's scales
-    SA: KB x M, sliced per K block of its ``cdiv(K, 128)`` steps)."""
+    """A size that is the extent of a sliced dimension (:func:`slices_of`) indexed by a main
+    loop's counter or a grid index gets at least that many slices (so every index is a slice:
+    gemm_fp8_blockwise's scales SA: KB x M, sliced per K block of its ``cdiv(K, 128)`` steps,
+    and SB: NB x KB, a row per column tile of the grid)."""
     sym = Symbols(m)
+    counts: dict[N.IExpr, N.IExpr] = dict(_grid(m))
     for lp in walk_ops(m.body):
-        if not isinstance(lp, N.For) or not lp.pipeline:  # a main loop, not a tile loop
-            continue
-        try:
-            trips = int(evaluate(lp.hi, out, lets)) - int(evaluate(lp.lo, out, lets))
-        except (KeyError, ZeroDivisionError):
-            continue
-        for op in walk_ops(lp.body):
-            for v, _, _ in views_of(op):
-                for piece in sym.chain(v):
-                    part = sym.parts[piece.partition]
-                    if part.kind != PartKind.SLICES or lp.var not in free_vars(piece.idx[0]):
-                        continue  # not a slice the loop's counter picks
-                    ext = sym.shape(part.base)[int(part.params[0].value)]
-                    while isinstance(ext, N.IVar) and ext.name in lets:
-                        ext = lets[ext.name]
-                    if isinstance(ext, N.IVar) and ext.name in out:
-                        out[ext.name] = max(out[ext.name], trips)
+        if isinstance(lp, N.For) and lp.pipeline:  # a main loop, not a tile loop
+            counts[N.IVar(lp.var)] = N.ibin("-", lp.hi, lp.lo)
+    for op in walk_ops(m.body):
+        for v, _, _ in views_of(op):
+            for part, d, idx in slices_of(sym, v):
+                # an index the counter forms (``SAs[max(k - 1, 0)]``) counts as the counter
+                key = next(
+                    (
+                        c
+                        for c in counts
+                        if c == idx or isinstance(c, N.IVar) and c.name in free_vars(idx)
+                    ),
+                    None,
+                )
+                if key is None:
+                    continue
+                try:
+                    n = int(evaluate(counts[key], out, lets))
+                except (KeyError, ZeroDivisionError):
+                    continue
+                ext = sym.shape(part.base)[d]
+                while isinstance(ext, N.IVar) and ext.name in lets:
+                    ext = lets[ext.name]
+                if isinstance(ext, N.IVar) and ext.name in out:
+                    out[ext.name] = max(out[ext.name], n)
 
 
 def _bounding(e: N.IExpr) -> list[str]:

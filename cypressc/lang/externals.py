@@ -16,7 +16,9 @@ operand has the shape of the first one, except that a rank-1 operand of a rank-2
 a per-column vector: element (r, c) reads its element c (c counted in the tile that
 ``partition_by_mma`` split), or a per-row vector, element r, when the declaration names its
 dimension like the first operand's rows (``x: tensor[(R, C), f32], s: tensor[(R,), f32]``:
-:meth:`~cypressc.lang.syntax.External.per_row`).  Scalars are ``int`` or ``float`` arguments.
+:meth:`~cypressc.lang.syntax.External.per_row`).  A ``tensor[(1,), f32]`` operand is one
+element that every element reads (a block scale: :meth:`~cypressc.lang.syntax.External.broadcast`).
+Scalars are ``int`` or ``float`` arguments.
 
 The NumPy reference (what the CPU interpreters run) is the function of the same name in
 ``<header stem>.py`` next to the header; it takes the operands as float64 arrays (vectors
@@ -97,6 +99,28 @@ def _base_name(cpp: str) -> str:
     return cpp.split("<", 1)[0].rsplit("::", 1)[-1]
 
 
+def _param_type(p: ParserHost, ann: ast.expr) -> S.Type:
+    """An external parameter's type: the parser's, plus ``tensor[(1,), dtype]``, a one-element
+    vector that every element of the call reads (:meth:`~cypressc.lang.syntax.External.broadcast`)."""
+    sl = ann.slice if isinstance(ann, ast.Subscript) else None
+    if (
+        isinstance(sl, ast.Tuple)
+        and len(sl.elts) == 2
+        and isinstance(sl.elts[0], ast.Tuple)
+        and len(sl.elts[0].elts) == 1
+        and isinstance(one := sl.elts[0].elts[0], ast.Constant)
+        and type(one.value) is int
+        and one.value == 1
+    ):
+        rank1 = ast.copy_location(
+            ast.Subscript(ann.value, ast.Tuple([ast.Constant(1), sl.elts[1]], ast.Load())), ann
+        )
+        t = p.type_(rank1)
+        assert isinstance(t, S.TensorType)
+        return S.TensorType(1, t.dtype, ("1",))
+    return p.type_(ann)
+
+
 def parse_external(
     p: ParserHost, fn: ast.FunctionDef, includes: list[tuple[str, Path | None]]
 ) -> S.External:
@@ -149,7 +173,7 @@ def parse_external(
                 arg,
                 "annotate it: `x: tensor[2, f32]`, `n: int` or `alpha: float`",
             )
-        params.append(S.Param(arg.arg, p.type_(arg.annotation), p.loc(arg)))
+        params.append(S.Param(arg.arg, _param_type(p, arg.annotation), p.loc(arg)))
     for st in fn.body:
         if not (
             isinstance(st, ast.Pass)
@@ -395,7 +419,14 @@ def _semantics(ext: S.External) -> Callable[..., dict[int, np.ndarray]]:
                 args.append(o)
                 continue
             v = o.value.astype(np.float64)
-            if v.ndim == 1 and x0.value.ndim == 2:
+            if ext.broadcast(ext.params[i].name):
+                if v.shape != (1,):
+                    raise ValueError(
+                        f"{ext.name}(): '{ext.params[i].name}' is declared tensor[(1,), ...] (one "
+                        f"element for every element of the call) but has {v.shape[0]} element(s)"
+                    )
+                v = np.broadcast_to(v[0], x0.value.shape)
+            elif v.ndim == 1 and x0.value.ndim == 2:
                 row = ext.per_row(ext.params[i].name)
                 at = x0.coords[0 if row else -1]
                 what = "row" if row else "column"

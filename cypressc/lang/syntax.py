@@ -293,6 +293,13 @@ class External:
     loc: Loc = _L
     header_path: str | None = None  # the header's absolute path (None: parsed from a string)
 
+    def broadcast(self, name: str) -> bool:
+        """Whether operand ``name`` is one element that every element of the call reads: a
+        rank-1 tensor declared ``tensor[(1,), f32]`` (a 128 x 128 block's scale, read once per
+        call; the piece bound to it must have one element)."""
+        t = next(q.type for q in self.params if q.name == name)
+        return isinstance(t, TensorType) and t.rank == 1 and t.dims == ("1",)
+
     def per_row(self, name: str) -> bool:
         """Whether rank-1 operand ``name`` of a rank-2 call is read per row (element (r, c)
         reads its element r): its one dimension is named like the first operand's first,

@@ -12,7 +12,7 @@ __device__ __forceinline__ void scale_rows_cols(float& c, SA sa, SB sb) {
 }
 
 // c += t * sa * sb: one K block's product t promoted into the f32 accumulator c with A's scale
-// of this row and B's of this column for that block (the two-level accumulation of
+// of this row and B's scale of this element's 128 x 128 block (the two-level accumulation of
 // DeepSeek-V3's FP8 GEMMs: the Tensor Core's FP8 sums keep about 14 bits, so each K block's
 // sum leaves the wgmma accumulator before it grows long)
 template <class SA, class SB>

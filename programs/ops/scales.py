@@ -7,5 +7,6 @@ def scale_rows_cols(c, sa, sb):
 
 
 def promote(c, t, sa, sb):
-    """c + t * sa[r] * sb[c]: one K block's product promoted into the accumulator."""
+    """c + t * sa[r] * sb: one K block's product promoted into the accumulator (sb the block's
+    scale, or a column's)."""
     return c + t * (sa * sb)

@@ -134,9 +134,110 @@ def test_per_row_vectors_of_an_external():
         compiled.tree("gemm_fp8_rowwise", "mappings/gemm_fp8_rowwise/h100.yaml"),
         compiled.snapshots("gemm_fp8_rowwise", "mappings/gemm_fp8_rowwise/h100.yaml"),
     ).files["gemm_fp8_rowwise.cu"]
-    # one row scale per accumulator pair (both elements share the row), a column scale each
-    assert "const float v1 = (((b0 * 128) + (cw * 64))) + r < M ? scale_a[" in cu
-    assert "cypress_ops::scale_rows_cols(Cacc_reg[0][2 * j + 1], v1, v2_1);" in cu
+    # a thread's two row scales loaded once, before the loop; a column pair's scales once for
+    # the pair's two rows
+    assert "v1[h] = (((b0 * 128) + (cw * 64))) + r < M ? scale_a[" in cu
+    loop = cu[cu.index("for (int jc = 0; jc < 32; ++jc) {") :]
+    assert loop.index("const float v2_1 =") < loop.index("for (int h = 0; h < 2; ++h) {")
+    assert "cypress_ops::scale_rows_cols(Cacc_reg[0][2 * j + 1], v1[h], v2_1);" in loop
+    assert cu.count("scale_a[") == 1 and cu.count("scale_b[") == 2
+
+
+BLOCKWISE = "mappings/gemm_fp8_blockwise/h100.yaml"
+
+
+def _blockwise_cuda(program: str | None = None, mapping: str = BLOCKWISE) -> str:
+    """programs/gemm_fp8_blockwise.cyp's CUDA (``program``: that text instead)."""
+    from cypressc.mapping.loader import load_mapping
+    from cypressc.mapping.tasktree import instantiate
+    from cypressc.pipeline import compile_module
+
+    if program is None:
+        tree = compiled.tree("gemm_fp8_blockwise", mapping)
+        return render_build(tree, compiled.snapshots("gemm_fp8_blockwise", mapping)).files[
+            "gemm_fp8_blockwise.cu"
+        ]
+    src = ROOT / "programs" / "gemm_fp8_blockwise.cyp"
+    prog = check_program(parse_source(program, str(src)))
+    tree = instantiate(prog, load_mapping(ROOT / mapping))
+    return render_build(tree, dict(compile_module(tree))).files["gemm_fp8_blockwise.cu"]
+
+
+def test_a_block_scale_is_one_element_read_once_per_step():
+    """``sb: tensor[(1,), f32]`` is one element every element of the call reads: B's 128 x 128
+    block scale SB[j][k] (DeepGEMM's NB x KB layout), loaded from global memory once per step
+    with each coordinate guarded, the promotion one FMA per element; the launcher checks that
+    SB has a row per column tile and a column per K block."""
+    from cypressc.lang.parser import parse_file
+
+    prog = parse_file(ROOT / "programs/gemm_fp8_blockwise.cyp")
+    ext = next(e for e in prog.externals if e.name == "promote")
+    assert [ext.broadcast(n) for n in ("c", "t", "sa", "sb")] == [False, False, False, True]
+    assert not ext.per_row("sb") and ext.per_row("sa")
+    cu = _blockwise_cuda()
+    step = cu[cu.index("// %e8: promote()") :]
+    load = "const float v3 = (b1) < NB && (kb) < KB ? SB[((b1 * KB) + kb)] : float{};"
+    assert step.index(load) < step.index("for (int j = 0; j < 32; ++j) {")
+    assert (
+        "cypress_ops::promote(Cacc_reg[0][2 * j + 1], Tmp_reg[0][2 * j + 1], v2[j % 2], v3);"
+        in step
+    )
+    assert cu.count("SB[") == 1
+    assert (
+        "if (!(cdiv(N, 128) <= NB)) return cudaErrorInvalidValue;  // SB is sliced by the grid's blocks"
+        in cu
+    )
+    assert "if (!(cdiv(K, 128) <= KB)) return cudaErrorInvalidValue;" in cu
+
+
+def test_a_one_element_operand_must_be_one_global_element(tmp_path):
+    """The backend refuses (E050, at the kernel's instance) a ``tensor[(1,), …]`` operand bound
+    to a longer piece, and one mapped to shared memory (a one-element shared tile no TMA box
+    fills); the interpreter refuses the longer piece too (ValueError: its semantics would read
+    one element of many)."""
+    import numpy as np
+
+    from cypressc.lang.externals import leaf_fn
+    from cypressc.lang.intrinsics import Operand
+
+    text = (ROOT / "programs/gemm_fp8_blockwise.cyp").read_text()
+    whole_row = text.replace(
+        'launch("promote", Cacc, Tmp, SAs[k], SBs[k])',
+        'launch("promote", Cacc, Tmp, SAs[k], SBr[0])',
+    ).replace(
+        "    SBs = partition_by_slices(SB, 1)  # SBs[k]: this tile's scale of K block k (one element)\n",
+        "    SBs = partition_by_slices(SB, 1)  # SBs[k]: this tile's scale of K block k (one element)\n"
+        "    SBr = partition_by_slices(SB, 0)\n",
+        1,
+    )
+    assert whole_row != text
+    with pytest.raises(CypressError) as ei:
+        _blockwise_cuda(whole_row)
+    assert ei.value.code == "E050"
+    assert "%SBr[0] has a run-time number of element(s) for a tensor[(1,), ...]" in ei.value.message
+    shared = (
+        (ROOT / BLOCKWISE)
+        .read_text()
+        .replace(
+            "{tree: promote, mems: [NONE, NONE, SHARED, GLOBAL]}",
+            "{tree: promote, mems: [NONE, NONE, SHARED, SHARED]}",
+        )
+    )
+    (tmp_path / "m.yaml").write_text(shared)
+    with pytest.raises(CypressError) as ei:
+        _blockwise_cuda(mapping=str(tmp_path / "m.yaml"))
+    assert ei.value.code == "E050" and "shared tile %SB_smem has 1 columns" in ei.value.message
+    from cypressc.lang.parser import parse_file
+
+    prog = parse_file(ROOT / "programs/gemm_fp8_blockwise.cyp")
+    run = leaf_fn(next(x for x in prog.externals if x.name == "promote")).semantics
+    ids = (np.arange(2), np.arange(3))
+    c, t = Operand(np.ones((2, 3)), ids), Operand(np.full((2, 3), 2.0), ids)
+    sa = Operand(np.array([1.0, 10.0]), (np.arange(2),))
+    got = run(c, t, sa, Operand(np.array([0.5]), (np.arange(1),)))[0]
+    assert np.array_equal(got, [[2.0, 2.0, 2.0], [11.0, 11.0, 11.0]])
+    with pytest.raises(ValueError, match="declared tensor\\[\\(1,\\), ...\\]"):
+        run(c, t, sa, Operand(np.array([0.5, 0.25]), (np.arange(2),)))
 
 
 def test_block_scaled_promotion_overlaps_the_next_wgmma():

@@ -88,17 +88,16 @@ def test_a_2x2_cluster_multicasts_both_operands_from_the_first_block_along_each(
 
 
 def test_a_vector_of_scales_multicasts_too_and_a_flat_grid_launches_whole_clusters():
-    """The block-scaled GEMM's SB (KB x N, the same along b0) is a 1-D TMA vector: multicast
-    with the B tile; its channel's release per warp reaches both blocks.  A kernel that is not
-    persistent launches every cluster tile (a block per tile, rounded up to whole clusters)."""
-    cu = render_build(tree("gemm_fp8_blockwise", CLUSTER / "gemm_fp8_blockwise_c2x1.yaml")).files[
+    """The block-scaled GEMM's SA (KB x M, the same along b1) is a 1-D TMA vector: multicast
+    with the A tile in a cluster along N; its channel's release per warp reaches both blocks.
+    A kernel that is not persistent launches every cluster tile (a block per tile, rounded up
+    to whole clusters)."""
+    cu = render_build(tree("gemm_fp8_blockwise", CLUSTER / "gemm_fp8_blockwise_c1x2.yaml")).files[
         "gemm_fp8_blockwise.cu"
     ]
-    assert "cypress::tma_load_1d_multicast(s_SB_smem" in cu
-    assert "cypress::tma_load_1d(s_SA_smem" in cu  # SA: a row of A's blocks, not shared
-    assert (
-        "if (threadIdx.x % 32 == 0) cypress::arrive_cluster<CLUSTER>(&empty_SA_smem_SB_smem" in cu
-    )
+    assert "cypress::tma_load_1d_multicast(s_SA_smem" in cu
+    assert "cypress::tma_load_2d(s_B_smem" in cu  # B: a column tile's, not shared along N
+    assert "if (threadIdx.x % 32 == 0) cypress::arrive_cluster<CLUSTER>(&empty_SA_smem" in cu
     flat = render_build(tree("gemm", CLUSTER / "gemm_c2x1_flat.yaml")).files["gemm.cu"]
     assert "const long long grid = CLUSTER * tiles;" in flat
     assert "t += num_tiles" in flat

@@ -104,12 +104,16 @@ gemm_epilogue_kernel(const __grid_constant__ CUtensorMap tm_A_128x64, const __gr
       }
       // %e6: bias_gelu() — user C++ cypress_ops::bias_gelu (ops/epilogue.cuh), per element
       #pragma unroll
-      for (int j = 0; j < 64; ++j) {
-        const int c = cypress::acc_coord(j).y;
+      for (int jc = 0; jc < 32; ++jc) {
+        const int c = cypress::acc_coord(2 * jc).y;
         const float v1_0 = ((b1 * 256)) + c < N ? bias[((b1 * 256)) + c] : float{};
         const float v1_1 = ((b1 * 256)) + c + 1 < N ? bias[((b1 * 256)) + c + 1] : float{};
-        cypress_ops::bias_gelu(Cacc_reg[0][2 * j + 0], v1_0);
-        cypress_ops::bias_gelu(Cacc_reg[0][2 * j + 1], v1_1);
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int j = 2 * jc + h;
+          cypress_ops::bias_gelu(Cacc_reg[0][2 * j + 0], v1_0);
+          cypress_ops::bias_gelu(Cacc_reg[0][2 * j + 1], v1_1);
+        }
       }
       if (leader) cypress::tma_store_wait<0>();  // %C_smem stored (before the next tile writes it)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done

@@ -10,24 +10,22 @@ constexpr int RASTER = 16;  // tile rows walked together for L2 reuse
 constexpr int A_smem_STAGE = 16384, A_smem_CHUNK = 16384;  // 128x128 f8e4m3, 1 chunk(s) of 128 columns
 constexpr int B_smem_STAGE = 16384, B_smem_CHUNK = 16384;  // 128x128 f8e4m3, 1 chunk(s) of 128 columns
 constexpr int SA_smem_STAGE = 640;  // 128 f32, copied from up to 4 elements before (a 16-byte-aligned TMA box)
-constexpr int SB_smem_STAGE = 640;  // 128 f32, copied from up to 4 elements before (a 16-byte-aligned TMA box)
 constexpr int C_smem_SMEM = 131072, C_smem_TILE = 16384;  // 64x128 bf16 per consumer warpgroup, in 64x64 boxes
-constexpr int SMEM_BYTES = 170112;
+constexpr int SMEM_BYTES = 167552;
 }  // namespace
 
 __global__ void __launch_bounds__(THREADS, 1)
-gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tm_A_128x128, const __grid_constant__ CUtensorMap tm_B_128x128, const __grid_constant__ CUtensorMap tm_SA_132, const __grid_constant__ CUtensorMap tm_SB_132, const __grid_constant__ CUtensorMap tm_C_64x64, __nv_bfloat16* __restrict__ C, int M, int N, int K, int KB) {
+gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tm_A_128x128, const __grid_constant__ CUtensorMap tm_B_128x128, const __grid_constant__ CUtensorMap tm_SA_132, const __grid_constant__ CUtensorMap tm_C_64x64, __nv_bfloat16* __restrict__ C, const float* __restrict__ SB, int M, int N, int K, int KB, int NB) {
   // ---- prologue: shared memory and the mbarriers of the pipeline's channels
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = cypress::align_smem(smem_raw, 1024);
   uint8_t* s_A_smem = smem + 0;  // %A_smem
   uint8_t* s_B_smem = smem + 65536;  // %B_smem
   uint8_t* s_SA_smem = smem + 163840;  // %SA_smem
-  uint8_t* s_SB_smem = smem + 166400;  // %SB_smem
-  cypress::bar_t* full_A_smem_B_smem = reinterpret_cast<cypress::bar_t*>(smem + 168960);  // full mbarrier[4], channel of %e4, %e5
-  cypress::bar_t* empty_A_smem_B_smem = reinterpret_cast<cypress::bar_t*>(smem + 168992);  // empty mbarrier[4], channel of %e4, %e5
-  cypress::bar_t* full_SA_smem_SB_smem = reinterpret_cast<cypress::bar_t*>(smem + 169024);  // full mbarrier[4], channel of %e7, %e8
-  cypress::bar_t* empty_SA_smem_SB_smem = reinterpret_cast<cypress::bar_t*>(smem + 169056);  // empty mbarrier[4], channel of %e7, %e8
+  cypress::bar_t* full_A_smem_B_smem = reinterpret_cast<cypress::bar_t*>(smem + 166400);  // full mbarrier[4], channel of %e4, %e5
+  cypress::bar_t* empty_A_smem_B_smem = reinterpret_cast<cypress::bar_t*>(smem + 166432);  // empty mbarrier[4], channel of %e4, %e5
+  cypress::bar_t* full_SA_smem = reinterpret_cast<cypress::bar_t*>(smem + 166464);  // full mbarrier[4], channel of %e7
+  cypress::bar_t* empty_SA_smem = reinterpret_cast<cypress::bar_t*>(smem + 166496);  // empty mbarrier[4], channel of %e7
   const int tiles0 = cdiv(M, 128);
   const int tiles1 = cdiv(N, 128);
   const int num_tiles = tiles0 * tiles1;
@@ -43,20 +41,19 @@ gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tm_A_128x128, cons
   if (threadIdx.x == 0) {
     for (int i = 0; i < 4; ++i) cypress::init(&full_A_smem_B_smem[i], 1);
     for (int i = 0; i < 4; ++i) cypress::init(&empty_A_smem_B_smem[i], 2);
-    for (int i = 0; i < 4; ++i) cypress::init(&full_SA_smem_SB_smem[i], 1);
-    for (int i = 0; i < 4; ++i) cypress::init(&empty_SA_smem_SB_smem[i], 8);
+    for (int i = 0; i < 4; ++i) cypress::init(&full_SA_smem[i], 1);
+    for (int i = 0; i < 4; ++i) cypress::init(&empty_SA_smem[i], 8);
     cypress::fence_barrier_init();
   }
   __syncthreads();  // every thread sees the initialized mbarriers
   const int wg = cypress::warpgroup_idx();
   if (wg == 0) {
-    // ---- producer warpgroup: %e4, %e5, %e7, %e8 (GLOBAL->SHARED, TMA)
+    // ---- producer warpgroup: %e4, %e5, %e7 (GLOBAL->SHARED, TMA)
     cypress::regs_dealloc<40>();
     if (cypress::warp_in_warpgroup() == 0 && cypress::elect_one()) {
       cypress::tma_prefetch(&tm_A_128x128);
       cypress::tma_prefetch(&tm_B_128x128);
       cypress::tma_prefetch(&tm_SA_132);
-      cypress::tma_prefetch(&tm_SB_132);
       cypress::PipelineState<STAGES> pipe;  // the stage and phase of step kb, across tiles
       for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
         int b0, b1;
@@ -68,12 +65,10 @@ gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tm_A_128x128, cons
           cypress::tma_load_2d(s_A_smem + pipe.index * A_smem_STAGE, &tm_A_128x128, &full_A_smem_B_smem[pipe.index], (kb * 128), (b0 * 128));
           // %e5: copy %B -> %B_smem (TMA)
           cypress::tma_load_2d(s_B_smem + pipe.index * B_smem_STAGE, &tm_B_128x128, &full_A_smem_B_smem[pipe.index], (kb * 128), (b1 * 128));
-          cypress::wait(&empty_SA_smem_SB_smem[pipe.index], pipe.phase ^ 1);  // %SA_smem, %SB_smem free (war)
-          cypress::arrive_expect_tx(&full_SA_smem_SB_smem[pipe.index], 1056);  // %SA_smem, %SB_smem ready (raw)
+          cypress::wait(&empty_SA_smem[pipe.index], pipe.phase ^ 1);  // %SA_smem free (war)
+          cypress::arrive_expect_tx(&full_SA_smem[pipe.index], 528);  // %SA_smem ready (raw)
           // %e7: copy %SA -> %SA_smem (TMA)
-          cypress::tma_load_1d(s_SA_smem + pipe.index * SA_smem_STAGE, &tm_SA_132, &full_SA_smem_SB_smem[pipe.index], ((((kb * M) + (b0 * 128)) / 4) * 4));
-          // %e8: copy %SB -> %SB_smem (TMA)
-          cypress::tma_load_1d(s_SB_smem + pipe.index * SB_smem_STAGE, &tm_SB_132, &full_SA_smem_SB_smem[pipe.index], ((((kb * N) + (b1 * 128)) / 4) * 4));
+          cypress::tma_load_1d(s_SA_smem + pipe.index * SA_smem_STAGE, &tm_SA_132, &full_SA_smem[pipe.index], ((((kb * M) + (b0 * 128)) / 4) * 4));
           pipe.advance();
         }
       }
@@ -108,27 +103,28 @@ gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tm_A_128x128, cons
         cypress::wait<0>();  // %Tmp_reg ready (raw); %A_smem, %B_smem free (war)
         cypress::fence_acc(Tmp_reg[0]);
         if (leader) cypress::arrive(&empty_A_smem_B_smem[pipe.index]);  // %A_smem, %B_smem free (war)
-        cypress::wait(&full_SA_smem_SB_smem[pipe.index], pipe.phase);  // %SA_smem, %SB_smem ready (raw)
-        // %e9: promote() — user C++ cypress_ops::promote (ops/scales.cuh), per element
+        cypress::wait(&full_SA_smem[pipe.index], pipe.phase);  // %SA_smem ready (raw)
+        // %e8: promote() — user C++ cypress_ops::promote (ops/scales.cuh), per element
         const float* sv2 = reinterpret_cast<const float*>(s_SA_smem + pipe.index * SA_smem_STAGE) + ((((kb * M) + (b0 * 128)) % 4) + (cw * 64));  // the piece, past the copy's aligned start
-        const float* sv3 = reinterpret_cast<const float*>(s_SB_smem + pipe.index * SB_smem_STAGE) + (((kb * N) + (b1 * 128)) % 4);  // the piece, past the copy's aligned start
+        const float v3 = (b1) < NB && (kb) < KB ? SB[((b1 * KB) + kb)] : float{};
+        float v2[2];
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = cypress::acc_coord(h).x;
+          v2[h] = (((b0 * 128) + (cw * 64))) + r < M ? sv2[r] : float{};
+        }
         #pragma unroll
         for (int j = 0; j < 32; ++j) {
-          const int c = cypress::acc_coord(j).y;
-          const int r = cypress::acc_coord(j).x;
-          const float v2 = (((b0 * 128) + (cw * 64))) + r < M ? sv2[r] : float{};
-          const float v3_0 = ((b1 * 128)) + c < N ? sv3[c] : float{};
-          const float v3_1 = ((b1 * 128)) + c + 1 < N ? sv3[c + 1] : float{};
-          cypress_ops::promote(Cacc_reg[0][2 * j + 0], Tmp_reg[0][2 * j + 0], v2, v3_0);
-          cypress_ops::promote(Cacc_reg[0][2 * j + 1], Tmp_reg[0][2 * j + 1], v2, v3_1);
+          cypress_ops::promote(Cacc_reg[0][2 * j + 0], Tmp_reg[0][2 * j + 0], v2[j % 2], v3);
+          cypress_ops::promote(Cacc_reg[0][2 * j + 1], Tmp_reg[0][2 * j + 1], v2[j % 2], v3);
         }
-        __syncwarp();  // %SA_smem, %SB_smem free (war)
-        if (threadIdx.x % 32 == 0) cypress::arrive(&empty_SA_smem_SB_smem[pipe.index]);  // %SA_smem, %SB_smem free (war)
+        __syncwarp();  // %SA_smem free (war)
+        if (threadIdx.x % 32 == 0) cypress::arrive(&empty_SA_smem[pipe.index]);  // %SA_smem free (war)
         pipe.advance();
       }
       if (leader) cypress::tma_store_wait<0>();  // %C_smem stored (before the next tile writes it)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done
-      // %e10: copy %Cacc_reg -> %C_smem (this warpgroup's tile, swizzled 64x64 boxes)
+      // %e9: copy %Cacc_reg -> %C_smem (this warpgroup's tile, swizzled 64x64 boxes)
       #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const int2 rc = cypress::acc_coord(j);
@@ -137,32 +133,34 @@ gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tm_A_128x128, cons
       }
       cypress::fence_proxy_async();  // %C_smem ready (raw)
       cypress::named_sync((1 + cw), 128);  // %C_smem ready (raw)
-      // %e11: copy %C_smem -> global (TMA store, 64x64 boxes)
+      // %e10: copy %C_smem -> global (TMA store, 64x64 boxes)
       if (leader) {
         for (int b = 0; b < 2; ++b) {
           cypress::tma_store_2d(&tm_C_64x64, smem + C_smem_SMEM + cw * C_smem_TILE + b * 8192, ((b1 * 128)) + 64 * b, (((b0 * 128) + (cw * 64))));
         }
       }
-      if (leader) cypress::tma_store_commit();  // closes the group of %e11
+      if (leader) cypress::tma_store_commit();  // closes the group of %e10
     }
     if (leader) cypress::tma_store_wait<0>();  // %C_smem stored (after the last tile)
   }
 }
 
-extern "C" int gemm_fp8_blockwise_launch(void* C, const void* A, const void* B, const void* SA, const void* SB, int64_t M, int64_t N, int64_t K, int64_t KB, cudaStream_t stream) {
+extern "C" int gemm_fp8_blockwise_launch(void* C, const void* A, const void* B, const void* SA, const void* SB, int64_t M, int64_t N, int64_t K, int64_t KB, int64_t NB, cudaStream_t stream) {
   if (M < 0 || M > INT32_MAX) return cudaErrorInvalidValue;
   if (N < 0 || N > INT32_MAX) return cudaErrorInvalidValue;
   if (K < 0 || K > INT32_MAX) return cudaErrorInvalidValue;
   if (KB < 0 || KB > INT32_MAX) return cudaErrorInvalidValue;
+  if (NB < 0 || NB > INT32_MAX) return cudaErrorInvalidValue;
   if (!(N % 8 == 0)) return cudaErrorInvalidValue;  // the innermost extent of C (N) must be a multiple of 8: TMA needs 16-byte row strides
   if (!(K % 16 == 0)) return cudaErrorInvalidValue;  // the innermost extent of A (K) must be a multiple of 16: TMA needs 16-byte row strides
   if (!(K > 0)) return cudaErrorInvalidValue;  // A is read through TMA, which needs a non-empty tensor (K > 0)
   if (!(K % 16 == 0)) return cudaErrorInvalidValue;  // the innermost extent of B (K) must be a multiple of 16: TMA needs 16-byte row strides
   if (!(K > 0)) return cudaErrorInvalidValue;  // B is read through TMA, which needs a non-empty tensor (K > 0)
   if (!(KB > 0)) return cudaErrorInvalidValue;  // SA is read through TMA, which needs a non-empty tensor (KB > 0)
-  if (!(KB > 0)) return cudaErrorInvalidValue;  // SB is read through TMA, which needs a non-empty tensor (KB > 0)
   if (!(cdiv(K, 128) <= KB)) return cudaErrorInvalidValue;  // SA is sliced by the loop's step along dimension 0: its KB slices must cover the cdiv(K, 128) steps
-  if ((reinterpret_cast<uintptr_t>(C) | reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) | reinterpret_cast<uintptr_t>(SA) | reinterpret_cast<uintptr_t>(SB)) & 15) return cudaErrorInvalidValue;  // TMA needs 16-byte aligned tensors
+  if (!(cdiv(N, 128) <= NB)) return cudaErrorInvalidValue;  // SB is sliced by the grid's blocks along dimension 0: its NB slices must cover the cdiv(N, 128) steps
+  if ((reinterpret_cast<uintptr_t>(C) | reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) | reinterpret_cast<uintptr_t>(SA)) & 15) return cudaErrorInvalidValue;  // TMA needs 16-byte aligned tensors
+  if (reinterpret_cast<uintptr_t>(SB) & 3) return cudaErrorInvalidValue;  // SB is read element by element
   if (M == 0 || N == 0) return cudaSuccess;  // nothing to write
   cudaError_t e;
   CUtensorMap tm_A_128x128;
@@ -171,8 +169,6 @@ extern "C" int gemm_fp8_blockwise_launch(void* C, const void* A, const void* B, 
   if ((e = cypress::make_tma_map(&tm_B_128x128, B, false, K, N, 1, 128, 128, 2, 128, 1)) != cudaSuccess) return e;
   CUtensorMap tm_SA_132;
   if ((e = cypress::make_tma_map_1d(&tm_SA_132, SA, KB * M, 132, 4)) != cudaSuccess) return e;
-  CUtensorMap tm_SB_132;
-  if ((e = cypress::make_tma_map_1d(&tm_SB_132, SB, KB * N, 132, 4)) != cudaSuccess) return e;
   CUtensorMap tm_C_64x64;
   if ((e = cypress::make_tma_map(&tm_C_64x64, C, true, N, M, 1, 64, 64, 2)) != cudaSuccess) return e;
   static int configured_device = -1, sms = 0;
@@ -185,6 +181,6 @@ extern "C" int gemm_fp8_blockwise_launch(void* C, const void* A, const void* B, 
   }
   const long long tiles = (cdiv(M, 128)) * (cdiv(N, 128));
   const long long grid = tiles < sms ? tiles : sms;
-  gemm_fp8_blockwise_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_A_128x128, tm_B_128x128, tm_SA_132, tm_SB_132, tm_C_64x64, static_cast<__nv_bfloat16*>(C), static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), static_cast<int>(KB));
+  gemm_fp8_blockwise_kernel<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(tm_A_128x128, tm_B_128x128, tm_SA_132, tm_C_64x64, static_cast<__nv_bfloat16*>(C), static_cast<const float*>(SB), static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), static_cast<int>(KB), static_cast<int>(NB));
   return cudaGetLastError();
 }

@@ -100,15 +100,23 @@ gemm_fp8_rowwise_kernel(const __grid_constant__ CUtensorMap tm_A_128x128, const 
         if (leader) cypress::arrive(&empty_A_smem_B_smem[(pipe - 1).index]);  // %A_smem, %B_smem free (war)
       }
       // %e6: scale_rows_cols() — user C++ cypress_ops::scale_rows_cols (ops/scales.cuh), per element
+      float v1[2];
       #pragma unroll
-      for (int j = 0; j < 64; ++j) {
-        const int c = cypress::acc_coord(j).y;
-        const int r = cypress::acc_coord(j).x;
-        const float v1 = (((b0 * 128) + (cw * 64))) + r < M ? scale_a[(((b0 * 128) + (cw * 64))) + r] : float{};
+      for (int h = 0; h < 2; ++h) {
+        const int r = cypress::acc_coord(h).x;
+        v1[h] = (((b0 * 128) + (cw * 64))) + r < M ? scale_a[(((b0 * 128) + (cw * 64))) + r] : float{};
+      }
+      #pragma unroll
+      for (int jc = 0; jc < 32; ++jc) {
+        const int c = cypress::acc_coord(2 * jc).y;
         const float v2_0 = ((b1 * 256)) + c < N ? scale_b[((b1 * 256)) + c] : float{};
         const float v2_1 = ((b1 * 256)) + c + 1 < N ? scale_b[((b1 * 256)) + c + 1] : float{};
-        cypress_ops::scale_rows_cols(Cacc_reg[0][2 * j + 0], v1, v2_0);
-        cypress_ops::scale_rows_cols(Cacc_reg[0][2 * j + 1], v1, v2_1);
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int j = 2 * jc + h;
+          cypress_ops::scale_rows_cols(Cacc_reg[0][2 * j + 0], v1[h], v2_0);
+          cypress_ops::scale_rows_cols(Cacc_reg[0][2 * j + 1], v1[h], v2_1);
+        }
       }
       if (leader) cypress::tma_store_wait<0>();  // %C_smem stored (before the next tile writes it)
       cypress::named_sync((1 + cw), 128);  // the other writers learn the store is done

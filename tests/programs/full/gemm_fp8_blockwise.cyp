@@ -1,16 +1,17 @@
-"""C = Σ_k diag(SA[k]) · (A_k @ B_kᵀ) · diag(SB[k]) on FP8 operands, A_k and B_k the k-th 128-wide
-K blocks: block-scaled FP8 (DeepSeek-V3 / DeepGEMM's 1 x 128 scales of A) with two-level
-accumulation.
+"""C = Σ_k diag(SA[k]) · (A_k @ B_kᵀ) · SB_k on FP8 operands, A_k and B_k the k-th 128-wide K
+blocks: block-scaled FP8 as DeepSeek-V3 / DeepGEMM, A scaled per 1 x 128 (a row of a K block),
+B per 128 x 128 (a block of 128 rows of a K block), with two-level accumulation.
 
 A: M x K and B: N x K in F8 (e4m3 or e5m2), K-major; C: M x N in T (bf16 or f16).  SA: KB x M
 f32, SA[k, i] the scale of row i of A's K block k (M contiguous, as DeepGEMM stores it for
-TMA); SB: KB x N f32, SB[k, j] the scale of row j of B's K block k (a 128 x 128 block scale of
-B is this with each value repeated over its 128 rows); KB >= cdiv(K, 128) (the launcher checks it).
+TMA); SB: NB x KB f32, SB[j, k] the scale of B's rows 128 j ... 128 j + 127 in K block k
+(DeepGEMM's layout); KB >= cdiv(K, 128) and NB >= cdiv(N, 128) (the launcher checks both).
 
 Each K block's product goes into its own accumulator Tmp (cleared per block: the wgmma's
 scale-d), whose sum the Tensor Core keeps to about 14 bits, and the CUDA cores promote it into
-the f32 accumulator with both scales (programs/ops/scales.cuh's promote).  The K block is the
-scales' block, so it is written here (128), not a tunable: a mapping cannot change it.
+the f32 accumulator with both scales (programs/ops/scales.cuh's promote: one FMA per element,
+B's block scale one element read once per step).  The K block and the N tile are the scales'
+blocks, so they are written here (128), not tunables: a mapping cannot change them.
 """
 
 include("ops/scales.cuh")
@@ -21,21 +22,21 @@ T = dtype(bf16, f16)  # the element type of C: --dtype T=f16
 
 @external("cypress_ops::promote", writes=["c"])
 def promote(c: tensor[(R, S), f32], t: tensor[(R, S), f32], sa: tensor[(R,), f32],
-            sb: tensor[(S,), f32]):
-    """c += t * sa[r] * sb[s]: sa per row, sb per column."""
+            sb: tensor[(1,), f32]):
+    """c += t * sa[r] * sb: sa per row, sb the tile's block scale."""
 
 
 @task("gemm", Inner, reads=["A", "B", "SA", "SB"], writes=["C"])
 def gemm_host(C: tensor[(M, N), T], A: tensor[(M, K), F8], B: tensor[(N, K), F8],
-              SA: tensor[(KB, M), f32], SB: tensor[(KB, N), f32]):
-    U, V = tunable(int), tunable(int)
-    Cp = partition_by_blocks(C, (U, V))
+              SA: tensor[(KB, M), f32], SB: tensor[(NB, KB), f32]):
+    U = tunable(int)
+    Cp = partition_by_blocks(C, (U, 128))
     Ap = partition_by_blocks(A, (U, K))
-    Bp = partition_by_blocks(B, (V, K))
+    Bp = partition_by_blocks(B, (128, K))
     SAp = partition_by_blocks(SA, (KB, U))
-    SBp = partition_by_blocks(SB, (KB, V))
-    for i, j in prange(cdiv(M, U), cdiv(N, V)):
-        launch("gemm", Cp[i, j], Ap[i, 0], Bp[j, 0], SAp[0, i], SBp[0, j])
+    SBp = partition_by_blocks(SB, (1, KB))  # SBp[j, 0]: the scales of B's rows 128 j ...
+    for i, j in prange(cdiv(M, U), cdiv(N, 128)):
+        launch("gemm", Cp[i, j], Ap[i, 0], Bp[j, 0], SAp[0, i], SBp[j, 0])
 
 
 @task("gemm", Inner, reads=["A", "B", "SA", "SB"], writes=["C"])
@@ -45,7 +46,7 @@ def gemm_block(C: tensor[2, T], A: tensor[2, F8], B: tensor[2, F8], SA: tensor[2
     Ap = partition_by_blocks(A, (M, 128))
     Bp = partition_by_blocks(B, (N, 128))
     SAs = partition_by_slices(SA, 0)
-    SBs = partition_by_slices(SB, 0)
+    SBs = partition_by_slices(SB, 1)  # SBs[k]: this tile's scale of K block k (one element)
     Cacc: tensor[2, f32] = make_tensor(M, N)
     launch("clear", Cacc)
     for k in srange(cdiv(K, 128)):
@@ -68,7 +69,7 @@ def gemm_block_overlap(C: tensor[2, T], A: tensor[2, F8], B: tensor[2, F8], SA: 
     Ap = partition_by_blocks(A, (M, 128))
     Bp = partition_by_blocks(B, (N, 128))
     SAs = partition_by_slices(SA, 0)
-    SBs = partition_by_slices(SB, 0)
+    SBs = partition_by_slices(SB, 1)  # SBs[k]: this tile's scale of K block k (one element)
     nk = cdiv(K, 128)
     Cacc: tensor[2, f32] = make_tensor(M, N)
     Prev: tensor[2, f32] = make_tensor(M, N)  # the previous K block's product
@@ -84,7 +85,7 @@ def gemm_block_overlap(C: tensor[2, T], A: tensor[2, F8], B: tensor[2, F8], SA: 
     launch("copy", Cacc, C)
 
 
-# ---- C += Tmp * sa[r] * sb[c]: the warpgroups split the rows (and sa with them)
+# ---- C += Tmp * sa[r] * sb: the warpgroups split the rows (and sa with them)
 @task("promote", Inner, reads=["C", "Tmp", "sa", "sb"], writes=["C"])
 def promote_tile(C: tensor[2, f32], Tmp: tensor[2, f32], sa: tensor[1, f32], sb: tensor[1, f32]):
     WGS = tunable(int)
