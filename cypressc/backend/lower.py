@@ -84,6 +84,23 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
         self.role = Role.CONSUMER  # the role whose statement is being lowered
 
     # -- the kernel --------------------------------------------------------------------
+
+    def _one_element_operands_in_global(self) -> None:
+        """A ``tensor[(1,), …]`` operand of an external leaf is one element each thread loads
+        from global memory (``lower_simt``); refused here, before the shared buffers are laid
+        out, when the mapping puts it elsewhere."""
+        for o in walk_ops(self.m.body):
+            ext = leaf_of(o).external if isinstance(o, N.Call) else None
+            if ext is None:
+                continue
+            for a, prm in zip(o.args, ext.params):
+                if ext.broadcast(prm.name) and self.sym.mem(a) != Mem.GLOBAL:
+                    _refuse(
+                        f"{o.fn}() reads {fmt_view(a)} in {self.sym.mem(a)} as its one-element "
+                        f"operand '{prm.name}': a tensor[(1,), ...] operand is read from global "
+                        "memory (map it GLOBAL)"
+                    )
+
     def run(self) -> P.KernelPlan:
         m = self.m
         body = list(m.body.ops)
@@ -159,6 +176,7 @@ class _Lower(KernelInterface, ExprLowering, SimtLowering, MemoryLowering, MmaLow
             mma_in_flight=1 if inst.mma_in_flight is None else inst.mma_in_flight,
             warpspecialize=ws,
         )
+        self._one_element_operands_in_global()
         if stages < 2 and not flat:
             _refuse("`pipeline:` below 2 (one stage cannot overlap copies with wgmma)")
         if not flat and not 0 <= plan.mma_in_flight < stages:

@@ -232,7 +232,10 @@ class KernelInterface:
         checks ``n <= E`` (else the kernel reads zeros past the tensor, a silently wrong
         result: gemm_fp8_blockwise's KB scale rows against its cdiv(K, 128) K blocks, its NB
         block scales of B against its cdiv(N, 128) column tiles).  A slice is a
-        ``partition_by_slices`` piece or a ``partition_by_blocks`` piece one element wide."""
+        ``partition_by_slices`` piece or a ``partition_by_blocks`` piece one element wide; an
+        index that never exceeds a loop's counter (``max(k - 1, 0)``, ``k - 1``) is checked as
+        the counter (conservative: its last slice may go unread).  An index formed from sizes
+        alone (``SAs[nk - 1]`` after the loop) is not checked."""
         params = {a.name for a in self.m.params}
         steps: dict[N.IExpr, N.IExpr] = {}  # a counter or a grid index -> how many values
         for o in walk_ops(self.m.body):
@@ -248,7 +251,9 @@ class KernelInterface:
                 if self.sym.root(v) not in params:
                     continue
                 for part, d, idx in slices_of(self.sym, v):
-                    if idx not in steps:
+                    # an index a counter bounds (``SAs[max(k - 1, 0)]``) counts as the counter
+                    idx = next((c for c in steps if c == idx or _at_most(idx, c)), None)
+                    if idx is None:
                         continue
                     extent = self.sym.shape(part.base)[d]
                     if not free_vars(self._sized(extent)) <= set(plan.sizes):
@@ -379,3 +384,21 @@ def _a_shape(shape: tuple, mm: P.Mma) -> tuple:
     """The global shape of a wgmma's shared A operand as the product's M x K (an A stored
     K x M, read MN-major, swaps its last two dimensions)."""
     return (*shape[:-2], shape[-1], shape[-2]) if mm.a_mnmajor else shape
+
+
+def _at_most(e: N.IExpr, counter: N.IExpr) -> bool:
+    """Whether ``e`` is at most ``counter`` wherever the counter runs from 0: the counter itself,
+    the counter minus a non-negative constant, or a ``max`` of such a term and a non-positive
+    constant (``max(k - 1, 0)``), or a ``min`` with one such side."""
+    if e == counter:
+        return isinstance(counter, N.IVar)
+    if isinstance(e, N.IBin) and e.op == "-" and isinstance(e.b, N.IConst):
+        return isinstance(e.b.value, int) and e.b.value >= 0 and _at_most(e.a, counter)
+    if isinstance(e, N.IBin) and e.op == "max":
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(y, N.IConst) and isinstance(y.value, int) and y.value <= 0:
+                return _at_most(x, counter)
+        return False
+    if isinstance(e, N.IBin) and e.op == "min":
+        return _at_most(e.a, counter) or _at_most(e.b, counter)
+    return False

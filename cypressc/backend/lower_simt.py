@@ -242,12 +242,6 @@ class SimtLowering:
                     f"{o.fn}() reads {fmt_view(a)}, an FP8 vector: external leaf functions read "
                     "16- or 32-bit vectors (convert it to f32 first)"
                 )
-            if ext.broadcast(prm.name) and mem != Mem.GLOBAL:
-                _refuse(
-                    f"{o.fn}() reads {fmt_view(a)} in {mem} as its one-element operand "
-                    f"'{prm.name}': a tensor[(1,), ...] operand is read from global memory (map "
-                    "it GLOBAL)"
-                )
             if mem == Mem.SHARED and not mmas and len(self.sym.shape(a)) == 1:
                 buf = next((b for b in plan.buffers if b.name == root and b.vector), None)
                 n = static(self.sym.shape(a)[0])

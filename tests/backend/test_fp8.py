@@ -192,8 +192,8 @@ def test_a_block_scale_is_one_element_read_once_per_step():
 
 def test_a_one_element_operand_must_be_one_global_element(tmp_path):
     """The backend refuses (E050, at the kernel's instance) a ``tensor[(1,), …]`` operand bound
-    to a longer piece, and one mapped to shared memory (a one-element shared tile no TMA box
-    fills); the interpreter refuses the longer piece too (ValueError: its semantics would read
+    to a longer piece, and one mapped to shared memory (before any shared buffer is laid out
+    for it); the interpreter refuses the longer piece too (ValueError: its semantics would read
     one element of many)."""
     import numpy as np
 
@@ -226,7 +226,9 @@ def test_a_one_element_operand_must_be_one_global_element(tmp_path):
     (tmp_path / "m.yaml").write_text(shared)
     with pytest.raises(CypressError) as ei:
         _blockwise_cuda(mapping=str(tmp_path / "m.yaml"))
-    assert ei.value.code == "E050" and "shared tile %SB_smem has 1 columns" in ei.value.message
+    assert ei.value.code == "E050"
+    assert "in SHARED as its one-element operand 'sb'" in ei.value.message
+    assert "is read from global memory (map it GLOBAL)" in ei.value.message
     from cypressc.lang.parser import parse_file
 
     prog = parse_file(ROOT / "programs/gemm_fp8_blockwise.cyp")
@@ -260,6 +262,8 @@ def test_block_scaled_promotion_overlaps_the_next_wgmma():
         )
     ]
     assert order == sorted(order)
+    # SAs[max(k - 1, 0)] is bounded by the counter: the launcher checks the K blocks' scales
+    assert "if (!(cdiv(K, 128) <= KB)) return cudaErrorInvalidValue;" in cu
     plain = (ROOT / "tests/golden/cu/gemm_fp8_blockwise.cu").read_text()
     assert plain.index("cypress::wait<0>();") < plain.index("cypress_ops::promote(")
 

@@ -38,7 +38,7 @@ CASES = sorted(
 # gemm_reduction's Tensor-Core row sums (h100_tc, h100_tc_plain) add a shared table the threads
 # fill: their sync is checked on its own below.
 TENSOR_CORE_SUMS = ("gemm_reduction", "tests/mappings/full/gemm_reduction/h100_tc.yaml")
-# gemm_fp8_blockwise's step also copies two scale vectors on a channel of their own (its
+# gemm_fp8_blockwise's step also copies a scale vector on a channel of its own (its
 # transaction bytes are the boxes', not the 16-byte-padded buffers') and promotes on the CUDA
 # cores between the wgmma and the next step: the concurrent interpreter checks it.
 TEMPLATE = [
