@@ -283,9 +283,9 @@ def _external(w, p: P.KernelPlan, op: P.External) -> None:
     """The user's C++ once per element of ``op.acc``'s shape: fragments element by element,
     per-row vectors (global or shared) loaded once per row of the thread in each 64-row atom
     (two), per-column ones once per column pair of each atom, one-element operands once before
-    the loops (each zero past its extent: those elements are never stored), scalars as given.  (A second copy of the loop without the tests, for a tile inside the vectors'
-    rows, made ptxas spill the attention backward's consumers at 240 registers: the tests
-    stay.)"""
+    the loops (each zero past its extent: those elements are never stored), scalars as given.
+    (A second copy of the loop without the tests, for a tile inside the vectors' rows, made
+    ptxas spill the attention backward's consumers at 240 registers: the tests stay.)"""
     f = _frag(p, op.acc)
     w(f"// {op.event}: {op.fn}() — user C++ {op.cpp} ({op.header}), per element")
     for i, x in enumerate(op.args):

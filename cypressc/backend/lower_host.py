@@ -14,11 +14,11 @@ from cypressc.backend import plan as P
 from cypressc.backend.refusal import refuse as _refuse
 from cypressc.ir import nodes as N
 from cypressc.backend.cexpr import KVar, cexpr
-from cypressc.ir.analysis import dim_procs, exprs_of, free_vars, reduces, slices_of, views_of
+from cypressc.ir.analysis import exprs_of, free_vars, grid_extents, reduces, slices_of, views_of
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
 from cypressc.ir.subst import walk_ops
-from cypressc.lang.kinds import PartKind, Proc
+from cypressc.lang.kinds import PartKind
 
 __all__ = ["KernelInterface"]
 
@@ -237,12 +237,9 @@ class KernelInterface:
         the counter (conservative: its last slice may go unread).  An index formed from sizes
         alone (``SAs[nk - 1]`` after the loop) is not checked."""
         params = {a.name for a in self.m.params}
-        steps: dict[N.IExpr, N.IExpr] = {}  # a counter or a grid index -> how many values
+        # a counter or a grid index -> how many values it takes
+        steps: dict[N.IExpr, N.IExpr] = dict(grid_extents(self.m.body))
         for o in walk_ops(self.m.body):
-            dims = getattr(o, "dims", ())
-            for pr, d in zip(dim_procs(dims), dims):
-                if pr.proc == Proc.BLOCK:
-                    steps[pr] = d.extent
             if isinstance(o, N.For) and static(o.lo) == 0:
                 steps[N.IVar(o.var)] = o.hi
         out, seen = [], set()

@@ -26,6 +26,15 @@ __all__ = ["MemoryLowering"]
 ISSUER = KVar("issuer")  # the thread that issues TMA without a producer warpgroup
 
 
+def row_major(idx, shape) -> N.IExpr:
+    """The row-major linear index of coordinates ``idx`` in dimensions of extents ``shape``
+    (the first extent is not needed): ``(idx[0] * shape[1] + idx[1]) * shape[2] + …``."""
+    out = idx[0]
+    for i, e in zip(idx[1:], shape[1:]):
+        out = N.ibin("+", N.ibin("*", out, e), i)
+    return out
+
+
 class MemoryLowering:
     """Buffers, loads and stores (needs ``self.sym``, ``self.k``, ``self.pos``, ``self.en``,
     ``self.origin``, ``self._fragment``, ``self._wg_tile``, ``self._whole_warpgroups``,
@@ -201,7 +210,7 @@ class MemoryLowering:
         idx = self._batch_index(root, org, keep)
         if idx is None:
             return root, org[-1]
-        return root, N.ibin("+", N.ibin("*", idx, self.sym.allocs[root].shape[-1]), org[-1])
+        return root, row_major([idx, org[-1]], [None, self.sym.allocs[root].shape[-1]])
 
     def _vector_origin(
         self, plan: P.KernelPlan, v: N.View, buf: P.StageBuffer
@@ -341,11 +350,7 @@ class MemoryLowering:
             _refuse(
                 f"%{root} is sliced along dimension(s) {dropped}; the backend slices leading dimensions"
             )
-        shape = self.sym.allocs[root].shape
-        idx = org[0]
-        for d in dropped[1:]:
-            idx = N.ibin("+", N.ibin("*", idx, shape[d]), org[d])
-        return idx
+        return row_major(org[: len(dropped)], self.sym.allocs[root].shape)
 
     def _store_direct(self, plan: P.KernelPlan, o: N.Call) -> P.StoreDirect:
         """``copy`` of an accumulator straight into its global tile, each thread its fragment."""

@@ -9,6 +9,7 @@ from cypressc.abi.dtypes import DTYPES
 from cypressc.backend import plan as P
 from cypressc.backend.cexpr import KVar
 from cypressc.backend.refusal import refuse as _refuse
+from cypressc.backend.lower_mem import row_major
 from cypressc.ir import nodes as N
 from cypressc.ir.printer import fmt_view
 from cypressc.ir.shapes import static
@@ -277,16 +278,12 @@ class SimtLowering:
             if ext.broadcast(prm.name):
                 # one element: its row-major index, each coordinate guarded (zero past the
                 # tensor, like every read past its extent), whichever dimensions the piece keeps
-                shape = self.sym.allocs[root].shape
-                flat = org[0]
-                for d in range(1, len(org)):
-                    flat = N.ibin("+", N.ibin("*", flat, shape[d]), org[d])
                 args.append(
                     P.ExtArg(
                         "vec",
                         root,
                         t.dtype,
-                        self.k(flat),
+                        self.k(row_major(org, self.sym.allocs[root].shape)),
                         broadcast=True,
                         bounds=tuple((self.k(i), e) for i, e in zip(org, t.dims)),
                     )

@@ -7,6 +7,7 @@ import functools
 from dataclasses import fields, is_dataclass, replace
 
 from cypressc.ir import nodes as N
+from cypressc.ir.printer import block_grid
 from cypressc.ir.shapes import layout_key, static
 from cypressc.ir.subst import map_views, rename_events, walk_ops
 from cypressc.lang.kinds import PartKind, Proc
@@ -241,6 +242,13 @@ def slices_of(sym: Symbols, v: N.View) -> list[tuple[N.Partition, int, N.IExpr]]
                 if static(b) == 1
             ]
     return out
+
+
+def grid_extents(body: N.Block) -> dict[N.IProc, N.IExpr]:
+    """The kernel's grid: each ``block_id`` dimension of block program ``body`` (its
+    :func:`~cypressc.ir.printer.block_grid`) with its extent."""
+    grid = block_grid(body)
+    return dict(zip(dim_procs(grid), (d.extent for d in grid)))
 
 
 def dim_procs(dims: tuple[N.Dim, ...]) -> tuple[N.IProc, ...]:

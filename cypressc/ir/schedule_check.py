@@ -18,9 +18,9 @@ from cypressc.ir import nodes as N
 from cypressc.ir.analysis import (
     Symbols,
     binary_exprs,
-    dim_procs,
     free_vars,
     free_vars_through,
+    grid_extents,
     slices_of,
     views_of,
 )
@@ -29,7 +29,7 @@ from cypressc.ir.check import random_inputs
 from cypressc.ir.hazards import evaluate
 from cypressc.ir.subst import walk_ops
 from cypressc.lang.intrinsics import leaf_of
-from cypressc.lang.kinds import PartKind, Proc
+from cypressc.lang.kinds import PartKind
 
 __all__ = ["small_sizes", "written_params", "grid_blocks", "Verdict", "check_schedules"]
 
@@ -97,7 +97,7 @@ def _cover_sliced_extents(m: N.Module, out: dict[str, int], lets: dict) -> None:
     gemm_fp8_blockwise's scales SA: KB x M, sliced per K block of its ``cdiv(K, 128)`` steps,
     and SB: NB x KB, a row per column tile of the grid)."""
     sym = Symbols(m)
-    counts: dict[N.IExpr, N.IExpr] = dict(_grid(m))
+    counts: dict[N.IExpr, N.IExpr] = grid_extents(m.body)
     for lp in walk_ops(m.body):
         if isinstance(lp, N.For) and lp.pipeline:  # a main loop, not a tile loop
             counts[N.IVar(lp.var)] = N.ibin("-", lp.hi, lp.lo)
@@ -160,20 +160,10 @@ def written_params(m: N.Module, overwritten: bool = False) -> list[str]:
     return sorted(out & params)
 
 
-def _grid(m: N.Module) -> dict:
-    """``m``'s grid: each ``block_id`` dimension (``IProc``) with its extent (an expression)."""
-    ext: dict = {}
-    for op in C.block_ops(m.body):
-        for p, d in zip(dim_procs(getattr(op, "dims", ())), getattr(op, "dims", ())):
-            if p.proc == Proc.BLOCK:
-                ext[p] = d.extent
-    return ext
-
-
 def grid_blocks(m: N.Module, sizes: dict[str, int]) -> list[dict]:
     """Every block index of ``m`` at ``sizes``, as processor environments (``IProc`` → int)."""
     vi = I._Interp(m, sizes, {p.name: None for p in m.params}, None)
-    ext = {p: int(vi.expr(e, vi.root, {})) for p, e in _grid(m).items()}
+    ext = {p: int(vi.expr(e, vi.root, {})) for p, e in grid_extents(m.body).items()}
     keys = sorted(ext, key=lambda p: p.dim)
     return [dict(zip(keys, c)) for c in itertools.product(*[range(ext[k]) for k in keys])]
 
@@ -188,7 +178,7 @@ def cluster_sizes(m: N.Module, sizes: dict[str, int]) -> dict[str, int]:
     if not shape:
         return sizes
     out = dict(sizes)
-    exts = {p.dim: e for p, e in _grid(m).items()}
+    exts = {p.dim: e for p, e in grid_extents(m.body).items()}
     lets = {o.name: o.value for o in C.block_ops(m.body) if isinstance(o, N.Let)}
     for _ in range(4):
         vi = I._Interp(m, out, {p.name: None for p in m.params}, None)
